@@ -1,0 +1,289 @@
+# Makefile — builds, tests and runs hanayo.
+#
+# Targets
+#   make              build/hanayo (and build/libhanayo.a); the CUDA backend
+#                     too when nvcc is found (on PATH, else /usr/local/cuda/bin)
+#   make NO_CUDA=1    the same, CPU backend only
+#   make tests        build the unit-test programs (build/tests/test_*)
+#   make check        build, run this build's tests, print the tally
+#   make test         check in build/, then again under ASan+UBSan in
+#                     build-asan/ (CPU only), then one aggregate tally line
+#   make asan         ASan+UBSan build in build-asan/, run all its tests
+#   make tsan         TSan build in build-tsan/, run its test programs
+#   make run          build, then `hanayo plan configs/tiny-gpt.json`
+#   make clean        remove every build directory
+#
+# Variables (set on the command line: `make NO_CUDA=1 CC=clang`)
+#   NO_CUDA=1         do not build the CUDA backend even if nvcc is there
+#   NVCC=path         the CUDA compiler (default: found as above)
+#   CUDA_GENCODE      GPU targets (default: sm_90 code + compute_90 PTX, so
+#                     Hopper runs native code and newer GPUs JIT the PTX)
+#   CC, CFLAGS, LDFLAGS, NVCCFLAGS   as usual (CFLAGS default: -O2 -g;
+#                     NVCCFLAGS: -O2 -g -lineinfo, device lines for profilers)
+#   BUILD=dir         build directory (default: build)
+#   SANITIZE=list     -fsanitize=list (implies no CUDA); asan/tsan set it
+#   BLAS_LIBS         libraries for the CPU GEMMs; empty until kernels/cpu
+#                     calls cblas, then -lopenblas (libopenblas-dev)
+#   TEST_TIMEOUT=s    seconds before one test program counts as hung (300)
+#   PYTHON            the python3 for tests/*.py (default: one with numpy)
+#
+# Link: jansson and cudart are linked statically so build/hanayo runs on a
+# machine without libjansson or a CUDA toolkit; cuBLASLt is dynamic (it is
+# large and versioned with the driver stack) and found through an rpath to
+# the toolkit's library directory. With no driver, cudart reports zero
+# devices and the CPU backend runs.
+#
+# Tests, and the one line that sums them
+#   tests/test_*.c    each is one program linked with libhanayo.a; it runs
+#                     from the repository root
+#   tests/*.sh        run with bash, tests/*.py with $(PYTHON), both from the
+#                     repository root with HANAYO=<absolute path to the
+#                     hanayo binary under test> in the environment
+# Every test, of any kind, prints one or more lines exactly
+#     NAME: N passed, N failed
+# (NAME without spaces; tests/test.h's TEST_END prints it) and exits non-zero
+# when anything failed. Each test's output goes to BUILD/results/*/NAME.log
+# followed by a last line "hy-test-exit: STATUS". The tally sums N passed
+# and N failed over all those lines; a test that printed no such line, or
+# exited non-zero while reporting no failure (a crash, a sanitizer report,
+# a timeout), counts as one more failure. `make test` ends with
+#     tests: N passed, N failed
+# over build/ and build-asan/ together and exits non-zero if N failed > 0.
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+BUILD ?= build
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+CFLAGS ?= -O2 -g
+NVCCFLAGS ?= -O2 -g -lineinfo
+TEST_TIMEOUT ?= 300
+BLAS_LIBS ?=
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+
+# tests/*.py may use numpy (Debian's python3-numpy, DESIGN §6). Use the first
+# python3 that has it: PATH's, else the system's (a pyenv or venv python3
+# earlier on PATH may lack it). Looked up once, and only if a .py test runs.
+PYTHON ?= $(eval PYTHON := $(or $(shell for p in python3 /usr/bin/python3; do \
+    "$$p" -c 'import numpy' >/dev/null 2>&1 && command -v "$$p" && break; done),python3))$(PYTHON)
+
+# ---------------------------------------------------------------------------
+# Is the CUDA backend built? Not with NO_CUDA (any value but 0), not under a
+# sanitizer (cudart and ASan/TSan do not mix), else exactly when nvcc exists.
+
+ifneq ($(filter-out 0,$(strip $(NO_CUDA))),)
+HY_CUDA :=
+else ifneq ($(strip $(SANITIZE)),)
+HY_CUDA :=
+else
+ifeq ($(origin NVCC),undefined)
+NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+endif
+HY_CUDA := $(if $(strip $(NVCC)),1,)
+endif
+
+ifeq ($(HY_CUDA),1)
+# The toolkit's library directory, found from nvcc's location: first as
+# invoked (keeps a version-free /usr/local/cuda in the rpath), then with
+# symlinks resolved, then Debian's multiarch directory (nvidia-cuda-toolkit).
+HY_ARCH := $(shell uname -m)
+HY_CUDA_HOMES := $(patsubst %/bin/,%,$(dir $(NVCC)) $(dir $(realpath $(NVCC))))
+HY_CUDA_CANDIDATES := $(foreach h,$(HY_CUDA_HOMES),$(h)/lib64 $(h)/lib \
+    $(h)/targets/$(HY_ARCH)-linux/lib) /usr/lib/$(HY_ARCH)-linux-gnu
+ifeq ($(origin CUDA_LIBDIR),undefined)
+CUDA_LIBDIR := $(firstword $(foreach d,$(HY_CUDA_CANDIDATES),\
+    $(patsubst %/libcudart_static.a,%,$(wildcard $(d)/libcudart_static.a))))
+endif
+CUDA_GENCODE ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+HY_CUDA_LIBS = $(CUDA_LIBDIR)/libcudart_static.a -ldl -lrt -lpthread \
+    -L$(CUDA_LIBDIR) -lcublasLt -Wl,-rpath,$(CUDA_LIBDIR) -lstdc++
+endif
+
+# ---------------------------------------------------------------------------
+# jansson, statically: libjansson.a from libjansson-dev.
+
+HY_JANSSON_DIR := $(shell pkg-config --variable=libdir jansson 2>/dev/null)
+ifeq ($(origin JANSSON_LIB),undefined)
+JANSSON_LIB := $(firstword $(wildcard $(if $(HY_JANSSON_DIR),$(HY_JANSSON_DIR)/libjansson.a) \
+    $(filter /%,$(shell $(CC) -print-file-name=libjansson.a 2>/dev/null))))
+endif
+HY_JANSSON_CFLAGS := $(shell pkg-config --cflags jansson 2>/dev/null)
+
+# ---------------------------------------------------------------------------
+# Flags. _GNU_SOURCE (which implies POSIX.1-2008) is set here, once, for
+# every C file: threads, futexes, affinity and M_PI all need more than
+# strict C11. Source files must not #define feature macros themselves (a
+# differing redefinition is a warning, hence an error).
+
+HY_SAN_FLAGS := $(if $(strip $(SANITIZE)),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all)
+HY_CPPFLAGS = -D_GNU_SOURCE -Ilib $(HY_JANSSON_CFLAGS) $(if $(HY_CUDA),-DHY_HAVE_CUDA=1) $(CPPFLAGS)
+HY_CFLAGS = -std=c11 -Wall -Wextra -Werror $(CFLAGS) $(HY_SAN_FLAGS)
+HY_LDFLAGS = $(LDFLAGS) $(HY_SAN_FLAGS)
+HY_LDLIBS = $(JANSSON_LIB) $(BLAS_LIBS) $(HY_CUDA_LIBS) -lm -lpthread $(LDLIBS)
+HY_NVCCFLAGS = -std=c++17 $(CUDA_GENCODE) $(NVCCFLAGS) -Werror all-warnings \
+    -Xcompiler -Wall,-Wextra,-Werror -DHY_HAVE_CUDA=1 -Ilib -Ikernels/cuda -Igraphs $(CPPFLAGS)
+
+# ---------------------------------------------------------------------------
+# Sources, found by wildcard. kernels/cuda/*.cu and graphs/*.cu make the CUDA
+# backend; kernels/cuda/*.c are its stand-ins for builds without it
+# (answering "no CUDA" through the same functions), so exactly one of the
+# two is ever linked.
+
+HY_OBJ := $(BUILD)/obj
+HY_C_SRCS := $(wildcard lib/*.c kernels/cpu/*.c) \
+    $(if $(HY_CUDA),,$(wildcard kernels/cuda/*.c))
+HY_CU_SRCS := $(if $(HY_CUDA),$(wildcard kernels/cuda/*.cu graphs/*.cu))
+HY_LIB_OBJS := $(HY_C_SRCS:%.c=$(HY_OBJ)/%.o) $(HY_CU_SRCS:%.cu=$(HY_OBJ)/%.o)
+HY_LIB := $(BUILD)/libhanayo.a
+HY_BIN := $(BUILD)/hanayo
+
+HY_TEST_SRCS := $(wildcard tests/test_*.c)
+HY_TEST_BINS := $(HY_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+HY_RESULTS := $(BUILD)/results
+HY_UNIT_LOGS := $(HY_TEST_SRCS:tests/%.c=$(HY_RESULTS)/unit/%.log)
+HY_SCRIPT_LOGS := $(patsubst tests/%.sh,$(HY_RESULTS)/sh/%.log,$(wildcard tests/*.sh)) \
+    $(patsubst tests/%.py,$(HY_RESULTS)/py/%.log,$(wildcard tests/*.py))
+
+# ---------------------------------------------------------------------------
+# Build
+
+.PHONY: all tests check check-unit test asan tsan run clean FORCE hy-fresh-results
+
+all: $(HY_BIN) $(HY_LIB)
+
+tests: $(HY_TEST_BINS)
+
+# Stamps: rewritten only when their content changes, so a change of flags
+# or backends rebuilds every object, and a change in the set of sources
+# rebuilds the archive (ar never drops a stale member by itself).
+hy_stamp = mkdir -p $(dir $(1)) && printf '%s\n' '$(2)' | cmp -s - $(1) || printf '%s\n' '$(2)' > $(1)
+HY_FLAGS_STAMP := $(BUILD)/flags.stamp
+HY_MEMBERS_STAMP := $(BUILD)/members.stamp
+
+$(HY_FLAGS_STAMP): FORCE
+	@$(call hy_stamp,$@,$(CC) $(HY_CPPFLAGS) $(HY_CFLAGS) | $(NVCC) $(HY_NVCCFLAGS) | $(HY_LDFLAGS) $(HY_LDLIBS))
+
+$(HY_MEMBERS_STAMP): FORCE
+	@$(call hy_stamp,$@,$(HY_LIB_OBJS))
+
+$(HY_OBJ)/%.o: %.c $(HY_FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(HY_CPPFLAGS) $(HY_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(HY_OBJ)/%.o: %.cu $(HY_FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(HY_NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c -o $@ $<
+
+$(HY_LIB): $(HY_LIB_OBJS) $(HY_MEMBERS_STAMP)
+	@rm -f $@
+	$(AR) rcs $@ $(HY_LIB_OBJS)
+
+# Checked when linking, not when parsing, so that `make clean` needs neither.
+hy_link_check = $(if $(JANSSON_LIB),,$(error libjansson.a not found: install libjansson-dev (and pkg-config), or set JANSSON_LIB=/path/to/libjansson.a)) \
+    $(if $(HY_CUDA),$(if $(CUDA_LIBDIR),,$(error nvcc found at $(NVCC) but not libcudart_static.a next to it: set CUDA_LIBDIR=..., or build with NO_CUDA=1)))
+
+$(HY_BIN): $(HY_OBJ)/tools/hanayo.o $(HY_LIB)
+	@$(hy_link_check)
+	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_LIB) $(HY_LDLIBS)
+
+$(BUILD)/tests/%: $(HY_OBJ)/tests/%.o $(HY_LIB)
+	@mkdir -p $(@D)
+	@$(hy_link_check)
+	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_LIB) $(HY_LDLIBS)
+
+# Test objects come from a pattern chain; keep them (make would delete them
+# as intermediates and relink every test on the next run).
+.SECONDARY: $(HY_TEST_SRCS:tests/%.c=$(HY_OBJ)/tests/%.o)
+
+-include $(shell find $(HY_OBJ) -name '*.d' 2>/dev/null)
+
+# ---------------------------------------------------------------------------
+# Run tests (see the convention at the top). Each test writes its own log, so
+# they run in parallel; a failing test never stops make, the tally decides.
+
+HY_SUMMARY_RE := ^[^ ]+: [0-9]+ passed, [0-9]+ failed$$
+HY_EXIT_MARK := hy-test-exit:
+
+# awk over logs: sums the summary lines, adds the failures described above,
+# names every failing log, prints "tests: N passed, N failed" and exits 1 if
+# N failed > 0. With -v quiet=1 (one test's log) it prints only that log's
+# summary lines and, when something is counted beyond them, why.
+HY_TALLY := awk -v quiet=0 '\
+    FNR == 1 { seen = 0; mine = 0 } \
+    /$(HY_SUMMARY_RE)/ { pass += $$2; fail += $$4; mine += $$4; seen = 1; if (quiet) print } \
+    /^$(HY_EXIT_MARK) [0-9]+$$/ { \
+        note = ""; \
+        if (!seen) note = "no \"NAME: N passed, N failed\" line, exit status " $$2; \
+        else if ($$2 != 0 && mine == 0) note = "exit status " $$2 " with no failure reported"; \
+        if (note != "" && $$2 == 124) note = note " (timed out after $(TEST_TIMEOUT) s)"; \
+        if (note != "") { fail++; mine++; note = note " (counted as 1 failure)" } \
+        if (quiet && note != "") print FILENAME ": " note; \
+        if (!quiet && mine > 0) print "FAILED " FILENAME (note != "" ? ": " note : "") } \
+    END { if (!quiet) printf "tests: %d passed, %d failed\n", pass, fail; exit fail != 0 }'
+
+# Sanitizer reports go to the log; UBSan with a stack, LSan on (ASan's default).
+export UBSAN_OPTIONS ?= print_stacktrace=1
+export ASAN_OPTIONS ?= detect_leaks=1
+export TSAN_OPTIONS ?= second_deadlock_stack=1
+
+# $(call hy_run_test,COMMAND): run COMMAND into the target's log, append the
+# exit mark, show the summary lines, and the whole log when it failed.
+define hy_run_test
+@mkdir -p $(@D)
+@{ HANAYO=$(abspath $(HY_BIN)) timeout $(TEST_TIMEOUT) $(1); echo "$(HY_EXIT_MARK) $$?"; } > $@ 2>&1 </dev/null; \
+    $(subst quiet=0,quiet=1,$(HY_TALLY)) $@ || { echo "---- FAILED: $< (log $@) ----"; cat $@; echo "----"; }
+endef
+
+# Old logs go first, so the tally never counts a test that no longer exists.
+hy-fresh-results:
+	@rm -rf $(HY_RESULTS)
+
+$(HY_RESULTS)/unit/%.log: $(BUILD)/tests/% FORCE | hy-fresh-results
+	$(call hy_run_test,$<)
+
+$(HY_RESULTS)/sh/%.log: tests/%.sh $(HY_BIN) FORCE | hy-fresh-results
+	$(call hy_run_test,bash $<)
+
+$(HY_RESULTS)/py/%.log: tests/%.py $(HY_BIN) FORCE | hy-fresh-results
+	$(call hy_run_test,$(PYTHON) $<)
+
+.PHONY: hy-run-all hy-run-unit
+hy-run-all: $(HY_UNIT_LOGS) $(HY_SCRIPT_LOGS)
+hy-run-unit: $(HY_UNIT_LOGS)
+
+# -j only when the caller gave none (a second -j would break the jobserver).
+# $(MAKE) is written out in each recipe line: make hands its jobserver only
+# to lines where it sees $(MAKE) itself.
+HY_JOBS = $(if $(findstring -j,$(MAKEFLAGS)),,-j$(NPROC))
+HY_ASAN_VARS := BUILD=build-asan SANITIZE=address,undefined NO_CUDA=1
+HY_TSAN_VARS := BUILD=build-tsan SANITIZE=thread NO_CUDA=1
+
+check:
+	@$(MAKE) --no-print-directory $(HY_JOBS) all hy-run-all
+	@$(HY_TALLY) $$(find $(HY_RESULTS) -name '*.log' | sort) </dev/null
+
+check-unit:
+	@$(MAKE) --no-print-directory $(HY_JOBS) hy-run-unit
+	@$(HY_TALLY) $$(find $(HY_RESULTS) -name '*.log' | sort) </dev/null
+
+test:
+	@$(MAKE) --no-print-directory $(HY_JOBS) all hy-run-all
+	@echo "== again under ASan+UBSan (build-asan/, CPU only) =="
+	@$(MAKE) --no-print-directory $(HY_JOBS) $(HY_ASAN_VARS) all hy-run-all
+	@$(HY_TALLY) $$(find $(HY_RESULTS) build-asan/results -name '*.log' | sort) </dev/null
+
+asan:
+	@$(MAKE) --no-print-directory $(HY_ASAN_VARS) check
+
+tsan:
+	@$(MAKE) --no-print-directory $(HY_TSAN_VARS) check-unit
+
+run: all
+	$(HY_BIN) plan configs/tiny-gpt.json
+
+clean:
+	rm -rf build build-asan build-tsan
+
+FORCE:

@@ -1,0 +1,38 @@
+/*
+ * stub.c — the CUDA backend's stand-in for builds without nvcc.
+ *
+ * The Makefile links this file instead of the .cu files beside it when
+ * nvcc is missing or NO_CUDA is set (exactly one of the two is ever
+ * linked). It answers every CUDA entry point of backend.h as a machine
+ * with no CUDA would: zero devices, and a clear error for anything that needs one. So
+ * the runtime and the CLI have no #ifdefs, and `backend: "cuda"` in a
+ * CPU-only build fails with a message that says why.
+ */
+#include "backend.h"
+
+static int hy_no_cuda(hy_error *err) {
+    return hy_fail(err, HY_ERR_RUNTIME,
+                   "no CUDA backend in this build (built without nvcc or with NO_CUDA=1; "
+                   "rebuild with the CUDA toolkit installed to use GPUs)");
+}
+
+const char *hy_backends_compiled(void) { return "cpu"; }
+
+int hy_device_count(int *count, hy_error *err) {
+    (void)err;
+    *count = 0;
+    return HY_OK;
+}
+
+int hy_device_query(int index, hy_device_info *out, hy_error *err) {
+    (void)index;
+    (void)out;
+    return hy_no_cuda(err);
+}
+
+int hy_device_can_access_peer(int a, int b, int *yes, hy_error *err) {
+    (void)a;
+    (void)b;
+    *yes = 0;
+    return hy_no_cuda(err);
+}

@@ -1,0 +1,38 @@
+/*
+ * error.h — errors as values.
+ *
+ * Every hanayo function that can fail takes a `hy_error *` and, on failure,
+ * fills it with one message that carries its context (file, JSON path,
+ * line:column, rank, action) and the exit status the CLI should use. Errors
+ * travel up unchanged to the one place that prints them (tools/hanayo.c);
+ * nothing below the CLI prints or exits.
+ */
+#ifndef HY_ERROR_H
+#define HY_ERROR_H
+
+#include <stddef.h>
+
+/* Exit statuses of the CLI (DESIGN §7). */
+enum {
+    HY_OK = 0,
+    HY_ERR_RUNTIME = 1,   /* a failure while running: I/O, device, stall */
+    HY_ERR_INPUT = 2      /* the user's input is wrong: config, flags, files */
+};
+
+typedef struct {
+    int status;           /* HY_OK, HY_ERR_RUNTIME or HY_ERR_INPUT */
+    char msg[1024];
+} hy_error;
+
+/* Sets err (when not NULL) and returns status, so callers can write
+ * `return hy_fail(err, HY_ERR_INPUT, "...", ...);`. */
+int hy_fail(hy_error *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prepends context ("while loading x: ") to an error already set. */
+void hy_error_prefix(hy_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+void hy_error_clear(hy_error *err);
+
+#endif
