@@ -1,0 +1,509 @@
+/*
+ * schedule.c — the four pipeline schedules as pure functions.
+ *
+ * gpipe, 1f1b and interleaved are the published orders, written out
+ * directly. hanayo's wave order has no published closed form that reaches
+ * the ideal bubble, so it is derived here in two steps (README, "The Hanayo
+ * wave order", has the derivation):
+ *
+ *  1. Streams. Each rank's forwards are ordered by the key
+ *         key_F(m, s) = 2PW * (m div P) + 2 * (m mod P) + s
+ *     and its backwards by the same key with s replaced by S-1-s. Within a
+ *     group of P micro-batches, micro-batch i enters two forward slots after
+ *     micro-batch i-1, and groups follow each other every 2PW slots. With
+ *     the wave placement these keys tile every rank's slots exactly (each
+ *     rank sees every integer once, after its fill), so a forward that
+ *     leaves stage s at slot k finds stage s+1 free at slot k+1: in a
+ *     forward-only pipeline no micro-batch ever waits.
+ *  2. Interleaving. The streams are merged by replaying the pipeline in
+ *     time (uniform costs f = 1, b = 2): a rank that is free starts the
+ *     earliest-ready of its next backward and its next forward (forward on
+ *     a tie; a forward may overtake later stream entries that are not ready
+ *     yet, within one group's window), holding at most `cap` activations.
+ *     A handful of (cap, overtake) settings are tried; the one with the
+ *     smallest makespan, then the smallest peak memory, wins. The replay
+ *     only decides the order: the result is a fixed per-rank list, a pure
+ *     deterministic function of (P, W, M).
+ */
+#include "schedule.h"
+#include "sim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const hy_sched_names[HY_SCHED_COUNT] = {
+    "gpipe", "1f1b", "interleaved", "hanayo"
+};
+
+const char *hy_sched_name(hy_sched_kind kind) {
+    return (kind >= 0 && kind < HY_SCHED_COUNT) ? hy_sched_names[kind] : "?";
+}
+
+int hy_sched_parse(const char *name, hy_sched_kind *kind, hy_error *err) {
+    for (int k = 0; k < HY_SCHED_COUNT; k++) {
+        if (strcmp(name, hy_sched_names[k]) == 0) {
+            *kind = (hy_sched_kind)k;
+            return HY_OK;
+        }
+    }
+    return hy_fail(err, HY_ERR_INPUT,
+                   "unknown schedule '%s'; use one of gpipe, 1f1b, interleaved, hanayo",
+                   name);
+}
+
+void hy_action_label(const hy_action *a, char *buf, int len) {
+    snprintf(buf, (size_t)len, "%c m%d s%d", a->op == HY_FWD ? 'F' : 'B', a->mb, a->stage);
+}
+
+void hy_schedule_free(hy_schedule *s) {
+    if (!s) return;
+    if (s->actions)
+        for (int r = 0; r < s->ranks; r++) free(s->actions[r]);
+    free(s->actions);
+    free(s->n_actions);
+    free(s->placement);
+    memset(s, 0, sizeof *s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Placement and shape */
+
+static int hy_place(hy_sched_kind kind, int P, int s) {
+    if (kind == HY_SCHED_HANAYO) {
+        int seg = s / P, j = s % P;
+        return (seg % 2 == 0) ? j : P - 1 - j;
+    }
+    return s % P;
+}
+
+int hy_schedule_local_chunk(const hy_schedule *s, int stage) {
+    /* Every placement puts exactly one stage of each segment of P stages
+     * on each rank, so the segment index is the local chunk. */
+    return stage / s->ranks;
+}
+
+/* Stage that rank r holds as its local chunk c. */
+static int hy_stage_of(const hy_schedule *s, int r, int c) {
+    if (s->kind == HY_SCHED_HANAYO && c % 2 == 1) return c * s->ranks + (s->ranks - 1 - r);
+    return c * s->ranks + r;
+}
+
+static int hy_check_params(const hy_sched_params *p, hy_error *err) {
+    if (p->kind < 0 || p->kind >= HY_SCHED_COUNT)
+        return hy_fail(err, HY_ERR_INPUT, "unknown schedule kind %d", (int)p->kind);
+    if (p->ranks < 1 || p->ranks > HY_MAX_RANKS)
+        return hy_fail(err, HY_ERR_INPUT, "ranks must be in 1..%d, got %d", HY_MAX_RANKS, p->ranks);
+    if (p->micro_batches < 1 || p->micro_batches > 1 << 16)
+        return hy_fail(err, HY_ERR_INPUT, "micro_batches must be in 1..65536, got %d",
+                       p->micro_batches);
+    if (p->kind == HY_SCHED_HANAYO && (p->waves < 1 || p->waves > 16))
+        return hy_fail(err, HY_ERR_INPUT, "waves must be in 1..16, got %d", p->waves);
+    if (p->kind == HY_SCHED_INTERLEAVED) {
+        if (p->chunks < 1 || p->chunks > 64)
+            return hy_fail(err, HY_ERR_INPUT, "chunks must be in 1..64, got %d", p->chunks);
+        if (p->micro_batches % p->ranks != 0)
+            return hy_fail(err, HY_ERR_INPUT,
+                           "interleaved needs micro_batches (%d) to be a multiple of ranks (%d); "
+                           "use %d or %d",
+                           p->micro_batches, p->ranks,
+                           p->micro_batches / p->ranks * p->ranks > 0
+                               ? p->micro_batches / p->ranks * p->ranks : p->ranks,
+                           (p->micro_batches / p->ranks + 1) * p->ranks);
+    }
+    return HY_OK;
+}
+
+static int hy_schedule_alloc(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
+    memset(s, 0, sizeof *s);
+    s->kind = p->kind;
+    s->ranks = p->ranks;
+    s->micro_batches = p->micro_batches;
+    s->waves = p->kind == HY_SCHED_HANAYO ? p->waves : 0;
+    s->chunks = p->kind == HY_SCHED_HANAYO ? 2 * p->waves
+              : p->kind == HY_SCHED_INTERLEAVED ? p->chunks : 1;
+    s->stages = s->chunks * s->ranks;
+    s->placement = malloc(sizeof(int) * (size_t)s->stages);
+    s->n_actions = calloc((size_t)s->ranks, sizeof(int));
+    s->actions = calloc((size_t)s->ranks, sizeof(hy_action *));
+    if (!s->placement || !s->n_actions || !s->actions) goto oom;
+    for (int st = 0; st < s->stages; st++) s->placement[st] = hy_place(s->kind, s->ranks, st);
+    size_t per_rank = 2 * (size_t)s->chunks * (size_t)s->micro_batches;
+    for (int r = 0; r < s->ranks; r++) {
+        s->actions[r] = malloc(sizeof(hy_action) * per_rank);
+        if (!s->actions[r]) goto oom;
+    }
+    return HY_OK;
+oom:
+    hy_schedule_free(s);
+    return hy_fail(err, HY_ERR_RUNTIME, "out of memory building a schedule");
+}
+
+static void hy_push(hy_schedule *s, int r, int op, int mb, int stage) {
+    hy_action *a = &s->actions[r][s->n_actions[r]++];
+    a->op = op;
+    a->mb = mb;
+    a->stage = stage;
+}
+
+/* ------------------------------------------------------------------------ */
+/* GPipe, 1F1B, interleaved: the published orders */
+
+static void hy_build_gpipe(hy_schedule *s) {
+    for (int r = 0; r < s->ranks; r++) {
+        for (int m = 0; m < s->micro_batches; m++) hy_push(s, r, HY_FWD, m, r);
+        for (int m = 0; m < s->micro_batches; m++) hy_push(s, r, HY_BWD, m, r);
+    }
+}
+
+/* DAPPLE / PipeDream-flush: P-1-r warm-up forwards, then one forward and
+ * one backward in turn, then the remaining backwards. */
+static void hy_build_1f1b(hy_schedule *s) {
+    int P = s->ranks, M = s->micro_batches;
+    for (int r = 0; r < P; r++) {
+        int warm = P - 1 - r < M ? P - 1 - r : M;
+        for (int m = 0; m < warm; m++) hy_push(s, r, HY_FWD, m, r);
+        for (int i = 0; i < M - warm; i++) {
+            hy_push(s, r, HY_FWD, warm + i, r);
+            hy_push(s, r, HY_BWD, i, r);
+        }
+        for (int m = M - warm; m < M; m++) hy_push(s, r, HY_BWD, m, r);
+    }
+}
+
+/* Megatron-LM's interleaved order. Virtual micro-batch k of a rank is
+ * micro-batch (k div Pv)P + k mod P on local chunk (k div P) mod v, run
+ * forward in chunk order and backward in reverse chunk order; rank r warms
+ * up with 2(P-1-r) + (v-1)P forwards. */
+static void hy_interleaved_virtual(const hy_schedule *s, int k, int backward,
+                                   int *mb, int *chunk) {
+    int P = s->ranks, v = s->chunks;
+    *mb = (k / (P * v)) * P + k % P;
+    *chunk = (k / P) % v;
+    if (backward) *chunk = v - 1 - *chunk;
+}
+
+static void hy_push_virtual(hy_schedule *s, int r, int op, int k) {
+    int mb, chunk;
+    hy_interleaved_virtual(s, k, op == HY_BWD, &mb, &chunk);
+    hy_push(s, r, op, mb, chunk * s->ranks + r);
+}
+
+static void hy_build_interleaved(hy_schedule *s) {
+    int P = s->ranks, total = s->chunks * s->micro_batches;
+    for (int r = 0; r < P; r++) {
+        int warm = 2 * (P - 1 - r) + (s->chunks - 1) * P;
+        if (warm > total) warm = total;
+        for (int k = 0; k < warm; k++) hy_push_virtual(s, r, HY_FWD, k);
+        for (int i = 0; i < total - warm; i++) {
+            hy_push_virtual(s, r, HY_FWD, warm + i);
+            hy_push_virtual(s, r, HY_BWD, i);
+        }
+        for (int k = total - warm; k < total; k++) hy_push_virtual(s, r, HY_BWD, k);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hanayo: streams and the merge (see the file comment) */
+
+typedef struct {
+    int mb, stage;
+    long key;
+} hy_stream_item;
+
+static int hy_stream_cmp(const void *a, const void *b) {
+    const hy_stream_item *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->mb - y->mb;
+}
+
+/* The wave streams of one rank: forward (backward = 0) or backward. */
+static void hy_wave_stream(const hy_schedule *s, int r, int backward, hy_stream_item *out) {
+    int P = s->ranks, S = s->stages, n = 0;
+    long group = 2L * P * s->waves;
+    for (int m = 0; m < s->micro_batches; m++) {
+        for (int c = 0; c < s->chunks; c++) {
+            int st = hy_stage_of(s, r, c);
+            long depth = backward ? S - 1 - st : st;
+            out[n].mb = m;
+            out[n].stage = st;
+            out[n].key = group * (m / P) + 2L * (m % P) + depth;
+            n++;
+        }
+    }
+    qsort(out, (size_t)n, sizeof *out, hy_stream_cmp);
+}
+
+typedef struct {
+    int P, S, n;                 /* ranks, stages, items per stream */
+    hy_stream_item **fs, **bs;   /* [P][n] forward and backward streams */
+    double *fend, *bend;         /* [M*S]: end time, or -1 while not run */
+    char **ftaken;               /* [P][n] */
+    int *fhead, *bhead, *live;   /* [P] */
+    double *free_at;             /* [P] */
+} hy_merge;
+
+static double hy_f_ready(const hy_merge *g, int m, int st) {
+    return st == 0 ? 0.0 : g->fend[m * g->S + st - 1];
+}
+
+static double hy_b_ready(const hy_merge *g, int m, int st) {
+    double t = g->fend[m * g->S + st];
+    if (t < 0) return -1;
+    if (st < g->S - 1) {
+        double u = g->bend[m * g->S + st + 1];
+        if (u < 0) return -1;
+        if (u > t) t = u;
+    }
+    return t;
+}
+
+/* Earliest start of rank r's next forward: scans up to `window` untaken
+ * stream entries (1 = strict stream order). Returns -1 if none is ready. */
+static double hy_next_forward(const hy_merge *g, int r, int window, int *pick) {
+    double best = -1;
+    int seen = 0;
+    for (int i = g->fhead[r]; i < g->n && seen < window; i++) {
+        if (g->ftaken[r][i]) continue;
+        seen++;
+        double t = hy_f_ready(g, g->fs[r][i].mb, g->fs[r][i].stage);
+        if (t < 0) continue;
+        if (t < g->free_at[r]) t = g->free_at[r];
+        if (best < 0 || t < best) { best = t; *pick = i; }
+        if (best <= g->free_at[r]) break;
+    }
+    return best;
+}
+
+/* Replays the merge with one setting and writes the order into s.
+ * Returns 0 if it ran to completion, -1 if the cap starved it. */
+static int hy_merge_run(hy_merge *g, hy_schedule *s, int cap, int window) {
+    int P = g->P, total = 2 * g->n * P;
+    for (int i = 0; i < s->micro_batches * g->S; i++) g->fend[i] = g->bend[i] = -1;
+    for (int r = 0; r < P; r++) {
+        memset(g->ftaken[r], 0, (size_t)g->n);
+        g->fhead[r] = g->bhead[r] = g->live[r] = 0;
+        g->free_at[r] = 0;
+        s->n_actions[r] = 0;
+    }
+    for (int done = 0; done < total; done++) {
+        int best_r = -1, best_op = 0, best_i = 0;
+        double best_t = 0;
+        for (int r = 0; r < P; r++) {
+            double tb = -1, tf = -1;
+            int fi = 0;
+            if (g->bhead[r] < g->n) {
+                const hy_stream_item *b = &g->bs[r][g->bhead[r]];
+                tb = hy_b_ready(g, b->mb, b->stage);
+                if (tb >= 0 && tb < g->free_at[r]) tb = g->free_at[r];
+            }
+            if (g->live[r] < cap) tf = hy_next_forward(g, r, window, &fi);
+            int op = -1;
+            double t = 0;
+            if (tf >= 0 && (tb < 0 || tf <= tb)) { op = HY_FWD; t = tf; }
+            else if (tb >= 0) { op = HY_BWD; t = tb; }
+            if (op >= 0 && (best_r < 0 || t < best_t)) {
+                best_r = r; best_op = op; best_t = t; best_i = fi;
+            }
+        }
+        if (best_r < 0) return -1;
+        int r = best_r;
+        if (best_op == HY_FWD) {
+            const hy_stream_item *f = &g->fs[r][best_i];
+            g->ftaken[r][best_i] = 1;
+            while (g->fhead[r] < g->n && g->ftaken[r][g->fhead[r]]) g->fhead[r]++;
+            g->fend[f->mb * g->S + f->stage] = best_t + 1.0;
+            g->free_at[r] = best_t + 1.0;
+            g->live[r]++;
+            hy_push(s, r, HY_FWD, f->mb, f->stage);
+        } else {
+            const hy_stream_item *b = &g->bs[r][g->bhead[r]++];
+            g->bend[b->mb * g->S + b->stage] = best_t + 2.0;
+            g->free_at[r] = best_t + 2.0;
+            g->live[r]--;
+            hy_push(s, r, HY_BWD, b->mb, b->stage);
+        }
+    }
+    return 0;
+}
+
+static void hy_merge_free(hy_merge *g) {
+    for (int r = 0; r < g->P; r++) {
+        if (g->fs) free(g->fs[r]);
+        if (g->bs) free(g->bs[r]);
+        if (g->ftaken) free(g->ftaken[r]);
+    }
+    free(g->fs); free(g->bs); free(g->ftaken);
+    free(g->fend); free(g->bend);
+    free(g->fhead); free(g->bhead); free(g->live); free(g->free_at);
+}
+
+static int hy_merge_init(hy_merge *g, const hy_schedule *s) {
+    memset(g, 0, sizeof *g);
+    g->P = s->ranks;
+    g->S = s->stages;
+    g->n = s->chunks * s->micro_batches;
+    size_t P = (size_t)g->P, n = (size_t)g->n, MS = (size_t)s->micro_batches * (size_t)g->S;
+    g->fs = calloc(P, sizeof *g->fs);
+    g->bs = calloc(P, sizeof *g->bs);
+    g->ftaken = calloc(P, sizeof *g->ftaken);
+    g->fend = malloc(MS * sizeof(double));
+    g->bend = malloc(MS * sizeof(double));
+    g->fhead = malloc(P * sizeof(int));
+    g->bhead = malloc(P * sizeof(int));
+    g->live = malloc(P * sizeof(int));
+    g->free_at = malloc(P * sizeof(double));
+    if (!g->fs || !g->bs || !g->ftaken || !g->fend || !g->bend || !g->fhead ||
+        !g->bhead || !g->live || !g->free_at)
+        return -1;
+    for (int r = 0; r < g->P; r++) {
+        g->fs[r] = malloc(n * sizeof(hy_stream_item));
+        g->bs[r] = malloc(n * sizeof(hy_stream_item));
+        g->ftaken[r] = malloc(n);
+        if (!g->fs[r] || !g->bs[r] || !g->ftaken[r]) return -1;
+        hy_wave_stream(s, r, 0, g->fs[r]);
+        hy_wave_stream(s, r, 1, g->bs[r]);
+    }
+    return 0;
+}
+
+/* Peak activations interleaved 1F1B needs with v = 2W: the memory bound
+ * hanayo's order must stay within. */
+static int hy_interleaved_peak(int P, int v, int M) {
+    int peak = 2 * (P - 1) + (v - 1) * P + 1;
+    return peak < v * M ? peak : v * M;
+}
+
+static void hy_copy_lists(hy_schedule *dst, const hy_schedule *src) {
+    size_t per_rank = 2 * (size_t)src->chunks * (size_t)src->micro_batches;
+    for (int r = 0; r < src->ranks; r++) {
+        memcpy(dst->actions[r], src->actions[r], per_rank * sizeof(hy_action));
+        dst->n_actions[r] = src->n_actions[r];
+    }
+}
+
+static int hy_build_hanayo(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
+    hy_schedule trial;
+    hy_merge g;
+    int rc = hy_schedule_alloc(&trial, p, err);
+    if (rc) return rc;
+    if (hy_merge_init(&g, s) != 0) {
+        hy_merge_free(&g);
+        hy_schedule_free(&trial);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the hanayo order");
+    }
+    int P = s->ranks, M = s->micro_batches, v = s->chunks;
+    int bound = hy_interleaved_peak(P, v, M);
+    int lo = v * P < bound ? v * P : bound;
+    hy_costs costs = hy_costs_uniform();
+    double best_makespan = -1;
+    int best_peak = 0, found = 0;
+    /* Settings in a fixed order; ties keep the first, so the result is a
+     * pure function of (P, W, M). The last setting (no cap) always
+     * completes: it is GPipe-like and only wins when nothing else runs. */
+    const int windows[2] = { 1, v * P };
+    for (int w = 0; w < 2; w++) {
+        for (int cap = lo; cap <= bound; cap++) {
+            if (hy_merge_run(&g, &trial, cap, windows[w]) != 0) continue;
+            hy_sim_result res;
+            if (hy_simulate(&trial, &costs, &res, NULL) != HY_OK) continue;
+            int peak = 0;
+            for (int r = 0; r < P; r++)
+                if (res.peak_activations[r] > peak) peak = res.peak_activations[r];
+            double mk = res.makespan;
+            hy_sim_result_free(&res);
+            if (!found || mk < best_makespan - 1e-9 ||
+                (mk < best_makespan + 1e-9 && peak < best_peak)) {
+                best_makespan = mk;
+                best_peak = peak;
+                found = 1;
+                hy_copy_lists(s, &trial);
+            }
+        }
+    }
+    if (!found) {
+        /* Too few micro-batches for any bounded setting: run uncapped. */
+        if (hy_merge_run(&g, &trial, v * M, v * P) == 0) {
+            hy_copy_lists(s, &trial);
+            found = 1;
+        }
+    }
+    hy_merge_free(&g);
+    hy_schedule_free(&trial);
+    if (!found)
+        return hy_fail(err, HY_ERR_RUNTIME, "internal error: no hanayo order for P=%d W=%d M=%d",
+                       P, s->waves, M);
+    return HY_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+
+int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
+    memset(s, 0, sizeof *s);
+    int rc = hy_check_params(p, err);
+    if (rc) return rc;
+    rc = hy_schedule_alloc(s, p, err);
+    if (rc) return rc;
+    switch (p->kind) {
+    case HY_SCHED_GPIPE: hy_build_gpipe(s); break;
+    case HY_SCHED_1F1B: hy_build_1f1b(s); break;
+    case HY_SCHED_INTERLEAVED: hy_build_interleaved(s); break;
+    case HY_SCHED_HANAYO: rc = hy_build_hanayo(s, p, err); break;
+    default: break;
+    }
+    if (rc) hy_schedule_free(s);
+    return rc;
+}
+
+int hy_schedule_transfers(const hy_schedule *s) {
+    int cross = 0;
+    for (int st = 0; st + 1 < s->stages; st++)
+        if (s->placement[st] != s->placement[st + 1]) cross++;
+    return 2 * cross * s->micro_batches;
+}
+
+int hy_schedule_validate(const hy_schedule *s, hy_error *err) {
+    int M = s->micro_batches, S = s->stages;
+    char *seen = calloc((size_t)M * (size_t)S * 2, 1);
+    if (!seen) return hy_fail(err, HY_ERR_RUNTIME, "out of memory validating a schedule");
+    int rc = HY_OK;
+    char label[48];
+    for (int r = 0; r < s->ranks && rc == HY_OK; r++) {
+        for (int i = 0; i < s->n_actions[r]; i++) {
+            const hy_action *a = &s->actions[r][i];
+            hy_action_label(a, label, sizeof label);
+            if (a->mb < 0 || a->mb >= M || a->stage < 0 || a->stage >= S ||
+                (a->op != HY_FWD && a->op != HY_BWD)) {
+                rc = hy_fail(err, HY_ERR_INPUT, "rank %d action %d (%s) is out of range", r, i, label);
+                break;
+            }
+            if (s->placement[a->stage] != r) {
+                rc = hy_fail(err, HY_ERR_INPUT, "rank %d runs %s but stage %d lives on rank %d",
+                             r, label, a->stage, s->placement[a->stage]);
+                break;
+            }
+            char *mark = &seen[((size_t)a->mb * (size_t)S + (size_t)a->stage) * 2 + (size_t)a->op];
+            if (*mark) {
+                rc = hy_fail(err, HY_ERR_INPUT, "rank %d runs %s twice", r, label);
+                break;
+            }
+            *mark = 1;
+        }
+    }
+    for (size_t k = 0; rc == HY_OK && k < (size_t)M * (size_t)S * 2; k++) {
+        if (!seen[k]) {
+            hy_action a = { (int)(k % 2), (int)(k / 2 / (size_t)S), (int)(k / 2 % (size_t)S) };
+            hy_action_label(&a, label, sizeof label);
+            rc = hy_fail(err, HY_ERR_INPUT, "%s is missing from rank %d's list", label,
+                         s->placement[a.stage]);
+        }
+    }
+    free(seen);
+    if (rc) return rc;
+    /* Blocking execution in list order: the simulator is exactly that. */
+    hy_costs c = hy_costs_uniform();
+    hy_sim_result res;
+    rc = hy_simulate(s, &c, &res, err);
+    if (rc == HY_OK) hy_sim_result_free(&res);
+    return rc;
+}

@@ -1,0 +1,88 @@
+/*
+ * schedule.h — the pipeline schedules as pure functions.
+ *
+ * A schedule is (kind, P ranks, W waves or v chunks, M micro-batches) →
+ * for every rank, the ordered list of compute actions it runs in one
+ * iteration: F(m, s), the forward of micro-batch m through stage s, and
+ * B(m, s), its backward. Stages are runs of consecutive layers; the
+ * placement says which rank holds each stage. Sends and receives are not
+ * listed: a transfer exists exactly where two dependent actions sit on
+ * different ranks, so they follow from the placement.
+ *
+ * The runtime executes these lists; the simulator (sim.h), `hanayo plan`
+ * and the profiler read the same lists. See DESIGN §1 and README
+ * ("The Hanayo wave order") for the orders and why they are what they are.
+ */
+#ifndef HY_SCHEDULE_H
+#define HY_SCHEDULE_H
+
+#include "error.h"
+
+typedef enum {
+    HY_SCHED_GPIPE,
+    HY_SCHED_1F1B,
+    HY_SCHED_INTERLEAVED,
+    HY_SCHED_HANAYO,
+    HY_SCHED_COUNT
+} hy_sched_kind;
+
+typedef enum { HY_FWD = 0, HY_BWD = 1 } hy_op;
+
+typedef struct {
+    int op;     /* HY_FWD or HY_BWD */
+    int mb;     /* micro-batch, 0..M-1 */
+    int stage;  /* stage, 0..S-1 */
+} hy_action;
+
+/* What a generator needs. `waves` is read by hanayo only, `chunks` by
+ * interleaved only; the others ignore them. */
+typedef struct {
+    hy_sched_kind kind;
+    int ranks;          /* P, 1..HY_MAX_RANKS */
+    int micro_batches;  /* M >= 1 */
+    int waves;          /* W >= 1 (hanayo) */
+    int chunks;         /* v >= 1 (interleaved) */
+} hy_sched_params;
+
+#define HY_MAX_RANKS 64
+
+typedef struct {
+    hy_sched_kind kind;
+    int ranks;            /* P */
+    int micro_batches;    /* M */
+    int waves;            /* W for hanayo, 0 otherwise */
+    int chunks;           /* stages per rank: 1, v, or 2W */
+    int stages;           /* S = chunks * ranks */
+    int *placement;       /* [stages]: rank that holds stage s */
+    int *n_actions;       /* [ranks]: always 2 * chunks * M */
+    hy_action **actions;  /* [ranks][n_actions[r]], in execution order */
+} hy_schedule;
+
+/* "gpipe", "1f1b", "interleaved", "hanayo". */
+const char *hy_sched_name(hy_sched_kind kind);
+/* Returns HY_OK and sets *kind, or HY_ERR_INPUT naming the valid kinds. */
+int hy_sched_parse(const char *name, hy_sched_kind *kind, hy_error *err);
+
+/* Checks the parameters (ranges, interleaved needs M a multiple of P) and
+ * builds the schedule. On failure *s is left empty (safe to free). */
+int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err);
+void hy_schedule_free(hy_schedule *s);
+
+/* Index of stage s among the stages its rank holds (0..chunks-1), in the
+ * order data first reaches them. */
+int hy_schedule_local_chunk(const hy_schedule *s, int stage);
+
+/* Cross-rank transfers in one iteration: activations forward plus
+ * gradients backward, one per dependent pair of actions on two ranks. */
+int hy_schedule_transfers(const hy_schedule *s);
+
+/* Checks that every F and B appears exactly once and that the lists run to
+ * completion when each rank executes its list in order and blocks until
+ * the inputs of its next action exist (so no dependency is violated and
+ * nothing deadlocks). On failure, err names the rank and the action. */
+int hy_schedule_validate(const hy_schedule *s, hy_error *err);
+
+/* "F m3 s5" style label, for messages and traces. */
+void hy_action_label(const hy_action *a, char *buf, int len);
+
+#endif

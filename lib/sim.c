@@ -1,0 +1,161 @@
+/*
+ * sim.c — see sim.h.
+ *
+ * Because each rank runs its list in order, every action's start time is
+ * max(its rank's previous end, its inputs' arrival): a function of the
+ * lists alone. The simulator sweeps the ranks, advancing each one as far
+ * as its inputs allow, until all lists are done; a sweep that advances no
+ * rank means the lists deadlock under blocking receives.
+ */
+#include "sim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+hy_costs hy_costs_uniform(void) {
+    hy_costs c = { 1.0, 2.0, 0.0, NULL, NULL };
+    return c;
+}
+
+double hy_ideal_bubble(const hy_schedule *s) {
+    double P = s->ranks, work = (double)s->chunks * s->micro_batches;
+    return (P - 1) / (work + P - 1);
+}
+
+void hy_sim_result_free(hy_sim_result *r) {
+    if (!r) return;
+    if (r->start)
+        for (int i = 0; i < r->ranks; i++) free(r->start[i]);
+    if (r->end)
+        for (int i = 0; i < r->ranks; i++) free(r->end[i]);
+    free(r->start);
+    free(r->end);
+    free(r->busy);
+    free(r->peak_activations);
+    memset(r, 0, sizeof *r);
+}
+
+static int hy_check_cost(double v, const char *what, int stage, hy_error *err) {
+    if (isfinite(v) && v >= 0) return HY_OK;
+    if (stage >= 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s cost of stage %d must be a finite number >= 0, got %g",
+                       what, stage, v);
+    return hy_fail(err, HY_ERR_INPUT, "%s cost must be a finite number >= 0, got %g", what, v);
+}
+
+static int hy_check_costs(const hy_schedule *s, const hy_costs *c, hy_error *err) {
+    int rc = hy_check_cost(c->fwd, "forward", -1, err);
+    if (!rc) rc = hy_check_cost(c->bwd, "backward", -1, err);
+    if (!rc) rc = hy_check_cost(c->comm, "transfer", -1, err);
+    for (int st = 0; !rc && st < s->stages; st++) {
+        if (c->fwd_stage) rc = hy_check_cost(c->fwd_stage[st], "forward", st, err);
+        if (!rc && c->bwd_stage) rc = hy_check_cost(c->bwd_stage[st], "backward", st, err);
+    }
+    return rc;
+}
+
+static int hy_sim_alloc(hy_sim_result *r, const hy_schedule *s) {
+    memset(r, 0, sizeof *r);
+    r->ranks = s->ranks;
+    r->busy = calloc((size_t)s->ranks, sizeof(double));
+    r->peak_activations = calloc((size_t)s->ranks, sizeof(int));
+    r->start = calloc((size_t)s->ranks, sizeof(double *));
+    r->end = calloc((size_t)s->ranks, sizeof(double *));
+    if (!r->busy || !r->peak_activations || !r->start || !r->end) return -1;
+    for (int i = 0; i < s->ranks; i++) {
+        r->start[i] = calloc((size_t)s->n_actions[i] + 1, sizeof(double));
+        r->end[i] = calloc((size_t)s->n_actions[i] + 1, sizeof(double));
+        if (!r->start[i] || !r->end[i]) return -1;
+    }
+    return 0;
+}
+
+/* When action a's inputs are all available on rank r, or -1 if one of
+ * them has not run yet. */
+static double hy_inputs_ready(const hy_schedule *s, const hy_costs *c, const double *fend,
+                              const double *bend, const hy_action *a, int r) {
+    int S = s->stages, m = a->mb, st = a->stage;
+    double t = 0;
+    if (a->op == HY_FWD) {
+        if (st == 0) return 0;
+        t = fend[m * S + st - 1];
+        if (t < 0) return -1;
+        if (s->placement[st - 1] != r) t += c->comm;
+        return t;
+    }
+    t = fend[m * S + st];
+    if (t < 0) return -1;
+    if (st + 1 < S) {
+        double u = bend[m * S + st + 1];
+        if (u < 0) return -1;
+        if (s->placement[st + 1] != r) u += c->comm;
+        if (u > t) t = u;
+    }
+    return t;
+}
+
+static int hy_report_deadlock(const hy_schedule *s, const int *next, hy_error *err) {
+    char msg[768] = "", label[48];
+    size_t used = 0;
+    for (int r = 0; r < s->ranks && used + 64 < sizeof msg; r++) {
+        if (next[r] >= s->n_actions[r]) continue;
+        hy_action_label(&s->actions[r][next[r]], label, sizeof label);
+        used += (size_t)snprintf(msg + used, sizeof msg - used, "%srank %d waits at %s",
+                                 used ? "; " : "", r, label);
+    }
+    return hy_fail(err, HY_ERR_INPUT, "the schedule deadlocks under blocking receives: %s", msg);
+}
+
+int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r, hy_error *err) {
+    int rc = hy_check_costs(s, c, err);
+    if (rc) { memset(r, 0, sizeof *r); return rc; }
+    size_t MS = (size_t)s->micro_batches * (size_t)s->stages;
+    double *fend = malloc(MS * sizeof(double)), *bend = malloc(MS * sizeof(double));
+    int *next = calloc((size_t)s->ranks, sizeof(int)), *live = calloc((size_t)s->ranks, sizeof(int));
+    double *free_at = calloc((size_t)s->ranks, sizeof(double));
+    if (hy_sim_alloc(r, s) != 0 || !fend || !bend || !next || !live || !free_at) {
+        rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
+        goto out;
+    }
+    for (size_t i = 0; i < MS; i++) fend[i] = bend[i] = -1;
+    int remaining = 0;
+    for (int i = 0; i < s->ranks; i++) remaining += s->n_actions[i];
+    while (remaining > 0) {
+        int progressed = 0;
+        for (int k = 0; k < s->ranks; k++) {
+            while (next[k] < s->n_actions[k]) {
+                const hy_action *a = &s->actions[k][next[k]];
+                double t = hy_inputs_ready(s, c, fend, bend, a, k);
+                if (t < 0) break;
+                if (t < free_at[k]) t = free_at[k];
+                double d = a->op == HY_FWD ? (c->fwd_stage ? c->fwd_stage[a->stage] : c->fwd)
+                                           : (c->bwd_stage ? c->bwd_stage[a->stage] : c->bwd);
+                size_t at = (size_t)a->mb * (size_t)s->stages + (size_t)a->stage;
+                (a->op == HY_FWD ? fend : bend)[at] = t + d;
+                r->start[k][next[k]] = t;
+                r->end[k][next[k]] = t + d;
+                r->busy[k] += d;
+                free_at[k] = t + d;
+                live[k] += a->op == HY_FWD ? 1 : -1;
+                if (live[k] > r->peak_activations[k]) r->peak_activations[k] = live[k];
+                next[k]++;
+                remaining--;
+                progressed = 1;
+            }
+        }
+        if (!progressed) { rc = hy_report_deadlock(s, next, err); goto out; }
+    }
+    double busy = 0;
+    for (int k = 0; k < s->ranks; k++) {
+        if (free_at[k] > r->makespan) r->makespan = free_at[k];
+        busy += r->busy[k];
+    }
+    r->bubble = r->makespan > 0 ? 1.0 - busy / (s->ranks * r->makespan) : 0.0;
+    r->transfers = hy_schedule_transfers(s);
+out:
+    if (rc) hy_sim_result_free(r);
+    free(fend); free(bend); free(next); free(live); free(free_at);
+    return rc;
+}

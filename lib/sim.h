@@ -1,0 +1,53 @@
+/*
+ * sim.h — the event simulator of a schedule's action lists.
+ *
+ * Each rank runs its list in order; an action starts when its rank is free
+ * and its inputs have arrived. F(m, s) needs F(m, s-1); B(m, S-1) needs
+ * F(m, S-1); B(m, s) needs B(m, s+1) and F(m, s). An input produced on
+ * another rank arrives `comm` after its producer ends. The costs are
+ * uniform (f, b, c) or given per stage (measured costs, `hanayo plan
+ * --costs`).
+ *
+ *   makespan     = the last finish
+ *   bubble ratio = 1 - (sum of busy time over ranks) / (P * makespan)
+ *   peak_activations[r] = the most (m, s) pairs on rank r whose F has run
+ *                         and whose B has not
+ */
+#ifndef HY_SIM_H
+#define HY_SIM_H
+
+#include "error.h"
+#include "schedule.h"
+
+typedef struct {
+    double fwd;                /* f: cost of one stage's forward */
+    double bwd;                /* b: cost of one stage's backward */
+    double comm;               /* c: cost of one cross-rank transfer */
+    const double *fwd_stage;   /* [stages] or NULL: overrides fwd per stage */
+    const double *bwd_stage;   /* [stages] or NULL: overrides bwd per stage */
+} hy_costs;
+
+/* f = 1, b = 2, c = 0: the uniform-cost model of DESIGN §1. */
+hy_costs hy_costs_uniform(void);
+
+typedef struct {
+    int ranks;
+    double makespan;
+    double bubble;             /* as defined above */
+    int transfers;             /* cross-rank transfers per iteration */
+    double *busy;              /* [ranks] total compute time */
+    int *peak_activations;     /* [ranks] */
+    double **start, **end;     /* [ranks][n_actions]: each action's times */
+} hy_sim_result;
+
+/* Runs the schedule. Returns HY_ERR_INPUT if it deadlocks (naming the
+ * stuck ranks' next actions) or if a cost is negative or not finite. */
+int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r,
+                hy_error *err);
+void hy_sim_result_free(hy_sim_result *r);
+
+/* The uniform-cost ideal: (P-1) / (chunks*M + P-1). Exact for gpipe,
+ * 1f1b and interleaved; the target for hanayo (chunks = 2W). */
+double hy_ideal_bubble(const hy_schedule *s);
+
+#endif

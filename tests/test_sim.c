@@ -1,0 +1,130 @@
+/*
+ * test_sim.c — the event simulator against timelines worked by hand.
+ *
+ * 1F1B with P = 2, M = 2 is small enough to write out every action's start
+ * and end: with uniform costs, with a transfer cost, and with per-stage
+ * costs. Plus the bubble and peak definitions, deadlock reports and bad
+ * costs.
+ */
+#include "schedule.h"
+#include "sim.h"
+#include "test.h"
+
+#include <string.h>
+
+static void expect_times(const hy_sim_result *r, int rank, const double *se, int n) {
+    for (int i = 0; i < n; i++) {
+        CHECK_NEAR(r->start[rank][i], se[2 * i], 1e-12);
+        CHECK_NEAR(r->end[rank][i], se[2 * i + 1], 1e-12);
+    }
+}
+
+static hy_schedule one_f_one_b(int P, int M) {
+    hy_schedule s;
+    hy_sched_params p = { HY_SCHED_1F1B, P, M, 1, 1 };
+    hy_error err;
+    if (hy_schedule_build(&s, &p, &err) != HY_OK) fprintf(stderr, "%s\n", err.msg);
+    return s;
+}
+
+/* rank 0: F0 F1 B0 B1; rank 1: F0 B0 F1 B1. */
+static void test_uniform(void) {
+    hy_schedule s = one_f_one_b(2, 2);
+    hy_costs c = hy_costs_uniform();
+    hy_sim_result r;
+    CHECK(hy_simulate(&s, &c, &r, NULL) == HY_OK);
+    const double r0[] = { 0, 1, 1, 2, 4, 6, 7, 9 };
+    const double r1[] = { 1, 2, 2, 4, 4, 5, 5, 7 };
+    expect_times(&r, 0, r0, 4);
+    expect_times(&r, 1, r1, 4);
+    CHECK_NEAR(r.makespan, 9, 1e-12);
+    CHECK_NEAR(r.bubble, 1.0 - 12.0 / 18.0, 1e-12);
+    CHECK_NEAR(r.busy[0], 6, 1e-12);
+    CHECK(r.peak_activations[0] == 2 && r.peak_activations[1] == 1);
+    CHECK(r.transfers == 4);
+    hy_sim_result_free(&r);
+    hy_schedule_free(&s);
+}
+
+/* A transfer costs 0.5: every cross-rank input arrives half a unit late. */
+static void test_comm(void) {
+    hy_schedule s = one_f_one_b(2, 2);
+    hy_costs c = hy_costs_uniform();
+    c.comm = 0.5;
+    hy_sim_result r;
+    CHECK(hy_simulate(&s, &c, &r, NULL) == HY_OK);
+    const double r0[] = { 0, 1, 1, 2, 5, 7, 8, 10 };
+    const double r1[] = { 1.5, 2.5, 2.5, 4.5, 4.5, 5.5, 5.5, 7.5 };
+    expect_times(&r, 0, r0, 4);
+    expect_times(&r, 1, r1, 4);
+    CHECK_NEAR(r.makespan, 10, 1e-12);
+    hy_sim_result_free(&r);
+    hy_schedule_free(&s);
+}
+
+/* Measured costs per stage: stage 1 has a slow forward and a fast backward. */
+static void test_per_stage(void) {
+    hy_schedule s = one_f_one_b(2, 2);
+    const double fwd[] = { 1, 3 }, bwd[] = { 2, 1 };
+    hy_costs c = hy_costs_uniform();
+    c.fwd_stage = fwd;
+    c.bwd_stage = bwd;
+    hy_sim_result r;
+    CHECK(hy_simulate(&s, &c, &r, NULL) == HY_OK);
+    const double r0[] = { 0, 1, 1, 2, 5, 7, 9, 11 };
+    const double r1[] = { 1, 4, 4, 5, 5, 8, 8, 9 };
+    expect_times(&r, 0, r0, 4);
+    expect_times(&r, 1, r1, 4);
+    CHECK_NEAR(r.makespan, 11, 1e-12);
+    CHECK_NEAR(r.bubble, 1.0 - 14.0 / 22.0, 1e-12);
+    hy_sim_result_free(&r);
+    hy_schedule_free(&s);
+}
+
+static void test_gpipe_peak(void) {
+    hy_schedule s;
+    hy_sched_params p = { HY_SCHED_GPIPE, 3, 5, 1, 1 };
+    CHECK(hy_schedule_build(&s, &p, NULL) == HY_OK);
+    hy_costs c = hy_costs_uniform();
+    hy_sim_result r;
+    CHECK(hy_simulate(&s, &c, &r, NULL) == HY_OK);
+    for (int k = 0; k < 3; k++) CHECK(r.peak_activations[k] == 5);
+    CHECK_NEAR(r.bubble, 2.0 / 7.0, 1e-12);
+    hy_sim_result_free(&r);
+    hy_schedule_free(&s);
+}
+
+static void test_deadlock_and_bad_costs(void) {
+    hy_schedule s = one_f_one_b(2, 2);
+    hy_error err;
+    hy_sim_result r;
+    /* rank 0 starts with B0, whose forward comes later on the same rank. */
+    hy_action t = s.actions[0][0];
+    s.actions[0][0] = s.actions[0][2];
+    s.actions[0][2] = t;
+    hy_costs c = hy_costs_uniform();
+    CHECK(hy_simulate(&s, &c, &r, &err) == HY_ERR_INPUT);
+    CHECK(strstr(err.msg, "rank 0 waits at B m0 s0") != NULL);
+    CHECK(strstr(err.msg, "rank 1 waits at F m0 s1") != NULL);
+    s.actions[0][2] = s.actions[0][0];
+    s.actions[0][0] = t;
+
+    c.comm = -1;
+    CHECK(hy_simulate(&s, &c, &r, &err) == HY_ERR_INPUT);
+    CHECK(strstr(err.msg, "transfer cost") != NULL);
+    c = hy_costs_uniform();
+    const double fwd[] = { 1, NAN };
+    c.fwd_stage = fwd;
+    CHECK(hy_simulate(&s, &c, &r, &err) == HY_ERR_INPUT);
+    CHECK(strstr(err.msg, "stage 1") != NULL);
+    hy_schedule_free(&s);
+}
+
+int main(void) {
+    test_uniform();
+    test_comm();
+    test_per_stage();
+    test_gpipe_peak();
+    test_deadlock_and_bad_costs();
+    return TEST_END("sim");
+}
