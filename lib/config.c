@@ -1,0 +1,1169 @@
+/*
+ * config.c — see config.h.
+ *
+ * One table, KEYS, lists every config key once: dotted name, type, field,
+ * range, default and meaning. Everything else walks that table:
+ *
+ *   load:   file → jansson object → check its structure (unknown keys,
+ *           sections are objects) → merge each --set into the same object
+ *           → read every key from the merged object (type and range) →
+ *           fill derived defaults → cross-field checks.
+ *   init, to_json, reference: one loop over KEYS each.
+ *
+ * Because the --set values are merged into the object before anything is
+ * read, a value from a file and a value from a --set meet exactly the same
+ * checks; the only thing the merge remembers is where each key came from
+ * (`origin`), so that an error can name the file or the --set at fault.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Enums are stored and read through an int. */
+_Static_assert(sizeof(hy_model_kind) == sizeof(int), "enum size");
+_Static_assert(sizeof(hy_sched_kind) == sizeof(int), "enum size");
+_Static_assert(sizeof(hy_backend_kind) == sizeof(int), "enum size");
+
+/* A config is a few hundred bytes; anything near this is not a config. */
+#define MAX_CONFIG_BYTES (16u << 20)
+
+/* ------------------------------------------------------------------------
+ * Names of the enum values
+ */
+
+static const char *const MODEL_NAMES[HY_MODEL_COUNT] = { "gpt", "bert" };
+static const char *const BACKEND_NAMES[HY_BACKEND_COUNT] = { "auto", "cpu", "cuda" };
+
+const char *hy_model_name(hy_model_kind kind) {
+    return (unsigned)kind < HY_MODEL_COUNT ? MODEL_NAMES[kind] : "?";
+}
+
+const char *hy_backend_name(hy_backend_kind kind) {
+    return (unsigned)kind < HY_BACKEND_COUNT ? BACKEND_NAMES[kind] : "?";
+}
+
+static const char *model_name(int k) { return hy_model_name((hy_model_kind)k); }
+static const char *backend_name(int k) { return hy_backend_name((hy_backend_kind)k); }
+static const char *sched_name(int k) { return hy_sched_name((hy_sched_kind)k); }
+
+/* ------------------------------------------------------------------------
+ * The key table
+ */
+
+typedef enum {
+    K_SECTION,  /* a JSON object holding keys */
+    K_INT,      /* int, integral JSON number in [lo, hi] */
+    K_SEED,     /* unsigned long long, JSON integer >= 0 */
+    K_REAL,     /* double, any JSON number in the range given by lo, hi, flags */
+    K_BOOL,     /* int 0/1, JSON true/false */
+    K_STRING,   /* char *, non-empty JSON string */
+    K_ENUM,     /* enum stored as int, JSON string naming one value */
+    K_INTS      /* int * plus count, JSON array of integers in [lo, hi] */
+} key_type;
+
+enum {
+    F_NULLABLE = 1,  /* JSON null is allowed (strings: NULL; reals: derived) */
+    F_LO_OPEN = 2,   /* reals: lo itself is excluded */
+    F_HI_OPEN = 4    /* reals: hi itself is excluded */
+};
+
+typedef struct {
+    const char *name;                 /* dotted path */
+    key_type type;
+    size_t off;                       /* the field in hy_config */
+    size_t n_off;                     /* K_INTS: the count field */
+    double lo, hi;                    /* range of the value, or of each entry */
+    int max_len;                      /* K_INTS: most entries */
+    unsigned flags;
+    const char *(*enum_name)(int);    /* K_ENUM: value → name */
+    int n_enum;
+    double def;                       /* default of numbers, bools, enums */
+    const char *def_str;              /* default of strings (NULL: null) */
+    const char *def_doc;              /* default as the reference shows it, when derived */
+    const char *doc;
+} key_spec;
+
+#define OFF(field) offsetof(hy_config, field)
+#define INT_ANY ((double)INT_MAX)
+
+static const key_spec KEYS[] = {
+    { .name = "model", .type = K_SECTION, .doc = "the network" },
+    { .name = "model.kind", .type = K_ENUM, .off = OFF(model.kind),
+      .enum_name = model_name, .n_enum = HY_MODEL_COUNT, .def = HY_MODEL_GPT,
+      .doc = "`gpt`: GPT-2 (causal attention, next-token loss, LM head tied to the "
+             "token embedding); `bert`: the same blocks with bidirectional attention "
+             "and a masked-LM loss" },
+    { .name = "model.layers", .type = K_INT, .off = OFF(model.layers),
+      .lo = 1, .hi = 1024, .def = 4, .doc = "transformer blocks" },
+    { .name = "model.d_model", .type = K_INT, .off = OFF(model.d_model),
+      .lo = 1, .hi = 65536, .def = 64,
+      .doc = "width of the residual stream; a multiple of `model.heads`" },
+    { .name = "model.heads", .type = K_INT, .off = OFF(model.heads),
+      .lo = 1, .hi = 1024, .def = 4,
+      .doc = "attention heads; head size is d_model / heads" },
+    { .name = "model.seq_len", .type = K_INT, .off = OFF(model.seq_len),
+      .lo = 1, .hi = 65536, .def = 64,
+      .doc = "tokens per sequence (T), also the number of learned positions" },
+    { .name = "model.vocab", .type = K_INT, .off = OFF(model.vocab),
+      .lo = 2, .hi = 65536, .def = 512,
+      .doc = "vocabulary size (GPT-2: 50257); at most 65536 because shards hold "
+             "uint16 token ids" },
+
+    { .name = "schedule", .type = K_SECTION, .doc = "the pipeline" },
+    { .name = "schedule.kind", .type = K_ENUM, .off = OFF(schedule.kind),
+      .enum_name = sched_name, .n_enum = HY_SCHED_COUNT, .def = HY_SCHED_HANAYO,
+      .doc = "pipeline schedule; stages S = ranks (`gpipe`, `1f1b`), chunks x ranks "
+             "(`interleaved`), 2 x waves x ranks (`hanayo`)" },
+    { .name = "schedule.ranks", .type = K_INT, .off = OFF(schedule.ranks),
+      .lo = 1, .hi = HY_MAX_RANKS, .def = 2,
+      .doc = "pipeline ranks P: one thread each, on `devices[r]`" },
+    { .name = "schedule.waves", .type = K_INT, .off = OFF(schedule.waves),
+      .lo = 1, .hi = 16, .def = 1,
+      .doc = "Hanayo waves W: data runs down the ranks and back up W times, so each "
+             "rank holds 2W stages; read by `hanayo` only" },
+    { .name = "schedule.chunks", .type = K_INT, .off = OFF(schedule.chunks),
+      .lo = 1, .hi = 64, .def = 2,
+      .doc = "virtual stages per rank v of `interleaved`; read by `interleaved` only" },
+    { .name = "schedule.micro_batches", .type = K_INT, .off = OFF(schedule.micro_batches),
+      .lo = 1, .hi = 65536, .def = 8,
+      .doc = "micro-batches M per optimizer step; `interleaved` needs a multiple of "
+             "`schedule.ranks`" },
+    { .name = "schedule.micro_batch_size", .type = K_INT,
+      .off = OFF(schedule.micro_batch_size), .lo = 1, .hi = 4096, .def = 4,
+      .doc = "sequences per micro-batch (B); one step sees M x B sequences" },
+    { .name = "schedule.split", .type = K_INTS, .off = OFF(schedule.split),
+      .n_off = OFF(schedule.n_split), .lo = 0, .hi = 1024, .max_len = 2 * 16 * HY_MAX_RANKS,
+      .doc = "layers per stage, S entries summing to `model.layers` (0 allowed: the "
+             "first stage also holds the embedding, the last the head); `[]` balances "
+             "estimated cost automatically and needs S <= `model.layers`" },
+
+    { .name = "train", .type = K_SECTION, .doc = "the optimizer and the loop" },
+    { .name = "train.steps", .type = K_INT, .off = OFF(train.steps),
+      .lo = 1, .hi = INT_ANY, .def = 200, .doc = "optimizer steps" },
+    { .name = "train.lr", .type = K_REAL, .off = OFF(train.lr),
+      .lo = 0, .hi = HUGE_VAL, .def = 1e-3,
+      .doc = "peak learning rate (AdamW): linear warm-up to it, then cosine decay "
+             "to `train.min_lr` at the last step" },
+    { .name = "train.min_lr", .type = K_REAL, .off = OFF(train.min_lr),
+      .lo = 0, .hi = HUGE_VAL, .flags = F_NULLABLE, .def_doc = "train.lr / 10",
+      .doc = "learning rate at the last step, <= `train.lr`; absent or null means "
+             "train.lr / 10 (the resolved value is what `hanayo check` prints)" },
+    { .name = "train.warmup_steps", .type = K_INT, .off = OFF(train.warmup_steps),
+      .lo = 0, .hi = INT_ANY, .def = 20,
+      .doc = "steps of linear warm-up from 0 to `train.lr`; may exceed train.steps "
+             "(the run then ends still warming up)" },
+    { .name = "train.weight_decay", .type = K_REAL, .off = OFF(train.weight_decay),
+      .lo = 0, .hi = HUGE_VAL, .def = 0.1, .doc = "AdamW decoupled weight decay" },
+    { .name = "train.beta1", .type = K_REAL, .off = OFF(train.beta1),
+      .lo = 0, .hi = 1, .flags = F_HI_OPEN, .def = 0.9,
+      .doc = "AdamW first-moment decay (0 is allowed: no momentum)" },
+    { .name = "train.beta2", .type = K_REAL, .off = OFF(train.beta2),
+      .lo = 0, .hi = 1, .flags = F_HI_OPEN, .def = 0.95,
+      .doc = "AdamW second-moment decay" },
+    { .name = "train.eps", .type = K_REAL, .off = OFF(train.eps),
+      .lo = 0, .hi = HUGE_VAL, .flags = F_LO_OPEN, .def = 1e-8,
+      .doc = "AdamW epsilon" },
+    { .name = "train.grad_clip", .type = K_REAL, .off = OFF(train.grad_clip),
+      .lo = 0, .hi = HUGE_VAL, .def = 1.0,
+      .doc = "clip the global gradient norm to this; 0 turns clipping off" },
+    { .name = "train.seed", .type = K_SEED, .off = OFF(train.seed),
+      .lo = 0, .hi = 9223372036854775807.0, .def = 1234,
+      .doc = "seeds initialization, data order and BERT masking" },
+    { .name = "train.log_every", .type = K_INT, .off = OFF(train.log_every),
+      .lo = 1, .hi = INT_ANY, .def = 10,
+      .doc = "log the loss every this many steps (and at the last step)" },
+
+    { .name = "data", .type = K_SECTION, .doc = "token shards" },
+    { .name = "data.train", .type = K_STRING, .off = OFF(data.train),
+      .def_str = "data/synth_train.bin",
+      .doc = "training shard (llm.c format), relative to the working directory; "
+             "`hanayo data synth` writes the default" },
+    { .name = "data.val", .type = K_STRING, .off = OFF(data.val), .flags = F_NULLABLE,
+      .def_str = "data/synth_val.bin",
+      .doc = "validation shard; null: no validation loss" },
+
+    { .name = "init", .type = K_STRING, .off = OFF(init), .flags = F_NULLABLE,
+      .doc = "safetensors weights to start from (Hugging Face GPT-2 names); null: "
+             "random init from `train.seed`" },
+
+    { .name = "checkpoint", .type = K_SECTION, .doc = "saving the run" },
+    { .name = "checkpoint.dir", .type = K_STRING, .off = OFF(checkpoint.dir),
+      .flags = F_NULLABLE, .def_str = "checkpoints",
+      .doc = "directory that receives one sub-directory per saved step; null: never "
+             "save" },
+    { .name = "checkpoint.every", .type = K_INT, .off = OFF(checkpoint.every),
+      .lo = 0, .hi = INT_ANY, .def = 0,
+      .doc = "save every this many steps; 0: no periodic saves. With a dir set, the "
+             "last step is always saved" },
+
+    { .name = "backend", .type = K_ENUM, .off = OFF(backend),
+      .enum_name = backend_name, .n_enum = HY_BACKEND_COUNT, .def = HY_BACKEND_AUTO,
+      .doc = "`auto`: CUDA when a GPU is present, else CPU (and it says so); "
+             "`cuda` without a GPU is an error" },
+    { .name = "devices", .type = K_INTS, .off = OFF(devices), .n_off = OFF(n_devices),
+      .lo = 0, .hi = 1023, .max_len = HY_MAX_RANKS,
+      .doc = "GPU of each rank, at most `schedule.ranks` entries; ranks past the end, "
+             "or all with `[]`, use rank mod device count; repeats share a GPU" },
+    { .name = "graph", .type = K_BOOL, .off = OFF(graph), .def = 1,
+      .doc = "capture each rank's iteration once and replay it; false runs the same "
+             "work eagerly" },
+    { .name = "watchdog_s", .type = K_REAL, .off = OFF(watchdog_s),
+      .lo = 0, .hi = 1e6, .flags = F_LO_OPEN, .def = 60,
+      .doc = "a rank blocked this long on a transfer stops the run with an error "
+             "naming rank, action, edge and slot" },
+};
+
+#define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+static const key_spec *find_key(const char *name) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
+    return NULL;
+}
+
+static int key_index(const key_spec *k) { return (int)(k - KEYS); }
+
+/* "schedule.waves" → "waves"; "graph" → "graph". */
+static const char *leaf_of(const char *name) {
+    const char *dot = strrchr(name, '.');
+    return dot ? dot + 1 : name;
+}
+
+/* Length of the section part of a name ("schedule.waves" → 8, "graph" → 0). */
+static size_t section_len(const char *name) {
+    const char *dot = strrchr(name, '.');
+    return dot ? (size_t)(dot - name) : 0;
+}
+
+/* Is k directly inside the section `sec` (NULL: the top level)? */
+static int key_in_section(const key_spec *k, const char *sec) {
+    size_t n = section_len(k->name);
+    if (!sec) return n == 0;
+    return n == strlen(sec) && strncmp(k->name, sec, n) == 0;
+}
+
+/* Field access. */
+static void *field(hy_config *c, size_t off) { return (char *)c + off; }
+static const void *cfield(const hy_config *c, size_t off) { return (const char *)c + off; }
+
+/* ------------------------------------------------------------------------
+ * Text helpers: a growable buffer, number and string formatting
+ */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int oom;
+} strbuf;
+
+static void sb_vadd(strbuf *b, const char *fmt, va_list ap) {
+    if (b->oom) return;
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) { b->oom = 1; return; }
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + (size_t)n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) { b->oom = 1; return; }
+        b->p = p;
+        b->cap = cap;
+    }
+    vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    b->len += (size_t)n;
+}
+
+static void sb_add(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_add(strbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vadd(b, fmt, ap);
+    va_end(ap);
+}
+
+/* Hands the text over (NULL on OOM). */
+static char *sb_take(strbuf *b) {
+    if (b->oom || !b->p) { free(b->p); return NULL; }
+    return b->p;
+}
+
+/* The shortest "%g" text that reads back as exactly x, so that to_json
+ * round-trips and 3e-4 prints as 0.0003, not 0.00029999999999999997. */
+static void fmt_real(double x, char *buf, size_t n) {
+    /* Whole numbers in full (1000000, not 1e+06). */
+    if (x == floor(x) && fabs(x) < 1e16) { snprintf(buf, n, "%.0f", x); return; }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    /* 1e-08 → 1e-8, 1e+20 → 1e20: the same number, as people write it. */
+    char *e = strchr(buf, 'e');
+    if (!e) return;
+    char *from = e + 1, *to = e + 1;
+    if (*from == '+') from++;
+    else if (*from == '-') *to++ = *from++;
+    while (*from == '0' && from[1]) from++;
+    memmove(to, from, strlen(from) + 1);
+}
+
+/* As fmt_real, but always reads as a JSON real (60 → 60.0). */
+static void fmt_json_real(double x, char *buf, size_t n) {
+    fmt_real(x, buf, n);
+    if (!strpbrk(buf, ".eEni")) strncat(buf, ".0", n - strlen(buf) - 1);
+}
+
+/* s as a JSON string literal. */
+static void sb_add_json_string(strbuf *b, const char *s) {
+    sb_add(b, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"':  sb_add(b, "\\\""); break;
+        case '\\': sb_add(b, "\\\\"); break;
+        case '\n': sb_add(b, "\\n"); break;
+        case '\t': sb_add(b, "\\t"); break;
+        case '\r': sb_add(b, "\\r"); break;
+        default:
+            if (*p < 0x20) sb_add(b, "\\u%04x", *p);
+            else sb_add(b, "%c", *p);
+        }
+    }
+    sb_add(b, "\"");
+}
+
+/* A short description of a JSON value for messages: 0, 3.5, "abc", an array. */
+static void describe_json(const json_t *v, char *buf, size_t n) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: snprintf(buf, n, "an object"); break;
+    case JSON_ARRAY:  snprintf(buf, n, "an array"); break;
+    case JSON_TRUE:   snprintf(buf, n, "true"); break;
+    case JSON_FALSE:  snprintf(buf, n, "false"); break;
+    case JSON_NULL:   snprintf(buf, n, "null"); break;
+    case JSON_INTEGER: snprintf(buf, n, "%lld", (long long)json_integer_value(v)); break;
+    case JSON_REAL: fmt_json_real(json_real_value(v), buf, n); break;
+    case JSON_STRING: {
+        strbuf b = { 0 };
+        sb_add_json_string(&b, json_string_value(v));
+        char *s = sb_take(&b);
+        if (!s) { snprintf(buf, n, "a string"); break; }
+        if (strlen(s) > 48) snprintf(buf, n, "a string %.40s...\"", s);
+        else snprintf(buf, n, "%s", s);
+        free(s);
+        break;
+    }
+    }
+}
+
+/* What a key accepts, in words: "an integer in 1..64", "a number in [0, 1)". */
+static void describe_range(const key_spec *k, char *buf, size_t n) {
+    char lo[32], hi[32];
+    fmt_real(k->lo, lo, sizeof lo);
+    fmt_real(k->hi, hi, sizeof hi);
+    switch (k->type) {
+    case K_INT:
+        if (k->hi >= INT_ANY) snprintf(buf, n, "an integer >= %s", lo);
+        else snprintf(buf, n, "an integer in %s..%s", lo, hi);
+        break;
+    case K_SEED:
+        snprintf(buf, n, "an integer in 0..9223372036854775807");
+        break;
+    case K_REAL:
+        if (isinf(k->hi))
+            snprintf(buf, n, "a number %s %s", (k->flags & F_LO_OPEN) ? ">" : ">=", lo);
+        else
+            snprintf(buf, n, "a number in %c%s, %s%c", (k->flags & F_LO_OPEN) ? '(' : '[',
+                     lo, hi, (k->flags & F_HI_OPEN) ? ')' : ']');
+        break;
+    case K_BOOL:
+        snprintf(buf, n, "true or false");
+        break;
+    case K_STRING:
+        snprintf(buf, n, "a non-empty string");
+        break;
+    case K_ENUM: {
+        size_t used = (size_t)snprintf(buf, n, "one of");
+        for (int i = 0; i < k->n_enum && used < n; i++)
+            used += (size_t)snprintf(buf + used, n - used, "%s \"%s\"", i ? "," : "",
+                                     k->enum_name(i));
+        break;
+    }
+    case K_INTS:
+        snprintf(buf, n, "an array of at most %d integers in %s..%s", k->max_len, lo, hi);
+        break;
+    case K_SECTION:
+        snprintf(buf, n, "an object");
+        break;
+    }
+    if (k->flags & F_NULLABLE) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, n - used, ", or null");
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Suggestions for misspelt keys and values
+ */
+
+/* Levenshtein distance; long strings are never "close". */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 127 || lb > 127) return INT_MAX;
+    int row[128];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* Close enough to be a typo rather than a different word. */
+static int is_close(const char *typed, int dist) {
+    int len = (int)strlen(typed);
+    int limit = len / 3 > 2 ? len / 3 : 2;
+    return dist <= limit;
+}
+
+/* The valid key nearest to an unknown one: first the same leaf name in
+ * another section ('model.waves' → 'schedule.waves'), else the smallest
+ * edit distance over whole dotted names. NULL when nothing is close. */
+static const key_spec *suggest_key(const char *full) {
+    const char *leaf = leaf_of(full);
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(leaf_of(KEYS[i].name), leaf) == 0) return &KEYS[i];
+    const key_spec *best = NULL;
+    int best_d = INT_MAX;
+    for (int i = 0; i < N_KEYS; i++) {
+        int d = edit_distance(full, KEYS[i].name);
+        if (d < best_d) { best_d = d; best = &KEYS[i]; }
+    }
+    return best && is_close(full, best_d) ? best : NULL;
+}
+
+/* "; did you mean 'schedule.waves'?" or "; valid keys in 'schedule': kind, ..." */
+static void key_hint(const char *full, char *buf, size_t n) {
+    const key_spec *s = suggest_key(full);
+    if (s) { snprintf(buf, n, "; did you mean '%s'?", s->name); return; }
+    size_t sl = section_len(full);
+    char sec[64] = "";
+    if (sl && sl < sizeof sec) { memcpy(sec, full, sl); sec[sl] = '\0'; }
+    int known_sec = sec[0] && find_key(sec);
+    size_t used = known_sec ? (size_t)snprintf(buf, n, "; valid keys in '%s':", sec)
+                            : (size_t)snprintf(buf, n, "; valid top-level keys:");
+    int first = 1;
+    for (int i = 0; i < N_KEYS && used < n; i++) {
+        if (!key_in_section(&KEYS[i], known_sec ? sec : NULL)) continue;
+        used += (size_t)snprintf(buf + used, n - used, "%s %s", first ? "" : ",",
+                                 leaf_of(KEYS[i].name));
+        first = 0;
+    }
+}
+
+/* "; did you mean \"hanayo\"?" for an enum value, or "". */
+static void enum_hint(const key_spec *k, const char *typed, char *buf, size_t n) {
+    int best = -1, best_d = INT_MAX;
+    for (int i = 0; i < k->n_enum; i++) {
+        int d = edit_distance(typed, k->enum_name(i));
+        if (d < best_d) { best_d = d; best = i; }
+    }
+    if (best >= 0 && is_close(typed, best_d))
+        snprintf(buf, n, "; did you mean \"%s\"?", k->enum_name(best));
+    else
+        buf[0] = '\0';
+}
+
+/* ------------------------------------------------------------------------
+ * Where a value came from
+ */
+
+enum { ORIGIN_DEFAULT = -2, ORIGIN_FILE = -1 };   /* else: index of the --set */
+
+typedef struct {
+    const char *path;              /* the file, or NULL */
+    const char *const *sets;
+    int n_sets;
+    int origin[N_KEYS];            /* per key: ORIGIN_* or the last --set that gave it */
+} load_ctx;
+
+/* One origin in words: "configs/x.json", "--set schedule.waves=0". */
+static void origin_text(const load_ctx *ctx, int origin, char *buf, size_t n) {
+    if (origin >= 0) snprintf(buf, n, "--set %s", ctx->sets[origin]);
+    else if (ctx->path) snprintf(buf, n, "%s", ctx->path);
+    else snprintf(buf, n, "the defaults");
+}
+
+/* Where a single key's value came from. */
+static void where_key(const load_ctx *ctx, const key_spec *k, char *buf, size_t n) {
+    origin_text(ctx, ctx->origin[key_index(k)], buf, n);
+}
+
+/* Where a combination of keys came from: each distinct origin once, joined
+ * by " and " ("configs/x.json and --set model.heads=5"). A default counts
+ * as the file when there is one, since the file chose to leave it. */
+static void where_keys(const load_ctx *ctx, const char *const *names, int n_names,
+                       char *buf, size_t n) {
+    int seen_file = 0, used_sets[N_KEYS], n_used = 0;
+    for (int i = 0; i < n_names; i++) {
+        const key_spec *k = find_key(names[i]);
+        int o = k ? ctx->origin[key_index(k)] : ORIGIN_DEFAULT;
+        if (o < 0) { seen_file |= (o == ORIGIN_FILE || ctx->path); continue; }
+        int dup = 0;
+        for (int j = 0; j < n_used; j++) dup |= used_sets[j] == o;
+        if (!dup) used_sets[n_used++] = o;
+    }
+    buf[0] = '\0';
+    size_t used = 0;
+    if (seen_file) used += (size_t)snprintf(buf, n, "%s", ctx->path);
+    for (int j = 0; j < n_used && used < n; j++)
+        used += (size_t)snprintf(buf + used, n - used, "%s--set %s", used ? " and " : "",
+                                 ctx->sets[used_sets[j]]);
+    if (!buf[0]) snprintf(buf, n, "the defaults");
+}
+
+/* ------------------------------------------------------------------------
+ * Defaults and freeing
+ */
+
+void hy_config_init(hy_config *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_spec *k = &KEYS[i];
+        void *f = field(c, k->off);
+        switch (k->type) {
+        case K_INT: case K_BOOL: case K_ENUM: *(int *)f = (int)k->def; break;
+        case K_SEED: *(unsigned long long *)f = (unsigned long long)k->def; break;
+        case K_REAL: *(double *)f = k->def; break;
+        /* The default strings are the table's own: hy_config_free knows
+         * them by address and does not free them, so init allocates nothing. */
+        case K_STRING: *(char **)f = (char *)k->def_str; break;
+        case K_INTS: case K_SECTION: break;   /* memset: empty arrays */
+        }
+    }
+    c->train.min_lr = c->train.lr / 10;       /* the derived default */
+}
+
+static void free_string(const key_spec *k, char **s) {
+    if (*s != k->def_str) free(*s);
+    *s = NULL;
+}
+
+void hy_config_free(hy_config *c) {
+    if (!c) return;
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_spec *k = &KEYS[i];
+        if (k->type == K_STRING) free_string(k, field(c, k->off));
+        if (k->type == K_INTS) free(*(int **)field(c, k->off));
+    }
+    free(c->path);
+    hy_config_init(c);
+}
+
+/* ------------------------------------------------------------------------
+ * Reading the file
+ */
+
+static int oom(hy_error *err) {
+    return hy_fail(err, HY_ERR_RUNTIME, "out of memory while loading the config");
+}
+
+/* The whole file into memory, with the OS's reason when that fails. */
+static int read_text(const char *path, char **text, size_t *len, hy_error *err) {
+    *text = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return hy_fail(err, HY_ERR_INPUT, "cannot open config %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
+        return hy_fail(err, HY_ERR_INPUT, "config %s is a directory, not a JSON file", path);
+    }
+    size_t cap = 4096;
+    char *buf = malloc(cap);
+    if (!buf) { close(fd); return oom(err); }
+    for (;;) {
+        if (*len == cap) {
+            if (cap >= MAX_CONFIG_BYTES) {
+                free(buf);
+                close(fd);
+                return hy_fail(err, HY_ERR_INPUT, "config %s is larger than %u bytes; "
+                               "is it really a config?", path, MAX_CONFIG_BYTES);
+            }
+            char *p = realloc(buf, cap * 2);
+            if (!p) { free(buf); close(fd); return oom(err); }
+            buf = p;
+            cap *= 2;
+        }
+        ssize_t got = read(fd, buf + *len, cap - *len);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return hy_fail(err, HY_ERR_INPUT, "cannot read config %s: %s", path, strerror(e));
+        }
+        if (got == 0) break;
+        *len += (size_t)got;
+    }
+    close(fd);
+    *text = buf;
+    return HY_OK;
+}
+
+static int only_whitespace(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return 0;
+    return 1;
+}
+
+/* The file as a JSON object. Duplicate keys are errors: with them, which
+ * value wins would be an accident of the parser. */
+static int parse_file(const char *path, json_t **root, hy_error *err) {
+    char *text;
+    size_t len;
+    int rc = read_text(path, &text, &len, err);
+    if (rc) return rc;
+    if (only_whitespace(text, len)) {
+        free(text);
+        return hy_fail(err, HY_ERR_INPUT, "config %s is empty; write a JSON object, "
+                       "e.g. {} for all the defaults", path);
+    }
+    json_error_t je;
+    *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (!*root)
+        return hy_fail(err, HY_ERR_INPUT, "%s:%d:%d: invalid JSON: %s", path, je.line,
+                       je.column, je.text);
+    if (!json_is_object(*root)) {
+        json_decref(*root);
+        *root = NULL;
+        return hy_fail(err, HY_ERR_INPUT, "config %s must hold a JSON object {...} at the "
+                       "top level, got an array", path);
+    }
+    return HY_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Structure: every key known, every section an object
+ */
+
+static int unknown_key(const char *full, const char *where, hy_error *err) {
+    char hint[512];
+    key_hint(full, hint, sizeof hint);
+    return hy_fail(err, HY_ERR_INPUT, "unknown key '%s' in %s%s", full, where, hint);
+}
+
+/* Checks one object of the file: its keys must be the keys of section
+ * `sec` (NULL: the top level); nested sections are checked in turn. */
+static int check_object(json_t *obj, const char *sec, const load_ctx *ctx, hy_error *err) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        char full[256];
+        snprintf(full, sizeof full, "%s%s%s", sec ? sec : "", sec ? "." : "", key);
+        if (strchr(key, '.') && find_key(key) && !sec)
+            return hy_fail(err, HY_ERR_INPUT, "unknown key '%s' in %s; in a file, write "
+                           "sections as nested objects ({\"%.*s\": {\"%s\": ...}}); "
+                           "dotted names are for --set", key, ctx->path,
+                           (int)section_len(key), key, leaf_of(key));
+        const key_spec *k = strchr(key, '.') ? NULL : find_key(full);
+        if (!k || !key_in_section(k, sec)) return unknown_key(full, ctx->path, err);
+        if (k->type != K_SECTION) continue;
+        if (!json_is_object(v)) {
+            char got[96];
+            describe_json(v, got, sizeof got);
+            return hy_fail(err, HY_ERR_INPUT, "%s in %s must be an object {...} of keys, "
+                           "got %s", full, ctx->path, got);
+        }
+        int rc = check_object(v, full, ctx, err);
+        if (rc) return rc;
+    }
+    return HY_OK;
+}
+
+/* The value of a key in the merged object, or NULL when absent. */
+static json_t *lookup(json_t *root, const char *name) {
+    size_t sl = section_len(name);
+    if (!sl) return json_object_get(root, name);
+    char sec[64];
+    snprintf(sec, sizeof sec, "%.*s", (int)sl, name);
+    json_t *s = json_object_get(root, sec);
+    return json_is_object(s) ? json_object_get(s, leaf_of(name)) : NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * --set key=value, merged into the same object
+ */
+
+/* A set's value: JSON when it parses as JSON; for string keys, the text
+ * itself otherwise (so `schedule.kind=hanayo` needs no quotes). */
+static json_t *set_value(const key_spec *k, const char *text, const char *set, hy_error *err) {
+    json_error_t je;
+    json_t *v = json_loads(text, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+    int stringy = k->type == K_STRING || k->type == K_ENUM;
+    if (stringy && v && (json_is_string(v) || json_is_null(v))) return v;
+    if (stringy) {
+        json_decref(v);
+        v = json_string(text);
+        if (!v) hy_fail(err, HY_ERR_INPUT, "--set %s: the value is not valid UTF-8", set);
+        return v;
+    }
+    if (!v) {
+        char want[256];
+        describe_range(k, want, sizeof want);
+        hy_fail(err, HY_ERR_INPUT, "--set %s: the value is not a JSON value (%s); %s must "
+                "be %s", set, text[0] ? je.text : "empty", k->name, want);
+    }
+    return v;
+}
+
+/* Puts v at k's place in root, creating its section when the file has
+ * none. Steals v. */
+static int put_value(json_t *root, const key_spec *k, json_t *v, hy_error *err) {
+    size_t sl = section_len(k->name);
+    json_t *obj = root;
+    if (sl) {
+        char sec[64];
+        snprintf(sec, sizeof sec, "%.*s", (int)sl, k->name);
+        obj = json_object_get(root, sec);
+        if (!obj) {
+            obj = json_object();
+            if (!obj || json_object_set_new(root, sec, obj)) { json_decref(v); return oom(err); }
+        }
+    }
+    if (json_object_set_new(obj, leaf_of(k->name), v)) return oom(err);
+    return HY_OK;
+}
+
+static int apply_set(json_t *root, load_ctx *ctx, int i, hy_error *err) {
+    const char *set = ctx->sets[i];
+    const char *eq = strchr(set, '=');
+    if (!eq)
+        return hy_fail(err, HY_ERR_INPUT, "--set %s: expected key=value, e.g. --set "
+                       "schedule.waves=2", set);
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int)(eq - set), set);
+    if (!name[0])
+        return hy_fail(err, HY_ERR_INPUT, "--set %s: the key before '=' is missing", set);
+    char where[320];
+    snprintf(where, sizeof where, "--set %s", set);
+    const key_spec *k = find_key(name);
+    if (!k) return unknown_key(name, where, err);
+    if (k->type == K_SECTION)
+        return hy_fail(err, HY_ERR_INPUT, "--set %s: '%s' is a section; set its keys one "
+                       "at a time, e.g. --set %s=...", set, name, KEYS[key_index(k) + 1].name);
+    json_t *v = set_value(k, eq + 1, set, err);
+    if (!v) return err ? err->status : HY_ERR_INPUT;
+    int rc = put_value(root, k, v, err);
+    if (!rc) ctx->origin[key_index(k)] = i;
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Reading each key: type and range
+ */
+
+static int bad_value(const key_spec *k, const char *index, const json_t *v,
+                     const load_ctx *ctx, hy_error *err) {
+    char want[256], got[96], where[320];
+    describe_range(k, want, sizeof want);
+    if (k->type == K_INTS && index[0]) {
+        char lo[32], hi[32];
+        fmt_real(k->lo, lo, sizeof lo);
+        fmt_real(k->hi, hi, sizeof hi);
+        snprintf(want, sizeof want, "an integer in %s..%s", lo, hi);
+    }
+    describe_json(v, got, sizeof got);
+    /* 4.0 is a JSON real, not an integer: say what to write instead. */
+    int integral = k->type == K_INT || k->type == K_SEED || k->type == K_INTS;
+    double x = json_is_real(v) ? json_real_value(v) : 0.5;
+    if (integral && x == floor(x) && fabs(x) < 1e15) {
+        size_t used = strlen(got);
+        snprintf(got + used, sizeof got - used, " (a real; write %.0f)", x);
+    }
+    where_key(ctx, k, where, sizeof where);
+    return hy_fail(err, HY_ERR_INPUT, "%s%s in %s must be %s, got %s", k->name, index, where,
+                   want, got);
+}
+
+static int in_real_range(const key_spec *k, double x) {
+    if ((k->flags & F_LO_OPEN) ? !(x > k->lo) : !(x >= k->lo)) return 0;
+    if ((k->flags & F_HI_OPEN) ? !(x < k->hi) : !(x <= k->hi)) return 0;
+    return 1;
+}
+
+static int int_in_range(const key_spec *k, const json_t *v) {
+    if (!json_is_integer(v)) return 0;
+    json_int_t x = json_integer_value(v);
+    return (double)x >= k->lo && (double)x <= k->hi;
+}
+
+static int read_ints(hy_config *c, const key_spec *k, const json_t *v, const load_ctx *ctx,
+                     hy_error *err) {
+    if (!json_is_array(v) || json_array_size(v) > (size_t)k->max_len)
+        return bad_value(k, "", v, ctx, err);
+    size_t n = json_array_size(v);
+    int *a = n ? malloc(n * sizeof *a) : NULL;
+    if (n && !a) return oom(err);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(v, i);
+        if (!int_in_range(k, e)) {
+            free(a);
+            char index[32];
+            snprintf(index, sizeof index, "[%zu]", i);
+            return bad_value(k, index, e, ctx, err);
+        }
+        a[i] = (int)json_integer_value(e);
+    }
+    int **slot = field(c, k->off);
+    free(*slot);
+    *slot = a;
+    *(int *)field(c, k->n_off) = (int)n;
+    return HY_OK;
+}
+
+static int read_string(hy_config *c, const key_spec *k, const json_t *v, const load_ctx *ctx,
+                       hy_error *err) {
+    char **slot = field(c, k->off);
+    if (json_is_null(v) && (k->flags & F_NULLABLE)) { free_string(k, slot); return HY_OK; }
+    /* An embedded NUL would silently cut the path short. */
+    if (!json_is_string(v) || json_string_length(v) == 0 ||
+        strlen(json_string_value(v)) != json_string_length(v))
+        return bad_value(k, "", v, ctx, err);
+    char *s = strdup(json_string_value(v));
+    if (!s) return oom(err);
+    free_string(k, slot);
+    *slot = s;
+    return HY_OK;
+}
+
+static int read_enum(hy_config *c, const key_spec *k, const json_t *v, const load_ctx *ctx,
+                     hy_error *err) {
+    if (json_is_string(v))
+        for (int i = 0; i < k->n_enum; i++)
+            if (strcmp(json_string_value(v), k->enum_name(i)) == 0) {
+                *(int *)field(c, k->off) = i;
+                return HY_OK;
+            }
+    int rc = bad_value(k, "", v, ctx, err);
+    if (json_is_string(v) && err) {
+        char hint[128];
+        enum_hint(k, json_string_value(v), hint, sizeof hint);
+        size_t used = strlen(err->msg);
+        snprintf(err->msg + used, sizeof err->msg - used, "%s", hint);
+    }
+    return rc;
+}
+
+/* One key's value from the merged object into c, checked. */
+static int read_key(hy_config *c, const key_spec *k, const json_t *v, const load_ctx *ctx,
+                    hy_error *err) {
+    void *f = field(c, k->off);
+    switch (k->type) {
+    case K_INT:
+        if (!int_in_range(k, v)) return bad_value(k, "", v, ctx, err);
+        *(int *)f = (int)json_integer_value(v);
+        return HY_OK;
+    case K_SEED:
+        if (!json_is_integer(v) || json_integer_value(v) < 0) return bad_value(k, "", v, ctx, err);
+        *(unsigned long long *)f = (unsigned long long)json_integer_value(v);
+        return HY_OK;
+    case K_REAL:
+        if (json_is_null(v) && (k->flags & F_NULLABLE)) { *(double *)f = NAN; return HY_OK; }
+        if (!json_is_number(v) || !in_real_range(k, json_number_value(v)))
+            return bad_value(k, "", v, ctx, err);
+        *(double *)f = json_number_value(v);
+        return HY_OK;
+    case K_BOOL:
+        if (!json_is_boolean(v)) return bad_value(k, "", v, ctx, err);
+        *(int *)f = json_is_true(v);
+        return HY_OK;
+    case K_STRING: return read_string(c, k, v, ctx, err);
+    case K_ENUM:   return read_enum(c, k, v, ctx, err);
+    case K_INTS:   return read_ints(c, k, v, ctx, err);
+    case K_SECTION: return HY_OK;
+    }
+    return HY_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Cross-field checks
+ */
+
+int hy_config_stages(const hy_config *c) {
+    switch (c->schedule.kind) {
+    case HY_SCHED_INTERLEAVED: return c->schedule.chunks * c->schedule.ranks;
+    case HY_SCHED_HANAYO:      return 2 * c->schedule.waves * c->schedule.ranks;
+    default:                   return c->schedule.ranks;
+    }
+}
+
+/* "hanayo with 2 x waves x ranks = 2 x 1 x 8 = 16 stages" */
+static void stages_text(const hy_config *c, char *buf, size_t n) {
+    const char *name = hy_sched_name(c->schedule.kind);
+    int S = hy_config_stages(c);
+    switch (c->schedule.kind) {
+    case HY_SCHED_INTERLEAVED:
+        snprintf(buf, n, "%s has chunks x ranks = %d x %d = %d stages", name,
+                 c->schedule.chunks, c->schedule.ranks, S);
+        break;
+    case HY_SCHED_HANAYO:
+        snprintf(buf, n, "%s has 2 x waves x ranks = 2 x %d x %d = %d stages", name,
+                 c->schedule.waves, c->schedule.ranks, S);
+        break;
+    default:
+        snprintf(buf, n, "%s has one stage per rank: %d stages", name, S);
+    }
+}
+
+#define WHERE(...) do { \
+    static const char *const names_[] = { __VA_ARGS__ }; \
+    where_keys(ctx, names_, (int)(sizeof names_ / sizeof names_[0]), where, sizeof where); \
+} while (0)
+
+static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
+    char where[512];
+    if (c->model.d_model % c->model.heads != 0) {
+        WHERE("model.d_model", "model.heads");
+        return hy_fail(err, HY_ERR_INPUT, "model.heads (%d) must divide model.d_model (%d) "
+                       "in %s; pick heads so that d_model / heads is a whole head size",
+                       c->model.heads, c->model.d_model, where);
+    }
+    return HY_OK;
+}
+
+static int check_stages(const hy_config *c, const load_ctx *ctx, hy_error *err) {
+    char where[512], st[128];
+    int S = hy_config_stages(c);
+    stages_text(c, st, sizeof st);
+    if (c->schedule.n_split == 0) {
+        if (S <= c->model.layers) return HY_OK;
+        WHERE("schedule.kind", "schedule.ranks", "schedule.waves", "schedule.chunks",
+              "model.layers");
+        return hy_fail(err, HY_ERR_INPUT, "%s but model.layers is %d, in %s; lower the "
+                       "ranks/waves/chunks, raise model.layers, or give schedule.split "
+                       "with %d entries (0-layer stages allowed)", st, c->model.layers,
+                       where, S);
+    }
+    if (c->schedule.n_split != S) {
+        WHERE("schedule.split", "schedule.kind", "schedule.ranks", "schedule.waves",
+              "schedule.chunks");
+        return hy_fail(err, HY_ERR_INPUT, "schedule.split has %d entries but %s, in %s; "
+                       "give one layer count per stage", c->schedule.n_split, st, where);
+    }
+    int sum = 0;
+    for (int i = 0; i < c->schedule.n_split; i++) sum += c->schedule.split[i];
+    if (sum != c->model.layers) {
+        WHERE("schedule.split", "model.layers");
+        return hy_fail(err, HY_ERR_INPUT, "schedule.split sums to %d layers but model.layers "
+                       "is %d, in %s; the stages must hold every layer exactly once",
+                       sum, c->model.layers, where);
+    }
+    return HY_OK;
+}
+
+static int check_schedule(const hy_config *c, const load_ctx *ctx, hy_error *err) {
+    char where[512];
+    if (c->schedule.kind == HY_SCHED_INTERLEAVED &&
+        c->schedule.micro_batches % c->schedule.ranks != 0) {
+        WHERE("schedule.kind", "schedule.micro_batches", "schedule.ranks");
+        return hy_fail(err, HY_ERR_INPUT, "interleaved needs schedule.micro_batches (%d) to "
+                       "be a multiple of schedule.ranks (%d), in %s; e.g. %d",
+                       c->schedule.micro_batches, c->schedule.ranks, where,
+                       (c->schedule.micro_batches / c->schedule.ranks + 1) * c->schedule.ranks);
+    }
+    if (c->n_devices > c->schedule.ranks) {
+        WHERE("devices", "schedule.ranks");
+        return hy_fail(err, HY_ERR_INPUT, "devices has %d entries but schedule.ranks is %d, "
+                       "in %s; give at most one device per rank", c->n_devices,
+                       c->schedule.ranks, where);
+    }
+    return check_stages(c, ctx, err);
+}
+
+static int check_train(const hy_config *c, const load_ctx *ctx, hy_error *err) {
+    char where[512], lo[32], hi[32];
+    if (c->train.min_lr > c->train.lr) {
+        WHERE("train.min_lr", "train.lr");
+        fmt_real(c->train.min_lr, lo, sizeof lo);
+        fmt_real(c->train.lr, hi, sizeof hi);
+        return hy_fail(err, HY_ERR_INPUT, "train.min_lr (%s) must be <= train.lr (%s), in %s",
+                       lo, hi, where);
+    }
+    if (c->checkpoint.every > 0 && !c->checkpoint.dir) {
+        WHERE("checkpoint.every", "checkpoint.dir");
+        return hy_fail(err, HY_ERR_INPUT, "checkpoint.every is %d but checkpoint.dir is null, "
+                       "in %s; set a directory or set every to 0", c->checkpoint.every, where);
+    }
+    return HY_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Loading
+ */
+
+/* Each key of the merged object into c; then derived defaults and the
+ * checks that involve several keys. */
+static int resolve(hy_config *c, json_t *root, const load_ctx *ctx, hy_error *err) {
+    c->train.min_lr = NAN;                    /* "not given" until read */
+    for (int i = 0; i < N_KEYS; i++) {
+        const json_t *v = KEYS[i].type == K_SECTION ? NULL : lookup(root, KEYS[i].name);
+        int rc = v ? read_key(c, &KEYS[i], v, ctx, err) : HY_OK;
+        if (rc) return rc;
+    }
+    if (isnan(c->train.min_lr)) c->train.min_lr = c->train.lr / 10;
+    int rc = check_model(c, ctx, err);
+    if (!rc) rc = check_schedule(c, ctx, err);
+    if (!rc) rc = check_train(c, ctx, err);
+    return rc;
+}
+
+/* Marks the keys the file gives. */
+static void mark_file_keys(json_t *root, load_ctx *ctx) {
+    for (int i = 0; i < N_KEYS; i++) {
+        ctx->origin[i] = ORIGIN_DEFAULT;
+        if (KEYS[i].type != K_SECTION && lookup(root, KEYS[i].name)) ctx->origin[i] = ORIGIN_FILE;
+    }
+}
+
+static int load_into(hy_config *c, const char *path, const char *const *sets, int n_sets,
+                     hy_error *err) {
+    load_ctx ctx = { .path = path, .sets = sets, .n_sets = n_sets };
+    json_t *root = NULL;
+    int rc = HY_OK;
+    if (path) {
+        rc = parse_file(path, &root, err);
+        if (!rc) rc = check_object(root, NULL, &ctx, err);
+    } else if (!(root = json_object())) {
+        rc = oom(err);
+    }
+    if (!rc) mark_file_keys(root, &ctx);
+    for (int i = 0; !rc && i < n_sets; i++) rc = apply_set(root, &ctx, i, err);
+    if (!rc) rc = resolve(c, root, &ctx, err);
+    if (!rc && path && !(c->path = strdup(path))) rc = oom(err);
+    json_decref(root);
+    return rc;
+}
+
+int hy_config_load(hy_config *c, const char *path, const char *const *sets, int n_sets,
+                   hy_error *err) {
+    hy_config_init(c);
+    if (n_sets < 0 || (n_sets > 0 && !sets))
+        return hy_fail(err, HY_ERR_INPUT, "hy_config_load: bad set list");
+    int rc = load_into(c, path, sets, n_sets, err);
+    if (rc) hy_config_free(c);
+    return rc;
+}
+
+void hy_sched_params_from_config(const hy_config *c, hy_sched_params *p) {
+    p->kind = c->schedule.kind;
+    p->ranks = c->schedule.ranks;
+    p->micro_batches = c->schedule.micro_batches;
+    p->waves = c->schedule.waves;
+    p->chunks = c->schedule.chunks;
+}
+
+/* ------------------------------------------------------------------------
+ * Writing: the resolved config as JSON, and the reference
+ */
+
+static void sb_add_value(strbuf *b, const hy_config *c, const key_spec *k) {
+    const void *f = cfield(c, k->off);
+    char num[64];
+    switch (k->type) {
+    case K_INT:  sb_add(b, "%d", *(const int *)f); break;
+    case K_SEED: sb_add(b, "%llu", *(const unsigned long long *)f); break;
+    case K_BOOL: sb_add(b, "%s", *(const int *)f ? "true" : "false"); break;
+    case K_ENUM: sb_add(b, "\"%s\"", k->enum_name(*(const int *)f)); break;
+    case K_REAL:
+        if (isnan(*(const double *)f)) { sb_add(b, "null"); break; }
+        fmt_json_real(*(const double *)f, num, sizeof num);
+        sb_add(b, "%s", num);
+        break;
+    case K_STRING: {
+        const char *s = *(char *const *)f;
+        if (s) sb_add_json_string(b, s);
+        else sb_add(b, "null");
+        break;
+    }
+    case K_INTS: {
+        const int *a = *(int *const *)f;
+        int n = *(const int *)cfield(c, k->n_off);
+        sb_add(b, "[");
+        for (int i = 0; i < n; i++) sb_add(b, "%s%d", i ? ", " : "", a[i]);
+        sb_add(b, "]");
+        break;
+    }
+    case K_SECTION: break;
+    }
+}
+
+/* The members of section `sec` (NULL: top level), at the given indent. */
+static void sb_add_members(strbuf *b, const hy_config *c, const char *sec, int indent) {
+    int first = 1;
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_spec *k = &KEYS[i];
+        if (!key_in_section(k, sec)) continue;
+        sb_add(b, "%s%*s\"%s\": ", first ? "" : ",\n", indent, "", leaf_of(k->name));
+        first = 0;
+        if (k->type == K_SECTION) {
+            sb_add(b, "{\n");
+            sb_add_members(b, c, k->name, indent + 2);
+            sb_add(b, "\n%*s}", indent, "");
+        } else {
+            sb_add_value(b, c, k);
+        }
+    }
+}
+
+char *hy_config_to_json(const hy_config *c) {
+    strbuf b = { 0 };
+    sb_add(&b, "{\n");
+    sb_add_members(&b, c, NULL, 2);
+    sb_add(&b, "\n}\n");
+    return sb_take(&b);
+}
+
+char *hy_config_reference(void) {
+    hy_config d;
+    hy_config_init(&d);
+    strbuf b = { 0 };
+    sb_add(&b, "| key | default | allowed | meaning |\n|---|---|---|---|\n");
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_spec *k = &KEYS[i];
+        if (k->type == K_SECTION) continue;
+        char want[256];
+        describe_range(k, want, sizeof want);
+        sb_add(&b, "| `%s` | ", k->name);
+        if (k->def_doc) {
+            sb_add(&b, "%s", k->def_doc);
+        } else {
+            sb_add(&b, "`");
+            sb_add_value(&b, &d, k);
+            sb_add(&b, "`");
+        }
+        sb_add(&b, " | %s | %s |\n", want, k->doc);
+    }
+    hy_config_free(&d);
+    return sb_take(&b);
+}

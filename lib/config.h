@@ -1,0 +1,84 @@
+/*
+ * config.h — the run configuration: a JSON file plus `--set key=value`
+ * overrides → one plain, fully checked struct.
+ *
+ * Every key has one entry in a table in config.c (its dotted name, type,
+ * range, default and meaning); that table drives parsing, validation,
+ * hy_config_to_json and the README reference (hy_config_reference), so the
+ * four cannot drift apart. Loading is strict: an unknown key, a wrong
+ * type, a value out of range or an inconsistent combination is an error
+ * (HY_ERR_INPUT) that names the file or the --set, the dotted key and the
+ * fix. Nothing here prints or exits.
+ *
+ * Lifetime: hy_config_init and hy_config_load both (re)initialise the
+ * struct without reading what was in it, and allocate nothing that
+ * hy_config_free would miss, so `init; load; free` and `load; free` are
+ * both right. Strings and arrays belong to the config: read them, do not
+ * assign into them (to change a value, pass a --set to hy_config_load).
+ */
+#ifndef HY_CONFIG_H
+#define HY_CONFIG_H
+
+#include "error.h"
+#include "schedule.h"
+
+typedef enum { HY_MODEL_GPT, HY_MODEL_BERT, HY_MODEL_COUNT } hy_model_kind;
+typedef enum { HY_BACKEND_AUTO, HY_BACKEND_CPU, HY_BACKEND_CUDA, HY_BACKEND_COUNT } hy_backend_kind;
+
+typedef struct {
+    char *path;                 /* file it came from, or NULL */
+    struct { hy_model_kind kind; int layers, d_model, heads, seq_len, vocab; } model;
+    struct { hy_sched_kind kind; int ranks, waves, chunks, micro_batches, micro_batch_size;
+             int *split; int n_split; } schedule;      /* split: layers per stage; n_split 0 = balance automatically */
+    struct { int steps; double lr, min_lr; int warmup_steps; double weight_decay, beta1, beta2, eps, grad_clip;
+             unsigned long long seed; int log_every; } train;
+    struct { char *train, *val; } data;                /* val may be NULL: no validation */
+    char *init;                                        /* NULL: random init from train.seed */
+    struct { char *dir; int every; } checkpoint;       /* dir NULL: never checkpoint; every 0: only at the end */
+    hy_backend_kind backend;
+    int *devices; int n_devices;   /* rank r -> devices[r]; empty = r mod device count */
+    int graph;                     /* bool */
+    double watchdog_s;
+} hy_config;
+
+/* The defaults (see the table in config.c or the README). */
+void hy_config_init(hy_config *c);
+
+/* Loads `path` (NULL: start from the defaults alone), applies `sets`
+ * ("key=value" with dotted keys, in order, after the file) and checks the
+ * result once. The file's keys and the sets go through the same checks.
+ * A value in a set is read as JSON when it is a JSON scalar or array
+ * (`train.lr=3e-4`, `graph=false`, `devices=[0,0,1]`, `init=null`); for
+ * string keys anything else is taken as the string itself
+ * (`schedule.kind=hanayo`, `data.train=my shard.bin`). Returns HY_OK, or
+ * HY_ERR_INPUT with err naming the file/--set, the key and the fix; on
+ * failure c holds the defaults. Always hy_config_free(c) afterwards. */
+int hy_config_load(hy_config *c, const char *path, const char *const *sets, int n_sets,
+                   hy_error *err);
+
+/* The resolved config as pretty JSON (indent 2, keys in the table's fixed
+ * order, every key present, derived defaults such as train.min_lr written
+ * out), so it loads back into the same config. malloc'd; NULL on OOM. */
+char *hy_config_to_json(const hy_config *c);
+
+/* The schedule part, as the generators take it. */
+void hy_sched_params_from_config(const hy_config *c, hy_sched_params *p);
+
+/* Number of pipeline stages S: ranks (gpipe, 1f1b), chunks * ranks
+ * (interleaved), 2 * waves * ranks (hanayo). */
+int hy_config_stages(const hy_config *c);
+
+/* "gpt"/"bert" and "auto"/"cpu"/"cuda"; "?" when out of range. */
+const char *hy_model_name(hy_model_kind kind);
+const char *hy_backend_name(hy_backend_kind kind);
+
+/* Every key with its type, default, allowed values and meaning, as a
+ * Markdown table (the README's config reference is this text). malloc'd;
+ * NULL on OOM. */
+char *hy_config_reference(void);
+
+/* Frees what the config owns and leaves it holding the defaults, so a
+ * second free is harmless. */
+void hy_config_free(hy_config *c);
+
+#endif

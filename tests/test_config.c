@@ -1,0 +1,501 @@
+/*
+ * test_config.c — the config loader: defaults, the shipped configs, the
+ * to_json round trip, --set overrides, and the bad inputs it must refuse
+ * with status 2 and a message that points at the problem.
+ *
+ * Run from the repository root (it reads configs/). Bad inputs are written
+ * to files in a mkdtemp directory that is removed at the end.
+ */
+#include "config.h"
+#include "test.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* The temp directory and the files made in it, for cleanup. */
+typedef struct {
+    char dir[64];
+    char made[16][128];
+    int n_made;
+} scratch;
+
+static const char *scratch_file(scratch *s, const char *name, const char *text) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", s->dir, name);
+    int known = 0;
+    for (int i = 0; i < s->n_made; i++) known |= strcmp(s->made[i], path) == 0;
+    if (!known && s->n_made < NELEM(s->made)) snprintf(s->made[s->n_made++], 128, "%s", path);
+    FILE *f = fopen(path, "wb");
+    if (!f) { perror(path); exit(1); }
+    fwrite(text, 1, strlen(text), f);
+    fclose(f);
+    for (int i = 0; i < s->n_made; i++)
+        if (strcmp(s->made[i], path) == 0) return s->made[i];
+    return NULL;
+}
+
+static void scratch_clean(scratch *s) {
+    for (int i = s->n_made - 1; i >= 0; i--) {
+        chmod(s->made[i], 0600);
+        if (remove(s->made[i]) != 0) perror(s->made[i]);
+    }
+    if (rmdir(s->dir) != 0) perror(s->dir);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_defaults(void) {
+    hy_config c;
+    hy_error err = { 0 };
+    CHECK(hy_config_load(&c, NULL, NULL, 0, &err) == HY_OK);
+    CHECK(c.path == NULL);
+    CHECK(c.model.kind == HY_MODEL_GPT && c.model.layers == 4 && c.model.d_model == 64);
+    CHECK(c.model.heads == 4 && c.model.seq_len == 64 && c.model.vocab == 512);
+    CHECK(c.schedule.kind == HY_SCHED_HANAYO && c.schedule.ranks == 2 && c.schedule.waves == 1);
+    CHECK(c.schedule.chunks == 2 && c.schedule.micro_batches == 8);
+    CHECK(c.schedule.micro_batch_size == 4 && c.schedule.n_split == 0 && !c.schedule.split);
+    CHECK(c.train.steps == 200 && c.train.lr == 1e-3 && c.train.min_lr == 1e-3 / 10);
+    CHECK(c.train.warmup_steps == 20 && c.train.weight_decay == 0.1);
+    CHECK(c.train.beta1 == 0.9 && c.train.beta2 == 0.95 && c.train.eps == 1e-8);
+    CHECK(c.train.grad_clip == 1.0 && c.train.seed == 1234 && c.train.log_every == 10);
+    CHECK(strcmp(c.data.train, "data/synth_train.bin") == 0);
+    CHECK(strcmp(c.data.val, "data/synth_val.bin") == 0);
+    CHECK(c.init == NULL);
+    CHECK(strcmp(c.checkpoint.dir, "checkpoints") == 0 && c.checkpoint.every == 0);
+    CHECK(c.backend == HY_BACKEND_AUTO && c.n_devices == 0 && !c.devices);
+    CHECK(c.graph == 1 && c.watchdog_s == 60);
+    CHECK(hy_config_stages(&c) == 4);
+
+    hy_sched_params p;
+    hy_sched_params_from_config(&c, &p);
+    CHECK(p.kind == HY_SCHED_HANAYO && p.ranks == 2 && p.micro_batches == 8);
+    CHECK(p.waves == 1 && p.chunks == 2);
+
+    /* init alone gives the same config as loading nothing. */
+    hy_config d;
+    hy_config_init(&d);
+    char *a = hy_config_to_json(&c), *b = hy_config_to_json(&d);
+    CHECK(a && b && strcmp(a, b) == 0);
+    free(a);
+    free(b);
+    hy_config_free(&d);
+
+    /* init then load (the natural pattern) must not leak; free twice is harmless. */
+    hy_config_init(&d);
+    CHECK(hy_config_load(&d, NULL, NULL, 0, &err) == HY_OK);
+    hy_config_free(&d);
+    hy_config_free(&d);
+    CHECK(d.model.layers == 4);
+    hy_config_free(&c);
+}
+
+static void test_names(void) {
+    CHECK(strcmp(hy_model_name(HY_MODEL_BERT), "bert") == 0);
+    CHECK(strcmp(hy_backend_name(HY_BACKEND_CUDA), "cuda") == 0);
+    CHECK(strcmp(hy_model_name((hy_model_kind)7), "?") == 0);
+}
+
+/* to_json → file → load → to_json gives the same text. */
+static void check_round_trip(scratch *s, const hy_config *c, const char *what) {
+    char *first = hy_config_to_json(c);
+    CHECK(first != NULL);
+    if (!first) return;
+    json_error_t je;
+    json_t *j = json_loads(first, JSON_REJECT_DUPLICATES, &je);
+    CHECKF(j != NULL, "%s: to_json is not JSON: %s", what, je.text);
+    if (j) {
+        /* every section and top-level key present */
+        CHECK(json_object_size(j) == 10);
+        CHECK(json_object_size(json_object_get(j, "model")) == 6);
+        CHECK(json_object_size(json_object_get(j, "schedule")) == 7);
+        CHECK(json_object_size(json_object_get(j, "train")) == 11);
+        json_decref(j);
+    }
+    const char *path = scratch_file(s, "roundtrip.json", first);
+    hy_config back;
+    hy_error err = { 0 };
+    int rc = hy_config_load(&back, path, NULL, 0, &err);
+    CHECKF(rc == HY_OK, "%s: reloading to_json failed: %s", what, err.msg);
+    char *second = hy_config_to_json(&back);
+    CHECKF(second && strcmp(first, second) == 0, "%s: round trip differs:\n%s\nvs\n%s", what,
+           first, second ? second : "(null)");
+    CHECK(back.train.lr == c->train.lr && back.train.min_lr == c->train.min_lr);
+    CHECK(back.train.seed == c->train.seed && back.watchdog_s == c->watchdog_s);
+    free(first);
+    free(second);
+    hy_config_free(&back);
+}
+
+static void test_shipped_configs(scratch *s) {
+    static const char *const expected[] = {
+        "configs/tiny-gpt.json", "configs/tiny-bert.json", "configs/gpt2-124m.json",
+        "configs/gpt2-350m.json", "configs/bert-base.json",
+    };
+    for (int i = 0; i < NELEM(expected); i++) CHECKF(access(expected[i], R_OK) == 0, "%s", expected[i]);
+
+    /* Every *.json in configs/ loads and round-trips. */
+    DIR *d = opendir("configs");
+    CHECKF(d != NULL, "run the tests from the repository root");
+    if (!d) return;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 5, ".json") != 0) continue;
+        char path[300];
+        snprintf(path, sizeof path, "configs/%s", e->d_name);
+        hy_config c;
+        hy_error err = { 0 };
+        int rc = hy_config_load(&c, path, NULL, 0, &err);
+        CHECKF(rc == HY_OK, "%s: %s", path, err.msg);
+        if (rc == HY_OK) {
+            CHECK(strcmp(c.path, path) == 0);
+            check_round_trip(s, &c, path);
+        }
+        hy_config_free(&c);
+        n++;
+    }
+    closedir(d);
+    CHECK(n >= NELEM(expected));
+
+    hy_config c;
+    hy_error err = { 0 };
+    CHECK(hy_config_load(&c, "configs/tiny-gpt.json", NULL, 0, &err) == HY_OK);
+    CHECK(c.model.kind == HY_MODEL_GPT && c.schedule.kind == HY_SCHED_HANAYO);
+    CHECK(c.schedule.ranks == 2 && c.schedule.waves == 1 && hy_config_stages(&c) == 4);
+    hy_config_free(&c);
+    CHECK(hy_config_load(&c, "configs/tiny-bert.json", NULL, 0, &err) == HY_OK);
+    CHECK(c.model.kind == HY_MODEL_BERT);
+    hy_config_free(&c);
+    CHECK(hy_config_load(&c, "configs/gpt2-124m.json", NULL, 0, &err) == HY_OK);
+    CHECK(c.model.vocab == 50257 && c.model.layers == 12 && hy_config_stages(&c) <= 12);
+    hy_config_free(&c);
+    CHECK(hy_config_load(&c, "configs/gpt2-350m.json", NULL, 0, &err) == HY_OK);
+    CHECK(c.model.layers == 24 && c.model.d_model == 1024 && hy_config_stages(&c) == 16);
+    hy_config_free(&c);
+
+    /* BERT-base at P = 8 hanayo: 16 stages for 12 layers needs a split. */
+    const char *p8[] = { "schedule.ranks=8" };
+    CHECK(hy_config_load(&c, "configs/bert-base.json", p8, 1, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "16 stages but model.layers is 12"), "%s", err.msg);
+    const char *p8split[] = { "schedule.ranks=8",
+                              "schedule.split=[0,1,1,1,1,1,1,1,1,1,1,1,1,0,0,0]" };
+    CHECKF(hy_config_load(&c, "configs/bert-base.json", p8split, 2, &err) == HY_OK, "%s", err.msg);
+    CHECK(c.schedule.n_split == 16 && c.schedule.split[1] == 1 && c.schedule.split[15] == 0);
+    check_round_trip(s, &c, "bert-base P=8 with split");
+    hy_config_free(&c);
+}
+
+static void test_sets(scratch *s) {
+    hy_config c;
+    hy_error err = { 0 };
+    const char *sets[] = {
+        "schedule.kind=gpipe", "train.lr=3e-4", "graph=false", "devices=[0,0]",
+        "init=w.safetensors", "data.val=null", "schedule.kind=1f1b", "data.train=123",
+        "train.seed=42", "backend=\"cpu\"", "watchdog_s=5",
+    };
+    int rc = hy_config_load(&c, "configs/tiny-gpt.json", sets, NELEM(sets), &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    CHECK(c.schedule.kind == HY_SCHED_1F1B);          /* later sets win */
+    CHECK(c.train.lr == 3e-4 && c.graph == 0);
+    CHECK(c.n_devices == 2 && c.devices[0] == 0 && c.devices[1] == 0);
+    CHECK(c.init && strcmp(c.init, "w.safetensors") == 0);
+    CHECK(c.data.val == NULL);
+    CHECK(strcmp(c.data.train, "123") == 0);          /* string keys take the text */
+    CHECK(c.train.seed == 42 && c.backend == HY_BACKEND_CPU && c.watchdog_s == 5.0);
+    CHECK(c.train.min_lr == 1e-4);                    /* tiny-gpt gives min_lr itself */
+    char *j = hy_config_to_json(&c);
+    CHECK(j && strstr(j, "\"lr\": 0.0003,"));          /* shortest exact form */
+    CHECK(j && strstr(j, "\"val\": null"));
+    CHECK(j && strstr(j, "\"devices\": [0, 0]"));
+    CHECK(j && strstr(j, "\"watchdog_s\": 5.0"));
+    free(j);
+    check_round_trip(s, &c, "tiny-gpt with sets");
+    hy_config_free(&c);
+
+    /* min_lr follows lr when nobody gives it. */
+    const char *lr[] = { "train.lr=0.02" };
+    CHECK(hy_config_load(&c, NULL, lr, 1, &err) == HY_OK);
+    CHECK(c.train.min_lr == 0.02 / 10);
+    hy_config_free(&c);
+    const char *lrnull[] = { "train.lr=0.02", "train.min_lr=null" };
+    CHECK(hy_config_load(&c, NULL, lrnull, 2, &err) == HY_OK);
+    CHECK(c.train.min_lr == 0.02 / 10);
+    hy_config_free(&c);
+
+    /* A set can repair a file: checks run once, on the merged result. */
+    const char *path = scratch_file(s, "fixable.json", "{\"schedule\": {\"waves\": 0}}");
+    const char *fix[] = { "schedule.waves=1" };
+    CHECKF(hy_config_load(&c, path, fix, 1, &err) == HY_OK, "%s", err.msg);
+    hy_config_free(&c);
+
+    /* Sets create sections the file lacks. */
+    path = scratch_file(s, "nosched.json", "{\"model\": {\"layers\": 8}}");
+    const char *mk[] = { "schedule.waves=2", "schedule.split=[1,1,1,1,1,1,1,1]" };
+    CHECKF(hy_config_load(&c, path, mk, 2, &err) == HY_OK, "%s", err.msg);
+    CHECK(c.model.layers == 8 && c.schedule.waves == 2 && c.schedule.n_split == 8);
+    hy_config_free(&c);
+
+    /* Interleaved with M a multiple of P, and split with empty stages. */
+    const char *il[] = { "schedule.kind=interleaved", "schedule.ranks=2", "schedule.chunks=2",
+                         "schedule.micro_batches=6" };
+    CHECKF(hy_config_load(&c, NULL, il, NELEM(il), &err) == HY_OK, "%s", err.msg);
+    CHECK(hy_config_stages(&c) == 4);
+    hy_config_free(&c);
+    const char *sp[] = { "schedule.split=[0,4,0,0]" };
+    CHECKF(hy_config_load(&c, NULL, sp, 1, &err) == HY_OK, "%s", err.msg);
+    hy_config_free(&c);
+    /* 1f1b with 4 ranks on 4 layers: S = P = layers is fine. */
+    const char *f4[] = { "schedule.kind=1f1b", "schedule.ranks=4" };
+    CHECKF(hy_config_load(&c, NULL, f4, 2, &err) == HY_OK, "%s", err.msg);
+    hy_config_free(&c);
+}
+
+/* ------------------------------------------------------------------------
+ * Bad input: each must give HY_ERR_INPUT and a message with `needle`
+ */
+
+typedef struct {
+    const char *text;    /* file contents, or NULL for no file */
+    const char *set;     /* one --set, or NULL */
+    const char *needle;  /* must appear in the message */
+    const char *needle2; /* and this too, when not NULL */
+} bad_case;
+
+static const bad_case BAD[] = {
+    /* syntax */
+    { "{\n  \"model\": {\n    \"layers\": 4,\n  }\n}\n", NULL, "x.json:4:", "invalid JSON" },
+    { "{\"graph\": true} x", NULL, "invalid JSON", "end of file expected" },
+    { "", NULL, "is empty", "{}" },
+    { "  \n\t\n", NULL, "is empty", NULL },
+    { "[1, 2]", NULL, "JSON object", "got an array" },
+    { "5", NULL, "invalid JSON", NULL },
+    { "{\"graph\": true, \"graph\": false}", NULL, "duplicate object key", "x.json:1:" },
+    { "{\"data\": {\"train\": \"a\\u0000b\"}}", NULL, "invalid JSON", NULL },
+    { "{\"data\": {\"train\": \"\xff\xfe\"}}", NULL, "invalid JSON", NULL },
+    /* unknown keys, with a suggestion */
+    { "{\"grpah\": true}", NULL, "unknown key 'grpah' in ", "did you mean 'graph'?" },
+    { "{\"model\": {\"layer\": 4}}", NULL, "unknown key 'model.layer'",
+      "did you mean 'model.layers'?" },
+    { "{\"schedule\": {\"wave\": 2}}", NULL, "unknown key 'schedule.wave' in ",
+      ".json; did you mean 'schedule.waves'?" },
+    { "{\"train\": {\"learnig_rate\": 1}}", NULL, "unknown key 'train.learnig_rate'",
+      "valid keys in 'train': steps, lr," },
+    { "{\"model\": {\"waves\": 2}}", NULL, "unknown key 'model.waves'",
+      "did you mean 'schedule.waves'?" },
+    { "{\"data\": {\"tain\": \"x\"}}", NULL, "unknown key 'data.tain'", "'data.train'" },
+    { "{\"checkpoint\": {\"evry\": 3}}", NULL, "unknown key 'checkpoint.evry'",
+      "'checkpoint.every'" },
+    { "{\"schedule.waves\": 2}", NULL, "unknown key 'schedule.waves'", "nested objects" },
+    { "{\"foo\": 1}", NULL, "unknown key 'foo'", "valid top-level keys: model, schedule" },
+    /* types */
+    { "{\"model\": 4}", NULL, "model in ", "must be an object" },
+    { "{\"model\": {\"layers\": \"4\"}}", NULL,
+      "model.layers in ", "must be an integer in 1..1024, got \"4\"" },
+    { "{\"model\": {\"layers\": 3.5}}", NULL, "model.layers", "got 3.5" },
+    { "{\"model\": {\"layers\": 4.0}}", NULL, "model.layers", "(a real; write 4)" },
+    { "{\"model\": {\"layers\": null}}", NULL, "model.layers", "got null" },
+    { "{\"graph\": 1}", NULL, "graph in ", "must be true or false, got 1" },
+    { "{\"graph\": \"true\"}", NULL, "graph in ", "got \"true\"" },
+    { "{\"schedule\": {\"kind\": \"hanyo\"}}", NULL, "schedule.kind",
+      "did you mean \"hanayo\"?" },
+    { "{\"model\": {\"kind\": \"llama\"}}", NULL, "one of \"gpt\", \"bert\"", "got \"llama\"" },
+    { "{\"backend\": \"gpu\"}", NULL, "backend in ", "one of \"auto\", \"cpu\", \"cuda\"" },
+    { "{\"data\": {\"train\": \"\"}}", NULL, "data.train", "non-empty string" },
+    { "{\"data\": {\"train\": null}}", NULL, "data.train", "got null" },
+    { "{\"schedule\": {\"split\": 4}}", NULL, "schedule.split in", "an array of at most" },
+    { "{\"devices\": [0, \"1\"]}", NULL, "devices[1] in", "got \"1\"" },
+    { "{\"model\": {\"kind\": {\"a\": {\"b\": {\"c\": [[[1]]]}}}}}", NULL, "model.kind",
+      "got an object" },
+    /* ranges */
+    { "{\"schedule\": {\"ranks\": 0}}", NULL, "schedule.ranks in ",
+      "must be an integer in 1..64, got 0" },
+    { "{\"schedule\": {\"ranks\": 65}}", NULL, "schedule.ranks", "got 65" },
+    { "{\"schedule\": {\"waves\": 17}}", NULL, "schedule.waves", "1..16" },
+    { "{\"schedule\": {\"chunks\": 0}}", NULL, "schedule.chunks", "1..64" },
+    { "{\"schedule\": {\"micro_batches\": 0}}", NULL, "schedule.micro_batches", "got 0" },
+    { "{\"model\": {\"d_model\": -64}}", NULL, "model.d_model", "got -64" },
+    { "{\"model\": {\"vocab\": 70000}}", NULL, "model.vocab", "2..65536" },
+    { "{\"model\": {\"layers\": 99999999999999999999}}", NULL, "invalid JSON", "too big" },
+    { "{\"train\": {\"steps\": 3000000000}}", NULL, "train.steps",
+      "must be an integer >= 1, got 3000000000" },
+    { "{\"train\": {\"lr\": 1e999}}", NULL, "invalid JSON", "overflow" },
+    { "{\"train\": {\"lr\": -0.1}}", NULL, "train.lr", "a number >= 0, got -0.1" },
+    { "{\"train\": {\"beta1\": 1}}", NULL, "train.beta1", "a number in [0, 1), got 1" },
+    { "{\"train\": {\"beta2\": 1.5}}", NULL, "train.beta2", "[0, 1)" },
+    { "{\"train\": {\"eps\": 0}}", NULL, "train.eps", "a number > 0, got 0" },
+    { "{\"train\": {\"grad_clip\": -1}}", NULL, "train.grad_clip", ">= 0" },
+    { "{\"train\": {\"seed\": -1}}", NULL, "train.seed", "got -1" },
+    { "{\"watchdog_s\": 0}", NULL, "watchdog_s in", "a number in (0, 1000000], got 0" },
+    { "{\"devices\": [-1]}", NULL, "devices[0] in", "0..1023, got -1" },
+    /* cross-field */
+    { "{\"model\": {\"d_model\": 66}}", NULL, "model.heads (4) must divide model.d_model (66)",
+      ".json" },
+    { "{\"model\": {\"layers\": 3}}", NULL,
+      "hanayo has 2 x waves x ranks = 2 x 1 x 2 = 4 stages but model.layers is 3",
+      "schedule.split with 4 entries" },
+    { "{\"schedule\": {\"kind\": \"interleaved\", \"ranks\": 2, \"chunks\": 4}}", NULL,
+      "chunks x ranks = 4 x 2 = 8 stages", NULL },
+    { "{\"schedule\": {\"split\": [1, 1, 2]}}", NULL,
+      "schedule.split has 3 entries but hanayo has", "4 stages" },
+    { "{\"schedule\": {\"split\": [1, 1, 1, 2]}}", NULL,
+      "schedule.split sums to 5 layers but model.layers is 4", NULL },
+    { "{\"schedule\": {\"split\": [1, -1, 2, 2]}}", NULL, "schedule.split[1] in",
+      "0..1024, got -1" },
+    { "{\"schedule\": {\"kind\": \"interleaved\", \"ranks\": 3, \"chunks\": 1, "
+      "\"micro_batches\": 8}}", NULL, "multiple of schedule.ranks (3)", "e.g. 9" },
+    { "{\"devices\": [0, 0, 0]}", NULL, "devices has 3 entries but schedule.ranks is 2", NULL },
+    { "{\"train\": {\"lr\": 1e-3, \"min_lr\": 1e-2}}", NULL,
+      "train.min_lr (0.01) must be <= train.lr (0.001)", NULL },
+    { "{\"checkpoint\": {\"dir\": null, \"every\": 10}}", NULL, "checkpoint.dir is null", NULL },
+    /* --set */
+    { NULL, "schedule.waves", "--set schedule.waves: expected key=value", NULL },
+    { NULL, "=3", "key before '=' is missing", NULL },
+    { NULL, "schedule.wave=2", "unknown key 'schedule.wave' in --set schedule.wave=2",
+      "did you mean 'schedule.waves'?" },
+    { NULL, "waves=2", "unknown key 'waves'", "did you mean 'schedule.waves'?" },
+    { NULL, "schedule.waves=0", "schedule.waves in --set schedule.waves=0",
+      "must be an integer in 1..16, got 0" },
+    { NULL, "train.lr=fast", "--set train.lr=fast: the value is not a JSON value",
+      "train.lr must be a number >= 0" },
+    { NULL, "train.lr=", "--set train.lr=: the value is not a JSON value (empty)", NULL },
+    { NULL, "graph=yes", "--set graph=yes", "true or false" },
+    { NULL, "model=3", "'model' is a section", "--set model.kind" },
+    { NULL, "model.layers=4.5", "model.layers in --set model.layers=4.5", "got 4.5" },
+    { NULL, "schedule.kind=Hanayo", "schedule.kind in --set schedule.kind=Hanayo",
+      "did you mean \"hanayo\"?" },
+    { NULL, "model.heads=5", "model.heads (5) must divide model.d_model (64)",
+      "in --set model.heads=5" },
+    { NULL, "devices=[0,", "--set devices=[0,", "not a JSON value" },
+    { "{\"model\": {\"layers\": 4}}", "model.layers=2", "model.layers is 2",
+      "x.json and --set model.layers=2" },
+};
+
+static void test_bad_inputs(scratch *s) {
+    for (int i = 0; i < NELEM(BAD); i++) {
+        const bad_case *b = &BAD[i];
+        const char *path = b->text ? scratch_file(s, "x.json", b->text) : NULL;
+        const char *sets[1] = { b->set };
+        hy_config c;
+        hy_error err = { 0 };
+        int rc = hy_config_load(&c, path, sets, b->set ? 1 : 0, &err);
+        CHECKF(rc == HY_ERR_INPUT && err.status == HY_ERR_INPUT, "case %d: rc %d (%s)", i, rc,
+               err.msg);
+        CHECKF(strstr(err.msg, b->needle), "case %d: want '%s' in: %s", i, b->needle, err.msg);
+        if (b->needle2)
+            CHECKF(strstr(err.msg, b->needle2), "case %d: want '%s' in: %s", i, b->needle2,
+                   err.msg);
+        /* A file's error names the file. */
+        if (path && !b->set) CHECKF(strstr(err.msg, path), "case %d: no path in: %s", i, err.msg);
+        /* A failed load leaves the defaults, safe to free. */
+        CHECK(c.model.layers == 4 && c.path == NULL);
+        hy_config_free(&c);
+        if (getenv("HY_TEST_VERBOSE")) printf("  %s\n", err.msg);
+    }
+    CHECK(NELEM(BAD) >= 30);
+}
+
+static void test_bad_files(scratch *s) {
+    hy_config c;
+    hy_error err = { 0 };
+    char path[200];
+    const char *p;
+
+    snprintf(path, sizeof path, "%s/missing.json", s->dir);
+    CHECK(hy_config_load(&c, path, NULL, 0, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "cannot open config") && strstr(err.msg, path) &&
+           strstr(err.msg, "No such file or directory"), "%s", err.msg);
+    hy_config_free(&c);
+
+    CHECK(hy_config_load(&c, s->dir, NULL, 0, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "is a directory"), "%s", err.msg);
+    hy_config_free(&c);
+
+    /* Unreadable: only meaningful when not root (root reads anything). */
+    const char *locked = scratch_file(s, "locked.json", "{}");
+    chmod(locked, 0);
+    if (geteuid() != 0) {
+        CHECK(hy_config_load(&c, locked, NULL, 0, &err) == HY_ERR_INPUT);
+        CHECKF(strstr(err.msg, "Permission denied"), "%s", err.msg);
+        hy_config_free(&c);
+    }
+
+    /* Nesting deeper than the parser allows. */
+    size_t depth = 5000;
+    char *deep = malloc(2 * depth + 32);
+    if (deep) {
+        size_t n = (size_t)sprintf(deep, "{\"init\": ");
+        for (size_t i = 0; i < depth; i++) deep[n++] = '[';
+        for (size_t i = 0; i < depth; i++) deep[n++] = ']';
+        strcpy(deep + n, "}");
+        p = scratch_file(s, "deep.json", deep);
+        CHECK(hy_config_load(&c, p, NULL, 0, &err) == HY_ERR_INPUT);
+        CHECKF(strstr(err.msg, "invalid JSON") && strstr(err.msg, "depth"), "%s", err.msg);
+        hy_config_free(&c);
+        free(deep);
+    }
+
+    /* A 300-character key and a 200-character value: clipped, not overrun. */
+    char fill[301], big[400];
+    memset(fill, 'a', 300);
+    fill[300] = '\0';
+    snprintf(big, sizeof big, "{\"%s\": 1}", fill);
+    p = scratch_file(s, "x.json", big);
+    CHECK(hy_config_load(&c, p, NULL, 0, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "unknown key 'aaaa") && strstr(err.msg, "valid top-level keys"),
+           "%s", err.msg);
+    hy_config_free(&c);
+    memset(fill, 'k', 200);
+    fill[200] = '\0';
+    snprintf(big, sizeof big, "{\"schedule\": {\"kind\": \"%s\"}}", fill);
+    p = scratch_file(s, "x.json", big);
+    CHECK(hy_config_load(&c, p, NULL, 0, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "got a string \"kkkk") && strstr(err.msg, "...\""), "%s", err.msg);
+    hy_config_free(&c);
+
+    /* A --set string that is not UTF-8. */
+    const char *latin1[] = { "data.train=caf\xe9.bin" };
+    CHECK(hy_config_load(&c, NULL, latin1, 1, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "not valid UTF-8"), "%s", err.msg);
+    hy_config_free(&c);
+
+    /* A load that fails after allocating strings and arrays frees them. */
+    const char *bad[] = { "init=w.bin", "devices=[0]", "data.val=v.bin", "model.heads=3" };
+    CHECK(hy_config_load(&c, NULL, bad, 4, &err) == HY_ERR_INPUT);
+    CHECK(c.init == NULL && c.devices == NULL && strcmp(c.data.val, "data/synth_val.bin") == 0);
+    hy_config_free(&c);
+}
+
+static void test_reference(void) {
+    char *ref = hy_config_reference();
+    CHECK(ref != NULL);
+    if (!ref) return;
+    static const char *const keys[] = {
+        "`model.kind`", "`model.vocab`", "`schedule.split`", "`train.min_lr` | train.lr / 10",
+        "`train.seed` | `1234`", "`data.val`", "`init` | `null`", "`checkpoint.every`",
+        "`backend`", "`devices` | `[]`", "`graph` | `true`", "`watchdog_s` | `60.0`",
+    };
+    for (int i = 0; i < NELEM(keys); i++) CHECKF(strstr(ref, keys[i]), "%s", keys[i]);
+    free(ref);
+}
+
+int main(void) {
+    scratch s = { .dir = "/tmp/hy-test-config-XXXXXX" };
+    if (!mkdtemp(s.dir)) { perror("mkdtemp"); return 1; }
+    test_defaults();
+    test_names();
+    test_shipped_configs(&s);
+    test_sets(&s);
+    test_bad_inputs(&s);
+    test_bad_files(&s);
+    test_reference();
+    scratch_clean(&s);
+    return TEST_END("test_config");
+}
