@@ -16,14 +16,16 @@
  *     leaves stage s at slot k finds stage s+1 free at slot k+1: in a
  *     forward-only pipeline no micro-batch ever waits.
  *  2. Interleaving. The streams are merged by replaying the pipeline in
- *     time (uniform costs f = 1, b = 2): a rank that is free starts the
- *     earliest-ready of its next backward and its next forward (forward on
- *     a tie; a forward may overtake later stream entries that are not ready
- *     yet, within one group's window), holding at most `cap` activations.
- *     A handful of (cap, overtake) settings are tried; the one with the
- *     smallest makespan, then the smallest peak memory, wins. The replay
- *     only decides the order: the result is a fixed per-rank list, a pure
- *     deterministic function of (P, W, M).
+ *     time with the uniform costs (f = 1, b = 2): a rank that is free
+ *     starts the earliest-ready of its next backward and its next forward
+ *     (the forward on a tie; a forward may overtake stream entries that
+ *     are not ready yet, looking one group of 2WP entries ahead), while
+ *     rank r holds at most 2WP + r activations. The replay only decides
+ *     the order: the result is a fixed per-rank list, a pure function of
+ *     (P, W, M). For M a multiple of P with M >= 2P it reaches the ideal
+ *     makespan (f+b)(2WM + P - 1) exactly (tests/test_schedule.c pins the
+ *     grid), with peak memory 2WP + r on rank r: at most interleaved
+ *     v = 2W's 2WP + P - 1.
  */
 #include "schedule.h"
 #include "sim.h"
@@ -275,8 +277,10 @@ static double hy_next_forward(const hy_merge *g, int r, int window, int *pick) {
     return best;
 }
 
-/* Replays the merge with one setting and writes the order into s.
- * Returns 0 if it ran to completion, -1 if the cap starved it. */
+/* Replays the merge and writes the order into s. Rank r holds at most
+ * cap + r activations (no limit when cap < 0); `window` is how far a
+ * forward may overtake in its stream. Returns 0 if it ran to completion,
+ * -1 if the cap starved it. */
 static int hy_merge_run(hy_merge *g, hy_schedule *s, int cap, int window) {
     int P = g->P, total = 2 * g->n * P;
     for (int i = 0; i < s->micro_batches * g->S; i++) g->fend[i] = g->bend[i] = -1;
@@ -297,7 +301,7 @@ static int hy_merge_run(hy_merge *g, hy_schedule *s, int cap, int window) {
                 tb = hy_b_ready(g, b->mb, b->stage);
                 if (tb >= 0 && tb < g->free_at[r]) tb = g->free_at[r];
             }
-            if (g->live[r] < cap) tf = hy_next_forward(g, r, window, &fi);
+            if (cap < 0 || g->live[r] < cap + r) tf = hy_next_forward(g, r, window, &fi);
             int op = -1;
             double t = 0;
             if (tf >= 0 && (tb < 0 || tf <= tb)) { op = HY_FWD; t = tf; }
@@ -367,70 +371,24 @@ static int hy_merge_init(hy_merge *g, const hy_schedule *s) {
     return 0;
 }
 
-/* Peak activations interleaved 1F1B needs with v = 2W: the memory bound
- * hanayo's order must stay within. */
-static int hy_interleaved_peak(int P, int v, int M) {
-    int peak = 2 * (P - 1) + (v - 1) * P + 1;
-    return peak < v * M ? peak : v * M;
-}
-
-static void hy_copy_lists(hy_schedule *dst, const hy_schedule *src) {
-    size_t per_rank = 2 * (size_t)src->chunks * (size_t)src->micro_batches;
-    for (int r = 0; r < src->ranks; r++) {
-        memcpy(dst->actions[r], src->actions[r], per_rank * sizeof(hy_action));
-        dst->n_actions[r] = src->n_actions[r];
-    }
-}
-
-static int hy_build_hanayo(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
-    hy_schedule trial;
+static int hy_build_hanayo(hy_schedule *s, hy_error *err) {
     hy_merge g;
-    int rc = hy_schedule_alloc(&trial, p, err);
-    if (rc) return rc;
     if (hy_merge_init(&g, s) != 0) {
         hy_merge_free(&g);
-        hy_schedule_free(&trial);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the hanayo order");
     }
-    int P = s->ranks, M = s->micro_batches, v = s->chunks;
-    int bound = hy_interleaved_peak(P, v, M);
-    int lo = v * P < bound ? v * P : bound;
-    hy_costs costs = hy_costs_uniform();
-    double best_makespan = -1;
-    int best_peak = 0, found = 0;
-    /* Settings in a fixed order; ties keep the first, so the result is a
-     * pure function of (P, W, M). The last setting (no cap) always
-     * completes: it is GPipe-like and only wins when nothing else runs. */
-    const int windows[2] = { 1, v * P };
-    for (int w = 0; w < 2; w++) {
-        for (int cap = lo; cap <= bound; cap++) {
-            if (hy_merge_run(&g, &trial, cap, windows[w]) != 0) continue;
-            hy_sim_result res;
-            if (hy_simulate(&trial, &costs, &res, NULL) != HY_OK) continue;
-            int peak = 0;
-            for (int r = 0; r < P; r++)
-                if (res.peak_activations[r] > peak) peak = res.peak_activations[r];
-            double mk = res.makespan;
-            hy_sim_result_free(&res);
-            if (!found || mk < best_makespan - 1e-9 ||
-                (mk < best_makespan + 1e-9 && peak < best_peak)) {
-                best_makespan = mk;
-                best_peak = peak;
-                found = 1;
-                hy_copy_lists(s, &trial);
-            }
-        }
-    }
-    if (!found) {
-        /* Too few micro-batches for any bounded setting: run uncapped. */
-        if (hy_merge_run(&g, &trial, v * M, v * P) == 0) {
-            hy_copy_lists(s, &trial);
-            found = 1;
-        }
+    int v = s->chunks, P = s->ranks, M = s->micro_batches;
+    /* Rank r may hold 2WP + r activations: the 2WP its forward stream
+     * keeps in flight plus r for the r backward hops (b each) that its
+     * first backward takes longer to arrive than rank 0's. Overtaking
+     * looks one group (2WP stream entries) ahead. */
+    int rc = hy_merge_run(&g, s, v * P, v * P);
+    if (rc != 0) {
+        /* Too few micro-batches to fill the pipeline: run uncapped. */
+        rc = hy_merge_run(&g, s, -1, v * P);
     }
     hy_merge_free(&g);
-    hy_schedule_free(&trial);
-    if (!found)
+    if (rc != 0)
         return hy_fail(err, HY_ERR_RUNTIME, "internal error: no hanayo order for P=%d W=%d M=%d",
                        P, s->waves, M);
     return HY_OK;
@@ -448,7 +406,7 @@ int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
     case HY_SCHED_GPIPE: hy_build_gpipe(s); break;
     case HY_SCHED_1F1B: hy_build_1f1b(s); break;
     case HY_SCHED_INTERLEAVED: hy_build_interleaved(s); break;
-    case HY_SCHED_HANAYO: rc = hy_build_hanayo(s, p, err); break;
+    case HY_SCHED_HANAYO: rc = hy_build_hanayo(s, err); break;
     default: break;
     }
     if (rc) hy_schedule_free(s);
