@@ -16,6 +16,7 @@
  * (`origin`), so that an error can name the file or the --set at fault.
  */
 #include "config.h"
+#include "suggest.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -416,34 +417,6 @@ static void describe_range(const key_spec *k, char *buf, size_t n) {
  * Suggestions for misspelt keys and values
  */
 
-/* Levenshtein distance; long strings are never "close". */
-static int edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 127 || lb > 127) return INT_MAX;
-    int row[128];
-    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
-/* Close enough to be a typo rather than a different word. */
-static int is_close(const char *typed, int dist) {
-    int len = (int)strlen(typed);
-    int limit = len / 3 > 2 ? len / 3 : 2;
-    return dist <= limit;
-}
-
 /* The valid key nearest to an unknown one: first the same leaf name in
  * another section ('model.waves' → 'schedule.waves'), else the smallest
  * edit distance over whole dotted names. NULL when nothing is close. */
@@ -454,10 +427,10 @@ static const key_spec *suggest_key(const char *full) {
     const key_spec *best = NULL;
     int best_d = INT_MAX;
     for (int i = 0; i < N_KEYS; i++) {
-        int d = edit_distance(full, KEYS[i].name);
+        int d = hy_edit_distance(full, KEYS[i].name);
         if (d < best_d) { best_d = d; best = &KEYS[i]; }
     }
-    return best && is_close(full, best_d) ? best : NULL;
+    return best && hy_is_typo(full, best_d) ? best : NULL;
 }
 
 /* "; did you mean 'schedule.waves'?" or "; valid keys in 'schedule': kind, ..." */
@@ -483,10 +456,10 @@ static void key_hint(const char *full, char *buf, size_t n) {
 static void enum_hint(const key_spec *k, const char *typed, char *buf, size_t n) {
     int best = -1, best_d = INT_MAX;
     for (int i = 0; i < k->n_enum; i++) {
-        int d = edit_distance(typed, k->enum_name(i));
+        int d = hy_edit_distance(typed, k->enum_name(i));
         if (d < best_d) { best_d = d; best = i; }
     }
-    if (best >= 0 && is_close(typed, best_d))
+    if (best >= 0 && hy_is_typo(typed, best_d))
         snprintf(buf, n, "; did you mean \"%s\"?", k->enum_name(best));
     else
         buf[0] = '\0';

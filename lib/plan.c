@@ -1,0 +1,865 @@
+/*
+ * plan.c — a schedule and its simulation, rendered (see plan.h).
+ *
+ * Sections: building a plan; the JSON contract; the ASCII timeline and the
+ * summary; the SVG and its atomic save; the comparison of the schedules;
+ * the `hanayo plan` command that ties them to the config. Every renderer
+ * takes the timings from the simulator's start/end arrays, so what is drawn
+ * is exactly what was simulated, per-stage costs included.
+ */
+#include "plan.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+
+#define DEFAULT_WIDTH 120
+
+/* ------------------------------------------------------------------------
+ * Building a plan
+ * ------------------------------------------------------------------------ */
+
+/* Stages per rank a kind will use, before building anything. */
+static int chunks_of(const hy_sched_params *p) {
+    if (p->kind == HY_SCHED_HANAYO) return 2 * p->waves;
+    if (p->kind == HY_SCHED_INTERLEAVED) return p->chunks;
+    return 1;
+}
+
+int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
+                  hy_error *err) {
+    memset(pl, 0, sizeof *pl);
+    /* Refuse absurd sizes before the generator tries to allocate them. */
+    double n = (double)p->ranks * 2.0 * chunks_of(p) * p->micro_batches;
+    if (n > HY_PLAN_MAX_ACTIONS)
+        return hy_fail(err, HY_ERR_INPUT,
+                       "%s with %d ranks, %d micro-batches and %d stages per "
+                       "rank is %.0f actions, more than the %d a plan may "
+                       "hold; use fewer micro-batches, waves or chunks",
+                       hy_sched_name(p->kind), p->ranks, p->micro_batches,
+                       chunks_of(p), n, HY_PLAN_MAX_ACTIONS);
+    int st = hy_schedule_build(&pl->sched, p, err);
+    if (st != HY_OK) return st;
+    st = hy_simulate(&pl->sched, c, &pl->sim, err);
+    if (st != HY_OK) {
+        hy_schedule_free(&pl->sched);
+        memset(pl, 0, sizeof *pl);
+        return st;
+    }
+    pl->costs = *c;
+    pl->costs.fwd_stage = pl->costs.bwd_stage = NULL;  /* borrowed; not kept */
+    pl->ideal_bubble = hy_ideal_bubble(&pl->sched);
+    return HY_OK;
+}
+
+void hy_plan_free(hy_plan *pl) {
+    if (!pl) return;
+    hy_sim_result_free(&pl->sim);      /* both safe on an empty struct */
+    hy_schedule_free(&pl->sched);
+    memset(pl, 0, sizeof *pl);
+}
+
+int hy_plan_peak_max(const hy_plan *pl) {
+    int peak = 0;
+    for (int r = 0; r < pl->sched.ranks; r++)
+        if (pl->sim.peak_activations[r] > peak)
+            peak = pl->sim.peak_activations[r];
+    return peak;
+}
+
+static double duration(const hy_plan *pl, int r, int i) {
+    return pl->sim.end[r][i] - pl->sim.start[r][i];
+}
+
+/* Renders through a FILE * into a malloc'd string, so every renderer has
+ * one implementation for both forms. */
+typedef int (*render_fn)(FILE *f, const void *a, const void *b);
+
+static char *render_to_string(render_fn fn, const void *a, const void *b) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    int bad = fn(f, a, b) != 0;
+    if (fclose(f) != 0) bad = 1;
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static int digits(long x) {
+    int d = 1;
+    while (x >= 10) {
+        x /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* ------------------------------------------------------------------------
+ * JSON
+ * ------------------------------------------------------------------------ */
+
+static json_t *int_array(const int *v, int n) {
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_integer(v[i])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+static json_t *actions_json(const hy_schedule *s) {
+    json_t *all = json_array();
+    for (int r = 0; all && r < s->ranks; r++) {
+        json_t *row = json_array();
+        for (int i = 0; row && i < s->n_actions[r]; i++) {
+            const hy_action *a = &s->actions[r][i];
+            json_t *t = json_pack("[sii]", a->op == HY_FWD ? "F" : "B",
+                                  a->mb, a->stage);
+            if (json_array_append_new(row, t) != 0) {
+                json_decref(row);
+                row = NULL;
+            }
+        }
+        if (json_array_append_new(all, row) != 0) {
+            json_decref(all);
+            all = NULL;
+        }
+    }
+    return all;
+}
+
+/* json_object_set_new takes ownership even on failure, so the results can
+ * simply be OR-ed: one failure (out of memory) fails the whole document. */
+static json_t *plan_json(const hy_plan *pl) {
+    const hy_schedule *s = &pl->sched;
+    json_t *o = json_object();
+    if (!o) return NULL;
+    int bad = 0;
+    bad |= json_object_set_new(o, "schedule", json_string(hy_sched_name(s->kind)));
+    bad |= json_object_set_new(o, "ranks", json_integer(s->ranks));
+    bad |= json_object_set_new(o, "micro_batches", json_integer(s->micro_batches));
+    bad |= json_object_set_new(o, "waves",
+                               json_integer(s->kind == HY_SCHED_HANAYO ? s->waves : 0));
+    bad |= json_object_set_new(o, "chunks_per_rank", json_integer(s->chunks));
+    bad |= json_object_set_new(o, "stages", json_integer(s->stages));
+    bad |= json_object_set_new(o, "fwd_cost", json_real(pl->costs.fwd));
+    bad |= json_object_set_new(o, "bwd_cost", json_real(pl->costs.bwd));
+    bad |= json_object_set_new(o, "comm_cost", json_real(pl->costs.comm));
+    bad |= json_object_set_new(o, "placement", int_array(s->placement, s->stages));
+    bad |= json_object_set_new(o, "actions", actions_json(s));
+    bad |= json_object_set_new(o, "makespan", json_real(pl->sim.makespan));
+    bad |= json_object_set_new(o, "bubble_ratio", json_real(pl->sim.bubble));
+    bad |= json_object_set_new(o, "peak_activations",
+                               int_array(pl->sim.peak_activations, s->ranks));
+    bad |= json_object_set_new(o, "transfers", json_integer(pl->sim.transfers));
+    bad |= json_object_set_new(o, "ideal_bubble", json_real(pl->ideal_bubble));
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static char *dump_json(json_t *o) {
+    if (!o) return NULL;
+    char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+char *hy_plan_json(const hy_plan *pl) { return dump_json(plan_json(pl)); }
+
+/* ------------------------------------------------------------------------
+ * ASCII timeline
+ * ------------------------------------------------------------------------ */
+
+/* The timeline laid out on a grid of character cells: cell[r][col] is the
+ * character drawn, owner[r][col] the action (index + 1) it belongs to, 0
+ * for idle, which is what the colouring needs. */
+typedef struct {
+    int ranks, ncols;
+    double scale;     /* columns per unit of simulated time */
+    int label_w;      /* digits of the largest micro-batch */
+    int labels;       /* columns the labels of the longest row need */
+    char *cell;       /* [ranks * ncols] */
+    int *owner;       /* [ranks * ncols] */
+    int **col0;       /* [ranks][n_actions]: first column of each action */
+    int **col1;       /* [ranks][n_actions]: one past its last column */
+} grid;
+
+/* Columns an action needs for its label: "m " for F, "[m]" for B. */
+static int label_need(const grid *g, const hy_action *a) {
+    return g->label_w + (a->op == HY_FWD ? 1 : 2);
+}
+
+/* The smallest scale at which every action with a duration fits its
+ * label; also sets g->labels, the columns the longest row's labels need. */
+static double label_scale(const hy_plan *pl, grid *g) {
+    double s = 0;
+    g->labels = 0;
+    for (int r = 0; r < pl->sched.ranks; r++) {
+        int row = 0;
+        for (int i = 0; i < pl->sched.n_actions[r]; i++) {
+            double d = duration(pl, r, i);
+            int need = label_need(g, &pl->sched.actions[r][i]);
+            if (d > 0 && need / d > s) s = need / d;
+            row += need;
+        }
+        if (row > g->labels) g->labels = row;
+    }
+    return s > 0 ? s : 1;
+}
+
+/* Places every action at the scale: a run from its rounded start to its
+ * rounded end, pushed right where rounding (or a zero-cost action) would
+ * make it overlap the previous run or be too narrow for its label. Returns
+ * the number of columns used. */
+static int place_runs(const hy_plan *pl, grid *g) {
+    int ncols = 0;
+    for (int r = 0; r < pl->sched.ranks; r++) {
+        int prev = 0;
+        for (int i = 0; i < pl->sched.n_actions[r]; i++) {
+            long a = lround(pl->sim.start[r][i] * g->scale);
+            long b = lround(pl->sim.end[r][i] * g->scale);
+            if (a < prev) a = prev;
+            if (b < a + label_need(g, &pl->sched.actions[r][i]))
+                b = a + label_need(g, &pl->sched.actions[r][i]);
+            g->col0[r][i] = (int)a;
+            g->col1[r][i] = (int)b;
+            prev = (int)b;
+        }
+        if (prev > ncols) ncols = prev;
+    }
+    return ncols;
+}
+
+static void fill_run(grid *g, int r, int i, const hy_action *a) {
+    char *row = g->cell + (size_t)r * g->ncols;
+    int *own = g->owner + (size_t)r * g->ncols;
+    int c0 = g->col0[r][i], c1 = g->col1[r][i];
+    for (int c = c0; c < c1; c++) {
+        row[c] = ' ';
+        own[c] = i + 1;
+    }
+    char label[16];
+    int n = snprintf(label, sizeof label, "%d", a->mb);
+    int at = c0;
+    if (a->op == HY_BWD) {
+        row[c0] = '[';
+        row[c1 - 1] = ']';
+        at++;
+    }
+    memcpy(row + at, label, (size_t)n);
+}
+
+static void grid_free(grid *g) {
+    if (g->col0)
+        for (int r = 0; r < g->ranks; r++) free(g->col0[r]);
+    if (g->col1)
+        for (int r = 0; r < g->ranks; r++) free(g->col1[r]);
+    free(g->col0);
+    free(g->col1);
+    free(g->cell);
+    free(g->owner);
+    memset(g, 0, sizeof *g);
+}
+
+static int try_scale(grid *g, const hy_plan *pl, double scale) {
+    g->scale = scale;
+    g->ncols = place_runs(pl, g);
+    return g->ncols;
+}
+
+/* The scale, in order of preference:
+ *  1. proportional, every label fitting its run, widened by a whole factor
+ *     up to 4, within `avail` columns;
+ *  2. squeezed until it fits `avail`, as long as widening the short actions
+ *     to their labels adds at most a quarter of the columns (so the picture
+ *     stays close to proportional);
+ *  3. proportional and wrapped into blocks — but never longer than 4 times
+ *     what the labels alone need: very uneven costs (1e-9 beside 1) would
+ *     otherwise ask for billions of columns. */
+static void choose_scale(grid *g, const hy_plan *pl, int avail) {
+    double s0 = label_scale(pl, g), mk = pl->sim.makespan;
+    for (int k = 4; k >= 1; k--)
+        if (mk * s0 * k <= avail && try_scale(g, pl, s0 * k) <= avail) return;
+    /* From here on no scale exceeds the cap, so columns stay bounded. */
+    double cap = 4.0 * (g->labels > avail ? g->labels : avail);
+    double top = mk * s0 > cap ? cap / mk : s0;
+    if (g->labels <= avail && mk > 0) {
+        double lo = 0, hi = top;
+        for (int i = 0; i < 40; i++) {
+            double mid = (lo + hi) / 2;
+            if (try_scale(g, pl, mid) <= avail) lo = mid;
+            else hi = mid;
+        }
+        if (lo > 0) {
+            int n = try_scale(g, pl, lo);
+            if (n - mk * lo <= n / 4.0) return;
+        }
+    }
+    try_scale(g, pl, top);
+}
+
+/* Lays the plan out on the grid at the chosen scale. Returns -1 when out
+ * of memory. */
+static int grid_build(grid *g, const hy_plan *pl, int avail) {
+    const hy_schedule *s = &pl->sched;
+    memset(g, 0, sizeof *g);
+    g->ranks = s->ranks;
+    g->label_w = digits(s->micro_batches - 1);
+    g->col0 = calloc((size_t)s->ranks, sizeof *g->col0);
+    g->col1 = calloc((size_t)s->ranks, sizeof *g->col1);
+    if (!g->col0 || !g->col1) return -1;
+    for (int r = 0; r < s->ranks; r++) {
+        g->col0[r] = malloc(sizeof(int) * (size_t)(s->n_actions[r] + 1));
+        g->col1[r] = malloc(sizeof(int) * (size_t)(s->n_actions[r] + 1));
+        if (!g->col0[r] || !g->col1[r]) return -1;
+    }
+    choose_scale(g, pl, avail);
+    size_t cells = (size_t)s->ranks * (size_t)(g->ncols > 0 ? g->ncols : 1);
+    g->cell = malloc(cells);
+    g->owner = calloc(cells, sizeof *g->owner);
+    if (!g->cell || !g->owner) return -1;
+    memset(g->cell, '.', cells);
+    for (int r = 0; r < s->ranks; r++)
+        for (int i = 0; i < s->n_actions[r]; i++)
+            fill_run(g, r, i, &s->actions[r][i]);
+    return 0;
+}
+
+/* 1, 2 or 5 times a power of ten, at least x. */
+static double nice_step(double x) {
+    if (!(x > 0)) return 1;
+    double base = pow(10, floor(log10(x)));
+    static const double mult[] = {1, 2, 5, 10};
+    for (int i = 0; i < 4; i++)
+        if (base * mult[i] >= x * (1 - 1e-12)) return base * mult[i];
+    return base * 10;
+}
+
+/* The time ruler over columns [c0, c1): tick labels at their columns,
+ * skipped where they would run into the previous one. */
+static void write_ruler(FILE *f, const grid *g, double makespan, int c0,
+                        int c1, int prefix_w) {
+    double step = nice_step(8.0 / g->scale);
+    char *line = malloc((size_t)(c1 - c0) + 1);
+    if (!line) return;
+    memset(line, ' ', (size_t)(c1 - c0));
+    int free_from = 0;
+    for (long i = (long)floor(c0 / g->scale / step); ; i++) {
+        double t = i * step;
+        long col = lround(t * g->scale) - c0;
+        if (col >= c1 - c0 || t > makespan * (1 + 1e-12)) break;
+        if (col < 0) continue;
+        char lab[32];
+        int n = snprintf(lab, sizeof lab, "%g", t);
+        if (col < free_from || col + n > c1 - c0) continue;
+        memcpy(line + col, lab, (size_t)n);
+        free_from = (int)col + n + 1;
+    }
+    line[c1 - c0] = '\0';
+    /* Trailing blanks would only be noise. */
+    for (int e = c1 - c0; e > 0 && line[e - 1] == ' '; e--) line[e - 1] = '\0';
+    fprintf(f, "%*s%s\n", prefix_w, "time |", line);
+    free(line);
+}
+
+/* ANSI styles: F cyan and B yellow backgrounds, alternate micro-batches in
+ * the bright variant so neighbouring runs stay apart; idle dimmed. */
+static const char *cell_style(const hy_plan *pl, int r, int owner) {
+    if (owner == 0) return "\x1b[0;2m";
+    const hy_action *a = &pl->sched.actions[r][owner - 1];
+    if (a->op == HY_FWD) return a->mb % 2 ? "\x1b[0;30;106m" : "\x1b[0;30;46m";
+    return a->mb % 2 ? "\x1b[0;30;103m" : "\x1b[0;30;43m";
+}
+
+static void write_row(FILE *f, const hy_plan *pl, const grid *g, int r,
+                      int c0, int c1, int color) {
+    const char *row = g->cell + (size_t)r * g->ncols;
+    const int *own = g->owner + (size_t)r * g->ncols;
+    fprintf(f, "rank %*d |", digits(g->ranks - 1), r);
+    int last = -1;
+    for (int c = c0; c < c1; c++) {
+        if (color && own[c] != last) {
+            fputs(cell_style(pl, r, own[c]), f);
+            last = own[c];
+        }
+        fputc(row[c], f);
+    }
+    if (color) fputs("\x1b[0m", f);
+    fputs("|\n", f);
+}
+
+/* Where a block of rows that starts at c0 should end: at most `per`
+ * columns on (blocks of equal width, not full ones and a stub), and, among
+ * the last fifth of those, at the column that cuts through the fewest runs,
+ * so that labels are rarely split across blocks. */
+static int block_end(const grid *g, int c0, int avail, int per) {
+    if (c0 + avail >= g->ncols) return g->ncols;
+    int best = c0 + per, best_cuts = g->ranks + 1;
+    for (int c = c0 + per; c > c0 + per - per / 5; c--) {
+        int cuts = 0;
+        for (int r = 0; r < g->ranks; r++) {
+            const int *own = g->owner + (size_t)r * g->ncols;
+            cuts += own[c] != 0 && own[c] == own[c - 1];
+        }
+        if (cuts < best_cuts) {
+            best = c;
+            best_cuts = cuts;
+        }
+        if (cuts == 0) break;
+    }
+    return best;
+}
+
+int hy_plan_write_timeline(FILE *f, const hy_plan *pl,
+                           const hy_timeline_opts *o) {
+    int width = o && o->width > 0 ? o->width : DEFAULT_WIDTH;
+    int color = o ? o->color : 0;
+    int prefix_w = 5 + digits(pl->sched.ranks - 1) + 2;  /* "rank N |" */
+    int avail = width - prefix_w - 1;
+    if (avail < 16) avail = 16;
+    grid g;
+    if (grid_build(&g, pl, avail) != 0) {
+        grid_free(&g);
+        return -1;
+    }
+    int blocks = (g.ncols + avail - 1) / avail;
+    int per = blocks > 1 ? (g.ncols + blocks - 1) / blocks : avail;
+    for (int c0 = 0, c1; c0 < g.ncols || c0 == 0; c0 = c1) {
+        c1 = block_end(&g, c0, avail, per);
+        if (c0 > 0) fputc('\n', f);
+        write_ruler(f, &g, pl->sim.makespan, c0, c1, prefix_w);
+        for (int r = 0; r < g.ranks; r++) write_row(f, pl, &g, r, c0, c1, color);
+        if (g.ncols == 0) break;
+    }
+    fprintf(f, "\nlegend: F(m) \"m \", B(m) \"[m]\", idle \".\"\n"
+               "scale:  1 column = %.3g time\n", 1.0 / g.scale);
+    grid_free(&g);
+    return ferror(f) ? -1 : 0;
+}
+
+static int timeline_thunk(FILE *f, const void *pl, const void *o) {
+    return hy_plan_write_timeline(f, pl, o);
+}
+
+char *hy_plan_timeline(const hy_plan *pl, const hy_timeline_opts *o) {
+    return render_to_string(timeline_thunk, pl, o);
+}
+
+static void write_kind_line(FILE *f, const hy_schedule *s) {
+    fprintf(f, "%-18s%s", "schedule", hy_sched_name(s->kind));
+    if (s->kind == HY_SCHED_HANAYO)
+        fprintf(f, ", W = %d wave%s (%d chunks per rank)", s->waves,
+                s->waves == 1 ? "" : "s", s->chunks);
+    else if (s->kind == HY_SCHED_INTERLEAVED)
+        fprintf(f, ", v = %d chunks per rank", s->chunks);
+    fputc('\n', f);
+}
+
+int hy_plan_write_summary(FILE *f, const hy_plan *pl) {
+    const hy_schedule *s = &pl->sched;
+    write_kind_line(f, s);
+    fprintf(f, "%-18sP = %d\n", "ranks", s->ranks);
+    fprintf(f, "%-18sM = %d\n", "micro-batches", s->micro_batches);
+    fprintf(f, "%-18sS = %d\n", "stages", s->stages);
+    fprintf(f, "%-18sf = %g, b = %g, c = %g\n", "costs", pl->costs.fwd,
+            pl->costs.bwd, pl->costs.comm);
+    fprintf(f, "%-18s%g\n", "makespan", pl->sim.makespan);
+    fprintf(f, "%-18s%.4f (ideal %.4f)\n", "bubble ratio", pl->sim.bubble,
+            pl->ideal_bubble);
+    fprintf(f, "%-18s[", "peak activations");
+    for (int r = 0; r < s->ranks; r++)
+        fprintf(f, "%s%d", r ? ", " : "", pl->sim.peak_activations[r]);
+    fprintf(f, "] (max %d)\n", hy_plan_peak_max(pl));
+    fprintf(f, "%-18s%d per iteration\n", "transfers", pl->sim.transfers);
+    return ferror(f) ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------
+ * SVG
+ * ------------------------------------------------------------------------ */
+
+enum { SVG_LEFT = 64, SVG_TOP = 40, SVG_ROW = 26, SVG_GAP = 6,
+       SVG_AXIS = 40, SVG_RIGHT = 24 };
+#define SVG_PLOT_W 1100.0
+#define SVG_MAX_PLOT_W 100000.0
+
+typedef struct { int r, g, b; } rgb;
+
+static double hue_part(double p, double q, double t) {
+    if (t < 0) t += 1;
+    if (t > 1) t -= 1;
+    if (t < 1.0 / 6) return p + (q - p) * 6 * t;
+    if (t < 0.5) return q;
+    if (t < 2.0 / 3) return p + (q - p) * (2.0 / 3 - t) * 6;
+    return p;
+}
+
+static rgb hsl(double h, double s, double l) {
+    double q = l < 0.5 ? l * (1 + s) : l + s - l * s, p = 2 * l - q;
+    h /= 360;
+    rgb c = {(int)lround(255 * hue_part(p, q, h + 1.0 / 3)),
+             (int)lround(255 * hue_part(p, q, h)),
+             (int)lround(255 * hue_part(p, q, h - 1.0 / 3))};
+    return c;
+}
+
+/* Six shades cycling with the micro-batch, so neighbours differ. */
+static double shade(int mb) { return 0.38 + 0.07 * (mb % 6); }
+
+/* Pixels per time unit: the plot about SVG_PLOT_W wide, the shortest
+ * action at least 3 px, the whole never past SVG_MAX_PLOT_W. */
+static double svg_unit(const hy_plan *pl) {
+    double mk = pl->sim.makespan > 0 ? pl->sim.makespan : 1;
+    double u = SVG_PLOT_W / mk, shortest = 0;
+    for (int r = 0; r < pl->sched.ranks; r++)
+        for (int i = 0; i < pl->sched.n_actions[r]; i++) {
+            double d = duration(pl, r, i);
+            if (d > 0 && (shortest == 0 || d < shortest)) shortest = d;
+        }
+    if (shortest > 0 && shortest * u < 3) u = 3 / shortest;
+    if (mk * u > SVG_MAX_PLOT_W) u = SVG_MAX_PLOT_W / mk;
+    return u;
+}
+
+static void svg_action(FILE *f, const hy_plan *pl, int r, int i, double u) {
+    const hy_action *a = &pl->sched.actions[r][i];
+    double t0 = pl->sim.start[r][i], t1 = pl->sim.end[r][i];
+    double x = SVG_LEFT + t0 * u, w = (t1 - t0) * u;
+    double y = SVG_TOP + r * (SVG_ROW + SVG_GAP);
+    double l = shade(a->mb);
+    rgb c = a->op == HY_FWD ? hsl(212, 0.65, l) : hsl(28, 0.85, l);
+    char name[64];
+    hy_action_label(a, name, sizeof name);
+    fprintf(f, "<rect class=\"%c\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+               "height=\"%d\" fill=\"#%02x%02x%02x\" stroke=\"#fff\" "
+               "stroke-width=\"0.5\"><title>%s: %g to %g</title></rect>\n",
+            a->op == HY_FWD ? 'F' : 'B', x, y, w, SVG_ROW, c.r, c.g, c.b,
+            name, t0, t1);
+    char lab[16];
+    int n = snprintf(lab, sizeof lab, "%d", a->mb);
+    if (w >= 7.0 * n + 4)
+        fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" "
+                   "dominant-baseline=\"central\" fill=\"%s\">%s</text>\n",
+                x + w / 2, y + SVG_ROW / 2.0, l < 0.55 ? "#fff" : "#000", lab);
+}
+
+static void svg_axis(FILE *f, const hy_plan *pl, double u) {
+    double y = SVG_TOP + pl->sched.ranks * (SVG_ROW + SVG_GAP) + 4;
+    double mk = pl->sim.makespan;
+    fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
+               "stroke=\"#333\"/>\n", SVG_LEFT, y, SVG_LEFT + mk * u, y);
+    double step = nice_step(60 / u);
+    for (long i = 0; i * step <= mk * (1 + 1e-12); i++) {
+        double x = SVG_LEFT + i * step * u;
+        fprintf(f, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
+                   "stroke=\"#333\"/>\n<text x=\"%.2f\" y=\"%.2f\" "
+                   "text-anchor=\"middle\">%g</text>\n",
+                x, y, x, y + 5, x, y + 17, i * step);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\">time</text>\n",
+            SVG_LEFT - 8, y + 17);
+}
+
+int hy_plan_write_svg(FILE *f, const hy_plan *pl) {
+    const hy_schedule *s = &pl->sched;
+    double u = svg_unit(pl);
+    double w = SVG_LEFT + pl->sim.makespan * u + SVG_RIGHT;
+    int h = SVG_TOP + s->ranks * (SVG_ROW + SVG_GAP) + SVG_AXIS;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
+               "height=\"%d\" viewBox=\"0 0 %.0f %d\" font-family=\"sans-serif\" "
+               "font-size=\"11\" style=\"background:#fff\">\n", w, h, w, h);
+    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"14\">%s  P=%d  M=%d",
+            SVG_LEFT, hy_sched_name(s->kind), s->ranks, s->micro_batches);
+    if (s->kind == HY_SCHED_HANAYO) fprintf(f, "  W=%d", s->waves);
+    if (s->kind == HY_SCHED_INTERLEAVED) fprintf(f, "  v=%d", s->chunks);
+    fprintf(f, "  stages=%d  makespan %g  bubble %.4f (ideal %.4f)  "
+               "F blue, B orange</text>\n", s->stages, pl->sim.makespan,
+            pl->sim.bubble, pl->ideal_bubble);
+    for (int r = 0; r < s->ranks; r++) {
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" "
+                   "dominant-baseline=\"central\">rank %d</text>\n",
+                SVG_LEFT - 8, SVG_TOP + r * (SVG_ROW + SVG_GAP) + SVG_ROW / 2.0, r);
+        for (int i = 0; i < s->n_actions[r]; i++) svg_action(f, pl, r, i, u);
+    }
+    svg_axis(f, pl, u);
+    fputs("</svg>\n", f);
+    return ferror(f) ? -1 : 0;
+}
+
+static int svg_thunk(FILE *f, const void *pl, const void *unused) {
+    (void)unused;
+    return hy_plan_write_svg(f, pl);
+}
+
+char *hy_plan_svg(const hy_plan *pl) {
+    return render_to_string(svg_thunk, pl, NULL);
+}
+
+static int svg_io_error(hy_error *err, const char *path, int e) {
+    return hy_fail(err, HY_ERR_RUNTIME,
+                   "cannot write the SVG to '%s': %s; check that the "
+                   "directory exists and is writable", path, strerror(e));
+}
+
+int hy_plan_save_svg(const hy_plan *pl, const char *path, hy_error *err) {
+    size_t n = strlen(path) + sizeof ".tmp-XXXXXX";
+    char *tmp = malloc(n);
+    if (!tmp) return svg_io_error(err, path, ENOMEM);
+    snprintf(tmp, n, "%s.tmp-XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        return svg_io_error(err, path, e);
+    }
+    (void)fchmod(fd, 0644);   /* mkstemp's 0600 is needlessly private */
+    errno = 0;
+    FILE *f = fdopen(fd, "w");
+    int e = 0;
+    if (!f) {
+        e = errno ? errno : EIO;
+        close(fd);
+    } else {
+        if (hy_plan_write_svg(f, pl) != 0 || fflush(f) != 0 ||
+            fsync(fileno(f)) != 0)
+            e = errno ? errno : EIO;
+        if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    }
+    if (!e && rename(tmp, path) != 0) e = errno ? errno : EIO;
+    if (e) unlink(tmp);
+    free(tmp);
+    return e ? svg_io_error(err, path, e) : HY_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Comparison
+ * ------------------------------------------------------------------------ */
+
+static void compare_row(hy_compare_row *row, const hy_plan *pl) {
+    row->ok = 1;
+    row->stages = pl->sched.stages;
+    row->chunks = pl->sched.chunks;
+    row->makespan = pl->sim.makespan;
+    row->bubble = pl->sim.bubble;
+    row->ideal_bubble = pl->ideal_bubble;
+    row->peak_max = hy_plan_peak_max(pl);
+    row->transfers = pl->sim.transfers;
+}
+
+int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
+                    hy_compare_row rows[HY_SCHED_COUNT], hy_error *err) {
+    hy_error first;
+    hy_error_clear(&first);
+    int any = 0;
+    for (int k = 0; k < HY_SCHED_COUNT; k++) {
+        hy_sched_params q = *p;
+        q.kind = (hy_sched_kind)k;
+        hy_compare_row *row = &rows[k];
+        memset(row, 0, sizeof *row);
+        row->kind = q.kind;
+        row->waves = q.kind == HY_SCHED_HANAYO ? q.waves : 0;
+        row->chunks = chunks_of(&q);
+        /* f and b are the cost of one rank's share of the model, split
+         * over its chunks, so makespans compare across stage counts; a
+         * transfer moves the same activation whatever the chunking. */
+        hy_costs share = *c;
+        share.fwd /= row->chunks;
+        share.bwd /= row->chunks;
+        hy_plan pl;
+        hy_error e;
+        hy_error_clear(&e);
+        int st = hy_plan_build(&pl, &q, &share, &e);
+        if (st == HY_ERR_RUNTIME) return hy_fail(err, st, "%s", e.msg);
+        if (st != HY_OK) {
+            snprintf(row->note, sizeof row->note, "%s", e.msg);
+            if (first.status == HY_OK) first = e;
+            continue;
+        }
+        compare_row(row, &pl);
+        hy_plan_free(&pl);
+        any = 1;
+    }
+    if (!any) return hy_fail(err, first.status, "%s", first.msg);
+    return HY_OK;
+}
+
+static void row_name(const hy_compare_row *row, char *buf, size_t n) {
+    if (row->kind == HY_SCHED_HANAYO)
+        snprintf(buf, n, "%s W=%d", hy_sched_name(row->kind), row->waves);
+    else if (row->kind == HY_SCHED_INTERLEAVED)
+        snprintf(buf, n, "%s v=%d", hy_sched_name(row->kind), row->chunks);
+    else
+        snprintf(buf, n, "%s", hy_sched_name(row->kind));
+}
+
+int hy_compare_write_table(FILE *f, const hy_compare_row *rows, int n) {
+    /* "peak act" counts stage activations; "act mem" divides by the chunks
+     * per rank, giving memory in units of one micro-batch's activations
+     * through a whole rank share, comparable across schedules. */
+    fprintf(f, "%-17s %6s %10s %8s %8s %9s %8s %10s\n", "schedule", "stages",
+            "makespan", "bubble", "ideal", "peak act", "act mem", "transfers");
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        row_name(&rows[i], name, sizeof name);
+        if (!rows[i].ok) {
+            fprintf(f, "%-17s skipped: %s\n", name, rows[i].note);
+            continue;
+        }
+        fprintf(f, "%-17s %6d %10g %8.4f %8.4f %9d %8.2f %10d\n", name,
+                rows[i].stages, rows[i].makespan, rows[i].bubble,
+                rows[i].ideal_bubble, rows[i].peak_max,
+                (double)rows[i].peak_max / rows[i].chunks, rows[i].transfers);
+    }
+    return ferror(f) ? -1 : 0;
+}
+
+static int table_thunk(FILE *f, const void *rows, const void *n) {
+    return hy_compare_write_table(f, rows, *(const int *)n);
+}
+
+char *hy_compare_table(const hy_compare_row *rows, int n) {
+    return render_to_string(table_thunk, rows, &n);
+}
+
+static json_t *compare_row_json(const hy_compare_row *row) {
+    json_t *o = json_object();
+    if (!o) return NULL;
+    int bad = 0;
+    bad |= json_object_set_new(o, "schedule", json_string(hy_sched_name(row->kind)));
+    bad |= json_object_set_new(o, "waves", json_integer(row->waves));
+    bad |= json_object_set_new(o, "chunks_per_rank", json_integer(row->chunks));
+    if (!row->ok) {
+        bad |= json_object_set_new(o, "skipped", json_string(row->note));
+    } else {
+        bad |= json_object_set_new(o, "stages", json_integer(row->stages));
+        bad |= json_object_set_new(o, "makespan", json_real(row->makespan));
+        bad |= json_object_set_new(o, "bubble_ratio", json_real(row->bubble));
+        bad |= json_object_set_new(o, "ideal_bubble", json_real(row->ideal_bubble));
+        bad |= json_object_set_new(o, "peak_activations_max", json_integer(row->peak_max));
+        bad |= json_object_set_new(o, "transfers", json_integer(row->transfers));
+    }
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *hy_compare_json(const hy_compare_row *rows, int n) {
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        if (json_array_append_new(a, compare_row_json(&rows[i])) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    return dump_json(a);
+}
+
+/* ------------------------------------------------------------------------
+ * The `hanayo plan` command
+ * ------------------------------------------------------------------------ */
+
+void hy_plan_request_init(hy_plan_request *rq) {
+    memset(rq, 0, sizeof *rq);
+    rq->fwd_cost = rq->bwd_cost = rq->comm_cost = -1;
+    rq->timeline.width = DEFAULT_WIDTH;
+}
+
+/* Config file, then --set, then the flags: the later one wins. */
+static int resolve(const hy_plan_request *rq, hy_sched_params *p,
+                   hy_costs *c, hy_error *err) {
+    hy_config cfg;
+    hy_config_init(&cfg);
+    int st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
+    if (st == HY_OK) hy_sched_params_from_config(&cfg, p);
+    hy_config_free(&cfg);
+    if (st != HY_OK) return st;
+    if (rq->has_kind) p->kind = rq->kind;
+    if (rq->ranks > 0) p->ranks = rq->ranks;
+    if (rq->micro_batches > 0) p->micro_batches = rq->micro_batches;
+    if (rq->waves > 0) p->waves = rq->waves;
+    if (rq->chunks > 0) p->chunks = rq->chunks;
+    *c = hy_costs_uniform();
+    if (rq->fwd_cost >= 0) c->fwd = rq->fwd_cost;
+    if (rq->bwd_cost >= 0) c->bwd = rq->bwd_cost;
+    if (rq->comm_cost >= 0) c->comm = rq->comm_cost;
+    return HY_OK;
+}
+
+static int out_error(hy_error *err) {
+    return hy_fail(err, HY_ERR_RUNTIME, "cannot write the output: %s",
+                   strerror(errno ? errno : EIO));
+}
+
+static int run_compare(const hy_plan_request *rq, hy_sched_params p,
+                       const hy_costs *c, FILE *out, hy_error *err) {
+    if (rq->svg)
+        return hy_fail(err, HY_ERR_INPUT, "--svg draws one schedule and "
+                       "--compare shows four; drop one of them");
+    /* Like-for-like by default: interleaved with as many chunks per rank
+     * as hanayo's 2W, unless v was asked for. */
+    if (rq->chunks <= 0 && p.kind != HY_SCHED_INTERLEAVED) p.chunks = 2 * p.waves;
+    hy_compare_row rows[HY_SCHED_COUNT];
+    int st = hy_plan_compare(&p, c, rows, err);
+    if (st != HY_OK) return st;
+    if (rq->json) {
+        char *s = hy_compare_json(rows, HY_SCHED_COUNT);
+        if (!s) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        fprintf(out, "%s\n", s);
+        free(s);
+    } else {
+        fprintf(out, "P = %d, M = %d; one rank's share of the model costs f = %g forward, "
+                "b = %g backward (f/v and b/v per stage for v chunks per rank); "
+                "a transfer costs c = %g\n\n",
+                p.ranks, p.micro_batches, c->fwd, c->bwd, c->comm);
+        hy_compare_write_table(out, rows, HY_SCHED_COUNT);
+    }
+    return HY_OK;
+}
+
+static int run_one(const hy_plan_request *rq, const hy_sched_params *p,
+                   const hy_costs *c, FILE *out, hy_error *err) {
+    hy_plan pl;
+    int st = hy_plan_build(&pl, p, c, err);
+    if (st != HY_OK) return st;
+    /* The SVG first: if it cannot be written, nothing else is printed. */
+    if (rq->svg) st = hy_plan_save_svg(&pl, rq->svg, err);
+    if (st == HY_OK && rq->json) {
+        char *s = hy_plan_json(&pl);
+        if (s) fprintf(out, "%s\n", s);
+        else st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        free(s);
+    } else if (st == HY_OK) {
+        if (hy_plan_write_timeline(out, &pl, &rq->timeline) != 0) st = out_error(err);
+        fputc('\n', out);
+        hy_plan_write_summary(out, &pl);
+        if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
+    }
+    hy_plan_free(&pl);
+    return st;
+}
+
+int hy_plan_run(const hy_plan_request *rq, FILE *out, hy_error *err) {
+    hy_sched_params p;
+    hy_costs c;
+    int st = resolve(rq, &p, &c, err);
+    if (st != HY_OK) return st;
+    st = rq->compare ? run_compare(rq, p, &c, out, err)
+                     : run_one(rq, &p, &c, out, err);
+    if (st == HY_OK && (fflush(out) != 0 || ferror(out))) st = out_error(err);
+    return st;
+}

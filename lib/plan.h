@@ -1,0 +1,139 @@
+/*
+ * plan.h — a schedule together with its simulation, rendered for people
+ * and for tools: what `hanayo plan` shows.
+ *
+ * A plan is the action lists of schedule.h plus the timings sim.h computes
+ * for them. This module only renders: the JSON of DESIGN §1 (a stable
+ * contract that tests/resim.py re-checks independently), an ASCII timeline
+ * in the style of the paper's figures, an SVG of the same timeline, and a
+ * table comparing the four schedules at one (P, M). Every renderer writes to
+ * a FILE * or returns a malloc'd string; nothing here prints an error — the
+ * errors come back as hy_error values to the CLI.
+ */
+#ifndef HY_PLAN_H
+#define HY_PLAN_H
+
+#include <stdio.h>
+
+#include "error.h"
+#include "schedule.h"
+#include "sim.h"
+
+/* The largest plan we agree to build (actions over all ranks). Past this
+ * the lists and the timings alone take hundreds of MB and no timeline of
+ * it could be read; asking for one is almost certainly a typo. */
+#define HY_PLAN_MAX_ACTIONS (1 << 22)
+
+typedef struct {
+    hy_schedule sched;
+    hy_costs costs;        /* uniform part only: per-stage arrays not kept */
+    hy_sim_result sim;
+    double ideal_bubble;   /* hy_ideal_bubble(&sched) */
+} hy_plan;
+
+/* Builds the schedule for p and simulates it under c. On failure the plan
+ * is left empty (safe to free) and err says why: HY_ERR_INPUT for
+ * parameters no schedule accepts. */
+int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
+                  hy_error *err);
+void hy_plan_free(hy_plan *pl);
+
+/* Largest peak_activations over the ranks. */
+int hy_plan_peak_max(const hy_plan *pl);
+
+/* ---- JSON (DESIGN §1) ---------------------------------------------------
+ * One line, keys in the documented order, then "ideal_bubble". "waves" is
+ * W for hanayo and 0 for the other schedules (an integer in every plan, so
+ * readers never meet a null). Returns NULL only when out of memory. */
+char *hy_plan_json(const hy_plan *pl);
+
+/* ---- ASCII timeline ------------------------------------------------------
+ * One row per rank, time left to right. F(m) is drawn as "m" followed by
+ * spaces, B(m) as "[m ]", idle as '.', each run as wide as the action's
+ * simulated time at one scale for the whole plan. The scale is chosen so
+ * every label fits and the rows fill about `width` columns; a plan too long
+ * for that is wrapped into several blocks of rows, each under its own time
+ * ruler. `color` adds ANSI colours (F and B in two hues, alternate
+ * micro-batches in two shades) — pass it only for a terminal. */
+typedef struct {
+    int color;   /* 0 or 1 */
+    int width;   /* total line width in columns; 0 means 120 */
+} hy_timeline_opts;
+
+int hy_plan_write_timeline(FILE *f, const hy_plan *pl,
+                           const hy_timeline_opts *o);
+char *hy_plan_timeline(const hy_plan *pl, const hy_timeline_opts *o);
+
+/* The human summary under the timeline: schedule, P, M, W or v, stages,
+ * costs, makespan, bubble ratio and the ideal, peak activations per rank,
+ * transfers. */
+int hy_plan_write_summary(FILE *f, const hy_plan *pl);
+
+/* ---- SVG -------------------------------------------------------------------
+ * The same timeline: one <rect> per action (class "F" or "B", a <title>
+ * naming it and its times, the micro-batch written inside when it fits),
+ * F blue and B orange shaded by micro-batch, rank labels and a time axis.
+ * No other <rect> is drawn, so rects count actions. */
+int hy_plan_write_svg(FILE *f, const hy_plan *pl);
+char *hy_plan_svg(const hy_plan *pl);
+/* Writes the SVG to a temporary file beside `path` and renames it into
+ * place (mode 0644), so an error never leaves a partial file. HY_ERR_RUNTIME on I/O
+ * failure, with the path and what to check. */
+int hy_plan_save_svg(const hy_plan *pl, const char *path, hy_error *err);
+
+/* ---- Comparison of the four schedules -----------------------------------
+ * One row per kind, in hy_sched_kind order, at the same P and M, with W for
+ * hanayo and v for interleaved. A kind whose parameters are invalid (e.g.
+ * interleaved with M not a multiple of P) is a row with ok = 0 and the
+ * reason in note. */
+typedef struct {
+    hy_sched_kind kind;
+    int ok;
+    char note[1024];       /* why the row was skipped (as hy_error.msg) */
+    int waves;             /* W (hanayo), else 0 */
+    int chunks;            /* stages per rank */
+    int stages;
+    double makespan, bubble, ideal_bubble;
+    int peak_max;          /* peak activations, max over ranks */
+    int transfers;
+} hy_compare_row;
+
+/* p supplies P, M, W (waves) and v (chunks); p->kind is ignored. Fails
+ * (HY_ERR_INPUT) only when no schedule accepts the parameters, with the
+ * first kind's reason. */
+int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
+                    hy_compare_row rows[HY_SCHED_COUNT], hy_error *err);
+int hy_compare_write_table(FILE *f, const hy_compare_row *rows, int n);
+char *hy_compare_table(const hy_compare_row *rows, int n);
+/* A JSON array of row objects (skipped rows carry "skipped": reason).
+ * NULL only when out of memory. */
+char *hy_compare_json(const hy_compare_row *rows, int n);
+
+/* ---- The `hanayo plan` command -------------------------------------------
+ * Everything the CLI parsed, already checked for syntax and range. Numeric
+ * fields at 0 (costs at a negative value) were not given: the config file,
+ * then --set, then these flags decide, in that order. */
+typedef struct {
+    const char *config;           /* config file, or NULL for defaults */
+    const char *const *sets;      /* "key=value" overrides, like --set */
+    int n_sets;
+    int has_kind;
+    hy_sched_kind kind;
+    int ranks, micro_batches, waves, chunks;
+    double fwd_cost, bwd_cost, comm_cost;
+    int json;                     /* print the JSON instead of the timeline */
+    int compare;                  /* print the comparison table instead */
+    const char *svg;              /* also write the SVG here, or NULL */
+    hy_timeline_opts timeline;
+} hy_plan_request;
+
+/* Every field "not given", no output options, timeline width 120. */
+void hy_plan_request_init(hy_plan_request *rq);
+
+/* Resolves the request (config, sets, flags), builds what it asks for and
+ * writes it to out. For --compare, v is --chunks when given, else the
+ * config's chunks when its kind is interleaved, else 2W, so that the
+ * comparison is like-for-like with hanayo by default. */
+int hy_plan_run(const hy_plan_request *rq, FILE *out, hy_error *err);
+
+#endif

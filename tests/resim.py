@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""resim.py — re-checks `hanayo plan --json` with an independent simulator.
+
+For every schedule over a grid of (P, M, W or v), runs `hanayo plan --json`
+and, from DESIGN §1 alone, re-derives what the JSON claims:
+
+  * placement: gpipe/1f1b stage s on rank s; interleaved s mod P; hanayo
+    seg = s div P, j = s mod P, rank j if seg is even else P-1-j;
+  * completeness: every F(m,s) and B(m,s) exactly once, on the rank that
+    holds stage s;
+  * the simulation: each rank runs its list in order; an action starts when
+    its rank is free and its inputs have arrived (F(m,s) needs F(m,s-1);
+    B(m,S-1) needs F(m,S-1); B(m,s) needs B(m,s+1) and F(m,s)); an input
+    made on another rank arrives comm_cost after its producer ends. From it:
+    makespan, bubble ratio, peak activations per rank and transfers, which
+    must equal the JSON's to 1e-9;
+  * the closed forms DESIGN §1 states as exact: gpipe and 1f1b reach
+    (P-1)/(M+P-1), interleaved (P-1)/(vM+P-1); hanayo's peak activations
+    are no higher than interleaved's at v = 2W. How close hanayo comes to
+    its ideal is printed, not checked (tests/test_schedule pins it).
+
+Python 3 standard library only. Run from the repository root; the binary is
+$HANAYO (default build/hanayo). Prints "resim: N passed, N failed" and exits
+non-zero on any failure.
+"""
+import json
+import os
+import subprocess
+import sys
+
+HANAYO = os.environ.get("HANAYO", "build/hanayo")
+TOL = 1e-9
+
+
+class Tally:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, cond, what):
+        if cond:
+            self.passed += 1
+        else:
+            self.failed += 1
+            if self.failed <= 40:   # enough to diagnose, not a flood
+                print("FAIL: " + what, file=sys.stderr)
+        return cond
+
+
+def expected_placement(kind, P, S):
+    if kind == "hanayo":
+        return [(s % P) if (s // P) % 2 == 0 else P - 1 - (s % P)
+                for s in range(S)]
+    return [s % P for s in range(S)]
+
+
+def deps(op, m, s, S):
+    """The (op, m, s) actions this one waits for."""
+    if op == "F":
+        return [("F", m, s - 1)] if s > 0 else []
+    if s == S - 1:
+        return [("F", m, s)]
+    return [("B", m, s + 1), ("F", m, s)]
+
+
+def simulate(actions, S, f, b, c):
+    """Runs every rank's list in order; returns (end time of each action,
+    rank of each action, makespan, busy time per rank) or None on
+    deadlock."""
+    P = len(actions)
+    where = {}
+    for r, lst in enumerate(actions):
+        for a in lst:
+            where[a] = r
+    end = {}
+    nxt = [0] * P
+    free = [0.0] * P
+    busy = [0.0] * P
+    left = sum(len(lst) for lst in actions)
+    while left:
+        progress = False
+        for r in range(P):
+            while nxt[r] < len(actions[r]):
+                a = actions[r][nxt[r]]
+                ds = deps(a[0], a[1], a[2], S)
+                if any(d not in end for d in ds):
+                    break
+                start = free[r]
+                for d in ds:
+                    arrive = end[d] + (c if where[d] != r else 0.0)
+                    start = max(start, arrive)
+                cost = f if a[0] == "F" else b
+                end[a] = start + cost
+                free[r] = end[a]
+                busy[r] += cost
+                nxt[r] += 1
+                left -= 1
+                progress = True
+        if not progress:
+            return None
+    makespan = max(free) if P else 0.0
+    return end, where, makespan, busy
+
+
+def peak_activations(actions):
+    peaks = []
+    for lst in actions:
+        live = peak = 0
+        for op, _, _ in lst:
+            live += 1 if op == "F" else -1
+            peak = max(peak, live)
+        peaks.append(peak)
+    return peaks
+
+
+def transfers(where, M, S):
+    n = 0
+    for m in range(M):
+        for s in range(1, S):
+            n += where[("F", m, s)] != where[("F", m, s - 1)]
+            n += where[("B", m, s - 1)] != where[("B", m, s)]
+    return n
+
+
+def run_plan(args):
+    cmd = [HANAYO, "plan", "--json"] + [str(x) for x in args]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr, " ".join(cmd[1:])
+
+
+def check_plan(t, plan, kind, P, M, W, v, f, b, c, name):
+    ok = t.check(plan.get("schedule") == kind and plan.get("ranks") == P and
+                 plan.get("micro_batches") == M, name + ": echoes its input")
+    chunks = {"gpipe": 1, "1f1b": 1, "interleaved": v, "hanayo": 2 * W}[kind]
+    S = chunks * P
+    t.check(plan.get("chunks_per_rank") == chunks and plan.get("stages") == S,
+            name + ": chunks_per_rank %s stages %s" %
+            (plan.get("chunks_per_rank"), plan.get("stages")))
+    t.check(plan.get("waves") == (W if kind == "hanayo" else 0),
+            name + ": waves %s" % plan.get("waves"))
+    t.check(abs(plan["fwd_cost"] - f) < TOL and abs(plan["bwd_cost"] - b) < TOL
+            and abs(plan["comm_cost"] - c) < TOL, name + ": costs")
+    if not ok:
+        return None
+    place = plan["placement"]
+    t.check(place == expected_placement(kind, P, S),
+            name + ": placement %s" % place)
+    acts = [[tuple(a) for a in row] for row in plan["actions"]]
+    t.check(len(acts) == P, name + ": %d action lists" % len(acts))
+    everything = [a for row in acts for a in row]
+    want = {(op, m, s) for op in "FB" for m in range(M) for s in range(S)}
+    t.check(len(everything) == len(want) and set(everything) == want,
+            name + ": every F and B exactly once")
+    misplaced = [(r, a) for r, row in enumerate(acts) for a in row
+                 if not (0 <= a[2] < S) or expected_placement(kind, P, S)[a[2]] != r]
+    t.check(not misplaced, name + ": actions off their stage's rank: %s"
+            % misplaced[:3])
+    if set(everything) != want or misplaced:
+        return None
+    sim = simulate(acts, S, f, b, c)
+    if not t.check(sim is not None, name + ": deadlocks"):
+        return None
+    end, where, makespan, busy = sim
+    bubble = 1.0 - sum(busy) / (P * makespan) if makespan > 0 else 0.0
+    t.check(abs(plan["makespan"] - makespan) <= TOL * max(1.0, makespan),
+            name + ": makespan %r, re-simulated %r" % (plan["makespan"], makespan))
+    t.check(abs(plan["bubble_ratio"] - bubble) <= TOL,
+            name + ": bubble %r, re-simulated %r" % (plan["bubble_ratio"], bubble))
+    peaks = peak_activations(acts)
+    t.check(plan["peak_activations"] == peaks,
+            name + ": peak activations %s, re-simulated %s"
+            % (plan["peak_activations"], peaks))
+    n = transfers(where, M, S)
+    t.check(plan["transfers"] == n,
+            name + ": transfers %s, re-counted %d" % (plan["transfers"], n))
+    ideal = (P - 1) / (chunks * M + P - 1)
+    t.check(abs(plan.get("ideal_bubble", -1) - ideal) <= TOL,
+            name + ": ideal_bubble %r, want %r" % (plan.get("ideal_bubble"), ideal))
+    if c == 0 and kind in ("gpipe", "1f1b", "interleaved"):
+        t.check(abs(bubble - ideal) <= TOL,
+                name + ": bubble %r, DESIGN says exactly %r" % (bubble, ideal))
+    return {"bubble": bubble, "ideal": ideal, "peak": max(peaks)}
+
+
+def grid():
+    """(kind, P, M, W, v) points; M in {1..4, P, 2P, 3P, 4P, 8, 16, 32}."""
+    for P in range(1, 9):
+        Ms = sorted({1, 2, 3, 4, P, 2 * P, 3 * P, 4 * P, 8, 16, 32})
+        for M in Ms:
+            yield ("gpipe", P, M, 1, 1)
+            yield ("1f1b", P, M, 1, 1)
+            for W in range(1, 5):
+                yield ("hanayo", P, M, W, 1)
+            if M % P == 0:
+                for v in range(1, 5):
+                    yield ("interleaved", P, M, 1, v)
+
+
+def plan_args(kind, P, M, W, v, f=1.0, b=2.0, c=0.0):
+    args = ["--schedule", kind, "--ranks", P, "--micro-batches", M,
+            "--fwd-cost", repr(f), "--bwd-cost", repr(b), "--comm-cost", repr(c)]
+    if kind == "hanayo":
+        args += ["--waves", W]
+    if kind == "interleaved":
+        args += ["--chunks", v]
+    return args
+
+
+def one(t, kind, P, M, W, v, f=1.0, b=2.0, c=0.0):
+    rc, out, err, cmd = run_plan(plan_args(kind, P, M, W, v, f, b, c))
+    if not t.check(rc == 0, "%s: exit %d: %s" % (cmd, rc, err.strip())):
+        return None
+    try:
+        plan = json.loads(out)
+    except ValueError as e:
+        t.check(False, "%s: not JSON: %s" % (cmd, e))
+        return None
+    return check_plan(t, plan, kind, P, M, W, v, f, b, c, cmd)
+
+
+def main():
+    if not os.access(HANAYO, os.X_OK):
+        print("resim: %s is not an executable; build it or set HANAYO" % HANAYO,
+              file=sys.stderr)
+        return 2
+    t = Tally()
+    results = {}
+    for kind, P, M, W, v in grid():
+        results[(kind, P, M, W, v)] = one(t, kind, P, M, W, v)
+    # Non-uniform and non-zero communication costs at a few points.
+    for kind, P, M, W, v in [("gpipe", 4, 8, 1, 1), ("1f1b", 4, 8, 1, 1),
+                             ("1f1b", 3, 2, 1, 1), ("interleaved", 4, 8, 1, 2),
+                             ("interleaved", 2, 6, 1, 3), ("hanayo", 4, 8, 1, 1),
+                             ("hanayo", 4, 8, 2, 1), ("hanayo", 3, 5, 3, 1),
+                             ("hanayo", 8, 16, 2, 1)]:
+        for f, b, c in [(1.0, 2.0, 0.5), (1.5, 2.5, 0.25), (1.0, 1.0, 3.0)]:
+            one(t, kind, P, M, W, v, f, b, c)
+    # DESIGN §1: hanayo's peak no higher than interleaved's at v = 2W.
+    for (kind, P, M, W, v), r in results.items():
+        if kind != "hanayo" or r is None or W > 2:
+            continue
+        other = results.get(("interleaved", P, M, 1, 2 * W))
+        if other is not None:
+            t.check(r["peak"] <= other["peak"],
+                    "hanayo P=%d M=%d W=%d: peak %d above interleaved v=%d's %d"
+                    % (P, M, W, r["peak"], 2 * W, other["peak"]))
+    gaps = [(r["bubble"] - r["ideal"], k) for k, r in results.items()
+            if k[0] == "hanayo" and r is not None]
+    if gaps:
+        at_ideal = sum(1 for g, _ in gaps if g <= TOL)
+        worst = max(gaps)
+        print("resim: hanayo at its ideal bubble in %d of %d points; largest "
+              "gap %.4f at P=%d M=%d W=%d" % (at_ideal, len(gaps), worst[0],
+                                             worst[1][1], worst[1][2], worst[1][3]))
+    print("resim: %d passed, %d failed" % (t.passed, t.failed))
+    return 1 if t.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# test_cli.sh — the command line contract of DESIGN §7, from the outside.
+#
+# Runs the built binary ($HANAYO, default build/hanayo) from the repository
+# root and checks exit statuses (0 ok, 1 runtime failure, 2 bad input), that
+# every error is one line "hanayo: <message>" on stderr with nothing on
+# stdout, and what `--version`, `check`, `plan` (timeline, --json, --svg,
+# --compare) print. Prints "cli: N passed, N failed"; exits non-zero on any
+# failure.
+set -u
+
+HANAYO=${HANAYO:-build/hanayo}
+pass=0
+fail=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hy_test_cli.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+if [ ! -x "$HANAYO" ]; then
+    echo "cli: $HANAYO is not an executable; build it or set HANAYO" >&2
+    echo "cli: 0 passed, 1 failed"
+    exit 1
+fi
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+
+# run ARGS...: runs hanayo; leaves $rc, $tmp/out, $tmp/err.
+run() {
+    "$HANAYO" "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    last="hanayo $*"
+}
+
+expect_rc() {
+    if [ "$rc" -eq "$1" ]; then ok; else
+        bad "$last: exit $rc, want $1; stderr: $(head -c 400 "$tmp/err")"
+    fi
+}
+expect_out() {
+    if grep -q -e "$1" "$tmp/out"; then ok; else bad "$last: stdout lacks '$1'"; fi
+}
+expect_no_out() {
+    if grep -q -e "$1" "$tmp/out"; then bad "$last: stdout has '$1'"; else ok; fi
+}
+expect_err() {
+    if grep -q -e "$1" "$tmp/err"; then ok; else
+        bad "$last: stderr lacks '$1': $(head -c 400 "$tmp/err")"
+    fi
+}
+
+# An input error: exit 2, one line "hanayo: ..." on stderr, stdout empty.
+expect_input_error() {
+    run "$@"
+    expect_rc 2
+    if [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q '^hanayo: ' "$tmp/err"; then ok; else
+        bad "$last: want one 'hanayo: ' line on stderr, got: $(cat "$tmp/err")"
+    fi
+    if [ -s "$tmp/out" ]; then bad "$last: printed to stdout on error"; else ok; fi
+}
+
+# json_get EXPR: evaluates a Python expression over the JSON on stdout as p.
+json_get() {
+    python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' \
+        "$tmp/out" "$1" 2>/dev/null
+}
+expect_json() {
+    local got
+    got=$(json_get "$1")
+    if [ "$got" = "$2" ]; then ok; else bad "$last: $1 is '$got', want '$2'"; fi
+}
+
+# ---- version, help, commands ------------------------------------------------
+run --version
+expect_rc 0
+if grep -qE '^hanayo [0-9][^ ]* \(backends: [a-z ]+\)$' "$tmp/out"; then ok; else
+    bad "--version printed: $(cat "$tmp/out")"
+fi
+for h in help --help -h; do
+    run "$h"
+    expect_rc 0
+    expect_out '^usage: hanayo <command>'
+    expect_out '^  plan '
+done
+run help plan
+expect_rc 0
+expect_out '--micro-batches M'
+run plan --help
+expect_rc 0
+expect_out '--comm-cost C'
+expect_input_error help nosuch
+
+expect_input_error
+expect_err 'no command given'
+expect_input_error trian
+expect_err "unknown command 'trian'"
+expect_err "did you mean 'train'"
+expect_input_error --frobnicate
+for c in train eval profile data; do
+    run "$c" configs/tiny-gpt.json
+    expect_rc 1
+    if [ "$(cat "$tmp/err")" = "hanayo: '$c' is not available yet in this version" ]; then ok; else
+        bad "$last: stderr: $(cat "$tmp/err")"
+    fi
+done
+
+# ---- check --------------------------------------------------------------------
+if [ -f configs/tiny-gpt.json ]; then
+    run check configs/tiny-gpt.json
+    expect_rc 0
+    expect_json "p['schedule']['kind']" hanayo
+    run check configs/tiny-gpt.json --set schedule.micro_batches=6
+    expect_rc 0
+    expect_json "p['schedule']['micro_batches']" 6
+    run check --set=schedule.micro_batches=5 configs/tiny-gpt.json
+    expect_rc 0
+    expect_json "p['schedule']['micro_batches']" 5
+    expect_input_error check configs/tiny-gpt.json --set schedule.wavez=2
+    expect_err 'wavez'
+    expect_input_error check configs/tiny-gpt.json --set
+    expect_input_error check configs/tiny-gpt.json --sett x=1
+    expect_err 'did you mean --set'
+    expect_input_error check configs/tiny-gpt.json configs/tiny-gpt.json
+else
+    echo "cli: configs/tiny-gpt.json missing; check tests on it skipped" >&2
+fi
+expect_input_error check
+expect_err 'needs a config file'
+run check "$tmp/no-such.json"
+if [ "$rc" -eq 1 ] || [ "$rc" -eq 2 ]; then ok; else bad "$last: exit $rc"; fi
+expect_err "no-such.json"
+printf '{"schedule": {"ranks": 0}}\n' >"$tmp/bad.json"
+expect_input_error check "$tmp/bad.json"
+expect_err 'schedule.ranks'
+
+# ---- plan ---------------------------------------------------------------------
+run plan --schedule 1f1b --ranks 4 --micro-batches 8
+expect_rc 0
+for r in 0 1 2 3; do expect_out "^rank $r |"; done
+expect_no_out '^rank 4 |'
+expect_out '^bubble ratio      0.2727 (ideal 0.2727)$'
+expect_out '^ranks             P = 4$'
+if grep -q $'\x1b' "$tmp/out"; then bad "$last: colour into a file"; else ok; fi
+
+run plan --schedule=hanayo --ranks=3 --micro-batches=6 --waves=2 --color always
+expect_rc 0
+expect_out $'\x1b\\['
+expect_out 'W = 2 waves'
+
+run plan --schedule hanayo --ranks 4 --micro-batches 8 --waves 2 --json
+expect_rc 0
+keys="['schedule', 'ranks', 'micro_batches', 'waves', 'chunks_per_rank', 'stages',"
+keys+=" 'fwd_cost', 'bwd_cost', 'comm_cost', 'placement', 'actions', 'makespan',"
+keys+=" 'bubble_ratio', 'peak_activations', 'transfers']"
+expect_json "list(p)[:15]" "$keys"
+expect_json "(p['waves'], p['chunks_per_rank'], p['stages'])" "(2, 4, 16)"
+expect_json "p['placement'][:8]" "[0, 1, 2, 3, 3, 2, 1, 0]"
+expect_json "[len(a) for a in p['actions']]" "[64, 64, 64, 64]"
+expect_json "p['actions'][0][0]" "['F', 0, 0]"
+
+run plan --schedule gpipe --ranks 2 --micro-batches 3 \
+    --fwd-cost 0.5 --bwd-cost 1.5 --comm-cost 0.25 --json
+expect_rc 0
+expect_json "(p['fwd_cost'], p['bwd_cost'], p['comm_cost'], p['waves'])" "(0.5, 1.5, 0.25, 0)"
+
+if [ -f configs/tiny-gpt.json ]; then
+    run plan configs/tiny-gpt.json --json
+    expect_rc 0
+    expect_json "(p['schedule'], p['ranks'])" "('hanayo', 2)"
+    run plan configs/tiny-gpt.json --ranks 3 --schedule 1f1b --json
+    expect_rc 0
+    expect_json "(p['schedule'], p['ranks'])" "('1f1b', 3)"
+    run plan configs/tiny-gpt.json --set schedule.micro_batches=5 --json
+    expect_rc 0
+    expect_json "p['micro_batches']" 5
+fi
+
+# Bad flags and values: exit 2 with a message that names the flag.
+expect_input_error plan --ranks 0
+expect_err '\-\-ranks'
+expect_input_error plan --ranks 65
+expect_input_error plan --ranks abc
+expect_err 'not a whole number'
+expect_input_error plan --ranks 4x
+expect_input_error plan --ranks ''
+expect_input_error plan --ranks ' 4'
+expect_input_error plan --ranks 99999999999999999999
+expect_input_error plan --ranks
+expect_err 'needs a value'
+expect_input_error plan --ranks --json
+expect_input_error plan --micro-batches -1
+expect_input_error plan --micro-batches 2.5
+expect_input_error plan --waves 0
+expect_input_error plan --chunks 65
+expect_input_error plan --fwd-cost nan
+expect_input_error plan --fwd-cost inf
+expect_input_error plan --bwd-cost -1
+expect_input_error plan --comm-cost 1e400
+expect_input_error plan --comm-cost 1,5
+expect_input_error plan --width 10
+expect_input_error plan --schedule zigzag
+expect_err 'gpipe'
+expect_input_error plan --rank 4
+expect_err 'did you mean --ranks'
+expect_input_error plan --frobnicate
+expect_err "hanayo plan --help"
+expect_input_error plan --json=yes
+expect_input_error plan --color sometimes
+expect_input_error plan a.json b.json
+expect_input_error plan --set schedule.wavez=2
+expect_input_error plan --schedule interleaved --ranks 4 --micro-batches 6
+expect_err 'multiple'
+expect_input_error plan --svg ''
+
+# --svg: a whole file, or none at all.
+run plan --schedule 1f1b --ranks 3 --micro-batches 4 --svg "$tmp/plan.svg"
+expect_rc 0
+if head -c 4 "$tmp/plan.svg" | grep -q '^<svg' && tail -n 1 "$tmp/plan.svg" | grep -q '</svg>$'; then
+    ok
+else
+    bad "$last: $tmp/plan.svg is not a whole SVG"
+fi
+# Well-formed XML with one rect per action (3 ranks x 2 x 4 micro-batches).
+n=$(python3 -c 'import sys, xml.etree.ElementTree as E
+t = E.parse(sys.argv[1]).getroot()
+print(len(t.findall("{http://www.w3.org/2000/svg}rect")))' "$tmp/plan.svg" 2>&1)
+if [ "$n" = 24 ]; then ok; else bad "$last: $n rects, want 24 (one per action)"; fi
+run plan --schedule 1f1b --ranks 3 --micro-batches 4 --svg "$tmp/plan2.svg" --json
+expect_rc 0
+expect_json "p['ranks']" 3
+if [ -s "$tmp/plan2.svg" ]; then ok; else bad "$last: no SVG"; fi
+
+mkdir "$tmp/svgdir"
+run plan --svg "$tmp/svgdir/missing/x.svg"
+if [ "$rc" -eq 1 ] || [ "$rc" -eq 2 ]; then ok; else bad "$last: exit $rc"; fi
+expect_err 'missing/x.svg'
+if [ -s "$tmp/out" ]; then bad "$last: printed to stdout on error"; else ok; fi
+mkdir "$tmp/svgdir/taken"
+run plan --svg "$tmp/svgdir/taken"
+if [ "$rc" -eq 1 ] || [ "$rc" -eq 2 ]; then ok; else bad "$last: exit $rc"; fi
+left=$(find "$tmp/svgdir" -mindepth 1 | wc -l)
+if [ "$left" -eq 1 ]; then ok; else bad "$last: left files behind: $(find "$tmp/svgdir")"; fi
+
+# --compare
+run plan --compare --ranks 4 --micro-batches 8 --waves 1
+expect_rc 0
+expect_out '^schedule .*stages .*makespan .*bubble .*ideal .*peak act .*transfers'
+expect_out '^gpipe  *4  *33  *0.2727'
+expect_out '^1f1b  *4 '
+expect_out '^interleaved v=2  *8 '
+expect_out '^hanayo W=1  *8 '
+run plan --compare --ranks 4 --micro-batches 6 --waves 2
+expect_rc 0
+expect_out '^interleaved v=4   skipped: '
+expect_out '^hanayo W=2  *16 '
+run plan --compare --ranks 2 --micro-batches 4 --chunks 3 --json
+expect_rc 0
+expect_json "[r['schedule'] for r in p]" "['gpipe', '1f1b', 'interleaved', 'hanayo']"
+expect_json "p[2]['chunks_per_rank']" 3
+expect_input_error plan --compare --svg "$tmp/never.svg"
+if [ -e "$tmp/never.svg" ]; then bad "$last: wrote the SVG"; else ok; fi
+
+# A write error on stdout is a runtime failure, not success.
+if [ -w /dev/full ]; then
+    "$HANAYO" plan --ranks 2 >/dev/full 2>"$tmp/err"
+    rc=$?
+    last="hanayo plan >/dev/full"
+    expect_rc 1
+    expect_err '^hanayo: cannot write'
+fi
+
+echo "cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,388 @@
+/*
+ * hanayo.c — the command line (DESIGN §7).
+ *
+ * Parses the command and its flags, strictly (every number must be a whole
+ * number or a finite real, fully consumed and in range), and hands the
+ * result to one library entry point. Nothing below this file prints or
+ * exits: errors come back as hy_error values and main() prints the one
+ * message, "hanayo: <message>", and exits with its status — 0 success,
+ * 1 runtime failure, 2 bad input.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "config.h"
+#include "error.h"
+#include "plan.h"
+#include "schedule.h"
+#include "suggest.h"
+#include "version.h"
+
+static const char usage_main[] =
+    "usage: hanayo <command> [arguments]\n"
+    "\n"
+    "Trains GPT- and BERT-like transformers with pipeline parallelism, built\n"
+    "around the Hanayo wave-like schedule.\n"
+    "\n"
+    "commands:\n"
+    "  train   CONFIG [--set key=value]... [--log-json FILE]\n"
+    "          train a model                             (not available yet)\n"
+    "  eval    CONFIG [--init WEIGHTS.safetensors] [--data SHARD] [--batches N]\n"
+    "          print the loss as one JSON line           (not available yet)\n"
+    "  plan    CONFIG | --schedule K --ranks P --micro-batches M [...]\n"
+    "          show a schedule: timeline, bubble, memory, transfers\n"
+    "  profile CONFIG [--steps N] [--out DIR]\n"
+    "          time every action on the device           (not available yet)\n"
+    "  check   CONFIG [--set key=value]...\n"
+    "          validate a config and print it resolved, as JSON\n"
+    "  data    synth --out F --tokens N --vocab V [--seed S] | info SHARD\n"
+    "          write or inspect token shards             (not available yet)\n"
+    "  help [COMMAND]\n"
+    "          this text, or one command's\n"
+    "\n"
+    "  --version  print the version and the compiled backends\n"
+    "\n"
+    "Exit status: 0 success, 1 runtime failure, 2 bad input.\n";
+
+static const char usage_plan[] =
+    "usage: hanayo plan [CONFIG] [options]\n"
+    "\n"
+    "Builds a pipeline schedule, simulates it (each rank runs its actions in\n"
+    "order; an action starts when its rank is free and its inputs arrived)\n"
+    "and shows a timeline per rank with a summary, the plan as JSON, an SVG,\n"
+    "or the four schedules side by side. Values come from CONFIG (or the\n"
+    "defaults), then --set, then the flags.\n"
+    "\n"
+    "  --schedule K        gpipe, 1f1b, interleaved or hanayo\n"
+    "  --ranks P           pipeline ranks, 1..64\n"
+    "  --micro-batches M   micro-batches per iteration, 1..65536\n"
+    "  --waves W           hanayo: waves (2W stages per rank), 1..16\n"
+    "  --chunks V          interleaved: stages per rank, 1..64\n"
+    "  --fwd-cost F        time of one stage's forward (default 1)\n"
+    "  --bwd-cost B        time of one stage's backward (default 2)\n"
+    "  --comm-cost C       time of one cross-rank transfer (default 0)\n"
+    "  --json              print the plan as JSON instead of the timeline\n"
+    "  --svg FILE          also draw the timeline as an SVG into FILE\n"
+    "  --compare           one table of all four schedules at this P and M\n"
+    "                      (interleaved with v = 2W unless --chunks is given)\n"
+    "  --set key=value     override a config key, e.g. schedule.waves=2\n"
+    "  --width N           timeline width in columns, 40..100000 (default 120)\n"
+    "  --color WHEN        auto (colour on a terminal), always or never\n";
+
+static const char usage_check[] =
+    "usage: hanayo check CONFIG [--set key=value]...\n"
+    "\n"
+    "Loads CONFIG, applies the --set overrides, validates everything and\n"
+    "prints the resolved configuration as JSON. Exit status 2 names the\n"
+    "file, the key and the fix when something is wrong.\n";
+
+/* ------------------------------------------------------------------------
+ * Argument reading
+ * ------------------------------------------------------------------------ */
+
+/* A cursor over one command's arguments. A flag is "--name" or
+ * "--name=value"; `flag` and `inline_val` describe the current one. */
+typedef struct {
+    int argc;
+    char **argv;
+    int i;
+    const char *cmd;
+    char flag[64];
+    const char *inline_val;   /* the part after '=', or NULL */
+} args;
+
+/* Splits argv[a->i] into flag and inline value. 0 when it is not a flag. */
+static int read_flag(args *a) {
+    const char *s = a->argv[a->i];
+    if (s[0] != '-' || s[1] == '\0') return 0;
+    const char *eq = strchr(s, '=');
+    size_t n = eq ? (size_t)(eq - s) : strlen(s);
+    if (n >= sizeof a->flag) n = sizeof a->flag - 1;
+    memcpy(a->flag, s, n);
+    a->flag[n] = '\0';
+    a->inline_val = eq ? eq + 1 : NULL;
+    return 1;
+}
+
+/* The value of the current flag: inline, or the next argument (which must
+ * not itself be a flag, so "--ranks --json" reports the missing value). */
+static int flag_value(args *a, const char *example, const char **val,
+                      hy_error *err) {
+    if (a->inline_val) {
+        *val = a->inline_val;
+        return HY_OK;
+    }
+    if (a->i + 1 >= a->argc || strncmp(a->argv[a->i + 1], "--", 2) == 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s needs a value, e.g. %s %s",
+                       a->flag, a->flag, example);
+    *val = a->argv[++a->i];
+    return HY_OK;
+}
+
+static int no_value(const args *a, hy_error *err) {
+    if (!a->inline_val) return HY_OK;
+    return hy_fail(err, HY_ERR_INPUT, "%s takes no value; write just %s",
+                   a->flag, a->flag);
+}
+
+/* A whole number in [lo, hi], all of s and nothing else. */
+static int parse_int(const char *flag, const char *s, long lo, long hi,
+                     int *out, hy_error *err) {
+    char *end = NULL;
+    errno = 0;
+    long v = (s[0] == '\0' || s[0] == ' ' || s[0] == '\t') ? 0 : strtol(s, &end, 10);
+    if (!end || end == s || *end != '\0')
+        return hy_fail(err, HY_ERR_INPUT, "%s: '%s' is not a whole number; "
+                       "give one from %ld to %ld", flag, s, lo, hi);
+    if (errno == ERANGE || v < lo || v > hi)
+        return hy_fail(err, HY_ERR_INPUT, "%s: %s is out of range; give a "
+                       "number from %ld to %ld", flag, s, lo, hi);
+    *out = (int)v;
+    return HY_OK;
+}
+
+/* A finite cost in [0, 1e12], all of s and nothing else. */
+static int parse_cost(const char *flag, const char *s, double *out,
+                      hy_error *err) {
+    char *end = NULL;
+    errno = 0;
+    double v = (s[0] == '\0' || s[0] == ' ' || s[0] == '\t') ? 0 : strtod(s, &end);
+    if (!end || end == s || *end != '\0' || !isfinite(v))
+        return hy_fail(err, HY_ERR_INPUT, "%s: '%s' is not a number; give a "
+                       "time such as 1 or 0.5", flag, s);
+    if (errno == ERANGE || v < 0 || v > 1e12)
+        return hy_fail(err, HY_ERR_INPUT, "%s: %s is out of range; give a "
+                       "time from 0 to 1e12", flag, s);
+    *out = v;
+    return HY_OK;
+}
+
+static int member(const char *s, const char *const *names) {
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(s, names[i])) return 1;
+    return 0;
+}
+
+static int unknown_flag(const args *a, const char *const *flags,
+                        hy_error *err) {
+    const char *near = hy_closest(a->flag, flags);
+    if (near)
+        return hy_fail(err, HY_ERR_INPUT, "unknown flag '%s' for '%s'; did "
+                       "you mean %s? (hanayo %s --help lists them)",
+                       a->flag, a->cmd, near, a->cmd);
+    return hy_fail(err, HY_ERR_INPUT, "unknown flag '%s' for '%s'; run "
+                   "'hanayo %s --help' for the list", a->flag, a->cmd, a->cmd);
+}
+
+/* CONFIG: at most one positional argument. */
+static int take_config(const args *a, const char **config, hy_error *err) {
+    if (*config)
+        return hy_fail(err, HY_ERR_INPUT, "'%s' takes one config file, got "
+                       "'%s' and '%s' (flags start with --)",
+                       a->cmd, *config, a->argv[a->i]);
+    *config = a->argv[a->i];
+    return HY_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * hanayo plan
+ * ------------------------------------------------------------------------ */
+
+static const char *const plan_flags[] = {
+    "--schedule", "--ranks", "--micro-batches", "--waves", "--chunks",
+    "--fwd-cost", "--bwd-cost", "--comm-cost", "--json", "--svg",
+    "--compare", "--set", "--width", "--color", "--help", NULL};
+
+static int plan_color(const char *when, int *color, hy_error *err) {
+    if (strcmp(when, "always") == 0) *color = 1;
+    else if (strcmp(when, "never") == 0) *color = 0;
+    else if (strcmp(when, "auto") == 0) {
+        /* Colour only for a person at a terminal that can show it. */
+        const char *term = getenv("TERM");
+        *color = isatty(STDOUT_FILENO) && !getenv("NO_COLOR") &&
+                 !(term && strcmp(term, "dumb") == 0);
+    } else
+        return hy_fail(err, HY_ERR_INPUT, "--color: '%s' is not auto, "
+                       "always or never", when);
+    return HY_OK;
+}
+
+/* One flag of `hanayo plan` into rq. */
+static int plan_flag(args *a, hy_plan_request *rq, const char **sets,
+                     const char **color, int *help, hy_error *err) {
+    const char *f = a->flag, *v = NULL;
+    int st;
+    if (!strcmp(f, "--json")) return (rq->json = 1, no_value(a, err));
+    if (!strcmp(f, "--compare")) return (rq->compare = 1, no_value(a, err));
+    if (!strcmp(f, "--help") || !strcmp(f, "-h")) return (*help = 1, HY_OK);
+    if (!member(f, plan_flags)) return unknown_flag(a, plan_flags, err);
+    if ((st = flag_value(a, !strcmp(f, "--set") ? "schedule.waves=2"
+                           : !strcmp(f, "--schedule") ? "hanayo"
+                           : !strcmp(f, "--svg") ? "plan.svg"
+                           : !strcmp(f, "--color") ? "never" : "4",
+                         &v, err)) != HY_OK)
+        return st;
+    if (!strcmp(f, "--schedule")) {
+        rq->has_kind = 1;
+        return hy_sched_parse(v, &rq->kind, err);
+    }
+    if (!strcmp(f, "--ranks")) return parse_int(f, v, 1, HY_MAX_RANKS, &rq->ranks, err);
+    if (!strcmp(f, "--micro-batches"))
+        return parse_int(f, v, 1, 65536, &rq->micro_batches, err);
+    if (!strcmp(f, "--waves")) return parse_int(f, v, 1, 16, &rq->waves, err);
+    if (!strcmp(f, "--chunks")) return parse_int(f, v, 1, 64, &rq->chunks, err);
+    if (!strcmp(f, "--fwd-cost")) return parse_cost(f, v, &rq->fwd_cost, err);
+    if (!strcmp(f, "--bwd-cost")) return parse_cost(f, v, &rq->bwd_cost, err);
+    if (!strcmp(f, "--comm-cost")) return parse_cost(f, v, &rq->comm_cost, err);
+    if (!strcmp(f, "--width")) return parse_int(f, v, 40, 100000, &rq->timeline.width, err);
+    if (!strcmp(f, "--svg")) {
+        if (!*v) return hy_fail(err, HY_ERR_INPUT, "--svg needs a file name");
+        rq->svg = v;
+        return HY_OK;
+    }
+    if (!strcmp(f, "--color")) return (*color = v, HY_OK);
+    sets[rq->n_sets++] = v;   /* --set; the config checks key and value */
+    return HY_OK;
+}
+
+static int cmd_plan(args *a, hy_error *err) {
+    hy_plan_request rq;
+    hy_plan_request_init(&rq);
+    /* At most one --set per argument, so argc bounds them. */
+    const char **sets = malloc(sizeof *sets * (size_t)a->argc);
+    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    const char *color = "auto";
+    int help = 0, st = HY_OK;
+    for (; st == HY_OK && a->i < a->argc; a->i++) {
+        if (read_flag(a)) st = plan_flag(a, &rq, sets, &color, &help, err);
+        else st = take_config(a, &rq.config, err);
+    }
+    rq.sets = sets;
+    if (st == HY_OK && help) fputs(usage_plan, stdout);
+    else if (st == HY_OK) st = plan_color(color, &rq.timeline.color, err);
+    if (st == HY_OK && !help) st = hy_plan_run(&rq, stdout, err);
+    free(sets);
+    return st;
+}
+
+/* ------------------------------------------------------------------------
+ * hanayo check
+ * ------------------------------------------------------------------------ */
+
+static const char *const check_flags[] = {"--set", "--help", NULL};
+
+static int check_config(const char *path, const char *const *sets,
+                        int n_sets, hy_error *err) {
+    hy_config cfg;
+    hy_config_init(&cfg);
+    int st = hy_config_load(&cfg, path, sets, n_sets, err);
+    if (st == HY_OK) {
+        char *json = hy_config_to_json(&cfg);
+        if (json) printf("%s\n", json);
+        else st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        free(json);
+    }
+    hy_config_free(&cfg);
+    return st;
+}
+
+static int cmd_check(args *a, hy_error *err) {
+    const char **sets = malloc(sizeof *sets * (size_t)a->argc);
+    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    const char *config = NULL, *v = NULL;
+    int n_sets = 0, help = 0, st = HY_OK;
+    for (; st == HY_OK && a->i < a->argc; a->i++) {
+        if (!read_flag(a)) st = take_config(a, &config, err);
+        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
+        else if (strcmp(a->flag, "--set") != 0) st = unknown_flag(a, check_flags, err);
+        else if ((st = flag_value(a, "schedule.waves=2", &v, err)) == HY_OK)
+            sets[n_sets++] = v;
+    }
+    if (st == HY_OK && help) fputs(usage_check, stdout);
+    else if (st == HY_OK && !config)
+        st = hy_fail(err, HY_ERR_INPUT, "check needs a config file: hanayo "
+                     "check CONFIG [--set key=value]...");
+    else if (st == HY_OK) st = check_config(config, sets, n_sets, err);
+    free(sets);
+    return st;
+}
+
+/* ------------------------------------------------------------------------
+ * The command table
+ * ------------------------------------------------------------------------ */
+
+static int cmd_help(args *a, hy_error *err);
+
+static int cmd_not_yet(args *a, hy_error *err) {
+    return hy_fail(err, HY_ERR_RUNTIME, "'%s' is not available yet in this "
+                   "version", a->cmd);
+}
+
+static int cmd_version(args *a, hy_error *err) {
+    (void)a;
+    (void)err;
+    printf("hanayo %s (backends: %s)\n", HY_VERSION, hy_backends_compiled());
+    return HY_OK;
+}
+
+typedef struct {
+    const char *name;
+    int (*run)(args *a, hy_error *err);
+} command;
+
+static const command commands[] = {
+    {"train", cmd_not_yet},   {"eval", cmd_not_yet},  {"plan", cmd_plan},
+    {"profile", cmd_not_yet}, {"check", cmd_check},   {"data", cmd_not_yet},
+    {"help", cmd_help},       {"--help", cmd_help},   {"-h", cmd_help},
+    {"--version", cmd_version},
+};
+
+static const char *const command_names[] = {
+    "train", "eval", "plan", "profile", "check", "data", "help", "--version",
+    NULL};
+
+static int cmd_help(args *a, hy_error *err) {
+    const char *topic = NULL;
+    if (!strcmp(a->cmd, "help") && a->i < a->argc) topic = a->argv[a->i];
+    if (!topic) fputs(usage_main, stdout);
+    else if (!strcmp(topic, "plan")) fputs(usage_plan, stdout);
+    else if (!strcmp(topic, "check")) fputs(usage_check, stdout);
+    else if (member(topic, command_names)) fputs(usage_main, stdout);
+    else
+        return hy_fail(err, HY_ERR_INPUT, "no help on '%s': it is not a "
+                       "command; run 'hanayo help' for the list", topic);
+    return HY_OK;
+}
+
+static int dispatch(int argc, char **argv, hy_error *err) {
+    if (argc < 2)
+        return hy_fail(err, HY_ERR_INPUT, "no command given; run 'hanayo "
+                       "help' for the list");
+    args a = {argc, argv, 2, argv[1], "", NULL};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(&a, err);
+    const char *near = hy_closest(argv[1], command_names);
+    if (near)
+        return hy_fail(err, HY_ERR_INPUT, "unknown command '%s'; did you "
+                       "mean '%s'? (hanayo help lists them)", argv[1], near);
+    return hy_fail(err, HY_ERR_INPUT, "unknown command '%s'; run 'hanayo "
+                   "help' for the list", argv[1]);
+}
+
+int main(int argc, char **argv) {
+    hy_error err;
+    hy_error_clear(&err);
+    int status = dispatch(argc, argv, &err);
+    /* A full disk or closed pipe must not pass for success. */
+    if (status == HY_OK && (fflush(stdout) != 0 || ferror(stdout)))
+        status = hy_fail(&err, HY_ERR_RUNTIME, "cannot write to standard "
+                         "output: %s", strerror(errno ? errno : EIO));
+    if (status != HY_OK) fprintf(stderr, "hanayo: %s\n", err.msg);
+    return status;
+}
