@@ -7,7 +7,8 @@
 #   make tests        build the unit-test programs (build/tests/test_*)
 #   make check        build, run this build's tests, print the tally
 #   make test         check in build/, then again under ASan+UBSan in
-#                     build-asan/ (CPU only), then one aggregate tally line
+#                     build-asan/ (CPU only), the threaded tests under TSan
+#                     in build-tsan/, then one aggregate tally line
 #   make asan         ASan+UBSan build in build-asan/, run all its tests
 #   make tsan         TSan build in build-tsan/, run its test programs
 #   make run          build, then `hanayo plan configs/tiny-gpt.json`
@@ -22,8 +23,8 @@
 #                     NVCCFLAGS: -O2 -g -lineinfo, device lines for profilers)
 #   BUILD=dir         build directory (default: build)
 #   SANITIZE=list     -fsanitize=list (implies no CUDA); asan/tsan set it
-#   BLAS_LIBS         libraries for the CPU GEMMs; empty until kernels/cpu
-#                     calls cblas, then -lopenblas (libopenblas-dev)
+#   BLAS_LIBS         libraries for the CPU GEMMs (kernels/cpu calls cblas;
+#                     default -lopenblas, from libopenblas-dev)
 #   TEST_TIMEOUT=s    seconds before one test program counts as hung (300)
 #   PYTHON            the python3 for tests/*.py (default: one with numpy)
 #
@@ -48,7 +49,8 @@
 # exited non-zero while reporting no failure (a crash, a sanitizer report,
 # a timeout), counts as one more failure. `make test` ends with
 #     tests: N passed, N failed
-# over build/ and build-asan/ together and exits non-zero if N failed > 0.
+# over build/, build-asan/ and build-tsan/ together and exits non-zero if
+# N failed > 0.
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
@@ -60,7 +62,7 @@ endif
 CFLAGS ?= -O2 -g
 NVCCFLAGS ?= -O2 -g -lineinfo
 TEST_TIMEOUT ?= 300
-BLAS_LIBS ?=
+BLAS_LIBS ?= -lopenblas
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
 # tests/*.py may use numpy (Debian's python3-numpy, DESIGN §6). Use the first
@@ -249,9 +251,14 @@ $(HY_RESULTS)/sh/%.log: tests/%.sh $(HY_BIN) FORCE | hy-fresh-results
 $(HY_RESULTS)/py/%.log: tests/%.py $(HY_BIN) FORCE | hy-fresh-results
 	$(call hy_run_test,$(PYTHON) $<)
 
-.PHONY: hy-run-all hy-run-unit
+.PHONY: hy-run-all hy-run-unit hy-run-threaded
 hy-run-all: $(HY_UNIT_LOGS) $(HY_SCRIPT_LOGS)
 hy-run-unit: $(HY_UNIT_LOGS)
+
+# The test programs that start threads: make test runs them once more under
+# ThreadSanitizer.
+HY_THREADED_TESTS := test_mailbox
+hy-run-threaded: $(HY_THREADED_TESTS:%=$(HY_RESULTS)/unit/%.log)
 
 # -j only when the caller gave none (a second -j would break the jobserver).
 # $(MAKE) is written out in each recipe line: make hands its jobserver only
@@ -272,7 +279,9 @@ test:
 	@$(MAKE) --no-print-directory $(HY_JOBS) all hy-run-all
 	@echo "== again under ASan+UBSan (build-asan/, CPU only) =="
 	@$(MAKE) --no-print-directory $(HY_JOBS) $(HY_ASAN_VARS) all hy-run-all
-	@$(HY_TALLY) $$(find $(HY_RESULTS) build-asan/results -name '*.log' | sort) </dev/null
+	@echo "== the threaded tests again under TSan (build-tsan/) =="
+	@$(MAKE) --no-print-directory $(HY_JOBS) $(HY_TSAN_VARS) hy-run-threaded
+	@$(HY_TALLY) $$(find $(HY_RESULTS) build-asan/results build-tsan/results -name '*.log' | sort) </dev/null
 
 asan:
 	@$(MAKE) --no-print-directory $(HY_ASAN_VARS) check

@@ -7,10 +7,11 @@
  * declared here. This header must never include a CUDA header, so that
  * lib/ builds and runs with gcc alone.
  *
- * It grows piece by piece. The first piece is the device query: how many
- * CUDA devices this process can see, what each one is, and which pairs can
- * reach each other's memory directly (peer access, DESIGN §3). Memory,
- * streams, events, signals, capture/replay and the math ops follow.
+ * It grows piece by piece: the device query (how many CUDA devices this
+ * process can see, what each one is, which pairs reach each other's memory,
+ * DESIGN §3); then execution: memory per rank, one stream per rank, the
+ * 32-bit flags of the cross-rank handshake, copies, and record/replay of a
+ * rank's iteration. The math ops follow with the runtime.
  *
  * In a build without nvcc the CUDA entry points still exist (a stand-in,
  * kernels/cuda/stub.c, is linked instead of kernels/cuda/device.cu) and
@@ -20,6 +21,7 @@
 #define HY_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {   /* the CUDA backend is compiled as C++ by nvcc */
@@ -61,6 +63,125 @@ int hy_device_query(int index, hy_device_info *out, hy_error *err);
  * directly, else 0. A device always reaches itself (several ranks may share
  * one GPU, and then a "peer" copy is a device-to-device copy). */
 int hy_device_can_access_peer(int a, int b, int *yes, hy_error *err);
+
+
+/* ---------------------------------------------------------------------- */
+/* Execution
+ *
+ * A backend owns the memory of every rank and one stream per rank. Work is
+ * enqueued on a stream and runs in order. Between `capture_begin` and
+ * `capture_end` nothing runs: the work is recorded into a graph, which
+ * `graph_launch` replays, so a rank's whole iteration is recorded once and
+ * replayed every step (DESIGN §4). On the CPU a stream runs its work on
+ * the calling thread (the rank's thread) and a graph is a list of recorded
+ * commands; on CUDA they are a cudaStream_t and a cudaGraphExec_t. The
+ * runtime's code path is the same for both.
+ *
+ * Flags are 32-bit words that two ranks can see (host-mapped or peer
+ * memory on CUDA, plain memory on the CPU). `wait_flag` blocks the stream
+ * until the word equals a value; `write_flag` stores a value after all
+ * earlier work of the stream. The values are constants, so recorded waits
+ * and writes stay valid on every replay: this is the full/free handshake
+ * of DESIGN §3, which cannot wait on a stale signal by construction.
+ *
+ * A wait that lasts longer than the watchdog fails with the site it was
+ * given (rank, action, edge, slot), and `abort` makes every wait in the
+ * backend fail promptly, so one failing rank stops the others instead of
+ * leaving them blocked. Nothing here hangs.
+ */
+
+typedef struct hy_backend hy_backend;
+typedef struct hy_stream hy_stream;
+typedef struct hy_graph hy_graph;
+
+/* Who waits, for the watchdog's report. */
+typedef struct {
+    int rank;
+    char what[160];   /* e.g. "F m3 s5: activations from rank 2 (edge s4->s5, slot 1)" */
+} hy_wait_site;
+
+typedef struct {
+    const char *name;   /* "cpu" or "cuda" */
+
+    void (*destroy)(hy_backend *be);
+
+    /* Memory of one rank; zero-filled. Freed by free_mem or destroy. */
+    int (*alloc)(hy_backend *be, int rank, size_t bytes, void **out, hy_error *err);
+    /* Memory that ranks a and b both read and write (flags). */
+    int (*alloc_shared)(hy_backend *be, int a, int b, size_t bytes, void **out, hy_error *err);
+    void (*free_mem)(hy_backend *be, void *p);
+    /* Synchronous copies between the host and a rank's memory. */
+    int (*upload)(hy_backend *be, int rank, void *dst, const void *src, size_t bytes,
+                  hy_error *err);
+    int (*download)(hy_backend *be, int rank, void *dst, const void *src, size_t bytes,
+                    hy_error *err);
+
+    int (*stream_create)(hy_backend *be, int rank, hy_stream **out, hy_error *err);
+    void (*stream_destroy)(hy_stream *s);
+    /* Waits until everything enqueued on s has run; reports its failure. */
+    int (*sync)(hy_stream *s, hy_error *err);
+
+    /* Enqueued work. Eagerly run work reports its failure at once; in a
+     * replay the failure comes back from graph_launch or sync. */
+    int (*wait_flag)(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
+                     hy_error *err);
+    int (*write_flag)(hy_stream *s, uint32_t *flag, uint32_t value, hy_error *err);
+    /* dst and src may belong to different ranks: a peer copy. */
+    int (*copy)(hy_stream *s, void *dst, const void *src, size_t bytes, hy_error *err);
+
+    /* Record and replay. */
+    int (*capture_begin)(hy_stream *s, hy_error *err);
+    int (*capture_end)(hy_stream *s, hy_graph **out, hy_error *err);
+    int (*graph_launch)(hy_graph *g, hy_stream *s, hy_error *err);
+    void (*graph_destroy)(hy_graph *g);
+
+    /* Makes every current and future wait fail ("stopped because ...").
+     * Safe to call from any thread. */
+    void (*abort)(hy_backend *be, const char *why);
+
+    /* Test ops, to prove the cross-rank protocol on both backends with the
+     * same test. Each reads the iteration number from `*iter` when it runs,
+     * so a replayed graph sees the current iteration:
+     *   fill:  buf[i] = hy_pattern(key, *iter, i)
+     *   check: counts i with buf[i] != hy_pattern(key, *iter, i) into *errors
+     *   delay: sleeps (spins, on a GPU) hy_pattern(key, *iter, 0) % max_ns ns
+     *   add:   *counter += 1 */
+    int (*test_fill)(hy_stream *s, uint32_t *buf, size_t n, uint32_t key, const uint32_t *iter,
+                     hy_error *err);
+    int (*test_check)(hy_stream *s, const uint32_t *buf, size_t n, uint32_t key,
+                      const uint32_t *iter, uint32_t *errors, hy_error *err);
+    int (*test_delay)(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
+                      hy_error *err);
+    int (*test_add)(hy_stream *s, uint32_t *counter, hy_error *err);
+} hy_backend_ops;
+
+/* What every backend's state starts with. */
+struct hy_backend {
+    const hy_backend_ops *ops;
+    int ranks;
+    double watchdog_s;
+};
+
+/* What every backend's stream starts with. */
+struct hy_stream {
+    hy_backend *be;
+    int rank;
+};
+
+/* The CPU backend: `ranks` ranks in this process, waits failing after
+ * watchdog_s seconds. */
+int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_error *err);
+
+/* The pattern the test ops write: a 32-bit hash of (key, iteration, i). */
+static inline uint32_t hy_pattern(uint32_t key, uint32_t iter, uint32_t i) {
+    uint32_t h = key * 0x9E3779B1u ^ (iter + 0x7F4A7C15u) * 0x85EBCA77u ^ i * 0xC2B2AE3Du;
+    h ^= h >> 16;
+    h *= 0x7FEB352Du;
+    h ^= h >> 15;
+    h *= 0x846CA68Bu;
+    h ^= h >> 16;
+    return h;
+}
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,405 @@
+/*
+ * backend.c — the CPU backend's execution core (backend.h, "Execution").
+ *
+ * A rank's stream runs its work on the rank's own thread, in order; while
+ * capturing, the same calls append commands to a list instead, and a
+ * "graph" is that list, replayed command by command. Flags are 32-bit
+ * words in ordinary memory, written with release stores and read with
+ * acquire loads, so a consumer that sees full == 1 also sees the bytes the
+ * producer copied before setting it. A blocked wait sleeps on a futex
+ * (woken by the writer) in short slices, so it notices an abort or its
+ * watchdog deadline without spinning.
+ */
+#include "backend.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How long one futex sleep lasts before the wait looks at the abort flag
+ * and its deadline again. */
+#define HY_CPU_WAIT_SLICE_NS 20000000L
+
+typedef enum {
+    CMD_WAIT, CMD_WRITE, CMD_COPY, CMD_FILL, CMD_CHECK, CMD_DELAY, CMD_ADD
+} cpu_cmd_kind;
+
+typedef struct {
+    cpu_cmd_kind kind;
+    uint32_t *flag;             /* WAIT, WRITE; ADD's counter */
+    uint32_t value;
+    void *dst;                  /* COPY; FILL's buffer */
+    const void *src;            /* COPY; CHECK's buffer */
+    size_t bytes;               /* COPY; FILL and CHECK: element count */
+    uint32_t key, max_ns;       /* FILL, CHECK, DELAY */
+    const uint32_t *iter;       /* FILL, CHECK, DELAY */
+    uint32_t *errors;           /* CHECK */
+    hy_wait_site site;          /* WAIT */
+} cpu_cmd;
+
+typedef struct cpu_block {
+    struct cpu_block *next;
+} cpu_block;
+
+typedef struct {
+    hy_backend base;
+    int aborted;                /* read and written with atomics */
+    pthread_mutex_t lock;       /* guards why and blocks */
+    char why[512];
+    cpu_block *blocks;          /* every allocation, freed by destroy */
+} cpu_backend;
+
+typedef struct {
+    hy_stream base;
+    int capturing;
+    int capture_failed;
+    cpu_cmd *rec;
+    size_t n, cap;
+} cpu_stream;
+
+struct hy_graph {
+    cpu_cmd *cmds;
+    size_t n;
+};
+
+static cpu_backend *cpu_of(hy_backend *be) { return (cpu_backend *)be; }
+static cpu_stream *stream_of(hy_stream *s) { return (cpu_stream *)s; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory: every block carries a header linking it into the backend's list,
+ * so destroy frees whatever the runtime did not. */
+
+static void *cpu_block_alloc(cpu_backend *cb, size_t bytes) {
+    /* Keep the payload 64-byte aligned: flags and slots should not share
+     * cache lines with their neighbours' headers. */
+    size_t head = 64;
+    if (bytes > SIZE_MAX - head) return NULL;
+    void *raw = NULL;
+    if (posix_memalign(&raw, 64, head + bytes) != 0) return NULL;
+    memset(raw, 0, head + bytes);
+    cpu_block *b = raw;
+    pthread_mutex_lock(&cb->lock);
+    b->next = cb->blocks;
+    cb->blocks = b;
+    pthread_mutex_unlock(&cb->lock);
+    return (char *)raw + head;
+}
+
+static int cpu_alloc(hy_backend *be, int rank, size_t bytes, void **out, hy_error *err) {
+    if (rank < 0 || rank >= be->ranks)
+        return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: no rank %d (have %d)", rank, be->ranks);
+    *out = cpu_block_alloc(cpu_of(be), bytes);
+    if (!*out)
+        return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: out of memory allocating %zu bytes for rank %d",
+                       bytes, rank);
+    return HY_OK;
+}
+
+static int cpu_alloc_shared(hy_backend *be, int a, int b, size_t bytes, void **out, hy_error *err) {
+    (void)b;
+    return cpu_alloc(be, a, bytes, out, err);
+}
+
+static void cpu_free_mem(hy_backend *be, void *p) {
+    if (!p) return;
+    cpu_backend *cb = cpu_of(be);
+    cpu_block *target = (cpu_block *)((char *)p - 64);
+    pthread_mutex_lock(&cb->lock);
+    for (cpu_block **link = &cb->blocks; *link; link = &(*link)->next) {
+        if (*link == target) {
+            *link = target->next;
+            free(target);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cb->lock);
+}
+
+static int cpu_upload(hy_backend *be, int rank, void *dst, const void *src, size_t bytes,
+                      hy_error *err) {
+    (void)be; (void)rank; (void)err;
+    memcpy(dst, src, bytes);
+    return HY_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running one command */
+
+static long futex_call(uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+    return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
+}
+
+static int cpu_aborted(cpu_backend *cb, const hy_wait_site *site, hy_error *err) {
+    char why[sizeof cb->why];
+    pthread_mutex_lock(&cb->lock);
+    memcpy(why, cb->why, sizeof why);
+    pthread_mutex_unlock(&cb->lock);
+    return hy_fail(err, HY_ERR_RUNTIME, "rank %d stopped while waiting at %s: %s", site->rank,
+                   site->what, why);
+}
+
+static int run_wait(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
+    double start = now_s(), deadline = start + cb->base.watchdog_s;
+    for (;;) {
+        uint32_t v = __atomic_load_n(c->flag, __ATOMIC_ACQUIRE);
+        if (v == c->value) return HY_OK;
+        if (__atomic_load_n(&cb->aborted, __ATOMIC_ACQUIRE)) return cpu_aborted(cb, &c->site, err);
+        double t = now_s();
+        if (t >= deadline)
+            return hy_fail(err, HY_ERR_RUNTIME,
+                           "watchdog: rank %d waited %.2f s at %s (flag is %u, waiting for %u); "
+                           "the rank that should set it is stalled or failed "
+                           "(watchdog_s = %g)",
+                           c->site.rank, t - start, c->site.what, v, c->value,
+                           cb->base.watchdog_s);
+        double left = deadline - t;
+        long ns = left < HY_CPU_WAIT_SLICE_NS * 1e-9 ? (long)(left * 1e9) + 1 : HY_CPU_WAIT_SLICE_NS;
+        struct timespec ts = { ns / 1000000000L, ns % 1000000000L };
+        /* Returns at once if the word is no longer v (EAGAIN); either way
+         * the loop looks again. */
+        futex_call(c->flag, FUTEX_WAIT_PRIVATE, v, &ts);
+    }
+}
+
+static void run_write(const cpu_cmd *c) {
+    __atomic_store_n(c->flag, c->value, __ATOMIC_RELEASE);
+    futex_call(c->flag, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+}
+
+static void run_delay(const cpu_cmd *c) {
+    if (c->max_ns == 0) return;
+    uint32_t ns = hy_pattern(c->key, *c->iter, 0) % c->max_ns;
+    struct timespec ts = { 0, (long)ns };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+static int run_cmd(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
+    switch (c->kind) {
+    case CMD_WAIT: return run_wait(cb, c, err);
+    case CMD_WRITE: run_write(c); return HY_OK;
+    case CMD_COPY: memcpy(c->dst, c->src, c->bytes); return HY_OK;
+    case CMD_FILL: {
+        uint32_t *buf = c->dst, it = *c->iter;
+        for (size_t i = 0; i < c->bytes; i++) buf[i] = hy_pattern(c->key, it, (uint32_t)i);
+        return HY_OK;
+    }
+    case CMD_CHECK: {
+        const uint32_t *buf = c->src;
+        uint32_t it = *c->iter, bad = 0;
+        for (size_t i = 0; i < c->bytes; i++) bad += buf[i] != hy_pattern(c->key, it, (uint32_t)i);
+        *c->errors += bad;
+        return HY_OK;
+    }
+    case CMD_DELAY: run_delay(c); return HY_OK;
+    case CMD_ADD: *c->flag += 1; return HY_OK;
+    }
+    return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: unknown command %d", (int)c->kind);
+}
+
+/* Runs c now, or records it while capturing. */
+static int enqueue(hy_stream *s, const cpu_cmd *c, hy_error *err) {
+    cpu_stream *cs = stream_of(s);
+    if (!cs->capturing) return run_cmd(cpu_of(s->be), c, err);
+    if (cs->n == cs->cap) {
+        size_t cap = cs->cap ? 2 * cs->cap : 256;
+        cpu_cmd *grown = realloc(cs->rec, cap * sizeof *grown);
+        if (!grown) {
+            cs->capture_failed = 1;
+            return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: out of memory recording rank %d's graph",
+                           s->rank);
+        }
+        cs->rec = grown;
+        cs->cap = cap;
+    }
+    cs->rec[cs->n++] = *c;
+    return HY_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The enqueue entry points */
+
+static int cpu_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
+                         hy_error *err) {
+    cpu_cmd c = { .kind = CMD_WAIT, .flag = flag, .value = value, .site = *site };
+    return enqueue(s, &c, err);
+}
+
+static int cpu_write_flag(hy_stream *s, uint32_t *flag, uint32_t value, hy_error *err) {
+    cpu_cmd c = { .kind = CMD_WRITE, .flag = flag, .value = value };
+    return enqueue(s, &c, err);
+}
+
+static int cpu_copy(hy_stream *s, void *dst, const void *src, size_t bytes, hy_error *err) {
+    cpu_cmd c = { .kind = CMD_COPY, .dst = dst, .src = src, .bytes = bytes };
+    return enqueue(s, &c, err);
+}
+
+static int cpu_test_fill(hy_stream *s, uint32_t *buf, size_t n, uint32_t key, const uint32_t *iter,
+                         hy_error *err) {
+    cpu_cmd c = { .kind = CMD_FILL, .dst = buf, .bytes = n, .key = key, .iter = iter };
+    return enqueue(s, &c, err);
+}
+
+static int cpu_test_check(hy_stream *s, const uint32_t *buf, size_t n, uint32_t key,
+                          const uint32_t *iter, uint32_t *errors, hy_error *err) {
+    cpu_cmd c = { .kind = CMD_CHECK, .src = buf, .bytes = n, .key = key, .iter = iter,
+                  .errors = errors };
+    return enqueue(s, &c, err);
+}
+
+static int cpu_test_delay(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
+                          hy_error *err) {
+    cpu_cmd c = { .kind = CMD_DELAY, .key = key, .iter = iter, .max_ns = max_ns };
+    return enqueue(s, &c, err);
+}
+
+static int cpu_test_add(hy_stream *s, uint32_t *counter, hy_error *err) {
+    cpu_cmd c = { .kind = CMD_ADD, .flag = counter };
+    return enqueue(s, &c, err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streams, capture, replay */
+
+static int cpu_stream_create(hy_backend *be, int rank, hy_stream **out, hy_error *err) {
+    if (rank < 0 || rank >= be->ranks)
+        return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: no rank %d (have %d)", rank, be->ranks);
+    cpu_stream *cs = calloc(1, sizeof *cs);
+    if (!cs) return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: out of memory creating a stream");
+    cs->base.be = be;
+    cs->base.rank = rank;
+    *out = &cs->base;
+    return HY_OK;
+}
+
+static void cpu_stream_destroy(hy_stream *s) {
+    if (!s) return;
+    cpu_stream *cs = stream_of(s);
+    free(cs->rec);
+    free(cs);
+}
+
+static int cpu_sync(hy_stream *s, hy_error *err) {
+    (void)s; (void)err;   /* work already ran on the calling thread */
+    return HY_OK;
+}
+
+static int cpu_capture_begin(hy_stream *s, hy_error *err) {
+    cpu_stream *cs = stream_of(s);
+    if (cs->capturing)
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: capture_begin while already capturing", s->rank);
+    cs->capturing = 1;
+    cs->capture_failed = 0;
+    cs->n = 0;
+    return HY_OK;
+}
+
+static int cpu_capture_end(hy_stream *s, hy_graph **out, hy_error *err) {
+    cpu_stream *cs = stream_of(s);
+    *out = NULL;
+    if (!cs->capturing)
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: capture_end without capture_begin", s->rank);
+    cs->capturing = 0;
+    if (cs->capture_failed)
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: the capture failed (out of memory)", s->rank);
+    hy_graph *g = calloc(1, sizeof *g);
+    if (!g) return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: out of memory finishing a graph");
+    g->cmds = cs->rec;   /* the graph takes the recorded list */
+    g->n = cs->n;
+    cs->rec = NULL;
+    cs->n = cs->cap = 0;
+    *out = g;
+    return HY_OK;
+}
+
+static int cpu_graph_launch(hy_graph *g, hy_stream *s, hy_error *err) {
+    cpu_backend *cb = cpu_of(s->be);
+    for (size_t i = 0; i < g->n; i++) {
+        int rc = run_cmd(cb, &g->cmds[i], err);
+        if (rc) return rc;
+    }
+    return HY_OK;
+}
+
+static void cpu_graph_destroy(hy_graph *g) {
+    if (!g) return;
+    free(g->cmds);
+    free(g);
+}
+
+static void cpu_abort(hy_backend *be, const char *why) {
+    cpu_backend *cb = cpu_of(be);
+    pthread_mutex_lock(&cb->lock);
+    if (!cb->why[0]) snprintf(cb->why, sizeof cb->why, "%s", why);
+    pthread_mutex_unlock(&cb->lock);
+    __atomic_store_n(&cb->aborted, 1, __ATOMIC_RELEASE);
+}
+
+static void cpu_destroy(hy_backend *be) {
+    if (!be) return;
+    cpu_backend *cb = cpu_of(be);
+    while (cb->blocks) {
+        cpu_block *next = cb->blocks->next;
+        free(cb->blocks);
+        cb->blocks = next;
+    }
+    pthread_mutex_destroy(&cb->lock);
+    free(cb);
+}
+
+static const hy_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .alloc_shared = cpu_alloc_shared,
+    .free_mem = cpu_free_mem,
+    .upload = cpu_upload,
+    .download = cpu_upload,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .sync = cpu_sync,
+    .wait_flag = cpu_wait_flag,
+    .write_flag = cpu_write_flag,
+    .copy = cpu_copy,
+    .capture_begin = cpu_capture_begin,
+    .capture_end = cpu_capture_end,
+    .graph_launch = cpu_graph_launch,
+    .graph_destroy = cpu_graph_destroy,
+    .abort = cpu_abort,
+    .test_fill = cpu_test_fill,
+    .test_check = cpu_test_check,
+    .test_delay = cpu_test_delay,
+    .test_add = cpu_test_add,
+};
+
+int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_error *err) {
+    *out = NULL;
+    if (ranks < 1 || ranks > 1024)
+        return hy_fail(err, HY_ERR_INPUT, "cpu backend: ranks must be in 1..1024, got %d", ranks);
+    if (!(watchdog_s > 0))
+        return hy_fail(err, HY_ERR_INPUT, "cpu backend: watchdog_s must be > 0, got %g", watchdog_s);
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: out of memory");
+    if (pthread_mutex_init(&cb->lock, NULL) != 0) {
+        free(cb);
+        return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: pthread_mutex_init failed");
+    }
+    cb->base.ops = &cpu_ops;
+    cb->base.ranks = ranks;
+    cb->base.watchdog_s = watchdog_s;
+    *out = &cb->base;
+    return HY_OK;
+}

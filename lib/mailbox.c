@@ -1,0 +1,218 @@
+/*
+ * mailbox.c — see mailbox.h.
+ */
+#include "mailbox.h"
+#include "sim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void hy_edges_free(hy_mailbox *mb) {
+    for (int i = 0; i < mb->n_edges; i++) {
+        free(mb->edges[i].slot_of);
+        free(mb->edges[i].slot);
+    }
+    free(mb->edges);
+    free(mb->into_fwd);
+    free(mb->into_bwd);
+}
+
+void hy_mailbox_free(hy_mailbox *mb) {
+    if (!mb) return;
+    if (mb->be) {
+        for (int i = 0; i < mb->n_edges; i++) {
+            hy_edge *e = &mb->edges[i];
+            for (int k = 0; e->slot && k < e->slots; k++) mb->be->ops->free_mem(mb->be, e->slot[k]);
+            mb->be->ops->free_mem(mb->be, e->full);   /* full and free share one block */
+        }
+    }
+    hy_edges_free(mb);
+    memset(mb, 0, sizeof *mb);
+}
+
+/* One message's life on an edge, in the witness replay. */
+typedef struct {
+    double at;
+    int release;    /* 1: the slot is freed; 0: a message claims a slot */
+    int m;
+} hy_slot_event;
+
+static int hy_event_cmp(const void *a, const void *b) {
+    const hy_slot_event *x = a, *y = b;
+    if (x->at != y->at) return x->at < y->at ? -1 : 1;
+    if (x->release != y->release) return y->release - x->release;   /* releases first */
+    return x->m - y->m;
+}
+
+/* Gives each message of edge e the lowest slot free at its send time in
+ * the witness replay; sets e->slots to the most slots in use at once. */
+static int hy_assign_slots(hy_edge *e, int M, const double *send_at, const double *release_at) {
+    hy_slot_event *ev = malloc(sizeof *ev * 2 * (size_t)M);
+    int *holder = malloc(sizeof *holder * (size_t)M);
+    if (!ev || !holder) { free(ev); free(holder); return -1; }
+    for (int m = 0; m < M; m++) {
+        ev[2 * m] = (hy_slot_event){ send_at[m], 0, m };
+        ev[2 * m + 1] = (hy_slot_event){ release_at[m], 1, m };
+    }
+    qsort(ev, 2 * (size_t)M, sizeof *ev, hy_event_cmp);
+    int used = 0;
+    for (int k = 0; k < M; k++) holder[k] = -1;
+    for (int i = 0; i < 2 * M; i++) {
+        int m = ev[i].m;
+        if (ev[i].release) {
+            holder[e->slot_of[m]] = -1;
+            continue;
+        }
+        int k = 0;
+        while (holder[k] >= 0) k++;
+        holder[k] = m;
+        e->slot_of[m] = k;
+        if (k + 1 > used) used = k + 1;
+    }
+    e->slots = used;
+    free(ev);
+    free(holder);
+    return 0;
+}
+
+static int hy_add_edge(hy_mailbox *mb, const hy_schedule *s, int dir, int from, int to) {
+    hy_edge *e = &mb->edges[mb->n_edges];
+    memset(e, 0, sizeof *e);
+    e->dir = dir;
+    e->from_stage = from;
+    e->to_stage = to;
+    e->from_rank = s->placement[from];
+    e->to_rank = s->placement[to];
+    e->slot_of = calloc((size_t)s->micro_batches, sizeof(int));
+    if (!e->slot_of) return -1;
+    (dir == HY_FWD ? mb->into_fwd : mb->into_bwd)[to] = mb->n_edges++;
+    return 0;
+}
+
+int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err) {
+    memset(mb, 0, sizeof *mb);
+    int S = s->stages, M = s->micro_batches;
+    mb->stages = S;
+    mb->micro_batches = M;
+    mb->edges = calloc(2 * (size_t)S, sizeof(hy_edge));
+    mb->into_fwd = malloc(sizeof(int) * (size_t)S);
+    mb->into_bwd = malloc(sizeof(int) * (size_t)S);
+    double *fend = malloc(sizeof(double) * (size_t)M * (size_t)S);
+    double *bend = malloc(sizeof(double) * (size_t)M * (size_t)S);
+    double *send_at = malloc(sizeof(double) * (size_t)M), *rel_at = malloc(sizeof(double) * (size_t)M);
+    hy_sim_result r;
+    memset(&r, 0, sizeof r);
+    int rc = HY_OK;
+    if (!mb->edges || !mb->into_fwd || !mb->into_bwd || !fend || !bend || !send_at || !rel_at) {
+        rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory planning mailboxes");
+        goto out;
+    }
+    for (int st = 0; st < S; st++) mb->into_fwd[st] = mb->into_bwd[st] = -1;
+
+    /* The witness: the schedule replayed under uniform costs. */
+    hy_costs c = hy_costs_uniform();
+    rc = hy_simulate(s, &c, &r, err);
+    if (rc) goto out;
+    for (int rk = 0; rk < s->ranks; rk++) {
+        for (int i = 0; i < s->n_actions[rk]; i++) {
+            const hy_action *a = &s->actions[rk][i];
+            (a->op == HY_FWD ? fend : bend)[a->mb * S + a->stage] = r.end[rk][i];
+        }
+    }
+    for (int st = 0; st + 1 < S; st++) {
+        if (s->placement[st] == s->placement[st + 1]) continue;
+        for (int dir = HY_FWD; dir <= HY_BWD; dir++) {
+            int from = dir == HY_FWD ? st : st + 1, to = dir == HY_FWD ? st + 1 : st;
+            if (hy_add_edge(mb, s, dir, from, to) != 0) {
+                rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory planning mailboxes");
+                goto out;
+            }
+            hy_edge *e = &mb->edges[mb->n_edges - 1];
+            for (int m = 0; m < M; m++) {
+                /* Sent when the producing action ends; held until the
+                 * consumer's backward of stage `to` is done (a forward
+                 * slot is also the consumer's stash of its stage input). */
+                send_at[m] = (dir == HY_FWD ? fend : bend)[m * S + from];
+                rel_at[m] = bend[m * S + to];
+            }
+            if (hy_assign_slots(e, M, send_at, rel_at) != 0) {
+                rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory planning mailboxes");
+                goto out;
+            }
+        }
+    }
+out:
+    hy_sim_result_free(&r);
+    free(fend); free(bend); free(send_at); free(rel_at);
+    if (rc) hy_mailbox_free(mb);
+    return rc;
+}
+
+int hy_mailbox_alloc(hy_mailbox *mb, hy_backend *be, size_t slot_bytes, hy_error *err) {
+    mb->be = be;
+    for (int i = 0; i < mb->n_edges; i++) {
+        hy_edge *e = &mb->edges[i];
+        e->slot_bytes = slot_bytes;
+        e->slot = calloc((size_t)e->slots, sizeof(void *));
+        if (!e->slot) return hy_fail(err, HY_ERR_RUNTIME, "out of memory allocating mailboxes");
+        for (int k = 0; k < e->slots; k++) {
+            int rc = be->ops->alloc(be, e->to_rank, slot_bytes, &e->slot[k], err);
+            if (rc) return rc;
+        }
+        size_t n = (size_t)e->slots;
+        void *flags;
+        int rc = be->ops->alloc_shared(be, e->from_rank, e->to_rank, 2 * n * sizeof(uint32_t),
+                                       &flags, err);
+        if (rc) return rc;
+        e->full = flags;
+        e->free = e->full + n;
+        uint32_t *init = malloc(2 * n * sizeof(uint32_t));
+        if (!init) return hy_fail(err, HY_ERR_RUNTIME, "out of memory allocating mailboxes");
+        for (size_t k = 0; k < n; k++) { init[k] = 0; init[n + k] = 1; }
+        rc = be->ops->upload(be, e->to_rank, flags, init, 2 * n * sizeof(uint32_t), err);
+        free(init);
+        if (rc) return rc;
+    }
+    return HY_OK;
+}
+
+void *hy_mailbox_slot(const hy_edge *e, int m) {
+    return e->slot[e->slot_of[m]];
+}
+
+static void hy_edge_site(hy_wait_site *site, const hy_edge *e, int m, int rank, const char *action,
+                         const char *what) {
+    site->rank = rank;
+    snprintf(site->what, sizeof site->what, "%s: %s %s rank %d (edge s%d->s%d, slot %d)", action,
+             what, e->dir == HY_FWD ? "activations" : "gradients",
+             rank == e->to_rank ? e->from_rank : e->to_rank, e->from_stage, e->to_stage,
+             e->slot_of[m]);
+}
+
+int hy_mailbox_send(hy_stream *st, const hy_edge *e, int m, const void *src, const char *action,
+                    hy_error *err) {
+    const hy_backend_ops *o = st->be->ops;
+    int k = e->slot_of[m];
+    hy_wait_site site;
+    hy_edge_site(&site, e, m, st->rank, action, "free slot for");
+    int rc = o->wait_flag(st, &e->free[k], 1, &site, err);
+    if (!rc) rc = o->write_flag(st, &e->free[k], 0, err);
+    if (!rc) rc = o->copy(st, e->slot[k], src, e->slot_bytes, err);
+    if (!rc) rc = o->write_flag(st, &e->full[k], 1, err);
+    return rc;
+}
+
+int hy_mailbox_receive(hy_stream *st, const hy_edge *e, int m, const char *action, hy_error *err) {
+    const hy_backend_ops *o = st->be->ops;
+    int k = e->slot_of[m];
+    hy_wait_site site;
+    hy_edge_site(&site, e, m, st->rank, action, "waiting for");
+    int rc = o->wait_flag(st, &e->full[k], 1, &site, err);
+    if (!rc) rc = o->write_flag(st, &e->full[k], 0, err);
+    return rc;
+}
+
+int hy_mailbox_release(hy_stream *st, const hy_edge *e, int m, hy_error *err) {
+    return st->be->ops->write_flag(st, &e->free[e->slot_of[m]], 1, err);
+}

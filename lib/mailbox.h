@@ -1,0 +1,80 @@
+/*
+ * mailbox.h — cross-rank edges, their receive slots, and the full/free
+ * handshake that moves activations and gradients between ranks (DESIGN §3).
+ *
+ * Every stage boundary whose two stages live on different ranks is two
+ * edges: activations forward (F(m,s) → F(m,s+1)) and gradients backward
+ * (B(m,s+1) → B(m,s)). An edge is a mailbox owned by its consumer: K slots
+ * in the consumer's memory, each with a `full` and a `free` flag both ranks
+ * can see.
+ *
+ *   producer (send):    wait free == 1, write free = 0, copy, write full = 1
+ *   consumer (receive): wait full == 1, write full = 0
+ *   consumer (release): write free = 1          (when the data is no longer needed)
+ *
+ * A forward slot doubles as the consumer's stash of its stage input, so it
+ * is released after B(m, s+1), not after F(m, s+1): no extra copy. Which
+ * slot each micro-batch uses is decided once, from the action lists, by
+ * replaying the schedule and giving each message the lowest slot whose
+ * last occupant has been released (hy_mailbox_plan). That replay is a
+ * witness that the slot constraints add no cycle to the schedule's
+ * dependencies, so the blocking handshake cannot deadlock; and K is the
+ * most messages the edge ever holds at once. All flag values are
+ * constants, so the same recorded handshake is right on every replay.
+ */
+#ifndef HY_MAILBOX_H
+#define HY_MAILBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "error.h"
+#include "schedule.h"
+
+typedef struct {
+    int dir;            /* HY_FWD: activations from_stage -> from_stage+1;
+                           HY_BWD: gradients from_stage -> from_stage-1 */
+    int from_stage, to_stage;
+    int from_rank, to_rank;
+    int slots;          /* K */
+    int *slot_of;       /* [M]: the slot micro-batch m's message uses */
+    size_t slot_bytes;
+    void **slot;        /* [K] buffers in to_rank's memory (after alloc) */
+    uint32_t *full;     /* [K] flags, shared by the two ranks (after alloc) */
+    uint32_t *free;     /* [K] */
+} hy_edge;
+
+typedef struct {
+    int stages, micro_batches;
+    int n_edges;
+    hy_edge *edges;
+    int *into_fwd;      /* [stages]: edge carrying stage s's forward input, or -1 */
+    int *into_bwd;      /* [stages]: edge carrying stage s's backward input, or -1 */
+    hy_backend *be;     /* set by alloc */
+} hy_mailbox;
+
+/* Finds the edges of schedule s and assigns slots (pure; no memory of any
+ * device yet). */
+int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err);
+
+/* Allocates every edge's slots (slot_bytes each) in its consumer's memory
+ * and its flags where both ranks see them, and sets every free flag to 1
+ * and every full flag to 0. */
+int hy_mailbox_alloc(hy_mailbox *mb, hy_backend *be, size_t slot_bytes, hy_error *err);
+
+void hy_mailbox_free(hy_mailbox *mb);
+
+/* The handshake, enqueued on the stream of the producer (send) or the
+ * consumer (receive, release). `site` names the action for the watchdog;
+ * the edge and slot are added to it. */
+int hy_mailbox_send(hy_stream *st, const hy_edge *e, int m, const void *src,
+                    const char *action, hy_error *err);
+int hy_mailbox_receive(hy_stream *st, const hy_edge *e, int m, const char *action,
+                       hy_error *err);
+int hy_mailbox_release(hy_stream *st, const hy_edge *e, int m, hy_error *err);
+
+/* The slot buffer micro-batch m's message lands in. */
+void *hy_mailbox_slot(const hy_edge *e, int m);
+
+#endif

@@ -1,0 +1,286 @@
+/*
+ * test_mailbox.c — the cross-rank protocol under stress (DESIGN §3).
+ *
+ * One thread per rank runs its schedule's action lists for many iterations
+ * on the CPU backend, exactly as the runtime will: every cross-rank input
+ * is received through its mailbox slot, every output sent through the
+ * full/free handshake. Payloads are patterns of (edge, micro-batch,
+ * iteration); every receive checks its slot, and every backward checks its
+ * forward slot again (the slot is the stage-input stash, so an early reuse
+ * would show there). Random delays sit before every send and before every
+ * release. Run eagerly and with record/replay, for 2, 4 and 8 ranks and
+ * each schedule; then the watchdog and abort paths.
+ */
+#include "backend.h"
+#include "mailbox.h"
+#include "schedule.h"
+#include "test.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WORDS 64   /* payload per message: 256 bytes */
+
+typedef struct {
+    const hy_schedule *s;
+    const hy_mailbox *mb;
+    hy_backend *be;
+    int rank, iterations, graph;
+    uint32_t max_delay_ns;
+    uint32_t *iter, *errors, *checks, *out;   /* in the rank's memory */
+    int status;
+    hy_error err;
+} rank_ctx;
+
+static uint32_t key_of(int edge, int m) { return (uint32_t)edge * 65536u + (uint32_t)m + 1u; }
+
+/* The test's stand-in for computing an output and sending it. */
+static int produce(rank_ctx *c, hy_stream *st, int edge, int m, const char *label) {
+    const hy_backend_ops *o = c->be->ops;
+    int rc = o->test_delay(st, key_of(edge, m) ^ 0x51u, c->iter, c->max_delay_ns, &c->err);
+    if (!rc) rc = o->test_fill(st, c->out, WORDS, key_of(edge, m), c->iter, &c->err);
+    if (!rc) rc = hy_mailbox_send(st, &c->mb->edges[edge], m, c->out, label, &c->err);
+    return rc;
+}
+
+static int check_slot(rank_ctx *c, hy_stream *st, int edge, int m) {
+    const hy_backend_ops *o = c->be->ops;
+    const uint32_t *slot = hy_mailbox_slot(&c->mb->edges[edge], m);
+    int rc = o->test_check(st, slot, WORDS, key_of(edge, m), c->iter, c->errors, &c->err);
+    if (!rc) rc = o->test_add(st, c->checks, &c->err);
+    return rc;
+}
+
+/* One iteration of rank c->rank's list, enqueued on st. */
+static int enqueue_iteration(rank_ctx *c, hy_stream *st) {
+    const hy_schedule *s = c->s;
+    const hy_mailbox *mb = c->mb;
+    int rc = HY_OK;
+    for (int i = 0; i < s->n_actions[c->rank] && !rc; i++) {
+        const hy_action *a = &s->actions[c->rank][i];
+        char label[48];
+        hy_action_label(a, label, sizeof label);
+        int m = a->mb, st_ = a->stage;
+        int fin = mb->into_fwd[st_], bin = mb->into_bwd[st_];
+        if (a->op == HY_FWD) {
+            if (fin >= 0) {
+                rc = hy_mailbox_receive(st, &mb->edges[fin], m, label, &c->err);
+                if (!rc) rc = check_slot(c, st, fin, m);
+            }
+            if (!rc && st_ + 1 < s->stages && mb->into_fwd[st_ + 1] >= 0)
+                rc = produce(c, st, mb->into_fwd[st_ + 1], m, label);
+        } else {
+            if (bin >= 0) {
+                rc = hy_mailbox_receive(st, &mb->edges[bin], m, label, &c->err);
+                if (!rc) rc = check_slot(c, st, bin, m);
+            }
+            if (!rc && fin >= 0) rc = check_slot(c, st, fin, m);   /* the stash is intact */
+            if (!rc && st_ > 0 && mb->into_bwd[st_ - 1] >= 0)
+                rc = produce(c, st, mb->into_bwd[st_ - 1], m, label);
+            if (!rc)
+                rc = c->be->ops->test_delay(st, key_of(st_, m) ^ 0xA7u, c->iter, c->max_delay_ns,
+                                            &c->err);
+            if (!rc && fin >= 0) rc = hy_mailbox_release(st, &mb->edges[fin], m, &c->err);
+            if (!rc && bin >= 0) rc = hy_mailbox_release(st, &mb->edges[bin], m, &c->err);
+        }
+    }
+    if (!rc) rc = c->be->ops->test_add(st, c->iter, &c->err);
+    return rc;
+}
+
+static void *rank_main(void *arg) {
+    rank_ctx *c = arg;
+    const hy_backend_ops *o = c->be->ops;
+    hy_stream *st = NULL;
+    hy_graph *g = NULL;
+    int rc = o->stream_create(c->be, c->rank, &st, &c->err);
+    if (!rc) rc = enqueue_iteration(c, st);            /* the eager warm-up iteration */
+    if (!rc && c->graph) {
+        rc = o->capture_begin(st, &c->err);
+        if (!rc) rc = enqueue_iteration(c, st);
+        if (!rc) rc = o->capture_end(st, &g, &c->err);
+    }
+    for (int it = 1; it < c->iterations && !rc; it++)
+        rc = c->graph ? o->graph_launch(g, st, &c->err) : enqueue_iteration(c, st);
+    if (!rc) rc = o->sync(st, &c->err);
+    if (rc) o->abort(c->be, c->err.msg);
+    o->graph_destroy(g);
+    o->stream_destroy(st);
+    c->status = rc;
+    return NULL;
+}
+
+/* Checks each rank makes per iteration: one per received message, plus
+ * one per backward whose stage input came from another rank. */
+static uint32_t checks_per_iteration(const hy_schedule *s, const hy_mailbox *mb, int rank) {
+    uint32_t n = 0;
+    for (int i = 0; i < s->n_actions[rank]; i++) {
+        const hy_action *a = &s->actions[rank][i];
+        int fin = mb->into_fwd[a->stage], bin = mb->into_bwd[a->stage];
+        if (a->op == HY_FWD) n += fin >= 0;
+        else n += (bin >= 0) + (fin >= 0);
+    }
+    return n;
+}
+
+static void stress(hy_sched_kind kind, int P, int wv, int M, int graph, int iterations,
+                   uint32_t max_delay_ns) {
+    hy_sched_params p = { kind, P, M, wv, wv };
+    hy_schedule s;
+    hy_mailbox mb;
+    hy_backend *be = NULL;
+    hy_error err;
+    if (hy_schedule_build(&s, &p, &err) != HY_OK) { CHECKF(0, "%s", err.msg); return; }
+    CHECKF(hy_mailbox_plan(&mb, &s, &err) == HY_OK, "%s", err.msg);
+    CHECK(hy_backend_cpu_create(&be, P, 30.0, &err) == HY_OK);
+    CHECKF(hy_mailbox_alloc(&mb, be, WORDS * sizeof(uint32_t), &err) == HY_OK, "%s", err.msg);
+
+    rank_ctx ctx[HY_MAX_RANKS];
+    pthread_t th[HY_MAX_RANKS];
+    for (int r = 0; r < P; r++) {
+        rank_ctx *c = &ctx[r];
+        memset(c, 0, sizeof *c);
+        c->s = &s;
+        c->mb = &mb;
+        c->be = be;
+        c->rank = r;
+        c->iterations = iterations;
+        c->graph = graph;
+        c->max_delay_ns = max_delay_ns;
+        void *mem;
+        CHECK(be->ops->alloc(be, r, (3 + WORDS) * sizeof(uint32_t), &mem, &err) == HY_OK);
+        c->iter = mem;
+        c->errors = c->iter + 1;
+        c->checks = c->iter + 2;
+        c->out = c->iter + 3;
+    }
+    for (int r = 0; r < P; r++) CHECK(pthread_create(&th[r], NULL, rank_main, &ctx[r]) == 0);
+    for (int r = 0; r < P; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < P; r++) {
+        rank_ctx *c = &ctx[r];
+        CHECKF(c->status == HY_OK, "%s P=%d graph=%d rank %d: %s", hy_sched_name(kind), P, graph, r,
+               c->err.msg);
+        CHECKF(*c->errors == 0, "%s P=%d graph=%d rank %d: %u words read wrong",
+               hy_sched_name(kind), P, graph, r, *c->errors);
+        CHECK(*c->iter == (uint32_t)iterations);
+        CHECKF(*c->checks == checks_per_iteration(&s, &mb, r) * (uint32_t)iterations,
+               "rank %d ran %u checks", r, *c->checks);
+    }
+    hy_mailbox_free(&mb);
+    be->ops->destroy(be);
+    hy_schedule_free(&s);
+}
+
+/* Slot counts come from the witness replay: never more than the messages;
+ * under 1F1B the forward edge into stage t holds the P - t micro-batches in
+ * flight on rank t, plus the one its producer has already sent ahead. */
+static void test_plan(void) {
+    hy_sched_params p = { HY_SCHED_1F1B, 4, 8, 1, 1 };
+    hy_schedule s;
+    hy_mailbox mb;
+    hy_error err;
+    CHECK(hy_schedule_build(&s, &p, &err) == HY_OK);
+    CHECK(hy_mailbox_plan(&mb, &s, &err) == HY_OK);
+    CHECK(mb.n_edges == 6);
+    for (int i = 0; i < mb.n_edges; i++) {
+        const hy_edge *e = &mb.edges[i];
+        CHECK(e->slots >= 1 && e->slots <= s.micro_batches);
+        CHECK(e->from_rank != e->to_rank);
+        if (e->dir == HY_FWD) {
+            CHECKF(e->slots == 4 - e->to_stage + 1, "edge into s%d has %d slots", e->to_stage, e->slots);
+        }
+    }
+    CHECK(mb.into_fwd[0] == -1 && mb.into_bwd[3] == -1);
+    hy_mailbox_free(&mb);
+    hy_schedule_free(&s);
+
+    /* Hanayo's turns are local: no edge across them. */
+    p = (hy_sched_params){ HY_SCHED_HANAYO, 4, 8, 2, 1 };
+    CHECK(hy_schedule_build(&s, &p, &err) == HY_OK);
+    CHECK(hy_mailbox_plan(&mb, &s, &err) == HY_OK);
+    CHECK(mb.n_edges == 2 * 2 * 2 * 3);
+    CHECK(mb.into_fwd[4] == -1 && mb.into_fwd[8] == -1 && mb.into_fwd[12] == -1);
+    hy_mailbox_free(&mb);
+    hy_schedule_free(&s);
+}
+
+typedef struct {
+    hy_backend *be;
+    uint32_t *flag;
+    int status;
+    hy_error err;
+} waiter;
+
+static void *wait_forever(void *arg) {
+    waiter *w = arg;
+    hy_stream *st;
+    hy_wait_site site = { 1, "B m2 s3: test wait" };
+    w->status = w->be->ops->stream_create(w->be, 1, &st, &w->err);
+    if (w->status) return NULL;
+    w->status = w->be->ops->wait_flag(st, w->flag, 1, &site, &w->err);
+    w->be->ops->stream_destroy(st);
+    return NULL;
+}
+
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A wait nobody satisfies fails after watchdog_s, naming rank and site. */
+static void test_watchdog(void) {
+    hy_backend *be;
+    hy_error err;
+    CHECK(hy_backend_cpu_create(&be, 2, 0.2, &err) == HY_OK);
+    void *flag;
+    CHECK(be->ops->alloc(be, 1, sizeof(uint32_t), &flag, &err) == HY_OK);
+    waiter w = { be, flag, 0, { 0, "" } };
+    double t0 = seconds();
+    wait_forever(&w);
+    double dt = seconds() - t0;
+    CHECK(w.status == HY_ERR_RUNTIME);
+    CHECKF(dt >= 0.19 && dt < 5.0, "watchdog fired after %.3f s", dt);
+    CHECK(strstr(w.err.msg, "watchdog") && strstr(w.err.msg, "rank 1") &&
+          strstr(w.err.msg, "B m2 s3: test wait"));
+    be->ops->destroy(be);
+}
+
+/* abort() releases a rank blocked in a wait, with the reason. */
+static void test_abort(void) {
+    hy_backend *be;
+    hy_error err;
+    CHECK(hy_backend_cpu_create(&be, 2, 60.0, &err) == HY_OK);
+    void *flag;
+    CHECK(be->ops->alloc(be, 1, sizeof(uint32_t), &flag, &err) == HY_OK);
+    waiter w = { be, flag, 0, { 0, "" } };
+    pthread_t th;
+    double t0 = seconds();
+    CHECK(pthread_create(&th, NULL, wait_forever, &w) == 0);
+    struct timespec nap = { 0, 50000000L };
+    nanosleep(&nap, NULL);
+    be->ops->abort(be, "rank 0 failed: injected");
+    pthread_join(th, NULL);
+    CHECK(w.status == HY_ERR_RUNTIME);
+    CHECK(seconds() - t0 < 5.0);
+    CHECK(strstr(w.err.msg, "rank 1 stopped") && strstr(w.err.msg, "rank 0 failed: injected"));
+    be->ops->destroy(be);
+}
+
+int main(void) {
+    test_plan();
+    test_watchdog();
+    test_abort();
+    static const struct { hy_sched_kind kind; int wv; } kinds[] = {
+        { HY_SCHED_GPIPE, 1 }, { HY_SCHED_1F1B, 1 }, { HY_SCHED_INTERLEAVED, 2 },
+        { HY_SCHED_HANAYO, 1 }, { HY_SCHED_HANAYO, 2 },
+    };
+    const int ranks[] = { 2, 4, 8 };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int i = 0; i < 3; i++)
+            for (int graph = 0; graph <= 1; graph++)
+                stress(kinds[k].kind, ranks[i], kinds[k].wv, 2 * ranks[i], graph, 12, 20000);
+    return TEST_END("mailbox");
+}
