@@ -1,0 +1,167 @@
+/*
+ * model.c — see model.h.
+ */
+#include "model.h"
+#include "rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void hy_model_free(hy_model *m) {
+    if (!m) return;
+    free(m->first_layer);
+    free(m->n_layers);
+    free(m->params);
+    free(m->stage_numel);
+    memset(m, 0, sizeof *m);
+}
+
+/* Forward FLOPs per token of the head, in units of one block's: the
+ * block does 24 C^2 (its four matmuls) + 4 C T (attention scores and
+ * mixing), the head 2 C Vp. */
+static double hy_head_cost(const hy_model *m) {
+    double C = m->d_model, T = m->seq_len;
+    return 2.0 * C * m->vocab_padded / (24.0 * C * C + 4.0 * C * T);
+}
+
+double hy_model_stage_cost(const hy_model *m, int stage) {
+    return m->n_layers[stage] + (stage == m->stages - 1 ? hy_head_cost(m) : 0.0);
+}
+
+/* Every stage at least one layer, the head counted on the last: choose
+ * the last stage's layer count n, spread the rest evenly over the others
+ * (earlier stages take the remainder), and keep the n that minimises the
+ * largest stage. */
+static void hy_balance(hy_model *m) {
+    int S = m->stages, L = m->layers;
+    if (S == 1) { m->n_layers[0] = L; return; }
+    double head = hy_head_cost(m), best = INFINITY;
+    int best_n = 1;
+    for (int n = 1; n <= L - (S - 1); n++) {
+        int rest = L - n;
+        double worst = fmax((double)((rest + S - 2) / (S - 1)), n + head);
+        if (worst < best - 1e-12) { best = worst; best_n = n; }
+    }
+    int rest = L - best_n;
+    for (int s = 0; s < S - 1; s++) m->n_layers[s] = rest / (S - 1) + (s < rest % (S - 1));
+    m->n_layers[S - 1] = best_n;
+}
+
+static void hy_add_param(hy_model *m, hy_param_kind kind, int layer, const char *suffix, int d0,
+                         int d1, int stage, int decay) {
+    hy_param *p = &m->params[m->n_params++];
+    memset(p, 0, sizeof *p);
+    if (layer >= 0) snprintf(p->name, sizeof p->name, "h.%d.%s", layer, suffix);
+    else snprintf(p->name, sizeof p->name, "%s", suffix);
+    p->kind = kind;
+    p->layer = layer;
+    p->ndim = d1 > 0 ? 2 : 1;
+    p->shape[0] = d0;
+    p->shape[1] = d1 > 0 ? d1 : 0;
+    p->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    p->stage = stage;
+    p->offset = m->stage_numel[stage];
+    p->decay = decay;
+    m->stage_numel[stage] += p->numel;
+}
+
+static void hy_add_block(hy_model *m, int l, int stage) {
+    int C = m->d_model;
+    hy_add_param(m, HY_P_LN1_W, l, "ln_1.weight", C, 0, stage, 0);
+    hy_add_param(m, HY_P_LN1_B, l, "ln_1.bias", C, 0, stage, 0);
+    hy_add_param(m, HY_P_QKV_W, l, "attn.c_attn.weight", C, 3 * C, stage, 1);
+    hy_add_param(m, HY_P_QKV_B, l, "attn.c_attn.bias", 3 * C, 0, stage, 0);
+    hy_add_param(m, HY_P_ATTN_PROJ_W, l, "attn.c_proj.weight", C, C, stage, 1);
+    hy_add_param(m, HY_P_ATTN_PROJ_B, l, "attn.c_proj.bias", C, 0, stage, 0);
+    hy_add_param(m, HY_P_LN2_W, l, "ln_2.weight", C, 0, stage, 0);
+    hy_add_param(m, HY_P_LN2_B, l, "ln_2.bias", C, 0, stage, 0);
+    hy_add_param(m, HY_P_FC_W, l, "mlp.c_fc.weight", C, 4 * C, stage, 1);
+    hy_add_param(m, HY_P_FC_B, l, "mlp.c_fc.bias", 4 * C, 0, stage, 0);
+    hy_add_param(m, HY_P_MLP_PROJ_W, l, "mlp.c_proj.weight", 4 * C, C, stage, 1);
+    hy_add_param(m, HY_P_MLP_PROJ_B, l, "mlp.c_proj.bias", C, 0, stage, 0);
+}
+
+int hy_model_build(hy_model *m, const hy_config *c, int vocab_multiple, hy_error *err) {
+    memset(m, 0, sizeof *m);
+    if (vocab_multiple < 1) vocab_multiple = 1;
+    m->kind = c->model.kind;
+    m->layers = c->model.layers;
+    m->d_model = c->model.d_model;
+    m->heads = c->model.heads;
+    m->seq_len = c->model.seq_len;
+    m->vocab = c->model.vocab;
+    m->vocab_padded = (c->model.vocab + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
+    m->stages = hy_config_stages(c);
+    int S = m->stages, L = m->layers;
+    m->first_layer = calloc((size_t)S, sizeof(int));
+    m->n_layers = calloc((size_t)S, sizeof(int));
+    m->stage_numel = calloc((size_t)S, sizeof(size_t));
+    m->params = calloc(2 + 12 * (size_t)L + 2, sizeof(hy_param));
+    if (!m->first_layer || !m->n_layers || !m->stage_numel || !m->params) {
+        hy_model_free(m);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the model");
+    }
+    if (c->schedule.n_split > 0) {
+        /* The config loader checked the length and the sum. */
+        for (int s = 0; s < S; s++) m->n_layers[s] = c->schedule.split[s];
+    } else if (S > L) {
+        hy_model_free(m);
+        return hy_fail(err, HY_ERR_INPUT,
+                       "%d stages but only %d layers: lower schedule.ranks/waves/chunks or give "
+                       "schedule.split", S, L);
+    } else {
+        hy_balance(m);
+    }
+    for (int s = 1; s < S; s++) m->first_layer[s] = m->first_layer[s - 1] + m->n_layers[s - 1];
+
+    int C = m->d_model;
+    hy_add_param(m, HY_P_WTE, -1, "wte.weight", m->vocab_padded, C, 0, 1);
+    hy_add_param(m, HY_P_WPE, -1, "wpe.weight", m->seq_len, C, 0, 1);
+    for (int s = 0; s < S; s++)
+        for (int l = m->first_layer[s]; l < m->first_layer[s] + m->n_layers[s]; l++)
+            hy_add_block(m, l, s);
+    hy_add_param(m, HY_P_LNF_W, -1, "ln_f.weight", C, 0, S - 1, 0);
+    hy_add_param(m, HY_P_LNF_B, -1, "ln_f.bias", C, 0, S - 1, 0);
+    return HY_OK;
+}
+
+size_t hy_model_param_count(const hy_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_params; i++) n += m->params[i].numel;
+    return n - (size_t)(m->vocab_padded - m->vocab) * (size_t)m->d_model;
+}
+
+const hy_param *hy_model_find(const hy_model *m, const char *name) {
+    if (strncmp(name, "transformer.", 12) == 0) name += 12;
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+static int hy_is_residual_proj(hy_param_kind k) {
+    return k == HY_P_ATTN_PROJ_W || k == HY_P_MLP_PROJ_W;
+}
+
+void hy_model_init_stage(const hy_model *m, int stage, uint64_t seed, float *block) {
+    double resid = 0.02 / sqrt(2.0 * m->layers);
+    for (int i = 0; i < m->n_params; i++) {
+        const hy_param *p = &m->params[i];
+        if (p->stage != stage) continue;
+        float *w = block + p->offset;
+        size_t n = p->numel;
+        if (p->kind == HY_P_LN1_W || p->kind == HY_P_LN2_W || p->kind == HY_P_LNF_W) {
+            for (size_t j = 0; j < n; j++) w[j] = 1.0f;
+        } else if (p->ndim == 1) {
+            memset(w, 0, n * sizeof *w);
+        } else {
+            hy_rng r = hy_rng_stream(seed, (uint64_t)i);
+            double sd = hy_is_residual_proj(p->kind) ? resid : 0.02;
+            size_t real = n;
+            if (p->kind == HY_P_WTE) real = (size_t)m->vocab * (size_t)m->d_model;
+            for (size_t j = 0; j < real; j++) w[j] = (float)(sd * hy_rng_normal(&r));
+            memset(w + real, 0, (n - real) * sizeof *w);
+        }
+    }
+}

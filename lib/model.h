@@ -1,0 +1,84 @@
+/*
+ * model.h — the transformer's shapes, parameters, initialization and its
+ * partition into pipeline stages.
+ *
+ * GPT-like is GPT-2 (DESIGN §5): token and learned position embeddings,
+ * pre-LN blocks (LN, attention, residual, LN, MLP with tanh-GELU,
+ * residual), a final LN and an LM head tied to the token embedding.
+ * BERT-like is the same with bidirectional attention and a masked-LM loss.
+ *
+ * Parameters carry Hugging Face GPT-2 names and layouts (Conv1D weights are
+ * [in, out]), so safetensors files map one to one. Each stage's parameters
+ * sit in one contiguous block of floats: stage 0 owns wte and wpe, stage
+ * s its layers, stage S-1 the final LN (and uses stage 0's wte for the
+ * tied head). Where stage 0 and stage S-1 live on different ranks the
+ * runtime keeps a replica of wte on the last rank and sums the two
+ * gradients (as Megatron does); under hanayo both live on rank 0.
+ */
+#ifndef HY_MODEL_H
+#define HY_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "error.h"
+
+typedef enum {
+    HY_P_WTE, HY_P_WPE,
+    HY_P_LN1_W, HY_P_LN1_B, HY_P_QKV_W, HY_P_QKV_B, HY_P_ATTN_PROJ_W, HY_P_ATTN_PROJ_B,
+    HY_P_LN2_W, HY_P_LN2_B, HY_P_FC_W, HY_P_FC_B, HY_P_MLP_PROJ_W, HY_P_MLP_PROJ_B,
+    HY_P_LNF_W, HY_P_LNF_B
+} hy_param_kind;
+
+typedef struct {
+    char name[48];      /* "wte.weight", "h.3.attn.c_attn.weight", ... */
+    hy_param_kind kind;
+    int layer;          /* block index, -1 for embeddings and ln_f */
+    int ndim;
+    int shape[2];
+    size_t numel;
+    int stage;          /* the stage whose block holds it */
+    size_t offset;      /* floats from the start of that stage's block */
+    int decay;          /* AdamW weight decay applies (matrices, not biases or LN) */
+} hy_param;
+
+typedef struct {
+    hy_model_kind kind;
+    int layers, d_model, heads, seq_len;
+    int vocab;          /* V: the real vocabulary */
+    int vocab_padded;   /* Vp >= V: rows of wte; the extra rows stay zero */
+    int stages;
+    int *first_layer;   /* [stages] */
+    int *n_layers;      /* [stages] */
+    int n_params;
+    hy_param *params;   /* in a fixed global order (stage 0 first) */
+    size_t *stage_numel;/* [stages]: floats in each stage's block */
+} hy_model;
+
+/* Builds the model of config c: shapes, the partition into
+ * hy_config_stages(c) stages (c->schedule.split if given, else balanced by
+ * estimated cost with the head counted on the last stage) and the
+ * parameter table. vocab_multiple pads the vocabulary (1: no padding). */
+int hy_model_build(hy_model *m, const hy_config *c, int vocab_multiple, hy_error *err);
+void hy_model_free(hy_model *m);
+
+/* Total parameters, counting the tied wte once and without padding rows:
+ * the number published for a model (GPT-2 small: 124,439,808). */
+size_t hy_model_param_count(const hy_model *m);
+
+/* Estimated cost of one stage's forward in units of one block, for the
+ * partition and the simulator: blocks, plus the head on the last stage. */
+double hy_model_stage_cost(const hy_model *m, int stage);
+
+/* The parameter named `name` (a "transformer." prefix is accepted), or NULL. */
+const hy_param *hy_model_find(const hy_model *m, const char *name);
+
+/* GPT-2's initialization into a stage's block: matrices and embeddings
+ * N(0, 0.02), the two residual projections N(0, 0.02 / sqrt(2 * layers)),
+ * LN weights 1, biases 0, padding rows 0. Every tensor draws from its own
+ * stream of (seed, global index), so the values do not depend on the
+ * partition: a P = 1 run and a P = 8 run start from the same weights. */
+void hy_model_init_stage(const hy_model *m, int stage, uint64_t seed, float *block);
+
+#endif
