@@ -84,6 +84,7 @@ static int hy_add_edge(hy_mailbox *mb, const hy_schedule *s, int dir, int from, 
     e->to_stage = to;
     e->from_rank = s->placement[from];
     e->to_rank = s->placement[to];
+    e->local = e->from_rank == e->to_rank;
     e->slot_of = calloc((size_t)s->micro_batches, sizeof(int));
     if (!e->slot_of) return -1;
     (dir == HY_FWD ? mb->into_fwd : mb->into_bwd)[to] = mb->n_edges++;
@@ -121,7 +122,6 @@ int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err) {
         }
     }
     for (int st = 0; st + 1 < S; st++) {
-        if (s->placement[st] == s->placement[st + 1]) continue;
         for (int dir = HY_FWD; dir <= HY_BWD; dir++) {
             int from = dir == HY_FWD ? st : st + 1, to = dir == HY_FWD ? st + 1 : st;
             if (hy_add_edge(mb, s, dir, from, to) != 0) {
@@ -160,6 +160,7 @@ int hy_mailbox_alloc(hy_mailbox *mb, hy_backend *be, size_t slot_bytes, hy_error
             int rc = be->ops->alloc(be, e->to_rank, slot_bytes, &e->slot[k], err);
             if (rc) return rc;
         }
+        if (e->local) continue;
         size_t n = (size_t)e->slots;
         void *flags;
         int rc = be->ops->alloc_shared(be, e->from_rank, e->to_rank, 2 * n * sizeof(uint32_t),
@@ -190,29 +191,94 @@ static void hy_edge_site(hy_wait_site *site, const hy_edge *e, int m, int rank, 
              e->slot_of[m]);
 }
 
+/* The handshake itself, shared by edges and channels. */
+static int hy_handshake_send(hy_stream *st, uint32_t *full, uint32_t *free_, void *dst,
+                             const void *src, size_t bytes, const hy_wait_site *site,
+                             hy_error *err) {
+    const hy_backend_ops *o = st->be->ops;
+    int rc = o->wait_flag(st, free_, 1, site, err);
+    if (!rc) rc = o->write_flag(st, free_, 0, err);
+    if (!rc) rc = o->copy(st, dst, src, bytes, err);
+    if (!rc) rc = o->write_flag(st, full, 1, err);
+    return rc;
+}
+
+static int hy_handshake_receive(hy_stream *st, uint32_t *full, const hy_wait_site *site,
+                                hy_error *err) {
+    const hy_backend_ops *o = st->be->ops;
+    int rc = o->wait_flag(st, full, 1, site, err);
+    if (!rc) rc = o->write_flag(st, full, 0, err);
+    return rc;
+}
+
 int hy_mailbox_send(hy_stream *st, const hy_edge *e, int m, const void *src, const char *action,
                     hy_error *err) {
-    const hy_backend_ops *o = st->be->ops;
     int k = e->slot_of[m];
+    if (e->local)   /* the rank's own order protects the slot */
+        return src == e->slot[k] ? HY_OK : st->be->ops->copy(st, e->slot[k], src, e->slot_bytes, err);
     hy_wait_site site;
     hy_edge_site(&site, e, m, st->rank, action, "free slot for");
-    int rc = o->wait_flag(st, &e->free[k], 1, &site, err);
-    if (!rc) rc = o->write_flag(st, &e->free[k], 0, err);
-    if (!rc) rc = o->copy(st, e->slot[k], src, e->slot_bytes, err);
-    if (!rc) rc = o->write_flag(st, &e->full[k], 1, err);
-    return rc;
+    return hy_handshake_send(st, &e->full[k], &e->free[k], e->slot[k], src, e->slot_bytes, &site,
+                             err);
 }
 
 int hy_mailbox_receive(hy_stream *st, const hy_edge *e, int m, const char *action, hy_error *err) {
-    const hy_backend_ops *o = st->be->ops;
-    int k = e->slot_of[m];
+    if (e->local) return HY_OK;
     hy_wait_site site;
     hy_edge_site(&site, e, m, st->rank, action, "waiting for");
-    int rc = o->wait_flag(st, &e->full[k], 1, &site, err);
-    if (!rc) rc = o->write_flag(st, &e->full[k], 0, err);
-    return rc;
+    return hy_handshake_receive(st, &e->full[e->slot_of[m]], &site, err);
 }
 
 int hy_mailbox_release(hy_stream *st, const hy_edge *e, int m, hy_error *err) {
+    if (e->local) return HY_OK;
     return st->be->ops->write_flag(st, &e->free[e->slot_of[m]], 1, err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Channels */
+
+int hy_channel_open(hy_channel *ch, hy_backend *be, int a, int b, size_t bytes, hy_error *err) {
+    memset(ch, 0, sizeof *ch);
+    ch->from_rank = a;
+    ch->to_rank = b;
+    ch->bytes = bytes;
+    int rc = be->ops->alloc(be, b, bytes, &ch->slot, err);
+    void *flags = NULL;
+    if (!rc) rc = be->ops->alloc_shared(be, a, b, 2 * sizeof(uint32_t), &flags, err);
+    if (rc) { hy_channel_close(ch, be); return rc; }
+    ch->full = flags;
+    ch->free = ch->full + 1;
+    const uint32_t init[2] = { 0, 1 };
+    rc = be->ops->upload(be, b, flags, init, sizeof init, err);
+    if (rc) hy_channel_close(ch, be);
+    return rc;
+}
+
+void hy_channel_close(hy_channel *ch, hy_backend *be) {
+    be->ops->free_mem(be, ch->slot);
+    be->ops->free_mem(be, ch->full);
+    memset(ch, 0, sizeof *ch);
+}
+
+static void hy_channel_site(hy_wait_site *site, const hy_channel *ch, int rank, const char *what) {
+    site->rank = rank;
+    snprintf(site->what, sizeof site->what, "%s (channel rank %d -> rank %d)", what, ch->from_rank,
+             ch->to_rank);
+}
+
+int hy_channel_send(hy_stream *st, const hy_channel *ch, const void *src, const char *what,
+                    hy_error *err) {
+    hy_wait_site site;
+    hy_channel_site(&site, ch, st->rank, what);
+    return hy_handshake_send(st, ch->full, ch->free, ch->slot, src, ch->bytes, &site, err);
+}
+
+int hy_channel_receive(hy_stream *st, const hy_channel *ch, const char *what, hy_error *err) {
+    hy_wait_site site;
+    hy_channel_site(&site, ch, st->rank, what);
+    return hy_handshake_receive(st, ch->full, &site, err);
+}
+
+int hy_channel_release(hy_stream *st, const hy_channel *ch, hy_error *err) {
+    return st->be->ops->write_flag(st, ch->free, 1, err);
 }

@@ -2,11 +2,14 @@
  * mailbox.h — cross-rank edges, their receive slots, and the full/free
  * handshake that moves activations and gradients between ranks (DESIGN §3).
  *
- * Every stage boundary whose two stages live on different ranks is two
- * edges: activations forward (F(m,s) → F(m,s+1)) and gradients backward
- * (B(m,s+1) → B(m,s)). An edge is a mailbox owned by its consumer: K slots
- * in the consumer's memory, each with a `full` and a `free` flag both ranks
- * can see.
+ * Every stage boundary is two edges: activations forward (F(m,s) →
+ * F(m,s+1)) and gradients backward (B(m,s+1) → B(m,s)). An edge is a
+ * mailbox owned by its consumer: K slots in the consumer's memory. When the
+ * two stages live on different ranks each slot also has a `full` and a
+ * `free` flag both ranks can see; when they share a rank (hanayo's turns,
+ * or P = 1) the rank's own order already serializes producer and consumer
+ * and the handshake is only the copy (none at all when the producer wrote
+ * straight into the slot).
  *
  *   producer (send):    wait free == 1, write free = 0, copy, write full = 1
  *   consumer (receive): wait full == 1, write full = 0
@@ -33,6 +36,7 @@
 #include "schedule.h"
 
 typedef struct {
+    int local;          /* both stages on one rank: no flags */
     int dir;            /* HY_FWD: activations from_stage -> from_stage+1;
                            HY_BWD: gradients from_stage -> from_stage-1 */
     int from_stage, to_stage;
@@ -41,9 +45,19 @@ typedef struct {
     int *slot_of;       /* [M]: the slot micro-batch m's message uses */
     size_t slot_bytes;
     void **slot;        /* [K] buffers in to_rank's memory (after alloc) */
-    uint32_t *full;     /* [K] flags, shared by the two ranks (after alloc) */
-    uint32_t *free;     /* [K] */
+    uint32_t *full;     /* [K] flags, shared by the two ranks (after alloc; */
+    uint32_t *free;     /* [K]  NULL for a local edge) */
 } hy_edge;
+
+/* A one-slot channel from one rank to another, for the few per-step
+ * exchanges outside the schedule (gradient-norm partials, the tied
+ * embedding's gradient). Same handshake as an edge. */
+typedef struct {
+    int from_rank, to_rank;
+    size_t bytes;
+    void *slot;         /* in to_rank's memory */
+    uint32_t *full, *free;
+} hy_channel;
 
 typedef struct {
     int stages, micro_batches;
@@ -76,5 +90,13 @@ int hy_mailbox_release(hy_stream *st, const hy_edge *e, int m, hy_error *err);
 
 /* The slot buffer micro-batch m's message lands in. */
 void *hy_mailbox_slot(const hy_edge *e, int m);
+
+/* A channel of `bytes` from rank a to rank b on backend be. */
+int hy_channel_open(hy_channel *ch, hy_backend *be, int a, int b, size_t bytes, hy_error *err);
+void hy_channel_close(hy_channel *ch, hy_backend *be);
+int hy_channel_send(hy_stream *st, const hy_channel *ch, const void *src, const char *what,
+                    hy_error *err);
+int hy_channel_receive(hy_stream *st, const hy_channel *ch, const char *what, hy_error *err);
+int hy_channel_release(hy_stream *st, const hy_channel *ch, hy_error *err);
 
 #endif

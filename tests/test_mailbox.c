@@ -30,6 +30,7 @@ typedef struct {
     int rank, iterations, graph;
     uint32_t max_delay_ns;
     uint32_t *iter, *errors, *checks, *out;   /* in the rank's memory */
+    hy_channel (*ch)[HY_MAX_RANKS];            /* ch[a][b]: rank a -> rank b */
     int status;
     hy_error err;
 } rank_ctx;
@@ -86,7 +87,26 @@ static int enqueue_iteration(rank_ctx *c, hy_stream *st) {
             if (!rc && bin >= 0) rc = hy_mailbox_release(st, &mb->edges[bin], m, &c->err);
         }
     }
-    if (!rc) rc = c->be->ops->test_add(st, c->iter, &c->err);
+    /* The per-step exchange outside the schedule (gradient-norm partials
+     * travel like this): every rank sends to every other over channels. */
+    const hy_backend_ops *o = c->be->ops;
+    int P = s->ranks;
+    for (int b = 0; b < P && !rc; b++) {
+        if (b == c->rank) continue;
+        uint32_t key = 0x40000000u + (uint32_t)(c->rank * P + b);
+        rc = o->test_fill(st, c->out, WORDS, key, c->iter, &c->err);
+        if (!rc) rc = hy_channel_send(st, &c->ch[c->rank][b], c->out, "norm partial", &c->err);
+    }
+    for (int a = 0; a < P && !rc; a++) {
+        if (a == c->rank) continue;
+        const hy_channel *ch = &c->ch[a][c->rank];
+        uint32_t key = 0x40000000u + (uint32_t)(a * P + c->rank);
+        rc = hy_channel_receive(st, ch, "norm partial", &c->err);
+        if (!rc) rc = o->test_check(st, ch->slot, WORDS, key, c->iter, c->errors, &c->err);
+        if (!rc) rc = o->test_add(st, c->checks, &c->err);
+        if (!rc) rc = hy_channel_release(st, ch, &c->err);
+    }
+    if (!rc) rc = o->test_add(st, c->iter, &c->err);
     return rc;
 }
 
@@ -122,7 +142,7 @@ static uint32_t checks_per_iteration(const hy_schedule *s, const hy_mailbox *mb,
         if (a->op == HY_FWD) n += fin >= 0;
         else n += (bin >= 0) + (fin >= 0);
     }
-    return n;
+    return n + (uint32_t)(s->ranks - 1);   /* and one per channel into this rank */
 }
 
 static void stress(hy_sched_kind kind, int P, int wv, int M, int graph, int iterations,
@@ -139,6 +159,11 @@ static void stress(hy_sched_kind kind, int P, int wv, int M, int graph, int iter
 
     rank_ctx ctx[HY_MAX_RANKS];
     pthread_t th[HY_MAX_RANKS];
+    hy_channel (*ch)[HY_MAX_RANKS] = calloc(HY_MAX_RANKS, sizeof *ch);
+    for (int a = 0; a < P; a++)
+        for (int b = 0; b < P; b++)
+            if (a != b)
+                CHECK(hy_channel_open(&ch[a][b], be, a, b, WORDS * sizeof(uint32_t), &err) == HY_OK);
     for (int r = 0; r < P; r++) {
         rank_ctx *c = &ctx[r];
         memset(c, 0, sizeof *c);
@@ -149,6 +174,7 @@ static void stress(hy_sched_kind kind, int P, int wv, int M, int graph, int iter
         c->iterations = iterations;
         c->graph = graph;
         c->max_delay_ns = max_delay_ns;
+        c->ch = ch;
         void *mem;
         CHECK(be->ops->alloc(be, r, (3 + WORDS) * sizeof(uint32_t), &mem, &err) == HY_OK);
         c->iter = mem;
@@ -168,6 +194,10 @@ static void stress(hy_sched_kind kind, int P, int wv, int M, int graph, int iter
         CHECKF(*c->checks == checks_per_iteration(&s, &mb, r) * (uint32_t)iterations,
                "rank %d ran %u checks", r, *c->checks);
     }
+    for (int a = 0; a < P; a++)
+        for (int b = 0; b < P; b++)
+            if (a != b) hy_channel_close(&ch[a][b], be);
+    free(ch);
     hy_mailbox_free(&mb);
     be->ops->destroy(be);
     hy_schedule_free(&s);
@@ -187,7 +217,7 @@ static void test_plan(void) {
     for (int i = 0; i < mb.n_edges; i++) {
         const hy_edge *e = &mb.edges[i];
         CHECK(e->slots >= 1 && e->slots <= s.micro_batches);
-        CHECK(e->from_rank != e->to_rank);
+        CHECK(e->from_rank != e->to_rank && !e->local);
         if (e->dir == HY_FWD) {
             CHECKF(e->slots == 4 - e->to_stage + 1, "edge into s%d has %d slots", e->to_stage, e->slots);
         }
@@ -196,12 +226,18 @@ static void test_plan(void) {
     hy_mailbox_free(&mb);
     hy_schedule_free(&s);
 
-    /* Hanayo's turns are local: no edge across them. */
+    /* Hanayo's turns are local edges: no flags across them. */
     p = (hy_sched_params){ HY_SCHED_HANAYO, 4, 8, 2, 1 };
     CHECK(hy_schedule_build(&s, &p, &err) == HY_OK);
     CHECK(hy_mailbox_plan(&mb, &s, &err) == HY_OK);
-    CHECK(mb.n_edges == 2 * 2 * 2 * 3);
-    CHECK(mb.into_fwd[4] == -1 && mb.into_fwd[8] == -1 && mb.into_fwd[12] == -1);
+    CHECK(mb.n_edges == 2 * 15);
+    int cross = 0;
+    for (int i = 0; i < mb.n_edges; i++) cross += !mb.edges[i].local;
+    CHECK(cross == 2 * 2 * 2 * 3);
+    CHECK(mb.edges[mb.into_fwd[4]].local && mb.edges[mb.into_fwd[8]].local &&
+          mb.edges[mb.into_fwd[12]].local && mb.edges[mb.into_bwd[3]].local);
+    CHECK(!mb.edges[mb.into_fwd[5]].local);
+    CHECK(mb.into_fwd[0] == -1 && mb.into_bwd[15] == -1);
     hy_mailbox_free(&mb);
     hy_schedule_free(&s);
 }
