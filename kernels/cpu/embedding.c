@@ -1,0 +1,44 @@
+/*
+ * embedding.c — token + learned position embedding (GPT-2's wte and wpe;
+ * the BERT-like model uses the same two), CPU backend.
+ *
+ *   forward   out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+ *   backward  dwte[tokens[b,t],:] += dout[b,t,:]
+ *             dwpe[t,:]           += dout[b,t,:]
+ * A token that occurs several times adds its gradient once per occurrence,
+ * and with a tied LM head dwte also receives the head's gradient: hence
+ * accumulation, as everywhere. Token ids are trusted to lie in [0, V);
+ * lib/data checks them where they are read.
+ */
+#include "ops.h"
+
+void hy_cpu_embedding_forward(float *out, const int *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C) {
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            size_t bt = (size_t)b * T + t;
+            float *o = out + bt * C;
+            const float *te = wte + (size_t)tokens[bt] * C;
+            const float *pe = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) o[i] = te[i] + pe[i];
+        }
+    }
+}
+
+void hy_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
+                               const int *tokens, int B, int T, int C) {
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            size_t bt = (size_t)b * T + t;
+            const float *d = dout + bt * C;
+            if (dwte != NULL) {
+                float *dte = dwte + (size_t)tokens[bt] * C;
+                for (int i = 0; i < C; i++) dte[i] += d[i];
+            }
+            if (dwpe != NULL) {
+                float *dpe = dwpe + (size_t)t * C;
+                for (int i = 0; i < C; i++) dpe[i] += d[i];
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+/*
+ * ops.h — the CPU backend's math: every fp32 op a GPT-2 / BERT transformer
+ * needs, forward and backward, as plain functions over raw float arrays.
+ *
+ * One family per file in kernels/cpu/ (matmul.c, layernorm.c, gelu.c,
+ * attention.c, embedding.c, classifier.c, adamw.c); kernels/cuda/ holds the
+ * same families under the same names, so the two are read side by side.
+ *
+ * Conventions, for every op below:
+ *   - Arrays are row-major and dense unless a stride is named. Shapes are
+ *     written [rows, cols]; N is the number of rows (tokens, B*T).
+ *   - No op allocates, keeps state between calls or starts threads: the
+ *     runtime runs one thread per pipeline rank, and any scratch an op needs
+ *     is passed in with its size documented here.
+ *   - Every backward ACCUMULATES (+=) into every gradient it writes, both
+ *     parameter gradients (which sum over micro-batches) and input
+ *     gradients (so a residual stream's two paths add up with no extra
+ *     pass). The caller zeroes a gradient buffer before the first op that
+ *     adds into it. The one exception is the classifier, which writes its
+ *     gradient in place over the logits (documented there).
+ *   - A gradient pointer may be NULL where documented, and that gradient is
+ *     then not computed (a first stage needs no dinp of its embedding; a
+ *     zero-bubble schedule may split input and weight gradients).
+ *   - Inputs and outputs of one call do not overlap unless stated.
+ *   - Shapes are ints (cblas takes ints); flat lengths are size_t. Offsets
+ *     are computed in size_t, so N*V past 2^31 is fine.
+ *   - Sizes are the caller's to validate (lib/model checks the config);
+ *     the ops trust them. Token ids and targets are likewise validated where
+ *     they enter (lib/data), except that the classifier reports a bad target
+ *     because it is cheap to and costly to get wrong.
+ *
+ * GEMMs go through cblas (OpenBLAS, BLAS_LIBS=-lopenblas in the Makefile).
+ * OpenBLAS keeps its own thread pool; the runtime already runs one thread per
+ * rank, so it should pin BLAS to one thread at start-up (OPENBLAS_NUM_THREADS=1
+ * or openblas_set_num_threads(1)) — that is process state, not an op's.
+ */
+#ifndef HY_CPU_OPS_H
+#define HY_CPU_OPS_H
+
+#include <stddef.h>
+
+/* ---------------------------------------------------------------------- */
+/* matmul.c — dense layers (GEMMs by cblas_sgemm)
+ *
+ * Conv1D layout, as in Hugging Face GPT-2 (c_attn, c_proj, c_fc): the
+ * weight is [in, out] = [C, OC], so safetensors load without a transpose.
+ *   forward   out[N,OC] = inp[N,C] · W[C,OC] + bias[OC]     (bias may be NULL)
+ *   backward  dinp[N,C]  += dout[N,OC] · Wᵀ
+ *             dW[C,OC]   += inpᵀ · dout
+ *             dbias[OC]  += Σ_n dout[n,:]
+ *             (dinp, dW, dbias may each be NULL: not computed)
+ *
+ * Tied LM head: the weight is the token embedding wte[V,C] (nn.Linear /
+ * embedding layout [out, in]), so the product takes its transpose.
+ *   forward   logits[N,V] = inp[N,C] · wteᵀ
+ *   backward  dinp[N,C]  += dlogits[N,V] · wte
+ *             dwte[V,C]  += dlogitsᵀ · inp                  (either may be NULL)
+ * V here is the row count of wte, i.e. the padded vocabulary when one is
+ * used; the classifier then ignores the padding columns.
+ */
+void hy_cpu_matmul_forward(float *out, const float *inp, const float *weight,
+                           const float *bias, int N, int C, int OC);
+void hy_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight,
+                            int N, int C, int OC);
+
+void hy_cpu_lm_head_forward(float *logits, const float *inp, const float *wte,
+                            int N, int C, int V);
+void hy_cpu_lm_head_backward(float *dinp, float *dwte, const float *dlogits,
+                             const float *inp, const float *wte, int N, int C, int V);
+
+/* ---------------------------------------------------------------------- */
+/* layernorm.c — LayerNorm, the residual add, and the two fused
+ *
+ * LayerNorm over the last dimension, eps = 1e-5 (GPT-2 and BERT):
+ *   mean[n] = (1/C) Σ_i x[n,i]
+ *   rstd[n] = 1 / sqrt((1/C) Σ_i (x[n,i] − mean[n])² + eps)
+ *   out[n,i] = (x[n,i] − mean[n]) · rstd[n] · weight[i] + bias[i]
+ * mean and rstd ([N] each) are saved for the backward. With
+ * xhat = (x − mean)·rstd and g = dout ⊙ weight, the backward is
+ *   dinp[n,i] += rstd[n] · (g[n,i] − mean_i(g[n,:]) − xhat[n,i] · mean_i(g ⊙ xhat)[n])
+ *   dweight[i] += Σ_n dout[n,i] · xhat[n,i]
+ *   dbias[i]   += Σ_n dout[n,i]                       (each may be NULL)
+ *
+ * Residual add (the pre-LN block's two skip connections), length n:
+ *   forward   out = a + b                              (out may alias a or b)
+ *   backward  da += dout; db += dout                   (either may be NULL)
+ * Fused: residual = a + b, then out = LayerNorm(residual) in one pass over
+ * the row (the next block's LN reads the residual stream it just wrote).
+ * Its backward is layernorm_backward into dresidual, then residual_backward.
+ */
+#define HY_LAYERNORM_EPS 1e-5f
+
+void hy_cpu_layernorm_forward(float *out, float *mean, float *rstd,
+                              const float *inp, const float *weight, const float *bias,
+                              int N, int C);
+void hy_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C);
+
+void hy_cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
+void hy_cpu_residual_backward(float *da, float *db, const float *dout, size_t n);
+
+void hy_cpu_residual_layernorm_forward(float *residual, float *out, float *mean, float *rstd,
+                                       const float *a, const float *b,
+                                       const float *weight, const float *bias,
+                                       int N, int C);
+
+/* ---------------------------------------------------------------------- */
+/* gelu.c — GELU, tanh approximation (GPT-2's "gelu_new"), elementwise
+ *   u = sqrt(2/π) · (x + 0.044715 x³)
+ *   forward   out = ½ x (1 + tanh u)                     (out may alias inp)
+ *   backward  dinp += dout · (½(1 + tanh u) + ½ x (1 − tanh² u) · sqrt(2/π)(1 + 3·0.044715 x²))
+ */
+void hy_cpu_gelu_forward(float *out, const float *inp, size_t n);
+void hy_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
+
+/* ---------------------------------------------------------------------- */
+/* attention.c — multi-head self-attention core (after c_attn, before c_proj)
+ *
+ * qkv[B,T,3C] packs q, k, v per token as GPT-2's c_attn output does:
+ * qkv[b,t,:] = [q | k | v], each C = NH·hd wide and head-major within C
+ * (head h is columns h·hd .. h·hd+hd−1). For each b and head h:
+ *   att[b,h,t,s] = softmax_s( (q_t · k_s) / sqrt(hd) ),  s ranging over
+ *                  s ≤ t when causal (GPT), all s when not (BERT);
+ *                  masked entries are stored as exactly 0
+ *   out[b,t,h·hd+d] = Σ_s att[b,h,t,s] · v_s[d]
+ * att [B,NH,T,T] is the saved softmax for the backward. Backward, with
+ * dA = dout_h · Vᵀ and dS = att ⊙ (dA − rowsum(att ⊙ dA)) / sqrt(hd):
+ *   dv += attᵀ · dout_h;  dq += dS · K;  dk += dSᵀ · Q      (all into dqkv)
+ * dqkv [B,T,3C] ACCUMULATES like every other backward. scratch holds T·T
+ * floats (one head's dA at a time); its contents on return are undefined.
+ */
+void hy_cpu_attention_forward(float *out, float *att, const float *qkv,
+                              int B, int T, int C, int NH, int causal);
+void hy_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att,
+                               int B, int T, int C, int NH);
+
+/* ---------------------------------------------------------------------- */
+/* embedding.c — token + learned position embedding
+ *   forward   out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+ *   backward  dwte[tokens[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
+ *             (either may be NULL)
+ * tokens are [B,T] ints in [0, V) (checked where they are read, lib/data);
+ * wpe has at least T rows.
+ */
+void hy_cpu_embedding_forward(float *out, const int *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C);
+void hy_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
+                               const int *tokens, int B, int T, int C);
+
+/* ---------------------------------------------------------------------- */
+/* classifier.c — fused softmax + cross-entropy + its gradient
+ *
+ * logits is [N, Vp] with row stride Vp ≥ V; columns V..Vp−1 are vocabulary
+ * padding and take no part. targets[n] is in [0, V), or HY_IGNORE_INDEX
+ * (−1) for a row that does not count (BERT: positions not chosen for the
+ * masked-LM loss). With count = the number of counted rows:
+ *   losses[n] = logsumexp(logits[n,:V]) − logits[n,targets[n]]  (0 if ignored)
+ *   *mean_loss = (Σ_n losses[n]) / count              (0 when count = 0)
+ *   logits[n,i] ← grad_scale · (softmax(logits[n,:V])_i − [i = targets[n]]) / count
+ * i.e. logits is overwritten with d(grad_scale · mean_loss)/dlogits; ignored
+ * rows and padding columns become 0. The probabilities are formed once, in
+ * place. grad_scale is e.g. 1/M for a mean over M equal micro-batches, or
+ * count/total_count when counts differ (BERT). Returns count (≥ 0), or −1
+ * if some target is neither −1 nor in [0, V): then nothing is written.
+ * losses [N] and mean_loss may be NULL.
+ */
+#define HY_IGNORE_INDEX (-1)
+
+int hy_cpu_classifier_forward_backward(float *logits, float *losses, float *mean_loss,
+                                       const int *targets, int N, int V, int Vp,
+                                       float grad_scale);
+
+/* ---------------------------------------------------------------------- */
+/* adamw.c — AdamW (decoupled weight decay) and global-norm helpers
+ *
+ * Step-varying values are read through a pointer to this struct, never
+ * passed by value: the CUDA backend's replayed graph reads them from memory
+ * the host rewrites each step, and the CPU backend mirrors that. step is
+ * t ≥ 1, counted after the update it belongs to (the first update is t = 1).
+ */
+typedef struct {
+    float lr;            /* this step's learning rate (schedule applied by the caller) */
+    float beta1, beta2;  /* e.g. 0.9, 0.95 */
+    float eps;           /* e.g. 1e-8 */
+    float weight_decay;  /* decoupled; used only by calls with decay = 1 */
+    int step;            /* t, for the bias corrections 1 − β^t */
+} hy_cpu_adamw_params;
+
+/* For i < n, with g = grad[i] and the FP32 master param p = param[i]:
+ *   m ← β1 m + (1−β1) g;   v ← β2 v + (1−β2) g²
+ *   m̂ = m / (1 − β1^t);    v̂ = v / (1 − β2^t)
+ *   p ← p − lr · (m̂ / (sqrt(v̂) + eps) + λ p),   λ = decay ? weight_decay : 0
+ * (PyTorch's torch.optim.AdamW). decay is per call, i.e. per tensor or per
+ * contiguous range: GPT-2 decays the 2-D weights (matmul weights and
+ * embeddings) and passes decay = 0 for biases and LayerNorm parameters. */
+void hy_cpu_adamw_update(float *param, const float *grad, float *m, float *v,
+                         size_t n, const hy_cpu_adamw_params *hp, int decay);
+
+/* *acc += Σ_i x[i]², accumulated in double. Accumulating lets a rank add up
+ * its tensors (and the runtime add up ranks) before the one sqrt. */
+void hy_cpu_sumsq(double *acc, const float *x, size_t n);
+
+/* x[i] *= *factor (the factor is read from memory, as a graph would). */
+void hy_cpu_scale(float *x, size_t n, const float *factor);
+
+/* The gradient-clipping factor for a global L2 norm sqrt(sumsq):
+ * min(1, max_norm / (norm + 1e-6)); 1 when max_norm ≤ 0 (clipping off). */
+float hy_cpu_clip_factor(double sumsq, float max_norm);
+
+#endif
