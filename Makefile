@@ -11,7 +11,9 @@
 #                     in build-tsan/, then one aggregate tally line
 #   make asan         ASan+UBSan build in build-asan/, run all its tests
 #   make tsan         TSan build in build-tsan/, run its test programs
-#   make run          build, then `hanayo plan configs/tiny-gpt.json`
+#   make run          build, write the synthetic shards of tiny-gpt (below)
+#                     if absent, then `hanayo plan configs/tiny-gpt.json`
+#   make data         only those shards: data/synth_train.bin, synth_val.bin
 #   make clean        remove every build directory
 #
 # Variables (set on the command line: `make NO_CUDA=1 CC=clang`)
@@ -289,7 +291,29 @@ asan:
 tsan:
 	@$(MAKE) --no-print-directory $(HY_TSAN_VARS) check-unit
 
-run: all
+# ---------------------------------------------------------------------------
+# Synthetic data for configs/tiny-gpt.json: its data.train and data.val, with
+# its model.vocab (512). One tiny-gpt step reads micro_batches x
+# micro_batch_size x seq_len = 8 x 4 x 64 = 2048 tokens, so 1M tokens cover
+# its 200 steps without repeating. Made once, when absent (the binary is an
+# order-only prerequisite: a rebuild does not rewrite them; the bytes depend
+# only on the flags). `make clean` keeps data/; delete it to make them again.
+
+HY_SYNTH_VOCAB ?= 512
+HY_SYNTH_TOKENS ?= 1000000
+HY_SYNTH_VAL_TOKENS ?= 100000
+HY_SYNTH_DATA := data/synth_train.bin data/synth_val.bin
+
+.PHONY: data
+data: $(HY_SYNTH_DATA)
+
+# One command writes both (&: — a grouped target — runs it once for the pair).
+$(HY_SYNTH_DATA) &: | $(HY_BIN)
+	@mkdir -p data
+	$(HY_BIN) data synth --out data/synth_train.bin --tokens $(HY_SYNTH_TOKENS) \
+	    --vocab $(HY_SYNTH_VOCAB) --val-out data/synth_val.bin --val-tokens $(HY_SYNTH_VAL_TOKENS)
+
+run: all $(HY_SYNTH_DATA)
 	$(HY_BIN) plan configs/tiny-gpt.json
 
 clean:

@@ -95,7 +95,7 @@ expect_input_error trian
 expect_err "unknown command 'trian'"
 expect_err "did you mean 'train'"
 expect_input_error --frobnicate
-for c in train eval profile data; do
+for c in train eval profile; do
     run "$c" configs/tiny-gpt.json
     expect_rc 1
     if [ "$(cat "$tmp/err")" = "hanayo: '$c' is not available yet in this version" ]; then ok; else

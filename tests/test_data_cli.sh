@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# test_data_cli.sh — `hanayo data synth` and `hanayo data info` from the
+# outside (DESIGN §7).
+#
+# Runs the built binary ($HANAYO, default build/hanayo): synth writes shards
+# whose bytes python3 re-reads independently (llm.c's header, little-endian
+# uint16 tokens), the same seed gives the same bytes, info reports what was
+# written (text and --json), and every bad flag or file exits 2 with one
+# "hanayo: " line on stderr and nothing on stdout; an I/O failure exits 1
+# and leaves no file. Prints "data-cli: N passed, N failed"; exits non-zero
+# on any failure.
+set -u
+
+HANAYO=${HANAYO:-build/hanayo}
+pass=0
+fail=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hy_test_data_cli.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+if [ ! -x "$HANAYO" ]; then
+    echo "data-cli: $HANAYO is not an executable; build it or set HANAYO" >&2
+    echo "data-cli: 0 passed, 1 failed"
+    exit 1
+fi
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+
+# run ARGS...: runs hanayo; leaves $rc, $tmp/out, $tmp/err.
+run() {
+    "$HANAYO" "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    last="hanayo $*"
+}
+expect_rc() {
+    if [ "$rc" -eq "$1" ]; then ok; else
+        bad "$last: exit $rc, want $1; stderr: $(head -c 400 "$tmp/err")"
+    fi
+}
+expect_out() {
+    if grep -q -e "$1" "$tmp/out"; then ok; else
+        bad "$last: stdout lacks '$1': $(head -c 400 "$tmp/out")"
+    fi
+}
+expect_err() {
+    if grep -q -e "$1" "$tmp/err"; then ok; else
+        bad "$last: stderr lacks '$1': $(head -c 400 "$tmp/err")"
+    fi
+}
+# An error with exit status $1: one line "hanayo: ..." on stderr, stdout empty.
+expect_error() {
+    local want=$1
+    shift
+    run "$@"
+    expect_rc "$want"
+    if [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q '^hanayo: ' "$tmp/err"; then ok; else
+        bad "$last: want one 'hanayo: ' line on stderr, got: $(cat "$tmp/err")"
+    fi
+    if [ -s "$tmp/out" ]; then bad "$last: printed to stdout on error"; else ok; fi
+}
+expect_input_error() { expect_error 2 "$@"; }
+expect_same() {
+    if cmp -s "$1" "$2"; then ok; else bad "$1 and $2 differ"; fi
+}
+expect_differ() {
+    if cmp -s "$1" "$2"; then bad "$1 and $2 are identical"; else ok; fi
+}
+# json_get EXPR: a Python expression over the JSON on stdout as p.
+json_get() {
+    python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' \
+        "$tmp/out" "$1" 2>/dev/null
+}
+expect_json() {
+    local got
+    got=$(json_get "$1")
+    if [ "$got" = "$2" ]; then ok; else bad "$last: $1 is '$got', want '$2'"; fi
+}
+# shard_check FILE COUNT VOCAB: re-reads the file as llm.c does, with
+# nothing from hanayo: header (magic, version, count, zeros), exact size,
+# every token < VOCAB. Prints "ok" or what is wrong.
+shard_check() {
+    python3 - "$@" <<'EOF'
+import struct, sys
+path, count, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+data = open(path, 'rb').read()
+hdr = struct.unpack('<256i', data[:1024])
+toks = struct.unpack('<%dH' % ((len(data) - 1024) // 2), data[1024:])
+problems = []
+if hdr[0] != 20240520: problems.append('magic %d' % hdr[0])
+if hdr[1] != 1: problems.append('version %d' % hdr[1])
+if hdr[2] != count: problems.append('count %d' % hdr[2])
+if any(hdr[3:]): problems.append('header not zero after [2]')
+if len(data) != 1024 + 2 * count: problems.append('size %d' % len(data))
+if toks and max(toks) >= vocab: problems.append('token %d >= %d' % (max(toks), vocab))
+print('; '.join(problems) or 'ok')
+EOF
+}
+expect_shard() {
+    local got
+    got=$(shard_check "$@")
+    if [ "$got" = ok ]; then ok; else bad "shard $1: $got"; fi
+}
+
+# ---- synth ----------------------------------------------------------------
+run data synth --out "$tmp/train.bin" --tokens 100000 --vocab 512 --seed 7 \
+    --val-out "$tmp/val.bin" --val-tokens 20000
+expect_rc 0
+expect_out "wrote $tmp/train.bin: 100000 tokens (201024 bytes), vocab 512, seed 7"
+expect_out "wrote $tmp/val.bin: 20000 tokens"
+expect_out 'entropy rate'
+expect_shard "$tmp/train.bin" 100000 512
+expect_shard "$tmp/val.bin" 20000 512
+expect_differ "$tmp/train.bin" "$tmp/val.bin"
+
+# Same seed, same bytes; another seed, other bytes; flags in any order and
+# with inline values.
+run data synth --vocab=512 --seed=7 --tokens=100000 --out="$tmp/again.bin"
+expect_rc 0
+expect_same "$tmp/train.bin" "$tmp/again.bin"
+run data synth --out "$tmp/seed8.bin" --tokens 100000 --vocab 512 --seed 8
+expect_rc 0
+expect_differ "$tmp/train.bin" "$tmp/seed8.bin"
+# The default --val-tokens is a tenth; the default seed is 1.
+run data synth --out "$tmp/d.bin" --tokens 5000 --vocab 100 --val-out "$tmp/dv.bin"
+expect_rc 0
+expect_shard "$tmp/dv.bin" 500 100
+expect_out 'seed 1,'
+# Overwriting an existing shard replaces it whole.
+run data synth --out "$tmp/d.bin" --tokens 3 --vocab 2
+expect_rc 0
+expect_shard "$tmp/d.bin" 3 2
+if ls "$tmp" | grep -q '\.tmp\.'; then bad "temporary files left: $(ls "$tmp")"; else ok; fi
+
+# ---- info -------------------------------------------------------------------
+run data info "$tmp/train.bin"
+expect_rc 0
+expect_out "^shard  *$tmp/train.bin$"
+expect_out '^tokens  *100000$'
+expect_out '^file size  *201024 bytes$'
+expect_out '^vocab seen  *512 (largest id 511)'
+expect_out 'bits/token unigram, [0-9.]* next|prev'
+run data info "$tmp/train.bin" --json --vocab 512
+expect_rc 0
+expect_json "p['tokens']" 100000
+expect_json "p['bytes']" 201024
+expect_json "p['vocab_seen']" 512
+expect_json "p['vocab']" 512
+expect_json "p['bigram_bits'] < 0.5 * 9 < p['unigram_bits']" True
+run data info --json "$tmp/d.bin"
+expect_rc 0
+expect_json "p['vocab']" None
+expect_json "p['tokens']" 3
+
+# ---- bad input: exit 2, one line, nothing on stdout ---------------------------
+expect_input_error data
+expect_err 'needs a subcommand'
+expect_input_error data synt --out "$tmp/x.bin"
+expect_err "did you mean 'synth'"
+expect_input_error data frobnicate
+expect_input_error data synth
+expect_err 'needs --out'
+expect_input_error data synth --out "$tmp/x.bin" --vocab 512
+expect_err 'needs --tokens'
+expect_input_error data synth --out "$tmp/x.bin" --tokens 10
+expect_err 'needs --vocab'
+expect_input_error data synth --out "$tmp/x.bin" --tokens 0 --vocab 512
+expect_err -- '--tokens'
+expect_input_error data synth --out "$tmp/x.bin" --tokens 1e3 --vocab 512
+expect_err 'not a whole number'
+expect_input_error data synth --out "$tmp/x.bin" --tokens 2147483648 --vocab 512
+expect_err 'out of range'
+expect_input_error data synth --out "$tmp/x.bin" --tokens 10 --vocab 1
+expect_input_error data synth --out "$tmp/x.bin" --tokens 10 --vocab 65537
+expect_err '65536'
+expect_input_error data synth --out "$tmp/x.bin" --tokens 10 --vocab 512 --seed -1
+expect_input_error data synth --outt "$tmp/x.bin" --tokens 10 --vocab 512
+expect_err 'did you mean --out'
+expect_input_error data synth "$tmp/x.bin" --tokens 10 --vocab 512
+expect_err 'give it as --out'
+expect_input_error data synth --out --tokens 10 --vocab 512
+expect_err 'needs a value'
+expect_input_error data synth --out "$tmp/x.bin" --tokens 10 --vocab 512 --val-tokens 5
+expect_err -- '--val-out'
+expect_input_error data synth --out "$tmp/x.bin" --tokens 10 --vocab 512 --val-out "$tmp/x.bin"
+expect_err 'two files'
+expect_input_error data synth --out "$tmp/no-dir/x.bin" --tokens 10 --vocab 512
+expect_err "$tmp/no-dir/x.bin"
+expect_err 'does the directory exist'
+if [ -e "$tmp/no-dir" ]; then bad "created $tmp/no-dir"; else ok; fi
+mkdir "$tmp/adir"
+expect_input_error data synth --out "$tmp/adir" --tokens 10 --vocab 512
+expect_err 'is a directory'
+if [ -e "$tmp/x.bin" ]; then bad "an input error wrote $tmp/x.bin"; else ok; fi
+
+expect_input_error data info
+expect_err 'needs a shard'
+expect_input_error data info "$tmp/train.bin" "$tmp/val.bin"
+expect_input_error data info "$tmp/train.bin" --json=yes
+expect_err 'takes no value'
+expect_input_error data info "$tmp/train.bin" --vocab 0
+expect_input_error data info "$tmp/train.bin" --vocabb 512
+expect_err 'did you mean --vocab'
+expect_input_error data info "$tmp/train.bin" --vocab 500
+expect_err "$tmp/train.bin"
+expect_err 'model.vocab = 500'
+expect_input_error data info "$tmp/no-such.bin"
+expect_err "$tmp/no-such.bin"
+expect_input_error data info "$tmp/adir"
+expect_err 'is a directory'
+head -c 2000 /dev/zero >"$tmp/zeros.bin"
+expect_input_error data info "$tmp/zeros.bin"
+expect_err 'not an llm.c token shard'
+head -c 1500 "$tmp/train.bin" >"$tmp/cut.bin"
+expect_input_error data info "$tmp/cut.bin"
+expect_err '201024 bytes'
+expect_err '1500 bytes'
+
+# ---- I/O failure: exit 1, no file -------------------------------------------------
+# A file-size limit of 8 KiB makes the write fail part way (EFBIG; SIGXFSZ
+# ignored so the process sees the error instead of being killed).
+( trap '' XFSZ; ulimit -f 8; exec "$HANAYO" data synth --out "$tmp/big.bin" \
+    --tokens 100000 --vocab 512 ) >"$tmp/out" 2>"$tmp/err"
+rc=$?
+last="data synth past ulimit -f"
+expect_rc 1
+expect_err "$tmp/big.bin"
+if [ -e "$tmp/big.bin" ] || ls "$tmp" | grep -q '\.tmp\.'; then
+    bad "$last left a file: $(ls "$tmp")"
+else ok; fi
+
+# ---- help -------------------------------------------------------------------------
+for h in "data --help" "data -h" "help data" "data synth --help" "data info --help"; do
+    # shellcheck disable=SC2086
+    run $h
+    expect_rc 0
+    expect_out 'hanayo data synth --out FILE'
+done
+run help
+expect_out 'data    synth'
+
+echo "data-cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
