@@ -1,0 +1,172 @@
+/*
+ * safetensors.h — read and write safetensors files (weights, checkpoints).
+ *
+ * The format (Hugging Face): an 8-byte little-endian u64 N, then N bytes of
+ * JSON header, then the data buffer. The header is an object mapping each
+ * tensor name to {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}
+ * (offsets relative to the buffer's start, e exclusive), plus an optional
+ * "__metadata__" object of string values.
+ *
+ * Reading is fuzz-facing: hy_st_open checks the whole header before anyone
+ * touches a byte of data (sizes with checked arithmetic, every range inside
+ * the buffer, no two tensors overlapping), so later reads cannot go out of
+ * bounds whatever the file holds. A bad file is HY_ERR_INPUT with a
+ * message that names the file and, where there is one, the tensor. Two
+ * things the reference library refuses are accepted here, and counted in
+ * hy_st_file.unused_bytes so a caller can warn: gaps between tensors, and
+ * bytes after the last one; they are harmless to a reader that goes by
+ * offsets. Keys in a tensor entry other than the three are ignored, as the
+ * reference does.
+ *
+ * Writing produces what the reference `serialize` produces for the same
+ * tensors, byte for byte: tensors laid out by descending dtype in the
+ * reference's enum order (so F32 before BF16), then by name, bytewise; the
+ * compact JSON header in that order after "__metadata__", padded with
+ * spaces to a multiple of 8 bytes. Two differences, both in the header
+ * text only: the reference writes metadata keys in hash order, which
+ * changes from run to run, where we sort them (so byte equality holds for
+ * at most one key); and it escapes control characters other than \b \f
+ * \n \r \t as \u001b where jansson writes \u001B.
+ *
+ * The file appears atomically: it is written to a temporary name in the
+ * same directory, fsync'd, renamed over `path`, and the directory fsync'd;
+ * on failure before the rename the temporary file is removed and `path` is
+ * untouched (a failure of the last fsync is reported, the file stays).
+ *
+ * Nothing here prints, exits or keeps global state. Once open, a
+ * hy_st_file is only read: several threads may read tensors from one file
+ * at once (pread shares no file position); open and close are the owner's.
+ */
+#ifndef HY_SAFETENSORS_H
+#define HY_SAFETENSORS_H
+
+#include "error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HY_ST_MAX_DIMS 8
+#define HY_ST_MAX_HEADER ((uint64_t)100000000)  /* the reference's limit, 100 MB */
+
+/* Every dtype the reference (safetensors 0.8) knows, in its order: the
+ * writer's layout sorts by this order, descending, as the reference does. */
+typedef enum {
+    HY_ST_BOOL, HY_ST_F4, HY_ST_F6_E2M3, HY_ST_F6_E3M2, HY_ST_U8, HY_ST_I8,
+    HY_ST_F8_E5M2, HY_ST_F8_E4M3, HY_ST_F8_E8M0, HY_ST_F8_E4M3FNUZ, HY_ST_F8_E5M2FNUZ,
+    HY_ST_I16, HY_ST_U16, HY_ST_F16, HY_ST_BF16, HY_ST_I32, HY_ST_U32, HY_ST_F32,
+    HY_ST_C64, HY_ST_F64, HY_ST_I64, HY_ST_U64,
+    HY_ST_DTYPE_COUNT
+} hy_st_dtype;
+
+/* "F32", "BF16", ...; "?" for a value out of range. */
+const char *hy_st_dtype_name(hy_st_dtype d);
+
+/* ------------------------------------------------------------------------
+ * Reading
+ */
+
+typedef struct {
+    char *name;
+    hy_st_dtype dtype;
+    int ndim;                        /* 0 (a scalar) .. HY_ST_MAX_DIMS */
+    size_t shape[HY_ST_MAX_DIMS];
+    size_t numel;                    /* product of shape (1 for a scalar) */
+    uint64_t offset;                 /* absolute byte offset in the file */
+    size_t nbytes;
+} hy_st_tensor;
+
+typedef struct {
+    char *key, *value;
+} hy_st_meta;
+
+typedef struct {
+    char *path;
+    int fd;                          /* -1 when closed */
+    uint64_t file_size;
+    uint64_t data_start;             /* 8 + N: where offsets count from */
+    hy_st_tensor *tensors;           /* by data offset, then name */
+    int n_tensors;
+    hy_st_meta *meta;                /* "__metadata__", sorted by key */
+    int n_meta;
+    uint64_t unused_bytes;           /* buffer bytes no tensor covers (gaps, tail) */
+    hy_st_tensor **by_name;          /* into tensors, sorted by name */
+} hy_st_file;
+
+/* Opens and checks `path`. On failure (HY_ERR_INPUT for a bad or missing
+ * file) f is left closed, and hy_st_close(f) is a harmless no-op. */
+int hy_st_open(hy_st_file *f, const char *path, hy_error *err);
+
+/* The tensor called `name`, or NULL. */
+const hy_st_tensor *hy_st_find(const hy_st_file *f, const char *name);
+
+/* The "__metadata__" value of `key`, or NULL. */
+const char *hy_st_meta_get(const hy_st_file *f, const char *key);
+
+/* Reads tensor t (one of f's) as n = t->numel floats into dst, converting
+ * F32, BF16 or F16 exactly. Another dtype, or n != numel, is HY_ERR_INPUT
+ * naming the file and the tensor; a file that shrank since it was opened
+ * is HY_ERR_INPUT, an I/O error HY_ERR_RUNTIME. */
+int hy_st_read_f32(const hy_st_file *f, const hy_st_tensor *t, float *dst, size_t n,
+                   hy_error *err);
+
+/* Reads tensor t's bytes as stored (little-endian) into dst, whose size
+ * must be t->nbytes. For dtypes hy_st_read_f32 does not convert. */
+int hy_st_read_raw(const hy_st_file *f, const hy_st_tensor *t, void *dst, size_t size,
+                   hy_error *err);
+
+/* Frees everything and closes the descriptor; f is then closed (and may be
+ * closed again). Also safe on a zero-initialised struct. */
+void hy_st_close(hy_st_file *f);
+
+/* ------------------------------------------------------------------------
+ * Writing
+ */
+
+typedef struct {
+    char *name;
+    hy_st_dtype dtype;               /* HY_ST_F32 or HY_ST_BF16 */
+    int ndim;
+    size_t shape[HY_ST_MAX_DIMS];
+    size_t numel;
+    const float *data;               /* borrowed: must live until hy_st_write */
+} hy_st_entry;
+
+typedef struct {
+    hy_st_entry *entries;
+    int n, cap;
+    hy_st_meta *meta;
+    int n_meta, cap_meta;
+} hy_st_writer;
+
+void hy_st_writer_init(hy_st_writer *w);
+
+/* Adds a tensor of fp32 values stored as `dtype` (HY_ST_F32, or HY_ST_BF16:
+ * rounded to nearest even). The name is copied; `data` (numel floats, may
+ * be NULL when numel is 0) is only borrowed. A bad argument is
+ * HY_ERR_RUNTIME (a caller's bug, not the user's input). Duplicate names
+ * are found by hy_st_write. */
+int hy_st_writer_add(hy_st_writer *w, const char *name, hy_st_dtype dtype, int ndim,
+                     const size_t *shape, const float *data, hy_error *err);
+
+/* Sets a "__metadata__" entry (replacing an earlier value of the key). */
+int hy_st_writer_set_meta(hy_st_writer *w, const char *key, const char *value,
+                          hy_error *err);
+
+/* Writes the file atomically (see the top). Errors are HY_ERR_RUNTIME
+ * naming the path and the system call. */
+int hy_st_write(const hy_st_writer *w, const char *path, hy_error *err);
+
+void hy_st_writer_free(hy_st_writer *w);
+
+/* ------------------------------------------------------------------------
+ * Conversions (exact where the target holds the value)
+ */
+
+/* Round to nearest, ties to even; overflow goes to ±inf; a NaN becomes the
+ * quiet NaN 0x7fc0 with its sign (as ml_dtypes/Eigen do). */
+uint16_t hy_st_bf16_from_f32(float x);
+float hy_st_bf16_to_f32(uint16_t h);
+/* Exact, including subnormals, ±inf and NaN (payload kept). */
+float hy_st_f16_to_f32(uint16_t h);
+
+#endif
