@@ -94,6 +94,14 @@ typedef struct hy_backend hy_backend;
 typedef struct hy_stream hy_stream;
 typedef struct hy_graph hy_graph;
 
+/* AdamW's hyper-parameters, in a rank's memory: the step-varying ones
+ * (lr, step) are rewritten by the host between steps and read by the
+ * optimizer when it runs, so a replayed graph sees the current values. */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    int step;   /* 1-based, for the bias corrections */
+} hy_adamw_hparams;
+
 /* Who waits, for the watchdog's report. */
 typedef struct {
     int rank;
@@ -153,6 +161,58 @@ typedef struct {
     int (*test_delay)(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
                       hy_error *err);
     int (*test_add)(hy_stream *s, uint32_t *counter, hy_error *err);
+
+    /* Math (DESIGN §5): the transformer's ops, enqueued. Activations
+     * ("act", void *) are in the backend's compute type: fp32 on the CPU,
+     * bf16 on CUDA; weights are read from a compute copy of the same type
+     * (on the CPU, the fp32 master weights themselves). Gradients,
+     * optimizer state and LayerNorm statistics are fp32. Every backward
+     * accumulates into its gradients (+=), the caller zeroes them first;
+     * kernels/cpu/ops.h gives each op's equations. */
+    size_t act_size;   /* bytes per activation element */
+    int (*zero)(hy_stream *s, void *p, size_t bytes, hy_error *err);
+    int (*add)(hy_stream *s, void *acc, const void *x, size_t n, hy_error *err);     /* act */
+    int (*add_f32)(hy_stream *s, float *acc, const float *x, size_t n, hy_error *err);
+    int (*embedding_fwd)(hy_stream *s, void *out, const int *tokens, const void *wte,
+                         const void *wpe, int B, int T, int C, hy_error *err);
+    int (*embedding_bwd)(hy_stream *s, float *dwte, float *dwpe, const void *dout,
+                         const int *tokens, int B, int T, int C, hy_error *err);
+    int (*layernorm_fwd)(hy_stream *s, void *out, float *mean, float *rstd, const void *inp,
+                         const void *w, const void *b, int N, int C, hy_error *err);
+    int (*layernorm_bwd)(hy_stream *s, void *dinp, float *dw, float *db, const void *dout,
+                         const void *inp, const void *w, const float *mean, const float *rstd,
+                         int N, int C, hy_error *err);
+    int (*matmul_fwd)(hy_stream *s, void *out, const void *inp, const void *w, const void *bias,
+                      int N, int C, int OC, hy_error *err);
+    int (*matmul_bwd)(hy_stream *s, void *dinp, float *dw, float *dbias, const void *dout,
+                      const void *inp, const void *w, int N, int C, int OC, hy_error *err);
+    int (*gelu_fwd)(hy_stream *s, void *out, const void *inp, size_t n, hy_error *err);
+    int (*gelu_bwd)(hy_stream *s, void *dinp, const void *dout, const void *inp, size_t n,
+                    hy_error *err);
+    int (*attention_fwd)(hy_stream *s, void *out, void *att, const void *qkv, int B, int T, int C,
+                         int NH, int causal, hy_error *err);
+    int (*attention_bwd)(hy_stream *s, void *dqkv, void *scratch, const void *dout,
+                         const void *qkv, const void *att, int B, int T, int C, int NH,
+                         hy_error *err);
+    int (*lm_head_fwd)(hy_stream *s, void *logits, const void *inp, const void *wte, int N, int C,
+                       int V, hy_error *err);
+    int (*lm_head_bwd)(hy_stream *s, void *dinp, float *dwte, const void *dlogits,
+                       const void *inp, const void *wte, int N, int C, int V, hy_error *err);
+    /* Softmax cross-entropy and its gradient in place over logits [N, Vp]:
+     * dlogits = grad_scale (softmax - onehot) / count, over the rows whose
+     * target is not -1; *loss_acc += loss_scale * (their mean loss). */
+    int (*classifier)(hy_stream *s, void *logits, float *loss_acc, const int *targets, int N,
+                      int V, int Vp, float grad_scale, float loss_scale, hy_error *err);
+    int (*sumsq)(hy_stream *s, double *acc, const float *x, size_t n, hy_error *err);
+    /* norm = sqrt(sum of partials[0..n), added in order); factor = the
+     * clip coefficient min(1, max_norm / (norm + 1e-6)), 1 if max_norm is 0. */
+    int (*clip)(hy_stream *s, float *factor, float *norm, const double *partials, int n,
+                float max_norm, hy_error *err);
+    int (*scale)(hy_stream *s, float *x, size_t n, const float *factor, hy_error *err);
+    /* One AdamW step on n parameters; also refreshes the compute copy
+     * (NULL on the CPU, where the master weights are the compute copy). */
+    int (*adamw)(hy_stream *s, float *param, void *param_compute, const float *grad, float *m,
+                 float *v, size_t n, const hy_adamw_hparams *hp, int decay, hy_error *err);
 } hy_backend_ops;
 
 /* What every backend's state starts with. */

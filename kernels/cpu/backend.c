@@ -11,7 +11,9 @@
  * watchdog deadline without spinning.
  */
 #include "backend.h"
+#include "cpu_backend.h"
 
+#include <cblas.h>
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -28,7 +30,7 @@
 #define HY_CPU_WAIT_SLICE_NS 20000000L
 
 typedef enum {
-    CMD_WAIT, CMD_WRITE, CMD_COPY, CMD_FILL, CMD_CHECK, CMD_DELAY, CMD_ADD
+    CMD_WAIT, CMD_WRITE, CMD_COPY, CMD_FILL, CMD_CHECK, CMD_DELAY, CMD_ADD, CMD_CALL
 } cpu_cmd_kind;
 
 typedef struct {
@@ -42,6 +44,8 @@ typedef struct {
     const uint32_t *iter;       /* FILL, CHECK, DELAY */
     uint32_t *errors;           /* CHECK */
     hy_wait_site site;          /* WAIT */
+    void (*fn)(const void *);   /* CALL, with its argument block */
+    _Alignas(16) unsigned char args[HY_CPU_CALL_ARGS];
 } cpu_cmd;
 
 typedef struct cpu_block {
@@ -50,6 +54,7 @@ typedef struct cpu_block {
 
 typedef struct {
     hy_backend base;
+    hy_backend_ops ops;         /* this backend's table (no global state) */
     int aborted;                /* read and written with atomics */
     pthread_mutex_t lock;       /* guards why and blocks */
     char why[512];
@@ -205,6 +210,7 @@ static int run_cmd(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
     }
     case CMD_DELAY: run_delay(c); return HY_OK;
     case CMD_ADD: *c->flag += 1; return HY_OK;
+    case CMD_CALL: c->fn(c->args); return HY_OK;
     }
     return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: unknown command %d", (int)c->kind);
 }
@@ -268,6 +274,20 @@ static int cpu_test_delay(hy_stream *s, uint32_t key, const uint32_t *iter, uint
 
 static int cpu_test_add(hy_stream *s, uint32_t *counter, hy_error *err) {
     cpu_cmd c = { .kind = CMD_ADD, .flag = counter };
+    return enqueue(s, &c, err);
+}
+
+int hy_cpu_call(hy_stream *s, void (*fn)(const void *args), const void *args, size_t size,
+                hy_error *err) {
+    if (size > HY_CPU_CALL_ARGS)
+        return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: %zu bytes of arguments (at most %d)",
+                       size, HY_CPU_CALL_ARGS);
+    if (!stream_of(s)->capturing) {   /* eager: no command to build */
+        fn(args);
+        return HY_OK;
+    }
+    cpu_cmd c = { .kind = CMD_CALL, .fn = fn };
+    memcpy(c.args, args, size);
     return enqueue(s, &c, err);
 }
 
@@ -360,7 +380,8 @@ static void cpu_destroy(hy_backend *be) {
     free(cb);
 }
 
-static const hy_backend_ops cpu_ops = {
+static hy_backend_ops cpu_ops_init(void) {
+    hy_backend_ops o = {
     .name = "cpu",
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
@@ -383,7 +404,10 @@ static const hy_backend_ops cpu_ops = {
     .test_check = cpu_test_check,
     .test_delay = cpu_test_delay,
     .test_add = cpu_test_add,
-};
+    };
+    hy_cpu_math_ops(&o);
+    return o;
+}
 
 int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_error *err) {
     *out = NULL;
@@ -397,7 +421,11 @@ int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_err
         free(cb);
         return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: pthread_mutex_init failed");
     }
-    cb->base.ops = &cpu_ops;
+    /* One thread per rank already runs the ranks in parallel; BLAS
+     * threads on top would only fight them for the cores. */
+    openblas_set_num_threads(1);
+    cb->ops = cpu_ops_init();
+    cb->base.ops = &cb->ops;
     cb->base.ranks = ranks;
     cb->base.watchdog_s = watchdog_s;
     *out = &cb->base;

@@ -1,0 +1,27 @@
+/*
+ * cpu_backend.h — what the CPU backend's files share (not a public API).
+ *
+ * backend.c runs streams, flags and record/replay; math.c turns each math
+ * entry of hy_backend_ops into a call of a kernels/cpu/ops.h function,
+ * enqueued through hy_cpu_call so that it is recorded and replayed like
+ * everything else.
+ */
+#ifndef HY_CPU_BACKEND_H
+#define HY_CPU_BACKEND_H
+
+#include <stddef.h>
+
+#include "backend.h"
+
+/* The largest argument block an enqueued call may carry. */
+#define HY_CPU_CALL_ARGS 160
+
+/* Runs fn(args) now, or records it (with a copy of the args) while the
+ * stream captures. */
+int hy_cpu_call(hy_stream *s, void (*fn)(const void *args), const void *args, size_t size,
+                hy_error *err);
+
+/* Fills the math entries of ops (math.c). */
+void hy_cpu_math_ops(hy_backend_ops *ops);
+
+#endif

@@ -1,0 +1,296 @@
+/*
+ * math.c — the CPU backend's math entries (backend.h, "Math").
+ *
+ * Each entry packs its arguments and enqueues a call of the kernels/cpu
+ * op that computes it, so the op runs now or is recorded and replayed with
+ * the rest of the rank's iteration. Values a replay must see fresh (AdamW's
+ * lr and step, the clip factor) are passed by pointer and read when the
+ * call runs. On the CPU the compute type is fp32, so "act" pointers are
+ * float arrays.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_backend.h"
+#include "ops.h"
+
+#define HY_CALL(s, fn, a, err) hy_cpu_call((s), (fn), &(a), sizeof(a), (err))
+
+/* ---- elementwise --------------------------------------------------------- */
+
+typedef struct { void *p; size_t bytes; } zero_args;
+static void run_zero(const void *p) { const zero_args *a = p; memset(a->p, 0, a->bytes); }
+static int cpu_zero(hy_stream *s, void *p, size_t bytes, hy_error *err) {
+    zero_args a = { p, bytes };
+    return HY_CALL(s, run_zero, a, err);
+}
+
+typedef struct { float *acc; const float *x; size_t n; } add_args;
+static void run_add(const void *p) {
+    const add_args *a = p;
+    for (size_t i = 0; i < a->n; i++) a->acc[i] += a->x[i];
+}
+static int cpu_add(hy_stream *s, void *acc, const void *x, size_t n, hy_error *err) {
+    add_args a = { acc, x, n };
+    return HY_CALL(s, run_add, a, err);
+}
+static int cpu_add_f32(hy_stream *s, float *acc, const float *x, size_t n, hy_error *err) {
+    return cpu_add(s, acc, x, n, err);
+}
+
+typedef struct { float *out; const float *inp; size_t n; const float *dout; } gelu_args;
+static void run_gelu_fwd(const void *p) {
+    const gelu_args *a = p;
+    hy_cpu_gelu_forward(a->out, a->inp, a->n);
+}
+static int cpu_gelu_fwd(hy_stream *s, void *out, const void *inp, size_t n, hy_error *err) {
+    gelu_args a = { out, inp, n, NULL };
+    return HY_CALL(s, run_gelu_fwd, a, err);
+}
+static void run_gelu_bwd(const void *p) {
+    const gelu_args *a = p;
+    hy_cpu_gelu_backward(a->out, a->dout, a->inp, a->n);
+}
+static int cpu_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void *inp, size_t n,
+                        hy_error *err) {
+    gelu_args a = { dinp, inp, n, dout };
+    return HY_CALL(s, run_gelu_bwd, a, err);
+}
+
+/* ---- embedding --------------------------------------------------------- */
+
+typedef struct {
+    float *out, *dwte, *dwpe;
+    const float *dout, *wte, *wpe;
+    const int *tokens;
+    int B, T, C;
+} emb_args;
+static void run_emb_fwd(const void *p) {
+    const emb_args *a = p;
+    hy_cpu_embedding_forward(a->out, a->tokens, a->wte, a->wpe, a->B, a->T, a->C);
+}
+static int cpu_embedding_fwd(hy_stream *s, void *out, const int *tokens, const void *wte,
+                             const void *wpe, int B, int T, int C, hy_error *err) {
+    emb_args a = { .out = out, .tokens = tokens, .wte = wte, .wpe = wpe, .B = B, .T = T, .C = C };
+    return HY_CALL(s, run_emb_fwd, a, err);
+}
+static void run_emb_bwd(const void *p) {
+    const emb_args *a = p;
+    hy_cpu_embedding_backward(a->dwte, a->dwpe, a->dout, a->tokens, a->B, a->T, a->C);
+}
+static int cpu_embedding_bwd(hy_stream *s, float *dwte, float *dwpe, const void *dout,
+                             const int *tokens, int B, int T, int C, hy_error *err) {
+    emb_args a = { .dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .B = B, .T = T,
+                   .C = C };
+    return HY_CALL(s, run_emb_bwd, a, err);
+}
+
+/* ---- layernorm --------------------------------------------------------- */
+
+typedef struct {
+    float *out, *mean, *rstd, *dw, *db;
+    const float *inp, *w, *b, *dout;
+    const float *cmean, *crstd;
+    int N, C;
+} ln_args;
+static void run_ln_fwd(const void *p) {
+    const ln_args *a = p;
+    hy_cpu_layernorm_forward(a->out, a->mean, a->rstd, a->inp, a->w, a->b, a->N, a->C);
+}
+static int cpu_layernorm_fwd(hy_stream *s, void *out, float *mean, float *rstd, const void *inp,
+                             const void *w, const void *b, int N, int C, hy_error *err) {
+    ln_args a = { .out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .N = N,
+                  .C = C };
+    return HY_CALL(s, run_ln_fwd, a, err);
+}
+static void run_ln_bwd(const void *p) {
+    const ln_args *a = p;
+    hy_cpu_layernorm_backward(a->out, a->dw, a->db, a->dout, a->inp, a->w, a->cmean, a->crstd,
+                              a->N, a->C);
+}
+static int cpu_layernorm_bwd(hy_stream *s, void *dinp, float *dw, float *db, const void *dout,
+                             const void *inp, const void *w, const float *mean, const float *rstd,
+                             int N, int C, hy_error *err) {
+    ln_args a = { .out = dinp, .dw = dw, .db = db, .dout = dout, .inp = inp, .w = w,
+                  .cmean = mean, .crstd = rstd, .N = N, .C = C };
+    return HY_CALL(s, run_ln_bwd, a, err);
+}
+
+/* ---- matmul and the tied head ------------------------------------------ */
+
+typedef struct {
+    float *out, *dw, *dbias;
+    const float *inp, *w, *bias, *dout;
+    int N, C, OC;
+} mm_args;
+static void run_mm_fwd(const void *p) {
+    const mm_args *a = p;
+    hy_cpu_matmul_forward(a->out, a->inp, a->w, a->bias, a->N, a->C, a->OC);
+}
+static int cpu_matmul_fwd(hy_stream *s, void *out, const void *inp, const void *w,
+                          const void *bias, int N, int C, int OC, hy_error *err) {
+    mm_args a = { .out = out, .inp = inp, .w = w, .bias = bias, .N = N, .C = C, .OC = OC };
+    return HY_CALL(s, run_mm_fwd, a, err);
+}
+static void run_mm_bwd(const void *p) {
+    const mm_args *a = p;
+    hy_cpu_matmul_backward(a->out, a->dw, a->dbias, a->dout, a->inp, a->w, a->N, a->C, a->OC);
+}
+static int cpu_matmul_bwd(hy_stream *s, void *dinp, float *dw, float *dbias, const void *dout,
+                          const void *inp, const void *w, int N, int C, int OC, hy_error *err) {
+    mm_args a = { .out = dinp, .dw = dw, .dbias = dbias, .dout = dout, .inp = inp, .w = w,
+                  .N = N, .C = C, .OC = OC };
+    return HY_CALL(s, run_mm_bwd, a, err);
+}
+static void run_head_fwd(const void *p) {
+    const mm_args *a = p;
+    hy_cpu_lm_head_forward(a->out, a->inp, a->w, a->N, a->C, a->OC);
+}
+static int cpu_lm_head_fwd(hy_stream *s, void *logits, const void *inp, const void *wte, int N,
+                           int C, int V, hy_error *err) {
+    mm_args a = { .out = logits, .inp = inp, .w = wte, .N = N, .C = C, .OC = V };
+    return HY_CALL(s, run_head_fwd, a, err);
+}
+static void run_head_bwd(const void *p) {
+    const mm_args *a = p;
+    hy_cpu_lm_head_backward(a->out, a->dw, a->dout, a->inp, a->w, a->N, a->C, a->OC);
+}
+static int cpu_lm_head_bwd(hy_stream *s, void *dinp, float *dwte, const void *dlogits,
+                           const void *inp, const void *wte, int N, int C, int V, hy_error *err) {
+    mm_args a = { .out = dinp, .dw = dwte, .dout = dlogits, .inp = inp, .w = wte, .N = N, .C = C,
+                  .OC = V };
+    return HY_CALL(s, run_head_bwd, a, err);
+}
+
+/* ---- attention --------------------------------------------------------- */
+
+typedef struct {
+    float *out, *att, *scratch;
+    const float *qkv, *dout, *catt;
+    int B, T, C, NH, causal;
+} attn_args;
+static void run_attn_fwd(const void *p) {
+    const attn_args *a = p;
+    hy_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->causal);
+}
+static int cpu_attention_fwd(hy_stream *s, void *out, void *att, const void *qkv, int B, int T,
+                             int C, int NH, int causal, hy_error *err) {
+    attn_args a = { .out = out, .att = att, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH,
+                    .causal = causal };
+    return HY_CALL(s, run_attn_fwd, a, err);
+}
+static void run_attn_bwd(const void *p) {
+    const attn_args *a = p;
+    hy_cpu_attention_backward(a->out, a->scratch, a->dout, a->qkv, a->catt, a->B, a->T, a->C,
+                              a->NH);
+}
+static int cpu_attention_bwd(hy_stream *s, void *dqkv, void *scratch, const void *dout,
+                             const void *qkv, const void *att, int B, int T, int C, int NH,
+                             hy_error *err) {
+    attn_args a = { .out = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv, .catt = att,
+                    .B = B, .T = T, .C = C, .NH = NH };
+    return HY_CALL(s, run_attn_bwd, a, err);
+}
+
+/* ---- classifier --------------------------------------------------------- */
+
+typedef struct {
+    float *logits, *loss_acc;
+    const int *targets;
+    int N, V, Vp;
+    float grad_scale, loss_scale;
+} cls_args;
+static void run_classifier(const void *p) {
+    const cls_args *a = p;
+    float mean = 0.0f;
+    /* Targets were checked against the vocabulary when the shard was
+     * opened, so the op's "bad target" answer cannot occur here. */
+    int count = hy_cpu_classifier_forward_backward(a->logits, NULL, &mean, a->targets, a->N, a->V,
+                                                   a->Vp, a->grad_scale);
+    if (count > 0) *a->loss_acc += a->loss_scale * mean;
+}
+static int cpu_classifier(hy_stream *s, void *logits, float *loss_acc, const int *targets, int N,
+                          int V, int Vp, float grad_scale, float loss_scale, hy_error *err) {
+    cls_args a = { logits, loss_acc, targets, N, V, Vp, grad_scale, loss_scale };
+    return HY_CALL(s, run_classifier, a, err);
+}
+
+/* ---- gradient norm, clipping, AdamW ------------------------------------- */
+
+typedef struct { double *acc; const float *x; size_t n; } sumsq_args;
+static void run_sumsq(const void *p) {
+    const sumsq_args *a = p;
+    hy_cpu_sumsq(a->acc, a->x, a->n);
+}
+static int cpu_sumsq(hy_stream *s, double *acc, const float *x, size_t n, hy_error *err) {
+    sumsq_args a = { acc, x, n };
+    return HY_CALL(s, run_sumsq, a, err);
+}
+
+typedef struct { float *factor, *norm; const double *partials; int n; float max_norm; } clip_args;
+static void run_clip(const void *p) {
+    const clip_args *a = p;
+    double total = 0.0;
+    for (int i = 0; i < a->n; i++) total += a->partials[i];
+    *a->norm = (float)sqrt(total);
+    *a->factor = hy_cpu_clip_factor(total, a->max_norm);
+}
+static int cpu_clip(hy_stream *s, float *factor, float *norm, const double *partials, int n,
+                    float max_norm, hy_error *err) {
+    clip_args a = { factor, norm, partials, n, max_norm };
+    return HY_CALL(s, run_clip, a, err);
+}
+
+typedef struct { float *x; size_t n; const float *factor; } scale_args;
+static void run_scale(const void *p) {
+    const scale_args *a = p;
+    hy_cpu_scale(a->x, a->n, a->factor);
+}
+static int cpu_scale(hy_stream *s, float *x, size_t n, const float *factor, hy_error *err) {
+    scale_args a = { x, n, factor };
+    return HY_CALL(s, run_scale, a, err);
+}
+
+typedef struct {
+    float *param, *m, *v;
+    const float *grad;
+    size_t n;
+    const hy_adamw_hparams *hp;
+    int decay;
+} adamw_args;
+static void run_adamw(const void *p) {
+    const adamw_args *a = p;
+    hy_cpu_adamw_params hp = { a->hp->lr, a->hp->beta1, a->hp->beta2, a->hp->eps,
+                               a->hp->weight_decay, a->hp->step };
+    hy_cpu_adamw_update(a->param, a->grad, a->m, a->v, a->n, &hp, a->decay);
+}
+static int cpu_adamw(hy_stream *s, float *param, void *param_compute, const float *grad, float *m,
+                     float *v, size_t n, const hy_adamw_hparams *hp, int decay, hy_error *err) {
+    (void)param_compute;   /* the fp32 master weights are the compute copy */
+    adamw_args a = { param, m, v, grad, n, hp, decay };
+    return HY_CALL(s, run_adamw, a, err);
+}
+
+void hy_cpu_math_ops(hy_backend_ops *o) {
+    o->act_size = sizeof(float);
+    o->zero = cpu_zero;
+    o->add = cpu_add;
+    o->add_f32 = cpu_add_f32;
+    o->embedding_fwd = cpu_embedding_fwd;
+    o->embedding_bwd = cpu_embedding_bwd;
+    o->layernorm_fwd = cpu_layernorm_fwd;
+    o->layernorm_bwd = cpu_layernorm_bwd;
+    o->matmul_fwd = cpu_matmul_fwd;
+    o->matmul_bwd = cpu_matmul_bwd;
+    o->gelu_fwd = cpu_gelu_fwd;
+    o->gelu_bwd = cpu_gelu_bwd;
+    o->attention_fwd = cpu_attention_fwd;
+    o->attention_bwd = cpu_attention_bwd;
+    o->lm_head_fwd = cpu_lm_head_fwd;
+    o->lm_head_bwd = cpu_lm_head_bwd;
+    o->classifier = cpu_classifier;
+    o->sumsq = cpu_sumsq;
+    o->clip = cpu_clip;
+    o->scale = cpu_scale;
+    o->adamw = cpu_adamw;
+}

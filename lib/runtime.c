@@ -1,0 +1,796 @@
+/*
+ * runtime.c — see runtime.h.
+ *
+ * Memory, per rank: for each stage it holds, the parameter, gradient and
+ * AdamW blocks (model.h's stage blocks) and an activation stash of K_s
+ * slots, K_s being the most micro-batches the schedule keeps in flight on
+ * that stage; for each stage boundary the mailbox slots (the consumer's
+ * stash of its stage input, mailbox.h); and per rank one set of scratch
+ * buffers for the backward pass, since a rank runs one action at a time.
+ * Everything is allocated before the first step; a step allocates nothing.
+ */
+#include "runtime.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "data.h"
+#include "mailbox.h"
+#include "model.h"
+#include "rng.h"
+#include "schedule.h"
+
+/* The activations one layer keeps for its backward, inside a stash slot. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg, *res3;
+} rt_layer_acts;
+
+typedef struct {
+    int rank;
+    float *param, *grad, *m, *v;   /* [stage_numel] each, in the rank's memory */
+    int slots;                     /* K_s */
+    float **stash;                 /* [K_s] */
+    int *stash_of;                 /* [M]: the stash slot of micro-batch m */
+} rt_stage;
+
+typedef struct {
+    hy_runtime *rt;
+    int rank;
+    pthread_t thread;
+    int started;
+    hy_stream *stream;
+    hy_graph *graph;
+    int iterations;                /* run so far */
+    /* scratch */
+    float *send, *dres, *dln, *datty, *dqkv, *dfc, *dfcg, *attn_scratch, *logits;
+    int *tokens, *targets;         /* [M * N], for ranks holding stage 0 / S-1 */
+    float *loss, *clip_factor, *norm;
+    double *partials;              /* [P] */
+    hy_adamw_hparams *hp;
+    /* the replica of wte on the last stage's rank, when it is not rank 0 */
+    float *wte, *dwte, *wte_m, *wte_v;
+    int status;
+    hy_error err;
+} rt_rank;
+
+struct hy_runtime {
+    const hy_config *cfg;
+    hy_schedule sched;
+    hy_model model;
+    hy_mailbox mb;
+    hy_backend *be;
+    hy_shard train;
+    rt_stage *stages;              /* [S] */
+    rt_rank *ranks;                /* [P] */
+    hy_channel *norm_ch;           /* [P * P]: a -> b at a * P + b */
+    hy_channel wte_ch[2];          /* rank 0 -> last rank, last rank -> rank 0 */
+    int replica_rank;              /* rank holding the wte replica, or -1 */
+    int B, T, C, NH, N, M, V, Vp, S, P;
+    int *batch_in, *batch_tg;      /* host staging for one micro-batch [N] */
+    /* the step handshake between the host and the rank threads */
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    int generation, done, quit;
+    int step;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Shapes and stash layout */
+
+static size_t rt_layer_floats(const hy_runtime *rt) {
+    size_t N = (size_t)rt->N, C = (size_t)rt->C;
+    return 16 * N * C + 4 * N + (size_t)rt->B * rt->NH * rt->T * rt->T;
+}
+
+static size_t rt_stash_floats(const hy_runtime *rt, int s) {
+    size_t N = (size_t)rt->N, C = (size_t)rt->C;
+    size_t n = (size_t)rt->model.n_layers[s] * rt_layer_floats(rt);
+    if (s == 0) n += N * C;                        /* the embedding's output */
+    if (s == rt->S - 1) n += 2 * N * C + 2 * N;    /* ln_f out, stats, d(ln_f out) */
+    return n;
+}
+
+static rt_layer_acts rt_layer(const hy_runtime *rt, float *slot, int l) {
+    size_t N = (size_t)rt->N, C = (size_t)rt->C;
+    float *p = slot + (size_t)l * rt_layer_floats(rt);
+    rt_layer_acts a;
+    a.ln1 = p; p += N * C;
+    a.ln1_mean = p; p += N;
+    a.ln1_rstd = p; p += N;
+    a.qkv = p; p += 3 * N * C;
+    a.att = p; p += (size_t)rt->B * rt->NH * rt->T * rt->T;
+    a.atty = p; p += N * C;
+    a.res2 = p; p += N * C;
+    a.ln2 = p; p += N * C;
+    a.ln2_mean = p; p += N;
+    a.ln2_rstd = p; p += N;
+    a.fch = p; p += 4 * N * C;
+    a.fchg = p; p += 4 * N * C;
+    a.res3 = p;
+    return a;
+}
+
+/* The extras after the layers: the embedding output (stage 0) and the
+ * head's activations (last stage). */
+static float *rt_extra(const hy_runtime *rt, int s, float *slot) {
+    return slot + (size_t)rt->model.n_layers[s] * rt_layer_floats(rt);
+}
+static float *rt_encoded(const hy_runtime *rt, float *slot) { return rt_extra(rt, 0, slot); }
+static float *rt_lnf(const hy_runtime *rt, float *slot) {
+    return rt_extra(rt, rt->S - 1, slot) + (rt->S == 1 ? (size_t)rt->N * rt->C : 0);
+}
+
+static float *rt_param(const hy_runtime *rt, const hy_param *p) {
+    return rt->stages[p->stage].param + p->offset;
+}
+static float *rt_grad(const hy_runtime *rt, const hy_param *p) {
+    return rt->stages[p->stage].grad + p->offset;
+}
+
+/* The parameter of `kind` for global layer l. Parameters are added in a
+ * fixed order (model.c): wte, wpe, 12 per block, ln_f. */
+static const hy_param *rt_p(const hy_runtime *rt, hy_param_kind kind, int l) {
+    if (kind == HY_P_WTE) return &rt->model.params[0];
+    if (kind == HY_P_WPE) return &rt->model.params[1];
+    if (kind == HY_P_LNF_W) return &rt->model.params[rt->model.n_params - 2];
+    if (kind == HY_P_LNF_B) return &rt->model.params[rt->model.n_params - 1];
+    return &rt->model.params[2 + 12 * l + (kind - HY_P_LN1_W)];
+}
+
+/* ------------------------------------------------------------------------ */
+/* One iteration of one rank, enqueued on its stream */
+
+typedef struct {
+    hy_runtime *rt;
+    rt_rank *rk;
+    hy_stream *st;
+    const hy_backend_ops *o;
+    hy_error *err;
+} rt_ctx;
+
+/* The tied embedding as the last stage sees it. */
+static float *rt_head_wte(rt_ctx *x) {
+    return x->rk->wte ? x->rk->wte : rt_param(x->rt, rt_p(x->rt, HY_P_WTE, 0));
+}
+static float *rt_head_dwte(rt_ctx *x) {
+    return x->rk->dwte ? x->rk->dwte : rt_grad(x->rt, rt_p(x->rt, HY_P_WTE, 0));
+}
+
+static float *rt_stage_input(rt_ctx *x, int s, int m, float *slot) {
+    return s == 0 ? rt_encoded(x->rt, slot) : hy_mailbox_slot(&x->rt->mb.edges[x->rt->mb.into_fwd[s]], m);
+}
+
+/* Where stage s writes its output for micro-batch m: straight into the
+ * next stage's slot when it is local, else the send buffer; the last
+ * stage keeps it in its stash for ln_f. */
+static float *rt_stage_output(rt_ctx *x, int s, int m, float *slot) {
+    hy_runtime *rt = x->rt;
+    int L = rt->model.n_layers[s];
+    if (s == rt->S - 1) return L > 0 ? rt_layer(rt, slot, L - 1).res3 : rt_stage_input(x, s, m, slot);
+    const hy_edge *e = &rt->mb.edges[rt->mb.into_fwd[s + 1]];
+    return e->local ? hy_mailbox_slot(e, m) : x->rk->send;
+}
+
+static int rt_layer_forward(rt_ctx *x, int l, const float *in, const rt_layer_acts *a, float *out) {
+    hy_runtime *rt = x->rt;
+    const hy_backend_ops *o = x->o;
+    int N = rt->N, C = rt->C, rc;
+    const float *ln1w = rt_param(rt, rt_p(rt, HY_P_LN1_W, l)), *ln1b = rt_param(rt, rt_p(rt, HY_P_LN1_B, l));
+    rc = o->layernorm_fwd(x->st, a->ln1, a->ln1_mean, a->ln1_rstd, in, ln1w, ln1b, N, C, x->err);
+    if (!rc) rc = o->matmul_fwd(x->st, a->qkv, a->ln1, rt_param(rt, rt_p(rt, HY_P_QKV_W, l)),
+                                rt_param(rt, rt_p(rt, HY_P_QKV_B, l)), N, C, 3 * C, x->err);
+    if (!rc) rc = o->attention_fwd(x->st, a->atty, a->att, a->qkv, rt->B, rt->T, C, rt->NH,
+                                   rt->model.kind == HY_MODEL_GPT, x->err);
+    if (!rc) rc = o->matmul_fwd(x->st, a->res2, a->atty, rt_param(rt, rt_p(rt, HY_P_ATTN_PROJ_W, l)),
+                                rt_param(rt, rt_p(rt, HY_P_ATTN_PROJ_B, l)), N, C, C, x->err);
+    if (!rc) rc = o->add(x->st, a->res2, in, (size_t)N * C, x->err);
+    if (!rc) rc = o->layernorm_fwd(x->st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
+                                   rt_param(rt, rt_p(rt, HY_P_LN2_W, l)),
+                                   rt_param(rt, rt_p(rt, HY_P_LN2_B, l)), N, C, x->err);
+    if (!rc) rc = o->matmul_fwd(x->st, a->fch, a->ln2, rt_param(rt, rt_p(rt, HY_P_FC_W, l)),
+                                rt_param(rt, rt_p(rt, HY_P_FC_B, l)), N, C, 4 * C, x->err);
+    if (!rc) rc = o->gelu_fwd(x->st, a->fchg, a->fch, (size_t)N * 4 * C, x->err);
+    if (!rc) rc = o->matmul_fwd(x->st, out, a->fchg, rt_param(rt, rt_p(rt, HY_P_MLP_PROJ_W, l)),
+                                rt_param(rt, rt_p(rt, HY_P_MLP_PROJ_B, l)), N, 4 * C, C, x->err);
+    if (!rc) rc = o->add(x->st, out, a->res2, (size_t)N * C, x->err);
+    return rc;
+}
+
+/* dres holds d(layer output) and becomes d(layer input): each branch's
+ * backward adds its part into it (the ops accumulate). */
+static int rt_layer_backward(rt_ctx *x, int l, const float *in, const rt_layer_acts *a) {
+    hy_runtime *rt = x->rt;
+    rt_rank *rk = x->rk;
+    const hy_backend_ops *o = x->o;
+    hy_stream *st = x->st;
+    int N = rt->N, C = rt->C, rc;
+    size_t NC = (size_t)N * C;
+    const hy_param *pmp = rt_p(rt, HY_P_MLP_PROJ_W, l), *pfc = rt_p(rt, HY_P_FC_W, l);
+    const hy_param *pap = rt_p(rt, HY_P_ATTN_PROJ_W, l), *pqkv = rt_p(rt, HY_P_QKV_W, l);
+    const hy_param *pln2 = rt_p(rt, HY_P_LN2_W, l), *pln1 = rt_p(rt, HY_P_LN1_W, l);
+    rc = o->zero(st, rk->dfcg, 4 * NC * sizeof(float), x->err);
+    if (!rc) rc = o->matmul_bwd(st, rk->dfcg, rt_grad(rt, pmp), rt_grad(rt, pmp + 1), rk->dres,
+                                a->fchg, rt_param(rt, pmp), N, 4 * C, C, x->err);
+    if (!rc) rc = o->zero(st, rk->dfc, 4 * NC * sizeof(float), x->err);
+    if (!rc) rc = o->gelu_bwd(st, rk->dfc, rk->dfcg, a->fch, 4 * NC, x->err);
+    if (!rc) rc = o->zero(st, rk->dln, NC * sizeof(float), x->err);
+    if (!rc) rc = o->matmul_bwd(st, rk->dln, rt_grad(rt, pfc), rt_grad(rt, pfc + 1), rk->dfc,
+                                a->ln2, rt_param(rt, pfc), N, C, 4 * C, x->err);
+    if (!rc) rc = o->layernorm_bwd(st, rk->dres, rt_grad(rt, pln2), rt_grad(rt, pln2 + 1), rk->dln,
+                                   a->res2, rt_param(rt, pln2), a->ln2_mean, a->ln2_rstd, N, C,
+                                   x->err);
+    if (!rc) rc = o->zero(st, rk->datty, NC * sizeof(float), x->err);
+    if (!rc) rc = o->matmul_bwd(st, rk->datty, rt_grad(rt, pap), rt_grad(rt, pap + 1), rk->dres,
+                                a->atty, rt_param(rt, pap), N, C, C, x->err);
+    if (!rc) rc = o->zero(st, rk->dqkv, 3 * NC * sizeof(float), x->err);
+    if (!rc) rc = o->attention_bwd(st, rk->dqkv, rk->attn_scratch, rk->datty, a->qkv, a->att,
+                                   rt->B, rt->T, C, rt->NH, x->err);
+    if (!rc) rc = o->zero(st, rk->dln, NC * sizeof(float), x->err);
+    if (!rc) rc = o->matmul_bwd(st, rk->dln, rt_grad(rt, pqkv), rt_grad(rt, pqkv + 1), rk->dqkv,
+                                a->ln1, rt_param(rt, pqkv), N, C, 3 * C, x->err);
+    if (!rc) rc = o->layernorm_bwd(st, rk->dres, rt_grad(rt, pln1), rt_grad(rt, pln1 + 1), rk->dln,
+                                   in, rt_param(rt, pln1), a->ln1_mean, a->ln1_rstd, N, C, x->err);
+    return rc;
+}
+
+/* The last stage's head, run inside its forward: ln_f, logits, the fused
+ * loss and d(logits), and the head's backward down to d(ln_f out), so the
+ * logits never need stashing (llm.c does the same). */
+static int rt_head(rt_ctx *x, int m, const float *h, float *slot) {
+    hy_runtime *rt = x->rt;
+    rt_rank *rk = x->rk;
+    const hy_backend_ops *o = x->o;
+    int N = rt->N, C = rt->C, rc;
+    float *lnf = rt_lnf(rt, slot), *mean = lnf + (size_t)N * C, *rstd = mean + N, *dlnf = rstd + N;
+    const hy_param *pw = rt_p(rt, HY_P_LNF_W, 0);
+    rc = o->layernorm_fwd(x->st, lnf, mean, rstd, h, rt_param(rt, pw), rt_param(rt, pw + 1), N, C,
+                          x->err);
+    if (!rc) rc = o->lm_head_fwd(x->st, rk->logits, lnf, rt_head_wte(x), N, C, rt->Vp, x->err);
+    if (!rc) rc = o->classifier(x->st, rk->logits, rk->loss, rk->targets + (size_t)m * N, N, rt->V,
+                                rt->Vp, 1.0f / rt->M, 1.0f / rt->M, x->err);
+    if (!rc) rc = o->zero(x->st, dlnf, (size_t)N * C * sizeof(float), x->err);
+    if (!rc) rc = o->lm_head_bwd(x->st, dlnf, rt_head_dwte(x), rk->logits, lnf, rt_head_wte(x), N,
+                                 C, rt->Vp, x->err);
+    return rc;
+}
+
+static int rt_forward(rt_ctx *x, const hy_action *a, const char *label) {
+    hy_runtime *rt = x->rt;
+    const hy_mailbox *mb = &rt->mb;
+    int s = a->stage, m = a->mb, N = rt->N, rc = HY_OK;
+    rt_stage *sg = &rt->stages[s];
+    float *slot = sg->stash[sg->stash_of[m]];
+    if (s == 0) {
+        const hy_param *wte = rt_p(rt, HY_P_WTE, 0), *wpe = rt_p(rt, HY_P_WPE, 0);
+        rc = x->o->embedding_fwd(x->st, rt_encoded(rt, slot), x->rk->tokens + (size_t)m * N,
+                                 rt_param(rt, wte), rt_param(rt, wpe), rt->B, rt->T, rt->C, x->err);
+    } else {
+        rc = hy_mailbox_receive(x->st, &mb->edges[mb->into_fwd[s]], m, label, x->err);
+    }
+    const float *in = rt_stage_input(x, s, m, slot);
+    float *out = rt_stage_output(x, s, m, slot);
+    int L = rt->model.n_layers[s], first = rt->model.first_layer[s];
+    for (int l = 0; l < L && !rc; l++) {
+        rt_layer_acts acts = rt_layer(rt, slot, l);
+        const float *lin = l == 0 ? in : rt_layer(rt, slot, l - 1).res3;
+        rc = rt_layer_forward(x, first + l, lin, &acts, l == L - 1 ? out : acts.res3);
+    }
+    if (!rc && L == 0 && out != in) rc = x->o->copy(x->st, out, in, (size_t)N * rt->C * sizeof(float), x->err);
+    if (rc) return rc;
+    if (s == rt->S - 1) return rt_head(x, m, out, slot);
+    return hy_mailbox_send(x->st, &mb->edges[mb->into_fwd[s + 1]], m, out, label, x->err);
+}
+
+static int rt_backward(rt_ctx *x, const hy_action *a, const char *label) {
+    hy_runtime *rt = x->rt;
+    const hy_mailbox *mb = &rt->mb;
+    rt_rank *rk = x->rk;
+    int s = a->stage, m = a->mb, N = rt->N, C = rt->C, rc;
+    size_t NC = (size_t)N * C;
+    rt_stage *sg = &rt->stages[s];
+    float *slot = sg->stash[sg->stash_of[m]];
+    const float *in = rt_stage_input(x, s, m, slot);
+    int L = rt->model.n_layers[s], first = rt->model.first_layer[s];
+    if (s == rt->S - 1) {
+        /* d(last layer output) from the head's d(ln_f out). */
+        float *lnf = rt_lnf(rt, slot), *mean = lnf + NC, *rstd = mean + N, *dlnf = rstd + N;
+        const float *h = L > 0 ? rt_layer(rt, slot, L - 1).res3 : in;
+        const hy_param *pw = rt_p(rt, HY_P_LNF_W, 0);
+        rc = x->o->zero(x->st, rk->dres, NC * sizeof(float), x->err);
+        if (!rc) rc = x->o->layernorm_bwd(x->st, rk->dres, rt_grad(rt, pw), rt_grad(rt, pw + 1), dlnf,
+                                          h, rt_param(rt, pw), mean, rstd, N, C, x->err);
+    } else {
+        const hy_edge *e = &mb->edges[mb->into_bwd[s]];
+        rc = hy_mailbox_receive(x->st, e, m, label, x->err);
+        if (!rc) rc = x->o->copy(x->st, rk->dres, hy_mailbox_slot(e, m), NC * sizeof(float), x->err);
+    }
+    for (int l = L - 1; l >= 0 && !rc; l--) {
+        rt_layer_acts acts = rt_layer(rt, slot, l);
+        const float *lin = l == 0 ? in : rt_layer(rt, slot, l - 1).res3;
+        rc = rt_layer_backward(x, first + l, lin, &acts);
+    }
+    if (rc) return rc;
+    if (s == 0) {
+        const hy_param *wte = rt_p(rt, HY_P_WTE, 0), *wpe = rt_p(rt, HY_P_WPE, 0);
+        rc = x->o->embedding_bwd(x->st, rt_grad(rt, wte), rt_grad(rt, wpe), rk->dres,
+                                 rk->tokens + (size_t)m * N, rt->B, rt->T, C, x->err);
+    } else {
+        rc = hy_mailbox_send(x->st, &mb->edges[mb->into_bwd[s - 1]], m, rk->dres, label, x->err);
+    }
+    /* The stage input (a stash) and the incoming gradient are done with. */
+    if (!rc && s > 0) rc = hy_mailbox_release(x->st, &mb->edges[mb->into_fwd[s]], m, x->err);
+    if (!rc && s < rt->S - 1) rc = hy_mailbox_release(x->st, &mb->edges[mb->into_bwd[s]], m, x->err);
+    return rc;
+}
+
+/* The tied embedding: rank 0 and the replica's rank swap their gradients
+ * and each adds the other's, so both hold the same sum (a + b == b + a in
+ * floating point) and take the same AdamW step. */
+static int rt_exchange_wte(rt_ctx *x) {
+    hy_runtime *rt = x->rt;
+    size_t n = rt_p(rt, HY_P_WTE, 0)->numel;
+    int me = x->rk->rank, rc;
+    if (rt->replica_rank < 0 || (me != 0 && me != rt->replica_rank)) return HY_OK;
+    const hy_channel *out = &rt->wte_ch[me == 0 ? 0 : 1], *in = &rt->wte_ch[me == 0 ? 1 : 0];
+    float *mine = me == 0 ? rt_grad(rt, rt_p(rt, HY_P_WTE, 0)) : x->rk->dwte;
+    rc = hy_channel_send(x->st, out, mine, "tied embedding gradient", x->err);
+    if (!rc) rc = hy_channel_receive(x->st, in, "tied embedding gradient", x->err);
+    if (!rc) rc = x->o->add_f32(x->st, mine, in->slot, n, x->err);
+    if (!rc) rc = hy_channel_release(x->st, in, x->err);
+    return rc;
+}
+
+/* Global gradient norm: every rank's sum of squares reaches every rank,
+ * each adds them in rank order (the same total everywhere), then clips. */
+static int rt_clip(rt_ctx *x) {
+    hy_runtime *rt = x->rt;
+    rt_rank *rk = x->rk;
+    int me = rk->rank, P = rt->P, rc;
+    rc = x->o->zero(x->st, &rk->partials[me], sizeof(double), x->err);
+    for (int s = 0; s < rt->S && !rc; s++)
+        if (rt->stages[s].rank == me)
+            rc = x->o->sumsq(x->st, &rk->partials[me], rt->stages[s].grad, rt->model.stage_numel[s],
+                             x->err);
+    for (int b = 0; b < P && !rc; b++)
+        if (b != me)
+            rc = hy_channel_send(x->st, &rt->norm_ch[me * P + b], &rk->partials[me],
+                                 "gradient-norm partial", x->err);
+    for (int a = 0; a < P && !rc; a++) {
+        if (a == me) continue;
+        const hy_channel *ch = &rt->norm_ch[a * P + me];
+        rc = hy_channel_receive(x->st, ch, "gradient-norm partial", x->err);
+        if (!rc) rc = x->o->copy(x->st, &rk->partials[a], ch->slot, sizeof(double), x->err);
+        if (!rc) rc = hy_channel_release(x->st, ch, x->err);
+    }
+    if (!rc) rc = x->o->clip(x->st, rk->clip_factor, rk->norm, rk->partials, P,
+                             (float)rt->cfg->train.grad_clip, x->err);
+    return rc;
+}
+
+static int rt_optimize(rt_ctx *x) {
+    hy_runtime *rt = x->rt;
+    rt_rank *rk = x->rk;
+    int rc = HY_OK;
+    for (int s = 0; s < rt->S && !rc; s++) {
+        rt_stage *sg = &rt->stages[s];
+        if (sg->rank != rk->rank) continue;
+        rc = x->o->scale(x->st, sg->grad, rt->model.stage_numel[s], rk->clip_factor, x->err);
+        for (int i = 0; i < rt->model.n_params && !rc; i++) {
+            const hy_param *p = &rt->model.params[i];
+            if (p->stage != s) continue;
+            rc = x->o->adamw(x->st, sg->param + p->offset, NULL, sg->grad + p->offset,
+                             sg->m + p->offset, sg->v + p->offset, p->numel, rk->hp, p->decay, x->err);
+        }
+    }
+    if (!rc && rk->wte) {
+        const hy_param *p = rt_p(rt, HY_P_WTE, 0);
+        rc = x->o->scale(x->st, rk->dwte, p->numel, rk->clip_factor, x->err);
+        if (!rc) rc = x->o->adamw(x->st, rk->wte, NULL, rk->dwte, rk->wte_m, rk->wte_v, p->numel,
+                                  rk->hp, p->decay, x->err);
+    }
+    return rc;
+}
+
+static int rt_iteration(rt_ctx *x) {
+    hy_runtime *rt = x->rt;
+    rt_rank *rk = x->rk;
+    int me = rk->rank, rc = HY_OK;
+    for (int s = 0; s < rt->S && !rc; s++)
+        if (rt->stages[s].rank == me)
+            rc = x->o->zero(x->st, rt->stages[s].grad, rt->model.stage_numel[s] * sizeof(float), x->err);
+    if (!rc && rk->dwte)
+        rc = x->o->zero(x->st, rk->dwte, rt_p(rt, HY_P_WTE, 0)->numel * sizeof(float), x->err);
+    if (!rc && rk->loss) rc = x->o->zero(x->st, rk->loss, sizeof(float), x->err);
+    const hy_schedule *sc = &rt->sched;
+    for (int i = 0; i < sc->n_actions[me] && !rc; i++) {
+        const hy_action *a = &sc->actions[me][i];
+        char label[48];
+        hy_action_label(a, label, sizeof label);
+        rc = a->op == HY_FWD ? rt_forward(x, a, label) : rt_backward(x, a, label);
+        if (rc) hy_error_prefix(x->err, "rank %d, %s: ", me, label);
+    }
+    if (!rc) rc = rt_exchange_wte(x);
+    if (!rc) rc = rt_clip(x);
+    if (!rc) rc = rt_optimize(x);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rank threads */
+
+static int rt_run_iteration(hy_runtime *rt, rt_rank *rk) {
+    rt_ctx x = { rt, rk, rk->stream, rt->be->ops, &rk->err };
+    const hy_backend_ops *o = rt->be->ops;
+    int rc;
+    if (!rt->cfg->graph || rk->iterations == 0) {
+        rc = rt_iteration(&x);                  /* eager (and the warm-up) */
+    } else {
+        rc = HY_OK;
+        if (!rk->graph) {                       /* record once, then replay */
+            rc = o->capture_begin(rk->stream, &rk->err);
+            if (!rc) rc = rt_iteration(&x);
+            int end = o->capture_end(rk->stream, &rk->graph, rc ? NULL : &rk->err);
+            if (!rc) rc = end;
+        }
+        if (!rc) rc = o->graph_launch(rk->graph, rk->stream, &rk->err);
+    }
+    if (!rc) rc = o->sync(rk->stream, &rk->err);
+    rk->iterations++;
+    return rc;
+}
+
+static void *rt_rank_main(void *arg) {
+    rt_rank *rk = arg;
+    hy_runtime *rt = rk->rt;
+    int seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&rt->lock);
+        while (rt->generation == seen && !rt->quit) pthread_cond_wait(&rt->cv, &rt->lock);
+        int quit = rt->quit;
+        seen = rt->generation;
+        pthread_mutex_unlock(&rt->lock);
+        if (quit) break;
+        int rc = rt_run_iteration(rt, rk);
+        if (rc) rt->be->ops->abort(rt->be, rk->err.msg);
+        pthread_mutex_lock(&rt->lock);
+        rk->status = rc;
+        rt->done++;
+        pthread_cond_broadcast(&rt->cv);
+        pthread_mutex_unlock(&rt->lock);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Set-up */
+
+static int rt_alloc(hy_runtime *rt, int rank, size_t bytes, void *out, hy_error *err) {
+    return rt->be->ops->alloc(rt->be, rank, bytes ? bytes : 1, (void **)out, err);
+}
+
+/* Stash slots of each stage: a micro-batch takes the lowest free slot at
+ * its forward and gives it back after its backward, in the rank's order. */
+static int rt_plan_stashes(hy_runtime *rt, hy_error *err) {
+    const hy_schedule *sc = &rt->sched;
+    int M = rt->M;
+    for (int s = 0; s < rt->S; s++) {
+        rt->stages[s].rank = sc->placement[s];
+        rt->stages[s].stash_of = malloc(sizeof(int) * (size_t)M);
+        if (!rt->stages[s].stash_of) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    }
+    char *busy = calloc((size_t)M, 1);
+    if (!busy) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    for (int r = 0; r < rt->P; r++) {
+        for (int s = 0; s < rt->S; s++) {
+            if (sc->placement[s] != r) continue;
+            memset(busy, 0, (size_t)M);
+            int used = 0;
+            for (int i = 0; i < sc->n_actions[r]; i++) {
+                const hy_action *a = &sc->actions[r][i];
+                if (a->stage != s) continue;
+                int *k = &rt->stages[s].stash_of[a->mb];
+                if (a->op == HY_FWD) {
+                    *k = 0;
+                    while (busy[*k]) (*k)++;
+                    busy[*k] = 1;
+                    if (*k + 1 > used) used = *k + 1;
+                } else {
+                    busy[*k] = 0;
+                }
+            }
+            rt->stages[s].slots = used;
+        }
+    }
+    free(busy);
+    return HY_OK;
+}
+
+static int rt_alloc_rank(hy_runtime *rt, rt_rank *rk, hy_error *err) {
+    int r = rk->rank, rc;
+    size_t f = sizeof(float), N = (size_t)rt->N, C = (size_t)rt->C, M = (size_t)rt->M;
+    size_t NC = N * C;
+    rc = rt_alloc(rt, r, NC * f, &rk->send, err);
+    if (!rc) rc = rt_alloc(rt, r, NC * f, &rk->dres, err);
+    if (!rc) rc = rt_alloc(rt, r, NC * f, &rk->dln, err);
+    if (!rc) rc = rt_alloc(rt, r, NC * f, &rk->datty, err);
+    if (!rc) rc = rt_alloc(rt, r, 3 * NC * f, &rk->dqkv, err);
+    if (!rc) rc = rt_alloc(rt, r, 4 * NC * f, &rk->dfc, err);
+    if (!rc) rc = rt_alloc(rt, r, 4 * NC * f, &rk->dfcg, err);
+    if (!rc) rc = rt_alloc(rt, r, (size_t)rt->T * rt->T * f, &rk->attn_scratch, err);
+    if (!rc) rc = rt_alloc(rt, r, sizeof(double) * (size_t)rt->P, &rk->partials, err);
+    if (!rc) rc = rt_alloc(rt, r, 2 * f, &rk->clip_factor, err);
+    if (!rc) rk->norm = rk->clip_factor + 1;
+    if (!rc) rc = rt_alloc(rt, r, sizeof(hy_adamw_hparams), &rk->hp, err);
+    if (!rc && rt->sched.placement[0] == r) rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->tokens, err);
+    if (!rc && rt->sched.placement[rt->S - 1] == r) {
+        rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->targets, err);
+        if (!rc) rc = rt_alloc(rt, r, N * (size_t)rt->Vp * f, &rk->logits, err);
+        if (!rc) rc = rt_alloc(rt, r, f, &rk->loss, err);
+    }
+    if (!rc && r == rt->replica_rank) {
+        size_t n = rt_p(rt, HY_P_WTE, 0)->numel * f;
+        rc = rt_alloc(rt, r, n, &rk->wte, err);
+        if (!rc) rc = rt_alloc(rt, r, n, &rk->dwte, err);
+        if (!rc) rc = rt_alloc(rt, r, n, &rk->wte_m, err);
+        if (!rc) rc = rt_alloc(rt, r, n, &rk->wte_v, err);
+    }
+    return rc;
+}
+
+static int rt_init_params(hy_runtime *rt, hy_error *err) {
+    for (int s = 0; s < rt->S; s++) {
+        rt_stage *sg = &rt->stages[s];
+        size_t n = rt->model.stage_numel[s];
+        float *host = malloc((n ? n : 1) * sizeof(float));
+        if (!host) return hy_fail(err, HY_ERR_RUNTIME, "out of memory initializing stage %d", s);
+        hy_model_init_stage(&rt->model, s, rt->cfg->train.seed, host);
+        int rc = rt->be->ops->upload(rt->be, sg->rank, sg->param, host, n * sizeof(float), err);
+        if (!rc && s == 0 && rt->replica_rank >= 0) {
+            const hy_param *p = rt_p(rt, HY_P_WTE, 0);
+            rc = rt->be->ops->upload(rt->be, rt->replica_rank, rt->ranks[rt->replica_rank].wte,
+                                     host + p->offset, p->numel * sizeof(float), err);
+        }
+        free(host);
+        if (rc) return rc;
+    }
+    return HY_OK;
+}
+
+static int rt_build(hy_runtime *rt, hy_error *err) {
+    const hy_config *c = rt->cfg;
+    hy_sched_params sp;
+    hy_sched_params_from_config(c, &sp);
+    int rc = hy_schedule_build(&rt->sched, &sp, err);
+    if (!rc) rc = hy_model_build(&rt->model, c, 1, err);
+    if (rc) return rc;
+    rt->B = c->schedule.micro_batch_size;
+    rt->T = c->model.seq_len;
+    rt->C = c->model.d_model;
+    rt->NH = c->model.heads;
+    rt->N = rt->B * rt->T;
+    rt->M = c->schedule.micro_batches;
+    rt->V = rt->model.vocab;
+    rt->Vp = rt->model.vocab_padded;
+    rt->S = rt->sched.stages;
+    rt->P = rt->sched.ranks;
+    int last = rt->sched.placement[rt->S - 1];
+    rt->replica_rank = last != rt->sched.placement[0] ? last : -1;
+
+    rc = hy_shard_open(&rt->train, c->data.train, rt->V, err);
+    if (rc) return rc;
+    rc = hy_backend_cpu_create(&rt->be, rt->P, c->watchdog_s, err);
+    if (!rc) rc = hy_mailbox_plan(&rt->mb, &rt->sched, err);
+    if (!rc) rc = hy_mailbox_alloc(&rt->mb, rt->be, (size_t)rt->N * rt->C * sizeof(float), err);
+    if (rc) return rc;
+
+    rt->stages = calloc((size_t)rt->S, sizeof(rt_stage));
+    rt->ranks = calloc((size_t)rt->P, sizeof(rt_rank));
+    rt->norm_ch = calloc((size_t)rt->P * rt->P, sizeof(hy_channel));
+    rt->batch_in = malloc(sizeof(int) * (size_t)rt->N);
+    rt->batch_tg = malloc(sizeof(int) * (size_t)rt->N);
+    if (!rt->stages || !rt->ranks || !rt->norm_ch || !rt->batch_in || !rt->batch_tg)
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the runtime");
+    rc = rt_plan_stashes(rt, err);
+    for (int s = 0; s < rt->S && !rc; s++) {
+        rt_stage *sg = &rt->stages[s];
+        size_t n = rt->model.stage_numel[s] * sizeof(float);
+        rc = rt_alloc(rt, sg->rank, n, &sg->param, err);
+        if (!rc) rc = rt_alloc(rt, sg->rank, n, &sg->grad, err);
+        if (!rc) rc = rt_alloc(rt, sg->rank, n, &sg->m, err);
+        if (!rc) rc = rt_alloc(rt, sg->rank, n, &sg->v, err);
+        if (!rc) {
+            sg->stash = calloc((size_t)sg->slots + 1, sizeof(float *));
+            if (!sg->stash) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        }
+        for (int k = 0; k < sg->slots && !rc; k++)
+            rc = rt_alloc(rt, sg->rank, rt_stash_floats(rt, s) * sizeof(float), &sg->stash[k], err);
+    }
+    for (int r = 0; r < rt->P && !rc; r++) {
+        rt->ranks[r].rt = rt;
+        rt->ranks[r].rank = r;
+        rc = rt_alloc_rank(rt, &rt->ranks[r], err);
+    }
+    for (int a = 0; a < rt->P && !rc; a++)
+        for (int b = 0; b < rt->P && !rc; b++)
+            if (a != b) rc = hy_channel_open(&rt->norm_ch[a * rt->P + b], rt->be, a, b, sizeof(double), err);
+    if (!rc && rt->replica_rank >= 0) {
+        size_t n = rt_p(rt, HY_P_WTE, 0)->numel * sizeof(float);
+        rc = hy_channel_open(&rt->wte_ch[0], rt->be, 0, rt->replica_rank, n, err);
+        if (!rc) rc = hy_channel_open(&rt->wte_ch[1], rt->be, rt->replica_rank, 0, n, err);
+    }
+    if (!rc) rc = rt_init_params(rt, err);
+    for (int r = 0; r < rt->P && !rc; r++)
+        rc = rt->be->ops->stream_create(rt->be, r, &rt->ranks[r].stream, err);
+    return rc;
+}
+
+int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err) {
+    *out = NULL;
+    hy_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    rt->cfg = c;
+    pthread_mutex_init(&rt->lock, NULL);
+    pthread_cond_init(&rt->cv, NULL);
+    int rc = rt_build(rt, err);
+    for (int r = 0; r < rt->P && !rc; r++) {
+        if (pthread_create(&rt->ranks[r].thread, NULL, rt_rank_main, &rt->ranks[r]) != 0)
+            rc = hy_fail(err, HY_ERR_RUNTIME, "could not start the thread of rank %d", r);
+        else
+            rt->ranks[r].started = 1;
+    }
+    if (rc) {
+        hy_runtime_destroy(rt);
+        return rc;
+    }
+    *out = rt;
+    return HY_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Steps */
+
+double hy_runtime_lr(const hy_config *c, int step) {
+    double lr = c->train.lr, min_lr = c->train.min_lr;
+    int warm = c->train.warmup_steps, total = c->train.steps;
+    if (step <= warm) return lr * step / (warm > 0 ? warm : 1);
+    if (total <= warm) return lr;
+    double progress = (double)(step - warm) / (double)(total - warm);
+    if (progress > 1.0) progress = 1.0;
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.141592653589793 * progress));
+}
+
+/* BERT's masked-LM inputs: 15% of positions chosen, of those 80% become
+ * the mask token (the last id of the vocabulary), 10% a random token and
+ * 10% stay; only chosen positions have a target. Deterministic in (seed,
+ * step, micro-batch). */
+static void rt_mask(const hy_runtime *rt, int *in, int *tg, int m) {
+    hy_rng r = hy_rng_stream(rt->cfg->train.seed ^ 0x4D4C4DULL,
+                             (uint64_t)rt->step * (uint64_t)rt->M + (uint64_t)m);
+    for (int i = 0; i < rt->N; i++) {
+        tg[i] = -1;
+        if (hy_rng_uniform(&r) >= 0.15) continue;
+        tg[i] = in[i];
+        double u = hy_rng_uniform(&r);
+        if (u < 0.8) in[i] = rt->V - 1;
+        else if (u < 0.9) in[i] = (int)hy_rng_below(&r, (uint64_t)rt->V);
+    }
+}
+
+static int rt_load_batches(hy_runtime *rt, hy_error *err) {
+    const hy_backend_ops *o = rt->be->ops;
+    size_t N = (size_t)rt->N;
+    int first = rt->sched.placement[0], last = rt->sched.placement[rt->S - 1];
+    for (int m = 0; m < rt->M; m++) {
+        int rc = hy_batch_next(&rt->train, rt->B, rt->T, rt->batch_in, rt->batch_tg, err);
+        if (rc) return rc;
+        if (rt->model.kind == HY_MODEL_BERT) rt_mask(rt, rt->batch_in, rt->batch_tg, m);
+        rc = o->upload(rt->be, first, rt->ranks[first].tokens + m * N, rt->batch_in, N * sizeof(int), err);
+        if (!rc) rc = o->upload(rt->be, last, rt->ranks[last].targets + m * N, rt->batch_tg,
+                                N * sizeof(int), err);
+        if (rc) return rc;
+    }
+    return HY_OK;
+}
+
+static double rt_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {
+    const hy_backend_ops *o = rt->be->ops;
+    double t0 = rt_now();
+    rt->step++;
+    double lr = hy_runtime_lr(rt->cfg, rt->step);
+    hy_adamw_hparams hp = { (float)lr, (float)rt->cfg->train.beta1, (float)rt->cfg->train.beta2,
+                            (float)rt->cfg->train.eps, (float)rt->cfg->train.weight_decay, rt->step };
+    int rc = rt_load_batches(rt, err);
+    for (int r = 0; r < rt->P && !rc; r++)
+        rc = o->upload(rt->be, r, rt->ranks[r].hp, &hp, sizeof hp, err);
+    if (rc) return rc;
+
+    pthread_mutex_lock(&rt->lock);
+    rt->done = 0;
+    rt->generation++;
+    pthread_cond_broadcast(&rt->cv);
+    while (rt->done < rt->P) pthread_cond_wait(&rt->cv, &rt->lock);
+    pthread_mutex_unlock(&rt->lock);
+
+    /* Report the rank that failed first, not the ones it stopped. */
+    const rt_rank *failed = NULL;
+    for (int r = 0; r < rt->P; r++) {
+        const rt_rank *rk = &rt->ranks[r];
+        if (rk->status && (!failed || strstr(failed->err.msg, " stopped while waiting")))
+            failed = rk;
+    }
+    if (failed) return hy_fail(err, failed->status, "%s", failed->err.msg);
+
+    int last = rt->sched.placement[rt->S - 1];
+    float loss = 0, norm = 0;
+    rc = o->download(rt->be, last, &loss, rt->ranks[last].loss, sizeof loss, err);
+    if (!rc) rc = o->download(rt->be, 0, &norm, rt->ranks[0].norm, sizeof norm, err);
+    if (rc) return rc;
+    st->step = rt->step;
+    st->loss = loss;
+    st->grad_norm = norm;
+    st->lr = lr;
+    st->ms = (rt_now() - t0) * 1e3;
+    st->tokens = (double)rt->M * rt->N;
+    return HY_OK;
+}
+
+int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n, hy_error *err) {
+    const hy_param *p = hy_model_find(&rt->model, name);
+    if (!p) return hy_fail(err, HY_ERR_INPUT, "no parameter named '%s'", name);
+    size_t have = p->kind == HY_P_WTE ? (size_t)rt->V * rt->C : p->numel;
+    if (n != have)
+        return hy_fail(err, HY_ERR_INPUT, "parameter '%s' has %zu values, not %zu", name, have, n);
+    const rt_stage *sg = &rt->stages[p->stage];
+    return rt->be->ops->download(rt->be, sg->rank, dst, sg->param + p->offset, n * sizeof(float), err);
+}
+
+void hy_runtime_destroy(hy_runtime *rt) {
+    if (!rt) return;
+    pthread_mutex_lock(&rt->lock);
+    rt->quit = 1;
+    pthread_cond_broadcast(&rt->cv);
+    pthread_mutex_unlock(&rt->lock);
+    for (int r = 0; rt->ranks && r < rt->P; r++)
+        if (rt->ranks[r].started) pthread_join(rt->ranks[r].thread, NULL);
+    if (rt->be) {
+        const hy_backend_ops *o = rt->be->ops;
+        for (int r = 0; rt->ranks && r < rt->P; r++) {
+            o->graph_destroy(rt->ranks[r].graph);
+            o->stream_destroy(rt->ranks[r].stream);
+        }
+        for (int i = 0; rt->norm_ch && i < rt->P * rt->P; i++)
+            if (rt->norm_ch[i].full) hy_channel_close(&rt->norm_ch[i], rt->be);
+        for (int i = 0; i < 2; i++)
+            if (rt->wte_ch[i].full) hy_channel_close(&rt->wte_ch[i], rt->be);
+        hy_mailbox_free(&rt->mb);
+        o->destroy(rt->be);   /* frees every rank's memory */
+    }
+    for (int s = 0; rt->stages && s < rt->S; s++) {
+        free(rt->stages[s].stash);
+        free(rt->stages[s].stash_of);
+    }
+    free(rt->stages);
+    free(rt->ranks);
+    free(rt->norm_ch);
+    free(rt->batch_in);
+    free(rt->batch_tg);
+    hy_shard_close(&rt->train);
+    hy_model_free(&rt->model);
+    hy_schedule_free(&rt->sched);
+    pthread_mutex_destroy(&rt->lock);
+    pthread_cond_destroy(&rt->cv);
+    free(rt);
+}

@@ -1,0 +1,53 @@
+/*
+ * runtime.h — training: one thread per pipeline rank, each running its
+ * schedule's action list every step through the backend.
+ *
+ * hy_runtime_create builds everything a run needs once: the schedule, the
+ * model's partition, every rank's memory (parameters, gradients, AdamW
+ * state, activation stashes sized by the schedule's in-flight counts,
+ * mailboxes on every stage boundary), and starts the rank threads. Each
+ * hy_runtime_step loads the step's micro-batches, sets the step's learning
+ * rate, and lets every rank run one iteration: its F and B actions in
+ * schedule order with sends and receives through the mailboxes, the tied
+ * embedding's gradient exchange, the global gradient norm and clipping,
+ * and AdamW. The first iteration runs eagerly; with `graph` on, the
+ * second is recorded and every later one is a replay of that recording
+ * (DESIGN §4). The CPU and the CUDA backend run this same code.
+ */
+#ifndef HY_RUNTIME_H
+#define HY_RUNTIME_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "error.h"
+
+typedef struct hy_runtime hy_runtime;
+
+typedef struct {
+    int step;            /* 1-based, the step just taken */
+    double loss;         /* mean over micro-batches of each one's mean token loss */
+    double grad_norm;    /* global gradient norm before clipping */
+    double lr;           /* the learning rate this step used */
+    double ms;           /* wall time of the step */
+    double tokens;       /* tokens this step trained on */
+} hy_step_stats;
+
+/* Builds the run of config c on the CPU backend (the CUDA backend joins
+ * here when it lands). `c` must outlive the runtime. */
+int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err);
+
+/* One optimizer step over all ranks. */
+int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err);
+
+/* Copies parameter `name` (Hugging Face GPT-2 name) into dst, n floats
+ * (unpadded: the real vocabulary's rows of wte). */
+int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n, hy_error *err);
+
+/* The learning rate at step (1-based): linear warm-up to train.lr over
+ * warmup_steps, then cosine decay to train.min_lr at the last step. */
+double hy_runtime_lr(const hy_config *c, int step);
+
+void hy_runtime_destroy(hy_runtime *rt);
+
+#endif
