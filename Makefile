@@ -314,7 +314,7 @@ $(HY_SYNTH_DATA) &: | $(HY_BIN)
 	    --vocab $(HY_SYNTH_VOCAB) --val-out data/synth_val.bin --val-tokens $(HY_SYNTH_VAL_TOKENS)
 
 run: all $(HY_SYNTH_DATA)
-	$(HY_BIN) plan configs/tiny-gpt.json
+	$(HY_BIN) train configs/tiny-gpt.json
 
 clean:
 	rm -rf build build-asan build-tsan

@@ -24,6 +24,7 @@
 #include "mailbox.h"
 #include "model.h"
 #include "rng.h"
+#include "safetensors.h"
 #include "schedule.h"
 
 /* The activations one layer keeps for its backward, inside a stash slot. */
@@ -66,7 +67,8 @@ struct hy_runtime {
     hy_model model;
     hy_mailbox mb;
     hy_backend *be;
-    hy_shard train;
+    hy_shard train;                /* opened at the first step: eval needs none */
+    int train_open;
     rt_stage *stages;              /* [S] */
     rt_rank *ranks;                /* [P] */
     hy_channel *norm_ch;           /* [P * P]: a -> b at a * P + b */
@@ -78,6 +80,7 @@ struct hy_runtime {
     pthread_mutex_t lock;
     pthread_cond_t cv;
     int generation, done, quit;
+    int eval_count;                /* > 0: the next round is an evaluation of that many batches */
     int step;
 };
 
@@ -243,7 +246,7 @@ static int rt_layer_backward(rt_ctx *x, int l, const float *in, const rt_layer_a
 /* The last stage's head, run inside its forward: ln_f, logits, the fused
  * loss and d(logits), and the head's backward down to d(ln_f out), so the
  * logits never need stashing (llm.c does the same). */
-static int rt_head(rt_ctx *x, int m, const float *h, float *slot) {
+static int rt_head(rt_ctx *x, int m, const float *h, float *slot, int train) {
     hy_runtime *rt = x->rt;
     rt_rank *rk = x->rk;
     const hy_backend_ops *o = x->o;
@@ -254,14 +257,17 @@ static int rt_head(rt_ctx *x, int m, const float *h, float *slot) {
                           x->err);
     if (!rc) rc = o->lm_head_fwd(x->st, rk->logits, lnf, rt_head_wte(x), N, C, rt->Vp, x->err);
     if (!rc) rc = o->classifier(x->st, rk->logits, rk->loss, rk->targets + (size_t)m * N, N, rt->V,
-                                rt->Vp, 1.0f / rt->M, 1.0f / rt->M, x->err);
+                                rt->Vp, 1.0f / rt->M, train ? 1.0f / rt->M : 1.0f, x->err);
+    if (!train) return rc;
     if (!rc) rc = o->zero(x->st, dlnf, (size_t)N * C * sizeof(float), x->err);
     if (!rc) rc = o->lm_head_bwd(x->st, dlnf, rt_head_dwte(x), rk->logits, lnf, rt_head_wte(x), N,
                                  C, rt->Vp, x->err);
     return rc;
 }
 
-static int rt_forward(rt_ctx *x, const hy_action *a, const char *label) {
+/* F(m, s). For evaluation (train = 0) the head computes only the loss and
+ * the stage input is released at once, since no backward will need it. */
+static int rt_forward(rt_ctx *x, const hy_action *a, const char *label, int train) {
     hy_runtime *rt = x->rt;
     const hy_mailbox *mb = &rt->mb;
     int s = a->stage, m = a->mb, N = rt->N, rc = HY_OK;
@@ -283,9 +289,10 @@ static int rt_forward(rt_ctx *x, const hy_action *a, const char *label) {
         rc = rt_layer_forward(x, first + l, lin, &acts, l == L - 1 ? out : acts.res3);
     }
     if (!rc && L == 0 && out != in) rc = x->o->copy(x->st, out, in, (size_t)N * rt->C * sizeof(float), x->err);
-    if (rc) return rc;
-    if (s == rt->S - 1) return rt_head(x, m, out, slot);
-    return hy_mailbox_send(x->st, &mb->edges[mb->into_fwd[s + 1]], m, out, label, x->err);
+    if (!rc && s == rt->S - 1) rc = rt_head(x, m, out, slot, train);
+    else if (!rc) rc = hy_mailbox_send(x->st, &mb->edges[mb->into_fwd[s + 1]], m, out, label, x->err);
+    if (!rc && !train && s > 0) rc = hy_mailbox_release(x->st, &mb->edges[mb->into_fwd[s]], m, x->err);
+    return rc;
 }
 
 static int rt_backward(rt_ctx *x, const hy_action *a, const char *label) {
@@ -413,7 +420,7 @@ static int rt_iteration(rt_ctx *x) {
         const hy_action *a = &sc->actions[me][i];
         char label[48];
         hy_action_label(a, label, sizeof label);
-        rc = a->op == HY_FWD ? rt_forward(x, a, label) : rt_backward(x, a, label);
+        rc = a->op == HY_FWD ? rt_forward(x, a, label, 1) : rt_backward(x, a, label);
         if (rc) hy_error_prefix(x->err, "rank %d, %s: ", me, label);
     }
     if (!rc) rc = rt_exchange_wte(x);
@@ -422,13 +429,39 @@ static int rt_iteration(rt_ctx *x) {
     return rc;
 }
 
+/* Evaluation: each rank runs the forwards of its stages, micro-batch by
+ * micro-batch in stage order. (m, s) ascending is a topological order of
+ * the forwards, so this cannot deadlock, and a local edge's slot is read
+ * right after it is written. */
+static int rt_eval_iteration(rt_ctx *x, int count) {
+    hy_runtime *rt = x->rt;
+    int me = x->rk->rank, rc = HY_OK;
+    if (x->rk->loss) rc = x->o->zero(x->st, x->rk->loss, sizeof(float), x->err);
+    for (int m = 0; m < count && !rc; m++) {
+        for (int s = 0; s < rt->S && !rc; s++) {
+            if (rt->sched.placement[s] != me) continue;
+            hy_action a = { HY_FWD, m, s };
+            char label[48];
+            hy_action_label(&a, label, sizeof label);
+            rc = rt_forward(x, &a, label, 0);
+            if (rc) hy_error_prefix(x->err, "rank %d, eval %s: ", me, label);
+        }
+    }
+    return rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Rank threads */
 
-static int rt_run_iteration(hy_runtime *rt, rt_rank *rk) {
+static int rt_run_iteration(hy_runtime *rt, rt_rank *rk, int eval_count) {
     rt_ctx x = { rt, rk, rk->stream, rt->be->ops, &rk->err };
     const hy_backend_ops *o = rt->be->ops;
     int rc;
+    if (eval_count > 0) {
+        rc = rt_eval_iteration(&x, eval_count);
+        if (!rc) rc = o->sync(rk->stream, &rk->err);
+        return rc;
+    }
     if (!rt->cfg->graph || rk->iterations == 0) {
         rc = rt_iteration(&x);                  /* eager (and the warm-up) */
     } else {
@@ -453,11 +486,11 @@ static void *rt_rank_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&rt->lock);
         while (rt->generation == seen && !rt->quit) pthread_cond_wait(&rt->cv, &rt->lock);
-        int quit = rt->quit;
+        int quit = rt->quit, eval_count = rt->eval_count;
         seen = rt->generation;
         pthread_mutex_unlock(&rt->lock);
         if (quit) break;
-        int rc = rt_run_iteration(rt, rk);
+        int rc = rt_run_iteration(rt, rk, eval_count);
         if (rc) rt->be->ops->abort(rt->be, rk->err.msg);
         pthread_mutex_lock(&rt->lock);
         rk->status = rc;
@@ -583,9 +616,8 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     int last = rt->sched.placement[rt->S - 1];
     rt->replica_rank = last != rt->sched.placement[0] ? last : -1;
 
-    rc = hy_shard_open(&rt->train, c->data.train, rt->V, err);
-    if (rc) return rc;
-    rc = hy_backend_cpu_create(&rt->be, rt->P, c->watchdog_s, err);
+    int rc2 = hy_backend_cpu_create(&rt->be, rt->P, c->watchdog_s, err);
+    rc = rc2;
     if (!rc) rc = hy_mailbox_plan(&rt->mb, &rt->sched, err);
     if (!rc) rc = hy_mailbox_alloc(&rt->mb, rt->be, (size_t)rt->N * rt->C * sizeof(float), err);
     if (rc) return rc;
@@ -626,6 +658,7 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
         if (!rc) rc = hy_channel_open(&rt->wte_ch[1], rt->be, rt->replica_rank, 0, n, err);
     }
     if (!rc) rc = rt_init_params(rt, err);
+    if (!rc && c->init) rc = hy_runtime_load_weights(rt, c->init, err);
     for (int r = 0; r < rt->P && !rc; r++)
         rc = rt->be->ops->stream_create(rt->be, r, &rt->ranks[r].stream, err);
     return rc;
@@ -683,12 +716,12 @@ static void rt_mask(const hy_runtime *rt, int *in, int *tg, int m) {
     }
 }
 
-static int rt_load_batches(hy_runtime *rt, hy_error *err) {
+static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     size_t N = (size_t)rt->N;
     int first = rt->sched.placement[0], last = rt->sched.placement[rt->S - 1];
-    for (int m = 0; m < rt->M; m++) {
-        int rc = hy_batch_next(&rt->train, rt->B, rt->T, rt->batch_in, rt->batch_tg, err);
+    for (int m = 0; m < count; m++) {
+        int rc = hy_batch_next(sh, rt->B, rt->T, rt->batch_in, rt->batch_tg, err);
         if (rc) return rc;
         if (rt->model.kind == HY_MODEL_BERT) rt_mask(rt, rt->batch_in, rt->batch_tg, m);
         rc = o->upload(rt->be, first, rt->ranks[first].tokens + m * N, rt->batch_in, N * sizeof(int), err);
@@ -697,6 +730,26 @@ static int rt_load_batches(hy_runtime *rt, hy_error *err) {
         if (rc) return rc;
     }
     return HY_OK;
+}
+
+/* Lets every rank run one round (a training iteration, or an evaluation
+ * of eval_count batches) and waits for all of them. Reports the rank that
+ * failed first, not the ones its failure stopped. */
+static int rt_round(hy_runtime *rt, int eval_count, hy_error *err) {
+    pthread_mutex_lock(&rt->lock);
+    rt->done = 0;
+    rt->eval_count = eval_count;
+    rt->generation++;
+    pthread_cond_broadcast(&rt->cv);
+    while (rt->done < rt->P) pthread_cond_wait(&rt->cv, &rt->lock);
+    pthread_mutex_unlock(&rt->lock);
+    const rt_rank *failed = NULL;
+    for (int r = 0; r < rt->P; r++) {
+        const rt_rank *rk = &rt->ranks[r];
+        if (rk->status && (!failed || strstr(failed->err.msg, " stopped while waiting")))
+            failed = rk;
+    }
+    return failed ? hy_fail(err, failed->status, "%s", failed->err.msg) : HY_OK;
 }
 
 static double rt_now(void) {
@@ -712,26 +765,19 @@ int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {
     double lr = hy_runtime_lr(rt->cfg, rt->step);
     hy_adamw_hparams hp = { (float)lr, (float)rt->cfg->train.beta1, (float)rt->cfg->train.beta2,
                             (float)rt->cfg->train.eps, (float)rt->cfg->train.weight_decay, rt->step };
-    int rc = rt_load_batches(rt, err);
+    int rc = HY_OK;
+    if (!rt->train_open) {
+        rc = hy_shard_open(&rt->train, rt->cfg->data.train, rt->V, err);
+        if (rc) return rc;
+        rt->train_open = 1;
+    }
+    rc = rt_load_batches(rt, &rt->train, rt->M, err);
     for (int r = 0; r < rt->P && !rc; r++)
         rc = o->upload(rt->be, r, rt->ranks[r].hp, &hp, sizeof hp, err);
     if (rc) return rc;
 
-    pthread_mutex_lock(&rt->lock);
-    rt->done = 0;
-    rt->generation++;
-    pthread_cond_broadcast(&rt->cv);
-    while (rt->done < rt->P) pthread_cond_wait(&rt->cv, &rt->lock);
-    pthread_mutex_unlock(&rt->lock);
-
-    /* Report the rank that failed first, not the ones it stopped. */
-    const rt_rank *failed = NULL;
-    for (int r = 0; r < rt->P; r++) {
-        const rt_rank *rk = &rt->ranks[r];
-        if (rk->status && (!failed || strstr(failed->err.msg, " stopped while waiting")))
-            failed = rk;
-    }
-    if (failed) return hy_fail(err, failed->status, "%s", failed->err.msg);
+    rc = rt_round(rt, 0, err);
+    if (rc) return rc;
 
     int last = rt->sched.placement[rt->S - 1];
     float loss = 0, norm = 0;
@@ -745,6 +791,89 @@ int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {
     st->ms = (rt_now() - t0) * 1e3;
     st->tokens = (double)rt->M * rt->N;
     return HY_OK;
+}
+
+int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss, double *tokens,
+                    hy_error *err) {
+    hy_shard sh;
+    int rc = hy_shard_open(&sh, shard, rt->V, err);
+    if (rc) return rc;
+    int last = rt->sched.placement[rt->S - 1];
+    double sum = 0;
+    for (int done = 0; done < batches && !rc;) {
+        int count = batches - done < rt->M ? batches - done : rt->M;
+        rc = rt_load_batches(rt, &sh, count, err);
+        if (!rc) rc = rt_round(rt, count, err);
+        float part = 0;
+        if (!rc) rc = rt->be->ops->download(rt->be, last, &part, rt->ranks[last].loss, sizeof part, err);
+        sum += part;
+        done += count;
+    }
+    hy_shard_close(&sh);
+    if (rc) return rc;
+    *loss = sum / batches;
+    *tokens = (double)batches * rt->N;
+    return HY_OK;
+}
+
+/* Tensors Hugging Face GPT-2 files carry that are not parameters here. */
+static int rt_ignorable(const char *name) {
+    if (strncmp(name, "transformer.", 12) == 0) name += 12;
+    size_t n = strlen(name);
+    return !strcmp(name, "lm_head.weight") ||
+           (n > 10 && !strcmp(name + n - 10, ".attn.bias")) ||
+           (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
+}
+
+static int rt_load_tensor(hy_runtime *rt, const hy_st_file *f, const hy_param *p, float *host,
+                          hy_error *err) {
+    char prefixed[64];
+    snprintf(prefixed, sizeof prefixed, "transformer.%s", p->name);
+    const hy_st_tensor *t = hy_st_find(f, p->name);
+    if (!t) t = hy_st_find(f, prefixed);
+    if (!t)
+        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is missing (the model of this config "
+                       "has it, shape [%d%s%.0d])", f->path, p->name, p->shape[0],
+                       p->ndim == 2 ? ", " : "", p->ndim == 2 ? p->shape[1] : 0);
+    int rows_ok = (int)t->shape[0] == p->shape[0] ||
+                  (p->kind == HY_P_WTE && (int)t->shape[0] == rt->V);
+    if (t->ndim != p->ndim || !rows_ok || (p->ndim == 2 && (int)t->shape[1] != p->shape[1]))
+        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has shape [%zu%s%.0zu], the config's "
+                       "model needs [%d%s%.0d]; check model.* in the config", f->path, t->name,
+                       t->shape[0], t->ndim > 1 ? ", " : "", t->ndim > 1 ? t->shape[1] : (size_t)0,
+                       p->shape[0], p->ndim == 2 ? ", " : "", p->ndim == 2 ? p->shape[1] : 0);
+    memset(host, 0, p->numel * sizeof(float));   /* padding rows stay zero */
+    int rc = hy_st_read_f32(f, t, host, t->numel, err);
+    if (rc) return rc;
+    const rt_stage *sg = &rt->stages[p->stage];
+    rc = rt->be->ops->upload(rt->be, sg->rank, sg->param + p->offset, host, p->numel * sizeof(float), err);
+    if (!rc && p->kind == HY_P_WTE && rt->replica_rank >= 0)
+        rc = rt->be->ops->upload(rt->be, rt->replica_rank, rt->ranks[rt->replica_rank].wte, host,
+                                 p->numel * sizeof(float), err);
+    return rc;
+}
+
+int hy_runtime_load_weights(hy_runtime *rt, const char *path, hy_error *err) {
+    hy_st_file f;
+    int rc = hy_st_open(&f, path, err);
+    if (rc) return rc;
+    size_t most = 0;
+    for (int i = 0; i < rt->model.n_params; i++)
+        if (rt->model.params[i].numel > most) most = rt->model.params[i].numel;
+    float *host = malloc(most * sizeof(float));
+    if (!host) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory loading %s", path);
+    for (int i = 0; i < f.n_tensors && !rc; i++) {
+        const char *name = f.tensors[i].name;
+        if (!hy_model_find(&rt->model, name) && !rt_ignorable(name))
+            rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is not a parameter of the config's "
+                         "model (model.layers = %d); check the config or the file", path, name,
+                         rt->model.layers);
+    }
+    for (int i = 0; i < rt->model.n_params && !rc; i++)
+        rc = rt_load_tensor(rt, &f, &rt->model.params[i], host, err);
+    free(host);
+    hy_st_close(&f);
+    return rc;
 }
 
 int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n, hy_error *err) {
@@ -787,7 +916,7 @@ void hy_runtime_destroy(hy_runtime *rt) {
     free(rt->norm_ch);
     free(rt->batch_in);
     free(rt->batch_tg);
-    hy_shard_close(&rt->train);
+    if (rt->train_open) hy_shard_close(&rt->train);
     hy_model_free(&rt->model);
     hy_schedule_free(&rt->sched);
     pthread_mutex_destroy(&rt->lock);

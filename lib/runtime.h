@@ -40,6 +40,19 @@ int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err);
 /* One optimizer step over all ranks. */
 int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err);
 
+/* Replaces the weights with those of a safetensors file with Hugging Face
+ * GPT-2 names (a "transformer." prefix is accepted; F32, BF16 or F16; wte
+ * with the real or the padded vocabulary's rows). Every parameter must be
+ * there with its shape; tensors that are not parameters are errors, except
+ * the attention-mask buffers and the tied lm_head.weight that Hugging Face
+ * files carry. Config key `init` does this at start-up. */
+int hy_runtime_load_weights(hy_runtime *rt, const char *path, hy_error *err);
+
+/* The mean over `batches` batches of each one's mean loss, reading the
+ * shard from its start (forward only, no update). tokens: tokens scored. */
+int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss, double *tokens,
+                    hy_error *err);
+
 /* Copies parameter `name` (Hugging Face GPT-2 name) into dst, n floats
  * (unpadded: the real vocabulary's rows of wte). */
 int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n, hy_error *err);

@@ -23,6 +23,7 @@
 #include "plan.h"
 #include "schedule.h"
 #include "suggest.h"
+#include "train.h"
 #include "version.h"
 
 static const char usage_main[] =
@@ -33,9 +34,9 @@ static const char usage_main[] =
     "\n"
     "commands:\n"
     "  train   CONFIG [--set key=value]... [--log-json FILE]\n"
-    "          train a model                             (not available yet)\n"
+    "          train a model\n"
     "  eval    CONFIG [--init WEIGHTS.safetensors] [--data SHARD] [--batches N]\n"
-    "          print the loss as one JSON line           (not available yet)\n"
+    "          print the loss as one JSON line\n"
     "  plan    CONFIG | --schedule K --ranks P --micro-batches M [...]\n"
     "          show a schedule: timeline, bubble, memory, transfers\n"
     "  profile CONFIG [--steps N] [--out DIR]\n"
@@ -75,6 +76,31 @@ static const char usage_plan[] =
     "  --set key=value     override a config key, e.g. schedule.waves=2\n"
     "  --width N           timeline width in columns, 40..100000 (default 120)\n"
     "  --color WHEN        auto (colour on a terminal), always or never\n";
+
+static const char usage_train[] =
+    "usage: hanayo train CONFIG [--set key=value]... [--log-json FILE]\n"
+    "\n"
+    "Trains the model of CONFIG with its pipeline schedule, one thread per\n"
+    "rank, and prints a progress line every train.log_every steps: step,\n"
+    "loss, learning rate, gradient norm, tokens/s, ms/step and time left.\n"
+    "\n"
+    "  --set key=value   override a config key, e.g. train.steps=50\n"
+    "  --log-json FILE   also write one JSON object per step to FILE\n"
+    "                    (step, loss, lr, grad_norm, tokens_per_s, ms)\n";
+
+static const char usage_eval[] =
+    "usage: hanayo eval CONFIG [--init WEIGHTS.safetensors] [--data SHARD]\n"
+    "                   [--batches N] [--set key=value]...\n"
+    "\n"
+    "Prints the model's mean loss over N batches read in order from the start\n"
+    "of SHARD as one JSON line: {\"loss\": x, \"batches\": n, \"tokens\": t}.\n"
+    "\n"
+    "  --init FILE       weights to evaluate (Hugging Face GPT-2 names);\n"
+    "                    default: the config's init, else its seeded init\n"
+    "  --data SHARD      token shard (default: data.val, else data.train)\n"
+    "  --batches N       batches of micro_batch_size x seq_len tokens\n"
+    "                    (default: every whole batch in the shard)\n"
+    "  --set key=value   override a config key\n";
 
 static const char usage_check[] =
     "usage: hanayo check CONFIG [--set key=value]...\n"
@@ -440,6 +466,84 @@ static int cmd_data(args *a, hy_error *err) {
 
 static int cmd_help(args *a, hy_error *err);
 
+static const char *const train_flags[] = {"--set", "--log-json", "--help", NULL};
+
+static int cmd_train(args *a, hy_error *err) {
+    const char **sets = malloc(sizeof *sets * (size_t)a->argc);
+    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    const char *config = NULL, *v = NULL;
+    hy_train_opts opts = { NULL };
+    int n_sets = 0, help = 0, st = HY_OK;
+    for (; st == HY_OK && a->i < a->argc; a->i++) {
+        if (!read_flag(a)) st = take_config(a, &config, err);
+        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
+        else if (!strcmp(a->flag, "--log-json")) st = flag_value(a, "train.jsonl", &opts.log_json, err);
+        else if (strcmp(a->flag, "--set") != 0) st = unknown_flag(a, train_flags, err);
+        else if ((st = flag_value(a, "train.steps=50", &v, err)) == HY_OK)
+            sets[n_sets++] = v;
+    }
+    if (st == HY_OK && help) {
+        fputs(usage_train, stdout);
+    } else if (st == HY_OK && !config) {
+        st = hy_fail(err, HY_ERR_INPUT, "train needs a config file: hanayo train CONFIG "
+                     "[--set key=value]... [--log-json FILE]");
+    } else if (st == HY_OK) {
+        hy_config c;
+        hy_config_init(&c);
+        st = hy_config_load(&c, config, sets, n_sets, err);
+        if (st == HY_OK) st = hy_train(&c, &opts, stdout, err);
+        hy_config_free(&c);
+    }
+    free(sets);
+    return st;
+}
+
+static const char *const eval_flags[] = {"--init", "--data", "--batches", "--set", "--help", NULL};
+
+static int cmd_eval(args *a, hy_error *err) {
+    /* --init becomes one more --set, so the config's checks see it. */
+    const char **sets = malloc(sizeof *sets * (size_t)(a->argc + 1));
+    char *init_set = NULL;
+    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    const char *config = NULL, *v = NULL, *data = NULL;
+    int n_sets = 0, help = 0, st = HY_OK, batches = 0;
+    for (; st == HY_OK && a->i < a->argc; a->i++) {
+        if (!read_flag(a)) st = take_config(a, &config, err);
+        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
+        else if (!strcmp(a->flag, "--data")) st = flag_value(a, "data/synth_val.bin", &data, err);
+        else if (!strcmp(a->flag, "--batches")) {
+            st = flag_value(a, "20", &v, err);
+            if (st == HY_OK) st = parse_int("--batches", v, 1, 1000000, &batches, err);
+        } else if (!strcmp(a->flag, "--init")) {
+            st = flag_value(a, "model.safetensors", &v, err);
+            if (st == HY_OK) {
+                free(init_set);
+                init_set = malloc(strlen(v) + 6);
+                if (!init_set) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+                else sprintf(init_set, "init=%s", v);
+            }
+        } else if (strcmp(a->flag, "--set") != 0) st = unknown_flag(a, eval_flags, err);
+        else if ((st = flag_value(a, "model.layers=12", &v, err)) == HY_OK)
+            sets[n_sets++] = v;
+    }
+    if (init_set) sets[n_sets++] = init_set;
+    if (st == HY_OK && help) {
+        fputs(usage_eval, stdout);
+    } else if (st == HY_OK && !config) {
+        st = hy_fail(err, HY_ERR_INPUT, "eval needs a config file: hanayo eval CONFIG "
+                     "[--init WEIGHTS] [--data SHARD] [--batches N]");
+    } else if (st == HY_OK) {
+        hy_config c;
+        hy_config_init(&c);
+        st = hy_config_load(&c, config, sets, n_sets, err);
+        if (st == HY_OK) st = hy_eval(&c, data, batches, stdout, err);
+        hy_config_free(&c);
+    }
+    free(init_set);
+    free(sets);
+    return st;
+}
+
 static int cmd_not_yet(args *a, hy_error *err) {
     return hy_fail(err, HY_ERR_RUNTIME, "'%s' is not available yet in this "
                    "version", a->cmd);
@@ -458,7 +562,7 @@ typedef struct {
 } command;
 
 static const command commands[] = {
-    {"train", cmd_not_yet},   {"eval", cmd_not_yet},  {"plan", cmd_plan},
+    {"train", cmd_train},   {"eval", cmd_eval},  {"plan", cmd_plan},
     {"profile", cmd_not_yet}, {"check", cmd_check},   {"data", cmd_data},
     {"help", cmd_help},       {"--help", cmd_help},   {"-h", cmd_help},
     {"--version", cmd_version},

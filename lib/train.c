@@ -1,0 +1,141 @@
+/*
+ * train.c — see train.h.
+ */
+#include "train.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "backend.h"
+#include "data.h"
+#include "model.h"
+#include "plan.h"
+#include "runtime.h"
+#include "schedule.h"
+
+/* The backend a run uses. Only the CPU backend exists so far: `auto` says
+ * so when it sees a GPU, and `cuda` is refused with the reason. */
+static int hy_pick_backend(const hy_config *c, FILE *out, hy_error *err) {
+    int gpus = 0;
+    hy_error ignored;
+    if (hy_device_count(&gpus, &ignored) != HY_OK) gpus = 0;
+    if (c->backend == HY_BACKEND_CUDA)
+        return hy_fail(err, HY_ERR_INPUT,
+                       "backend \"cuda\": %s; use backend \"cpu\" or \"auto\"",
+                       gpus ? "the CUDA training backend is not part of this version yet"
+                            : "no CUDA device is visible on this machine");
+    if (c->backend == HY_BACKEND_AUTO)
+        fprintf(out, "backend: cpu (auto: %s)\n",
+                gpus ? "the CUDA training backend is not part of this version yet"
+                     : "no CUDA device found");
+    else
+        fprintf(out, "backend: cpu\n");
+    return HY_OK;
+}
+
+static void hy_print_header(const hy_config *c, FILE *out) {
+    hy_model m;
+    hy_error err;
+    if (hy_model_build(&m, c, 1, &err) == HY_OK) {
+        fprintf(out, "model: %s, %d layers, d_model %d, %d heads, seq_len %d, vocab %d: %.2fM parameters\n",
+                c->model.kind == HY_MODEL_GPT ? "gpt" : "bert", m.layers, m.d_model, m.heads,
+                m.seq_len, m.vocab, hy_model_param_count(&m) / 1e6);
+        fprintf(out, "stages:");
+        for (int s = 0; s < m.stages; s++) fprintf(out, " %d", m.n_layers[s]);
+        fprintf(out, " layers\n");
+        hy_model_free(&m);
+    }
+    hy_sched_params sp;
+    hy_sched_params_from_config(c, &sp);
+    hy_plan pl;
+    hy_costs uc = hy_costs_uniform();
+    if (hy_plan_build(&pl, &sp, &uc, &err) == HY_OK) {
+        fprintf(out, "schedule: %s, P = %d, M = %d", hy_sched_name(sp.kind), sp.ranks,
+                sp.micro_batches);
+        if (sp.kind == HY_SCHED_HANAYO) fprintf(out, ", W = %d", sp.waves);
+        if (sp.kind == HY_SCHED_INTERLEAVED) fprintf(out, ", v = %d", sp.chunks);
+        fprintf(out, ", %d stages, bubble %.4f (uniform costs), peak activations %d\n",
+                pl.sched.stages, pl.sim.bubble, hy_plan_peak_max(&pl));
+        hy_plan_free(&pl);
+    }
+    fprintf(out, "batch: %d micro-batches x %d sequences x %d tokens = %d tokens per step\n",
+            c->schedule.micro_batches, c->schedule.micro_batch_size, c->model.seq_len,
+            c->schedule.micro_batches * c->schedule.micro_batch_size * c->model.seq_len);
+}
+
+static void hy_print_eta(FILE *out, double seconds) {
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600) fprintf(out, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+    else fprintf(out, "%ld:%02ld", s / 60, s % 60);
+}
+
+int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *err) {
+    int rc = hy_pick_backend(c, out, err);
+    if (rc) return rc;
+    FILE *log = NULL;
+    if (o && o->log_json) {
+        log = fopen(o->log_json, "w");
+        if (!log)
+            return hy_fail(err, HY_ERR_INPUT, "--log-json %s: cannot open for writing: %s",
+                           o->log_json, strerror(errno));
+    }
+    hy_print_header(c, out);
+    hy_runtime *rt = NULL;
+    rc = hy_runtime_create(&rt, c, err);
+    double total_ms = 0;
+    int steps = c->train.steps;
+    for (int i = 1; i <= steps && !rc; i++) {
+        hy_step_stats st;
+        rc = hy_runtime_step(rt, &st, err);
+        if (rc) break;
+        total_ms += st.ms;
+        double tps = st.tokens / (st.ms / 1e3);
+        if (i % c->train.log_every == 0 || i == steps || i == 1) {
+            fprintf(out, "step %*d/%d  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.1f ms  eta ",
+                    (int)snprintf(NULL, 0, "%d", steps), i, steps, st.loss, st.lr, st.grad_norm,
+                    tps, st.ms);
+            hy_print_eta(out, total_ms / i * (steps - i) / 1e3);
+            fputc('\n', out);
+            fflush(out);
+        }
+        if (log) {
+            fprintf(log, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
+                         "\"tokens_per_s\": %.1f, \"ms\": %.3f}\n",
+                    i, st.loss, st.lr, st.grad_norm, tps, st.ms);
+            if (fflush(log) != 0)
+                rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,
+                             strerror(errno));
+        }
+    }
+    hy_runtime_destroy(rt);
+    if (log && fclose(log) != 0 && !rc)
+        rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,
+                     strerror(errno));
+    return rc;
+}
+
+int hy_eval(const hy_config *c, const char *shard, int batches, FILE *out, hy_error *err) {
+    if (!shard) shard = c->data.val ? c->data.val : c->data.train;
+    int rc = hy_pick_backend(c, stderr, err);
+    if (rc) return rc;
+    if (batches <= 0) {
+        /* Every whole batch the shard holds, without wrapping around. */
+        hy_shard sh;
+        rc = hy_shard_open(&sh, shard, c->model.vocab, err);
+        if (rc) return rc;
+        size_t per = (size_t)c->schedule.micro_batch_size * c->model.seq_len;
+        size_t n = (sh.n - 1) / per;
+        hy_shard_close(&sh);
+        if (n == 0)
+            return hy_fail(err, HY_ERR_INPUT, "%s: too short for one batch of %zu tokens", shard,
+                           per + 1);
+        batches = n > 1000000 ? 1000000 : (int)n;
+    }
+    hy_runtime *rt = NULL;
+    double loss = 0, tokens = 0;
+    rc = hy_runtime_create(&rt, c, err);
+    if (!rc) rc = hy_runtime_eval(rt, shard, batches, &loss, &tokens, err);
+    hy_runtime_destroy(rt);
+    if (!rc) fprintf(out, "{\"loss\": %.7f, \"batches\": %d, \"tokens\": %.0f}\n", loss, batches, tokens);
+    return rc;
+}
