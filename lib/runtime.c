@@ -886,6 +886,8 @@ int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n
     return rt->be->ops->download(rt->be, sg->rank, dst, sg->param + p->offset, n * sizeof(float), err);
 }
 
+struct hy_backend *hy_runtime_backend(hy_runtime *rt) { return rt->be; }
+
 void hy_runtime_destroy(hy_runtime *rt) {
     if (!rt) return;
     pthread_mutex_lock(&rt->lock);

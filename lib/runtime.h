@@ -61,6 +61,9 @@ int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n
  * warmup_steps, then cosine decay to train.min_lr at the last step. */
 double hy_runtime_lr(const hy_config *c, int step);
 
+/* The backend the runtime runs on (for benchmarks and profiling). */
+struct hy_backend *hy_runtime_backend(hy_runtime *rt);
+
 void hy_runtime_destroy(hy_runtime *rt);
 
 #endif
