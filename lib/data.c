@@ -1,8 +1,8 @@
 /*
  * data.c — see data.h.
  *
- * Sections: helpers (errno → status, little-endian bytes, full reads and
- * writes) · opening a shard · batches · writing a shard · entropy · the
+ * Sections: helpers (little-endian bytes, full reads) · opening a shard ·
+ * batches · writing a shard (through atomicfile.h) · entropy · the
  * synthetic corpus · the `hanayo data` commands.
  */
 #include "data.h"
@@ -14,27 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "rng.h"
 
 /* ------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------ */
-
-/* A failed system call on a path the user gave: the path is wrong (missing,
- * not permitted, a directory, read-only) → bad input, exit 2; the system
- * failed (EIO, ENOSPC, ENOMEM, ...) → runtime failure, exit 1. */
-static int errno_status(int e) {
-    switch (e) {
-    case ENOENT: case ENOTDIR: case EACCES: case EPERM: case EISDIR:
-    case ELOOP: case ENAMETOOLONG: case EROFS:
-        return HY_ERR_INPUT;
-    default:
-        return HY_ERR_RUNTIME;
-    }
-}
 
 /* The format is little-endian whatever the host; decoding byte by byte
  * makes that true without a byte-order #if. */
@@ -67,20 +54,6 @@ static int read_full(int fd, void *buf, size_t len, size_t *got) {
         done += (size_t)r;
     }
     *got = done;
-    return 0;
-}
-
-/* write() all of len bytes. Returns 0 or errno. */
-static int write_full(int fd, const void *buf, size_t len) {
-    size_t done = 0;
-    while (done < len) {
-        size_t chunk = len - done < (1u << 30) ? len - done : (1u << 30);
-        ssize_t w = write(fd, (const char *)buf + done, chunk);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return errno;
-        if (w == 0) return EIO;   /* not expected from a regular file */
-        done += (size_t)w;
-    }
     return 0;
 }
 
@@ -162,8 +135,8 @@ static int open_regular(const char *path, int *fd, long long *size,
     *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (*fd < 0) {
         int e = errno;
-        return hy_fail(err, errno_status(e), "%s: cannot open token shard: %s",
-                       path, strerror(e));
+        return hy_fail(err, hy_errno_status(e, HY_ERR_INPUT), "%s: cannot "
+                       "open token shard: %s", path, strerror(e));
     }
     struct stat st;
     int status = HY_OK;
@@ -306,31 +279,9 @@ int hy_shard_set_pos(hy_shard *sh, size_t pos, hy_error *err) {
  * Writing a shard
  * ------------------------------------------------------------------------ */
 
-/* Creates "PATH.tmp.XXXXXX" with O_EXCL and mode 0666 (the umask applies,
- * as for any new file — mkstemp's fixed 0600 would not, and reading the
- * umask means setting it, process-wide). The suffix is drawn from a
- * stream seeded by the pid, the clock and a stack address, a new draw per
- * attempt; O_EXCL, not the suffix, is what guarantees that nothing
- * existing is touched. Returns the fd, or -1 with errno set. */
-static int create_temp(const char *path, char *tmp, size_t cap) {
-    struct timespec ts = {0, 0};
-    /* Without the clock the names are merely more likely to collide, and a
-     * collision only costs another attempt. */
-    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) ts.tv_nsec = 0;
-    hy_rng r = hy_rng_stream((uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_sec,
-                             (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&ts);
-    for (int attempt = 0; attempt < 100; attempt++) {
-        snprintf(tmp, cap, "%s.tmp.%06llx", path,
-                 (unsigned long long)(hy_rng_u64(&r) & 0xffffff));
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0 || errno != EEXIST) return fd;
-    }
-    errno = EEXIST;
-    return -1;
-}
-
-/* Header then tokens, little-endian, through one buffer. Returns errno. */
-static int write_tokens(int fd, const uint16_t *tokens, size_t n) {
+/* Header then tokens, little-endian, through one buffer. */
+static int write_tokens(hy_atomic_file *af, const uint16_t *tokens, size_t n,
+                        hy_error *err) {
     unsigned char buf[1 << 16];
     memset(buf, 0, HY_SHARD_HEADER_BYTES);
     le32_put(buf, HY_SHARD_MAGIC);
@@ -341,35 +292,12 @@ static int write_tokens(int fd, const uint16_t *tokens, size_t n) {
         buf[used++] = (unsigned char)tokens[i];
         buf[used++] = (unsigned char)(tokens[i] >> 8);
         if (used == sizeof buf) {
-            int e = write_full(fd, buf, used);
-            if (e) return e;
+            int st = hy_atomic_write(af, buf, used, err);
+            if (st) return st;
             used = 0;
         }
     }
-    return used ? write_full(fd, buf, used) : 0;
-}
-
-/* fsync the directory holding path, so the rename survives a crash. */
-static int sync_parent(const char *path, hy_error *err) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path))
-                      : strdup(".");
-    if (!dir) return hy_fail(err, HY_ERR_RUNTIME, "%s: out of memory", path);
-    int st = HY_OK, fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        st = hy_fail(err, HY_ERR_RUNTIME, "%s: written, but cannot open its "
-                     "directory %s to make the rename durable: %s", path, dir,
-                     strerror(errno));
-    /* EINVAL: this file system cannot sync a directory (it has nothing to
-     * make durable that way); the file itself was already synced. */
-    else if (fsync(fd) != 0 && errno != EINVAL)
-        st = hy_fail(err, HY_ERR_RUNTIME, "%s: written, but cannot sync its "
-                     "directory %s: %s", path, dir, strerror(errno));
-    if (fd >= 0 && close(fd) != 0 && st == HY_OK)
-        st = hy_fail(err, HY_ERR_RUNTIME, "%s: cannot close directory %s: %s",
-                     path, dir, strerror(errno));
-    free(dir);
-    return st;
+    return hy_atomic_write(af, buf, used, err);
 }
 
 int hy_shard_write(const char *path, const uint16_t *tokens, size_t n,
@@ -381,47 +309,11 @@ int hy_shard_write(const char *path, const uint16_t *tokens, size_t n,
         return hy_fail(err, HY_ERR_INPUT, "%s: cannot write a shard of %zu "
                        "tokens; a shard holds 1 to %u (llm.c's int32 count)",
                        path, n, HY_SHARD_MAX_TOKENS);
-    size_t len = strlen(path);
-    struct stat sb;
-    /* Caught here, not by rename, so a directory costs no write of the
-     * whole shard first. (A failing stat is no error yet: a new file does
-     * not exist, and any other problem shows when the temp is created.) */
-    if (path[len - 1] == '/')
-        return hy_fail(err, HY_ERR_INPUT, "%s: ends in '/', a directory name; "
-                       "give a file name for the shard", path);
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return hy_fail(err, HY_ERR_INPUT, "%s: is a directory; give a file "
-                       "name for the shard", path);
-
-    size_t cap = len + 32;
-    char *tmp = malloc(cap);
-    if (!tmp) return hy_fail(err, HY_ERR_RUNTIME, "%s: out of memory", path);
-    int fd = create_temp(path, tmp, cap), st = HY_OK;
-    if (fd < 0) {
-        int e = errno;
-        st = hy_fail(err, errno_status(e), "%s: cannot create the temporary "
-                     "file %s beside it: %s%s", path, tmp, strerror(e),
-                     e == ENOENT ? " (does the directory exist?)" : "");
-        free(tmp);
-        return st;
-    }
-    const char *what = "write";
-    int e = write_tokens(fd, tokens, n);
-    if (!e && fsync(fd) != 0) e = errno, what = "sync";
-    if (close(fd) != 0 && !e) e = errno, what = "close";
-    if (!e && rename(tmp, path) != 0) e = errno, what = "rename into place";
-    if (e) {
-        /* Never leave a partial shard behind, not even under the temp name. */
-        int ue = unlink(tmp) != 0 && errno != ENOENT ? errno : 0;
-        st = hy_fail(err, errno_status(e), "%s: cannot %s the temporary file "
-                     "%s: %s%s%s", path, what, tmp, strerror(e),
-                     ue ? "; could not remove it either: " : "",
-                     ue ? strerror(ue) : "");
-        free(tmp);
-        return st;
-    }
-    free(tmp);
-    return sync_parent(path, err);
+    /* The user named the file: a path that cannot be written is bad input. */
+    hy_atomic_file af;
+    int st = hy_atomic_open(&af, path, HY_ERR_INPUT, err);
+    if (!st) st = write_tokens(&af, tokens, n, err);   /* a failure removed the temp */
+    return st ? st : hy_atomic_commit(&af, err);
 }
 
 /* ------------------------------------------------------------------------

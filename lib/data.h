@@ -97,11 +97,11 @@ int hy_shard_set_pos(hy_shard *sh, size_t pos, hy_error *err);
 
 /* ---- Writing ----------------------------------------------------------------
  * Writes n tokens (1 <= n <= HY_SHARD_MAX_TOKENS) as a shard at path,
- * atomically: a temporary file beside it (same directory, so the rename
- * cannot cross file systems), written, fsync'd, renamed over path, then the
- * directory fsync'd so the rename itself is durable. On any error the
- * temporary file is removed and path is untouched: never a partial shard.
- * The file gets mode 0666 less the umask, like any new file. */
+ * atomically (atomicfile.h): a temporary file beside it (same directory,
+ * so the rename cannot cross file systems), written, fsync'd, renamed over
+ * path, then the directory fsync'd so the rename itself is durable. On
+ * any error the temporary file is removed and path is untouched: never a
+ * partial shard. The file gets mode 0666 less the umask, like any new file. */
 int hy_shard_write(const char *path, const uint16_t *tokens, size_t n,
                    hy_error *err);
 

@@ -3,6 +3,7 @@
  */
 #include "error.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,4 +38,14 @@ void hy_error_clear(hy_error *err) {
     if (!err) return;
     err->status = HY_OK;
     err->msg[0] = '\0';
+}
+
+int hy_errno_status(int e, int path_status) {
+    switch (e) {
+    case ENOENT: case ENOTDIR: case EACCES: case EPERM: case EISDIR:
+    case ELOOP: case ENAMETOOLONG: case EROFS:
+        return path_status;
+    default:
+        return HY_ERR_RUNTIME;
+    }
 }

@@ -35,4 +35,11 @@ void hy_error_prefix(hy_error *err, const char *fmt, ...)
 
 void hy_error_clear(hy_error *err);
 
+/* The status of a system call that failed with errno e on a path: the
+ * path's fault (missing, not permitted, a directory, read-only: ENOENT
+ * ENOTDIR EACCES EPERM EISDIR ELOOP ENAMETOOLONG EROFS) → path_status,
+ * HY_ERR_INPUT where the user named the file; the system's (EIO, ENOSPC,
+ * EFBIG, ENOMEM, ...) → HY_ERR_RUNTIME. */
+int hy_errno_status(int e, int path_status);
+
 #endif

@@ -14,9 +14,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "atomicfile.h"
 #include "config.h"
 
 #define DEFAULT_WIDTH 120
@@ -609,40 +608,16 @@ char *hy_plan_svg(const hy_plan *pl) {
     return render_to_string(svg_thunk, pl, NULL);
 }
 
-static int svg_io_error(hy_error *err, const char *path, int e) {
-    return hy_fail(err, HY_ERR_RUNTIME,
-                   "cannot write the SVG to '%s': %s; check that the "
-                   "directory exists and is writable", path, strerror(e));
-}
-
+/* Printed straight into the temporary file: a large plan's SVG is never
+ * held in memory, and a print that fails is caught by the commit. */
 int hy_plan_save_svg(const hy_plan *pl, const char *path, hy_error *err) {
-    size_t n = strlen(path) + sizeof ".tmp-XXXXXX";
-    char *tmp = malloc(n);
-    if (!tmp) return svg_io_error(err, path, ENOMEM);
-    snprintf(tmp, n, "%s.tmp-XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        return svg_io_error(err, path, e);
-    }
-    (void)fchmod(fd, 0644);   /* mkstemp's 0600 is needlessly private */
-    errno = 0;
-    FILE *f = fdopen(fd, "w");
-    int e = 0;
-    if (!f) {
-        e = errno ? errno : EIO;
-        close(fd);
-    } else {
-        if (hy_plan_write_svg(f, pl) != 0 || fflush(f) != 0 ||
-            fsync(fileno(f)) != 0)
-            e = errno ? errno : EIO;
-        if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
-    }
-    if (!e && rename(tmp, path) != 0) e = errno ? errno : EIO;
-    if (e) unlink(tmp);
-    free(tmp);
-    return e ? svg_io_error(err, path, e) : HY_OK;
+    hy_atomic_file af;
+    int st = hy_atomic_open(&af, path, HY_ERR_RUNTIME, err);
+    if (st) return st;
+    FILE *f = hy_atomic_stream(&af, err);
+    if (!f) return HY_ERR_RUNTIME;
+    (void)hy_plan_write_svg(f, pl);
+    return hy_atomic_commit(&af, err);
 }
 
 /* ------------------------------------------------------------------------

@@ -76,9 +76,10 @@ int hy_plan_write_summary(FILE *f, const hy_plan *pl);
  * No other <rect> is drawn, so rects count actions. */
 int hy_plan_write_svg(FILE *f, const hy_plan *pl);
 char *hy_plan_svg(const hy_plan *pl);
-/* Writes the SVG to a temporary file beside `path` and renames it into
- * place (mode 0644), so an error never leaves a partial file. HY_ERR_RUNTIME on I/O
- * failure, with the path and what to check. */
+/* Writes the SVG to `path` atomically (atomicfile.h: a temporary file
+ * beside it, renamed into place; mode 0666 less the umask), so an error
+ * never leaves a partial file. HY_ERR_RUNTIME on any failure, with the path
+ * and what to check. */
 int hy_plan_save_svg(const hy_plan *pl, const char *path, hy_error *err);
 
 /* ---- Comparison of the four schedules -----------------------------------

@@ -10,8 +10,9 @@
  * has not checked.
  *
  * Writing: entries sorted the reference's way → offsets → the header built
- * with jansson in that order and padded → a temporary file in the target's
- * directory → fsync → rename → fsync of the directory.
+ * with jansson in that order and padded → written through atomicfile.h (a
+ * temporary file in the target's directory → fsync → rename → fsync of the
+ * directory).
  */
 #include "safetensors.h"
 
@@ -23,15 +24,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "atomicfile.h"
 
 /* The format is little-endian; F32 data goes between disk and memory
  * without conversion, which is only right on a little-endian host. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "little-endian host required");
 _Static_assert(sizeof(float) == 4, "32-bit float required");
 
-/* One pread/write moves at most this much: Linux caps a single transfer
+/* One pread moves at most this much: Linux caps a single transfer
  * a little under 2 GiB anyway, and smaller calls keep EINTR retries cheap. */
 #define IO_CHUNK ((size_t)1 << 30)
 
@@ -737,20 +739,7 @@ static int build_header(const hy_st_writer *w, const hy_st_entry **order, char *
  * Writer: the file
  */
 
-static int write_all(int fd, const void *buf, size_t size, const char *tmp, hy_error *err) {
-    const unsigned char *p = buf;
-    while (size) {
-        ssize_t put = write(fd, p, size < IO_CHUNK ? size : IO_CHUNK);
-        if (put < 0 && errno == EINTR) continue;
-        if (put < 0)
-            return hy_fail(err, HY_ERR_RUNTIME, "cannot write %s: %s", tmp, strerror(errno));
-        p += put;
-        size -= (size_t)put;
-    }
-    return HY_OK;
-}
-
-static int write_bf16(int fd, const float *x, size_t n, const char *tmp, hy_error *err) {
+static int write_bf16(hy_atomic_file *af, const float *x, size_t n, hy_error *err) {
     unsigned char buf[1 << 14];
     for (size_t i = 0; i < n;) {
         size_t k = 0;
@@ -759,105 +748,37 @@ static int write_bf16(int fd, const float *x, size_t n, const char *tmp, hy_erro
             buf[k] = (unsigned char)h;
             buf[k + 1] = (unsigned char)(h >> 8);
         }
-        int rc = write_all(fd, buf, k, tmp, err);
+        int rc = hy_atomic_write(af, buf, k, err);
         if (rc) return rc;
     }
     return HY_OK;
 }
 
-static int write_body(int fd, const char *header, size_t hlen, const hy_st_entry **order,
-                      int n, const char *tmp, hy_error *err) {
+/* Fails only as hy_atomic_write does, which has then removed the file. */
+static int write_body(hy_atomic_file *af, const char *header, size_t hlen,
+                      const hy_st_entry **order, int n, hy_error *err) {
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    int rc = write_all(fd, len8, 8, tmp, err);
-    if (!rc) rc = write_all(fd, header, hlen, tmp, err);
+    int rc = hy_atomic_write(af, len8, 8, err);
+    if (!rc) rc = hy_atomic_write(af, header, hlen, err);
     for (int i = 0; i < n && !rc; i++) {
         const hy_st_entry *e = order[i];
-        rc = e->dtype == HY_ST_F32 ? write_all(fd, e->data, entry_bytes(e), tmp, err)
-                                   : write_bf16(fd, e->data, e->numel, tmp, err);
+        rc = e->dtype == HY_ST_F32 ? hy_atomic_write(af, e->data, entry_bytes(e), err)
+                                   : write_bf16(af, e->data, e->numel, err);
     }
-    return rc;
-}
-
-/* Creates a fresh temporary file beside `path`: O_EXCL so it is never
- * someone else's, mode 0666 so the umask decides, as for any new file. */
-static int open_temp(const char *path, char **tmp, int *fd, hy_error *err) {
-    size_t size = strlen(path) + 64;
-    if (!(*tmp = malloc(size))) return oom(err);
-    int e = 0;
-    for (int attempt = 0; attempt < 64; attempt++) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        snprintf(*tmp, size, "%s.tmp.%ld.%lx", path, (long)getpid(),
-                 (unsigned long)ts.tv_nsec ^ ((unsigned long)attempt << 20));
-        *fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (*fd >= 0) return HY_OK;
-        e = errno;
-        if (e != EEXIST && e != EINTR) break;
-    }
-    int rc = hy_fail(err, HY_ERR_RUNTIME, "cannot create %s: %s", *tmp, strerror(e));
-    free(*tmp);
-    *tmp = NULL;
-    return rc;
-}
-
-/* fsync of the directory holding `path`, so the rename itself is durable. */
-static int sync_dir(const char *path, hy_error *err) {
-    char *dir = strdup(path);
-    if (!dir) return oom(err);
-    char *slash = strrchr(dir, '/');
-    const char *d = !slash ? "." : slash == dir ? "/" : (*slash = '\0', dir);
-    int rc = HY_OK, fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        rc = hy_fail(err, HY_ERR_RUNTIME, "wrote %s but cannot open its directory %s to sync "
-                     "it: %s", path, d, strerror(errno));
-    else if (fsync(fd) != 0)
-        rc = hy_fail(err, HY_ERR_RUNTIME, "wrote %s but cannot sync its directory %s: %s",
-                     path, d, strerror(errno));
-    if (fd >= 0 && close(fd) != 0 && !rc)
-        rc = hy_fail(err, HY_ERR_RUNTIME, "cannot close directory %s: %s", d, strerror(errno));
-    free(dir);
-    return rc;
-}
-
-/* Body, fsync, close, rename: up to the rename, a failure leaves only the
- * temporary file, which the caller removes. */
-static int write_and_commit(int fd, const char *tmp, const char *path, const char *header,
-                            size_t hlen, const hy_st_entry **order, int n, hy_error *err) {
-    int rc = write_body(fd, header, hlen, order, n, tmp, err);
-    if (!rc && fsync(fd) != 0)
-        rc = hy_fail(err, HY_ERR_RUNTIME, "cannot sync %s: %s", tmp, strerror(errno));
-    /* close can report a deferred write error (NFS), so it is checked too. */
-    if (close(fd) != 0 && !rc)
-        rc = hy_fail(err, HY_ERR_RUNTIME, "cannot close %s: %s", tmp, strerror(errno));
-    if (!rc && rename(tmp, path) != 0)
-        rc = hy_fail(err, HY_ERR_RUNTIME, "cannot rename %s to %s: %s", tmp, path,
-                     strerror(errno));
     return rc;
 }
 
 int hy_st_write(const hy_st_writer *w, const char *path, hy_error *err) {
     const hy_st_entry **order = NULL;
-    char *header = NULL, *tmp = NULL;
+    char *header = NULL;
     size_t hlen = 0;
-    int fd = -1;
+    hy_atomic_file af;
     int rc = layout_order(w, path, &order, err);
     if (!rc) rc = build_header(w, order, &header, &hlen, err);
-    if (!rc) rc = open_temp(path, &tmp, &fd, err);
-    if (!rc) {
-        rc = write_and_commit(fd, tmp, path, header, hlen, order, w->n, err);
-        /* Only a failure before the rename leaves a temporary file; after
-         * it, the complete file is in place even if the directory sync
-         * below fails, and removing it would lose good data. */
-        if (rc && unlink(tmp) != 0 && errno != ENOENT && err) {
-            int e = errno;
-            char first[sizeof err->msg];
-            memcpy(first, err->msg, sizeof first);
-            hy_fail(err, rc, "%.700s (and could not remove %s: %s)", first, tmp, strerror(e));
-        }
-        if (!rc) rc = sync_dir(path, err);
-    }
-    free(tmp);
+    if (!rc) rc = hy_atomic_open(&af, path, HY_ERR_RUNTIME, err);
+    if (!rc) rc = write_body(&af, header, hlen, order, w->n, err);
+    if (!rc) rc = hy_atomic_commit(&af, err);
     free(header);
     free(order);
     return rc;
