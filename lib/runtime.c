@@ -758,6 +758,14 @@ static double rt_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The training shard, opened at first use: evaluation needs none. */
+static int rt_open_train(hy_runtime *rt, hy_error *err) {
+    if (rt->train_open) return HY_OK;
+    int rc = hy_shard_open(&rt->train, rt->cfg->data.train, rt->V, err);
+    if (!rc) rt->train_open = 1;
+    return rc;
+}
+
 int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     double t0 = rt_now();
@@ -765,13 +773,8 @@ int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {
     double lr = hy_runtime_lr(rt->cfg, rt->step);
     hy_adamw_hparams hp = { (float)lr, (float)rt->cfg->train.beta1, (float)rt->cfg->train.beta2,
                             (float)rt->cfg->train.eps, (float)rt->cfg->train.weight_decay, rt->step };
-    int rc = HY_OK;
-    if (!rt->train_open) {
-        rc = hy_shard_open(&rt->train, rt->cfg->data.train, rt->V, err);
-        if (rc) return rc;
-        rt->train_open = 1;
-    }
-    rc = rt_load_batches(rt, &rt->train, rt->M, err);
+    int rc = rt_open_train(rt, err);
+    if (!rc) rc = rt_load_batches(rt, &rt->train, rt->M, err);
     for (int r = 0; r < rt->P && !rc; r++)
         rc = o->upload(rt->be, r, rt->ranks[r].hp, &hp, sizeof hp, err);
     if (rc) return rc;
@@ -876,14 +879,70 @@ int hy_runtime_load_weights(hy_runtime *rt, const char *path, hy_error *err) {
     return rc;
 }
 
-int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n, hy_error *err) {
+/* The block of `role` of stage sg, and of the replica (NULL if none). */
+static float *rt_block(const rt_stage *sg, hy_tensor_role role) {
+    return role == HY_T_PARAM ? sg->param : role == HY_T_GRAD ? sg->grad
+         : role == HY_T_ADAM_M ? sg->m : sg->v;
+}
+static float *rt_replica(const rt_rank *rk, hy_tensor_role role) {
+    return role == HY_T_PARAM ? rk->wte : role == HY_T_GRAD ? rk->dwte
+         : role == HY_T_ADAM_M ? rk->wte_m : rk->wte_v;
+}
+
+static const hy_param *rt_named(hy_runtime *rt, const char *name, size_t n, hy_error *err) {
     const hy_param *p = hy_model_find(&rt->model, name);
-    if (!p) return hy_fail(err, HY_ERR_INPUT, "no parameter named '%s'", name);
+    if (!p) {
+        hy_fail(err, HY_ERR_INPUT, "no parameter named '%s'", name);
+        return NULL;
+    }
     size_t have = p->kind == HY_P_WTE ? (size_t)rt->V * rt->C : p->numel;
-    if (n != have)
-        return hy_fail(err, HY_ERR_INPUT, "parameter '%s' has %zu values, not %zu", name, have, n);
+    if (n != have) {
+        hy_fail(err, HY_ERR_INPUT, "parameter '%s' has %zu values, not %zu", name, have, n);
+        return NULL;
+    }
+    return p;
+}
+
+int hy_runtime_read(hy_runtime *rt, hy_tensor_role role, const char *name, float *dst, size_t n,
+                    hy_error *err) {
+    const hy_param *p = rt_named(rt, name, n, err);
+    if (!p) return HY_ERR_INPUT;
     const rt_stage *sg = &rt->stages[p->stage];
-    return rt->be->ops->download(rt->be, sg->rank, dst, sg->param + p->offset, n * sizeof(float), err);
+    return rt->be->ops->download(rt->be, sg->rank, dst, rt_block(sg, role) + p->offset,
+                                 n * sizeof(float), err);
+}
+
+int hy_runtime_write(hy_runtime *rt, hy_tensor_role role, const char *name, const float *src,
+                     size_t n, hy_error *err) {
+    const hy_param *p = rt_named(rt, name, n, err);
+    if (!p) return HY_ERR_INPUT;
+    const rt_stage *sg = &rt->stages[p->stage];
+    int rc = rt->be->ops->upload(rt->be, sg->rank, rt_block(sg, role) + p->offset, src,
+                                 n * sizeof(float), err);
+    if (!rc && p->kind == HY_P_WTE && rt->replica_rank >= 0)
+        rc = rt->be->ops->upload(rt->be, rt->replica_rank,
+                                 rt_replica(&rt->ranks[rt->replica_rank], role), src,
+                                 n * sizeof(float), err);
+    return rc;
+}
+
+int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n, hy_error *err) {
+    return hy_runtime_read(rt, HY_T_PARAM, name, dst, n, err);
+}
+
+int hy_runtime_get_progress(hy_runtime *rt, int *step, size_t *data_pos, hy_error *err) {
+    int rc = rt_open_train(rt, err);
+    if (rc) return rc;
+    *step = rt->step;
+    *data_pos = hy_shard_pos(&rt->train);
+    return HY_OK;
+}
+
+int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error *err) {
+    int rc = rt_open_train(rt, err);
+    if (!rc) rc = hy_shard_set_pos(&rt->train, data_pos, err);
+    if (!rc) rt->step = step;
+    return rc;
 }
 
 struct hy_backend *hy_runtime_backend(hy_runtime *rt) { return rt->be; }

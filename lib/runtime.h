@@ -53,9 +53,23 @@ int hy_runtime_load_weights(hy_runtime *rt, const char *path, hy_error *err);
 int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss, double *tokens,
                     hy_error *err);
 
-/* Copies parameter `name` (Hugging Face GPT-2 name) into dst, n floats
- * (unpadded: the real vocabulary's rows of wte). */
+/* What a named tensor of the runtime's state may be. */
+typedef enum { HY_T_PARAM, HY_T_GRAD, HY_T_ADAM_M, HY_T_ADAM_V } hy_tensor_role;
+
+/* Copies the `role` tensor of parameter `name` (Hugging Face GPT-2 name)
+ * into dst, n floats (wte: the real vocabulary's rows, unpadded). */
+int hy_runtime_read(hy_runtime *rt, hy_tensor_role role, const char *name, float *dst, size_t n,
+                    hy_error *err);
+/* Writes it (and the tied embedding's replica, if any). */
+int hy_runtime_write(hy_runtime *rt, hy_tensor_role role, const char *name, const float *src,
+                     size_t n, hy_error *err);
 int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n, hy_error *err);
+
+/* Where training stands, for checkpoints: the last step taken and the
+ * training shard's read position. Setting them makes the next step
+ * continue exactly there. */
+int hy_runtime_get_progress(hy_runtime *rt, int *step, size_t *data_pos, hy_error *err);
+int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error *err);
 
 /* The learning rate at step (1-based): linear warm-up to train.lr over
  * warmup_steps, then cosine decay to train.min_lr at the last step. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "checkpoint.h"
 #include "data.h"
 #include "model.h"
 #include "plan.h"
@@ -82,19 +83,27 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
     hy_print_header(c, out);
     hy_runtime *rt = NULL;
     rc = hy_runtime_create(&rt, c, err);
+    int first = 1, steps = c->train.steps;
+    if (!rc && o && o->resume) {
+        rc = hy_checkpoint_load(rt, c, o->resume, err);
+        int done = 0;
+        size_t pos = 0;
+        if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);
+        if (!rc) fprintf(out, "resumed from %s after step %d\n", o->resume, done);
+        first = done + 1;
+    }
     double total_ms = 0;
-    int steps = c->train.steps;
-    for (int i = 1; i <= steps && !rc; i++) {
+    for (int i = first; i <= steps && !rc; i++) {
         hy_step_stats st;
         rc = hy_runtime_step(rt, &st, err);
         if (rc) break;
         total_ms += st.ms;
         double tps = st.tokens / (st.ms / 1e3);
-        if (i % c->train.log_every == 0 || i == steps || i == 1) {
+        if (i % c->train.log_every == 0 || i == steps || i == first) {
             fprintf(out, "step %*d/%d  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.1f ms  eta ",
                     (int)snprintf(NULL, 0, "%d", steps), i, steps, st.loss, st.lr, st.grad_norm,
                     tps, st.ms);
-            hy_print_eta(out, total_ms / i * (steps - i) / 1e3);
+            hy_print_eta(out, total_ms / (i - first + 1) * (steps - i) / 1e3);
             fputc('\n', out);
             fflush(out);
         }
@@ -105,6 +114,12 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
             if (fflush(log) != 0)
                 rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,
                              strerror(errno));
+        }
+        if (!rc && c->checkpoint.dir &&
+            ((c->checkpoint.every > 0 && i % c->checkpoint.every == 0) || i == steps)) {
+            char path[4096];
+            rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, path, err);
+            if (!rc) fprintf(out, "checkpoint: %s\n", path);
         }
     }
     hy_runtime_destroy(rt);

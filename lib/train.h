@@ -7,7 +7,9 @@
  * runs train.steps steps, and prints a progress line every
  * train.log_every steps (and at the last): step, loss, learning rate,
  * gradient norm, tokens/s, ms/step and the time left. With a JSON log file
- * it also writes one JSON object per step.
+ * it also writes one JSON object per step. Checkpoints go to
+ * checkpoint.dir every checkpoint.every steps and after the last step;
+ * `resume` continues a run from one (checkpoint.h).
  */
 #ifndef HY_TRAIN_H
 #define HY_TRAIN_H
@@ -19,6 +21,7 @@
 
 typedef struct {
     const char *log_json;   /* path of the per-step JSON log, or NULL */
+    const char *resume;     /* checkpoint directory to continue from, or NULL */
 } hy_train_opts;
 
 int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *err);

@@ -33,7 +33,7 @@ static const char usage_main[] =
     "around the Hanayo wave-like schedule.\n"
     "\n"
     "commands:\n"
-    "  train   CONFIG [--set key=value]... [--log-json FILE]\n"
+    "  train   CONFIG [--set key=value]... [--log-json FILE] [--resume DIR]\n"
     "          train a model\n"
     "  eval    CONFIG [--init WEIGHTS.safetensors] [--data SHARD] [--batches N]\n"
     "          print the loss as one JSON line\n"
@@ -78,7 +78,7 @@ static const char usage_plan[] =
     "  --color WHEN        auto (colour on a terminal), always or never\n";
 
 static const char usage_train[] =
-    "usage: hanayo train CONFIG [--set key=value]... [--log-json FILE]\n"
+    "usage: hanayo train CONFIG [--set key=value]... [--log-json FILE] [--resume DIR]\n"
     "\n"
     "Trains the model of CONFIG with its pipeline schedule, one thread per\n"
     "rank, and prints a progress line every train.log_every steps: step,\n"
@@ -86,7 +86,11 @@ static const char usage_train[] =
     "\n"
     "  --set key=value   override a config key, e.g. train.steps=50\n"
     "  --log-json FILE   also write one JSON object per step to FILE\n"
-    "                    (step, loss, lr, grad_norm, tokens_per_s, ms)\n";
+    "                    (step, loss, lr, grad_norm, tokens_per_s, ms)\n"
+    "  --resume DIR      continue from a checkpoint directory (step_NNNNNN)\n"
+    "\n"
+    "Checkpoints go to checkpoint.dir every checkpoint.every steps and after\n"
+    "the last step; resuming continues bit for bit on the same rank layout.\n";
 
 static const char usage_eval[] =
     "usage: hanayo eval CONFIG [--init WEIGHTS.safetensors] [--data SHARD]\n"
@@ -466,18 +470,19 @@ static int cmd_data(args *a, hy_error *err) {
 
 static int cmd_help(args *a, hy_error *err);
 
-static const char *const train_flags[] = {"--set", "--log-json", "--help", NULL};
+static const char *const train_flags[] = {"--set", "--log-json", "--resume", "--help", NULL};
 
 static int cmd_train(args *a, hy_error *err) {
     const char **sets = malloc(sizeof *sets * (size_t)a->argc);
     if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     const char *config = NULL, *v = NULL;
-    hy_train_opts opts = { NULL };
+    hy_train_opts opts = { NULL, NULL };
     int n_sets = 0, help = 0, st = HY_OK;
     for (; st == HY_OK && a->i < a->argc; a->i++) {
         if (!read_flag(a)) st = take_config(a, &config, err);
         else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
         else if (!strcmp(a->flag, "--log-json")) st = flag_value(a, "train.jsonl", &opts.log_json, err);
+        else if (!strcmp(a->flag, "--resume")) st = flag_value(a, "checkpoints/step_000100", &opts.resume, err);
         else if (strcmp(a->flag, "--set") != 0) st = unknown_flag(a, train_flags, err);
         else if ((st = flag_value(a, "train.steps=50", &v, err)) == HY_OK)
             sets[n_sets++] = v;
