@@ -170,12 +170,83 @@ static void loss_falls(void) {
     free(r.w);
 }
 
+/* The whole model's gradient (DESIGN §6.3): after one step with lr = 0
+ * and no clipping, the gradients the pipeline accumulated must match
+ * central differences of the loss, which eval recomputes on the same
+ * micro-batches. fp32 losses carry about 4e-7 absolute error, so with
+ * h = 1e-2 the difference quotient is good to about 4e-5 absolute plus
+ * O(h^2) truncation; the check allows 3% of the gradient plus 1e-4, and
+ * looks at each tensor's largest gradient, where that is meaningful. */
+static void whole_model_gradient(const char *kind, const char *sched, const char *ranks) {
+    char data_set[300], kind_set[64];
+    snprintf(data_set, sizeof data_set, "data.train=%s", shard);
+    snprintf(kind_set, sizeof kind_set, "model.kind=%s", kind);
+    const char *sets[] = { "model.layers=2", "model.d_model=16", "model.heads=2", "model.seq_len=8",
+                           "model.vocab=64", "schedule.micro_batch_size=2",
+                           "schedule.micro_batches=2", "train.lr=0", "train.min_lr=0",
+                           "train.warmup_steps=0", "train.weight_decay=0", "train.grad_clip=0",
+                           "data.val=null", "checkpoint.dir=null", data_set, kind_set, sched, ranks };
+    hy_config c;
+    hy_error err;
+    hy_config_init(&c);
+    if (hy_config_load(&c, NULL, sets, 18, &err)) { CHECKF(0, "%s", err.msg); return; }
+    hy_runtime *rt = NULL;
+    hy_model m;
+    hy_step_stats st;
+    if (hy_runtime_create(&rt, &c, &err) || hy_runtime_step(rt, &st, &err) ||
+        hy_model_build(&m, &c, 1, &err)) {
+        CHECKF(0, "%s", err.msg);
+        hy_runtime_destroy(rt);
+        hy_config_free(&c);
+        return;
+    }
+    double base = 0, tokens = 0;
+    CHECK(hy_runtime_eval(rt, shard, 2, &base, &tokens, &err) == HY_OK);
+    CHECKF(fabs(base - st.loss) <= 1e-6 * base, "eval %.7f vs step loss %.7f", base, st.loss);
+    int checked = 0;
+    for (int i = 0; i < m.n_params; i++) {
+        const hy_param *p = &m.params[i];
+        size_t n = p->kind == HY_P_WTE ? (size_t)m.vocab * m.d_model : p->numel;
+        float *w = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+        CHECK(hy_runtime_read(rt, HY_T_PARAM, p->name, w, n, &err) == HY_OK);
+        CHECK(hy_runtime_read(rt, HY_T_GRAD, p->name, g, n, &err) == HY_OK);
+        size_t j = 0;
+        for (size_t k = 1; k < n; k++) if (fabsf(g[k]) > fabsf(g[j])) j = k;
+        if (fabsf(g[j]) > 1e-3f) {
+            const float h = 1e-2f, keep = w[j];
+            double up = 0, down = 0;
+            w[j] = keep + h;
+            hy_runtime_write(rt, HY_T_PARAM, p->name, w, n, &err);
+            hy_runtime_eval(rt, shard, 2, &up, &tokens, &err);
+            w[j] = keep - h;
+            hy_runtime_write(rt, HY_T_PARAM, p->name, w, n, &err);
+            hy_runtime_eval(rt, shard, 2, &down, &tokens, &err);
+            w[j] = keep;
+            hy_runtime_write(rt, HY_T_PARAM, p->name, w, n, &err);
+            double fd = (up - down) / (2.0 * h);
+            CHECKF(fabs(fd - g[j]) <= 0.03 * fabs(g[j]) + 1e-4, "%s %s: d loss / d %s[%zu] = %.6g, "
+                   "central difference %.6g", kind, sched, p->name, j, g[j], fd);
+            checked++;
+        }
+        free(w);
+        free(g);
+    }
+    CHECKF(checked >= m.n_params / 2, "only %d of %d tensors had a gradient to check", checked,
+           m.n_params);
+    hy_model_free(&m);
+    hy_runtime_destroy(rt);
+    hy_config_free(&c);
+}
+
 int main(void) {
     if (make_shard() != 0) { CHECK(0); return TEST_END("runtime"); }
     pipelined_equals_sequential("gpt");
     pipelined_equals_sequential("bert");
     replay_equals_eager();
     loss_falls();
+    whole_model_gradient("gpt", "schedule.kind=gpipe", "schedule.ranks=1");
+    whole_model_gradient("gpt", "schedule.kind=1f1b", "schedule.ranks=2");
+    whole_model_gradient("bert", "schedule.kind=hanayo", "schedule.ranks=1");
     remove_shard();
     return TEST_END("runtime");
 }
