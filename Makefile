@@ -11,6 +11,12 @@
 #                     in build-tsan/, then one aggregate tally line
 #   make asan         ASan+UBSan build in build-asan/, run all its tests
 #   make tsan         TSan build in build-tsan/, run its test programs
+#   make bench        build build/hanayo-bench and run it: tokens/s of each
+#                     schedule at P = 2, the CPU backend's GEMMs against bare
+#                     cblas_sgemm, where step time goes (README, "Measured on
+#                     the CPU"); BENCH_ARGS="--json FILE" also writes JSON.
+#                     Not part of `make test`: timings are printed, never
+#                     asserted
 #   make run          build, write the synthetic shards of tiny-gpt (below)
 #                     if absent, then `hanayo plan configs/tiny-gpt.json`
 #   make data         only those shards: data/synth_train.bin, synth_val.bin
@@ -142,6 +148,7 @@ HY_CU_SRCS := $(if $(HY_CUDA),$(wildcard kernels/cuda/*.cu graphs/*.cu))
 HY_LIB_OBJS := $(HY_C_SRCS:%.c=$(HY_OBJ)/%.o) $(HY_CU_SRCS:%.cu=$(HY_OBJ)/%.o)
 HY_LIB := $(BUILD)/libhanayo.a
 HY_BIN := $(BUILD)/hanayo
+HY_BENCH := $(BUILD)/hanayo-bench
 
 HY_TEST_SRCS := $(wildcard tests/test_*.c)
 HY_TEST_BINS := $(HY_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
@@ -153,9 +160,11 @@ HY_SCRIPT_LOGS := $(patsubst tests/%.sh,$(HY_RESULTS)/sh/%.log,$(wildcard tests/
 # ---------------------------------------------------------------------------
 # Build
 
-.PHONY: all tests check check-unit test asan tsan run clean FORCE hy-fresh-results
+.PHONY: all tests check check-unit test asan tsan run bench clean FORCE hy-fresh-results
 
-all: $(HY_BIN) $(HY_LIB)
+# The bench is built with everything (so it cannot rot) but only run by
+# `make bench`.
+all: $(HY_BIN) $(HY_BENCH) $(HY_LIB)
 
 tests: $(HY_TEST_BINS)
 
@@ -189,6 +198,10 @@ hy_link_check = $(if $(JANSSON_LIB),,$(error libjansson.a not found: install lib
     $(if $(HY_CUDA),$(if $(CUDA_LIBDIR),,$(error nvcc found at $(NVCC) but not libcudart_static.a next to it: set CUDA_LIBDIR=..., or build with NO_CUDA=1)))
 
 $(HY_BIN): $(HY_OBJ)/tools/hanayo.o $(HY_LIB)
+	@$(hy_link_check)
+	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_LIB) $(HY_LDLIBS)
+
+$(HY_BENCH): $(HY_OBJ)/tools/bench.o $(HY_LIB)
 	@$(hy_link_check)
 	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_LIB) $(HY_LDLIBS)
 
@@ -315,6 +328,13 @@ $(HY_SYNTH_DATA) &: | $(HY_BIN)
 
 run: all $(HY_SYNTH_DATA)
 	$(HY_BIN) train configs/tiny-gpt.json
+
+# ---------------------------------------------------------------------------
+# Benchmarks: measured side by side in one run, printed (tools/bench.c).
+
+BENCH_ARGS ?=
+bench: $(HY_BENCH)
+	$(HY_BENCH) $(BENCH_ARGS)
 
 clean:
 	rm -rf build build-asan build-tsan

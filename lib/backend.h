@@ -11,7 +11,8 @@
  * process can see, what each one is, which pairs reach each other's memory,
  * DESIGN §3); then execution: memory per rank, one stream per rank, the
  * 32-bit flags of the cross-rank handshake, copies, and record/replay of a
- * rank's iteration. The math ops follow with the runtime.
+ * rank's iteration. The math ops follow with the runtime, and an optional
+ * per-rank, per-op timer (op_stats) for benchmarks.
  *
  * In a build without nvcc the CUDA entry points still exist (a stand-in,
  * kernels/cuda/stub.c, is linked instead of kernels/cuda/device.cu) and
@@ -107,6 +108,48 @@ typedef struct {
     int rank;
     char what[160];   /* e.g. "F m3 s5: activations from rank 2 (edge s4->s5, slot 1)" */
 } hy_wait_site;
+
+/* ---- Op timing (optional) ---------------------------------------------
+ *
+ * Where a rank's time goes, for benchmarks and profiling (tools/bench.c):
+ * the backend can count, per rank and per kind of work, how many pieces of
+ * work ran and the seconds they took. Off by default; when off it costs
+ * one relaxed load per command and nothing else. On the CPU "seconds" are
+ * the wall time of the command on the rank's thread; `wait` is the time a
+ * rank spent blocked on a flag (its share of the pipeline bubble plus the
+ * per-step exchanges), `copy` the peer copies into mailboxes. */
+typedef enum {
+    HY_OPK_MATMUL_FWD,     /* matmul_fwd (c_attn, c_proj, c_fc, mlp c_proj) */
+    HY_OPK_MATMUL_BWD,     /* matmul_bwd */
+    HY_OPK_LM_HEAD_FWD,    /* lm_head_fwd */
+    HY_OPK_LM_HEAD_BWD,    /* lm_head_bwd */
+    HY_OPK_ATTENTION_FWD,  /* attention_fwd (its per-head GEMMs and softmax) */
+    HY_OPK_ATTENTION_BWD,  /* attention_bwd */
+    HY_OPK_LAYERNORM,      /* layernorm_fwd and _bwd */
+    HY_OPK_GELU,           /* gelu_fwd and _bwd */
+    HY_OPK_EMBEDDING,      /* embedding_fwd and _bwd */
+    HY_OPK_CLASSIFIER,     /* classifier */
+    HY_OPK_ADAMW,          /* adamw */
+    HY_OPK_OTHER,          /* zero, add, sumsq, clip, scale, write_flag, test ops */
+    HY_OPK_COPY,           /* copy (mailbox sends) */
+    HY_OPK_WAIT,           /* wait_flag: blocked on another rank */
+    HY_OPK_COUNT
+} hy_op_kind;
+
+/* Short names for tables: "matmul_fwd", ..., "wait"; "?" when out of range. */
+static inline const char *hy_op_kind_name(int kind) {
+    static const char *const names[HY_OPK_COUNT] = {
+        "matmul_fwd", "matmul_bwd", "lm_head_fwd", "lm_head_bwd", "attention_fwd",
+        "attention_bwd", "layernorm", "gelu", "embedding", "classifier", "adamw", "other",
+        "copy", "wait",
+    };
+    return kind >= 0 && kind < HY_OPK_COUNT ? names[kind] : "?";
+}
+
+typedef struct {
+    uint64_t calls;
+    double seconds;
+} hy_op_stat;
 
 typedef struct {
     const char *name;   /* "cpu" or "cuda" */
@@ -213,6 +256,17 @@ typedef struct {
      * (NULL on the CPU, where the master weights are the compute copy). */
     int (*adamw)(hy_stream *s, float *param, void *param_compute, const float *grad, float *m,
                  float *v, size_t n, const hy_adamw_hparams *hp, int decay, hy_error *err);
+
+    /* Op timing (see hy_op_kind); NULL in a backend that does not time.
+     * Copies what was counted since the previous call into
+     * out[rank * HY_OPK_COUNT + kind] for every rank (out may be NULL, to
+     * discard), zeroes the counts, and turns timing on (enable != 0) or
+     * off from then on. Call it only while no rank runs work, e.g. between
+     * hy_runtime_step calls: each rank's thread owns its counters while it
+     * runs, and the runtime's step handshake (a mutex) orders those writes
+     * before this read. Recorded graphs are timed too: the switch is read
+     * when each command runs, not when it is recorded. */
+    int (*op_stats)(hy_backend *be, int enable, hy_op_stat *out, hy_error *err);
 } hy_backend_ops;
 
 /* What every backend's state starts with. */

@@ -9,6 +9,12 @@
  * producer copied before setting it. A blocked wait sleeps on a futex
  * (woken by the writer) in short slices, so it notices an abort or its
  * watchdog deadline without spinning.
+ *
+ * Op timing (backend.h, op_stats): when switched on, every command a rank
+ * runs, eagerly or in a replay, is timed into that rank's row of a table
+ * of (calls, seconds) per hy_op_kind. Only the rank's own thread writes its
+ * row; the host reads it between steps, ordered by the runtime's step
+ * handshake. When off, a command pays one relaxed atomic load.
  */
 #include "backend.h"
 #include "cpu_backend.h"
@@ -44,6 +50,7 @@ typedef struct {
     const uint32_t *iter;       /* FILL, CHECK, DELAY */
     uint32_t *errors;           /* CHECK */
     hy_wait_site site;          /* WAIT */
+    hy_op_kind op_kind;         /* CALL: what the call computes, for op timing */
     void (*fn)(const void *);   /* CALL, with its argument block */
     _Alignas(16) unsigned char args[HY_CPU_CALL_ARGS];
 } cpu_cmd;
@@ -52,10 +59,18 @@ typedef struct cpu_block {
     struct cpu_block *next;
 } cpu_block;
 
+/* One rank's op timing counters. Aligned to a cache line, so that two
+ * ranks updating their rows never write the same line. */
+typedef struct {
+    _Alignas(64) hy_op_stat k[HY_OPK_COUNT];
+} cpu_stats_row;
+
 typedef struct {
     hy_backend base;
     hy_backend_ops ops;         /* this backend's table (no global state) */
     int aborted;                /* read and written with atomics */
+    int timing;                 /* op timing on; read and written with atomics */
+    cpu_stats_row *stats;       /* [ranks]: row r written only by rank r's thread */
     pthread_mutex_t lock;       /* guards why and blocks */
     char why[512];
     cpu_block *blocks;          /* every allocation, freed by destroy */
@@ -191,7 +206,7 @@ static void run_delay(const cpu_cmd *c) {
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
-static int run_cmd(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
+static int run_cmd_untimed(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
     switch (c->kind) {
     case CMD_WAIT: return run_wait(cb, c, err);
     case CMD_WRITE: run_write(c); return HY_OK;
@@ -215,10 +230,43 @@ static int run_cmd(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
     return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: unknown command %d", (int)c->kind);
 }
 
+static hy_op_kind cmd_op_kind(const cpu_cmd *c) {
+    switch (c->kind) {
+    case CMD_WAIT: return HY_OPK_WAIT;
+    case CMD_COPY: return HY_OPK_COPY;
+    case CMD_CALL: return c->op_kind;
+    default: return HY_OPK_OTHER;
+    }
+}
+
+/* Adds one timed piece of work to the rank's row. */
+static void stats_add(cpu_backend *cb, int rank, hy_op_kind kind, double seconds) {
+    hy_op_stat *st = &cb->stats[rank].k[kind];
+    st->calls++;
+    st->seconds += seconds;
+}
+
+static int timing_on(cpu_backend *cb) {
+    /* Relaxed: the switch only flips between steps, and the step
+     * handshake already orders it; the load is all that timing costs
+     * while it is off. */
+    return __atomic_load_n(&cb->timing, __ATOMIC_RELAXED);
+}
+
+/* Runs one command on the stream's rank, timed when timing is on. */
+static int run_cmd(cpu_stream *cs, const cpu_cmd *c, hy_error *err) {
+    cpu_backend *cb = cpu_of(cs->base.be);
+    if (!timing_on(cb)) return run_cmd_untimed(cb, c, err);
+    double t0 = now_s();
+    int rc = run_cmd_untimed(cb, c, err);
+    stats_add(cb, cs->base.rank, cmd_op_kind(c), now_s() - t0);
+    return rc;
+}
+
 /* Runs c now, or records it while capturing. */
 static int enqueue(hy_stream *s, const cpu_cmd *c, hy_error *err) {
     cpu_stream *cs = stream_of(s);
-    if (!cs->capturing) return run_cmd(cpu_of(s->be), c, err);
+    if (!cs->capturing) return run_cmd(cs, c, err);
     if (cs->n == cs->cap) {
         size_t cap = cs->cap ? 2 * cs->cap : 256;
         cpu_cmd *grown = realloc(cs->rec, cap * sizeof *grown);
@@ -277,16 +325,25 @@ static int cpu_test_add(hy_stream *s, uint32_t *counter, hy_error *err) {
     return enqueue(s, &c, err);
 }
 
-int hy_cpu_call(hy_stream *s, void (*fn)(const void *args), const void *args, size_t size,
-                hy_error *err) {
+int hy_cpu_call(hy_stream *s, hy_op_kind kind, void (*fn)(const void *args), const void *args,
+                size_t size, hy_error *err) {
     if (size > HY_CPU_CALL_ARGS)
         return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: %zu bytes of arguments (at most %d)",
                        size, HY_CPU_CALL_ARGS);
+    if ((int)kind < 0 || kind >= HY_OPK_COUNT)
+        return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: op kind %d out of range", (int)kind);
     if (!stream_of(s)->capturing) {   /* eager: no command to build */
-        fn(args);
+        cpu_backend *cb = cpu_of(s->be);
+        if (!timing_on(cb)) {
+            fn(args);
+        } else {
+            double t0 = now_s();
+            fn(args);
+            stats_add(cb, s->rank, kind, now_s() - t0);
+        }
         return HY_OK;
     }
-    cpu_cmd c = { .kind = CMD_CALL, .fn = fn };
+    cpu_cmd c = { .kind = CMD_CALL, .op_kind = kind, .fn = fn };
     memcpy(c.args, args, size);
     return enqueue(s, &c, err);
 }
@@ -346,9 +403,9 @@ static int cpu_capture_end(hy_stream *s, hy_graph **out, hy_error *err) {
 }
 
 static int cpu_graph_launch(hy_graph *g, hy_stream *s, hy_error *err) {
-    cpu_backend *cb = cpu_of(s->be);
+    cpu_stream *cs = stream_of(s);
     for (size_t i = 0; i < g->n; i++) {
-        int rc = run_cmd(cb, &g->cmds[i], err);
+        int rc = run_cmd(cs, &g->cmds[i], err);
         if (rc) return rc;
     }
     return HY_OK;
@@ -368,9 +425,21 @@ static void cpu_abort(hy_backend *be, const char *why) {
     __atomic_store_n(&cb->aborted, 1, __ATOMIC_RELEASE);
 }
 
+static int cpu_op_stats(hy_backend *be, int enable, hy_op_stat *out, hy_error *err) {
+    (void)err;   /* nothing here can fail on the CPU */
+    cpu_backend *cb = cpu_of(be);
+    for (int r = 0; r < be->ranks; r++) {
+        if (out) memcpy(out + (size_t)r * HY_OPK_COUNT, cb->stats[r].k, sizeof cb->stats[r].k);
+        memset(cb->stats[r].k, 0, sizeof cb->stats[r].k);
+    }
+    __atomic_store_n(&cb->timing, enable != 0, __ATOMIC_RELAXED);
+    return HY_OK;
+}
+
 static void cpu_destroy(hy_backend *be) {
     if (!be) return;
     cpu_backend *cb = cpu_of(be);
+    free(cb->stats);
     while (cb->blocks) {
         cpu_block *next = cb->blocks->next;
         free(cb->blocks);
@@ -404,6 +473,7 @@ static hy_backend_ops cpu_ops_init(void) {
     .test_check = cpu_test_check,
     .test_delay = cpu_test_delay,
     .test_add = cpu_test_add,
+    .op_stats = cpu_op_stats,
     };
     hy_cpu_math_ops(&o);
     return o;
@@ -417,7 +487,16 @@ int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_err
         return hy_fail(err, HY_ERR_INPUT, "cpu backend: watchdog_s must be > 0, got %g", watchdog_s);
     cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb) return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: out of memory");
+    void *rows = NULL;
+    size_t row_bytes = (size_t)ranks * sizeof(cpu_stats_row);
+    if (posix_memalign(&rows, _Alignof(cpu_stats_row), row_bytes) != 0) {
+        free(cb);
+        return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: out of memory");
+    }
+    memset(rows, 0, row_bytes);
+    cb->stats = rows;
     if (pthread_mutex_init(&cb->lock, NULL) != 0) {
+        free(cb->stats);
         free(cb);
         return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: pthread_mutex_init failed");
     }

@@ -17,9 +17,9 @@
 #define HY_CPU_CALL_ARGS 160
 
 /* Runs fn(args) now, or records it (with a copy of the args) while the
- * stream captures. */
-int hy_cpu_call(hy_stream *s, void (*fn)(const void *args), const void *args, size_t size,
-                hy_error *err);
+ * stream captures. kind says what it computes, for op timing (op_stats). */
+int hy_cpu_call(hy_stream *s, hy_op_kind kind, void (*fn)(const void *args), const void *args,
+                size_t size, hy_error *err);
 
 /* Fills the math entries of ops (math.c). */
 void hy_cpu_math_ops(hy_backend_ops *ops);

@@ -14,7 +14,8 @@
 #include "cpu_backend.h"
 #include "ops.h"
 
-#define HY_CALL(s, fn, a, err) hy_cpu_call((s), (fn), &(a), sizeof(a), (err))
+/* kind: what the op is, for the backend's op timing (backend.h, op_stats). */
+#define HY_CALL(s, kind, fn, a, err) hy_cpu_call((s), (kind), (fn), &(a), sizeof(a), (err))
 
 /* ---- elementwise --------------------------------------------------------- */
 
@@ -22,7 +23,7 @@ typedef struct { void *p; size_t bytes; } zero_args;
 static void run_zero(const void *p) { const zero_args *a = p; memset(a->p, 0, a->bytes); }
 static int cpu_zero(hy_stream *s, void *p, size_t bytes, hy_error *err) {
     zero_args a = { p, bytes };
-    return HY_CALL(s, run_zero, a, err);
+    return HY_CALL(s, HY_OPK_OTHER, run_zero, a, err);
 }
 
 typedef struct { float *acc; const float *x; size_t n; } add_args;
@@ -32,7 +33,7 @@ static void run_add(const void *p) {
 }
 static int cpu_add(hy_stream *s, void *acc, const void *x, size_t n, hy_error *err) {
     add_args a = { acc, x, n };
-    return HY_CALL(s, run_add, a, err);
+    return HY_CALL(s, HY_OPK_OTHER, run_add, a, err);
 }
 static int cpu_add_f32(hy_stream *s, float *acc, const float *x, size_t n, hy_error *err) {
     return cpu_add(s, acc, x, n, err);
@@ -45,7 +46,7 @@ static void run_gelu_fwd(const void *p) {
 }
 static int cpu_gelu_fwd(hy_stream *s, void *out, const void *inp, size_t n, hy_error *err) {
     gelu_args a = { out, inp, n, NULL };
-    return HY_CALL(s, run_gelu_fwd, a, err);
+    return HY_CALL(s, HY_OPK_GELU, run_gelu_fwd, a, err);
 }
 static void run_gelu_bwd(const void *p) {
     const gelu_args *a = p;
@@ -54,7 +55,7 @@ static void run_gelu_bwd(const void *p) {
 static int cpu_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void *inp, size_t n,
                         hy_error *err) {
     gelu_args a = { dinp, inp, n, dout };
-    return HY_CALL(s, run_gelu_bwd, a, err);
+    return HY_CALL(s, HY_OPK_GELU, run_gelu_bwd, a, err);
 }
 
 /* ---- embedding --------------------------------------------------------- */
@@ -72,7 +73,7 @@ static void run_emb_fwd(const void *p) {
 static int cpu_embedding_fwd(hy_stream *s, void *out, const int *tokens, const void *wte,
                              const void *wpe, int B, int T, int C, hy_error *err) {
     emb_args a = { .out = out, .tokens = tokens, .wte = wte, .wpe = wpe, .B = B, .T = T, .C = C };
-    return HY_CALL(s, run_emb_fwd, a, err);
+    return HY_CALL(s, HY_OPK_EMBEDDING, run_emb_fwd, a, err);
 }
 static void run_emb_bwd(const void *p) {
     const emb_args *a = p;
@@ -82,7 +83,7 @@ static int cpu_embedding_bwd(hy_stream *s, float *dwte, float *dwpe, const void 
                              const int *tokens, int B, int T, int C, hy_error *err) {
     emb_args a = { .dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .B = B, .T = T,
                    .C = C };
-    return HY_CALL(s, run_emb_bwd, a, err);
+    return HY_CALL(s, HY_OPK_EMBEDDING, run_emb_bwd, a, err);
 }
 
 /* ---- layernorm --------------------------------------------------------- */
@@ -101,7 +102,7 @@ static int cpu_layernorm_fwd(hy_stream *s, void *out, float *mean, float *rstd, 
                              const void *w, const void *b, int N, int C, hy_error *err) {
     ln_args a = { .out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .N = N,
                   .C = C };
-    return HY_CALL(s, run_ln_fwd, a, err);
+    return HY_CALL(s, HY_OPK_LAYERNORM, run_ln_fwd, a, err);
 }
 static void run_ln_bwd(const void *p) {
     const ln_args *a = p;
@@ -113,7 +114,7 @@ static int cpu_layernorm_bwd(hy_stream *s, void *dinp, float *dw, float *db, con
                              int N, int C, hy_error *err) {
     ln_args a = { .out = dinp, .dw = dw, .db = db, .dout = dout, .inp = inp, .w = w,
                   .cmean = mean, .crstd = rstd, .N = N, .C = C };
-    return HY_CALL(s, run_ln_bwd, a, err);
+    return HY_CALL(s, HY_OPK_LAYERNORM, run_ln_bwd, a, err);
 }
 
 /* ---- matmul and the tied head ------------------------------------------ */
@@ -130,7 +131,7 @@ static void run_mm_fwd(const void *p) {
 static int cpu_matmul_fwd(hy_stream *s, void *out, const void *inp, const void *w,
                           const void *bias, int N, int C, int OC, hy_error *err) {
     mm_args a = { .out = out, .inp = inp, .w = w, .bias = bias, .N = N, .C = C, .OC = OC };
-    return HY_CALL(s, run_mm_fwd, a, err);
+    return HY_CALL(s, HY_OPK_MATMUL_FWD, run_mm_fwd, a, err);
 }
 static void run_mm_bwd(const void *p) {
     const mm_args *a = p;
@@ -140,7 +141,7 @@ static int cpu_matmul_bwd(hy_stream *s, void *dinp, float *dw, float *dbias, con
                           const void *inp, const void *w, int N, int C, int OC, hy_error *err) {
     mm_args a = { .out = dinp, .dw = dw, .dbias = dbias, .dout = dout, .inp = inp, .w = w,
                   .N = N, .C = C, .OC = OC };
-    return HY_CALL(s, run_mm_bwd, a, err);
+    return HY_CALL(s, HY_OPK_MATMUL_BWD, run_mm_bwd, a, err);
 }
 static void run_head_fwd(const void *p) {
     const mm_args *a = p;
@@ -149,7 +150,7 @@ static void run_head_fwd(const void *p) {
 static int cpu_lm_head_fwd(hy_stream *s, void *logits, const void *inp, const void *wte, int N,
                            int C, int V, hy_error *err) {
     mm_args a = { .out = logits, .inp = inp, .w = wte, .N = N, .C = C, .OC = V };
-    return HY_CALL(s, run_head_fwd, a, err);
+    return HY_CALL(s, HY_OPK_LM_HEAD_FWD, run_head_fwd, a, err);
 }
 static void run_head_bwd(const void *p) {
     const mm_args *a = p;
@@ -159,7 +160,7 @@ static int cpu_lm_head_bwd(hy_stream *s, void *dinp, float *dwte, const void *dl
                            const void *inp, const void *wte, int N, int C, int V, hy_error *err) {
     mm_args a = { .out = dinp, .dw = dwte, .dout = dlogits, .inp = inp, .w = wte, .N = N, .C = C,
                   .OC = V };
-    return HY_CALL(s, run_head_bwd, a, err);
+    return HY_CALL(s, HY_OPK_LM_HEAD_BWD, run_head_bwd, a, err);
 }
 
 /* ---- attention --------------------------------------------------------- */
@@ -177,7 +178,7 @@ static int cpu_attention_fwd(hy_stream *s, void *out, void *att, const void *qkv
                              int C, int NH, int causal, hy_error *err) {
     attn_args a = { .out = out, .att = att, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH,
                     .causal = causal };
-    return HY_CALL(s, run_attn_fwd, a, err);
+    return HY_CALL(s, HY_OPK_ATTENTION_FWD, run_attn_fwd, a, err);
 }
 static void run_attn_bwd(const void *p) {
     const attn_args *a = p;
@@ -189,7 +190,7 @@ static int cpu_attention_bwd(hy_stream *s, void *dqkv, void *scratch, const void
                              hy_error *err) {
     attn_args a = { .out = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv, .catt = att,
                     .B = B, .T = T, .C = C, .NH = NH };
-    return HY_CALL(s, run_attn_bwd, a, err);
+    return HY_CALL(s, HY_OPK_ATTENTION_BWD, run_attn_bwd, a, err);
 }
 
 /* ---- classifier --------------------------------------------------------- */
@@ -212,7 +213,7 @@ static void run_classifier(const void *p) {
 static int cpu_classifier(hy_stream *s, void *logits, float *loss_acc, const int *targets, int N,
                           int V, int Vp, float grad_scale, float loss_scale, hy_error *err) {
     cls_args a = { logits, loss_acc, targets, N, V, Vp, grad_scale, loss_scale };
-    return HY_CALL(s, run_classifier, a, err);
+    return HY_CALL(s, HY_OPK_CLASSIFIER, run_classifier, a, err);
 }
 
 /* ---- gradient norm, clipping, AdamW ------------------------------------- */
@@ -224,7 +225,7 @@ static void run_sumsq(const void *p) {
 }
 static int cpu_sumsq(hy_stream *s, double *acc, const float *x, size_t n, hy_error *err) {
     sumsq_args a = { acc, x, n };
-    return HY_CALL(s, run_sumsq, a, err);
+    return HY_CALL(s, HY_OPK_OTHER, run_sumsq, a, err);
 }
 
 typedef struct { float *factor, *norm; const double *partials; int n; float max_norm; } clip_args;
@@ -238,7 +239,7 @@ static void run_clip(const void *p) {
 static int cpu_clip(hy_stream *s, float *factor, float *norm, const double *partials, int n,
                     float max_norm, hy_error *err) {
     clip_args a = { factor, norm, partials, n, max_norm };
-    return HY_CALL(s, run_clip, a, err);
+    return HY_CALL(s, HY_OPK_OTHER, run_clip, a, err);
 }
 
 typedef struct { float *x; size_t n; const float *factor; } scale_args;
@@ -248,7 +249,7 @@ static void run_scale(const void *p) {
 }
 static int cpu_scale(hy_stream *s, float *x, size_t n, const float *factor, hy_error *err) {
     scale_args a = { x, n, factor };
-    return HY_CALL(s, run_scale, a, err);
+    return HY_CALL(s, HY_OPK_OTHER, run_scale, a, err);
 }
 
 typedef struct {
@@ -268,7 +269,7 @@ static int cpu_adamw(hy_stream *s, float *param, void *param_compute, const floa
                      float *v, size_t n, const hy_adamw_hparams *hp, int decay, hy_error *err) {
     (void)param_compute;   /* the fp32 master weights are the compute copy */
     adamw_args a = { param, m, v, grad, n, hp, decay };
-    return HY_CALL(s, run_adamw, a, err);
+    return HY_CALL(s, HY_OPK_ADAMW, run_adamw, a, err);
 }
 
 void hy_cpu_math_ops(hy_backend_ops *o) {
