@@ -616,8 +616,7 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     int last = rt->sched.placement[rt->S - 1];
     rt->replica_rank = last != rt->sched.placement[0] ? last : -1;
 
-    int rc2 = hy_backend_cpu_create(&rt->be, rt->P, c->watchdog_s, err);
-    rc = rc2;
+    rc = hy_backend_cpu_create(&rt->be, rt->P, c->watchdog_s, err);
     if (!rc) rc = hy_mailbox_plan(&rt->mb, &rt->sched, err);
     if (!rc) rc = hy_mailbox_alloc(&rt->mb, rt->be, (size_t)rt->N * rt->C * sizeof(float), err);
     if (rc) return rc;
@@ -828,23 +827,33 @@ static int rt_ignorable(const char *name) {
            (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
 }
 
+/* "[a, b, ...]" */
+static void rt_shape_text(char *buf, size_t n, int ndim, const size_t *shape) {
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%zu", i ? ", " : "", shape[i]);
+    if (used < n) snprintf(buf + used, n - used, "]");
+}
+
 static int rt_load_tensor(hy_runtime *rt, const hy_st_file *f, const hy_param *p, float *host,
                           hy_error *err) {
     char prefixed[64];
     snprintf(prefixed, sizeof prefixed, "transformer.%s", p->name);
     const hy_st_tensor *t = hy_st_find(f, p->name);
     if (!t) t = hy_st_find(f, prefixed);
+    char want[48], have[160];
+    rt_shape_text(want, sizeof want, p->ndim, (const size_t[2]){ (size_t)p->shape[0],
+                                                                 (size_t)p->shape[1] });
     if (!t)
-        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is missing (the model of this config "
-                       "has it, shape [%d%s%.0d])", f->path, p->name, p->shape[0],
-                       p->ndim == 2 ? ", " : "", p->ndim == 2 ? p->shape[1] : 0);
-    int rows_ok = (int)t->shape[0] == p->shape[0] ||
-                  (p->kind == HY_P_WTE && (int)t->shape[0] == rt->V);
-    if (t->ndim != p->ndim || !rows_ok || (p->ndim == 2 && (int)t->shape[1] != p->shape[1]))
-        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has shape [%zu%s%.0zu], the config's "
-                       "model needs [%d%s%.0d]; check model.* in the config", f->path, t->name,
-                       t->shape[0], t->ndim > 1 ? ", " : "", t->ndim > 1 ? t->shape[1] : (size_t)0,
-                       p->shape[0], p->ndim == 2 ? ", " : "", p->ndim == 2 ? p->shape[1] : 0);
+        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is missing (the config's model has "
+                       "it, shape %s)", f->path, p->name, want);
+    int rows_ok = t->ndim >= 1 && (t->shape[0] == (size_t)p->shape[0] ||
+                                   (p->kind == HY_P_WTE && t->shape[0] == (size_t)rt->V));
+    if (t->ndim != p->ndim || !rows_ok || (p->ndim == 2 && t->shape[1] != (size_t)p->shape[1])) {
+        rt_shape_text(have, sizeof have, t->ndim, t->shape);
+        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has shape %s, the config's model "
+                       "needs %s; check model.* in the config", f->path, t->name, have, want);
+    }
     memset(host, 0, p->numel * sizeof(float));   /* padding rows stay zero */
     int rc = hy_st_read_f32(f, t, host, t->numel, err);
     if (rc) return rc;

@@ -15,7 +15,8 @@
 #include "schedule.h"
 
 /* The backend a run uses. Only the CPU backend exists so far: `auto` says
- * so when it sees a GPU, and `cuda` is refused with the reason. */
+ * so (on `out`, when not NULL) and why, and `cuda` is refused with the
+ * reason. */
 static int hy_pick_backend(const hy_config *c, FILE *out, hy_error *err) {
     int gpus = 0;
     hy_error ignored;
@@ -25,6 +26,7 @@ static int hy_pick_backend(const hy_config *c, FILE *out, hy_error *err) {
                        "backend \"cuda\": %s; use backend \"cpu\" or \"auto\"",
                        gpus ? "the CUDA training backend is not part of this version yet"
                             : "no CUDA device is visible on this machine");
+    if (!out) return HY_OK;
     if (c->backend == HY_BACKEND_AUTO)
         fprintf(out, "backend: cpu (auto: %s)\n",
                 gpus ? "the CUDA training backend is not part of this version yet"
@@ -131,7 +133,7 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
 
 int hy_eval(const hy_config *c, const char *shard, int batches, FILE *out, hy_error *err) {
     if (!shard) shard = c->data.val ? c->data.val : c->data.train;
-    int rc = hy_pick_backend(c, stderr, err);
+    int rc = hy_pick_backend(c, NULL, err);   /* stdout is one JSON line */
     if (rc) return rc;
     if (batches <= 0) {
         /* Every whole batch the shard holds, without wrapping around. */
