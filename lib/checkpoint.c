@@ -219,9 +219,11 @@ int hy_checkpoint_load(hy_runtime *rt, const hy_config *c, const char *path, hy_
     snprintf(file, sizeof file, "%s/state.json", path);
     json_error_t je;
     json_t *state = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+    if (!state && je.line > 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s: not a checkpoint: state.json: %s (line %d, column %d)",
+                       path, je.text, je.line, je.column);
     if (!state)
-        return hy_fail(err, HY_ERR_INPUT, "%s: not a checkpoint: %s (line %d, column %d)", path,
-                       je.text, je.line, je.column);
+        return hy_fail(err, HY_ERR_INPUT, "%s: not a checkpoint: %s", path, je.text);
     json_t *fmt = json_object_get(state, "format"), *step = json_object_get(state, "step");
     json_t *pos = json_object_get(state, "data_position");
     int rc = HY_OK;

@@ -72,26 +72,64 @@ static void hy_print_eta(FILE *out, double seconds) {
     else fprintf(out, "%ld:%02ld", s / 60, s % 60);
 }
 
-int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *err) {
-    int rc = hy_pick_backend(c, out, err);
+/* Whole batches in a shard (0 if it cannot be opened: err says why). */
+static int hy_shard_batches(const hy_config *c, const char *path, int *batches, hy_error *err) {
+    hy_shard sh;
+    int rc = hy_shard_open(&sh, path, c->model.vocab, err);
     if (rc) return rc;
+    size_t per = (size_t)c->schedule.micro_batch_size * c->model.seq_len;
+    size_t tokens = sh.n, n = (tokens - 1) / per;
+    hy_shard_close(&sh);
+    if (n == 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s: the shard holds %zu tokens, fewer than one batch "
+                       "needs: B x T + 1 = %d x %d + 1 = %zu", path, tokens,
+                       c->schedule.micro_batch_size, c->model.seq_len, per + 1);
+    *batches = n > 1000000 ? 1000000 : (int)n;
+    return HY_OK;
+}
+
+/* The validation loss after training: up to 20 batches of data.val. */
+static int hy_validate(hy_runtime *rt, const hy_config *c, int step, FILE *out, FILE *log,
+                       hy_error *err) {
+    int batches = 0;
+    int rc = hy_shard_batches(c, c->data.val, &batches, err);
+    double loss = 0, tokens = 0;
+    if (batches > 20) batches = 20;
+    if (!rc) rc = hy_runtime_eval(rt, c->data.val, batches, &loss, &tokens, err);
+    if (rc) return rc;
+    fprintf(out, "val loss %.4f (%d batches of %s)\n", loss, batches, c->data.val);
+    if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.6f, \"val_batches\": %d}\n", step, loss,
+                     batches);
+    return HY_OK;
+}
+
+int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *err) {
+    /* Everything that can be wrong with the input is found before anything
+     * is printed or any file is opened for writing. */
+    int rc = hy_pick_backend(c, NULL, err);
+    hy_runtime *rt = NULL;
+    int first = 1, steps = c->train.steps, done = 0, train_batches = 0, val_batches = 0;
+    size_t pos = 0;
+    if (!rc) rc = hy_runtime_create(&rt, c, err);
+    if (!rc && o && o->resume) rc = hy_checkpoint_load(rt, c, o->resume, err);
+    if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);   /* opens data.train */
+    if (!rc) rc = hy_shard_batches(c, c->data.train, &train_batches, err);   /* one batch fits */
+    if (!rc && c->data.val) rc = hy_shard_batches(c, c->data.val, &val_batches, err);
     FILE *log = NULL;
-    if (o && o->log_json) {
+    if (!rc && o && o->log_json) {
         log = fopen(o->log_json, "w");
         if (!log)
-            return hy_fail(err, HY_ERR_INPUT, "--log-json %s: cannot open for writing: %s",
-                           o->log_json, strerror(errno));
+            rc = hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT),
+                         "--log-json %s: cannot open for writing: %s", o->log_json, strerror(errno));
     }
+    if (rc) {
+        hy_runtime_destroy(rt);
+        return rc;
+    }
+    hy_pick_backend(c, out, err);
     hy_print_header(c, out);
-    hy_runtime *rt = NULL;
-    rc = hy_runtime_create(&rt, c, err);
-    int first = 1, steps = c->train.steps;
-    if (!rc && o && o->resume) {
-        rc = hy_checkpoint_load(rt, c, o->resume, err);
-        int done = 0;
-        size_t pos = 0;
-        if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);
-        if (!rc) fprintf(out, "resumed from %s after step %d\n", o->resume, done);
+    if (o && o->resume) {
+        fprintf(out, "resumed from %s after step %d\n", o->resume, done);
         first = done + 1;
     }
     double total_ms = 0;
@@ -124,6 +162,7 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
             if (!rc) fprintf(out, "checkpoint: %s\n", path);
         }
     }
+    if (!rc && c->data.val) rc = hy_validate(rt, c, steps, out, log, err);
     hy_runtime_destroy(rt);
     if (log && fclose(log) != 0 && !rc)
         rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,
@@ -135,18 +174,9 @@ int hy_eval(const hy_config *c, const char *shard, int batches, FILE *out, hy_er
     if (!shard) shard = c->data.val ? c->data.val : c->data.train;
     int rc = hy_pick_backend(c, NULL, err);   /* stdout is one JSON line */
     if (rc) return rc;
-    if (batches <= 0) {
-        /* Every whole batch the shard holds, without wrapping around. */
-        hy_shard sh;
-        rc = hy_shard_open(&sh, shard, c->model.vocab, err);
+    if (batches <= 0) {   /* every whole batch the shard holds, without wrapping */
+        rc = hy_shard_batches(c, shard, &batches, err);
         if (rc) return rc;
-        size_t per = (size_t)c->schedule.micro_batch_size * c->model.seq_len;
-        size_t n = (sh.n - 1) / per;
-        hy_shard_close(&sh);
-        if (n == 0)
-            return hy_fail(err, HY_ERR_INPUT, "%s: too short for one batch of %zu tokens", shard,
-                           per + 1);
-        batches = n > 1000000 ? 1000000 : (int)n;
     }
     hy_runtime *rt = NULL;
     double loss = 0, tokens = 0;

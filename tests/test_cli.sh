@@ -111,11 +111,14 @@ run train configs/tiny-gpt.json "${small[@]}" --set train.steps=3 --set train.lo
 expect_rc 0
 expect_out 'step 3/3  loss '
 expect_out 'backend: cpu'
-if [ "$(wc -l < "$tmp/log.jsonl")" = 3 ] &&
-   python3 -c 'import json,sys
-for line in open(sys.argv[1]):
-    d = json.loads(line)
+expect_out 'val loss '
+if python3 -c 'import json,sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+steps = [d for d in rows if "loss" in d]
+assert [d["step"] for d in steps] == [1, 2, 3], rows
+for d in steps:
     assert set(d) >= {"step", "loss", "lr", "grad_norm", "tokens_per_s", "ms"}, d
+assert len(rows) == 4 and rows[3]["val_loss"] > 0, rows
 ' "$tmp/log.jsonl"; then ok; else bad "train --log-json: $(cat "$tmp/log.jsonl")"; fi
 run train configs/tiny-gpt.json "${small[@]}" --set train.steps=0
 expect_rc 2

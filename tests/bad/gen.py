@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""gen.py OUTDIR — writes the binary half of the bad-input corpus.
+
+Run by tests/test_bad_inputs.sh (it is not a test itself). Everything is
+deterministic: no randomness, no clock. Shards use llm.c's layout (256 x
+int32 header: magic 20240520, version 1, token count; uint16 tokens) and
+the safetensors files are sized for tests/bad/tiny.json (GPT, 1 layer,
+d_model 8, 2 heads, seq_len 8, vocab 16).
+
+A few files are good on purpose (shard_ok.bin, st_ok.safetensors): the
+bad cases use them for the parts of a command line that are not under
+test, and the runner checks once that they are accepted.
+"""
+import json
+import os
+import struct
+import sys
+
+OUT = sys.argv[1]
+V, T, D = 16, 8, 8
+
+
+def put(name, data):
+    with open(os.path.join(OUT, name), "wb") as f:
+        f.write(data)
+
+
+# ---- token shards -----------------------------------------------------------
+def header(magic=20240520, version=1, count=0):
+    h = [0] * 256
+    h[0], h[1], h[2] = magic, version, count
+    return struct.pack("<256i", *h)
+
+
+def toks(n, vocab=V):
+    return struct.pack("<%dH" % n, *[(i * 7 + 3) % vocab for i in range(n)])
+
+
+put("shard_ok.bin", header(count=200) + toks(200))
+put("shard_empty.bin", b"")
+put("shard_short_header.bin", header(count=10)[:100])
+put("shard_bad_magic.bin", header(magic=20240521, count=200) + toks(200))
+put("shard_bad_version.bin", header(version=2, count=200) + toks(200))
+put("shard_count_gt_size.bin", header(count=300) + toks(200))
+put("shard_count_lt_size.bin", header(count=100) + toks(200))
+put("shard_negative_count.bin", header(count=-1) + toks(200))
+put("shard_zero_tokens.bin", header(count=0))
+put("shard_odd_bytes.bin", header(count=200) + toks(200) + b"\x01")
+put("shard_truncated.bin", (header(count=200) + toks(200))[:1024 + 2 * 150 + 1])
+put("shard_token_ge_vocab.bin",
+    header(count=200) + toks(150) + struct.pack("<H", V) + toks(49))
+put("shard_token_max.bin", header(count=200) + toks(199) + struct.pack("<H", 65535))
+put("shard_too_few_tokens.bin", header(count=5) + toks(5))   # < one batch of seq_len 8
+
+
+# ---- safetensors --------------------------------------------------------------
+def tiny_shapes():
+    s = {"wte.weight": [V, D], "wpe.weight": [T, D], "ln_f.weight": [D], "ln_f.bias": [D]}
+    p = "h.0."
+    s.update({p + "ln_1.weight": [D], p + "ln_1.bias": [D],
+              p + "attn.c_attn.weight": [D, 3 * D], p + "attn.c_attn.bias": [3 * D],
+              p + "attn.c_proj.weight": [D, D], p + "attn.c_proj.bias": [D],
+              p + "ln_2.weight": [D], p + "ln_2.bias": [D],
+              p + "mlp.c_fc.weight": [D, 4 * D], p + "mlp.c_fc.bias": [4 * D],
+              p + "mlp.c_proj.weight": [4 * D, D], p + "mlp.c_proj.bias": [D]})
+    return s
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def st_entries(shapes, dtype="F32", esize=4):
+    """Header entries laid out back to back in name order, and the data size."""
+    hdr, off = {}, 0
+    for name in sorted(shapes):
+        n = numel(shapes[name]) * esize
+        hdr[name] = {"dtype": dtype, "shape": shapes[name], "data_offsets": [off, off + n]}
+        off += n
+    return hdr, off
+
+
+def st_bytes(hdr, nbytes, header_len=None):
+    text = hdr if isinstance(hdr, (bytes, bytearray)) else json.dumps(hdr).encode()
+    n = len(text) if header_len is None else header_len
+    data = bytes(nbytes)        # all-zero weights: finite in every float dtype
+    return struct.pack("<Q", n) + text + data
+
+
+def st(name, shapes=None, mutate=None, dtype="F32", esize=4, extra=0):
+    hdr, n = st_entries(shapes or tiny_shapes(), dtype, esize)
+    if mutate:
+        mutate(hdr)
+    put(name, st_bytes(hdr, n + extra))
+
+
+st("st_ok.safetensors")
+put("st_empty.safetensors", b"")
+put("st_short.safetensors", b"\x10\x00\x00")
+_h, _n = st_entries(tiny_shapes())
+_good = st_bytes(_h, _n)
+put("st_hdrlen_beyond_file.safetensors", struct.pack("<Q", len(_good) + 100) + _good[8:])
+put("st_hdrlen_huge.safetensors", struct.pack("<Q", 1 << 62) + _good[8:])
+put("st_hdr_not_json.safetensors", st_bytes(b"{\"wte.weight\": {\"dtype\": F32", 0))
+put("st_hdr_array.safetensors", st_bytes(b"[1, 2, 3]", 0))
+put("st_truncated_data.safetensors", _good[:-64])
+
+
+def set_(name, key, value):
+    def f(h):
+        h[name][key] = value
+    return f
+
+
+st("st_dtype_unknown.safetensors", mutate=set_("wte.weight", "dtype", "F33"))
+st("st_dtype_int.safetensors", mutate=set_("ln_f.bias", "dtype", "I32"))
+st("st_dtype_not_string.safetensors", mutate=set_("ln_f.bias", "dtype", 32))
+st("st_all_f64.safetensors", dtype="F64", esize=8)
+st("st_shape_negative.safetensors", mutate=set_("ln_f.bias", "shape", [-8]))
+st("st_shape_not_array.safetensors", mutate=set_("ln_f.bias", "shape", "8"))
+st("st_shape_overflow.safetensors",
+   mutate=set_("ln_f.bias", "shape", [4294967296, 4294967296, 4294967296]))
+st("st_shape_vs_offsets.safetensors", mutate=set_("ln_f.bias", "shape", [9]))
+st("st_offsets_beyond_data.safetensors", mutate=lambda h: h["wte.weight"].update(
+    data_offsets=[h["wte.weight"]["data_offsets"][0] + 64, h["wte.weight"]["data_offsets"][1] + 64]))
+st("st_offsets_reversed.safetensors", mutate=set_("ln_f.bias", "data_offsets", [32, 0]))
+st("st_offsets_one_value.safetensors", mutate=set_("ln_f.bias", "data_offsets", [0]))
+st("st_overlap.safetensors", mutate=lambda h: h["ln_f.weight"].update(
+    data_offsets=list(h["ln_f.bias"]["data_offsets"])))
+st("st_entry_not_object.safetensors", mutate=lambda h: h.__setitem__("ln_f.bias", [1, 2]))
+st("st_missing_key.safetensors", mutate=lambda h: h["ln_f.bias"].pop("dtype"))
+st("st_metadata_not_object.safetensors", mutate=lambda h: h.__setitem__("__metadata__", 5))
+_s = tiny_shapes()
+del _s["ln_f.bias"]
+st("st_missing_tensor.safetensors", shapes=_s)
+_s = tiny_shapes()
+_s["h.1.ln_1.weight"] = [D]
+st("st_extra_tensor.safetensors", shapes=_s)
+_s = tiny_shapes()
+_s["wte.weight"] = [V - 1, D]
+st("st_wrong_shape_wte.safetensors", shapes=_s)
+_s = tiny_shapes()
+_s["h.0.attn.c_attn.weight"] = [3 * D, D]        # transposed
+st("st_wrong_shape_transposed.safetensors", shapes=_s)
+_s = tiny_shapes()
+_s["ln_f.weight"] = [1, D]
+st("st_wrong_rank.safetensors", shapes=_s)
+# the same data with one name given twice in the header text
+_dup = json.dumps(_h).encode()
+_dup = _dup[:-1] + b', "wpe.weight": ' + json.dumps(_h["wpe.weight"]).encode() + b"}"
+put("st_duplicate_name.safetensors", st_bytes(_dup, _n))
+
+
+# ---- configs too big or odd to keep as committed files ------------------------
+def text(name, s):
+    put(name, s.encode())
+
+
+text("deep_array.json", '{"devices":' + "[" * 100000 + "]" * 100000 + "}")
+text("deep_object.json", '{"model":' * 50000 + "{}" + "}" * 50000)
+text("long_key.json", '{"' + "k" * 1000000 + '": 1}')
+text("huge_split.json", '{"schedule":{"split":[' + ",".join(["0"] * 3000) + "]}}")
+put("bom.json", b"\xef\xbb\xbf{}")
+text("unreadable.json", "{}")
+os.chmod(os.path.join(OUT, "unreadable.json"), 0)
+os.mkfifo(os.path.join(OUT, "fifo.bin"))     # a shard or weights path that is a FIFO
