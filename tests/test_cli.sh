@@ -9,65 +9,8 @@
 # failure.
 set -u
 
-HANAYO=${HANAYO:-build/hanayo}
-pass=0
-fail=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/hy_test_cli.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-
-if [ ! -x "$HANAYO" ]; then
-    echo "cli: $HANAYO is not an executable; build it or set HANAYO" >&2
-    echo "cli: 0 passed, 1 failed"
-    exit 1
-fi
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-
-# run ARGS...: runs hanayo; leaves $rc, $tmp/out, $tmp/err.
-run() {
-    "$HANAYO" "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    last="hanayo $*"
-}
-
-expect_rc() {
-    if [ "$rc" -eq "$1" ]; then ok; else
-        bad "$last: exit $rc, want $1; stderr: $(head -c 400 "$tmp/err")"
-    fi
-}
-expect_out() {
-    if grep -q -e "$1" "$tmp/out"; then ok; else bad "$last: stdout lacks '$1'"; fi
-}
-expect_no_out() {
-    if grep -q -e "$1" "$tmp/out"; then bad "$last: stdout has '$1'"; else ok; fi
-}
-expect_err() {
-    if grep -q -e "$1" "$tmp/err"; then ok; else
-        bad "$last: stderr lacks '$1': $(head -c 400 "$tmp/err")"
-    fi
-}
-
-# An input error: exit 2, one line "hanayo: ..." on stderr, stdout empty.
-expect_input_error() {
-    run "$@"
-    expect_rc 2
-    if [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q '^hanayo: ' "$tmp/err"; then ok; else
-        bad "$last: want one 'hanayo: ' line on stderr, got: $(cat "$tmp/err")"
-    fi
-    if [ -s "$tmp/out" ]; then bad "$last: printed to stdout on error"; else ok; fi
-}
-
-# json_get EXPR: evaluates a Python expression over the JSON on stdout as p.
-json_get() {
-    python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' \
-        "$tmp/out" "$1" 2>/dev/null
-}
-expect_json() {
-    local got
-    got=$(json_get "$1")
-    if [ "$got" = "$2" ]; then ok; else bad "$last: $1 is '$got', want '$2'"; fi
-}
+HY_TEST_NAME=cli
+. "$(dirname "$0")/lib/cli.sh"
 
 # ---- version, help, commands ------------------------------------------------
 run --version
@@ -306,5 +249,4 @@ if [ -w /dev/full ]; then
     expect_err '^hanayo: cannot write'
 fi
 
-echo "cli: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+hy_finish
