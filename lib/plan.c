@@ -612,7 +612,7 @@ char *hy_plan_svg(const hy_plan *pl) {
  * held in memory, and a print that fails is caught by the commit. */
 int hy_plan_save_svg(const hy_plan *pl, const char *path, hy_error *err) {
     hy_atomic_file af;
-    int st = hy_atomic_open(&af, path, HY_ERR_RUNTIME, err);
+    int st = hy_atomic_open(&af, path, HY_ERR_INPUT, err);   /* the user named the path */
     if (st) return st;
     FILE *f = hy_atomic_stream(&af, err);
     if (!f) return HY_ERR_RUNTIME;

@@ -78,8 +78,9 @@ int hy_plan_write_svg(FILE *f, const hy_plan *pl);
 char *hy_plan_svg(const hy_plan *pl);
 /* Writes the SVG to `path` atomically (atomicfile.h: a temporary file
  * beside it, renamed into place; mode 0666 less the umask), so an error
- * never leaves a partial file. HY_ERR_RUNTIME on any failure, with the path
- * and what to check. */
+ * never leaves a partial file. HY_ERR_INPUT when the path is at fault (a
+ * missing directory, a directory in the way, no permission), else
+ * HY_ERR_RUNTIME; the message names the path and what to check. */
 int hy_plan_save_svg(const hy_plan *pl, const char *path, hy_error *err);
 
 /* ---- Comparison of the four schedules -----------------------------------

@@ -212,12 +212,12 @@ if [ -s "$tmp/plan2.svg" ]; then ok; else bad "$last: no SVG"; fi
 
 mkdir "$tmp/svgdir"
 run plan --svg "$tmp/svgdir/missing/x.svg"
-if [ "$rc" -eq 1 ] || [ "$rc" -eq 2 ]; then ok; else bad "$last: exit $rc"; fi
+expect_rc 2
 expect_err 'missing/x.svg'
 if [ -s "$tmp/out" ]; then bad "$last: printed to stdout on error"; else ok; fi
 mkdir "$tmp/svgdir/taken"
 run plan --svg "$tmp/svgdir/taken"
-if [ "$rc" -eq 1 ] || [ "$rc" -eq 2 ]; then ok; else bad "$last: exit $rc"; fi
+expect_rc 2
 left=$(find "$tmp/svgdir" -mindepth 1 | wc -l)
 if [ "$left" -eq 1 ]; then ok; else bad "$last: left files behind: $(find "$tmp/svgdir")"; fi
 

@@ -318,14 +318,15 @@ static void test_svg_save(void) {
     struct stat sb;
     CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0444) == 0444);
     free(want);
-    /* A missing directory: an I/O error naming the path, nothing written. */
+    /* A missing directory: the user's path is wrong (exit 2, like every
+     * other output path), the error names it, nothing is written. */
     snprintf(bad, sizeof bad, "%s/missing/plan.svg", dir);
-    CHECK(hy_plan_save_svg(&pl, bad, &err) == HY_ERR_RUNTIME);
+    CHECK(hy_plan_save_svg(&pl, bad, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, bad) != NULL);
     /* A directory in the way: the rename fails, the temp file is removed. */
     snprintf(bad, sizeof bad, "%s/sub", dir);
     CHECK(mkdir(bad, 0755) == 0);
-    CHECK(hy_plan_save_svg(&pl, bad, &err) == HY_ERR_RUNTIME);
+    CHECK(hy_plan_save_svg(&pl, bad, &err) == HY_ERR_INPUT);
     CHECKF(dir_entries(dir) == 2, "%d entries left in the directory", dir_entries(dir));
     CHECK(dir_entries(bad) == 0);
     rmdir(bad);
