@@ -761,8 +761,17 @@ static double rt_now(void) {
 static int rt_open_train(hy_runtime *rt, hy_error *err) {
     if (rt->train_open) return HY_OK;
     int rc = hy_shard_open(&rt->train, rt->cfg->data.train, rt->V, err);
-    if (!rc) rt->train_open = 1;
-    return rc;
+    if (rc) return rc;
+    /* A shard too short for one batch is refused now, not at the first
+     * step: the trial read says so in the data module's words. */
+    size_t pos = 0;
+    rc = hy_batch_read(&rt->train, &pos, rt->B, rt->T, NULL, NULL, err);
+    if (rc) {
+        hy_shard_close(&rt->train);
+        return rc;
+    }
+    rt->train_open = 1;
+    return HY_OK;
 }
 
 int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {

@@ -108,12 +108,12 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
      * is printed or any file is opened for writing. */
     int rc = hy_pick_backend(c, NULL, err);
     hy_runtime *rt = NULL;
-    int first = 1, steps = c->train.steps, done = 0, train_batches = 0, val_batches = 0;
+    int first = 1, steps = c->train.steps, done = 0, val_batches = 0;
     size_t pos = 0;
     if (!rc) rc = hy_runtime_create(&rt, c, err);
     if (!rc && o && o->resume) rc = hy_checkpoint_load(rt, c, o->resume, err);
-    if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);   /* opens data.train */
-    if (!rc) rc = hy_shard_batches(c, c->data.train, &train_batches, err);   /* one batch fits */
+    /* Opens data.train and checks that one batch fits. */
+    if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);
     if (!rc && c->data.val) rc = hy_shard_batches(c, c->data.val, &val_batches, err);
     FILE *log = NULL;
     if (!rc && o && o->log_json) {
