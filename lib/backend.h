@@ -248,14 +248,33 @@ typedef struct {
                       int V, int Vp, float grad_scale, float loss_scale, hy_error *err);
     int (*sumsq)(hy_stream *s, double *acc, const float *x, size_t n, hy_error *err);
     /* norm = sqrt(sum of partials[0..n), added in order); factor = the
-     * clip coefficient min(1, max_norm / (norm + 1e-6)), 1 if max_norm is 0. */
+     * clip coefficient min(1, max_norm / (norm + 1e-6)), 1 if max_norm is 0,
+     * and NaN when the norm is not finite: that is the step's one fused
+     * non-finite check, and AdamW below skips its update on a NaN factor. */
     int (*clip)(hy_stream *s, float *factor, float *norm, const double *partials, int n,
                 float max_norm, hy_error *err);
-    int (*scale)(hy_stream *s, float *x, size_t n, const float *factor, hy_error *err);
-    /* One AdamW step on n parameters; also refreshes the compute copy
-     * (NULL on the CPU, where the master weights are the compute copy). */
+    /* One AdamW step on n parameters with the gradient scaled by *factor
+     * (the clip factor, read when it runs); a non-finite *factor leaves
+     * param, m, v and the compute copy untouched, so a step whose loss or
+     * gradients overflowed never reaches the weights. Also refreshes the
+     * compute copy (NULL when the backend computes on the master weights,
+     * act_size == 4). */
     int (*adamw)(hy_stream *s, float *param, void *param_compute, const float *grad, float *m,
-                 float *v, size_t n, const hy_adamw_hparams *hp, int decay, hy_error *err);
+                 float *v, size_t n, const hy_adamw_hparams *hp, const float *factor, int decay,
+                 hy_error *err);
+    /* dst[i] = src[i] in the compute type: the compute copy of weights
+     * that were just uploaded (a plain copy when act_size == 4). */
+    int (*to_act)(hy_stream *s, void *dst, const float *src, size_t n, hy_error *err);
+    /* Bytes of the `scratch` attention_bwd needs for one call. */
+    size_t (*attention_scratch)(int B, int T, int C, int NH);
+
+    /* Profiling and test hooks. timestamp stores, when it runs, a clock in
+     * nanoseconds (CLOCK_MONOTONIC on the CPU, %globaltimer on a GPU: one
+     * clock for all ranks of the backend) into *dst, which is rank memory.
+     * sleep holds the stream for ns nanoseconds (a spin on a GPU; on the
+     * CPU a sleep that abort cuts short): the slow-stage test hook. */
+    int (*timestamp)(hy_stream *s, uint64_t *dst, hy_error *err);
+    int (*sleep)(hy_stream *s, uint64_t ns, hy_error *err);
 
     /* Op timing (see hy_op_kind); NULL in a backend that does not time.
      * Copies what was counted since the previous call into
@@ -285,6 +304,18 @@ struct hy_stream {
 /* The CPU backend: `ranks` ranks in this process, waits failing after
  * watchdog_s seconds. */
 int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_error *err);
+
+/* The CUDA backend (kernels/cuda/backend.cu): rank r runs on device
+ * devices[r] (n_devices == 0: r mod the number of devices), several ranks
+ * may share a device, and peer access is enabled between every pair of
+ * devices in use. Activations are bf16 (act_size 2), with fp32 master
+ * weights, gradients and optimizer state. The handshake flags live in
+ * host-mapped pinned memory, or with flags_on_device in the consumer's
+ * device memory, peer-mapped (DESIGN §3; the benchmark measures both).
+ * Without the CUDA backend in the build or without a device this fails
+ * and says which. */
+int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int n_devices,
+                           int flags_on_device, double watchdog_s, hy_error *err);
 
 /* The pattern the test ops write: a 32-bit hash of (key, iteration, i). */
 static inline uint32_t hy_pattern(uint32_t key, uint32_t iter, uint32_t i) {

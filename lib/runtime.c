@@ -27,17 +27,20 @@
 #include "safetensors.h"
 #include "schedule.h"
 
-/* The activations one layer keeps for its backward, inside a stash slot. */
+/* The activations one layer keeps for its backward, inside a stash slot:
+ * activations in the backend's compute type (act_size bytes each, void *),
+ * LayerNorm statistics in fp32. */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg, *res3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    void *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg, *res3;
 } rt_layer_acts;
 
 typedef struct {
     int rank;
     float *param, *grad, *m, *v;   /* [stage_numel] each, in the rank's memory */
+    void *wc;                      /* the compute copy of param (== param when act_size is 4) */
     int slots;                     /* K_s */
-    float **stash;                 /* [K_s] */
+    void **stash;                  /* [K_s] */
     int *stash_of;                 /* [M]: the stash slot of micro-batch m */
 } rt_stage;
 
@@ -49,14 +52,17 @@ typedef struct {
     hy_stream *stream;
     hy_graph *graph;
     int iterations;                /* run so far */
-    /* scratch */
-    float *send, *dres, *dln, *datty, *dqkv, *dfc, *dfcg, *attn_scratch, *logits;
+    /* scratch, in the compute type */
+    void *send, *dres, *dln, *datty, *dqkv, *dfc, *dfcg, *attn_scratch, *logits;
     int *tokens, *targets;         /* [M * N], for ranks holding stage 0 / S-1 */
     float *loss, *clip_factor, *norm;
     double *partials;              /* [P] */
     hy_adamw_hparams *hp;
     /* the replica of wte on the last stage's rank, when it is not rank 0 */
     float *wte, *dwte, *wte_m, *wte_v;
+    void *wte_c;                   /* its compute copy */
+    /* profiling (hy_runtime_profile): stamps[RT_STAMPS(n_actions)] */
+    uint64_t *stamps;
     int status;
     hy_error err;
 } rt_rank;
@@ -67,6 +73,7 @@ struct hy_runtime {
     hy_model model;
     hy_mailbox mb;
     hy_backend *be;
+    size_t A;                      /* bytes per activation element (backend's act_size) */
     hy_shard train;                /* opened at the first step: eval needs none */
     int train_open;
     rt_stage *stages;              /* [S] */
@@ -76,6 +83,10 @@ struct hy_runtime {
     int replica_rank;              /* rank holding the wte replica, or -1 */
     int B, T, C, NH, N, M, V, Vp, S, P;
     int *batch_in, *batch_tg;      /* host staging for one micro-batch [N] */
+    /* test and profiling hooks, fixed before the first step */
+    int profile;                   /* timestamps around every action */
+    int slow_stage;                /* stage whose every action sleeps slow_ns first, or -1 */
+    uint64_t slow_ns;
     /* the step handshake between the host and the rank threads */
     pthread_mutex_t lock;
     pthread_cond_t cv;
@@ -85,53 +96,94 @@ struct hy_runtime {
 };
 
 /* ------------------------------------------------------------------------ */
-/* Shapes and stash layout */
+/* Shapes and stash layout
+ *
+ * A stash slot is carved into aligned pieces: every piece starts on a
+ * 256-byte boundary, so a bf16 array of odd length never misaligns the
+ * next one (vector loads on a GPU need 16-byte alignment). */
 
-static size_t rt_layer_floats(const hy_runtime *rt) {
-    size_t N = (size_t)rt->N, C = (size_t)rt->C;
-    return 16 * N * C + 4 * N + (size_t)rt->B * rt->NH * rt->T * rt->T;
+#define RT_ALIGN 256
+
+static size_t rt_align(size_t bytes) { return (bytes + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN; }
+
+/* Takes `bytes` from *p (NULL *p: only counts, for sizing). */
+static void *rt_carve(unsigned char **p, size_t *used, size_t bytes) {
+    void *at = *p ? *p + *used : NULL;
+    *used += rt_align(bytes);
+    return at;
 }
 
-static size_t rt_stash_floats(const hy_runtime *rt, int s) {
-    size_t N = (size_t)rt->N, C = (size_t)rt->C;
-    size_t n = (size_t)rt->model.n_layers[s] * rt_layer_floats(rt);
-    if (s == 0) n += N * C;                        /* the embedding's output */
-    if (s == rt->S - 1) n += 2 * N * C + 2 * N;    /* ln_f out, stats, d(ln_f out) */
+/* The pieces of layer l's activations in a stash slot; with slot NULL only
+ * the size comes back (in *used). */
+static rt_layer_acts rt_layer_carve(const hy_runtime *rt, unsigned char *base, size_t *used) {
+    size_t N = (size_t)rt->N, C = (size_t)rt->C, A = rt->A, f = sizeof(float);
+    size_t att = (size_t)rt->B * rt->NH * rt->T * rt->T;
+    unsigned char **p = &base;
+    rt_layer_acts a;
+    a.ln1_mean = rt_carve(p, used, N * f);
+    a.ln1_rstd = rt_carve(p, used, N * f);
+    a.ln2_mean = rt_carve(p, used, N * f);
+    a.ln2_rstd = rt_carve(p, used, N * f);
+    a.ln1 = rt_carve(p, used, N * C * A);
+    a.qkv = rt_carve(p, used, 3 * N * C * A);
+    a.att = rt_carve(p, used, att * A);
+    a.atty = rt_carve(p, used, N * C * A);
+    a.res2 = rt_carve(p, used, N * C * A);
+    a.ln2 = rt_carve(p, used, N * C * A);
+    a.fch = rt_carve(p, used, 4 * N * C * A);
+    a.fchg = rt_carve(p, used, 4 * N * C * A);
+    a.res3 = rt_carve(p, used, N * C * A);
+    return a;
+}
+
+static size_t rt_layer_bytes(const hy_runtime *rt) {
+    size_t used = 0;
+    rt_layer_carve(rt, NULL, &used);
+    return used;
+}
+
+/* The head's pieces on the last stage: ln_f's output, its statistics, and
+ * d(ln_f output), which the head's backward leaves for B(m, S-1). */
+typedef struct {
+    void *out, *dout;
+    float *mean, *rstd;
+} rt_head_acts;
+
+static size_t rt_stash_bytes(const hy_runtime *rt, int s) {
+    size_t NC = (size_t)rt->N * rt->C;
+    size_t n = (size_t)rt->model.n_layers[s] * rt_layer_bytes(rt);
+    if (s == 0) n += rt_align(NC * rt->A);                     /* the embedding's output */
+    if (s == rt->S - 1)
+        n += 2 * rt_align(NC * rt->A) + 2 * rt_align((size_t)rt->N * sizeof(float));
     return n;
 }
 
-static rt_layer_acts rt_layer(const hy_runtime *rt, float *slot, int l) {
-    size_t N = (size_t)rt->N, C = (size_t)rt->C;
-    float *p = slot + (size_t)l * rt_layer_floats(rt);
-    rt_layer_acts a;
-    a.ln1 = p; p += N * C;
-    a.ln1_mean = p; p += N;
-    a.ln1_rstd = p; p += N;
-    a.qkv = p; p += 3 * N * C;
-    a.att = p; p += (size_t)rt->B * rt->NH * rt->T * rt->T;
-    a.atty = p; p += N * C;
-    a.res2 = p; p += N * C;
-    a.ln2 = p; p += N * C;
-    a.ln2_mean = p; p += N;
-    a.ln2_rstd = p; p += N;
-    a.fch = p; p += 4 * N * C;
-    a.fchg = p; p += 4 * N * C;
-    a.res3 = p;
-    return a;
+static rt_layer_acts rt_layer(const hy_runtime *rt, void *slot, int l) {
+    size_t used = 0;
+    return rt_layer_carve(rt, (unsigned char *)slot + (size_t)l * rt_layer_bytes(rt), &used);
 }
 
 /* The extras after the layers: the embedding output (stage 0) and the
  * head's activations (last stage). */
-static float *rt_extra(const hy_runtime *rt, int s, float *slot) {
-    return slot + (size_t)rt->model.n_layers[s] * rt_layer_floats(rt);
+static unsigned char *rt_extra(const hy_runtime *rt, int s, void *slot) {
+    return (unsigned char *)slot + (size_t)rt->model.n_layers[s] * rt_layer_bytes(rt);
 }
-static float *rt_encoded(const hy_runtime *rt, float *slot) { return rt_extra(rt, 0, slot); }
-static float *rt_lnf(const hy_runtime *rt, float *slot) {
-    return rt_extra(rt, rt->S - 1, slot) + (rt->S == 1 ? (size_t)rt->N * rt->C : 0);
+static void *rt_encoded(const hy_runtime *rt, void *slot) { return rt_extra(rt, 0, slot); }
+static rt_head_acts rt_head_of(const hy_runtime *rt, void *slot) {
+    size_t NC = (size_t)rt->N * rt->C, used = 0;
+    unsigned char *p = rt_extra(rt, rt->S - 1, slot);
+    if (rt->S == 1) p += rt_align(NC * rt->A);   /* after stage 0's embedding output */
+    rt_head_acts h;
+    h.mean = rt_carve(&p, &used, (size_t)rt->N * sizeof(float));
+    h.rstd = rt_carve(&p, &used, (size_t)rt->N * sizeof(float));
+    h.out = rt_carve(&p, &used, NC * rt->A);
+    h.dout = rt_carve(&p, &used, NC * rt->A);
+    return h;
 }
 
-static float *rt_param(const hy_runtime *rt, const hy_param *p) {
-    return rt->stages[p->stage].param + p->offset;
+/* A parameter as the ops read it (the compute copy), and its gradient. */
+static void *rt_param(const hy_runtime *rt, const hy_param *p) {
+    return (unsigned char *)rt->stages[p->stage].wc + p->offset * rt->A;
 }
 static float *rt_grad(const hy_runtime *rt, const hy_param *p) {
     return rt->stages[p->stage].grad + p->offset;
@@ -147,6 +199,11 @@ static const hy_param *rt_p(const hy_runtime *rt, hy_param_kind kind, int l) {
     return &rt->model.params[2 + 12 * l + (kind - HY_P_LN1_W)];
 }
 
+/* A rank's profile stamps: one at the start of its iteration, four per
+ * action (start, input received, computed, sent), three for the tail
+ * (tied-embedding exchange, norm and clip, optimizer). */
+#define RT_STAMPS(n_actions) (1 + 4 * (size_t)(n_actions) + 3)
+
 /* ------------------------------------------------------------------------ */
 /* One iteration of one rank, enqueued on its stream */
 
@@ -158,22 +215,25 @@ typedef struct {
     hy_error *err;
 } rt_ctx;
 
+/* Bytes of n activations. */
+static size_t rt_acts(const hy_runtime *rt, size_t n) { return n * rt->A; }
+
 /* The tied embedding as the last stage sees it. */
-static float *rt_head_wte(rt_ctx *x) {
-    return x->rk->wte ? x->rk->wte : rt_param(x->rt, rt_p(x->rt, HY_P_WTE, 0));
+static void *rt_head_wte(rt_ctx *x) {
+    return x->rk->wte_c ? x->rk->wte_c : rt_param(x->rt, rt_p(x->rt, HY_P_WTE, 0));
 }
 static float *rt_head_dwte(rt_ctx *x) {
     return x->rk->dwte ? x->rk->dwte : rt_grad(x->rt, rt_p(x->rt, HY_P_WTE, 0));
 }
 
-static float *rt_stage_input(rt_ctx *x, int s, int m, float *slot) {
+static void *rt_stage_input(rt_ctx *x, int s, int m, void *slot) {
     return s == 0 ? rt_encoded(x->rt, slot) : hy_mailbox_slot(&x->rt->mb.edges[x->rt->mb.into_fwd[s]], m);
 }
 
 /* Where stage s writes its output for micro-batch m: straight into the
  * next stage's slot when it is local, else the send buffer; the last
  * stage keeps it in its stash for ln_f. */
-static float *rt_stage_output(rt_ctx *x, int s, int m, float *slot) {
+static void *rt_stage_output(rt_ctx *x, int s, int m, void *slot) {
     hy_runtime *rt = x->rt;
     int L = rt->model.n_layers[s];
     if (s == rt->S - 1) return L > 0 ? rt_layer(rt, slot, L - 1).res3 : rt_stage_input(x, s, m, slot);
@@ -181,11 +241,17 @@ static float *rt_stage_output(rt_ctx *x, int s, int m, float *slot) {
     return e->local ? hy_mailbox_slot(e, m) : x->rk->send;
 }
 
-static int rt_layer_forward(rt_ctx *x, int l, const float *in, const rt_layer_acts *a, float *out) {
+/* Profile stamp k of this rank's iteration (nothing unless profiling). */
+static int rt_stamp(rt_ctx *x, size_t k) {
+    if (!x->rt->profile) return HY_OK;
+    return x->o->timestamp(x->st, &x->rk->stamps[k], x->err);
+}
+
+static int rt_layer_forward(rt_ctx *x, int l, const void *in, const rt_layer_acts *a, void *out) {
     hy_runtime *rt = x->rt;
     const hy_backend_ops *o = x->o;
     int N = rt->N, C = rt->C, rc;
-    const float *ln1w = rt_param(rt, rt_p(rt, HY_P_LN1_W, l)), *ln1b = rt_param(rt, rt_p(rt, HY_P_LN1_B, l));
+    const void *ln1w = rt_param(rt, rt_p(rt, HY_P_LN1_W, l)), *ln1b = rt_param(rt, rt_p(rt, HY_P_LN1_B, l));
     rc = o->layernorm_fwd(x->st, a->ln1, a->ln1_mean, a->ln1_rstd, in, ln1w, ln1b, N, C, x->err);
     if (!rc) rc = o->matmul_fwd(x->st, a->qkv, a->ln1, rt_param(rt, rt_p(rt, HY_P_QKV_W, l)),
                                 rt_param(rt, rt_p(rt, HY_P_QKV_B, l)), N, C, 3 * C, x->err);
@@ -208,7 +274,7 @@ static int rt_layer_forward(rt_ctx *x, int l, const float *in, const rt_layer_ac
 
 /* dres holds d(layer output) and becomes d(layer input): each branch's
  * backward adds its part into it (the ops accumulate). */
-static int rt_layer_backward(rt_ctx *x, int l, const float *in, const rt_layer_acts *a) {
+static int rt_layer_backward(rt_ctx *x, int l, const void *in, const rt_layer_acts *a) {
     hy_runtime *rt = x->rt;
     rt_rank *rk = x->rk;
     const hy_backend_ops *o = x->o;
@@ -218,24 +284,24 @@ static int rt_layer_backward(rt_ctx *x, int l, const float *in, const rt_layer_a
     const hy_param *pmp = rt_p(rt, HY_P_MLP_PROJ_W, l), *pfc = rt_p(rt, HY_P_FC_W, l);
     const hy_param *pap = rt_p(rt, HY_P_ATTN_PROJ_W, l), *pqkv = rt_p(rt, HY_P_QKV_W, l);
     const hy_param *pln2 = rt_p(rt, HY_P_LN2_W, l), *pln1 = rt_p(rt, HY_P_LN1_W, l);
-    rc = o->zero(st, rk->dfcg, 4 * NC * sizeof(float), x->err);
+    rc = o->zero(st, rk->dfcg, rt_acts(rt, 4 * NC), x->err);
     if (!rc) rc = o->matmul_bwd(st, rk->dfcg, rt_grad(rt, pmp), rt_grad(rt, pmp + 1), rk->dres,
                                 a->fchg, rt_param(rt, pmp), N, 4 * C, C, x->err);
-    if (!rc) rc = o->zero(st, rk->dfc, 4 * NC * sizeof(float), x->err);
+    if (!rc) rc = o->zero(st, rk->dfc, rt_acts(rt, 4 * NC), x->err);
     if (!rc) rc = o->gelu_bwd(st, rk->dfc, rk->dfcg, a->fch, 4 * NC, x->err);
-    if (!rc) rc = o->zero(st, rk->dln, NC * sizeof(float), x->err);
+    if (!rc) rc = o->zero(st, rk->dln, rt_acts(rt, NC), x->err);
     if (!rc) rc = o->matmul_bwd(st, rk->dln, rt_grad(rt, pfc), rt_grad(rt, pfc + 1), rk->dfc,
                                 a->ln2, rt_param(rt, pfc), N, C, 4 * C, x->err);
     if (!rc) rc = o->layernorm_bwd(st, rk->dres, rt_grad(rt, pln2), rt_grad(rt, pln2 + 1), rk->dln,
                                    a->res2, rt_param(rt, pln2), a->ln2_mean, a->ln2_rstd, N, C,
                                    x->err);
-    if (!rc) rc = o->zero(st, rk->datty, NC * sizeof(float), x->err);
+    if (!rc) rc = o->zero(st, rk->datty, rt_acts(rt, NC), x->err);
     if (!rc) rc = o->matmul_bwd(st, rk->datty, rt_grad(rt, pap), rt_grad(rt, pap + 1), rk->dres,
                                 a->atty, rt_param(rt, pap), N, C, C, x->err);
-    if (!rc) rc = o->zero(st, rk->dqkv, 3 * NC * sizeof(float), x->err);
+    if (!rc) rc = o->zero(st, rk->dqkv, rt_acts(rt, 3 * NC), x->err);
     if (!rc) rc = o->attention_bwd(st, rk->dqkv, rk->attn_scratch, rk->datty, a->qkv, a->att,
                                    rt->B, rt->T, C, rt->NH, x->err);
-    if (!rc) rc = o->zero(st, rk->dln, NC * sizeof(float), x->err);
+    if (!rc) rc = o->zero(st, rk->dln, rt_acts(rt, NC), x->err);
     if (!rc) rc = o->matmul_bwd(st, rk->dln, rt_grad(rt, pqkv), rt_grad(rt, pqkv + 1), rk->dqkv,
                                 a->ln1, rt_param(rt, pqkv), N, C, 3 * C, x->err);
     if (!rc) rc = o->layernorm_bwd(st, rk->dres, rt_grad(rt, pln1), rt_grad(rt, pln1 + 1), rk->dln,
@@ -246,33 +312,39 @@ static int rt_layer_backward(rt_ctx *x, int l, const float *in, const rt_layer_a
 /* The last stage's head, run inside its forward: ln_f, logits, the fused
  * loss and d(logits), and the head's backward down to d(ln_f out), so the
  * logits never need stashing (llm.c does the same). */
-static int rt_head(rt_ctx *x, int m, const float *h, float *slot, int train) {
+static int rt_head(rt_ctx *x, int m, const void *h, void *slot, int train) {
     hy_runtime *rt = x->rt;
     rt_rank *rk = x->rk;
     const hy_backend_ops *o = x->o;
     int N = rt->N, C = rt->C, rc;
-    float *lnf = rt_lnf(rt, slot), *mean = lnf + (size_t)N * C, *rstd = mean + N, *dlnf = rstd + N;
+    rt_head_acts ha = rt_head_of(rt, slot);
     const hy_param *pw = rt_p(rt, HY_P_LNF_W, 0);
-    rc = o->layernorm_fwd(x->st, lnf, mean, rstd, h, rt_param(rt, pw), rt_param(rt, pw + 1), N, C,
-                          x->err);
-    if (!rc) rc = o->lm_head_fwd(x->st, rk->logits, lnf, rt_head_wte(x), N, C, rt->Vp, x->err);
+    rc = o->layernorm_fwd(x->st, ha.out, ha.mean, ha.rstd, h, rt_param(rt, pw), rt_param(rt, pw + 1),
+                          N, C, x->err);
+    if (!rc) rc = o->lm_head_fwd(x->st, rk->logits, ha.out, rt_head_wte(x), N, C, rt->Vp, x->err);
     if (!rc) rc = o->classifier(x->st, rk->logits, rk->loss, rk->targets + (size_t)m * N, N, rt->V,
                                 rt->Vp, 1.0f / rt->M, train ? 1.0f / rt->M : 1.0f, x->err);
     if (!train) return rc;
-    if (!rc) rc = o->zero(x->st, dlnf, (size_t)N * C * sizeof(float), x->err);
-    if (!rc) rc = o->lm_head_bwd(x->st, dlnf, rt_head_dwte(x), rk->logits, lnf, rt_head_wte(x), N,
-                                 C, rt->Vp, x->err);
+    if (!rc) rc = o->zero(x->st, ha.dout, rt_acts(rt, (size_t)N * C), x->err);
+    if (!rc) rc = o->lm_head_bwd(x->st, ha.dout, rt_head_dwte(x), rk->logits, ha.out, rt_head_wte(x),
+                                 N, C, rt->Vp, x->err);
     return rc;
 }
 
 /* F(m, s). For evaluation (train = 0) the head computes only the loss and
- * the stage input is released at once, since no backward will need it. */
-static int rt_forward(rt_ctx *x, const hy_action *a, const char *label, int train) {
+ * the stage input is released at once, since no backward will need it.
+ * k: the action's index in the rank's list, for its profile stamps (-1:
+ * none, as in evaluation). */
+static int rt_forward(rt_ctx *x, const hy_action *a, const char *label, int train, int k) {
     hy_runtime *rt = x->rt;
     const hy_mailbox *mb = &rt->mb;
     int s = a->stage, m = a->mb, N = rt->N, rc = HY_OK;
     rt_stage *sg = &rt->stages[s];
-    float *slot = sg->stash[sg->stash_of[m]];
+    void *slot = sg->stash[sg->stash_of[m]];
+    size_t at = 1 + 4 * (size_t)k;
+    if (k >= 0) rc = rt_stamp(x, at);
+    if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
+    if (rc) return rc;
     if (s == 0) {
         const hy_param *wte = rt_p(rt, HY_P_WTE, 0), *wpe = rt_p(rt, HY_P_WPE, 0);
         rc = x->o->embedding_fwd(x->st, rt_encoded(rt, slot), x->rk->tokens + (size_t)m * N,
@@ -280,47 +352,56 @@ static int rt_forward(rt_ctx *x, const hy_action *a, const char *label, int trai
     } else {
         rc = hy_mailbox_receive(x->st, &mb->edges[mb->into_fwd[s]], m, label, x->err);
     }
-    const float *in = rt_stage_input(x, s, m, slot);
-    float *out = rt_stage_output(x, s, m, slot);
+    if (!rc && k >= 0) rc = rt_stamp(x, at + 1);
+    const void *in = rt_stage_input(x, s, m, slot);
+    void *out = rt_stage_output(x, s, m, slot);
     int L = rt->model.n_layers[s], first = rt->model.first_layer[s];
     for (int l = 0; l < L && !rc; l++) {
         rt_layer_acts acts = rt_layer(rt, slot, l);
-        const float *lin = l == 0 ? in : rt_layer(rt, slot, l - 1).res3;
+        const void *lin = l == 0 ? in : rt_layer(rt, slot, l - 1).res3;
         rc = rt_layer_forward(x, first + l, lin, &acts, l == L - 1 ? out : acts.res3);
     }
-    if (!rc && L == 0 && out != in) rc = x->o->copy(x->st, out, in, (size_t)N * rt->C * sizeof(float), x->err);
+    if (!rc && L == 0 && out != in) rc = x->o->copy(x->st, out, in, rt_acts(rt, (size_t)N * rt->C), x->err);
     if (!rc && s == rt->S - 1) rc = rt_head(x, m, out, slot, train);
-    else if (!rc) rc = hy_mailbox_send(x->st, &mb->edges[mb->into_fwd[s + 1]], m, out, label, x->err);
+    if (!rc && k >= 0) rc = rt_stamp(x, at + 2);
+    if (!rc && s < rt->S - 1)
+        rc = hy_mailbox_send(x->st, &mb->edges[mb->into_fwd[s + 1]], m, out, label, x->err);
     if (!rc && !train && s > 0) rc = hy_mailbox_release(x->st, &mb->edges[mb->into_fwd[s]], m, x->err);
+    if (!rc && k >= 0) rc = rt_stamp(x, at + 3);
     return rc;
 }
 
-static int rt_backward(rt_ctx *x, const hy_action *a, const char *label) {
+static int rt_backward(rt_ctx *x, const hy_action *a, const char *label, int k) {
     hy_runtime *rt = x->rt;
     const hy_mailbox *mb = &rt->mb;
     rt_rank *rk = x->rk;
     int s = a->stage, m = a->mb, N = rt->N, C = rt->C, rc;
-    size_t NC = (size_t)N * C;
+    size_t NC = (size_t)N * C, at = 1 + 4 * (size_t)k;
     rt_stage *sg = &rt->stages[s];
-    float *slot = sg->stash[sg->stash_of[m]];
-    const float *in = rt_stage_input(x, s, m, slot);
+    void *slot = sg->stash[sg->stash_of[m]];
+    const void *in = rt_stage_input(x, s, m, slot);
     int L = rt->model.n_layers[s], first = rt->model.first_layer[s];
+    rc = rt_stamp(x, at);
+    if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
+    if (rc) return rc;
     if (s == rt->S - 1) {
         /* d(last layer output) from the head's d(ln_f out). */
-        float *lnf = rt_lnf(rt, slot), *mean = lnf + NC, *rstd = mean + N, *dlnf = rstd + N;
-        const float *h = L > 0 ? rt_layer(rt, slot, L - 1).res3 : in;
+        rt_head_acts ha = rt_head_of(rt, slot);
+        const void *h = L > 0 ? rt_layer(rt, slot, L - 1).res3 : in;
         const hy_param *pw = rt_p(rt, HY_P_LNF_W, 0);
-        rc = x->o->zero(x->st, rk->dres, NC * sizeof(float), x->err);
-        if (!rc) rc = x->o->layernorm_bwd(x->st, rk->dres, rt_grad(rt, pw), rt_grad(rt, pw + 1), dlnf,
-                                          h, rt_param(rt, pw), mean, rstd, N, C, x->err);
+        rc = x->o->zero(x->st, rk->dres, rt_acts(rt, NC), x->err);
+        if (!rc) rc = rt_stamp(x, at + 1);
+        if (!rc) rc = x->o->layernorm_bwd(x->st, rk->dres, rt_grad(rt, pw), rt_grad(rt, pw + 1),
+                                          ha.dout, h, rt_param(rt, pw), ha.mean, ha.rstd, N, C, x->err);
     } else {
         const hy_edge *e = &mb->edges[mb->into_bwd[s]];
         rc = hy_mailbox_receive(x->st, e, m, label, x->err);
-        if (!rc) rc = x->o->copy(x->st, rk->dres, hy_mailbox_slot(e, m), NC * sizeof(float), x->err);
+        if (!rc) rc = rt_stamp(x, at + 1);
+        if (!rc) rc = x->o->copy(x->st, rk->dres, hy_mailbox_slot(e, m), rt_acts(rt, NC), x->err);
     }
     for (int l = L - 1; l >= 0 && !rc; l--) {
         rt_layer_acts acts = rt_layer(rt, slot, l);
-        const float *lin = l == 0 ? in : rt_layer(rt, slot, l - 1).res3;
+        const void *lin = l == 0 ? in : rt_layer(rt, slot, l - 1).res3;
         rc = rt_layer_backward(x, first + l, lin, &acts);
     }
     if (rc) return rc;
@@ -328,12 +409,15 @@ static int rt_backward(rt_ctx *x, const hy_action *a, const char *label) {
         const hy_param *wte = rt_p(rt, HY_P_WTE, 0), *wpe = rt_p(rt, HY_P_WPE, 0);
         rc = x->o->embedding_bwd(x->st, rt_grad(rt, wte), rt_grad(rt, wpe), rk->dres,
                                  rk->tokens + (size_t)m * N, rt->B, rt->T, C, x->err);
+        if (!rc) rc = rt_stamp(x, at + 2);
     } else {
-        rc = hy_mailbox_send(x->st, &mb->edges[mb->into_bwd[s - 1]], m, rk->dres, label, x->err);
+        rc = rt_stamp(x, at + 2);
+        if (!rc) rc = hy_mailbox_send(x->st, &mb->edges[mb->into_bwd[s - 1]], m, rk->dres, label, x->err);
     }
     /* The stage input (a stash) and the incoming gradient are done with. */
     if (!rc && s > 0) rc = hy_mailbox_release(x->st, &mb->edges[mb->into_fwd[s]], m, x->err);
     if (!rc && s < rt->S - 1) rc = hy_mailbox_release(x->st, &mb->edges[mb->into_bwd[s]], m, x->err);
+    if (!rc) rc = rt_stamp(x, at + 3);
     return rc;
 }
 
@@ -355,7 +439,10 @@ static int rt_exchange_wte(rt_ctx *x) {
 }
 
 /* Global gradient norm: every rank's sum of squares reaches every rank,
- * each adds them in rank order (the same total everywhere), then clips. */
+ * each adds them in rank order (the same total everywhere), then clips.
+ * A non-finite total makes the clip factor NaN on every rank alike, and
+ * every rank's AdamW then skips the step (backend.h, clip): the one
+ * non-finite check of a step, fused into the norm it computes anyway. */
 static int rt_clip(rt_ctx *x) {
     hy_runtime *rt = x->rt;
     rt_rank *rk = x->rk;
@@ -381,6 +468,10 @@ static int rt_clip(rt_ctx *x) {
     return rc;
 }
 
+/* The compute copy of n master weights, or NULL when the ops compute on
+ * the masters themselves. */
+static void *rt_compute_of(const hy_runtime *rt, void *copy) { return rt->A == sizeof(float) ? NULL : copy; }
+
 static int rt_optimize(rt_ctx *x) {
     hy_runtime *rt = x->rt;
     rt_rank *rk = x->rk;
@@ -388,19 +479,19 @@ static int rt_optimize(rt_ctx *x) {
     for (int s = 0; s < rt->S && !rc; s++) {
         rt_stage *sg = &rt->stages[s];
         if (sg->rank != rk->rank) continue;
-        rc = x->o->scale(x->st, sg->grad, rt->model.stage_numel[s], rk->clip_factor, x->err);
         for (int i = 0; i < rt->model.n_params && !rc; i++) {
             const hy_param *p = &rt->model.params[i];
             if (p->stage != s) continue;
-            rc = x->o->adamw(x->st, sg->param + p->offset, NULL, sg->grad + p->offset,
-                             sg->m + p->offset, sg->v + p->offset, p->numel, rk->hp, p->decay, x->err);
+            rc = x->o->adamw(x->st, sg->param + p->offset,
+                             rt_compute_of(rt, (unsigned char *)sg->wc + p->offset * rt->A),
+                             sg->grad + p->offset, sg->m + p->offset, sg->v + p->offset, p->numel,
+                             rk->hp, rk->clip_factor, p->decay, x->err);
         }
     }
     if (!rc && rk->wte) {
         const hy_param *p = rt_p(rt, HY_P_WTE, 0);
-        rc = x->o->scale(x->st, rk->dwte, p->numel, rk->clip_factor, x->err);
-        if (!rc) rc = x->o->adamw(x->st, rk->wte, NULL, rk->dwte, rk->wte_m, rk->wte_v, p->numel,
-                                  rk->hp, p->decay, x->err);
+        rc = x->o->adamw(x->st, rk->wte, rt_compute_of(rt, rk->wte_c), rk->dwte, rk->wte_m,
+                         rk->wte_v, p->numel, rk->hp, rk->clip_factor, p->decay, x->err);
     }
     return rc;
 }
@@ -408,7 +499,7 @@ static int rt_optimize(rt_ctx *x) {
 static int rt_iteration(rt_ctx *x) {
     hy_runtime *rt = x->rt;
     rt_rank *rk = x->rk;
-    int me = rk->rank, rc = HY_OK;
+    int me = rk->rank, rc = rt_stamp(x, 0);
     for (int s = 0; s < rt->S && !rc; s++)
         if (rt->stages[s].rank == me)
             rc = x->o->zero(x->st, rt->stages[s].grad, rt->model.stage_numel[s] * sizeof(float), x->err);
@@ -416,16 +507,21 @@ static int rt_iteration(rt_ctx *x) {
         rc = x->o->zero(x->st, rk->dwte, rt_p(rt, HY_P_WTE, 0)->numel * sizeof(float), x->err);
     if (!rc && rk->loss) rc = x->o->zero(x->st, rk->loss, sizeof(float), x->err);
     const hy_schedule *sc = &rt->sched;
-    for (int i = 0; i < sc->n_actions[me] && !rc; i++) {
+    int n = sc->n_actions[me];
+    for (int i = 0; i < n && !rc; i++) {
         const hy_action *a = &sc->actions[me][i];
         char label[48];
         hy_action_label(a, label, sizeof label);
-        rc = a->op == HY_FWD ? rt_forward(x, a, label, 1) : rt_backward(x, a, label);
+        rc = a->op == HY_FWD ? rt_forward(x, a, label, 1, i) : rt_backward(x, a, label, i);
         if (rc) hy_error_prefix(x->err, "rank %d, %s: ", me, label);
     }
+    size_t tail = 1 + 4 * (size_t)n;
     if (!rc) rc = rt_exchange_wte(x);
+    if (!rc) rc = rt_stamp(x, tail);
     if (!rc) rc = rt_clip(x);
+    if (!rc) rc = rt_stamp(x, tail + 1);
     if (!rc) rc = rt_optimize(x);
+    if (!rc) rc = rt_stamp(x, tail + 2);
     return rc;
 }
 
@@ -443,7 +539,7 @@ static int rt_eval_iteration(rt_ctx *x, int count) {
             hy_action a = { HY_FWD, m, s };
             char label[48];
             hy_action_label(&a, label, sizeof label);
-            rc = rt_forward(x, &a, label, 0);
+            rc = rt_forward(x, &a, label, 0, -1);
             if (rc) hy_error_prefix(x->err, "rank %d, eval %s: ", me, label);
         }
     }
@@ -548,31 +644,52 @@ static int rt_plan_stashes(hy_runtime *rt, hy_error *err) {
 static int rt_alloc_rank(hy_runtime *rt, rt_rank *rk, hy_error *err) {
     int r = rk->rank, rc;
     size_t f = sizeof(float), N = (size_t)rt->N, C = (size_t)rt->C, M = (size_t)rt->M;
-    size_t NC = N * C;
-    rc = rt_alloc(rt, r, NC * f, &rk->send, err);
-    if (!rc) rc = rt_alloc(rt, r, NC * f, &rk->dres, err);
-    if (!rc) rc = rt_alloc(rt, r, NC * f, &rk->dln, err);
-    if (!rc) rc = rt_alloc(rt, r, NC * f, &rk->datty, err);
-    if (!rc) rc = rt_alloc(rt, r, 3 * NC * f, &rk->dqkv, err);
-    if (!rc) rc = rt_alloc(rt, r, 4 * NC * f, &rk->dfc, err);
-    if (!rc) rc = rt_alloc(rt, r, 4 * NC * f, &rk->dfcg, err);
-    if (!rc) rc = rt_alloc(rt, r, (size_t)rt->T * rt->T * f, &rk->attn_scratch, err);
+    size_t NC = N * C, A = rt->A;
+    size_t attn = rt->be->ops->attention_scratch(rt->B, rt->T, rt->C, rt->NH);
+    rc = rt_alloc(rt, r, NC * A, &rk->send, err);
+    if (!rc) rc = rt_alloc(rt, r, NC * A, &rk->dres, err);
+    if (!rc) rc = rt_alloc(rt, r, NC * A, &rk->dln, err);
+    if (!rc) rc = rt_alloc(rt, r, NC * A, &rk->datty, err);
+    if (!rc) rc = rt_alloc(rt, r, 3 * NC * A, &rk->dqkv, err);
+    if (!rc) rc = rt_alloc(rt, r, 4 * NC * A, &rk->dfc, err);
+    if (!rc) rc = rt_alloc(rt, r, 4 * NC * A, &rk->dfcg, err);
+    if (!rc) rc = rt_alloc(rt, r, attn, &rk->attn_scratch, err);
     if (!rc) rc = rt_alloc(rt, r, sizeof(double) * (size_t)rt->P, &rk->partials, err);
     if (!rc) rc = rt_alloc(rt, r, 2 * f, &rk->clip_factor, err);
     if (!rc) rk->norm = rk->clip_factor + 1;
     if (!rc) rc = rt_alloc(rt, r, sizeof(hy_adamw_hparams), &rk->hp, err);
+    if (!rc) rc = rt_alloc(rt, r, RT_STAMPS(rt->sched.n_actions[r]) * sizeof(uint64_t), &rk->stamps, err);
     if (!rc && rt->sched.placement[0] == r) rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->tokens, err);
     if (!rc && rt->sched.placement[rt->S - 1] == r) {
         rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->targets, err);
-        if (!rc) rc = rt_alloc(rt, r, N * (size_t)rt->Vp * f, &rk->logits, err);
+        if (!rc) rc = rt_alloc(rt, r, N * (size_t)rt->Vp * A, &rk->logits, err);
         if (!rc) rc = rt_alloc(rt, r, f, &rk->loss, err);
     }
     if (!rc && r == rt->replica_rank) {
-        size_t n = rt_p(rt, HY_P_WTE, 0)->numel * f;
-        rc = rt_alloc(rt, r, n, &rk->wte, err);
-        if (!rc) rc = rt_alloc(rt, r, n, &rk->dwte, err);
-        if (!rc) rc = rt_alloc(rt, r, n, &rk->wte_m, err);
-        if (!rc) rc = rt_alloc(rt, r, n, &rk->wte_v, err);
+        size_t n = rt_p(rt, HY_P_WTE, 0)->numel;
+        rc = rt_alloc(rt, r, n * f, &rk->wte, err);
+        if (!rc) rc = rt_alloc(rt, r, n * f, &rk->dwte, err);
+        if (!rc) rc = rt_alloc(rt, r, n * f, &rk->wte_m, err);
+        if (!rc) rc = rt_alloc(rt, r, n * f, &rk->wte_v, err);
+        if (!rc && A != f) rc = rt_alloc(rt, r, n * A, &rk->wte_c, err);
+        else if (!rc) rk->wte_c = rk->wte;
+    }
+    return rc;
+}
+
+/* Brings the compute copies of stage s (and of the replica, for stage 0)
+ * up to date with their master weights, after the host wrote them. */
+static int rt_refresh_compute(hy_runtime *rt, int s, hy_error *err) {
+    if (rt->A == sizeof(float)) return HY_OK;   /* the masters are the compute copy */
+    const hy_backend_ops *o = rt->be->ops;
+    rt_stage *sg = &rt->stages[s];
+    hy_stream *st = rt->ranks[sg->rank].stream;
+    int rc = o->to_act(st, sg->wc, sg->param, rt->model.stage_numel[s], err);
+    if (!rc) rc = o->sync(st, err);
+    if (!rc && s == 0 && rt->replica_rank >= 0) {
+        rt_rank *rk = &rt->ranks[rt->replica_rank];
+        rc = o->to_act(rk->stream, rk->wte_c, rk->wte, rt_p(rt, HY_P_WTE, 0)->numel, err);
+        if (!rc) rc = o->sync(rk->stream, err);
     }
     return rc;
 }
@@ -591,9 +708,48 @@ static int rt_init_params(hy_runtime *rt, hy_error *err) {
                                      host + p->offset, p->numel * sizeof(float), err);
         }
         free(host);
+        if (!rc) rc = rt_refresh_compute(rt, s, err);
         if (rc) return rc;
     }
     return HY_OK;
+}
+
+int hy_runtime_pick_backend(const hy_config *c, int *cuda, char *why, size_t n, hy_error *err) {
+    int gpus = 0;
+    *cuda = 0;
+    int rc = hy_device_count(&gpus, err);
+    if (rc) return rc;
+    int built = strstr(hy_backends_compiled(), "cuda") != NULL;
+    if (c->backend == HY_BACKEND_CUDA) {
+        if (!built)
+            return hy_fail(err, HY_ERR_INPUT, "backend \"cuda\": this hanayo was built without "
+                           "the CUDA backend (no nvcc, or NO_CUDA=1); use backend \"cpu\" or \"auto\"");
+        if (gpus == 0)
+            return hy_fail(err, HY_ERR_INPUT, "backend \"cuda\": no CUDA device is visible on this "
+                           "machine; use backend \"cpu\" or \"auto\"");
+        *cuda = 1;
+        snprintf(why, n, "cuda");
+    } else if (c->backend == HY_BACKEND_AUTO && built && gpus > 0) {
+        *cuda = 1;
+        snprintf(why, n, "cuda (auto: %d CUDA device%s)", gpus, gpus == 1 ? "" : "s");
+    } else if (c->backend == HY_BACKEND_AUTO) {
+        snprintf(why, n, "cpu (auto: %s)", built ? "no CUDA device found"
+                                                 : "built without the CUDA backend");
+    } else {
+        snprintf(why, n, "cpu");
+    }
+    return HY_OK;
+}
+
+static int rt_open_backend(hy_runtime *rt, hy_error *err) {
+    const hy_config *c = rt->cfg;
+    int cuda = 0;
+    char why[128];
+    int rc = hy_runtime_pick_backend(c, &cuda, why, sizeof why, err);
+    if (rc) return rc;
+    if (cuda)
+        return hy_backend_cuda_create(&rt->be, rt->P, c->devices, c->n_devices, 0, c->watchdog_s, err);
+    return hy_backend_cpu_create(&rt->be, rt->P, c->watchdog_s, err);
 }
 
 static int rt_build(hy_runtime *rt, hy_error *err) {
@@ -613,12 +769,15 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     rt->Vp = rt->model.vocab_padded;
     rt->S = rt->sched.stages;
     rt->P = rt->sched.ranks;
+    rt->slow_stage = -1;
     int last = rt->sched.placement[rt->S - 1];
     rt->replica_rank = last != rt->sched.placement[0] ? last : -1;
 
-    rc = hy_backend_cpu_create(&rt->be, rt->P, c->watchdog_s, err);
-    if (!rc) rc = hy_mailbox_plan(&rt->mb, &rt->sched, err);
-    if (!rc) rc = hy_mailbox_alloc(&rt->mb, rt->be, (size_t)rt->N * rt->C * sizeof(float), err);
+    rc = rt_open_backend(rt, err);
+    if (rc) return rc;
+    rt->A = rt->be->ops->act_size;
+    rc = hy_mailbox_plan(&rt->mb, &rt->sched, err);
+    if (!rc) rc = hy_mailbox_alloc(&rt->mb, rt->be, (size_t)rt->N * rt->C * rt->A, err);
     if (rc) return rc;
 
     rt->stages = calloc((size_t)rt->S, sizeof(rt_stage));
@@ -631,17 +790,19 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     rc = rt_plan_stashes(rt, err);
     for (int s = 0; s < rt->S && !rc; s++) {
         rt_stage *sg = &rt->stages[s];
-        size_t n = rt->model.stage_numel[s] * sizeof(float);
+        size_t numel = rt->model.stage_numel[s], n = numel * sizeof(float);
         rc = rt_alloc(rt, sg->rank, n, &sg->param, err);
         if (!rc) rc = rt_alloc(rt, sg->rank, n, &sg->grad, err);
         if (!rc) rc = rt_alloc(rt, sg->rank, n, &sg->m, err);
         if (!rc) rc = rt_alloc(rt, sg->rank, n, &sg->v, err);
+        if (!rc && rt->A != sizeof(float)) rc = rt_alloc(rt, sg->rank, numel * rt->A, &sg->wc, err);
+        else if (!rc) sg->wc = sg->param;
         if (!rc) {
-            sg->stash = calloc((size_t)sg->slots + 1, sizeof(float *));
+            sg->stash = calloc((size_t)sg->slots + 1, sizeof(void *));
             if (!sg->stash) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         }
         for (int k = 0; k < sg->slots && !rc; k++)
-            rc = rt_alloc(rt, sg->rank, rt_stash_floats(rt, s) * sizeof(float), &sg->stash[k], err);
+            rc = rt_alloc(rt, sg->rank, rt_stash_bytes(rt, s), &sg->stash[k], err);
     }
     for (int r = 0; r < rt->P && !rc; r++) {
         rt->ranks[r].rt = rt;
@@ -656,10 +817,10 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
         rc = hy_channel_open(&rt->wte_ch[0], rt->be, 0, rt->replica_rank, n, err);
         if (!rc) rc = hy_channel_open(&rt->wte_ch[1], rt->be, rt->replica_rank, 0, n, err);
     }
-    if (!rc) rc = rt_init_params(rt, err);
-    if (!rc && c->init) rc = hy_runtime_load_weights(rt, c->init, err);
     for (int r = 0; r < rt->P && !rc; r++)
         rc = rt->be->ops->stream_create(rt->be, r, &rt->ranks[r].stream, err);
+    if (!rc) rc = rt_init_params(rt, err);
+    if (!rc && c->init) rc = hy_runtime_load_weights(rt, c->init, err);
     return rc;
 }
 
@@ -798,6 +959,8 @@ int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {
     st->step = rt->step;
     st->loss = loss;
     st->grad_norm = norm;
+    st->nonfinite = !isfinite(loss) || !isfinite(norm);
+    st->updated = isfinite(norm);
     st->lr = lr;
     st->ms = (rt_now() - t0) * 1e3;
     st->tokens = (double)rt->M * rt->N;
@@ -892,6 +1055,7 @@ int hy_runtime_load_weights(hy_runtime *rt, const char *path, hy_error *err) {
     }
     for (int i = 0; i < rt->model.n_params && !rc; i++)
         rc = rt_load_tensor(rt, &f, &rt->model.params[i], host, err);
+    for (int s = 0; s < rt->S && !rc; s++) rc = rt_refresh_compute(rt, s, err);
     free(host);
     hy_st_close(&f);
     return rc;
@@ -941,6 +1105,7 @@ int hy_runtime_write(hy_runtime *rt, hy_tensor_role role, const char *name, cons
         rc = rt->be->ops->upload(rt->be, rt->replica_rank,
                                  rt_replica(&rt->ranks[rt->replica_rank], role), src,
                                  n * sizeof(float), err);
+    if (!rc && role == HY_T_PARAM) rc = rt_refresh_compute(rt, p->stage, err);
     return rc;
 }
 
@@ -964,6 +1129,83 @@ int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error 
 }
 
 struct hy_backend *hy_runtime_backend(hy_runtime *rt) { return rt->be; }
+
+const hy_schedule *hy_runtime_schedule(const hy_runtime *rt) { return &rt->sched; }
+
+/* The hooks change what a rank records, so they must be set before the
+ * first step (the eager warm-up) and never after a graph exists. */
+static int rt_before_first_step(hy_runtime *rt, const char *what, hy_error *err) {
+    for (int r = 0; r < rt->P; r++)
+        if (rt->ranks[r].iterations > 0)
+            return hy_fail(err, HY_ERR_RUNTIME, "%s must be set before the first step", what);
+    return HY_OK;
+}
+
+int hy_runtime_profile(hy_runtime *rt, hy_error *err) {
+    int rc = rt_before_first_step(rt, "profiling", err);
+    if (!rc) rt->profile = 1;
+    return rc;
+}
+
+size_t hy_runtime_stamp_count(const hy_runtime *rt, int rank) {
+    return rank < 0 || rank >= rt->P ? 0 : RT_STAMPS(rt->sched.n_actions[rank]);
+}
+
+int hy_runtime_stamps(hy_runtime *rt, int rank, uint64_t *dst, size_t n, hy_error *err) {
+    if (!rt->profile) return hy_fail(err, HY_ERR_RUNTIME, "profiling is off (hy_runtime_profile)");
+    if (n != hy_runtime_stamp_count(rt, rank))
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d has %zu stamps, not %zu", rank,
+                       hy_runtime_stamp_count(rt, rank), n);
+    return rt->be->ops->download(rt->be, rank, dst, rt->ranks[rank].stamps, n * sizeof(uint64_t), err);
+}
+
+int hy_runtime_slow_stage(hy_runtime *rt, int stage, double seconds, hy_error *err) {
+    if (stage < 0 || stage >= rt->S)
+        return hy_fail(err, HY_ERR_INPUT, "slow stage %d: the run has stages 0..%d", stage, rt->S - 1);
+    if (!(seconds >= 0 && seconds < 60))
+        return hy_fail(err, HY_ERR_INPUT, "slow stage delay %g s: must be in [0, 60)", seconds);
+    int rc = rt_before_first_step(rt, "a slow stage", err);
+    if (rc) return rc;
+    rt->slow_stage = stage;
+    rt->slow_ns = (uint64_t)(seconds * 1e9);
+    return HY_OK;
+}
+
+/* Counts the values of x[0..n) that are NaN or infinite. */
+static size_t rt_count_nonfinite(const float *x, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
+    return bad;
+}
+
+int hy_runtime_nonfinite_where(hy_runtime *rt, char *buf, size_t n, hy_error *err) {
+    size_t most = 0;
+    for (int i = 0; i < rt->model.n_params; i++)
+        if (rt->model.params[i].numel > most) most = rt->model.params[i].numel;
+    float *host = malloc(most * sizeof(float));
+    if (!host) return hy_fail(err, HY_ERR_RUNTIME, "out of memory looking for non-finite gradients");
+    int last = rt->sched.placement[rt->S - 1], rc;
+    float loss = 0;
+    rc = rt->be->ops->download(rt->be, last, &loss, rt->ranks[last].loss, sizeof loss, err);
+    size_t used = 0;
+    if (!rc && !isfinite(loss))
+        used += (size_t)snprintf(buf, n, "loss %g on rank %d (stage %d)", (double)loss, last, rt->S - 1);
+    for (int i = 0; i < rt->model.n_params && !rc && used < n; i++) {
+        const hy_param *p = &rt->model.params[i];
+        const rt_stage *sg = &rt->stages[p->stage];
+        rc = rt->be->ops->download(rt->be, sg->rank, host, sg->grad + p->offset,
+                                   p->numel * sizeof(float), err);
+        size_t bad = rc ? 0 : rt_count_nonfinite(host, p->numel);
+        if (bad)
+            used += (size_t)snprintf(buf + used, n - used, "%sgradient of %s: %zu of %zu values on "
+                                     "rank %d (stage %d)", used ? "; " : "", p->name, bad, p->numel,
+                                     sg->rank, p->stage);
+        if (bad) break;   /* the first one found is the place to look */
+    }
+    free(host);
+    if (!rc && used == 0) snprintf(buf, n, "no non-finite value left in the loss or gradients");
+    return rc;
+}
 
 void hy_runtime_destroy(hy_runtime *rt) {
     if (!rt) return;

@@ -18,9 +18,11 @@
 #define HY_RUNTIME_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "error.h"
+#include "schedule.h"
 
 typedef struct hy_runtime hy_runtime;
 
@@ -31,11 +33,20 @@ typedef struct {
     double lr;           /* the learning rate this step used */
     double ms;           /* wall time of the step */
     double tokens;       /* tokens this step trained on */
+    int nonfinite;       /* the loss or the gradient norm is NaN or infinite */
+    int updated;         /* the optimizer step was applied: the gradient norm was
+                            finite (a non-finite one makes every rank skip it) */
 } hy_step_stats;
 
-/* Builds the run of config c on the CPU backend (the CUDA backend joins
- * here when it lands). `c` must outlive the runtime. */
+/* Builds the run of config c on the backend it asks for (see
+ * hy_runtime_pick_backend). `c` must outlive the runtime. */
 int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err);
+
+/* Which backend config c runs on: *cuda = 1 for CUDA, else the CPU, with
+ * a short reason in why ("cuda (auto: 8 CUDA devices)", "cpu (auto: no
+ * CUDA device found)"). `backend: "cuda"` without a usable GPU or without
+ * the CUDA backend in the build is an input error saying which. */
+int hy_runtime_pick_backend(const hy_config *c, int *cuda, char *why, size_t n, hy_error *err);
 
 /* One optimizer step over all ranks. */
 int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err);
@@ -77,6 +88,35 @@ double hy_runtime_lr(const hy_config *c, int step);
 
 /* The backend the runtime runs on (for benchmarks and profiling). */
 struct hy_backend *hy_runtime_backend(hy_runtime *rt);
+
+/* The schedule every rank runs: its action lists index the profile stamps. */
+const hy_schedule *hy_runtime_schedule(const hy_runtime *rt);
+
+/* After a step whose stats say nonfinite: where it was, in words (the loss
+ * if it is not finite, and the first parameter whose gradient holds a NaN
+ * or infinity, with its rank and stage), into buf. */
+int hy_runtime_nonfinite_where(hy_runtime *rt, char *buf, size_t n, hy_error *err);
+
+/* Profiling (hanayo profile). Call before the first step: from then on
+ * every rank records, in every iteration, eager or replayed, clock stamps
+ * in nanoseconds (one clock for all ranks) at:
+ *   [0]               the start of its iteration
+ *   [1 + 4i + 0..3]   action i of its list (hy_runtime_schedule): its start,
+ *                     its input received (the wait for another rank ends),
+ *                     its compute done, its output sent
+ *   [1 + 4n + 0..2]   after the tied-embedding exchange, after the norm
+ *                     and clip, after the optimizer (n = its action count)
+ * hy_runtime_stamps copies the last step's stamps of one rank (n must be
+ * hy_runtime_stamp_count(rt, rank)). */
+int hy_runtime_profile(hy_runtime *rt, hy_error *err);
+size_t hy_runtime_stamp_count(const hy_runtime *rt, int rank);
+int hy_runtime_stamps(hy_runtime *rt, int rank, uint64_t *dst, size_t n, hy_error *err);
+
+/* Test hook, before the first step: every action of `stage` (forward and
+ * backward, training and evaluation) first holds its rank for `seconds`,
+ * as if that stage were that much slower. For the profiler's and the
+ * watchdog's tests. */
+int hy_runtime_slow_stage(hy_runtime *rt, int stage, double seconds, hy_error *err);
 
 void hy_runtime_destroy(hy_runtime *rt);
 

@@ -14,26 +14,14 @@
 #include "runtime.h"
 #include "schedule.h"
 
-/* The backend a run uses. Only the CPU backend exists so far: `auto` says
- * so (on `out`, when not NULL) and why, and `cuda` is refused with the
- * reason. */
+/* The backend a run uses (runtime.h decides), said on `out` when not NULL.
+ * `backend: "cuda"` without a usable GPU is an input error. */
 static int hy_pick_backend(const hy_config *c, FILE *out, hy_error *err) {
-    int gpus = 0;
-    hy_error ignored;
-    if (hy_device_count(&gpus, &ignored) != HY_OK) gpus = 0;
-    if (c->backend == HY_BACKEND_CUDA)
-        return hy_fail(err, HY_ERR_INPUT,
-                       "backend \"cuda\": %s; use backend \"cpu\" or \"auto\"",
-                       gpus ? "the CUDA training backend is not part of this version yet"
-                            : "no CUDA device is visible on this machine");
-    if (!out) return HY_OK;
-    if (c->backend == HY_BACKEND_AUTO)
-        fprintf(out, "backend: cpu (auto: %s)\n",
-                gpus ? "the CUDA training backend is not part of this version yet"
-                     : "no CUDA device found");
-    else
-        fprintf(out, "backend: cpu\n");
-    return HY_OK;
+    int cuda = 0;
+    char why[128];
+    int rc = hy_runtime_pick_backend(c, &cuda, why, sizeof why, err);
+    if (!rc && out) fprintf(out, "backend: %s\n", why);
+    return rc;
 }
 
 static void hy_print_header(const hy_config *c, FILE *out) {

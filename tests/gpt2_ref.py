@@ -397,7 +397,10 @@ def _selftest():
     x = rng.integers(0, V, size=(2, T))
     y = rng.integers(0, V, size=(2, T))
     check(not np.any(gpt2_logits(zero, x, nh)), "zero weights give zero logits")
-    check(gpt2_loss(zero, x, y, nh) == math.log(V), "zero weights give loss ln V exactly")
+    # Every token's loss is ln V exactly; their mean may round by an ulp or
+    # two, depending on how this CPU's numpy sums (SIMD width).
+    check(abs(gpt2_loss(zero, x, y, nh) - math.log(V)) <= 4 * np.finfo(np.float64).eps * math.log(V),
+          "zero weights give loss ln V (to rounding)")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "w.safetensors")
         write_safetensors(path, w)

@@ -33,8 +33,8 @@ static int load(hy_config *c, const char *ckdir, const char *const *extra, int n
     const char *sets[16] = { "model.layers=2", "model.d_model=32", "model.heads=4",
                              "model.seq_len=16", "model.vocab=64", "schedule.micro_batch_size=2",
                              "schedule.micro_batches=4", "train.steps=6", "data.val=null",
-                             data_set, ck_set };
-    int n = 11;
+                             "backend=cpu", data_set, ck_set };
+    int n = 12;
     for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
     hy_error err;
     hy_config_init(c);

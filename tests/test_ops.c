@@ -771,11 +771,11 @@ static void test_adamw(void) {
         float p[3] = {1.0f, -0.5f, 2.0f}, m[3] = {0}, v[3] = {0};
         hy_cpu_adamw_params hp = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                   .weight_decay = 0.1f, .step = 1};
-        hy_cpu_adamw_update(p, g1, m, v, 3, &hp, decay);
+        hy_cpu_adamw_update(p, g1, m, v, 3, &hp, 1.0f, decay);
         for (int i = 0; i < 3; i++) CHECK_NEAR(p[i], want[k][0][i], 2e-6);
         hp.lr = 0.005f;
         hp.step = 2;
-        hy_cpu_adamw_update(p, g2, m, v, 3, &hp, decay);
+        hy_cpu_adamw_update(p, g2, m, v, 3, &hp, 1.0f, decay);
         for (int i = 0; i < 3; i++) CHECK_NEAR(p[i], want[k][1][i], 2e-6);
         /* The moments carry the fp32 betas: 0.999f = 0.99900001287, so
          * 1 − β2 is off by 1.3e-5 relative (1 − β1 by 2.4e-7), hence these
@@ -804,17 +804,29 @@ static void test_adamw(void) {
     CHECK_NEAR(acc, want_big, 1e-10 * want_big);
     free(big);
 
-    float f = 0.5f;
-    hy_cpu_scale(x, 4, &f);
-    CHECK(x[0] == 0.5f && x[1] == -1.0f && x[2] == 1.5f && x[3] == 2.0f);
-    f = 1.0f;
-    hy_cpu_scale(x, 4, &f);
-    CHECK(x[0] == 0.5f && x[3] == 2.0f);
+    /* The clip factor fused into the update: scale s on g is the update of
+     * s·g, exactly (the product is formed once, as the unfused g ← s·g
+     * pass formed it). */
+    {
+        float g[3] = {0.3f, -0.7f, 1e-3f}, gs[3];
+        float pa[3] = {1, 2, 3}, ma[3] = {0}, va[3] = {0};
+        float pb[3] = {1, 2, 3}, mb[3] = {0}, vb[3] = {0};
+        hy_cpu_adamw_params hp = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                  .weight_decay = 0.1f, .step = 3};
+        for (int i = 0; i < 3; i++) gs[i] = g[i] * 0.37f;
+        hy_cpu_adamw_update(pa, g, ma, va, 3, &hp, 0.37f, 1);
+        hy_cpu_adamw_update(pb, gs, mb, vb, 3, &hp, 1.0f, 1);
+        CHECK(memcmp(pa, pb, sizeof pa) == 0 && memcmp(ma, mb, sizeof ma) == 0 &&
+              memcmp(va, vb, sizeof va) == 0);
+    }
 
     CHECK_NEAR(hy_cpu_clip_factor(25.0, 1.0f), 1.0 / (5.0 + 1e-6), 1e-7);
     CHECK(hy_cpu_clip_factor(0.25, 1.0f) == 1.0f);  /* norm 0.5 < 1: unclipped */
     CHECK(hy_cpu_clip_factor(1e6, 0.0f) == 1.0f);   /* max_norm 0: clipping off */
     CHECK(hy_cpu_clip_factor(0.0, 1.0f) == 1.0f);   /* zero gradient */
+    /* A non-finite norm is the runtime's non-finite signal, clipping or not. */
+    CHECK(isnan(hy_cpu_clip_factor(INFINITY, 1.0f)));
+    CHECK(isnan(hy_cpu_clip_factor(NAN, 0.0f)));
 }
 
 int main(void) {

@@ -18,20 +18,20 @@
  * Gradient clipping by global norm, as the runtime composes it:
  *   sumsq = Σ over all gradients of g²   (hy_cpu_sumsq, accumulating)
  *   f = hy_cpu_clip_factor(sumsq, max_norm) = min(1, max_norm / (norm + 1e-6))
- *   g ← f · g                            (hy_cpu_scale, f read from memory)
+ *   AdamW on f · g                       (the scale fused into the update)
  */
 #include <math.h>
 
 #include "ops.h"
 
 void hy_cpu_adamw_update(float *param, const float *grad, float *m, float *v,
-                         size_t n, const hy_cpu_adamw_params *hp, int decay) {
+                         size_t n, const hy_cpu_adamw_params *hp, float scale, int decay) {
     float lr = hp->lr, b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps;
     float wd = decay ? hp->weight_decay : 0.0f;
     float bc1 = (float)(1.0 - pow((double)b1, hp->step));
     float bc2 = (float)(1.0 - pow((double)b2, hp->step));
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
+        float g = grad[i] * scale;
         float mi = b1 * m[i] + (1.0f - b1) * g;
         float vi = b2 * v[i] + (1.0f - b2) * g * g;
         m[i] = mi;
@@ -47,13 +47,8 @@ void hy_cpu_sumsq(double *acc, const float *x, size_t n) {
     *acc += s;
 }
 
-void hy_cpu_scale(float *x, size_t n, const float *factor) {
-    float f = *factor;
-    if (f == 1.0f) return; /* the common, unclipped step: nothing to do */
-    for (size_t i = 0; i < n; i++) x[i] *= f;
-}
-
 float hy_cpu_clip_factor(double sumsq, float max_norm) {
+    if (!isfinite(sumsq)) return NAN;
     if (max_norm <= 0.0f) return 1.0f;
     /* PyTorch's clip_grad_norm_: the coefficient clamped to 1. */
     double f = max_norm / (sqrt(sumsq) + 1e-6);

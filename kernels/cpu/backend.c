@@ -36,7 +36,8 @@
 #define HY_CPU_WAIT_SLICE_NS 20000000L
 
 typedef enum {
-    CMD_WAIT, CMD_WRITE, CMD_COPY, CMD_FILL, CMD_CHECK, CMD_DELAY, CMD_ADD, CMD_CALL
+    CMD_WAIT, CMD_WRITE, CMD_COPY, CMD_FILL, CMD_CHECK, CMD_DELAY, CMD_ADD, CMD_CALL,
+    CMD_STAMP, CMD_SLEEP
 } cpu_cmd_kind;
 
 typedef struct {
@@ -49,6 +50,8 @@ typedef struct {
     uint32_t key, max_ns;       /* FILL, CHECK, DELAY */
     const uint32_t *iter;       /* FILL, CHECK, DELAY */
     uint32_t *errors;           /* CHECK */
+    uint64_t *stamp;            /* STAMP */
+    uint64_t ns;                /* SLEEP */
     hy_wait_site site;          /* WAIT */
     hy_op_kind op_kind;         /* CALL: what the call computes, for op timing */
     void (*fn)(const void *);   /* CALL, with its argument block */
@@ -206,6 +209,25 @@ static void run_delay(const cpu_cmd *c) {
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
+static void run_stamp(const cpu_cmd *c) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *c->stamp = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The slow-stage hook: sleeps in slices, so an abort cuts it short and a
+ * stalled rank stops as promptly as a waiting one. */
+static void run_sleep(cpu_backend *cb, const cpu_cmd *c) {
+    double end = now_s() + (double)c->ns * 1e-9;
+    for (;;) {
+        double left = end - now_s();
+        if (left <= 0 || __atomic_load_n(&cb->aborted, __ATOMIC_ACQUIRE)) return;
+        long ns = left < HY_CPU_WAIT_SLICE_NS * 1e-9 ? (long)(left * 1e9) + 1 : HY_CPU_WAIT_SLICE_NS;
+        struct timespec ts = { ns / 1000000000L, ns % 1000000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
 static int run_cmd_untimed(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
     switch (c->kind) {
     case CMD_WAIT: return run_wait(cb, c, err);
@@ -226,6 +248,8 @@ static int run_cmd_untimed(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
     case CMD_DELAY: run_delay(c); return HY_OK;
     case CMD_ADD: *c->flag += 1; return HY_OK;
     case CMD_CALL: c->fn(c->args); return HY_OK;
+    case CMD_STAMP: run_stamp(c); return HY_OK;
+    case CMD_SLEEP: run_sleep(cb, c); return HY_OK;
     }
     return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: unknown command %d", (int)c->kind);
 }
@@ -322,6 +346,16 @@ static int cpu_test_delay(hy_stream *s, uint32_t key, const uint32_t *iter, uint
 
 static int cpu_test_add(hy_stream *s, uint32_t *counter, hy_error *err) {
     cpu_cmd c = { .kind = CMD_ADD, .flag = counter };
+    return enqueue(s, &c, err);
+}
+
+static int cpu_timestamp(hy_stream *s, uint64_t *dst, hy_error *err) {
+    cpu_cmd c = { .kind = CMD_STAMP, .stamp = dst };
+    return enqueue(s, &c, err);
+}
+
+static int cpu_sleep(hy_stream *s, uint64_t ns, hy_error *err) {
+    cpu_cmd c = { .kind = CMD_SLEEP, .ns = ns };
     return enqueue(s, &c, err);
 }
 
@@ -473,6 +507,8 @@ static hy_backend_ops cpu_ops_init(void) {
     .test_check = cpu_test_check,
     .test_delay = cpu_test_delay,
     .test_add = cpu_test_add,
+    .timestamp = cpu_timestamp,
+    .sleep = cpu_sleep,
     .op_stats = cpu_op_stats,
     };
     hy_cpu_math_ops(&o);

@@ -242,34 +242,45 @@ static int cpu_clip(hy_stream *s, float *factor, float *norm, const double *part
     return HY_CALL(s, HY_OPK_OTHER, run_clip, a, err);
 }
 
-typedef struct { float *x; size_t n; const float *factor; } scale_args;
-static void run_scale(const void *p) {
-    const scale_args *a = p;
-    hy_cpu_scale(a->x, a->n, a->factor);
-}
-static int cpu_scale(hy_stream *s, float *x, size_t n, const float *factor, hy_error *err) {
-    scale_args a = { x, n, factor };
-    return HY_CALL(s, HY_OPK_OTHER, run_scale, a, err);
-}
-
 typedef struct {
     float *param, *m, *v;
     const float *grad;
     size_t n;
     const hy_adamw_hparams *hp;
+    const float *factor;
     int decay;
 } adamw_args;
 static void run_adamw(const void *p) {
     const adamw_args *a = p;
+    float f = *a->factor;
+    if (!isfinite(f)) return;   /* a non-finite step: nothing changes */
     hy_cpu_adamw_params hp = { a->hp->lr, a->hp->beta1, a->hp->beta2, a->hp->eps,
                                a->hp->weight_decay, a->hp->step };
-    hy_cpu_adamw_update(a->param, a->grad, a->m, a->v, a->n, &hp, a->decay);
+    hy_cpu_adamw_update(a->param, a->grad, a->m, a->v, a->n, &hp, f, a->decay);
 }
 static int cpu_adamw(hy_stream *s, float *param, void *param_compute, const float *grad, float *m,
-                     float *v, size_t n, const hy_adamw_hparams *hp, int decay, hy_error *err) {
+                     float *v, size_t n, const hy_adamw_hparams *hp, const float *factor,
+                     int decay, hy_error *err) {
     (void)param_compute;   /* the fp32 master weights are the compute copy */
-    adamw_args a = { param, m, v, grad, n, hp, decay };
+    adamw_args a = { param, m, v, grad, n, hp, factor, decay };
     return HY_CALL(s, HY_OPK_ADAMW, run_adamw, a, err);
+}
+
+/* The compute type is fp32: the "compute copy" is a copy. */
+typedef struct { float *dst; const float *src; size_t n; } to_act_args;
+static void run_to_act(const void *p) {
+    const to_act_args *a = p;
+    memcpy(a->dst, a->src, a->n * sizeof(float));
+}
+static int cpu_to_act(hy_stream *s, void *dst, const float *src, size_t n, hy_error *err) {
+    to_act_args a = { dst, src, n };
+    return HY_CALL(s, HY_OPK_OTHER, run_to_act, a, err);
+}
+
+/* attention.c works one head at a time: one T x T block. */
+static size_t cpu_attention_scratch(int B, int T, int C, int NH) {
+    (void)B; (void)C; (void)NH;
+    return (size_t)T * (size_t)T * sizeof(float);
 }
 
 void hy_cpu_math_ops(hy_backend_ops *o) {
@@ -292,6 +303,7 @@ void hy_cpu_math_ops(hy_backend_ops *o) {
     o->classifier = cpu_classifier;
     o->sumsq = cpu_sumsq;
     o->clip = cpu_clip;
-    o->scale = cpu_scale;
     o->adamw = cpu_adamw;
+    o->to_act = cpu_to_act;
+    o->attention_scratch = cpu_attention_scratch;
 }

@@ -189,7 +189,8 @@ typedef struct {
     int step;            /* t, for the bias corrections 1 − β^t */
 } hy_cpu_adamw_params;
 
-/* For i < n, with g = grad[i] and the FP32 master param p = param[i]:
+/* For i < n, with g = scale · grad[i] (scale: the clip factor) and the
+ * FP32 master param p = param[i]:
  *   m ← β1 m + (1−β1) g;   v ← β2 v + (1−β2) g²
  *   m̂ = m / (1 − β1^t);    v̂ = v / (1 − β2^t)
  *   p ← p − lr · (m̂ / (sqrt(v̂) + eps) + λ p),   λ = decay ? weight_decay : 0
@@ -197,17 +198,16 @@ typedef struct {
  * contiguous range: GPT-2 decays the 2-D weights (matmul weights and
  * embeddings) and passes decay = 0 for biases and LayerNorm parameters. */
 void hy_cpu_adamw_update(float *param, const float *grad, float *m, float *v,
-                         size_t n, const hy_cpu_adamw_params *hp, int decay);
+                         size_t n, const hy_cpu_adamw_params *hp, float scale, int decay);
 
 /* *acc += Σ_i x[i]², accumulated in double. Accumulating lets a rank add up
  * its tensors (and the runtime add up ranks) before the one sqrt. */
 void hy_cpu_sumsq(double *acc, const float *x, size_t n);
 
-/* x[i] *= *factor (the factor is read from memory, as a graph would). */
-void hy_cpu_scale(float *x, size_t n, const float *factor);
-
 /* The gradient-clipping factor for a global L2 norm sqrt(sumsq):
- * min(1, max_norm / (norm + 1e-6)); 1 when max_norm ≤ 0 (clipping off). */
+ * min(1, max_norm / (norm + 1e-6)); 1 when max_norm ≤ 0 (clipping off);
+ * NaN when sumsq is not finite (some gradient overflowed or is NaN), which
+ * tells the AdamW step to leave everything as it is. */
 float hy_cpu_clip_factor(double sumsq, float max_norm);
 
 #endif

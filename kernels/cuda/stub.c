@@ -30,6 +30,17 @@ int hy_device_query(int index, hy_device_info *out, hy_error *err) {
     return hy_no_cuda(err);
 }
 
+int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int n_devices,
+                           int flags_on_device, double watchdog_s, hy_error *err) {
+    (void)ranks;
+    (void)devices;
+    (void)n_devices;
+    (void)flags_on_device;
+    (void)watchdog_s;
+    *out = NULL;
+    return hy_no_cuda(err);
+}
+
 int hy_device_can_access_peer(int a, int b, int *yes, hy_error *err) {
     (void)a;
     (void)b;

@@ -1,0 +1,918 @@
+/*
+ * backend.cu — the CUDA backend's execution core (backend.h, "Execution"),
+ * the second implementation of the interface the CPU backend implements in
+ * kernels/cpu/backend.c. The runtime drives both through the same calls.
+ *
+ * One process, one thread per rank, one non-blocking stream per rank on the
+ * rank's device (several ranks may share a device). A rank's whole
+ * iteration is enqueued on its stream; `capture_begin`/`capture_end` turn
+ * that into a CUDA graph (stream capture, thread-local mode, so ranks
+ * capture concurrently) and `graph_launch` replays it.
+ *
+ * Cross-rank signals are DESIGN §3's design 1: 32-bit full/free flags
+ * waited on and written by stream memory operations (cuStreamWaitValue32 /
+ * cuStreamWriteValue32), which stream capture records as graph nodes. They
+ * are driver API calls; we get them through cudaGetDriverEntryPointByVersion
+ * (the unversioned lookup is deprecated in CUDA 13), so nothing links
+ * libcuda at build time and a machine without a driver still runs the CPU
+ * backend. A wait is EQ on a constant value, a write carries the default
+ * memory barrier (everything the stream wrote before it is visible first).
+ * Flags live in host-mapped pinned memory (the host can read and write them
+ * directly, which the watchdog and abort use) or, with flags_on_device, in
+ * the consumer's device memory, peer-mapped.
+ *
+ * Liveness without a host thread per wait: after each wait the stream
+ * writes its running count of passed waits into a host-mapped progress
+ * word. `sync` polls the stream; while it is not done it watches that
+ * word, and when it stays put for watchdog_s the rank is stuck at the next
+ * wait, whose site (rank, action, edge, slot) the stream recorded when the
+ * wait was enqueued: that is the report. `abort` marks the backend; each
+ * blocked rank's `sync` then releases its own current wait by writing the
+ * value it waits for into its flag (the run is failing, the data no longer
+ * matters) until its stream drains, and reports why it stopped. Sleep and
+ * delay kernels watch a host-mapped abort word.
+ *
+ * Scratch memory the math ops need (kernels.cuh's *_scratch sizes) comes
+ * from one buffer per stream, grown during the eager warm-up iteration, so
+ * a capture never allocates.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "backend.h"
+#include "check.cuh"
+#include "kernels.cuh"
+
+/* ------------------------------------------------------------------------ */
+/* Driver entry points */
+
+typedef CUresult (*hy_pfn_wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+typedef CUresult (*hy_pfn_write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+typedef CUresult (*hy_pfn_error_name)(CUresult, const char **);
+
+/* The CUDA version whose signatures we ask for: 12.0's stream memory
+ * operations are the capturable (v2) ones. */
+#define HY_DRIVER_API_VERSION 12000
+
+typedef struct {
+    hy_pfn_wait32 wait32;
+    hy_pfn_write32 write32;
+    hy_pfn_error_name error_name;
+} hy_driver;
+
+static int hy_driver_symbol(const char *name, void **fn, hy_error *err) {
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t rc = cudaGetDriverEntryPointByVersion(name, fn, HY_DRIVER_API_VERSION,
+                                                      cudaEnableDefault, &found);
+    if (rc != cudaSuccess) return HY_CUDA_FAIL(err, rc, "cudaGetDriverEntryPointByVersion");
+    if (found != cudaDriverEntryPointSuccess || !*fn)
+        return hy_fail(err, HY_ERR_RUNTIME,
+                       "cuda backend: the driver has no %s for CUDA %d.%d (result %d); "
+                       "the driver is too old for stream memory operations", name,
+                       HY_DRIVER_API_VERSION / 1000, HY_DRIVER_API_VERSION % 1000 / 10, (int)found);
+    return HY_OK;
+}
+
+static int hy_driver_load(hy_driver *d, hy_error *err) {
+    int rc = hy_driver_symbol("cuStreamWaitValue32", (void **)&d->wait32, err);
+    if (!rc) rc = hy_driver_symbol("cuStreamWriteValue32", (void **)&d->write32, err);
+    if (!rc) rc = hy_driver_symbol("cuGetErrorName", (void **)&d->error_name, err);
+    return rc;
+}
+
+static int hy_cu_fail(const hy_driver *d, hy_error *err, CUresult rc, const char *call, int rank) {
+    const char *name = NULL;
+    if (!d->error_name || d->error_name(rc, &name) != CUDA_SUCCESS) name = "?";
+    return hy_fail(err, HY_ERR_RUNTIME, "rank %d: CUDA driver error %s (%d) in %s", rank, name,
+                   (int)rc, call);
+}
+
+/* ------------------------------------------------------------------------ */
+/* State */
+
+typedef enum { MEM_DEVICE, MEM_HOST } mem_kind;
+
+typedef struct mem_block {
+    void *p;
+    mem_kind kind;
+    int device;
+    struct mem_block *next;
+} mem_block;
+
+/* A wait as the watchdog and abort need it. */
+typedef struct {
+    hy_wait_site site;
+    uint32_t *flag;
+    uint32_t value;
+} cuda_site;
+
+typedef struct {
+    cuda_site *v;
+    size_t n, cap;
+} site_list;
+
+typedef struct {
+    hy_backend base;
+    hy_backend_ops ops;
+    hy_driver drv;
+    int *dev;                    /* [ranks]: rank -> device */
+    int flags_on_device;
+    hy_lt **lt;                  /* [ranks]: cuBLASLt state per rank */
+    volatile uint32_t *abort_word;   /* host-mapped: sleep kernels stop when set */
+    int aborted;                 /* atomics */
+    pthread_mutex_t lock;        /* guards why and blocks */
+    char why[sizeof(((hy_error *)0)->msg)];   /* the first failure, as reported */
+    mem_block *blocks;
+} cuda_backend;
+
+typedef struct {
+    hy_stream base;
+    cudaStream_t s;
+    cudaStream_t ctl;            /* for writing device-memory flags while s is blocked */
+    int device;
+    int capturing;
+    site_list eager;             /* waits enqueued since the last sync */
+    site_list capture;           /* waits of the graph being captured */
+    const site_list *active;     /* the waits the stream is running now */
+    volatile uint32_t *progress; /* host-mapped: waits passed in the running list */
+    volatile int *bad;           /* host-mapped: the classifier saw a bad target */
+    void *scratch;
+    size_t scratch_bytes;
+} cuda_stream;
+
+struct hy_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    site_list sites;
+};
+
+static cuda_backend *cb_of(hy_backend *be) { return (cuda_backend *)be; }
+static cuda_stream *cs_of(hy_stream *s) { return (cuda_stream *)s; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int check_rank(hy_backend *be, int rank, hy_error *err) {
+    if (rank < 0 || rank >= be->ranks)
+        return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: no rank %d (have %d)", rank, be->ranks);
+    return HY_OK;
+}
+
+/* Makes rank's device current on the calling thread. */
+static int enter_rank(hy_backend *be, int rank, hy_error *err) {
+    int rc = check_rank(be, rank, err);
+    if (rc) return rc;
+    HY_CUDA_CHECK(cudaSetDevice(cb_of(be)->dev[rank]), err);
+    return HY_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory */
+
+static int track(cuda_backend *cb, void *p, mem_kind kind, int device, hy_error *err) {
+    mem_block *b = (mem_block *)calloc(1, sizeof *b);
+    if (!b) {
+        if (kind == MEM_HOST) cudaFreeHost(p);
+        else cudaFree(p);
+        return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of host memory");
+    }
+    b->p = p;
+    b->kind = kind;
+    b->device = device;
+    pthread_mutex_lock(&cb->lock);
+    b->next = cb->blocks;
+    cb->blocks = b;
+    pthread_mutex_unlock(&cb->lock);
+    return HY_OK;
+}
+
+static void release_block(mem_block *b) {
+    cudaSetDevice(b->device);
+    if (b->kind == MEM_HOST) cudaFreeHost(b->p);
+    else cudaFree(b->p);
+    free(b);
+}
+
+static int dev_alloc(cuda_backend *cb, int rank, size_t bytes, void **out, hy_error *err) {
+    *out = NULL;
+    int rc = enter_rank(&cb->base, rank, err);
+    if (rc) return rc;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total = 0;
+        (void)cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total);
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: cudaMalloc of %zu bytes on device %d failed "
+                       "(%s; %.2f of %.2f GiB free): lower schedule.micro_batch_size or "
+                       "micro_batches, or spread the ranks over more devices", rank, bytes,
+                       cb->dev[rank], cudaGetErrorString(e), free_b / 1073741824.0,
+                       total / 1073741824.0);
+    }
+    HY_CUDA_CHECK(cudaMemset(p, 0, bytes ? bytes : 1), err);
+    rc = track(cb, p, MEM_DEVICE, cb->dev[rank], err);
+    if (!rc) *out = p;
+    return rc;
+}
+
+/* Pinned host memory every device maps (UVA: the same address on all). */
+static int host_alloc(cuda_backend *cb, size_t bytes, void **out, hy_error *err) {
+    *out = NULL;
+    void *p = NULL;
+    HY_CUDA_CHECK(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable),
+                  err);
+    memset(p, 0, bytes ? bytes : 1);
+    int rc = track(cb, p, MEM_HOST, 0, err);
+    if (!rc) *out = p;
+    return rc;
+}
+
+static int cuda_alloc(hy_backend *be, int rank, size_t bytes, void **out, hy_error *err) {
+    return dev_alloc(cb_of(be), rank, bytes, out, err);
+}
+
+static int cuda_alloc_shared(hy_backend *be, int a, int b, size_t bytes, void **out, hy_error *err) {
+    cuda_backend *cb = cb_of(be);
+    int rc = check_rank(be, a, err);
+    if (!rc) rc = check_rank(be, b, err);
+    if (rc) return rc;
+    /* In the consumer's memory: its waits poll locally, the producer's
+     * writes cross the link once. */
+    if (cb->flags_on_device) return dev_alloc(cb, b, bytes, out, err);
+    return host_alloc(cb, bytes, out, err);
+}
+
+static void cuda_free_mem(hy_backend *be, void *p) {
+    if (!p) return;
+    cuda_backend *cb = cb_of(be);
+    pthread_mutex_lock(&cb->lock);
+    mem_block **at = &cb->blocks;
+    while (*at && (*at)->p != p) at = &(*at)->next;
+    mem_block *found = *at;
+    if (found) *at = found->next;
+    pthread_mutex_unlock(&cb->lock);
+    if (found) release_block(found);
+}
+
+static int cuda_copy_sync(hy_backend *be, int rank, void *dst, const void *src, size_t bytes,
+                          hy_error *err) {
+    int rc = enter_rank(be, rank, err);
+    if (rc) return rc;
+    HY_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), err);
+    return HY_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Wait sites */
+
+static int sites_push(site_list *l, const cuda_site *s, hy_error *err) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        cuda_site *grown = (cuda_site *)realloc(l->v, cap * sizeof *grown);
+        if (!grown) return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory recording a wait");
+        l->v = grown;
+        l->cap = cap;
+    }
+    l->v[l->n++] = *s;
+    return HY_OK;
+}
+
+static CUdeviceptr devptr(const volatile void *p) { return (CUdeviceptr)(uintptr_t)p; }
+
+/* ------------------------------------------------------------------------ */
+/* Enqueued work */
+
+static int enter_stream(cuda_stream *cs, hy_error *err) {
+    HY_CUDA_CHECK(cudaSetDevice(cs->device), err);
+    return HY_OK;
+}
+
+static int cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
+                          hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    cuda_backend *cb = cb_of(s->be);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    site_list *l = cs->capturing ? &cs->capture : &cs->eager;
+    if (!cs->capturing) cs->active = &cs->eager;
+    cuda_site cs_site = { *site, flag, value };
+    rc = sites_push(l, &cs_site, err);
+    if (rc) return rc;
+    CUresult r = cb->drv.wait32((CUstream)cs->s, devptr(flag), value, CU_STREAM_WAIT_VALUE_EQ);
+    if (r != CUDA_SUCCESS) return hy_cu_fail(&cb->drv, err, r, "cuStreamWaitValue32", s->rank);
+    r = cb->drv.write32((CUstream)cs->s, devptr(cs->progress), (cuuint32_t)l->n,
+                        CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (r != CUDA_SUCCESS) return hy_cu_fail(&cb->drv, err, r, "cuStreamWriteValue32 (progress)", s->rank);
+    return HY_OK;
+}
+
+static int cuda_write_flag(hy_stream *s, uint32_t *flag, uint32_t value, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    cuda_backend *cb = cb_of(s->be);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    CUresult r = cb->drv.write32((CUstream)cs->s, devptr(flag), value, CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (r != CUDA_SUCCESS) return hy_cu_fail(&cb->drv, err, r, "cuStreamWriteValue32", s->rank);
+    return HY_OK;
+}
+
+static int cuda_copy(hy_stream *s, void *dst, const void *src, size_t bytes, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    /* UVA: cudaMemcpyDefault finds the devices; across devices with peer
+     * access this is a peer copy over NVLink, on one device a D2D copy. */
+    HY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cs->s), err);
+    return HY_OK;
+}
+
+/* The stream's scratch, at least `bytes`. It only grows outside capture:
+ * the eager warm-up iteration meets every size first. The old buffer stays
+ * allocated (work already enqueued may use it) until destroy. */
+static int scratch(cuda_stream *cs, size_t bytes, void **out, hy_error *err) {
+    *out = cs->scratch;
+    if (bytes <= cs->scratch_bytes) return HY_OK;
+    if (cs->capturing)
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: an op needs %zu bytes of scratch during "
+                       "capture, more than the eager iteration used (%zu)", cs->base.rank, bytes,
+                       cs->scratch_bytes);
+    void *p = NULL;
+    int rc = dev_alloc(cb_of(cs->base.be), cs->base.rank, bytes, &p, err);
+    if (rc) return rc;
+    cs->scratch = p;
+    cs->scratch_bytes = bytes;
+    *out = p;
+    return HY_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streams, capture, replay */
+
+static int cuda_stream_create(hy_backend *be, int rank, hy_stream **out, hy_error *err) {
+    *out = NULL;
+    cuda_backend *cb = cb_of(be);
+    int rc = enter_rank(be, rank, err);
+    if (rc) return rc;
+    cuda_stream *cs = (cuda_stream *)calloc(1, sizeof *cs);
+    if (!cs) return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory creating a stream");
+    cs->base.be = be;
+    cs->base.rank = rank;
+    cs->device = cb->dev[rank];
+    cs->active = &cs->eager;
+    void *words = NULL;
+    cudaError_t e = cudaStreamCreateWithFlags(&cs->s, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&cs->ctl, cudaStreamNonBlocking);
+    if (e != cudaSuccess) rc = HY_CUDA_FAIL(err, e, "cudaStreamCreateWithFlags");
+    if (!rc) rc = host_alloc(cb, 64, &words, err);
+    if (rc) {
+        if (cs->s) cudaStreamDestroy(cs->s);
+        if (cs->ctl) cudaStreamDestroy(cs->ctl);
+        free(cs);
+        return rc;
+    }
+    cs->progress = (volatile uint32_t *)words;
+    cs->bad = (volatile int *)((char *)words + 32);
+    *out = &cs->base;
+    return HY_OK;
+}
+
+static void cuda_stream_destroy(hy_stream *s) {
+    if (!s) return;
+    cuda_stream *cs = cs_of(s);
+    cudaSetDevice(cs->device);
+    cudaStreamSynchronize(cs->s);
+    cudaStreamDestroy(cs->s);
+    cudaStreamDestroy(cs->ctl);
+    free(cs->eager.v);
+    free(cs->capture.v);
+    free(cs);
+}
+
+static int stopped_error(cuda_backend *cb, cuda_stream *cs, const cuda_site *at, hy_error *err) {
+    char why[sizeof cb->why];
+    pthread_mutex_lock(&cb->lock);
+    memcpy(why, cb->why, sizeof why);
+    pthread_mutex_unlock(&cb->lock);
+    if (at)
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d stopped while waiting at %s: %s",
+                       cs->base.rank, at->site.what, why);
+    return hy_fail(err, HY_ERR_RUNTIME, "rank %d stopped: %s", cs->base.rank, why);
+}
+
+/* The wait the stream is blocked at, or NULL when it is past them all. */
+static const cuda_site *current_wait(const cuda_stream *cs) {
+    uint32_t passed = *cs->progress;
+    const site_list *l = cs->active;
+    return l && passed < l->n ? &l->v[passed] : NULL;
+}
+
+/* Lets a stream that an abort stopped run to its end: writes the value its
+ * current wait expects into the flag (host-mapped: a store; device memory:
+ * a write on the control stream, which is not blocked). */
+static void release_wait(cuda_backend *cb, cuda_stream *cs, const cuda_site *at) {
+    if (!cb->flags_on_device) {
+        __atomic_store_n(at->flag, at->value, __ATOMIC_SEQ_CST);
+        return;
+    }
+    cb->drv.write32((CUstream)cs->ctl, devptr(at->flag), at->value, CU_STREAM_WRITE_VALUE_DEFAULT);
+}
+
+static void cuda_abort(hy_backend *be, const char *why) {
+    cuda_backend *cb = cb_of(be);
+    pthread_mutex_lock(&cb->lock);
+    if (!cb->why[0]) snprintf(cb->why, sizeof cb->why, "%s", why);
+    pthread_mutex_unlock(&cb->lock);
+    __atomic_store_n(&cb->aborted, 1, __ATOMIC_SEQ_CST);
+    *cb->abort_word = 1;
+}
+
+/* Waits for everything enqueued on the stream, watching it: a wait that
+ * makes no progress for watchdog_s is reported with its site and aborts
+ * the backend; after an abort the stream is drained and the reason given. */
+static int cuda_sync(hy_stream *s, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    cuda_backend *cb = cb_of(s->be);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    uint32_t seen = *cs->progress;
+    double since = now_s();
+    const cuda_site *stopped_at = NULL;
+    int waited_out = 0;
+    for (long polls = 0;; polls++) {
+        cudaError_t q = cudaStreamQuery(cs->s);
+        if (q == cudaSuccess) break;
+        if (q != cudaErrorNotReady) {
+            rc = hy_fail(err, HY_ERR_RUNTIME, "rank %d (device %d): %s (%s) while running its "
+                         "iteration", s->rank, cs->device, cudaGetErrorName(q), cudaGetErrorString(q));
+            cuda_abort(s->be, err->msg);
+            return rc;
+        }
+        const cuda_site *at = current_wait(cs);
+        if (__atomic_load_n(&cb->aborted, __ATOMIC_SEQ_CST)) {
+            if (at) {
+                if (!stopped_at) stopped_at = at;
+                release_wait(cb, cs, at);
+            }
+        } else {
+            uint32_t p = *cs->progress;
+            double t = now_s();
+            if (p != seen) {
+                seen = p;
+                since = t;
+            } else if (at && t - since >= cb->base.watchdog_s) {
+                rc = hy_fail(err, HY_ERR_RUNTIME,
+                             "watchdog: rank %d waited %.2f s at %s (flag is %u, waiting for %u); "
+                             "the rank that should set it is stalled or failed (watchdog_s = %g)",
+                             s->rank, t - since, at->site.what, *(volatile uint32_t *)at->flag,
+                             at->value, cb->base.watchdog_s);
+                waited_out = 1;
+                cuda_abort(s->be, err->msg);
+            }
+        }
+        /* Spin briefly (a step's tail is short), then poll gently. */
+        if (polls > 64) {
+            struct timespec ts = { 0, 50000 };
+            nanosleep(&ts, NULL);
+        }
+    }
+    cs->eager.n = 0;
+    *cs->progress = 0;
+    if (waited_out) return rc;
+    if (stopped_at) return stopped_error(cb, cs, stopped_at, err);
+    if (*cs->bad) {
+        *cs->bad = 0;
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: a training target outside the vocabulary "
+                       "reached the classifier", s->rank);
+    }
+    return HY_OK;
+}
+
+static int cuda_capture_begin(hy_stream *s, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    if (cs->capturing)
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: capture_begin while already capturing", s->rank);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    HY_CUDA_CHECK(cudaStreamBeginCapture(cs->s, cudaStreamCaptureModeThreadLocal), err);
+    cs->capturing = 1;
+    cs->capture.n = 0;
+    return HY_OK;
+}
+
+/* err may be NULL: the capture is being abandoned after a failure. */
+static int cuda_capture_end(hy_stream *s, hy_graph **out, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    hy_error ignored;
+    if (!err) err = &ignored;
+    *out = NULL;
+    if (!cs->capturing)
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: capture_end without capture_begin", s->rank);
+    cs->capturing = 0;
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    cudaGraph_t graph = NULL;
+    HY_CUDA_CHECK(cudaStreamEndCapture(cs->s, &graph), err);
+    hy_graph *g = (hy_graph *)calloc(1, sizeof *g);
+    if (!g) {
+        cudaGraphDestroy(graph);
+        return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory finishing a graph");
+    }
+    g->graph = graph;
+    cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (e != cudaSuccess) {
+        cudaGraphDestroy(graph);
+        free(g);
+        return HY_CUDA_FAIL(err, e, "cudaGraphInstantiate");
+    }
+    g->sites = cs->capture;   /* the graph takes the recorded waits */
+    memset(&cs->capture, 0, sizeof cs->capture);
+    *out = g;
+    return HY_OK;
+}
+
+static int cuda_graph_launch(hy_graph *g, hy_stream *s, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    /* The stream is idle (each iteration ends with sync), so the progress
+     * word can be reset from the host. */
+    cs->active = &g->sites;
+    *cs->progress = 0;
+    HY_CUDA_CHECK(cudaGraphLaunch(g->exec, cs->s), err);
+    return HY_OK;
+}
+
+static void cuda_graph_destroy(hy_graph *g) {
+    if (!g) return;
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->graph) cudaGraphDestroy(g->graph);
+    free(g->sites.v);
+    free(g);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Test ops and hooks */
+
+static int cuda_test_fill(hy_stream *s, uint32_t *buf, size_t n, uint32_t key, const uint32_t *iter,
+                          hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_test_fill(cs_of(s)->s, buf, n, key, iter, err);
+}
+
+static int cuda_test_check(hy_stream *s, const uint32_t *buf, size_t n, uint32_t key,
+                           const uint32_t *iter, uint32_t *errors, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_test_check(cs_of(s)->s, buf, n, key, iter, errors, err);
+}
+
+static int cuda_test_delay(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
+                           hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_test_delay(cs_of(s)->s, key, iter, max_ns, err);
+}
+
+static int cuda_test_add(hy_stream *s, uint32_t *counter, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_test_add(cs_of(s)->s, counter, err);
+}
+
+static int cuda_timestamp(hy_stream *s, uint64_t *dst, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_timestamp(cs_of(s)->s, dst, err);
+}
+
+static int cuda_sleep(hy_stream *s, uint64_t ns, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_sleep(cs_of(s)->s, ns, cb_of(s->be)->abort_word, err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Math: each entry makes the rank's device current and calls kernels.cuh. */
+
+#define HY_BF(p) ((hy_bf16 *)(p))
+#define HY_CBF(p) ((const hy_bf16 *)(p))
+
+static hy_lt *lt_of(hy_stream *s) { return cb_of(s->be)->lt[s->rank]; }
+
+static int cuda_zero(hy_stream *s, void *p, size_t bytes, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    HY_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cs->s), err);
+    return HY_OK;
+}
+
+static int cuda_add(hy_stream *s, void *acc, const void *x, size_t n, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_add_bf16(cs_of(s)->s, HY_BF(acc), HY_CBF(x), n, err);
+}
+
+static int cuda_add_f32(hy_stream *s, float *acc, const float *x, size_t n, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_add_f32(cs_of(s)->s, acc, x, n, err);
+}
+
+static int cuda_embedding_fwd(hy_stream *s, void *out, const int *tokens, const void *wte,
+                              const void *wpe, int B, int T, int C, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_embedding_fwd(cs_of(s)->s, HY_BF(out), tokens, HY_CBF(wte), HY_CBF(wpe),
+                                        B, T, C, err);
+}
+
+static int cuda_embedding_bwd(hy_stream *s, float *dwte, float *dwpe, const void *dout,
+                              const int *tokens, int B, int T, int C, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    void *scr = NULL;
+    int rc = enter_stream(cs, err);
+    if (!rc) rc = scratch(cs, hy_k_embedding_bwd_scratch(B, T, C), &scr, err);
+    return rc ? rc : hy_k_embedding_bwd(cs->s, dwte, dwpe, HY_CBF(dout), tokens, B, T, C, scr, err);
+}
+
+static int cuda_layernorm_fwd(hy_stream *s, void *out, float *mean, float *rstd, const void *inp,
+                              const void *w, const void *b, int N, int C, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_layernorm_fwd(cs_of(s)->s, HY_BF(out), mean, rstd, HY_CBF(inp), HY_CBF(w),
+                                        HY_CBF(b), N, C, err);
+}
+
+static int cuda_layernorm_bwd(hy_stream *s, void *dinp, float *dw, float *db, const void *dout,
+                              const void *inp, const void *w, const float *mean, const float *rstd,
+                              int N, int C, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    void *scr = NULL;
+    int rc = enter_stream(cs, err);
+    if (!rc) rc = scratch(cs, hy_k_layernorm_bwd_scratch(N, C), &scr, err);
+    return rc ? rc : hy_k_layernorm_bwd(cs->s, HY_BF(dinp), dw, db, HY_CBF(dout), HY_CBF(inp),
+                                        HY_CBF(w), mean, rstd, N, C, scr, err);
+}
+
+static int cuda_matmul_fwd(hy_stream *s, void *out, const void *inp, const void *w, const void *bias,
+                           int N, int C, int OC, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_matmul_fwd(lt_of(s), cs_of(s)->s, HY_BF(out), HY_CBF(inp), HY_CBF(w),
+                                     HY_CBF(bias), N, C, OC, err);
+}
+
+static int cuda_matmul_bwd(hy_stream *s, void *dinp, float *dw, float *dbias, const void *dout,
+                           const void *inp, const void *w, int N, int C, int OC, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    void *scr = NULL;
+    int rc = enter_stream(cs, err);
+    if (!rc) rc = scratch(cs, hy_k_matmul_bwd_scratch(N, C, OC), &scr, err);
+    return rc ? rc : hy_k_matmul_bwd(lt_of(s), cs->s, HY_BF(dinp), dw, dbias, HY_CBF(dout),
+                                     HY_CBF(inp), HY_CBF(w), N, C, OC, scr, err);
+}
+
+static int cuda_gelu_fwd(hy_stream *s, void *out, const void *inp, size_t n, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_gelu_fwd(cs_of(s)->s, HY_BF(out), HY_CBF(inp), n, err);
+}
+
+static int cuda_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void *inp, size_t n,
+                         hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_gelu_bwd(cs_of(s)->s, HY_BF(dinp), HY_CBF(dout), HY_CBF(inp), n, err);
+}
+
+static int cuda_attention_fwd(hy_stream *s, void *out, void *att, const void *qkv, int B, int T,
+                              int C, int NH, int causal, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_attention_fwd(lt_of(s), cs_of(s)->s, HY_BF(out), HY_BF(att), HY_CBF(qkv),
+                                        B, T, C, NH, causal, err);
+}
+
+static int cuda_attention_bwd(hy_stream *s, void *dqkv, void *scr, const void *dout, const void *qkv,
+                              const void *att, int B, int T, int C, int NH, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_attention_bwd(lt_of(s), cs_of(s)->s, HY_BF(dqkv), scr, HY_CBF(dout),
+                                        HY_CBF(qkv), HY_CBF(att), B, T, C, NH, err);
+}
+
+static size_t cuda_attention_scratch(int B, int T, int C, int NH) {
+    return hy_k_attention_scratch(B, T, C, NH);
+}
+
+static int cuda_lm_head_fwd(hy_stream *s, void *logits, const void *inp, const void *wte, int N,
+                            int C, int V, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_lm_head_fwd(lt_of(s), cs_of(s)->s, HY_BF(logits), HY_CBF(inp),
+                                      HY_CBF(wte), N, C, V, err);
+}
+
+static int cuda_lm_head_bwd(hy_stream *s, void *dinp, float *dwte, const void *dlogits,
+                            const void *inp, const void *wte, int N, int C, int V, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_lm_head_bwd(lt_of(s), cs_of(s)->s, HY_BF(dinp), dwte, HY_CBF(dlogits),
+                                      HY_CBF(inp), HY_CBF(wte), N, C, V, err);
+}
+
+static int cuda_classifier(hy_stream *s, void *logits, float *loss_acc, const int *targets, int N,
+                           int V, int Vp, float grad_scale, float loss_scale, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    void *scr = NULL;
+    int rc = enter_stream(cs, err);
+    if (!rc) rc = scratch(cs, hy_k_classifier_scratch(N), &scr, err);
+    return rc ? rc : hy_k_classifier(cs->s, HY_BF(logits), loss_acc, targets, N, V, Vp, grad_scale,
+                                     loss_scale, scr, (int *)cs->bad, err);
+}
+
+static int cuda_sumsq(hy_stream *s, double *acc, const float *x, size_t n, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    void *scr = NULL;
+    int rc = enter_stream(cs, err);
+    if (!rc) rc = scratch(cs, hy_k_sumsq_scratch(n), &scr, err);
+    return rc ? rc : hy_k_sumsq(cs->s, acc, x, n, scr, err);
+}
+
+static int cuda_clip(hy_stream *s, float *factor, float *norm, const double *partials, int n,
+                     float max_norm, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_clip(cs_of(s)->s, factor, norm, partials, n, max_norm, err);
+}
+
+static int cuda_adamw(hy_stream *s, float *param, void *param_compute, const float *grad, float *m,
+                      float *v, size_t n, const hy_adamw_hparams *hp, const float *factor, int decay,
+                      hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_adamw(cs_of(s)->s, param, HY_BF(param_compute), grad, m, v, n, hp, factor,
+                                decay, err);
+}
+
+static int cuda_to_act(hy_stream *s, void *dst, const float *src, size_t n, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_to_bf16(cs_of(s)->s, HY_BF(dst), src, n, err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Create and destroy */
+
+static void cuda_destroy(hy_backend *be) {
+    if (!be) return;
+    cuda_backend *cb = cb_of(be);
+    for (int r = 0; cb->lt && r < be->ranks; r++) {
+        if (!cb->lt[r]) continue;
+        cudaSetDevice(cb->dev[r]);
+        hy_lt_destroy(cb->lt[r]);
+    }
+    free(cb->lt);
+    while (cb->blocks) {
+        mem_block *next = cb->blocks->next;
+        release_block(cb->blocks);
+        cb->blocks = next;
+    }
+    free(cb->dev);
+    pthread_mutex_destroy(&cb->lock);
+    free(cb);
+}
+
+static hy_backend_ops cuda_ops_init(void) {
+    hy_backend_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.destroy = cuda_destroy;
+    o.alloc = cuda_alloc;
+    o.alloc_shared = cuda_alloc_shared;
+    o.free_mem = cuda_free_mem;
+    o.upload = cuda_copy_sync;
+    o.download = cuda_copy_sync;
+    o.stream_create = cuda_stream_create;
+    o.stream_destroy = cuda_stream_destroy;
+    o.sync = cuda_sync;
+    o.wait_flag = cuda_wait_flag;
+    o.write_flag = cuda_write_flag;
+    o.copy = cuda_copy;
+    o.capture_begin = cuda_capture_begin;
+    o.capture_end = cuda_capture_end;
+    o.graph_launch = cuda_graph_launch;
+    o.graph_destroy = cuda_graph_destroy;
+    o.abort = cuda_abort;
+    o.test_fill = cuda_test_fill;
+    o.test_check = cuda_test_check;
+    o.test_delay = cuda_test_delay;
+    o.test_add = cuda_test_add;
+    o.act_size = sizeof(hy_bf16);
+    o.zero = cuda_zero;
+    o.add = cuda_add;
+    o.add_f32 = cuda_add_f32;
+    o.embedding_fwd = cuda_embedding_fwd;
+    o.embedding_bwd = cuda_embedding_bwd;
+    o.layernorm_fwd = cuda_layernorm_fwd;
+    o.layernorm_bwd = cuda_layernorm_bwd;
+    o.matmul_fwd = cuda_matmul_fwd;
+    o.matmul_bwd = cuda_matmul_bwd;
+    o.gelu_fwd = cuda_gelu_fwd;
+    o.gelu_bwd = cuda_gelu_bwd;
+    o.attention_fwd = cuda_attention_fwd;
+    o.attention_bwd = cuda_attention_bwd;
+    o.lm_head_fwd = cuda_lm_head_fwd;
+    o.lm_head_bwd = cuda_lm_head_bwd;
+    o.classifier = cuda_classifier;
+    o.sumsq = cuda_sumsq;
+    o.clip = cuda_clip;
+    o.adamw = cuda_adamw;
+    o.to_act = cuda_to_act;
+    o.attention_scratch = cuda_attention_scratch;
+    o.timestamp = cuda_timestamp;
+    o.sleep = cuda_sleep;
+    o.op_stats = NULL;   /* per-op timing is the profiler's job on a GPU */
+    return o;
+}
+
+/* Rank -> device, every device checked: it exists and runs our sm_90 code. */
+static int map_devices(cuda_backend *cb, int ranks, const int *devices, int n_devices, hy_error *err) {
+    int count = 0;
+    int rc = hy_device_count(&count, err);
+    if (rc) return rc;
+    if (count == 0)
+        return hy_fail(err, HY_ERR_INPUT, "cuda backend: no CUDA device is visible on this machine");
+    if (n_devices > 0 && n_devices < ranks)
+        return hy_fail(err, HY_ERR_INPUT, "cuda backend: devices lists %d entries for %d ranks",
+                       n_devices, ranks);
+    for (int r = 0; r < ranks; r++) {
+        int d = n_devices > 0 ? devices[r] : r % count;
+        hy_device_info info;
+        rc = hy_device_query(d, &info, err);
+        if (rc) {
+            hy_error_prefix(err, "rank %d: ", r);
+            return rc;
+        }
+        if (info.cc_major < 9)
+            return hy_fail(err, HY_ERR_INPUT, "rank %d: device %d (%s) has compute capability "
+                           "%d.%d; this build's kernels need 9.0 or newer (Hopper)", r, d, info.name,
+                           info.cc_major, info.cc_minor);
+        cb->dev[r] = d;
+    }
+    return HY_OK;
+}
+
+/* Peer access between every pair of devices in use; required for flags in
+ * device memory, a speed-up otherwise (copies are staged without it). */
+static int enable_peers(cuda_backend *cb, int ranks, hy_error *err) {
+    for (int a = 0; a < ranks; a++) {
+        for (int b = 0; b < ranks; b++) {
+            int da = cb->dev[a], db = cb->dev[b], can = 0;
+            if (da == db) continue;
+            HY_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, da, db), err);
+            if (!can) {
+                if (cb->flags_on_device)
+                    return hy_fail(err, HY_ERR_INPUT, "cuda backend: devices %d and %d have no "
+                                   "peer access, which flags in device memory need", da, db);
+                continue;
+            }
+            HY_CUDA_CHECK(cudaSetDevice(da), err);
+            cudaError_t e = cudaDeviceEnablePeerAccess(db, 0);
+            if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+            else if (e != cudaSuccess) return HY_CUDA_FAIL(err, e, "cudaDeviceEnablePeerAccess");
+        }
+    }
+    return HY_OK;
+}
+
+int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int n_devices,
+                           int flags_on_device, double watchdog_s, hy_error *err) {
+    *out = NULL;
+    if (ranks < 1 || ranks > 1024)
+        return hy_fail(err, HY_ERR_INPUT, "cuda backend: ranks must be in 1..1024, got %d", ranks);
+    if (!(watchdog_s > 0))
+        return hy_fail(err, HY_ERR_INPUT, "cuda backend: watchdog_s must be > 0, got %g", watchdog_s);
+    cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
+    if (!cb) return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory");
+    if (pthread_mutex_init(&cb->lock, NULL) != 0) {
+        free(cb);
+        return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: pthread_mutex_init failed");
+    }
+    cb->ops = cuda_ops_init();
+    cb->base.ops = &cb->ops;
+    cb->base.ranks = ranks;
+    cb->base.watchdog_s = watchdog_s;
+    cb->flags_on_device = flags_on_device != 0;
+    cb->dev = (int *)calloc((size_t)ranks, sizeof(int));
+    cb->lt = (hy_lt **)calloc((size_t)ranks, sizeof(hy_lt *));
+    int rc = cb->dev && cb->lt ? HY_OK : hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory");
+    if (!rc) rc = map_devices(cb, ranks, devices, n_devices, err);
+    if (!rc) rc = hy_driver_load(&cb->drv, err);
+    if (!rc) rc = enable_peers(cb, ranks, err);
+    void *word = NULL;
+    if (!rc) rc = host_alloc(cb, sizeof(uint32_t), &word, err);
+    if (!rc) cb->abort_word = (volatile uint32_t *)word;
+    for (int r = 0; r < ranks && !rc; r++) {
+        rc = enter_rank(&cb->base, r, err);
+        if (!rc) rc = hy_lt_create(&cb->lt[r], cb->dev[r], err);
+        if (rc) hy_error_prefix(err, "rank %d: ", r);
+    }
+    if (rc) {
+        cuda_destroy(&cb->base);
+        return rc;
+    }
+    *out = &cb->base;
+    return HY_OK;
+}

@@ -1,0 +1,142 @@
+/*
+ * kernels.cuh — the CUDA backend's math: every op of backend.h's "Math"
+ * section as a host function that enqueues kernels (or cuBLASLt calls) on
+ * a stream. backend.cu turns each hy_backend_ops math entry into one call
+ * here; the equations are kernels/cpu/ops.h's, family by family in files
+ * of the same names (matmul.cu, layernorm.cu, gelu.cu, attention.cu,
+ * embedding.cu, classifier.cu, adamw.cu), plus the test ops (testops.cu).
+ *
+ * Types: activations, activation gradients and the compute copy of the
+ * weights are bf16 (hy_bf16); parameter gradients, AdamW state, the fp32
+ * master weights and LayerNorm statistics are fp32; every sum is
+ * accumulated in fp32 (the gradient norm in fp64).
+ *
+ * Rules every function here keeps:
+ *   - Enqueue only: no allocation, no synchronization, no host reads of
+ *     device memory, so every call can be captured into a CUDA graph.
+ *     Scratch memory comes from the caller: a function that needs some
+ *     has a companion *_scratch() giving its size in bytes.
+ *   - Deterministic: the same inputs give the same bits on every run (no
+ *     floating-point atomics; reductions in a fixed order), so a replayed
+ *     graph equals the eager iteration bit for bit.
+ *   - Every backward ACCUMULATES into the gradients it writes (+=), as on
+ *     the CPU; the classifier overwrites its logits with their gradient.
+ *   - Errors (a launch failure, a cuBLASLt status) return HY_ERR_RUNTIME
+ *     with a message naming the op and the failed call (check.cuh); no
+ *     function prints or aborts.
+ */
+#ifndef HY_CUDA_KERNELS_CUH
+#define HY_CUDA_KERNELS_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backend.h"   /* hy_error, hy_adamw_hparams */
+
+typedef __nv_bfloat16 hy_bf16;
+
+/* ---- matmul.cu: dense layers and the tied LM head through cuBLASLt ----
+ *
+ * One hy_lt per rank: a cuBLASLt handle, a workspace, and the algorithm
+ * chosen by cuBLASLt's heuristic for each (shape, layout) the first time
+ * it is seen. The first sighting happens in the eager warm-up iteration,
+ * so capture only replays choices already made. */
+typedef struct hy_lt hy_lt;
+int hy_lt_create(hy_lt **out, int device, hy_error *err);
+void hy_lt_destroy(hy_lt *lt);
+
+/* out[N,OC] = inp[N,C] · w[C,OC] + bias[OC]   (bias may be NULL) */
+int hy_k_matmul_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp,
+                    const hy_bf16 *w, const hy_bf16 *bias, int N, int C, int OC, hy_error *err);
+/* dinp[N,C] += dout · wᵀ;  dw[C,OC] += inpᵀ · dout;  dbias[OC] += Σ_n dout
+ * (each output may be NULL). scratch: hy_k_matmul_bwd_scratch bytes. */
+size_t hy_k_matmul_bwd_scratch(int N, int C, int OC);
+int hy_k_matmul_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dw, float *dbias,
+                    const hy_bf16 *dout, const hy_bf16 *inp, const hy_bf16 *w, int N, int C,
+                    int OC, void *scratch, hy_error *err);
+/* logits[N,V] = inp[N,C] · wteᵀ (wte [V,C]) */
+int hy_k_lm_head_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *logits, const hy_bf16 *inp,
+                     const hy_bf16 *wte, int N, int C, int V, hy_error *err);
+/* dinp[N,C] += dlogits · wte;  dwte[V,C] += dlogitsᵀ · inp (either may be NULL) */
+int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte,
+                     const hy_bf16 *dlogits, const hy_bf16 *inp, const hy_bf16 *wte, int N,
+                     int C, int V, hy_error *err);
+
+/* ---- layernorm.cu ---- (eps = 1e-5; w, b: the bf16 compute copy) */
+int hy_k_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd,
+                       const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
+                       hy_error *err);
+size_t hy_k_layernorm_bwd_scratch(int N, int C);
+int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
+                       const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
+                       int N, int C, void *scratch, hy_error *err);
+
+/* ---- gelu.cu ---- (tanh approximation; out may alias inp) */
+int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, hy_error *err);
+int hy_k_gelu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
+                  size_t n, hy_error *err);
+
+/* ---- attention.cu ---- qkv [B,T,3C], att [B,NH,T,T] (the softmax, masked
+ * entries exactly 0), out [B,T,C]; scratch for the backward:
+ * hy_k_attention_scratch bytes (also what backend.h's attention_scratch
+ * reports, and what the runtime allocates). */
+size_t hy_k_attention_scratch(int B, int T, int C, int NH);
+int hy_k_attention_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, hy_bf16 *att,
+                       const hy_bf16 *qkv, int B, int T, int C, int NH, int causal,
+                       hy_error *err);
+int hy_k_attention_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dqkv, void *scratch,
+                       const hy_bf16 *dout, const hy_bf16 *qkv, const hy_bf16 *att, int B, int T,
+                       int C, int NH, hy_error *err);
+
+/* ---- embedding.cu ---- tokens [B,T] in [0, V) */
+int hy_k_embedding_fwd(cudaStream_t s, hy_bf16 *out, const int *tokens, const hy_bf16 *wte,
+                       const hy_bf16 *wpe, int B, int T, int C, hy_error *err);
+size_t hy_k_embedding_bwd_scratch(int B, int T, int C);
+int hy_k_embedding_bwd(cudaStream_t s, float *dwte, float *dwpe, const hy_bf16 *dout,
+                       const int *tokens, int B, int T, int C, void *scratch, hy_error *err);
+
+/* ---- classifier.cu ---- softmax + cross-entropy + gradient in place over
+ * logits [N, Vp] (row stride Vp, columns >= V are padding and become 0):
+ * logits ← grad_scale · (softmax − onehot) / count over rows whose target is
+ * not -1 (others 0); *loss_acc += loss_scale · mean loss of those rows (+0
+ * when count is 0). A target outside [0, V) and not -1 counts as ignored
+ * here and raises *bad (a device int the caller may read), since a device
+ * op cannot fail synchronously. */
+size_t hy_k_classifier_scratch(int N);
+int hy_k_classifier(cudaStream_t s, hy_bf16 *logits, float *loss_acc, const int *targets, int N,
+                    int V, int Vp, float grad_scale, float loss_scale, void *scratch, int *bad,
+                    hy_error *err);
+
+/* ---- adamw.cu ---- AdamW, the gradient norm, clipping, small elementwise
+ * ops. hp and factor are device pointers read when the kernel runs. */
+int hy_k_adamw(cudaStream_t s, float *param, hy_bf16 *param_compute, const float *grad, float *m,
+               float *v, size_t n, const hy_adamw_hparams *hp, const float *factor, int decay,
+               hy_error *err);
+/* *acc += Σ x², in double, fixed order. */
+size_t hy_k_sumsq_scratch(size_t n);
+int hy_k_sumsq(cudaStream_t s, double *acc, const float *x, size_t n, void *scratch,
+               hy_error *err);
+/* backend.h's clip: one thread. */
+int hy_k_clip(cudaStream_t s, float *factor, float *norm, const double *partials, int n,
+              float max_norm, hy_error *err);
+int hy_k_add_bf16(cudaStream_t s, hy_bf16 *acc, const hy_bf16 *x, size_t n, hy_error *err);
+int hy_k_add_f32(cudaStream_t s, float *acc, const float *x, size_t n, hy_error *err);
+int hy_k_to_bf16(cudaStream_t s, hy_bf16 *dst, const float *src, size_t n, hy_error *err);
+
+/* ---- testops.cu ---- backend.h's test ops and hooks, on the device. */
+int hy_k_test_fill(cudaStream_t s, uint32_t *buf, size_t n, uint32_t key, const uint32_t *iter,
+                   hy_error *err);
+int hy_k_test_check(cudaStream_t s, const uint32_t *buf, size_t n, uint32_t key,
+                    const uint32_t *iter, uint32_t *errors, hy_error *err);
+int hy_k_test_delay(cudaStream_t s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
+                    hy_error *err);
+int hy_k_test_add(cudaStream_t s, uint32_t *counter, hy_error *err);
+/* *dst = %globaltimer (ns) when the kernel runs. */
+int hy_k_timestamp(cudaStream_t s, uint64_t *dst, hy_error *err);
+/* Spins ns nanoseconds on %globaltimer, or until *abort_word != 0. */
+int hy_k_sleep(cudaStream_t s, uint64_t ns, const volatile uint32_t *abort_word, hy_error *err);
+
+#endif

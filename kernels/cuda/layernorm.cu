@@ -1,0 +1,187 @@
+/*
+ * layernorm.cu — LayerNorm over the last dimension, CUDA backend
+ * (kernels/cpu/layernorm.c on the CPU), eps = 1e-5:
+ *   mean = (1/C) Σ x_i,  rstd = 1/sqrt((1/C) Σ (x_i − mean)² + eps)
+ *   xhat_i = (x_i − mean) · rstd,  out_i = xhat_i · w_i + b_i
+ * Backward, with g_i = dout_i · w_i:
+ *   dinp_i += rstd · (g_i − mean(g) − xhat_i · mean(g ⊙ xhat))
+ *   dw_i   += Σ_rows dout_i · xhat_i,   db_i += Σ_rows dout_i
+ *
+ * Forward and dinp: one warp per row (8 rows per block). The row is read
+ * from global memory once per pass (L1 keeps it between passes): the
+ * statistics in fp32 with the variance taken about the mean (two passes,
+ * never E[x²] − mean²), reduced by an xor butterfly so every lane holds the
+ * same bits. x, w, b, dout are bf16; mean, rstd and all sums fp32.
+ *
+ * dw and db are column sums over the rows, done without atomics in two
+ * fixed-order passes: a block of 32 columns × 8 row groups sums one chunk
+ * of LN_CHUNK rows into a per-chunk partial (scratch), then one thread per
+ * column adds the partials in chunk order into the fp32 dw, db. Scratch:
+ * 2 · ceil(N/LN_CHUNK) · C floats. The column pass re-reads dout and inp
+ * (a second read of two [N,C] bf16 arrays); fusing it into the row pass
+ * would need per-column accumulators for every row a warp visits.
+ */
+#include <stddef.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "check.cuh"
+#include "kernels.cuh"
+
+#define LN_EPS 1e-5f   /* HY_LAYERNORM_EPS of kernels/cpu/ops.h */
+#define LN_WARPS 8     /* rows per block, one warp each */
+#define LN_CHUNK 64    /* rows per dw/db partial */
+
+static __device__ __forceinline__ float ln_warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// ----------------------------------------------------------------------------
+// Forward
+
+static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, const hy_bf16 *inp,
+                              const hy_bf16 *w, const hy_bf16 *b, int N, int C) {
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const hy_bf16 *x = inp + (size_t)row * C;
+    hy_bf16 *o = out + (size_t)row * C;
+
+    float sum = 0.0f;
+    for (int i = lane; i < C; i += 32) sum += __bfloat162float(x[i]);
+    float m = ln_warp_sum(sum) / (float)C;
+    float sq = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float d = __bfloat162float(x[i]) - m;
+        sq += d * d;
+    }
+    float r = 1.0f / sqrtf(ln_warp_sum(sq) / (float)C + LN_EPS);
+    for (int i = lane; i < C; i += 32) {
+        float xhat = (__bfloat162float(x[i]) - m) * r;
+        o[i] = __float2bfloat16(xhat * __bfloat162float(w[i]) + __bfloat162float(b[i]));
+    }
+    if (lane == 0) {
+        if (mean != NULL) mean[row] = m;
+        if (rstd != NULL) rstd[row] = r;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Backward
+
+/* dinp[row] += rstd · (g − mean(g) − xhat · mean(g ⊙ xhat)), one warp per row. */
+static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
+                                   const hy_bf16 *w, const float *mean, const float *rstd,
+                                   int N, int C) {
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
+    if (row >= N) return;
+    size_t off = (size_t)row * C;
+    const hy_bf16 *x = inp + off, *dy = dout + off;
+    hy_bf16 *dx = dinp + off;
+    float m = mean[row], r = rstd[row];
+
+    float sg = 0.0f, sgx = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float xhat = (__bfloat162float(x[i]) - m) * r;
+        float g = __bfloat162float(dy[i]) * __bfloat162float(w[i]);
+        sg += g;
+        sgx += g * xhat;
+    }
+    float mg = ln_warp_sum(sg) / (float)C, mgx = ln_warp_sum(sgx) / (float)C;
+    for (int i = lane; i < C; i += 32) {
+        float xhat = (__bfloat162float(x[i]) - m) * r;
+        float g = __bfloat162float(dy[i]) * __bfloat162float(w[i]);
+        dx[i] = __float2bfloat16(__bfloat162float(dx[i]) + r * (g - mg - xhat * mgx));
+    }
+}
+
+/* Per chunk of LN_CHUNK rows: pw[chunk, c] = Σ dout·xhat, pb[chunk, c] =
+ * Σ dout. Block (32, 8), grid (nchunks, ceil(C/32)). */
+static __global__ void ln_bwd_partial_kernel(float *pw, float *pb, const hy_bf16 *dout,
+                                      const hy_bf16 *inp, const float *mean, const float *rstd,
+                                      int N, int C) {
+    __shared__ float sw[8][33], sb[8][33];
+    int chunk = blockIdx.x;
+    int c = blockIdx.y * 32 + threadIdx.x;
+    int r0 = chunk * LN_CHUNK, r1 = min(r0 + LN_CHUNK, N);
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C) {
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) {
+            size_t off = (size_t)r * C + c;
+            float d = __bfloat162float(dout[off]);
+            float xhat = (__bfloat162float(inp[off]) - mean[r]) * rstd[r];
+            aw += d * xhat;
+            ab += d;
+        }
+    }
+    sw[threadIdx.y][threadIdx.x] = aw;
+    sb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int y = 0; y < 8; y++) {
+            tw += sw[y][threadIdx.x];
+            tb += sb[y][threadIdx.x];
+        }
+        pw[(size_t)chunk * C + c] = tw;
+        pb[(size_t)chunk * C + c] = tb;
+    }
+}
+
+/* dw[c] += Σ_chunk pw[chunk, c]; db likewise; chunks in order. */
+static __global__ void ln_bwd_finish_kernel(float *dw, float *db, const float *pw, const float *pb,
+                                     int nchunks, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float tw = 0.0f, tb = 0.0f;
+    for (int k = 0; k < nchunks; k++) {
+        tw += pw[(size_t)k * C + c];
+        tb += pb[(size_t)k * C + c];
+    }
+    if (dw != NULL) dw[c] += tw;
+    if (db != NULL) db[c] += tb;
+}
+
+static int ln_chunks(int N) { return (N + LN_CHUNK - 1) / LN_CHUNK; }
+static unsigned ln_row_blocks(int N) { return (unsigned)((N + LN_WARPS - 1) / LN_WARPS); }
+
+// ----------------------------------------------------------------------------
+// Launchers
+
+int hy_k_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd,
+                       const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
+                       hy_error *err) {
+    if (N <= 0 || C <= 0) return HY_OK;
+    ln_fwd_kernel<<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+    HY_CUDA_CHECK(cudaGetLastError(), err);
+    return HY_OK;
+}
+
+size_t hy_k_layernorm_bwd_scratch(int N, int C) {
+    if (N <= 0 || C <= 0) return 0;
+    return 2 * (size_t)ln_chunks(N) * (size_t)C * sizeof(float);
+}
+
+int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
+                       const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
+                       int N, int C, void *scratch, hy_error *err) {
+    if (N <= 0 || C <= 0) return HY_OK;
+    if (dinp != NULL) {
+        ln_bwd_dinp_kernel<<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(dinp, dout, inp, w, mean,
+                                                                     rstd, N, C);
+        HY_CUDA_CHECK(cudaGetLastError(), err);
+    }
+    if (dw != NULL || db != NULL) {
+        int nchunks = ln_chunks(N);
+        float *pw = (float *)scratch, *pb = pw + (size_t)nchunks * C;
+        dim3 grid((unsigned)nchunks, (unsigned)((C + 31) / 32));
+        ln_bwd_partial_kernel<<<grid, dim3(32, 8), 0, s>>>(pw, pb, dout, inp, mean, rstd, N, C);
+        HY_CUDA_CHECK(cudaGetLastError(), err);
+        ln_bwd_finish_kernel<<<(unsigned)((C + 255) / 256), 256, 0, s>>>(dw, db, pw, pb, nchunks, C);
+        HY_CUDA_CHECK(cudaGetLastError(), err);
+    }
+    return HY_OK;
+}

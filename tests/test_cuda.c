@@ -1,0 +1,706 @@
+/*
+ * test_cuda.c — the CUDA backend against the CPU backend.
+ *
+ * Compiled in every build and run everywhere. Without a GPU (or without
+ * the CUDA backend in the build) it checks what a user then sees: the CUDA
+ * backend refuses to start with a message that says why, `backend: cuda`
+ * is an input error, and `auto` falls back to the CPU. With a GPU:
+ *
+ *  1. Every math op on the CUDA backend against the same op on the CPU
+ *     backend, on random inputs with odd and even shapes. Inputs are bf16
+ *     values (rounded on the host), so both backends see identical
+ *     numbers and the difference is only the GPU's bf16 outputs and
+ *     intermediates. Tolerances, normwise (max |cuda − cpu| / max |cpu|):
+ *       - a bf16 output of fp32 arithmetic: one rounding, 2^-9 = 0.2%
+ *         relative per element; 1e-2 leaves room for the fp32 sums being
+ *         added in another order and for outputs near zero;
+ *       - attention keeps its scores and softmax in bf16 between its GEMMs:
+ *         three roundings in series, 3e-2;
+ *       - fp32 outputs (weight gradients, LayerNorm statistics, the loss,
+ *         AdamW's state) of bf16 inputs: only fp32 reordering, 1e-4 (1e-3
+ *         for weight gradients summed over a thousand products).
+ *     Accumulation (+=) is tested by starting every gradient at random
+ *     values, not zero.
+ *  2. Training a small GPT: CUDA and CPU losses agree within 2% over 6
+ *     steps (bf16 activations move the loss by ~0.1–0.5% per step; 2%
+ *     still fails a wrong gradient, which moves it by far more after a
+ *     few steps at this learning rate), at P = 1 and with hanayo at P = 2
+ *     on one GPU; the final weights agree within 5e-2 normwise (bf16
+ *     forward, fp32 master weights: AdamW's first steps move every weight
+ *     by ~lr regardless of the gradient's size, so the weights agree far
+ *     better than the gradients).
+ *  3. Replay = eager on the GPU, bit for bit: the same 4 steps with
+ *     graph = true and graph = false leave identical weights and losses
+ *     (every kernel is deterministic, kernels.cuh).
+ */
+#include "backend.h"
+#include "config.h"
+#include "data.h"
+#include "model.h"
+#include "rng.h"
+#include "runtime.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* bf16 on the host (round to nearest even, as __float2bfloat16 does) */
+
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);   /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ------------------------------------------------------------------------ */
+/* One rank on one backend */
+
+typedef struct {
+    hy_backend *be;
+    hy_stream *st;
+    hy_error err;
+} dev;
+
+static int dev_open(dev *d, int cuda) {
+    memset(d, 0, sizeof *d);
+    int zero = 0;
+    int rc = cuda ? hy_backend_cuda_create(&d->be, 1, &zero, 1, 0, 30.0, &d->err)
+                  : hy_backend_cpu_create(&d->be, 1, 30.0, &d->err);
+    if (!rc) rc = d->be->ops->stream_create(d->be, 0, &d->st, &d->err);
+    if (rc) fprintf(stderr, "%s backend: %s\n", cuda ? "cuda" : "cpu", d->err.msg);
+    return rc;
+}
+
+static void dev_close(dev *d) {
+    if (!d->be) return;
+    d->be->ops->stream_destroy(d->st);
+    d->be->ops->destroy(d->be);
+}
+
+static void *dev_alloc(dev *d, size_t bytes) {
+    void *p = NULL;
+    if (d->be->ops->alloc(d->be, 0, bytes, &p, &d->err) != HY_OK) {
+        fprintf(stderr, "alloc: %s\n", d->err.msg);
+        exit(2);
+    }
+    return p;
+}
+
+/* n fp32 values into the backend's memory. */
+static float *put_f32(dev *d, const float *h, size_t n) {
+    float *p = dev_alloc(d, n * sizeof(float));
+    CHECK(d->be->ops->upload(d->be, 0, p, h, n * sizeof(float), &d->err) == HY_OK);
+    return p;
+}
+
+static int *put_int(dev *d, const int *h, size_t n) {
+    int *p = dev_alloc(d, n * sizeof(int));
+    CHECK(d->be->ops->upload(d->be, 0, p, h, n * sizeof(int), &d->err) == HY_OK);
+    return p;
+}
+
+/* n values, already bf16-exact, as activations (bf16 or fp32). */
+static void *put_act(dev *d, const float *h, size_t n) {
+    size_t A = d->be->ops->act_size;
+    void *p = dev_alloc(d, n * A);
+    if (A == sizeof(float)) {
+        CHECK(d->be->ops->upload(d->be, 0, p, h, n * A, &d->err) == HY_OK);
+        return p;
+    }
+    uint16_t *b = malloc(n * sizeof *b);
+    for (size_t i = 0; i < n; i++) b[i] = f2bf(h[i]);
+    CHECK(d->be->ops->upload(d->be, 0, p, b, n * A, &d->err) == HY_OK);
+    free(b);
+    return p;
+}
+
+static void get_f32(dev *d, float *h, const void *p, size_t n) {
+    CHECK(d->be->ops->sync(d->st, &d->err) == HY_OK);
+    CHECK(d->be->ops->download(d->be, 0, h, p, n * sizeof(float), &d->err) == HY_OK);
+}
+
+static void get_act(dev *d, float *h, const void *p, size_t n) {
+    size_t A = d->be->ops->act_size;
+    CHECK(d->be->ops->sync(d->st, &d->err) == HY_OK);
+    if (A == sizeof(float)) {
+        CHECK(d->be->ops->download(d->be, 0, h, p, n * A, &d->err) == HY_OK);
+        return;
+    }
+    uint16_t *b = malloc(n * sizeof *b);
+    CHECK(d->be->ops->download(d->be, 0, b, p, n * A, &d->err) == HY_OK);
+    for (size_t i = 0; i < n; i++) h[i] = bf2f(b[i]);
+    free(b);
+}
+
+/* Random bf16-exact values in [-scale, scale). */
+static float *rnd(hy_rng *r, size_t n, float scale) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = bf2f(f2bf((float)(2 * hy_rng_uniform(r) - 1) * scale));
+    return x;
+}
+
+/* max |a − b| / max |b|, and the check against tol. */
+static void compare(const char *what, const float *got, const float *want, size_t n, double tol) {
+    double dmax = 0, wmax = 0;
+    size_t worst = 0;
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!isfinite(got[i])) finite = 0;
+        if (d > dmax) { dmax = d; worst = i; }
+        wmax = fmax(wmax, fabs((double)want[i]));
+    }
+    double rel = wmax > 0 ? dmax / wmax : dmax;
+    CHECKF(finite && rel <= tol, "%s: normwise error %.3g > %.3g (element %zu: %g vs %g)", what, rel,
+           tol, worst, n ? got[worst] : 0.0, n ? want[worst] : 0.0);
+}
+
+/* Both backends, side by side: index 0 the CPU, 1 the GPU. */
+static dev D[2];
+
+#define BOTH for (int k = 0; k < 2; k++)
+
+/* ------------------------------------------------------------------------ */
+/* The ops */
+
+static void test_matmul(hy_rng *r, int N, int C, int OC, int bias) {
+    float *inp = rnd(r, (size_t)N * C, 1), *w = rnd(r, (size_t)C * OC, 0.5f), *b = rnd(r, OC, 0.5f);
+    float *dout = rnd(r, (size_t)N * OC, 1), *dinp0 = rnd(r, (size_t)N * C, 1);
+    float *dw0 = rnd(r, (size_t)C * OC, 1), *db0 = rnd(r, OC, 1);
+    float *out[2], *dinp[2], *dw[2], *db[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *pi = put_act(d, inp, (size_t)N * C), *pw = put_act(d, w, (size_t)C * OC);
+        void *pb = bias ? put_act(d, b, OC) : NULL, *po = put_act(d, dout, (size_t)N * OC);
+        void *pdo = put_act(d, dout, (size_t)N * OC), *pdi = put_act(d, dinp0, (size_t)N * C);
+        float *pdw = put_f32(d, dw0, (size_t)C * OC), *pdb = put_f32(d, db0, OC);
+        CHECK(o->matmul_fwd(d->st, po, pi, pw, pb, N, C, OC, &d->err) == HY_OK);
+        CHECK(o->matmul_bwd(d->st, pdi, pdw, bias ? pdb : NULL, pdo, pi, pw, N, C, OC, &d->err) == HY_OK);
+        out[k] = malloc((size_t)N * OC * sizeof(float));
+        dinp[k] = malloc((size_t)N * C * sizeof(float));
+        dw[k] = malloc((size_t)C * OC * sizeof(float));
+        db[k] = malloc((size_t)OC * sizeof(float));
+        get_act(d, out[k], po, (size_t)N * OC);
+        get_act(d, dinp[k], pdi, (size_t)N * C);
+        get_f32(d, dw[k], pdw, (size_t)C * OC);
+        get_f32(d, db[k], pdb, OC);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "matmul N=%d C=%d OC=%d bias=%d", N, C, OC, bias);
+    compare(what, out[1], out[0], (size_t)N * OC, 1e-2);
+    compare(what, dinp[1], dinp[0], (size_t)N * C, 1e-2);
+    compare(what, dw[1], dw[0], (size_t)C * OC, 1e-3);
+    compare(what, db[1], db[0], OC, 1e-3);
+    BOTH { free(out[k]); free(dinp[k]); free(dw[k]); free(db[k]); }
+    free(inp); free(w); free(b); free(dout); free(dinp0); free(dw0); free(db0);
+}
+
+static void test_lm_head(hy_rng *r, int N, int C, int V) {
+    float *inp = rnd(r, (size_t)N * C, 1), *wte = rnd(r, (size_t)V * C, 0.5f);
+    float *dl = rnd(r, (size_t)N * V, 1), *dinp0 = rnd(r, (size_t)N * C, 1), *dwte0 = rnd(r, (size_t)V * C, 1);
+    float *out[2], *dinp[2], *dwte[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *pi = put_act(d, inp, (size_t)N * C), *pw = put_act(d, wte, (size_t)V * C);
+        void *pl = put_act(d, dl, (size_t)N * V), *pdl = put_act(d, dl, (size_t)N * V);
+        void *pdi = put_act(d, dinp0, (size_t)N * C);
+        float *pdw = put_f32(d, dwte0, (size_t)V * C);
+        CHECK(o->lm_head_fwd(d->st, pl, pi, pw, N, C, V, &d->err) == HY_OK);
+        CHECK(o->lm_head_bwd(d->st, pdi, pdw, pdl, pi, pw, N, C, V, &d->err) == HY_OK);
+        out[k] = malloc((size_t)N * V * sizeof(float));
+        dinp[k] = malloc((size_t)N * C * sizeof(float));
+        dwte[k] = malloc((size_t)V * C * sizeof(float));
+        get_act(d, out[k], pl, (size_t)N * V);
+        get_act(d, dinp[k], pdi, (size_t)N * C);
+        get_f32(d, dwte[k], pdw, (size_t)V * C);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "lm_head N=%d C=%d V=%d", N, C, V);
+    compare(what, out[1], out[0], (size_t)N * V, 1e-2);
+    compare(what, dinp[1], dinp[0], (size_t)N * C, 1e-2);
+    compare(what, dwte[1], dwte[0], (size_t)V * C, 1e-3);
+    BOTH { free(out[k]); free(dinp[k]); free(dwte[k]); }
+    free(inp); free(wte); free(dl); free(dinp0); free(dwte0);
+}
+
+static void test_layernorm(hy_rng *r, int N, int C) {
+    float *inp = rnd(r, (size_t)N * C, 2), *w = rnd(r, C, 1), *b = rnd(r, C, 1);
+    float *dout = rnd(r, (size_t)N * C, 1), *dinp0 = rnd(r, (size_t)N * C, 1);
+    float *dw0 = rnd(r, C, 1), *db0 = rnd(r, C, 1);
+    float *out[2], *mean[2], *rstd[2], *dinp[2], *dw[2], *db[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *pi = put_act(d, inp, (size_t)N * C), *pw = put_act(d, w, C), *pb = put_act(d, b, C);
+        void *po = put_act(d, inp, (size_t)N * C), *pdo = put_act(d, dout, (size_t)N * C);
+        void *pdi = put_act(d, dinp0, (size_t)N * C);
+        float *pdw = put_f32(d, dw0, C), *pdb = put_f32(d, db0, C);
+        float *pm = dev_alloc(d, (size_t)N * sizeof(float)), *prs = dev_alloc(d, (size_t)N * sizeof(float));
+        CHECK(o->layernorm_fwd(d->st, po, pm, prs, pi, pw, pb, N, C, &d->err) == HY_OK);
+        CHECK(o->layernorm_bwd(d->st, pdi, pdw, pdb, pdo, pi, pw, pm, prs, N, C, &d->err) == HY_OK);
+        out[k] = malloc((size_t)N * C * sizeof(float));
+        dinp[k] = malloc((size_t)N * C * sizeof(float));
+        mean[k] = malloc((size_t)N * sizeof(float));
+        rstd[k] = malloc((size_t)N * sizeof(float));
+        dw[k] = malloc((size_t)C * sizeof(float));
+        db[k] = malloc((size_t)C * sizeof(float));
+        get_act(d, out[k], po, (size_t)N * C);
+        get_act(d, dinp[k], pdi, (size_t)N * C);
+        get_f32(d, mean[k], pm, N);
+        get_f32(d, rstd[k], prs, N);
+        get_f32(d, dw[k], pdw, C);
+        get_f32(d, db[k], pdb, C);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "layernorm N=%d C=%d", N, C);
+    compare(what, out[1], out[0], (size_t)N * C, 1e-2);
+    compare(what, mean[1], mean[0], N, 1e-4);
+    compare(what, rstd[1], rstd[0], N, 1e-4);
+    compare(what, dinp[1], dinp[0], (size_t)N * C, 1e-2);
+    compare(what, dw[1], dw[0], C, 1e-3);
+    compare(what, db[1], db[0], C, 1e-3);
+    BOTH { free(out[k]); free(dinp[k]); free(mean[k]); free(rstd[k]); free(dw[k]); free(db[k]); }
+    free(inp); free(w); free(b); free(dout); free(dinp0); free(dw0); free(db0);
+}
+
+static void test_gelu_add(hy_rng *r, size_t n) {
+    float *x = rnd(r, n, 4), *dout = rnd(r, n, 1), *acc0 = rnd(r, n, 1);
+    float *out[2], *dinp[2], *sum[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *px = put_act(d, x, n), *po = put_act(d, x, n), *pdo = put_act(d, dout, n);
+        void *pdi = put_act(d, acc0, n), *pacc = put_act(d, acc0, n);
+        CHECK(o->gelu_fwd(d->st, po, px, n, &d->err) == HY_OK);
+        CHECK(o->gelu_bwd(d->st, pdi, pdo, px, n, &d->err) == HY_OK);
+        CHECK(o->add(d->st, pacc, px, n, &d->err) == HY_OK);
+        out[k] = malloc(n * sizeof(float));
+        dinp[k] = malloc(n * sizeof(float));
+        sum[k] = malloc(n * sizeof(float));
+        get_act(d, out[k], po, n);
+        get_act(d, dinp[k], pdi, n);
+        get_act(d, sum[k], pacc, n);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "gelu/add n=%zu", n);
+    compare(what, out[1], out[0], n, 1e-2);
+    compare(what, dinp[1], dinp[0], n, 1e-2);
+    compare(what, sum[1], sum[0], n, 1e-2);
+    BOTH { free(out[k]); free(dinp[k]); free(sum[k]); }
+    free(x); free(dout); free(acc0);
+}
+
+static void test_attention(hy_rng *r, int B, int T, int C, int NH, int causal) {
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *qkv = rnd(r, nqkv, 1), *dout = rnd(r, nout, 1), *dqkv0 = rnd(r, nqkv, 1);
+    float *out[2], *att[2], *dqkv[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *pq = put_act(d, qkv, nqkv), *po = put_act(d, dout, nout), *pdo = put_act(d, dout, nout);
+        void *pa = dev_alloc(d, natt * o->act_size), *pdq = put_act(d, dqkv0, nqkv);
+        void *scr = dev_alloc(d, o->attention_scratch(B, T, C, NH));
+        CHECK(o->attention_fwd(d->st, po, pa, pq, B, T, C, NH, causal, &d->err) == HY_OK);
+        CHECK(o->attention_bwd(d->st, pdq, scr, pdo, pq, pa, B, T, C, NH, &d->err) == HY_OK);
+        out[k] = malloc(nout * sizeof(float));
+        att[k] = malloc(natt * sizeof(float));
+        dqkv[k] = malloc(nqkv * sizeof(float));
+        get_act(d, out[k], po, nout);
+        get_act(d, att[k], pa, natt);
+        get_act(d, dqkv[k], pdq, nqkv);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "attention B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH, causal);
+    compare(what, out[1], out[0], nout, 3e-2);
+    compare(what, att[1], att[0], natt, 3e-2);
+    compare(what, dqkv[1], dqkv[0], nqkv, 3e-2);
+    /* Masked entries are exactly zero on the GPU too. */
+    size_t nonzero = 0;
+    if (causal)
+        for (size_t i = 0; i < natt; i++) {
+            size_t t = i / T % T, s = i % T;
+            nonzero += s > t && att[1][i] != 0.0f;
+        }
+    CHECKF(nonzero == 0, "%s: %zu masked entries are not 0", what, nonzero);
+    BOTH { free(out[k]); free(att[k]); free(dqkv[k]); }
+    free(qkv); free(dout); free(dqkv0);
+}
+
+static void test_embedding(hy_rng *r, int B, int T, int C, int V) {
+    size_t N = (size_t)B * T;
+    int *tok = malloc(N * sizeof(int));
+    for (size_t i = 0; i < N; i++) tok[i] = (int)hy_rng_below(r, (uint64_t)(i % 3 ? V : 3));  /* repeats */
+    float *wte = rnd(r, (size_t)V * C, 1), *wpe = rnd(r, (size_t)T * C, 1), *dout = rnd(r, N * C, 1);
+    float *dwte0 = rnd(r, (size_t)V * C, 1), *dwpe0 = rnd(r, (size_t)T * C, 1);
+    float *out[2], *dwte[2], *dwpe[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        int *pt = put_int(d, tok, N);
+        void *pwte = put_act(d, wte, (size_t)V * C), *pwpe = put_act(d, wpe, (size_t)T * C);
+        void *po = put_act(d, dout, N * C), *pdo = put_act(d, dout, N * C);
+        float *pdwte = put_f32(d, dwte0, (size_t)V * C), *pdwpe = put_f32(d, dwpe0, (size_t)T * C);
+        CHECK(o->embedding_fwd(d->st, po, pt, pwte, pwpe, B, T, C, &d->err) == HY_OK);
+        CHECK(o->embedding_bwd(d->st, pdwte, pdwpe, pdo, pt, B, T, C, &d->err) == HY_OK);
+        out[k] = malloc(N * C * sizeof(float));
+        dwte[k] = malloc((size_t)V * C * sizeof(float));
+        dwpe[k] = malloc((size_t)T * C * sizeof(float));
+        get_act(d, out[k], po, N * C);
+        get_f32(d, dwte[k], pdwte, (size_t)V * C);
+        get_f32(d, dwpe[k], pdwpe, (size_t)T * C);
+    }
+    char what[80];
+    snprintf(what, sizeof what, "embedding B=%d T=%d C=%d V=%d", B, T, C, V);
+    compare(what, out[1], out[0], N * C, 1e-2);
+    compare(what, dwte[1], dwte[0], (size_t)V * C, 1e-4);
+    compare(what, dwpe[1], dwpe[0], (size_t)T * C, 1e-4);
+    BOTH { free(out[k]); free(dwte[k]); free(dwpe[k]); }
+    free(tok); free(wte); free(wpe); free(dout); free(dwte0); free(dwpe0);
+}
+
+static void test_classifier(hy_rng *r, int N, int V, int Vp) {
+    float *logits = rnd(r, (size_t)N * Vp, 4);
+    int *tg = malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tg[i] = i % 4 == 3 ? -1 : (int)hy_rng_below(r, (uint64_t)V);
+    float *grad[2], loss[2] = { 0, 0 };
+    float start = 0.25f;
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *pl = put_act(d, logits, (size_t)N * Vp);
+        int *pt = put_int(d, tg, N);
+        float *pacc = put_f32(d, &start, 1);
+        CHECK(o->classifier(d->st, pl, pacc, pt, N, V, Vp, 0.5f, 2.0f, &d->err) == HY_OK);
+        grad[k] = malloc((size_t)N * Vp * sizeof(float));
+        get_act(d, grad[k], pl, (size_t)N * Vp);
+        get_f32(d, &loss[k], pacc, 1);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "classifier N=%d V=%d Vp=%d", N, V, Vp);
+    compare(what, grad[1], grad[0], (size_t)N * Vp, 1e-2);
+    compare(what, &loss[1], &loss[0], 1, 1e-4);
+    size_t pad = 0;
+    for (int n = 0; n < N; n++)
+        for (int v = V; v < Vp; v++) pad += grad[1][(size_t)n * Vp + v] != 0.0f;
+    CHECKF(pad == 0, "%s: %zu padding gradients are not 0", what, pad);
+    BOTH free(grad[k]);
+    free(logits); free(tg);
+}
+
+/* AdamW, the norm and the clip factor, and the compute copy. */
+static void test_optimizer(hy_rng *r, size_t n) {
+    float *p0 = rnd(r, n, 1), *g = rnd(r, n, 1), *m0 = rnd(r, n, 0.1f), *v0 = rnd(r, n, 0.01f);
+    for (size_t i = 0; i < n; i++) v0[i] = fabsf(v0[i]);
+    hy_adamw_hparams hp = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 7 };
+    float *p[2], *m[2], *v[2], *wc = malloc(n * sizeof(float)), norm[2], factor[2];
+    double sumsq[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        float *pp = put_f32(d, p0, n), *pg = put_f32(d, g, n), *pm = put_f32(d, m0, n);
+        float *pv = put_f32(d, v0, n);
+        hy_adamw_hparams *php = dev_alloc(d, sizeof hp);
+        CHECK(o->upload(d->be, 0, php, &hp, sizeof hp, &d->err) == HY_OK);
+        double *part = dev_alloc(d, 2 * sizeof(double));
+        float *pf = dev_alloc(d, 2 * sizeof(float));
+        void *pc = o->act_size == sizeof(float) ? NULL : dev_alloc(d, n * o->act_size);
+        CHECK(o->zero(d->st, part, 2 * sizeof(double), &d->err) == HY_OK);
+        CHECK(o->sumsq(d->st, part, pg, n, &d->err) == HY_OK);
+        CHECK(o->sumsq(d->st, part, pg, n / 2, &d->err) == HY_OK);   /* accumulates */
+        CHECK(o->clip(d->st, pf, pf + 1, part, 2, 1.0f, &d->err) == HY_OK);
+        CHECK(o->adamw(d->st, pp, pc, pg, pm, pv, n, php, pf, 1, &d->err) == HY_OK);
+        p[k] = malloc(n * sizeof(float));
+        m[k] = malloc(n * sizeof(float));
+        v[k] = malloc(n * sizeof(float));
+        get_f32(d, p[k], pp, n);
+        get_f32(d, m[k], pm, n);
+        get_f32(d, v[k], pv, n);
+        get_f32(d, &factor[k], pf, 1);
+        get_f32(d, &norm[k], pf + 1, 1);
+        CHECK(o->download(d->be, 0, &sumsq[k], part, sizeof(double), &d->err) == HY_OK);
+        if (pc) get_act(d, wc, pc, n);
+    }
+    CHECKF(fabs(sumsq[1] - sumsq[0]) <= 1e-12 * sumsq[0], "sumsq %.17g vs %.17g", sumsq[1], sumsq[0]);
+    compare("clip factor", &factor[1], &factor[0], 1, 1e-6);
+    compare("norm", &norm[1], &norm[0], 1, 1e-6);
+    compare("adamw param", p[1], p[0], n, 1e-5);
+    compare("adamw m", m[1], m[0], n, 1e-5);
+    compare("adamw v", v[1], v[0], n, 1e-5);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) off += bf2f(f2bf(p[1][i])) != wc[i];
+    CHECKF(off == 0, "adamw: %zu compute-copy values are not the bf16 of the new weights", off);
+    BOTH { free(p[k]); free(m[k]); free(v[k]); }
+    free(p0); free(g); free(m0); free(v0); free(wc);
+}
+
+/* A non-finite norm: factor NaN, and AdamW leaves everything as it was. */
+static void test_nonfinite(void) {
+    dev *d = &D[1];
+    const hy_backend_ops *o = d->be->ops;
+    float g[3] = { 1, INFINITY, 2 }, p0[3] = { 1, 2, 3 }, z[3] = { 0, 0, 0 };
+    hy_adamw_hparams hp = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1 };
+    float *pg = put_f32(d, g, 3), *pp = put_f32(d, p0, 3), *pm = put_f32(d, z, 3), *pv = put_f32(d, z, 3);
+    hy_adamw_hparams *php = dev_alloc(d, sizeof hp);
+    CHECK(o->upload(d->be, 0, php, &hp, sizeof hp, &d->err) == HY_OK);
+    double *part = dev_alloc(d, sizeof(double));
+    float *pf = dev_alloc(d, 2 * sizeof(float));
+    CHECK(o->sumsq(d->st, part, pg, 3, &d->err) == HY_OK);
+    CHECK(o->clip(d->st, pf, pf + 1, part, 1, 0.0f, &d->err) == HY_OK);
+    CHECK(o->adamw(d->st, pp, NULL, pg, pm, pv, 3, php, pf, 1, &d->err) == HY_OK);
+    float f[2], p[3];
+    get_f32(d, f, pf, 2);
+    get_f32(d, p, pp, 3);
+    CHECK(isnan(f[0]) && !isfinite(f[1]));
+    CHECK(memcmp(p, p0, sizeof p) == 0);
+}
+
+/* to_act rounds to nearest even exactly as the host does; the test ops'
+ * pattern on the device is the host's hy_pattern. */
+static void test_conversions_and_patterns(hy_rng *r) {
+    dev *d = &D[1];
+    const hy_backend_ops *o = d->be->ops;
+    size_t n = 4099;
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)((2 * hy_rng_uniform(r) - 1) * 1000);
+    float *px = put_f32(d, x, n);
+    void *pc = dev_alloc(d, n * 2);
+    CHECK(o->to_act(d->st, pc, px, n, &d->err) == HY_OK);
+    uint16_t *b = malloc(n * 2);
+    CHECK(o->sync(d->st, &d->err) == HY_OK);
+    CHECK(o->download(d->be, 0, b, pc, n * 2, &d->err) == HY_OK);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) off += b[i] != f2bf(x[i]);
+    CHECKF(off == 0, "to_act: %zu of %zu values rounded differently from the host", off, n);
+
+    uint32_t it = 5, *pit = dev_alloc(d, sizeof it), *buf = dev_alloc(d, n * 4), *errs = dev_alloc(d, 4);
+    CHECK(o->upload(d->be, 0, pit, &it, sizeof it, &d->err) == HY_OK);
+    CHECK(o->test_fill(d->st, buf, n, 77, pit, &d->err) == HY_OK);
+    CHECK(o->test_check(d->st, buf, n, 77, pit, errs, &d->err) == HY_OK);
+    uint32_t *h = malloc(n * 4), e = 1;
+    CHECK(o->sync(d->st, &d->err) == HY_OK);
+    CHECK(o->download(d->be, 0, h, buf, n * 4, &d->err) == HY_OK);
+    CHECK(o->download(d->be, 0, &e, errs, 4, &d->err) == HY_OK);
+    off = 0;
+    for (size_t i = 0; i < n; i++) off += h[i] != hy_pattern(77, it, (uint32_t)i);
+    CHECKF(off == 0 && e == 0, "device hy_pattern differs from the host's at %zu words", off);
+
+    /* Timestamps move forward, and a sleep of 2 ms shows between two. */
+    uint64_t *ts = dev_alloc(d, 2 * sizeof(uint64_t)), t[2];
+    CHECK(o->timestamp(d->st, &ts[0], &d->err) == HY_OK);
+    CHECK(o->sleep(d->st, 2000000, &d->err) == HY_OK);
+    CHECK(o->timestamp(d->st, &ts[1], &d->err) == HY_OK);
+    CHECK(o->sync(d->st, &d->err) == HY_OK);
+    CHECK(o->download(d->be, 0, t, ts, sizeof t, &d->err) == HY_OK);
+    CHECKF(t[1] >= t[0] + 2000000 && t[1] < t[0] + 1000000000, "stamps %llu, %llu",
+           (unsigned long long)t[0], (unsigned long long)t[1]);
+    free(x); free(b); free(h);
+}
+
+static void test_ops(void) {
+    if (dev_open(&D[0], 0) || dev_open(&D[1], 1)) {
+        CHECK(0);
+        dev_close(&D[0]);
+        return;
+    }
+    hy_rng r = hy_rng_stream(2026, 1);
+    test_matmul(&r, 1, 1, 1, 1);
+    test_matmul(&r, 7, 13, 5, 1);
+    test_matmul(&r, 64, 96, 288, 1);
+    test_matmul(&r, 130, 64, 257, 0);
+    test_matmul(&r, 512, 768, 3072, 1);
+    test_lm_head(&r, 33, 64, 129);
+    test_lm_head(&r, 256, 128, 1024);
+    test_layernorm(&r, 1, 1);
+    test_layernorm(&r, 17, 33);
+    test_layernorm(&r, 300, 768);
+    test_gelu_add(&r, 1);
+    test_gelu_add(&r, 100003);
+    test_attention(&r, 1, 1, 4, 1, 1);
+    test_attention(&r, 2, 17, 24, 3, 1);
+    test_attention(&r, 2, 64, 128, 4, 1);
+    test_attention(&r, 1, 33, 32, 2, 0);
+    test_attention(&r, 2, 256, 256, 4, 1);
+    test_embedding(&r, 1, 1, 1, 2);
+    test_embedding(&r, 3, 17, 33, 50);
+    test_embedding(&r, 4, 128, 256, 1000);
+    test_classifier(&r, 1, 2, 2);
+    test_classifier(&r, 37, 100, 128);
+    test_classifier(&r, 256, 50257, 50304);
+    test_optimizer(&r, 1);
+    test_optimizer(&r, 1000003);
+    test_nonfinite();
+    test_conversions_and_patterns(&r);
+    dev_close(&D[0]);
+    dev_close(&D[1]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Training */
+
+static char shard[256];
+
+static int make_shard(void) {
+    char dir[] = "/tmp/hy-cuda-XXXXXX";
+    if (!mkdtemp(dir)) return -1;
+    snprintf(shard, sizeof shard, "%s/train.bin", dir);
+    size_t n = 60000;
+    uint16_t *tok = malloc(n * sizeof *tok);
+    hy_error err;
+    int rc = hy_synth_tokens(tok, n, 256, 7, 0, &err);
+    if (!rc) rc = hy_shard_write(shard, tok, n, &err);
+    if (rc) fprintf(stderr, "%s\n", err.msg);
+    free(tok);
+    return rc;
+}
+
+static void remove_shard(void) {
+    unlink(shard);
+    char *slash = strrchr(shard, '/');
+    if (slash) { *slash = '\0'; rmdir(shard); }
+}
+
+typedef struct {
+    size_t n;
+    float *w;
+    double loss[8];
+} run;
+
+static int train(const char *backend, const char *const *extra, int n_extra, int steps, run *res) {
+    const char *base[24] = {
+        "model.layers=4", "model.d_model=64", "model.heads=4", "model.seq_len=64",
+        "model.vocab=256", "schedule.micro_batch_size=4", "schedule.micro_batches=4",
+        "train.lr=1e-3", "train.warmup_steps=2", "data.val=null", "checkpoint.dir=null",
+    };
+    int n = 11;
+    char be_set[64], data_set[300];
+    snprintf(be_set, sizeof be_set, "backend=%s", backend);
+    snprintf(data_set, sizeof data_set, "data.train=%s", shard);
+    base[n++] = be_set;
+    base[n++] = data_set;
+    for (int i = 0; i < n_extra; i++) base[n++] = extra[i];
+    hy_config c;
+    hy_error err;
+    hy_config_init(&c);
+    int rc = hy_config_load(&c, NULL, base, n, &err);
+    hy_runtime *rt = NULL;
+    if (!rc) rc = hy_runtime_create(&rt, &c, &err);
+    memset(res, 0, sizeof *res);
+    for (int s = 0; s < steps && s < 8 && !rc; s++) {
+        hy_step_stats st;
+        rc = hy_runtime_step(rt, &st, &err);
+        if (!rc) res->loss[s] = st.loss;
+    }
+    hy_model m;
+    if (!rc) rc = hy_model_build(&m, &c, 1, &err);
+    if (!rc) {
+        size_t total = 0;
+        for (int i = 0; i < m.n_params; i++)
+            total += m.params[i].kind == HY_P_WTE ? (size_t)m.vocab * m.d_model : m.params[i].numel;
+        res->w = malloc(total * sizeof(float));
+        res->n = total;
+        size_t at = 0;
+        for (int i = 0; i < m.n_params && !rc; i++) {
+            size_t k = m.params[i].kind == HY_P_WTE ? (size_t)m.vocab * m.d_model : m.params[i].numel;
+            rc = hy_runtime_read_param(rt, m.params[i].name, res->w + at, k, &err);
+            at += k;
+        }
+        hy_model_free(&m);
+    }
+    if (rc) fprintf(stderr, "train on %s: %s\n", backend, err.msg);
+    hy_runtime_destroy(rt);
+    hy_config_free(&c);
+    return rc;
+}
+
+static void test_training(void) {
+    if (make_shard()) { CHECK(0); return; }
+    static const char *const layouts[][4] = {
+        { "schedule.kind=gpipe", "schedule.ranks=1" },
+        { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "devices=[0,0]" },
+    };
+    for (int v = 0; v < 2; v++) {
+        int n = v == 0 ? 2 : 4;
+        run cpu, gpu;
+        if (train("cpu", layouts[v], n, 6, &cpu) || train("cuda", layouts[v], n, 6, &gpu)) {
+            CHECK(0);
+            continue;
+        }
+        for (int s = 0; s < 6; s++)
+            CHECKF(fabs(gpu.loss[s] - cpu.loss[s]) <= 2e-2 * cpu.loss[s],
+                   "%s step %d: loss %.6f on cuda, %.6f on cpu", layouts[v][0], s + 1, gpu.loss[s],
+                   cpu.loss[s]);
+        CHECK(gpu.loss[5] < gpu.loss[0]);
+        compare(layouts[v][0], gpu.w, cpu.w, cpu.n, 5e-2);
+        free(cpu.w);
+        free(gpu.w);
+    }
+    /* Replay = eager on the GPU, bit for bit. */
+    const char *eager[] = { "schedule.kind=hanayo", "schedule.ranks=2", "devices=[0,0]", "graph=false" };
+    const char *replay[] = { "schedule.kind=hanayo", "schedule.ranks=2", "devices=[0,0]", "graph=true" };
+    run a, b;
+    if (train("cuda", eager, 4, 4, &a) || train("cuda", replay, 4, 4, &b)) {
+        CHECK(0);
+    } else {
+        CHECK(a.n == b.n && memcmp(a.w, b.w, a.n * sizeof(float)) == 0);
+        CHECK(memcmp(a.loss, b.loss, sizeof a.loss) == 0);
+        free(a.w);
+        free(b.w);
+    }
+    remove_shard();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Without a GPU */
+
+static void test_no_gpu(void) {
+    hy_backend *be = NULL;
+    hy_error err;
+    int zero = 0;
+    CHECK(hy_backend_cuda_create(&be, 1, &zero, 1, 0, 30.0, &err) != HY_OK && be == NULL);
+    CHECKF(strstr(err.msg, "no CUDA device") || strstr(err.msg, "no CUDA backend in this build"),
+           "%s", err.msg);
+    hy_config c;
+    hy_config_init(&c);
+    const char *cuda[] = { "backend=cuda" }, *autob[] = { "backend=auto" };
+    int use = -1;
+    char why[128];
+    CHECK(hy_config_load(&c, NULL, cuda, 1, &err) == HY_OK);
+    CHECK(hy_runtime_pick_backend(&c, &use, why, sizeof why, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "backend \"cuda\"") != NULL, "%s", err.msg);
+    hy_config_free(&c);
+    hy_config_init(&c);
+    CHECK(hy_config_load(&c, NULL, autob, 1, &err) == HY_OK);
+    CHECK(hy_runtime_pick_backend(&c, &use, why, sizeof why, &err) == HY_OK && use == 0);
+    CHECKF(strncmp(why, "cpu (auto: ", 11) == 0, "%s", why);
+    hy_config_free(&c);
+}
+
+int main(void) {
+    int gpus = 0;
+    hy_error err;
+    if (hy_device_count(&gpus, &err) != HY_OK) gpus = 0;
+    if (gpus == 0 || !strstr(hy_backends_compiled(), "cuda")) {
+        test_no_gpu();
+        printf("cuda: no CUDA device (or no CUDA backend in this build): checked the refusals; "
+               "the GPU comparisons are not run here\n");
+        return TEST_END("cuda");
+    }
+    test_ops();
+    test_training();
+    return TEST_END("cuda");
+}
