@@ -151,6 +151,11 @@ typedef struct {
     double seconds;
 } hy_op_stat;
 
+/* What a recorded graph holds (graph_dot): nodes of each kind. */
+typedef struct {
+    int nodes, kernels, memcpys, memsets, memops, others;
+} hy_graph_nodes;
+
 typedef struct {
     const char *name;   /* "cpu" or "cuda" */
 
@@ -286,6 +291,10 @@ typedef struct {
      * before this read. Recorded graphs are timed too: the switch is read
      * when each command runs, not when it is recorded. */
     int (*op_stats)(hy_backend *be, int enable, hy_op_stat *out, hy_error *err);
+
+    /* Writes recorded graph g as Graphviz DOT to path and counts its nodes
+     * (hanayo profile); NULL in a backend whose graphs are not CUDA graphs. */
+    int (*graph_dot)(hy_graph *g, const char *path, hy_graph_nodes *nodes, hy_error *err);
 } hy_backend_ops;
 
 /* What every backend's state starts with. */

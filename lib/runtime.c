@@ -1159,6 +1159,19 @@ int hy_runtime_stamps(hy_runtime *rt, int rank, uint64_t *dst, size_t n, hy_erro
     return rt->be->ops->download(rt->be, rank, dst, rt->ranks[rank].stamps, n * sizeof(uint64_t), err);
 }
 
+int hy_runtime_graph_dot(hy_runtime *rt, int rank, const char *path, hy_graph_nodes *nodes,
+                         hy_error *err) {
+    if (rank < 0 || rank >= rt->P)
+        return hy_fail(err, HY_ERR_INPUT, "no rank %d (the run has %d)", rank, rt->P);
+    if (!rt->be->ops->graph_dot)
+        return hy_fail(err, HY_ERR_INPUT, "the %s backend records no CUDA graphs to draw",
+                       rt->be->ops->name);
+    if (!rt->ranks[rank].graph)
+        return hy_fail(err, HY_ERR_INPUT, "rank %d has no recorded graph (graph = false, or "
+                       "fewer than two steps run)", rank);
+    return rt->be->ops->graph_dot(rt->ranks[rank].graph, path, nodes, err);
+}
+
 int hy_runtime_slow_stage(hy_runtime *rt, int stage, double seconds, hy_error *err) {
     if (stage < 0 || stage >= rt->S)
         return hy_fail(err, HY_ERR_INPUT, "slow stage %d: the run has stages 0..%d", stage, rt->S - 1);

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "config.h"
 #include "error.h"
 #include "schedule.h"
@@ -111,6 +112,13 @@ int hy_runtime_nonfinite_where(hy_runtime *rt, char *buf, size_t n, hy_error *er
 int hy_runtime_profile(hy_runtime *rt, hy_error *err);
 size_t hy_runtime_stamp_count(const hy_runtime *rt, int rank);
 int hy_runtime_stamps(hy_runtime *rt, int rank, uint64_t *dst, size_t n, hy_error *err);
+
+/* Writes rank's recorded iteration as Graphviz DOT to path and counts its
+ * nodes. Only CUDA graphs can be drawn: on the CPU backend, or before a
+ * graph was recorded (graph = false, or before the second step), this
+ * fails saying so. */
+int hy_runtime_graph_dot(hy_runtime *rt, int rank, const char *path, hy_graph_nodes *nodes,
+                         hy_error *err);
 
 /* Test hook, before the first step: every action of `stage` (forward and
  * backward, training and evaluation) first holds its rank for `seconds`,

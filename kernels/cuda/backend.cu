@@ -1,36 +1,19 @@
 /*
- * backend.cu — the CUDA backend's execution core (backend.h, "Execution"),
- * the second implementation of the interface the CPU backend implements in
- * kernels/cpu/backend.c. The runtime drives both through the same calls.
+ * backend.cu — the CUDA backend (backend.h): memory, streams and the math
+ * entries; the second implementation of the interface the CPU backend
+ * implements in kernels/cpu/backend.c. The runtime drives both through the
+ * same calls.
  *
  * One process, one thread per rank, one non-blocking stream per rank on the
  * rank's device (several ranks may share a device). A rank's whole
- * iteration is enqueued on its stream; `capture_begin`/`capture_end` turn
- * that into a CUDA graph (stream capture, thread-local mode, so ranks
- * capture concurrently) and `graph_launch` replays it.
- *
- * Cross-rank signals are DESIGN §3's design 1: 32-bit full/free flags
- * waited on and written by stream memory operations (cuStreamWaitValue32 /
- * cuStreamWriteValue32), which stream capture records as graph nodes. They
- * are driver API calls; we get them through cudaGetDriverEntryPointByVersion
- * (the unversioned lookup is deprecated in CUDA 13), so nothing links
- * libcuda at build time and a machine without a driver still runs the CPU
- * backend. A wait is EQ on a constant value, a write carries the default
- * memory barrier (everything the stream wrote before it is visible first).
- * Flags live in host-mapped pinned memory (the host can read and write them
- * directly, which the watchdog and abort use) or, with flags_on_device, in
- * the consumer's device memory, peer-mapped.
- *
- * Liveness without a host thread per wait: after each wait the stream
- * writes its running count of passed waits into a host-mapped progress
- * word. `sync` polls the stream; while it is not done it watches that
- * word, and when it stays put for watchdog_s the rank is stuck at the next
- * wait, whose site (rank, action, edge, slot) the stream recorded when the
- * wait was enqueued: that is the report. `abort` marks the backend; each
- * blocked rank's `sync` then releases its own current wait by writing the
- * value it waits for into its flag (the run is failing, the data no longer
- * matters) until its stream drains, and reports why it stopped. Sleep and
- * delay kernels watch a host-mapped abort word.
+ * iteration is enqueued on its stream and captured as one CUDA graph
+ * (graphs/graph.cu); cross-rank signals, the watchdog and abort are
+ * graphs/signal.cu. Memory is cudaMalloc'd per rank and zeroed; flags live
+ * in host-mapped pinned memory (the host can read and write them directly,
+ * which the watchdog and abort use) or, with flags_on_device, in the
+ * consumer's device memory, peer-mapped. Peer access is enabled between all
+ * devices in use, so a copy between ranks is one cudaMemcpyAsync: a peer
+ * copy over NVLink, or device-to-device on a shared GPU.
  *
  * Scratch memory the math ops need (kernels.cuh's *_scratch sizes) comes
  * from one buffer per stream, grown during the eager warm-up iteration, so
@@ -42,138 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <cuda.h>
-#include <cuda_runtime.h>
-
-#include "backend.h"
-#include "check.cuh"
-#include "kernels.cuh"
-
-/* ------------------------------------------------------------------------ */
-/* Driver entry points */
-
-typedef CUresult (*hy_pfn_wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-typedef CUresult (*hy_pfn_write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-typedef CUresult (*hy_pfn_error_name)(CUresult, const char **);
-
-/* The CUDA version whose signatures we ask for: 12.0's stream memory
- * operations are the capturable (v2) ones. */
-#define HY_DRIVER_API_VERSION 12000
-
-typedef struct {
-    hy_pfn_wait32 wait32;
-    hy_pfn_write32 write32;
-    hy_pfn_error_name error_name;
-} hy_driver;
-
-static int hy_driver_symbol(const char *name, void **fn, hy_error *err) {
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    cudaError_t rc = cudaGetDriverEntryPointByVersion(name, fn, HY_DRIVER_API_VERSION,
-                                                      cudaEnableDefault, &found);
-    if (rc != cudaSuccess) return HY_CUDA_FAIL(err, rc, "cudaGetDriverEntryPointByVersion");
-    if (found != cudaDriverEntryPointSuccess || !*fn)
-        return hy_fail(err, HY_ERR_RUNTIME,
-                       "cuda backend: the driver has no %s for CUDA %d.%d (result %d); "
-                       "the driver is too old for stream memory operations", name,
-                       HY_DRIVER_API_VERSION / 1000, HY_DRIVER_API_VERSION % 1000 / 10, (int)found);
-    return HY_OK;
-}
-
-static int hy_driver_load(hy_driver *d, hy_error *err) {
-    int rc = hy_driver_symbol("cuStreamWaitValue32", (void **)&d->wait32, err);
-    if (!rc) rc = hy_driver_symbol("cuStreamWriteValue32", (void **)&d->write32, err);
-    if (!rc) rc = hy_driver_symbol("cuGetErrorName", (void **)&d->error_name, err);
-    return rc;
-}
-
-static int hy_cu_fail(const hy_driver *d, hy_error *err, CUresult rc, const char *call, int rank) {
-    const char *name = NULL;
-    if (!d->error_name || d->error_name(rc, &name) != CUDA_SUCCESS) name = "?";
-    return hy_fail(err, HY_ERR_RUNTIME, "rank %d: CUDA driver error %s (%d) in %s", rank, name,
-                   (int)rc, call);
-}
-
-/* ------------------------------------------------------------------------ */
-/* State */
-
-typedef enum { MEM_DEVICE, MEM_HOST } mem_kind;
-
-typedef struct mem_block {
-    void *p;
-    mem_kind kind;
-    int device;
-    struct mem_block *next;
-} mem_block;
-
-/* A wait as the watchdog and abort need it. */
-typedef struct {
-    hy_wait_site site;
-    uint32_t *flag;
-    uint32_t value;
-} cuda_site;
-
-typedef struct {
-    cuda_site *v;
-    size_t n, cap;
-} site_list;
-
-typedef struct {
-    hy_backend base;
-    hy_backend_ops ops;
-    hy_driver drv;
-    int *dev;                    /* [ranks]: rank -> device */
-    int flags_on_device;
-    hy_lt **lt;                  /* [ranks]: cuBLASLt state per rank */
-    volatile uint32_t *abort_word;   /* host-mapped: sleep kernels stop when set */
-    int aborted;                 /* atomics */
-    pthread_mutex_t lock;        /* guards why and blocks */
-    char why[sizeof(((hy_error *)0)->msg)];   /* the first failure, as reported */
-    mem_block *blocks;
-} cuda_backend;
-
-typedef struct {
-    hy_stream base;
-    cudaStream_t s;
-    cudaStream_t ctl;            /* for writing device-memory flags while s is blocked */
-    int device;
-    int capturing;
-    site_list eager;             /* waits enqueued since the last sync */
-    site_list capture;           /* waits of the graph being captured */
-    const site_list *active;     /* the waits the stream is running now */
-    volatile uint32_t *progress; /* host-mapped: waits passed in the running list */
-    volatile int *bad;           /* host-mapped: the classifier saw a bad target */
-    void *scratch;
-    size_t scratch_bytes;
-} cuda_stream;
-
-struct hy_graph {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    site_list sites;
-};
-
-static cuda_backend *cb_of(hy_backend *be) { return (cuda_backend *)be; }
-static cuda_stream *cs_of(hy_stream *s) { return (cuda_stream *)s; }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int check_rank(hy_backend *be, int rank, hy_error *err) {
-    if (rank < 0 || rank >= be->ranks)
-        return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: no rank %d (have %d)", rank, be->ranks);
-    return HY_OK;
-}
-
-/* Makes rank's device current on the calling thread. */
-static int enter_rank(hy_backend *be, int rank, hy_error *err) {
-    int rc = check_rank(be, rank, err);
-    if (rc) return rc;
-    HY_CUDA_CHECK(cudaSetDevice(cb_of(be)->dev[rank]), err);
-    return HY_OK;
-}
+#include "cuda_backend.cuh"
 
 /* ------------------------------------------------------------------------ */
 /* Memory */
@@ -225,7 +77,7 @@ static int dev_alloc(cuda_backend *cb, int rank, size_t bytes, void **out, hy_er
 }
 
 /* Pinned host memory every device maps (UVA: the same address on all). */
-static int host_alloc(cuda_backend *cb, size_t bytes, void **out, hy_error *err) {
+int hy_cuda_host_alloc(cuda_backend *cb, size_t bytes, void **out, hy_error *err) {
     *out = NULL;
     void *p = NULL;
     HY_CUDA_CHECK(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable),
@@ -248,7 +100,7 @@ static int cuda_alloc_shared(hy_backend *be, int a, int b, size_t bytes, void **
     /* In the consumer's memory: its waits poll locally, the producer's
      * writes cross the link once. */
     if (cb->flags_on_device) return dev_alloc(cb, b, bytes, out, err);
-    return host_alloc(cb, bytes, out, err);
+    return hy_cuda_host_alloc(cb, bytes, out, err);
 }
 
 static void cuda_free_mem(hy_backend *be, void *p) {
@@ -268,60 +120,6 @@ static int cuda_copy_sync(hy_backend *be, int rank, void *dst, const void *src, 
     int rc = enter_rank(be, rank, err);
     if (rc) return rc;
     HY_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), err);
-    return HY_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Wait sites */
-
-static int sites_push(site_list *l, const cuda_site *s, hy_error *err) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        cuda_site *grown = (cuda_site *)realloc(l->v, cap * sizeof *grown);
-        if (!grown) return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory recording a wait");
-        l->v = grown;
-        l->cap = cap;
-    }
-    l->v[l->n++] = *s;
-    return HY_OK;
-}
-
-static CUdeviceptr devptr(const volatile void *p) { return (CUdeviceptr)(uintptr_t)p; }
-
-/* ------------------------------------------------------------------------ */
-/* Enqueued work */
-
-static int enter_stream(cuda_stream *cs, hy_error *err) {
-    HY_CUDA_CHECK(cudaSetDevice(cs->device), err);
-    return HY_OK;
-}
-
-static int cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
-                          hy_error *err) {
-    cuda_stream *cs = cs_of(s);
-    cuda_backend *cb = cb_of(s->be);
-    int rc = enter_stream(cs, err);
-    if (rc) return rc;
-    site_list *l = cs->capturing ? &cs->capture : &cs->eager;
-    if (!cs->capturing) cs->active = &cs->eager;
-    cuda_site cs_site = { *site, flag, value };
-    rc = sites_push(l, &cs_site, err);
-    if (rc) return rc;
-    CUresult r = cb->drv.wait32((CUstream)cs->s, devptr(flag), value, CU_STREAM_WAIT_VALUE_EQ);
-    if (r != CUDA_SUCCESS) return hy_cu_fail(&cb->drv, err, r, "cuStreamWaitValue32", s->rank);
-    r = cb->drv.write32((CUstream)cs->s, devptr(cs->progress), (cuuint32_t)l->n,
-                        CU_STREAM_WRITE_VALUE_DEFAULT);
-    if (r != CUDA_SUCCESS) return hy_cu_fail(&cb->drv, err, r, "cuStreamWriteValue32 (progress)", s->rank);
-    return HY_OK;
-}
-
-static int cuda_write_flag(hy_stream *s, uint32_t *flag, uint32_t value, hy_error *err) {
-    cuda_stream *cs = cs_of(s);
-    cuda_backend *cb = cb_of(s->be);
-    int rc = enter_stream(cs, err);
-    if (rc) return rc;
-    CUresult r = cb->drv.write32((CUstream)cs->s, devptr(flag), value, CU_STREAM_WRITE_VALUE_DEFAULT);
-    if (r != CUDA_SUCCESS) return hy_cu_fail(&cb->drv, err, r, "cuStreamWriteValue32", s->rank);
     return HY_OK;
 }
 
@@ -372,7 +170,7 @@ static int cuda_stream_create(hy_backend *be, int rank, hy_stream **out, hy_erro
     cudaError_t e = cudaStreamCreateWithFlags(&cs->s, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&cs->ctl, cudaStreamNonBlocking);
     if (e != cudaSuccess) rc = HY_CUDA_FAIL(err, e, "cudaStreamCreateWithFlags");
-    if (!rc) rc = host_alloc(cb, 64, &words, err);
+    if (!rc) rc = hy_cuda_host_alloc(cb, 64, &words, err);
     if (rc) {
         if (cs->s) cudaStreamDestroy(cs->s);
         if (cs->ctl) cudaStreamDestroy(cs->ctl);
@@ -395,168 +193,6 @@ static void cuda_stream_destroy(hy_stream *s) {
     free(cs->eager.v);
     free(cs->capture.v);
     free(cs);
-}
-
-static int stopped_error(cuda_backend *cb, cuda_stream *cs, const cuda_site *at, hy_error *err) {
-    char why[sizeof cb->why];
-    pthread_mutex_lock(&cb->lock);
-    memcpy(why, cb->why, sizeof why);
-    pthread_mutex_unlock(&cb->lock);
-    if (at)
-        return hy_fail(err, HY_ERR_RUNTIME, "rank %d stopped while waiting at %s: %s",
-                       cs->base.rank, at->site.what, why);
-    return hy_fail(err, HY_ERR_RUNTIME, "rank %d stopped: %s", cs->base.rank, why);
-}
-
-/* The wait the stream is blocked at, or NULL when it is past them all. */
-static const cuda_site *current_wait(const cuda_stream *cs) {
-    uint32_t passed = *cs->progress;
-    const site_list *l = cs->active;
-    return l && passed < l->n ? &l->v[passed] : NULL;
-}
-
-/* Lets a stream that an abort stopped run to its end: writes the value its
- * current wait expects into the flag (host-mapped: a store; device memory:
- * a write on the control stream, which is not blocked). */
-static void release_wait(cuda_backend *cb, cuda_stream *cs, const cuda_site *at) {
-    if (!cb->flags_on_device) {
-        __atomic_store_n(at->flag, at->value, __ATOMIC_SEQ_CST);
-        return;
-    }
-    cb->drv.write32((CUstream)cs->ctl, devptr(at->flag), at->value, CU_STREAM_WRITE_VALUE_DEFAULT);
-}
-
-static void cuda_abort(hy_backend *be, const char *why) {
-    cuda_backend *cb = cb_of(be);
-    pthread_mutex_lock(&cb->lock);
-    if (!cb->why[0]) snprintf(cb->why, sizeof cb->why, "%s", why);
-    pthread_mutex_unlock(&cb->lock);
-    __atomic_store_n(&cb->aborted, 1, __ATOMIC_SEQ_CST);
-    *cb->abort_word = 1;
-}
-
-/* Waits for everything enqueued on the stream, watching it: a wait that
- * makes no progress for watchdog_s is reported with its site and aborts
- * the backend; after an abort the stream is drained and the reason given. */
-static int cuda_sync(hy_stream *s, hy_error *err) {
-    cuda_stream *cs = cs_of(s);
-    cuda_backend *cb = cb_of(s->be);
-    int rc = enter_stream(cs, err);
-    if (rc) return rc;
-    uint32_t seen = *cs->progress;
-    double since = now_s();
-    const cuda_site *stopped_at = NULL;
-    int waited_out = 0;
-    for (long polls = 0;; polls++) {
-        cudaError_t q = cudaStreamQuery(cs->s);
-        if (q == cudaSuccess) break;
-        if (q != cudaErrorNotReady) {
-            rc = hy_fail(err, HY_ERR_RUNTIME, "rank %d (device %d): %s (%s) while running its "
-                         "iteration", s->rank, cs->device, cudaGetErrorName(q), cudaGetErrorString(q));
-            cuda_abort(s->be, err->msg);
-            return rc;
-        }
-        const cuda_site *at = current_wait(cs);
-        if (__atomic_load_n(&cb->aborted, __ATOMIC_SEQ_CST)) {
-            if (at) {
-                if (!stopped_at) stopped_at = at;
-                release_wait(cb, cs, at);
-            }
-        } else {
-            uint32_t p = *cs->progress;
-            double t = now_s();
-            if (p != seen) {
-                seen = p;
-                since = t;
-            } else if (at && t - since >= cb->base.watchdog_s) {
-                rc = hy_fail(err, HY_ERR_RUNTIME,
-                             "watchdog: rank %d waited %.2f s at %s (flag is %u, waiting for %u); "
-                             "the rank that should set it is stalled or failed (watchdog_s = %g)",
-                             s->rank, t - since, at->site.what, *(volatile uint32_t *)at->flag,
-                             at->value, cb->base.watchdog_s);
-                waited_out = 1;
-                cuda_abort(s->be, err->msg);
-            }
-        }
-        /* Spin briefly (a step's tail is short), then poll gently. */
-        if (polls > 64) {
-            struct timespec ts = { 0, 50000 };
-            nanosleep(&ts, NULL);
-        }
-    }
-    cs->eager.n = 0;
-    *cs->progress = 0;
-    if (waited_out) return rc;
-    if (stopped_at) return stopped_error(cb, cs, stopped_at, err);
-    if (*cs->bad) {
-        *cs->bad = 0;
-        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: a training target outside the vocabulary "
-                       "reached the classifier", s->rank);
-    }
-    return HY_OK;
-}
-
-static int cuda_capture_begin(hy_stream *s, hy_error *err) {
-    cuda_stream *cs = cs_of(s);
-    if (cs->capturing)
-        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: capture_begin while already capturing", s->rank);
-    int rc = enter_stream(cs, err);
-    if (rc) return rc;
-    HY_CUDA_CHECK(cudaStreamBeginCapture(cs->s, cudaStreamCaptureModeThreadLocal), err);
-    cs->capturing = 1;
-    cs->capture.n = 0;
-    return HY_OK;
-}
-
-/* err may be NULL: the capture is being abandoned after a failure. */
-static int cuda_capture_end(hy_stream *s, hy_graph **out, hy_error *err) {
-    cuda_stream *cs = cs_of(s);
-    hy_error ignored;
-    if (!err) err = &ignored;
-    *out = NULL;
-    if (!cs->capturing)
-        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: capture_end without capture_begin", s->rank);
-    cs->capturing = 0;
-    int rc = enter_stream(cs, err);
-    if (rc) return rc;
-    cudaGraph_t graph = NULL;
-    HY_CUDA_CHECK(cudaStreamEndCapture(cs->s, &graph), err);
-    hy_graph *g = (hy_graph *)calloc(1, sizeof *g);
-    if (!g) {
-        cudaGraphDestroy(graph);
-        return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory finishing a graph");
-    }
-    g->graph = graph;
-    cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
-    if (e != cudaSuccess) {
-        cudaGraphDestroy(graph);
-        free(g);
-        return HY_CUDA_FAIL(err, e, "cudaGraphInstantiate");
-    }
-    g->sites = cs->capture;   /* the graph takes the recorded waits */
-    memset(&cs->capture, 0, sizeof cs->capture);
-    *out = g;
-    return HY_OK;
-}
-
-static int cuda_graph_launch(hy_graph *g, hy_stream *s, hy_error *err) {
-    cuda_stream *cs = cs_of(s);
-    int rc = enter_stream(cs, err);
-    if (rc) return rc;
-    /* The stream is idle (each iteration ends with sync), so the progress
-     * word can be reset from the host. */
-    cs->active = &g->sites;
-    *cs->progress = 0;
-    HY_CUDA_CHECK(cudaGraphLaunch(g->exec, cs->s), err);
-    return HY_OK;
-}
-
-static void cuda_graph_destroy(hy_graph *g) {
-    if (!g) return;
-    if (g->exec) cudaGraphExecDestroy(g->exec);
-    if (g->graph) cudaGraphDestroy(g->graph);
-    free(g->sites.v);
-    free(g);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -786,15 +422,15 @@ static hy_backend_ops cuda_ops_init(void) {
     o.download = cuda_copy_sync;
     o.stream_create = cuda_stream_create;
     o.stream_destroy = cuda_stream_destroy;
-    o.sync = cuda_sync;
-    o.wait_flag = cuda_wait_flag;
-    o.write_flag = cuda_write_flag;
+    o.sync = hy_cuda_sync;
+    o.wait_flag = hy_cuda_wait_flag;
+    o.write_flag = hy_cuda_write_flag;
     o.copy = cuda_copy;
-    o.capture_begin = cuda_capture_begin;
-    o.capture_end = cuda_capture_end;
-    o.graph_launch = cuda_graph_launch;
-    o.graph_destroy = cuda_graph_destroy;
-    o.abort = cuda_abort;
+    o.capture_begin = hy_cuda_capture_begin;
+    o.capture_end = hy_cuda_capture_end;
+    o.graph_launch = hy_cuda_graph_launch;
+    o.graph_destroy = hy_cuda_graph_destroy;
+    o.abort = hy_cuda_abort;
     o.test_fill = cuda_test_fill;
     o.test_check = cuda_test_check;
     o.test_delay = cuda_test_delay;
@@ -824,6 +460,7 @@ static hy_backend_ops cuda_ops_init(void) {
     o.timestamp = cuda_timestamp;
     o.sleep = cuda_sleep;
     o.op_stats = NULL;   /* per-op timing is the profiler's job on a GPU */
+    o.graph_dot = hy_cuda_graph_dot;
     return o;
 }
 
@@ -899,10 +536,10 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
     cb->lt = (hy_lt **)calloc((size_t)ranks, sizeof(hy_lt *));
     int rc = cb->dev && cb->lt ? HY_OK : hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory");
     if (!rc) rc = map_devices(cb, ranks, devices, n_devices, err);
-    if (!rc) rc = hy_driver_load(&cb->drv, err);
+    if (!rc) rc = hy_cuda_driver_load(&cb->drv, err);
     if (!rc) rc = enable_peers(cb, ranks, err);
     void *word = NULL;
-    if (!rc) rc = host_alloc(cb, sizeof(uint32_t), &word, err);
+    if (!rc) rc = hy_cuda_host_alloc(cb, sizeof(uint32_t), &word, err);
     if (!rc) cb->abort_word = (volatile uint32_t *)word;
     for (int r = 0; r < ranks && !rc; r++) {
         rc = enter_rank(&cb->base, r, err);

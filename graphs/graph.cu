@@ -1,0 +1,109 @@
+/*
+ * graph.cu — capture and replay of a rank's iteration as a CUDA graph
+ * (DESIGN §4), and the graphs' DOT dumps for `hanayo profile`.
+ *
+ * Each rank captures on its own stream in thread-local mode, so all ranks
+ * capture at once without one thread's capture forbidding another's calls.
+ * The graph keeps the wait sites recorded during its capture, which the
+ * watchdog reads while the graph runs (signal.cu).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend.cuh"
+
+int hy_cuda_capture_begin(hy_stream *s, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    if (cs->capturing)
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: capture_begin while already capturing", s->rank);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    HY_CUDA_CHECK(cudaStreamBeginCapture(cs->s, cudaStreamCaptureModeThreadLocal), err);
+    cs->capturing = 1;
+    cs->capture.n = 0;
+    return HY_OK;
+}
+
+/* err may be NULL: the capture is being abandoned after a failure. */
+int hy_cuda_capture_end(hy_stream *s, hy_graph **out, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    hy_error ignored;
+    if (!err) err = &ignored;
+    *out = NULL;
+    if (!cs->capturing)
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: capture_end without capture_begin", s->rank);
+    cs->capturing = 0;
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    cudaGraph_t graph = NULL;
+    HY_CUDA_CHECK(cudaStreamEndCapture(cs->s, &graph), err);
+    hy_graph *g = (hy_graph *)calloc(1, sizeof *g);
+    if (!g) {
+        cudaGraphDestroy(graph);
+        return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory finishing a graph");
+    }
+    g->graph = graph;
+    cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (e != cudaSuccess) {
+        cudaGraphDestroy(graph);
+        free(g);
+        return HY_CUDA_FAIL(err, e, "cudaGraphInstantiate");
+    }
+    g->sites = cs->capture;   /* the graph takes the recorded waits */
+    memset(&cs->capture, 0, sizeof cs->capture);
+    *out = g;
+    return HY_OK;
+}
+
+int hy_cuda_graph_launch(hy_graph *g, hy_stream *s, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    /* The stream is idle (each iteration ends with sync), so the progress
+     * word can be reset from the host. */
+    cs->active = &g->sites;
+    *cs->progress = 0;
+    HY_CUDA_CHECK(cudaGraphLaunch(g->exec, cs->s), err);
+    return HY_OK;
+}
+
+void hy_cuda_graph_destroy(hy_graph *g) {
+    if (!g) return;
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->graph) cudaGraphDestroy(g->graph);
+    free(g->sites.v);
+    free(g);
+}
+
+int hy_cuda_graph_dot(hy_graph *g, const char *path, hy_graph_nodes *nodes, hy_error *err) {
+    memset(nodes, 0, sizeof *nodes);
+    size_t n = 0;
+    HY_CUDA_CHECK(cudaGraphGetNodes(g->graph, NULL, &n), err);
+    cudaGraphNode_t *all = (cudaGraphNode_t *)calloc(n ? n : 1, sizeof *all);
+    if (!all) return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory listing graph nodes");
+    cudaError_t e = cudaGraphGetNodes(g->graph, all, &n);
+    for (size_t i = 0; i < n && e == cudaSuccess; i++) {
+        cudaGraphNodeType type;
+        e = cudaGraphNodeGetType(all[i], &type);
+        if (e != cudaSuccess) break;
+        nodes->nodes++;
+        if (type == cudaGraphNodeTypeKernel) nodes->kernels++;
+        else if (type == cudaGraphNodeTypeMemcpy) nodes->memcpys++;
+        else if (type == cudaGraphNodeTypeMemset) nodes->memsets++;
+        /* The runtime's enum has no name for the driver's batch memory
+         * operation node, which is what a captured stream wait or write
+         * becomes. */
+        else if ((int)type == (int)CU_GRAPH_NODE_TYPE_BATCH_MEM_OP) nodes->memops++;
+        else nodes->others++;
+    }
+    free(all);
+    if (e != cudaSuccess) return HY_CUDA_FAIL(err, e, "cudaGraphGetNodes / cudaGraphNodeGetType");
+    e = cudaGraphDebugDotPrint(g->graph, path, cudaGraphDebugDotFlagsVerbose);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return hy_fail(err, HY_ERR_RUNTIME, "%s: cudaGraphDebugDotPrint failed: %s", path,
+                       cudaGetErrorString(e));
+    }
+    return HY_OK;
+}
