@@ -149,6 +149,7 @@ HY_LIB_OBJS := $(HY_C_SRCS:%.c=$(HY_OBJ)/%.o) $(HY_CU_SRCS:%.cu=$(HY_OBJ)/%.o)
 HY_LIB := $(BUILD)/libhanayo.a
 HY_BIN := $(BUILD)/hanayo
 HY_BENCH := $(BUILD)/hanayo-bench
+HY_BENCH_COPY := $(BUILD)/hanayo-bench-copy
 
 HY_TEST_SRCS := $(wildcard tests/test_*.c)
 HY_TEST_BINS := $(HY_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
@@ -162,9 +163,9 @@ HY_SCRIPT_LOGS := $(patsubst tests/%.sh,$(HY_RESULTS)/sh/%.log,$(wildcard tests/
 
 .PHONY: all tests check check-unit test asan tsan run bench clean FORCE hy-fresh-results
 
-# The bench is built with everything (so it cannot rot) but only run by
-# `make bench`.
-all: $(HY_BIN) $(HY_BENCH) $(HY_LIB)
+# The benches are built with everything (so they cannot rot) but only run
+# by `make bench` (hanayo-bench-copy by tools/gpu-check.sh on a GPU).
+all: $(HY_BIN) $(HY_BENCH) $(HY_BENCH_COPY) $(HY_LIB)
 
 tests: $(HY_TEST_BINS)
 
@@ -202,6 +203,10 @@ $(HY_BIN): $(HY_OBJ)/tools/hanayo.o $(HY_LIB)
 	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_LIB) $(HY_LDLIBS)
 
 $(HY_BENCH): $(HY_OBJ)/tools/bench.o $(HY_LIB)
+	@$(hy_link_check)
+	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_LIB) $(HY_LDLIBS)
+
+$(HY_BENCH_COPY): $(HY_OBJ)/tools/bench_copy.o $(HY_LIB)
 	@$(hy_link_check)
 	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_LIB) $(HY_LDLIBS)
 

@@ -13,7 +13,9 @@
 #      - GPT-2 124M, seq 1024, P = 1: hanayo vs PyTorch (tools/bench_torch.py:
 #        torch.compile, SDPA flash, bf16 autocast, fused AdamW), tokens/s, MFU;
 #      - graphs vs eager on a launch-bound small model;
-#      - 8 ranks on the one GPU (hanayo W = 1, 2; 1F1B; interleaved) vs 1;
+#      - 8 ranks on the one GPU (hanayo W = 1; 1F1B; interleaved) vs 1;
+#      - the mailbox path's bandwidth against a bare device copy, and the
+#        flag round trip, with flags in host-mapped and in device memory;
 # and writes logs and summary.txt (the figures, as ratios) into $OUT
 # (default ./gpu-out). Exit status: non-zero if a test failed.
 set -uo pipefail
@@ -56,8 +58,8 @@ if ! "$bin/hanayo" --version; then
         BLAS_LIBS="-L$work/lib -l:libopenblas.so.0" all tests || status=1
     bin=$work/rebuilt
     mkdir -p "$bin"
-    cp build-there/hanayo build-there/tests/test_cuda build-there/tests/test_mailbox \
-        build-there/tests/test_backend "$bin"/ || status=1
+    cp build-there/hanayo build-there/hanayo-bench-copy build-there/tests/test_cuda \
+        build-there/tests/test_mailbox build-there/tests/test_backend "$bin"/ || status=1
     "$bin/hanayo" --version || status=1
 fi
 H=$bin/hanayo
@@ -126,6 +128,9 @@ run p8-1f1b "${p8[@]}" --set schedule.kind=1f1b
 run p8-interleaved "${p8[@]}" --set schedule.kind=interleaved --set schedule.chunks=2
 run p8-hanayo-w1 "${p8[@]}" --set schedule.kind=hanayo --set schedule.waves=1
 
+step "mailbox path vs bare copy (hanayo-bench-copy)"
+timeout 120 "$bin/hanayo-bench-copy" --backend cuda --mib 12 --rounds 200 | tee "$OUT/copy.txt"
+
 step "summary"
 python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
 import json, os, sys
@@ -156,6 +161,11 @@ base = tps("p1-m16")
 print("8 ranks on one GPU vs 1 rank (same model and batch), machinery overhead (goal >= 0.9x):")
 for n in ("p8-1f1b", "p8-interleaved", "p8-hanayo-w1"):
     print("  %-16s %10.0f tok/s  %s of P = 1 (%.0f)" % (n, tps(n), ratio(tps(n), base), base))
+try:
+    print("mailbox path (12 MiB messages, two ranks on one GPU):")
+    print("".join("  " + l for l in open(os.path.join(out, "copy.txt")) if l.startswith(("bare", "mailbox"))), end="")
+except OSError:
+    pass
 EOF
 echo "gpu-check: exit $status"
 exit $status

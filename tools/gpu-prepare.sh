@@ -6,7 +6,7 @@
 # here, with the CUDA backend (jansson and cudart are linked statically;
 # cuBLASLt is found in the toolkit there through the rpath), and packs into
 # .gpu/ (ignored by git, carried to the machine):
-#   bin/*.xz        hanayo, the CUDA-relevant test programs, stripped
+#   bin/*.xz        hanayo, hanayo-bench-copy and the CUDA test programs, stripped
 #   lib/*.xz        OpenBLAS and the Fortran runtime it needs (the CPU
 #                   backend is in the same binary; the tests compare with it)
 #   sysroot/        jansson's and OpenBLAS's headers and libjansson.a, from
@@ -23,7 +23,7 @@ make -j"$(nproc)" BUILD="$BUILD" all tests
 
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib .gpu/sysroot
-for f in hanayo tests/test_cuda tests/test_mailbox tests/test_backend; do
+for f in hanayo hanayo-bench-copy tests/test_cuda tests/test_mailbox tests/test_backend; do
     strip -o ".gpu/bin/$(basename "$f")" "$BUILD/$f"
 done
 # Every shared library the binaries need that a bare CUDA image may lack:
