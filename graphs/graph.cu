@@ -19,9 +19,18 @@ int hy_cuda_capture_begin(hy_stream *s, hy_error *err) {
         return hy_fail(err, HY_ERR_RUNTIME, "rank %d: capture_begin while already capturing", s->rank);
     int rc = enter_stream(cs, err);
     if (rc) return rc;
-    HY_CUDA_CHECK(cudaStreamBeginCapture(cs->s, cudaStreamCaptureModeThreadLocal), err);
+    /* Marked first: the monitor must not query a stream under capture. */
+    pthread_mutex_lock(&cs->lock);
     cs->capturing = 1;
     cs->capture.n = 0;
+    pthread_mutex_unlock(&cs->lock);
+    cudaError_t e = cudaStreamBeginCapture(cs->s, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        pthread_mutex_lock(&cs->lock);
+        cs->capturing = 0;
+        pthread_mutex_unlock(&cs->lock);
+        return HY_CUDA_FAIL(err, e, "cudaStreamBeginCapture");
+    }
     return HY_OK;
 }
 
@@ -33,11 +42,14 @@ int hy_cuda_capture_end(hy_stream *s, hy_graph **out, hy_error *err) {
     *out = NULL;
     if (!cs->capturing)
         return hy_fail(err, HY_ERR_RUNTIME, "rank %d: capture_end without capture_begin", s->rank);
-    cs->capturing = 0;
     int rc = enter_stream(cs, err);
-    if (rc) return rc;
     cudaGraph_t graph = NULL;
-    HY_CUDA_CHECK(cudaStreamEndCapture(cs->s, &graph), err);
+    cudaError_t ended = rc ? cudaSuccess : cudaStreamEndCapture(cs->s, &graph);
+    pthread_mutex_lock(&cs->lock);
+    cs->capturing = 0;
+    pthread_mutex_unlock(&cs->lock);
+    if (rc) return rc;
+    if (ended != cudaSuccess) return HY_CUDA_FAIL(err, ended, "cudaStreamEndCapture");
     hy_graph *g = (hy_graph *)calloc(1, sizeof *g);
     if (!g) {
         cudaGraphDestroy(graph);
@@ -50,8 +62,10 @@ int hy_cuda_capture_end(hy_stream *s, hy_graph **out, hy_error *err) {
         free(g);
         return HY_CUDA_FAIL(err, e, "cudaGraphInstantiate");
     }
+    pthread_mutex_lock(&cs->lock);
     g->sites = cs->capture;   /* the graph takes the recorded waits */
     memset(&cs->capture, 0, sizeof cs->capture);
+    pthread_mutex_unlock(&cs->lock);
     *out = g;
     return HY_OK;
 }
@@ -61,9 +75,14 @@ int hy_cuda_graph_launch(hy_graph *g, hy_stream *s, hy_error *err) {
     int rc = enter_stream(cs, err);
     if (rc) return rc;
     /* The stream is idle (each iteration ends with sync), so the progress
-     * word can be reset from the host. */
+     * word can be reset from the host; sync points the stream back at its
+     * eager list, so a destroyed graph's sites are never read. */
+    pthread_mutex_lock(&cs->lock);
     cs->active = &g->sites;
     *cs->progress = 0;
+    cs->seen = 0;
+    cs->since = now_s();
+    pthread_mutex_unlock(&cs->lock);
     HY_CUDA_CHECK(cudaGraphLaunch(g->exec, cs->s), err);
     return HY_OK;
 }

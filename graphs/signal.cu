@@ -12,15 +12,19 @@
  * write carries the default memory barrier (everything the stream wrote
  * before it is visible first).
  *
- * Liveness without a host thread per wait: after each wait the stream
- * writes its running count of passed waits into a host-mapped progress
- * word. `sync` polls the stream; while it is not done it watches that
- * word, and when it stays put for watchdog_s the rank is stuck at the next
- * wait, whose site (rank, action, edge, slot) was recorded when the wait
- * was enqueued: that is the report. `abort` marks the backend; each
- * blocked rank's `sync` then releases its own current wait by writing the
- * value it waits for into its flag (the run is failing; the data no longer
- * matters) until its stream drains, and reports why it stopped.
+ * Liveness: after each wait the stream writes its running count of passed
+ * waits into a host-mapped progress word. One monitor thread per backend
+ * watches every live stream: while a stream has work left and its count
+ * stays put for watchdog_s, the stream is stuck at its next wait, whose
+ * site (rank, action, edge, slot) was recorded when the wait was enqueued;
+ * the monitor reports that and aborts the backend. After an abort it
+ * releases every stream's current wait by writing the value the wait
+ * expects into its flag (the run is failing; the data no longer matters),
+ * again and again until every stream has drained. So no rank hangs, not
+ * even one whose thread is blocked inside a kernel launch because its
+ * stream's queue is full behind a wait, or one that failed while
+ * enqueueing and never reached sync. `sync` itself only polls its stream
+ * and reports what the monitor saw.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,21 +83,25 @@ static int sites_push(site_list *l, const cuda_site *s, hy_error *err) {
 /* Flags */
 
 int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
-                          hy_error *err) {
+                      hy_error *err) {
     cuda_stream *cs = cs_of(s);
     cuda_backend *cb = cb_of(s->be);
     int rc = enter_stream(cs, err);
     if (rc) return rc;
+    cuda_site here = { *site, flag, value };
+    pthread_mutex_lock(&cs->lock);
     site_list *l = cs->capturing ? &cs->capture : &cs->eager;
     if (!cs->capturing) cs->active = &cs->eager;
-    cuda_site cs_site = { *site, flag, value };
-    rc = sites_push(l, &cs_site, err);
+    rc = sites_push(l, &here, err);
+    size_t index = l->n;
+    pthread_mutex_unlock(&cs->lock);
     if (rc) return rc;
     CUresult r = cb->drv.wait32((CUstream)cs->s, devptr(flag), value, CU_STREAM_WAIT_VALUE_EQ);
     if (r != CUDA_SUCCESS) return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWaitValue32", s->rank);
-    r = cb->drv.write32((CUstream)cs->s, devptr(cs->progress), (cuuint32_t)l->n,
+    r = cb->drv.write32((CUstream)cs->s, devptr(cs->progress), (cuuint32_t)index,
                         CU_STREAM_WRITE_VALUE_DEFAULT);
-    if (r != CUDA_SUCCESS) return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWriteValue32 (progress)", s->rank);
+    if (r != CUDA_SUCCESS)
+        return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWriteValue32 (progress)", s->rank);
     return HY_OK;
 }
 
@@ -107,38 +115,8 @@ int hy_cuda_write_flag(hy_stream *s, uint32_t *flag, uint32_t value, hy_error *e
     return HY_OK;
 }
 
-
 /* ------------------------------------------------------------------------ */
-/* Watchdog and abort */
-
-static int stopped_error(cuda_backend *cb, cuda_stream *cs, const cuda_site *at, hy_error *err) {
-    char why[sizeof cb->why];
-    pthread_mutex_lock(&cb->lock);
-    memcpy(why, cb->why, sizeof why);
-    pthread_mutex_unlock(&cb->lock);
-    if (at)
-        return hy_fail(err, HY_ERR_RUNTIME, "rank %d stopped while waiting at %s: %s",
-                       cs->base.rank, at->site.what, why);
-    return hy_fail(err, HY_ERR_RUNTIME, "rank %d stopped: %s", cs->base.rank, why);
-}
-
-/* The wait the stream is blocked at, or NULL when it is past them all. */
-static const cuda_site *current_wait(const cuda_stream *cs) {
-    uint32_t passed = *cs->progress;
-    const site_list *l = cs->active;
-    return l && passed < l->n ? &l->v[passed] : NULL;
-}
-
-/* Lets a stream that an abort stopped run to its end: writes the value its
- * current wait expects into the flag (host-mapped: a store; device memory:
- * a write on the control stream, which is not blocked). */
-static void release_wait(cuda_backend *cb, cuda_stream *cs, const cuda_site *at) {
-    if (!cb->flags_on_device) {
-        __atomic_store_n(at->flag, at->value, __ATOMIC_SEQ_CST);
-        return;
-    }
-    cb->drv.write32((CUstream)cs->ctl, devptr(at->flag), at->value, CU_STREAM_WRITE_VALUE_DEFAULT);
-}
+/* The monitor: watchdog and abort drain */
 
 void hy_cuda_abort(hy_backend *be, const char *why) {
     cuda_backend *cb = cb_of(be);
@@ -149,59 +127,179 @@ void hy_cuda_abort(hy_backend *be, const char *why) {
     *cb->abort_word = 1;
 }
 
-/* Waits for everything enqueued on the stream, watching it: a wait that
- * makes no progress for watchdog_s is reported with its site and aborts
- * the backend; after an abort the stream is drained and the reason given. */
-int hy_cuda_sync(hy_stream *s, hy_error *err) {
-    cuda_stream *cs = cs_of(s);
-    cuda_backend *cb = cb_of(s->be);
-    int rc = enter_stream(cs, err);
-    if (rc) return rc;
-    uint32_t seen = *cs->progress;
-    double since = now_s();
-    const cuda_site *stopped_at = NULL;
-    int waited_out = 0;
+static int aborted(cuda_backend *cb) { return __atomic_load_n(&cb->aborted, __ATOMIC_SEQ_CST); }
+
+/* The wait the stream is blocked at, or NULL when it is past them all.
+ * Under cs->lock. */
+static const cuda_site *current_wait(const cuda_stream *cs) {
+    uint32_t passed = *cs->progress;
+    const site_list *l = cs->active;
+    return l && passed < l->n ? &l->v[passed] : NULL;
+}
+
+/* Writes the value the wait expects into its flag: a store into host-mapped
+ * memory, or a write on the device's io stream, which holds no waits. */
+static void release_wait(cuda_backend *cb, const cuda_stream *cs, const cuda_site *at) {
+    if (!cb->flags_on_device) {
+        __atomic_store_n(at->flag, at->value, __ATOMIC_SEQ_CST);
+        return;
+    }
+    cudaSetDevice(cs->device);
+    cb->drv.write32((CUstream)cb->io[cs->device], devptr(at->flag), at->value,
+                    CU_STREAM_WRITE_VALUE_DEFAULT);
+}
+
+/* One look at one stream. Under cs->lock; returns a watchdog report to
+ * abort with (into why), or 0. */
+static int watch(cuda_backend *cb, cuda_stream *cs, double now, char *why, size_t n) {
+    if (cs->capturing) return 0;   /* nothing runs, and a query would break the capture */
+    cudaSetDevice(cs->device);
+    cudaError_t q = cudaStreamQuery(cs->s);
+    if (q != cudaErrorNotReady) {   /* idle, or failed: sync reports a failure */
+        if (q != cudaSuccess) (void)cudaGetLastError();
+        cs->seen = *cs->progress;
+        cs->since = now;
+        return 0;
+    }
+    const cuda_site *at = current_wait(cs);
+    if (aborted(cb)) {
+        if (at) {
+            if (!cs->released[0]) snprintf(cs->released, sizeof cs->released, "%s", at->site.what);
+            release_wait(cb, cs, at);
+        }
+        return 0;
+    }
+    uint32_t p = *cs->progress;
+    if (p != cs->seen) {
+        cs->seen = p;
+        cs->since = now;
+        return 0;
+    }
+    if (!at || now - cs->since < cb->base.watchdog_s) return 0;
+    char value[48] = "";
+    if (!cb->flags_on_device)   /* device-memory flags cannot be read from here */
+        snprintf(value, sizeof value, "flag is %u, ", *(volatile uint32_t *)at->flag);
+    snprintf(cs->stalled, sizeof cs->stalled,
+             "watchdog: rank %d waited %.2f s at %s (%swaiting for %u); the rank that should set "
+             "it is stalled or failed (watchdog_s = %g)", cs->base.rank, now - cs->since,
+             at->site.what, value, at->value, cb->base.watchdog_s);
+    snprintf(why, n, "%s", cs->stalled);
+    return 1;
+}
+
+static void *monitor_main(void *arg) {
+    cuda_backend *cb = (cuda_backend *)arg;
+    char why[sizeof cb->why];
+    while (!__atomic_load_n(&cb->quit, __ATOMIC_SEQ_CST)) {
+        double now = now_s();
+        int fire = 0;
+        pthread_mutex_lock(&cb->lock);
+        for (cuda_stream *cs = cb->streams; cs; cs = cs->next) {
+            pthread_mutex_lock(&cs->lock);
+            if (!fire) fire = watch(cb, cs, now, why, sizeof why);
+            else watch(cb, cs, now, NULL, 0);
+            pthread_mutex_unlock(&cs->lock);
+        }
+        pthread_mutex_unlock(&cb->lock);
+        if (fire) hy_cuda_abort(&cb->base, why);
+        /* Gentle while all is well; quick to drain after an abort. */
+        struct timespec ts = { 0, aborted(cb) ? 100000L : 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+int hy_cuda_monitor_start(cuda_backend *cb, hy_error *err) {
+    if (pthread_create(&cb->monitor, NULL, monitor_main, cb) != 0)
+        return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: could not start the monitor thread");
+    cb->monitor_started = 1;
+    return HY_OK;
+}
+
+void hy_cuda_monitor_stop(cuda_backend *cb) {
+    if (!cb->monitor_started) return;
+    __atomic_store_n(&cb->quit, 1, __ATOMIC_SEQ_CST);
+    pthread_join(cb->monitor, NULL);
+    cb->monitor_started = 0;
+}
+
+void hy_cuda_stream_register(cuda_backend *cb, cuda_stream *cs) {
+    cs->since = now_s();
+    pthread_mutex_lock(&cb->lock);
+    cs->next = cb->streams;
+    cb->streams = cs;
+    pthread_mutex_unlock(&cb->lock);
+}
+
+void hy_cuda_stream_unregister(cuda_backend *cb, cuda_stream *cs) {
+    pthread_mutex_lock(&cb->lock);
+    cuda_stream **at = &cb->streams;
+    while (*at && *at != cs) at = &(*at)->next;
+    if (*at) *at = cs->next;
+    pthread_mutex_unlock(&cb->lock);
+}
+
+/* Polls until the stream is idle (or failed); spins briefly first, since a
+ * step's tail is short. */
+static cudaError_t wait_idle(cuda_stream *cs, double give_up_after) {
+    double start = now_s();
     for (long polls = 0;; polls++) {
         cudaError_t q = cudaStreamQuery(cs->s);
-        if (q == cudaSuccess) break;
-        if (q != cudaErrorNotReady) {
-            rc = hy_fail(err, HY_ERR_RUNTIME, "rank %d (device %d): %s (%s) while running its "
-                         "iteration", s->rank, cs->device, cudaGetErrorName(q), cudaGetErrorString(q));
-            hy_cuda_abort(s->be, err->msg);
-            return rc;
-        }
-        const cuda_site *at = current_wait(cs);
-        if (__atomic_load_n(&cb->aborted, __ATOMIC_SEQ_CST)) {
-            if (at) {
-                if (!stopped_at) stopped_at = at;
-                release_wait(cb, cs, at);
-            }
-        } else {
-            uint32_t p = *cs->progress;
-            double t = now_s();
-            if (p != seen) {
-                seen = p;
-                since = t;
-            } else if (at && t - since >= cb->base.watchdog_s) {
-                rc = hy_fail(err, HY_ERR_RUNTIME,
-                             "watchdog: rank %d waited %.2f s at %s (flag is %u, waiting for %u); "
-                             "the rank that should set it is stalled or failed (watchdog_s = %g)",
-                             s->rank, t - since, at->site.what, *(volatile uint32_t *)at->flag,
-                             at->value, cb->base.watchdog_s);
-                waited_out = 1;
-                hy_cuda_abort(s->be, err->msg);
-            }
-        }
-        /* Spin briefly (a step's tail is short), then poll gently. */
+        if (q != cudaErrorNotReady) return q;
+        if (give_up_after > 0 && now_s() - start > give_up_after) return cudaErrorNotReady;
         if (polls > 64) {
             struct timespec ts = { 0, 50000 };
             nanosleep(&ts, NULL);
         }
     }
+}
+
+void hy_cuda_stream_drain(cuda_backend *cb, cuda_stream *cs) {
+    cudaSetDevice(cs->device);
+    /* Work still queued after its rank stopped means a wait nobody will
+     * satisfy: abort, and the monitor releases it. */
+    if (wait_idle(cs, 1.0) == cudaErrorNotReady) {
+        hy_cuda_abort(&cb->base, "a stream was destroyed while still blocked");
+        wait_idle(cs, 0);
+    }
+    (void)cudaGetLastError();
+}
+
+/* Waits for everything enqueued on the stream, then reports what happened
+ * to it: a failure of its own, the watchdog firing on it, or an abort that
+ * had to release one of its waits. */
+int hy_cuda_sync(hy_stream *s, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    cuda_backend *cb = cb_of(s->be);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    cudaError_t q = wait_idle(cs, 0);
+    pthread_mutex_lock(&cs->lock);
+    char stalled[sizeof cs->stalled], released[sizeof cs->released];
+    memcpy(stalled, cs->stalled, sizeof stalled);
+    memcpy(released, cs->released, sizeof released);
+    cs->stalled[0] = cs->released[0] = '\0';
     cs->eager.n = 0;
+    cs->active = &cs->eager;
     *cs->progress = 0;
-    if (waited_out) return rc;
-    if (stopped_at) return stopped_error(cb, cs, stopped_at, err);
+    cs->seen = 0;
+    cs->since = now_s();
+    pthread_mutex_unlock(&cs->lock);
+    if (q != cudaSuccess) {
+        rc = hy_fail(err, HY_ERR_RUNTIME, "rank %d (device %d): %s (%s) while running its iteration",
+                     s->rank, cs->device, cudaGetErrorName(q), cudaGetErrorString(q));
+        hy_cuda_abort(s->be, err->msg);
+        return rc;
+    }
+    if (stalled[0]) return hy_fail(err, HY_ERR_RUNTIME, "%s", stalled);
+    if (released[0]) {
+        char why[sizeof cb->why];
+        pthread_mutex_lock(&cb->lock);
+        memcpy(why, cb->why, sizeof why);
+        pthread_mutex_unlock(&cb->lock);
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d stopped while waiting at %s: %s", s->rank,
+                       released, why);
+    }
     if (*cs->bad) {
         *cs->bad = 0;
         return hy_fail(err, HY_ERR_RUNTIME, "rank %d: a training target outside the vocabulary "
@@ -209,4 +307,3 @@ int hy_cuda_sync(hy_stream *s, hy_error *err) {
     }
     return HY_OK;
 }
-

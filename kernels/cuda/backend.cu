@@ -48,9 +48,12 @@ static int track(cuda_backend *cb, void *p, mem_kind kind, int device, hy_error 
 }
 
 static void release_block(mem_block *b) {
-    cudaSetDevice(b->device);
-    if (b->kind == MEM_HOST) cudaFreeHost(b->p);
-    else cudaFree(b->p);
+    if (b->kind == MEM_HOST) {
+        cudaFreeHost(b->p);
+    } else {
+        cudaSetDevice(b->device);
+        cudaFree(b->p);
+    }
     free(b);
 }
 
@@ -70,7 +73,15 @@ static int dev_alloc(cuda_backend *cb, int rank, size_t bytes, void **out, hy_er
                        cb->dev[rank], cudaGetErrorString(e), free_b / 1073741824.0,
                        total / 1073741824.0);
     }
-    HY_CUDA_CHECK(cudaMemset(p, 0, bytes ? bytes : 1), err);
+    /* On the io stream, waited for: the rank streams are non-blocking, so
+     * nothing would order them after a memset on the legacy stream. */
+    cudaStream_t io = cb->io[cb->dev[rank]];
+    e = cudaMemsetAsync(p, 0, bytes ? bytes : 1, io);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(io);
+    if (e != cudaSuccess) {
+        cudaFree(p);
+        return HY_CUDA_FAIL(err, e, "cudaMemsetAsync (zeroing new memory)");
+    }
     rc = track(cb, p, MEM_DEVICE, cb->dev[rank], err);
     if (!rc) *out = p;
     return rc;
@@ -115,11 +126,16 @@ static void cuda_free_mem(hy_backend *be, void *p) {
     if (found) release_block(found);
 }
 
+/* upload and download. A plain cudaMemcpy from pageable memory may return
+ * before its DMA lands, and the rank streams (non-blocking) would not wait
+ * for it: the copy goes on the io stream and is waited for. */
 static int cuda_copy_sync(hy_backend *be, int rank, void *dst, const void *src, size_t bytes,
                           hy_error *err) {
     int rc = enter_rank(be, rank, err);
     if (rc) return rc;
-    HY_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), err);
+    cudaStream_t io = cb_of(be)->io[cb_of(be)->dev[rank]];
+    HY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, io), err);
+    HY_CUDA_CHECK(cudaStreamSynchronize(io), err);
     return HY_OK;
 }
 
@@ -168,28 +184,32 @@ static int cuda_stream_create(hy_backend *be, int rank, hy_stream **out, hy_erro
     cs->active = &cs->eager;
     void *words = NULL;
     cudaError_t e = cudaStreamCreateWithFlags(&cs->s, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&cs->ctl, cudaStreamNonBlocking);
     if (e != cudaSuccess) rc = HY_CUDA_FAIL(err, e, "cudaStreamCreateWithFlags");
     if (!rc) rc = hy_cuda_host_alloc(cb, 64, &words, err);
+    if (!rc && pthread_mutex_init(&cs->lock, NULL) != 0)
+        rc = hy_fail(err, HY_ERR_RUNTIME, "cuda backend: pthread_mutex_init failed");
     if (rc) {
         if (cs->s) cudaStreamDestroy(cs->s);
-        if (cs->ctl) cudaStreamDestroy(cs->ctl);
         free(cs);
         return rc;
     }
     cs->progress = (volatile uint32_t *)words;
     cs->bad = (volatile int *)((char *)words + 32);
+    hy_cuda_stream_register(cb, cs);
     *out = &cs->base;
     return HY_OK;
 }
 
+/* Never hangs: a stream still blocked at a wait is drained through an
+ * abort (signal.cu) before it goes. */
 static void cuda_stream_destroy(hy_stream *s) {
     if (!s) return;
     cuda_stream *cs = cs_of(s);
-    cudaSetDevice(cs->device);
-    cudaStreamSynchronize(cs->s);
+    cuda_backend *cb = cb_of(s->be);
+    hy_cuda_stream_drain(cb, cs);
+    hy_cuda_stream_unregister(cb, cs);
     cudaStreamDestroy(cs->s);
-    cudaStreamDestroy(cs->ctl);
+    pthread_mutex_destroy(&cs->lock);
     free(cs->eager.v);
     free(cs->capture.v);
     free(cs);
@@ -394,6 +414,7 @@ static int cuda_to_act(hy_stream *s, void *dst, const float *src, size_t n, hy_e
 static void cuda_destroy(hy_backend *be) {
     if (!be) return;
     cuda_backend *cb = cb_of(be);
+    hy_cuda_monitor_stop(cb);   /* the runtime destroyed its streams first */
     for (int r = 0; cb->lt && r < be->ranks; r++) {
         if (!cb->lt[r]) continue;
         cudaSetDevice(cb->dev[r]);
@@ -405,6 +426,12 @@ static void cuda_destroy(hy_backend *be) {
         release_block(cb->blocks);
         cb->blocks = next;
     }
+    for (int d = 0; cb->io && d < cb->n_devices; d++) {
+        if (!cb->io[d]) continue;
+        cudaSetDevice(d);
+        cudaStreamDestroy(cb->io[d]);
+    }
+    free(cb->io);
     free(cb->dev);
     pthread_mutex_destroy(&cb->lock);
     free(cb);
@@ -471,11 +498,11 @@ static int map_devices(cuda_backend *cb, int ranks, const int *devices, int n_de
     if (rc) return rc;
     if (count == 0)
         return hy_fail(err, HY_ERR_INPUT, "cuda backend: no CUDA device is visible on this machine");
-    if (n_devices > 0 && n_devices < ranks)
-        return hy_fail(err, HY_ERR_INPUT, "cuda backend: devices lists %d entries for %d ranks",
-                       n_devices, ranks);
+    cb->n_devices = count;
+    /* As the config documents: ranks past the end of the list go round
+     * the machine's devices. */
     for (int r = 0; r < ranks; r++) {
-        int d = n_devices > 0 ? devices[r] : r % count;
+        int d = r < n_devices ? devices[r] : r % count;
         hy_device_info info;
         rc = hy_device_query(d, &info, err);
         if (rc) {
@@ -487,6 +514,20 @@ static int map_devices(cuda_backend *cb, int ranks, const int *devices, int n_de
                            "%d.%d; this build's kernels need 9.0 or newer (Hopper)", r, d, info.name,
                            info.cc_major, info.cc_minor);
         cb->dev[r] = d;
+    }
+    return HY_OK;
+}
+
+/* One io stream per device in use (uploads, downloads, zero-fills, the
+ * monitor's flag writes). */
+static int open_io(cuda_backend *cb, int ranks, hy_error *err) {
+    cb->io = (cudaStream_t *)calloc((size_t)cb->n_devices, sizeof(cudaStream_t));
+    if (!cb->io) return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory");
+    for (int r = 0; r < ranks; r++) {
+        int d = cb->dev[r];
+        if (cb->io[d]) continue;
+        HY_CUDA_CHECK(cudaSetDevice(d), err);
+        HY_CUDA_CHECK(cudaStreamCreateWithFlags(&cb->io[d], cudaStreamNonBlocking), err);
     }
     return HY_OK;
 }
@@ -521,6 +562,12 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
         return hy_fail(err, HY_ERR_INPUT, "cuda backend: ranks must be in 1..1024, got %d", ranks);
     if (!(watchdog_s > 0))
         return hy_fail(err, HY_ERR_INPUT, "cuda backend: watchdog_s must be > 0, got %g", watchdog_s);
+    /* A stream blocked at a wait blocks the hardware queue it is mapped to;
+     * with up to 8 ranks and the io streams on one GPU, CUDA's default of 8
+     * queues would let one rank's wait stall an unrelated stream's work
+     * (and so, possibly, the rank it waits for). Read when a device's
+     * context is created, so before any; a value the user set stays. */
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
     if (!cb) return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory");
     if (pthread_mutex_init(&cb->lock, NULL) != 0) {
@@ -536,6 +583,7 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
     cb->lt = (hy_lt **)calloc((size_t)ranks, sizeof(hy_lt *));
     int rc = cb->dev && cb->lt ? HY_OK : hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory");
     if (!rc) rc = map_devices(cb, ranks, devices, n_devices, err);
+    if (!rc) rc = open_io(cb, ranks, err);
     if (!rc) rc = hy_cuda_driver_load(&cb->drv, err);
     if (!rc) rc = enable_peers(cb, ranks, err);
     void *word = NULL;
@@ -546,6 +594,7 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
         if (!rc) rc = hy_lt_create(&cb->lt[r], cb->dev[r], err);
         if (rc) hy_error_prefix(err, "rank %d: ", r);
     }
+    if (!rc) rc = hy_cuda_monitor_start(cb, err);
     if (rc) {
         cuda_destroy(&cb->base);
         return rc;

@@ -65,34 +65,48 @@ typedef struct {
     size_t n, cap;
 } site_list;
 
+typedef struct cuda_stream cuda_stream;
+
 typedef struct {
     hy_backend base;
     hy_backend_ops ops;
     hy_driver drv;
     int *dev;                    /* [ranks]: rank -> device */
+    int n_devices;               /* devices on the machine */
+    cudaStream_t *io;            /* [n_devices]: uploads, downloads, zero-fills and the
+                                    monitor's flag writes; never holds a wait */
     int flags_on_device;
     hy_lt **lt;                  /* [ranks]: cuBLASLt state per rank */
     volatile uint32_t *abort_word;   /* host-mapped: sleep kernels stop when set */
     int aborted;                 /* atomics */
-    pthread_mutex_t lock;        /* guards why and blocks */
+    pthread_mutex_t lock;        /* guards why, blocks and streams */
     char why[sizeof(((hy_error *)0)->msg)];   /* the first failure, as reported */
     mem_block *blocks;
+    cuda_stream *streams;        /* every live stream, for the monitor */
+    pthread_t monitor;           /* signal.cu: watchdog and abort drain */
+    int monitor_started, quit;   /* quit: atomics */
 } cuda_backend;
 
-typedef struct {
+struct cuda_stream {
     hy_stream base;
     cudaStream_t s;
-    cudaStream_t ctl;            /* for writing device-memory flags while s is blocked */
     int device;
+    pthread_mutex_t lock;        /* guards the fields below it against the monitor */
     int capturing;
     site_list eager;             /* waits enqueued since the last sync */
     site_list capture;           /* waits of the graph being captured */
     const site_list *active;     /* the waits the stream is running now */
     volatile uint32_t *progress; /* host-mapped: waits passed in the running list */
     volatile int *bad;           /* host-mapped: the classifier saw a bad target */
+    /* the monitor's view (signal.cu) */
+    uint32_t seen;               /* progress when last seen moving */
+    double since;                /* ... and when */
+    char stalled[sizeof(((hy_error *)0)->msg)];     /* the watchdog's report, if it fired here */
+    char released[sizeof(((hy_wait_site *)0)->what)]; /* the first wait an abort released */
+    cuda_stream *next;           /* in the backend's list */
     void *scratch;
     size_t scratch_bytes;
-} cuda_stream;
+};
 
 struct hy_graph {
     cudaGraph_t graph;
@@ -133,6 +147,17 @@ static inline int enter_stream(cuda_stream *cs, hy_error *err) {
 
 /* Pinned host memory every device maps (backend.cu). */
 int hy_cuda_host_alloc(cuda_backend *cb, size_t bytes, void **out, hy_error *err);
+
+/* The monitor thread (signal.cu): started by create, stopped by destroy;
+ * streams join its list at creation and leave it at destruction. */
+int hy_cuda_monitor_start(cuda_backend *cb, hy_error *err);
+void hy_cuda_monitor_stop(cuda_backend *cb);
+void hy_cuda_stream_register(cuda_backend *cb, cuda_stream *cs);
+void hy_cuda_stream_unregister(cuda_backend *cb, cuda_stream *cs);
+/* Waits until the stream has run everything (after an abort the monitor
+ * releases its waits, so this ends); aborts the backend first if the
+ * stream is blocked and nothing else would end the wait. */
+void hy_cuda_stream_drain(cuda_backend *cb, cuda_stream *cs);
 
 /* backend.h entries implemented in graphs/. */
 int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
