@@ -22,6 +22,7 @@
 #define HY_CUDA_LT_CUH
 
 #include <stdint.h>
+#include <string.h>
 
 #include <cublasLt.h>
 
@@ -42,6 +43,32 @@ typedef struct {
     const hy_bf16 *bias;     /* bf16 [m], added per column (epilogue); NULL: none */
     float alpha, beta;
 } hy_lt_gemm;
+
+/* A single product (batch 1) with alpha = 1 and no bias: most of them. */
+static inline hy_lt_gemm hy_lt_single(const char *op, cublasOperation_t ta, cublasOperation_t tb,
+                                      int m, int n, int k, const hy_bf16 *A, int64_t lda,
+                                      const hy_bf16 *B, int64_t ldb, void *D, cudaDataType_t tD,
+                                      int64_t ldd, float beta) {
+    hy_lt_gemm g;
+    memset(&g, 0, sizeof g);
+    g.op = op;
+    g.ta = ta;
+    g.tb = tb;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.batch = 1;
+    g.A = A;
+    g.lda = lda;
+    g.B = B;
+    g.ldb = ldb;
+    g.D = D;
+    g.tD = tD;
+    g.ldd = ldd;
+    g.alpha = 1.0f;
+    g.beta = beta;
+    return g;
+}
 
 /* Enqueues one (batched) GEMM on s. The algorithm is chosen by cuBLASLt's
  * heuristic the first time this shape, layout and alignment is seen and

@@ -160,8 +160,9 @@ static int lt_entry_make(hy_lt *lt, const hy_lt_gemm *g, const lt_key *key, lt_e
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     const char *what = "";
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
-    int nres = 0;
+    cublasLtMatmulHeuristicResult_t res, cand[8];
+    int nres = 0, ncand = 0, pick = -1;
+    uint32_t mask = (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK;
     int32_t ta = (int32_t)g->ta, tb = (int32_t)g->tb;
     int a_rows = g->ta == CUBLAS_OP_N ? g->m : g->k, a_cols = g->ta == CUBLAS_OP_N ? g->k : g->m;
     int b_rows = g->tb == CUBLAS_OP_N ? g->k : g->n, b_cols = g->tb == CUBLAS_OP_N ? g->n : g->k;
@@ -202,19 +203,35 @@ static int lt_entry_make(hy_lt *lt, const hy_lt_gemm *g, const lt_key *key, lt_e
                                                 &key->al_d, sizeof key->al_d));
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                 &key->al_d, sizeof key->al_d));
-    /* A bf16 output first asks for algorithms whose split-K partial sums
-     * (if any) are kept in fp32 (COMPUTE_TYPE; NONE, no split, always
-     * qualifies) rather than added up in bf16 in place; if there is none,
-     * any reduction scheme will do. An fp32 output takes any at once. */
-    for (int pass = g->tD == CUDA_R_32F ? 1 : 0; pass < 2 && nres < 1; pass++) {
-        uint32_t mask = pass == 0 ? (uint32_t)CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
-                                  : (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK;
-        LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                    &mask, sizeof mask));
-        nres = 0;
-        st = cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->la, e->lb, e->ld, e->ld, pref,
-                                            1, &res, &nres);
-        if (st != CUBLAS_STATUS_SUCCESS || res.state != CUBLAS_STATUS_SUCCESS) nres = 0;
+    /* The heuristic's candidates, best first. A bf16 output takes the best
+     * one whose split-K partial sums (if it splits at all) are kept in fp32
+     * (reduction scheme NONE or COMPUTE_TYPE) rather than added up in bf16
+     * in place, when there is one; an fp32 output takes the best. Asking
+     * with the full mask and reading each candidate's scheme keeps the
+     * unsplit algorithms in the running, which a mask without NONE's
+     * (zero) bit might filter out. */
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                &mask, sizeof mask));
+    st = cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->la, e->lb, e->ld, e->ld, pref, 8,
+                                        cand, &ncand);
+    if (st != CUBLAS_STATUS_SUCCESS) ncand = 0;
+    for (int i = 0; i < ncand; i++) {
+        if (cand[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        if (pick < 0) pick = i;   /* the best that works, whatever its scheme */
+        if (g->tD == CUDA_R_32F) break;
+        uint32_t scheme = 0;
+        size_t got = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&cand[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                 &scheme, sizeof scheme, &got) != CUBLAS_STATUS_SUCCESS)
+            continue;
+        if (scheme == CUBLASLT_REDUCTION_SCHEME_NONE || scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) {
+            pick = i;
+            break;
+        }
+    }
+    if (pick >= 0) {
+        res = cand[pick];
+        nres = 1;
     }
 #undef LT_TRY
     cublasLtMatmulPreferenceDestroy(pref);
@@ -382,24 +399,8 @@ static int mm_chunks(int N) { return (N + MM_CHUNK - 1) / MM_CHUNK; }
 int hy_k_matmul_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp,
                     const hy_bf16 *w, const hy_bf16 *bias, int N, int C, int OC, hy_error *err) {
     if (N <= 0 || OC <= 0 || C <= 0) return HY_OK;
-    hy_lt_gemm g;
-    memset(&g, 0, sizeof g);
-    g.op = "matmul_fwd";
-    g.ta = CUBLAS_OP_N;
-    g.tb = CUBLAS_OP_N;
-    g.m = OC;
-    g.n = N;
-    g.k = C;
-    g.batch = 1;
-    g.A = w;
-    g.lda = OC;
-    g.B = inp;
-    g.ldb = C;
-    g.D = out;
-    g.tD = CUDA_R_16BF;
-    g.ldd = OC;
-    g.alpha = 1.0f;
-    g.beta = 0.0f;
+    hy_lt_gemm g = hy_lt_single("matmul_fwd", CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C,
+                                w, OC, inp, C, out, CUDA_R_16BF, OC, 0.0f);
     if (bias != NULL && ((uintptr_t)bias & 15) != 0) {
         /* Unaligned bias: out = bias broadcast, then out += inp · W. */
         unsigned rows = (unsigned)(N < 65535 ? N : 65535);
@@ -425,45 +426,13 @@ int hy_k_matmul_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dw, float *
     if (N <= 0 || OC <= 0 || C <= 0) return HY_OK;
     int rc;
     if (dinp != NULL) {
-        hy_lt_gemm g;
-        memset(&g, 0, sizeof g);
-        g.op = "matmul_bwd (dinp)";
-        g.ta = CUBLAS_OP_T;
-        g.tb = CUBLAS_OP_N;
-        g.m = C;
-        g.n = N;
-        g.k = OC;
-        g.batch = 1;
-        g.A = w;
-        g.lda = OC;
-        g.B = dout;
-        g.ldb = OC;
-        g.D = dinp;
-        g.tD = CUDA_R_16BF;
-        g.ldd = C;
-        g.alpha = 1.0f;
-        g.beta = 1.0f;
+        hy_lt_gemm g = hy_lt_single("matmul_bwd (dinp)", CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC,
+                                    w, OC, dout, OC, dinp, CUDA_R_16BF, C, 1.0f);
         if ((rc = hy_lt_run(lt, s, &g, err))) return rc;
     }
     if (dw != NULL) {
-        hy_lt_gemm g;
-        memset(&g, 0, sizeof g);
-        g.op = "matmul_bwd (dweight)";
-        g.ta = CUBLAS_OP_N;
-        g.tb = CUBLAS_OP_T;
-        g.m = OC;
-        g.n = C;
-        g.k = N;
-        g.batch = 1;
-        g.A = dout;
-        g.lda = OC;
-        g.B = inp;
-        g.ldb = C;
-        g.D = dw;
-        g.tD = CUDA_R_32F;
-        g.ldd = OC;
-        g.alpha = 1.0f;
-        g.beta = 1.0f;
+        hy_lt_gemm g = hy_lt_single("matmul_bwd (dweight)", CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N,
+                                    dout, OC, inp, C, dw, CUDA_R_32F, OC, 1.0f);
         if ((rc = hy_lt_run(lt, s, &g, err))) return rc;
     }
     if (dbias != NULL) {
@@ -481,24 +450,8 @@ int hy_k_matmul_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dw, float *
 int hy_k_lm_head_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *logits, const hy_bf16 *inp,
                      const hy_bf16 *wte, int N, int C, int V, hy_error *err) {
     if (N <= 0 || C <= 0 || V <= 0) return HY_OK;
-    hy_lt_gemm g;
-    memset(&g, 0, sizeof g);
-    g.op = "lm_head_fwd";
-    g.ta = CUBLAS_OP_T;
-    g.tb = CUBLAS_OP_N;
-    g.m = V;
-    g.n = N;
-    g.k = C;
-    g.batch = 1;
-    g.A = wte;
-    g.lda = C;
-    g.B = inp;
-    g.ldb = C;
-    g.D = logits;
-    g.tD = CUDA_R_16BF;
-    g.ldd = V;
-    g.alpha = 1.0f;
-    g.beta = 0.0f;
+    hy_lt_gemm g = hy_lt_single("lm_head_fwd", CUBLAS_OP_T, CUBLAS_OP_N, V, N, C,
+                                wte, C, inp, C, logits, CUDA_R_16BF, V, 0.0f);
     return hy_lt_run(lt, s, &g, err);
 }
 
@@ -508,45 +461,13 @@ int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte,
     if (N <= 0 || C <= 0 || V <= 0) return HY_OK;
     int rc;
     if (dinp != NULL) {
-        hy_lt_gemm g;
-        memset(&g, 0, sizeof g);
-        g.op = "lm_head_bwd (dinp)";
-        g.ta = CUBLAS_OP_N;
-        g.tb = CUBLAS_OP_N;
-        g.m = C;
-        g.n = N;
-        g.k = V;
-        g.batch = 1;
-        g.A = wte;
-        g.lda = C;
-        g.B = dlogits;
-        g.ldb = V;
-        g.D = dinp;
-        g.tD = CUDA_R_16BF;
-        g.ldd = C;
-        g.alpha = 1.0f;
-        g.beta = 1.0f;
+        hy_lt_gemm g = hy_lt_single("lm_head_bwd (dinp)", CUBLAS_OP_N, CUBLAS_OP_N, C, N, V,
+                                    wte, C, dlogits, V, dinp, CUDA_R_16BF, C, 1.0f);
         if ((rc = hy_lt_run(lt, s, &g, err))) return rc;
     }
     if (dwte != NULL) {
-        hy_lt_gemm g;
-        memset(&g, 0, sizeof g);
-        g.op = "lm_head_bwd (dwte)";
-        g.ta = CUBLAS_OP_N;
-        g.tb = CUBLAS_OP_T;
-        g.m = C;
-        g.n = V;
-        g.k = N;
-        g.batch = 1;
-        g.A = inp;
-        g.lda = C;
-        g.B = dlogits;
-        g.ldb = V;
-        g.D = dwte;
-        g.tD = CUDA_R_32F;
-        g.ldd = C;
-        g.alpha = 1.0f;
-        g.beta = 1.0f;
+        hy_lt_gemm g = hy_lt_single("lm_head_bwd (dwte)", CUBLAS_OP_N, CUBLAS_OP_T, C, V, N,
+                                    inp, C, dlogits, V, dwte, CUDA_R_32F, C, 1.0f);
         if ((rc = hy_lt_run(lt, s, &g, err))) return rc;
     }
     return HY_OK;
