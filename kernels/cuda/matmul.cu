@@ -33,9 +33,9 @@
  * warm-up iteration) may even happen during stream capture. cuBLASLt's
  * GEMMs are deterministic for a fixed algorithm (its split-K reductions are
  * ordered), and the cache guarantees the eager iteration and every replay
- * use the same one. For a bf16 output the heuristic is first asked for
- * algorithms that keep split-K partial sums in fp32 (reduction scheme
- * COMPUTE_TYPE or none), so accumulating into bf16 rounds once. The hy_lt
+ * use the same one. For a bf16 output the pick is the best candidate that
+ * keeps split-K partial sums in fp32 (reduction scheme COMPUTE_TYPE or
+ * none), so accumulating into bf16 rounds once. The hy_lt
  * is not locked: it belongs to one rank, whose one thread uses it.
  *
  * dbias is a column sum of dout[N,OC], done without atomics in two fixed-
