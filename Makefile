@@ -20,6 +20,13 @@
 #   make run          build, write the synthetic shards of tiny-gpt (below)
 #                     if absent, then `hanayo plan configs/tiny-gpt.json`
 #   make data         only those shards: data/synth_train.bin, synth_val.bin
+#   make fuzz         build the libFuzzer harnesses of tests/fuzz/ with clang
+#                     (ASan+UBSan) in build-fuzz/ and run each for
+#                     FUZZ_SECONDS seconds from a seed corpus of the project's
+#                     good and bad inputs; prints each one's executions; a
+#                     crash fails it (see "Fuzzing" below). Not part of
+#                     `make test`: .ci/run runs it after
+#   make fuzz-build   only build them
 #   make clean        remove every build directory
 #
 # Variables (set on the command line: `make NO_CUDA=1 CC=clang`)
@@ -34,6 +41,9 @@
 #   BLAS_LIBS         libraries for the CPU GEMMs (kernels/cpu calls cblas;
 #                     default -lopenblas, from libopenblas-dev)
 #   TEST_TIMEOUT=s    seconds before one test program counts as hung (300)
+#   FUZZ_SECONDS=s    make fuzz: seconds per harness (default 20: one minute
+#                     for the three)
+#   FUZZ_CC           make fuzz: the compiler, a clang with libFuzzer (clang)
 #   PYTHON            the python3 for tests/*.py (default: one with numpy)
 #
 # Link: jansson and cudart are linked statically so build/hanayo runs on a
@@ -341,7 +351,68 @@ BENCH_ARGS ?=
 bench: $(HY_BENCH)
 	$(HY_BENCH) $(BENCH_ARGS)
 
+# ---------------------------------------------------------------------------
+# Fuzzing: libFuzzer harnesses (tests/fuzz/fuzz_*.c) for the three readers of
+# files users hand us: the config loader, the token-shard reader and the
+# safetensors reader. Built with clang under ASan+UBSan in build-fuzz/, with
+# their own archive of lib/*.c compiled with the fuzzer's coverage
+# instrumentation (-fsanitize=fuzzer-no-link); the link takes from it only
+# what the readers use (no kernels, no BLAS).
+# tests/fuzz/run.sh makes the seeds and runs each harness for FUZZ_SECONDS.
+# Without clang and its libFuzzer runtime the build stops at once saying so
+# (Debian: clang and libclang-rt-N-dev; .ci/run installs them).
+
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 20
+FUZZ_CFLAGS ?= -O1 -g
+HY_FUZZ := build-fuzz
+HY_FUZZ_NAMES := config shard safetensors
+HY_FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+HY_FUZZ_FLAGS = -D_GNU_SOURCE -Ilib $(HY_JANSSON_CFLAGS) -std=c11 -Wall -Wextra -Werror \
+    $(FUZZ_CFLAGS) $(HY_FUZZ_SAN)
+HY_FUZZ_LIB_OBJS := $(patsubst %.c,$(HY_FUZZ)/obj/%.o,$(wildcard lib/*.c))
+HY_FUZZ_LIB := $(HY_FUZZ)/libhanayo-fuzz.a
+HY_FUZZ_BINS := $(HY_FUZZ_NAMES:%=$(HY_FUZZ)/fuzz_%)
+
+.PHONY: fuzz fuzz-build
+fuzz: fuzz-build
+	@bash tests/fuzz/run.sh $(HY_FUZZ) $(FUZZ_SECONDS) $(HY_FUZZ_NAMES)
+
+fuzz-build: $(HY_FUZZ_BINS)
+
+# Rewritten when the compiler or flags change (so every object is rebuilt),
+# and only after the compiler has shown it can link a libFuzzer program.
+$(HY_FUZZ)/toolchain.ok: FORCE
+	@mkdir -p $(HY_FUZZ)
+	@want='$(FUZZ_CC) $(HY_FUZZ_FLAGS) | $(JANSSON_LIB)'; \
+	if ! cmp -s <(printf '%s\n' "$$want") $@; then \
+	    if ! command -v $(FUZZ_CC) >/dev/null 2>&1; then \
+	        echo "make fuzz: $(FUZZ_CC) not found; install clang with its libFuzzer runtime (Debian: apt-get install clang libclang-rt-N-dev, N = clang's major version; .ci/run does) or set FUZZ_CC" >&2; exit 1; fi; \
+	    printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return d && n; }\n' | \
+	        $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -x c - -o $(HY_FUZZ)/toolchain-check 2>$(HY_FUZZ)/toolchain-check.log || { \
+	        echo "make fuzz: $(FUZZ_CC) cannot link a libFuzzer program (-fsanitize=fuzzer): its runtime is missing; install libclang-rt-N-dev, N = clang's major version (Debian; .ci/run does). The compiler said:" >&2; \
+	        sed -n 1,5p $(HY_FUZZ)/toolchain-check.log >&2; exit 1; }; \
+	    $(if $(JANSSON_LIB),,echo "make fuzz: libjansson.a not found: install libjansson-dev" >&2; exit 1;) \
+	    printf '%s\n' "$$want" > $@; \
+	fi
+
+$(HY_FUZZ)/obj/%.o: %.c $(HY_FUZZ)/toolchain.ok
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(HY_FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c -o $@ $<
+
+# Made afresh whenever an object changes (ar never drops a member itself).
+$(HY_FUZZ_LIB): $(HY_FUZZ_LIB_OBJS)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(HY_FUZZ)/fuzz_%: $(HY_FUZZ)/obj/tests/fuzz/fuzz_%.o $(HY_FUZZ_LIB)
+	$(FUZZ_CC) $(HY_FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(JANSSON_LIB) -lm
+
+.SECONDARY: $(HY_FUZZ_NAMES:%=$(HY_FUZZ)/obj/tests/fuzz/fuzz_%.o)
+
+-include $(shell find $(HY_FUZZ)/obj -name '*.d' 2>/dev/null)
+
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan $(HY_FUZZ)
 
 FORCE:

@@ -63,10 +63,18 @@ static int ck_write_tensors(hy_runtime *rt, const hy_model *m, const char *path,
     return rc;
 }
 
+/* A plain write is enough here: the file is inside the checkpoint's
+ * temporary directory, which is synced as a whole before it is renamed
+ * into place. jansson checks fclose, so a full disk is caught; errno is
+ * what the failing call left (0 only if jansson failed on its own). */
 static int ck_write_json(const char *path, json_t *obj, hy_error *err) {
-    int rc = json_dump_file(obj, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0
-                 ? HY_OK
-                 : hy_fail(err, HY_ERR_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
+    errno = 0;
+    int rc = HY_OK;
+    if (json_dump_file(obj, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+        int e = errno;
+        rc = hy_fail(err, e ? hy_errno_status(e, HY_ERR_RUNTIME) : HY_ERR_RUNTIME,
+                     "%s: cannot write: %s", path, e ? strerror(e) : "write failed");
+    }
     json_decref(obj);
     return rc;
 }
@@ -150,10 +158,19 @@ int hy_checkpoint_save(hy_runtime *rt, const hy_config *c, const char *dir, char
         if (!rc) rc = ck_write_state(file, c, step, pos, err);
         snprintf(file, sizeof file, "%s/config.json", ad.tmp);
         if (!rc && m.kind == HY_MODEL_GPT) rc = ck_write_hf_config(file, &m, err);
-        /* Replacing swaps the new directory with an older one of the
-         * same step in one rename, so the name never goes missing. */
-        if (rc) hy_atomic_dir_abort(&ad);
-        else rc = hy_atomic_dir_replace(&ad, err);
+        /* A file that failed is in a temporary directory the user never
+         * named, and gone with it now: say which checkpoint it was. */
+        if (rc) {
+            hy_atomic_dir_abort(&ad);
+            hy_error_prefix(err, "checkpoint %s not saved (earlier checkpoints are "
+                            "untouched): ", target);
+        } else {
+            /* Replacing swaps the new directory with an older one of the
+             * same step in one rename, so the name never goes missing.
+             * Its errors say whether they came before the rename or after. */
+            rc = hy_atomic_dir_replace(&ad, err);
+            if (rc) hy_error_prefix(err, "checkpoint %s: ", target);
+        }
     }
     hy_model_free(&m);
     if (!rc && saved) snprintf(saved, PATH_MAX, "%s", target);

@@ -35,6 +35,7 @@
 _Static_assert(sizeof(hy_model_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(hy_sched_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(hy_backend_kind) == sizeof(int), "enum size");
+_Static_assert(sizeof(hy_nonfinite_policy) == sizeof(int), "enum size");
 
 /* A config is a few hundred bytes; anything near this is not a config. */
 #define MAX_CONFIG_BYTES (16u << 20)
@@ -45,6 +46,7 @@ _Static_assert(sizeof(hy_backend_kind) == sizeof(int), "enum size");
 
 static const char *const MODEL_NAMES[HY_MODEL_COUNT] = { "gpt", "bert" };
 static const char *const BACKEND_NAMES[HY_BACKEND_COUNT] = { "auto", "cpu", "cuda" };
+static const char *const NONFINITE_NAMES[HY_NONFINITE_COUNT] = { "stop", "skip" };
 
 const char *hy_model_name(hy_model_kind kind) {
     return (unsigned)kind < HY_MODEL_COUNT ? MODEL_NAMES[kind] : "?";
@@ -54,8 +56,13 @@ const char *hy_backend_name(hy_backend_kind kind) {
     return (unsigned)kind < HY_BACKEND_COUNT ? BACKEND_NAMES[kind] : "?";
 }
 
+const char *hy_nonfinite_name(hy_nonfinite_policy p) {
+    return (unsigned)p < HY_NONFINITE_COUNT ? NONFINITE_NAMES[p] : "?";
+}
+
 static const char *model_name(int k) { return hy_model_name((hy_model_kind)k); }
 static const char *backend_name(int k) { return hy_backend_name((hy_backend_kind)k); }
+static const char *nonfinite_name(int k) { return hy_nonfinite_name((hy_nonfinite_policy)k); }
 static const char *sched_name(int k) { return hy_sched_name((hy_sched_kind)k); }
 
 /* ------------------------------------------------------------------------
@@ -184,6 +191,12 @@ static const key_spec KEYS[] = {
     { .name = "train.log_every", .type = K_INT, .off = OFF(train.log_every),
       .lo = 1, .hi = INT_ANY, .def = 10,
       .doc = "log the loss every this many steps (and at the last step)" },
+    { .name = "train.on_nonfinite", .type = K_ENUM, .off = OFF(train.on_nonfinite),
+      .enum_name = nonfinite_name, .n_enum = HY_NONFINITE_COUNT, .def = HY_NONFINITE_STOP,
+      .doc = "a step whose loss or gradient is NaN or infinite is reported (where: loss, "
+             "parameter, rank, stage) and its update never applied; `stop` then ends the run "
+             "(exit 1, no checkpoint of that step); `skip` goes on, counts them, and still "
+             "stops after more than 10 in a row" },
 
     { .name = "data", .type = K_SECTION, .doc = "token shards" },
     { .name = "data.train", .type = K_STRING, .off = OFF(data.train),

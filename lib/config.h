@@ -24,6 +24,9 @@
 
 typedef enum { HY_MODEL_GPT, HY_MODEL_BERT, HY_MODEL_COUNT } hy_model_kind;
 typedef enum { HY_BACKEND_AUTO, HY_BACKEND_CPU, HY_BACKEND_CUDA, HY_BACKEND_COUNT } hy_backend_kind;
+/* What training does after a step whose loss or gradient is not finite
+ * (that step's update is never applied): end the run, or go on. */
+typedef enum { HY_NONFINITE_STOP, HY_NONFINITE_SKIP, HY_NONFINITE_COUNT } hy_nonfinite_policy;
 
 typedef struct {
     char *path;                 /* file it came from, or NULL */
@@ -31,7 +34,7 @@ typedef struct {
     struct { hy_sched_kind kind; int ranks, waves, chunks, micro_batches, micro_batch_size;
              int *split; int n_split; } schedule;      /* split: layers per stage; n_split 0 = balance automatically */
     struct { int steps; double lr, min_lr; int warmup_steps; double weight_decay, beta1, beta2, eps, grad_clip;
-             unsigned long long seed; int log_every; } train;
+             unsigned long long seed; int log_every; hy_nonfinite_policy on_nonfinite; } train;
     struct { char *train, *val; } data;                /* val may be NULL: no validation */
     char *init;                                        /* NULL: random init from train.seed */
     struct { char *dir; int every; } checkpoint;       /* dir NULL: never checkpoint; every 0: only at the end */
@@ -68,9 +71,11 @@ void hy_sched_params_from_config(const hy_config *c, hy_sched_params *p);
  * (interleaved), 2 * waves * ranks (hanayo). */
 int hy_config_stages(const hy_config *c);
 
-/* "gpt"/"bert" and "auto"/"cpu"/"cuda"; "?" when out of range. */
+/* "gpt"/"bert", "auto"/"cpu"/"cuda" and "stop"/"skip"; "?" when out of
+ * range. */
 const char *hy_model_name(hy_model_kind kind);
 const char *hy_backend_name(hy_backend_kind kind);
+const char *hy_nonfinite_name(hy_nonfinite_policy p);
 
 /* Every key with its type, default, allowed values and meaning, as a
  * Markdown table (the README's config reference is this text). malloc'd;

@@ -3,9 +3,12 @@
  *
  * Sections: building a plan; the JSON contract; the ASCII timeline and the
  * summary; the SVG and its atomic save; the comparison of the schedules;
- * the `hanayo plan` command that ties them to the config. Every renderer
- * takes the timings from the simulator's start/end arrays, so what is drawn
- * is exactly what was simulated, per-stage costs included.
+ * the `hanayo plan` command that ties them to the config (and, with
+ * --costs, to a profile's measured costs). Every renderer takes the
+ * timings from the simulator's start/end arrays, so what is drawn is
+ * exactly what was simulated, per-stage costs included; the SVG is drawn
+ * from a hy_timeline, so a measured step (profile.c) is drawn by the same
+ * code.
  */
 #include "plan.h"
 
@@ -17,6 +20,8 @@
 
 #include "atomicfile.h"
 #include "config.h"
+#include "model.h"
+#include "profile.h"
 
 #define DEFAULT_WIDTH 120
 
@@ -52,8 +57,21 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
         return st;
     }
     pl->costs = *c;
-    pl->costs.fwd_stage = pl->costs.bwd_stage = NULL;  /* borrowed; not kept */
+    pl->costs.fwd_stage = pl->costs.bwd_stage = NULL;  /* the caller's; copied below */
     pl->ideal_bubble = hy_ideal_bubble(&pl->sched);
+    if (c->fwd_stage || c->bwd_stage) {
+        int S = pl->sched.stages;
+        pl->fwd_stage = malloc((size_t)S * sizeof(double));
+        pl->bwd_stage = malloc((size_t)S * sizeof(double));
+        if (!pl->fwd_stage || !pl->bwd_stage) {
+            hy_plan_free(pl);
+            return hy_fail(err, HY_ERR_RUNTIME, "out of memory building a plan");
+        }
+        for (int i = 0; i < S; i++) {
+            pl->fwd_stage[i] = c->fwd_stage ? c->fwd_stage[i] : c->fwd;
+            pl->bwd_stage[i] = c->bwd_stage ? c->bwd_stage[i] : c->bwd;
+        }
+    }
     return HY_OK;
 }
 
@@ -61,6 +79,8 @@ void hy_plan_free(hy_plan *pl) {
     if (!pl) return;
     hy_sim_result_free(&pl->sim);      /* both safe on an empty struct */
     hy_schedule_free(&pl->sched);
+    free(pl->fwd_stage);
+    free(pl->bwd_stage);
     memset(pl, 0, sizeof *pl);
 }
 
@@ -117,6 +137,16 @@ static json_t *int_array(const int *v, int n) {
     return a;
 }
 
+static json_t *real_array(const double *v, int n) {
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_real(v[i])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
 static json_t *actions_json(const hy_schedule *s) {
     json_t *all = json_array();
     for (int r = 0; all && r < s->ranks; r++) {
@@ -163,6 +193,11 @@ static json_t *plan_json(const hy_plan *pl) {
                                int_array(pl->sim.peak_activations, s->ranks));
     bad |= json_object_set_new(o, "transfers", json_integer(pl->sim.transfers));
     bad |= json_object_set_new(o, "ideal_bubble", json_real(pl->ideal_bubble));
+    /* Per-stage costs (measured ones: --costs), after the contract's keys. */
+    if (pl->fwd_stage) {
+        bad |= json_object_set_new(o, "fwd_costs", real_array(pl->fwd_stage, s->stages));
+        bad |= json_object_set_new(o, "bwd_costs", real_array(pl->bwd_stage, s->stages));
+    }
     if (bad) {
         json_decref(o);
         return NULL;
@@ -474,8 +509,16 @@ int hy_plan_write_summary(FILE *f, const hy_plan *pl) {
     fprintf(f, "%-18sP = %d\n", "ranks", s->ranks);
     fprintf(f, "%-18sM = %d\n", "micro-batches", s->micro_batches);
     fprintf(f, "%-18sS = %d\n", "stages", s->stages);
-    fprintf(f, "%-18sf = %g, b = %g, c = %g\n", "costs", pl->costs.fwd,
-            pl->costs.bwd, pl->costs.comm);
+    if (pl->fwd_stage) {
+        fprintf(f, "%-18sper stage, F:", "costs");
+        for (int i = 0; i < s->stages; i++) fprintf(f, " %.4g", pl->fwd_stage[i]);
+        fprintf(f, "\n%-18sB:", "");
+        for (int i = 0; i < s->stages; i++) fprintf(f, " %.4g", pl->bwd_stage[i]);
+        fprintf(f, "\n%-18sc = %.4g\n", "", pl->costs.comm);
+    } else {
+        fprintf(f, "%-18sf = %g, b = %g, c = %g\n", "costs", pl->costs.fwd,
+                pl->costs.bwd, pl->costs.comm);
+    }
     fprintf(f, "%-18s%g\n", "makespan", pl->sim.makespan);
     fprintf(f, "%-18s%.4f (ideal %.4f)\n", "bubble ratio", pl->sim.bubble,
             pl->ideal_bubble);
@@ -521,12 +564,12 @@ static double shade(int mb) { return 0.38 + 0.07 * (mb % 6); }
 
 /* Pixels per time unit: the plot about SVG_PLOT_W wide, the shortest
  * action at least 3 px, the whole never past SVG_MAX_PLOT_W. */
-static double svg_unit(const hy_plan *pl) {
-    double mk = pl->sim.makespan > 0 ? pl->sim.makespan : 1;
+static double svg_unit(const hy_timeline *t) {
+    double mk = t->makespan > 0 ? t->makespan : 1;
     double u = SVG_PLOT_W / mk, shortest = 0;
-    for (int r = 0; r < pl->sched.ranks; r++)
-        for (int i = 0; i < pl->sched.n_actions[r]; i++) {
-            double d = duration(pl, r, i);
+    for (int r = 0; r < t->sched->ranks; r++)
+        for (int i = 0; i < t->sched->n_actions[r]; i++) {
+            double d = t->end[r][i] - t->start[r][i];
             if (d > 0 && (shortest == 0 || d < shortest)) shortest = d;
         }
     if (shortest > 0 && shortest * u < 3) u = 3 / shortest;
@@ -534,9 +577,9 @@ static double svg_unit(const hy_plan *pl) {
     return u;
 }
 
-static void svg_action(FILE *f, const hy_plan *pl, int r, int i, double u) {
-    const hy_action *a = &pl->sched.actions[r][i];
-    double t0 = pl->sim.start[r][i], t1 = pl->sim.end[r][i];
+static void svg_action(FILE *f, const hy_timeline *t, int r, int i, double u) {
+    const hy_action *a = &t->sched->actions[r][i];
+    double t0 = t->start[r][i], t1 = t->end[r][i];
     double x = SVG_LEFT + t0 * u, w = (t1 - t0) * u;
     double y = SVG_TOP + r * (SVG_ROW + SVG_GAP);
     double l = shade(a->mb);
@@ -556,9 +599,9 @@ static void svg_action(FILE *f, const hy_plan *pl, int r, int i, double u) {
                 x + w / 2, y + SVG_ROW / 2.0, l < 0.55 ? "#fff" : "#000", lab);
 }
 
-static void svg_axis(FILE *f, const hy_plan *pl, double u) {
-    double y = SVG_TOP + pl->sched.ranks * (SVG_ROW + SVG_GAP) + 4;
-    double mk = pl->sim.makespan;
+static void svg_axis(FILE *f, const hy_timeline *t, double u) {
+    double y = SVG_TOP + t->sched->ranks * (SVG_ROW + SVG_GAP) + 4;
+    double mk = t->makespan;
     fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
                "stroke=\"#333\"/>\n", SVG_LEFT, y, SVG_LEFT + mk * u, y);
     double step = nice_step(60 / u);
@@ -569,34 +612,65 @@ static void svg_axis(FILE *f, const hy_plan *pl, double u) {
                    "text-anchor=\"middle\">%g</text>\n",
                 x, y, x, y + 5, x, y + 17, i * step);
     }
-    fprintf(f, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\">time</text>\n",
-            SVG_LEFT - 8, y + 17);
+    fprintf(f, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\">%s</text>\n",
+            SVG_LEFT - 8, y + 17, t->unit ? t->unit : "time");
 }
 
-int hy_plan_write_svg(FILE *f, const hy_plan *pl) {
-    const hy_schedule *s = &pl->sched;
-    double u = svg_unit(pl);
-    double w = SVG_LEFT + pl->sim.makespan * u + SVG_RIGHT;
+int hy_timeline_write_svg(FILE *f, const hy_timeline *t) {
+    const hy_schedule *s = t->sched;
+    double u = svg_unit(t);
+    double w = SVG_LEFT + t->makespan * u + SVG_RIGHT;
     int h = SVG_TOP + s->ranks * (SVG_ROW + SVG_GAP) + SVG_AXIS;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
                "height=\"%d\" viewBox=\"0 0 %.0f %d\" font-family=\"sans-serif\" "
                "font-size=\"11\" style=\"background:#fff\">\n", w, h, w, h);
-    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"14\">%s  P=%d  M=%d",
-            SVG_LEFT, hy_sched_name(s->kind), s->ranks, s->micro_batches);
-    if (s->kind == HY_SCHED_HANAYO) fprintf(f, "  W=%d", s->waves);
-    if (s->kind == HY_SCHED_INTERLEAVED) fprintf(f, "  v=%d", s->chunks);
-    fprintf(f, "  stages=%d  makespan %g  bubble %.4f (ideal %.4f)  "
-               "F blue, B orange</text>\n", s->stages, pl->sim.makespan,
-            pl->sim.bubble, pl->ideal_bubble);
+    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"14\">%s</text>\n",
+            SVG_LEFT, t->title ? t->title : "");
     for (int r = 0; r < s->ranks; r++) {
         fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" "
                    "dominant-baseline=\"central\">rank %d</text>\n",
                 SVG_LEFT - 8, SVG_TOP + r * (SVG_ROW + SVG_GAP) + SVG_ROW / 2.0, r);
-        for (int i = 0; i < s->n_actions[r]; i++) svg_action(f, pl, r, i, u);
+        for (int i = 0; i < s->n_actions[r]; i++) svg_action(f, t, r, i, u);
     }
-    svg_axis(f, pl, u);
+    svg_axis(f, t, u);
     fputs("</svg>\n", f);
     return ferror(f) ? -1 : 0;
+}
+
+/* Printed straight into the temporary file: a large plan's SVG is never
+ * held in memory, and a print that fails is caught by the commit. */
+int hy_timeline_save_svg(const hy_timeline *t, const char *path, hy_error *err) {
+    hy_atomic_file af;
+    int st = hy_atomic_open(&af, path, HY_ERR_INPUT, err);   /* the user named the path */
+    if (st) return st;
+    FILE *f = hy_atomic_stream(&af, err);
+    if (!f) return HY_ERR_RUNTIME;
+    (void)hy_timeline_write_svg(f, t);
+    return hy_atomic_commit(&af, err);
+}
+
+/* The plan as a timeline: its simulated times, and a heading with the
+ * schedule and its figures. title must hold 256 bytes. */
+static hy_timeline plan_timeline(const hy_plan *pl, char *title, size_t n) {
+    const hy_schedule *s = &pl->sched;
+    size_t used = (size_t)snprintf(title, n, "%s  P=%d  M=%d", hy_sched_name(s->kind),
+                                   s->ranks, s->micro_batches);
+    if (used < n && s->kind == HY_SCHED_HANAYO)
+        used += (size_t)snprintf(title + used, n - used, "  W=%d", s->waves);
+    if (used < n && s->kind == HY_SCHED_INTERLEAVED)
+        used += (size_t)snprintf(title + used, n - used, "  v=%d", s->chunks);
+    if (used < n)
+        snprintf(title + used, n - used, "  stages=%d  makespan %g  bubble %.4f (ideal %.4f)  "
+                 "F blue, B orange", s->stages, pl->sim.makespan, pl->sim.bubble,
+                 pl->ideal_bubble);
+    hy_timeline t = { s, pl->sim.start, pl->sim.end, pl->sim.makespan, title, "time" };
+    return t;
+}
+
+int hy_plan_write_svg(FILE *f, const hy_plan *pl) {
+    char title[256];
+    hy_timeline t = plan_timeline(pl, title, sizeof title);
+    return hy_timeline_write_svg(f, &t);
 }
 
 static int svg_thunk(FILE *f, const void *pl, const void *unused) {
@@ -608,16 +682,10 @@ char *hy_plan_svg(const hy_plan *pl) {
     return render_to_string(svg_thunk, pl, NULL);
 }
 
-/* Printed straight into the temporary file: a large plan's SVG is never
- * held in memory, and a print that fails is caught by the commit. */
 int hy_plan_save_svg(const hy_plan *pl, const char *path, hy_error *err) {
-    hy_atomic_file af;
-    int st = hy_atomic_open(&af, path, HY_ERR_INPUT, err);   /* the user named the path */
-    if (st) return st;
-    FILE *f = hy_atomic_stream(&af, err);
-    if (!f) return HY_ERR_RUNTIME;
-    (void)hy_plan_write_svg(f, pl);
-    return hy_atomic_commit(&af, err);
+    char title[256];
+    hy_timeline t = plan_timeline(pl, title, sizeof title);
+    return hy_timeline_save_svg(&t, path, err);
 }
 
 /* ------------------------------------------------------------------------
@@ -635,8 +703,9 @@ static void compare_row(hy_compare_row *row, const hy_plan *pl) {
     row->transfers = pl->sim.transfers;
 }
 
-int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
-                    hy_compare_row rows[HY_SCHED_COUNT], hy_error *err) {
+int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_SCHED_COUNT],
+                          const char *const skip[HY_SCHED_COUNT],
+                          hy_compare_row rows[HY_SCHED_COUNT], hy_error *err) {
     hy_error first;
     hy_error_clear(&first);
     int any = 0;
@@ -648,16 +717,11 @@ int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
         row->kind = q.kind;
         row->waves = q.kind == HY_SCHED_HANAYO ? q.waves : 0;
         row->chunks = chunks_of(&q);
-        /* f and b are the cost of one rank's share of the model, split
-         * over its chunks, so makespans compare across stage counts; a
-         * transfer moves the same activation whatever the chunking. */
-        hy_costs share = *c;
-        share.fwd /= row->chunks;
-        share.bwd /= row->chunks;
         hy_plan pl;
         hy_error e;
         hy_error_clear(&e);
-        int st = hy_plan_build(&pl, &q, &share, &e);
+        int st = skip && skip[k] ? hy_fail(&e, HY_ERR_INPUT, "%s", skip[k])
+                                 : hy_plan_build(&pl, &q, &costs[k], &e);
         if (st == HY_ERR_RUNTIME) return hy_fail(err, st, "%s", e.msg);
         if (st != HY_OK) {
             snprintf(row->note, sizeof row->note, "%s", e.msg);
@@ -670,6 +734,22 @@ int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
     }
     if (!any) return hy_fail(err, first.status, "%s", first.msg);
     return HY_OK;
+}
+
+int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
+                    hy_compare_row rows[HY_SCHED_COUNT], hy_error *err) {
+    /* f and b are the cost of one rank's share of the model, split over
+     * its chunks, so makespans compare across stage counts; a transfer
+     * moves the same activation whatever the chunking. */
+    hy_costs share[HY_SCHED_COUNT];
+    for (int k = 0; k < HY_SCHED_COUNT; k++) {
+        hy_sched_params q = *p;
+        q.kind = (hy_sched_kind)k;
+        share[k] = *c;
+        share[k].fwd /= chunks_of(&q);
+        share[k].bwd /= chunks_of(&q);
+    }
+    return hy_plan_compare_costs(p, share, NULL, rows, err);
 }
 
 static void row_name(const hy_compare_row *row, char *buf, size_t n) {
@@ -754,6 +834,15 @@ void hy_plan_request_init(hy_plan_request *rq) {
     rq->timeline.width = DEFAULT_WIDTH;
 }
 
+/* The schedule flags over what the config says. */
+static void apply_flags(const hy_plan_request *rq, hy_sched_params *p) {
+    if (rq->has_kind) p->kind = rq->kind;
+    if (rq->ranks > 0) p->ranks = rq->ranks;
+    if (rq->micro_batches > 0) p->micro_batches = rq->micro_batches;
+    if (rq->waves > 0) p->waves = rq->waves;
+    if (rq->chunks > 0) p->chunks = rq->chunks;
+}
+
 /* Config file, then --set, then the flags: the later one wins. */
 static int resolve(const hy_plan_request *rq, hy_sched_params *p,
                    hy_costs *c, hy_error *err) {
@@ -763,11 +852,7 @@ static int resolve(const hy_plan_request *rq, hy_sched_params *p,
     if (st == HY_OK) hy_sched_params_from_config(&cfg, p);
     hy_config_free(&cfg);
     if (st != HY_OK) return st;
-    if (rq->has_kind) p->kind = rq->kind;
-    if (rq->ranks > 0) p->ranks = rq->ranks;
-    if (rq->micro_batches > 0) p->micro_batches = rq->micro_batches;
-    if (rq->waves > 0) p->waves = rq->waves;
-    if (rq->chunks > 0) p->chunks = rq->chunks;
+    apply_flags(rq, p);
     *c = hy_costs_uniform();
     if (rq->fwd_cost >= 0) c->fwd = rq->fwd_cost;
     if (rq->bwd_cost >= 0) c->bwd = rq->bwd_cost;
@@ -828,7 +913,158 @@ static int run_one(const hy_plan_request *rq, const hy_sched_params *p,
     return st;
 }
 
+/* ---- Measured costs (--costs) ------------------------------------------- */
+
+/* The layer split the runtime would use for schedule p on config c's
+ * model: c's schedule.split when it has p's stage count, else the
+ * balanced one (model.h). n holds p's stage count. */
+static int split_of(const hy_config *c, const hy_sched_params *p, int *n, hy_error *err) {
+    hy_config k = *c;   /* a shallow copy, only read: never freed */
+    k.schedule.kind = p->kind;
+    k.schedule.ranks = p->ranks;
+    k.schedule.waves = p->waves;
+    k.schedule.chunks = p->chunks;
+    k.schedule.micro_batches = p->micro_batches;
+    if (k.schedule.n_split != hy_config_stages(&k)) {
+        k.schedule.split = NULL;
+        k.schedule.n_split = 0;
+    }
+    hy_model m;
+    int st = hy_model_build(&m, &k, 1, err);
+    if (st != HY_OK) return st;
+    memcpy(n, m.n_layers, (size_t)m.stages * sizeof(int));
+    hy_model_free(&m);
+    return HY_OK;
+}
+
+/* Per-stage costs of schedule p under the measurement: the measured ones
+ * when p has the profiled stages and split, else the per-layer model's
+ * for p's split. *measured says which. fwd, bwd: malloc'd [stages]. */
+static int measured_costs_for(const hy_config *cfg, const hy_measured_costs *mc,
+                              const hy_sched_params *p, double **fwd, double **bwd,
+                              int *measured, hy_error *err) {
+    int S = chunks_of(p) * p->ranks;
+    int *n = malloc((size_t)S * sizeof(int));
+    *fwd = malloc((size_t)S * sizeof(double));
+    *bwd = malloc((size_t)S * sizeof(double));
+    int st = n && *fwd && *bwd ? split_of(cfg, p, n, err)
+                               : hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    if (st == HY_OK) {
+        *measured = S == mc->stages && memcmp(n, mc->n_layers, (size_t)S * sizeof(int)) == 0;
+        if (*measured) {
+            memcpy(*fwd, mc->fwd, (size_t)S * sizeof(double));
+            memcpy(*bwd, mc->bwd, (size_t)S * sizeof(double));
+        } else {
+            hy_cost_model_stages(&mc->model, n, S, *fwd, *bwd);
+        }
+    }
+    free(n);
+    if (st != HY_OK) {
+        free(*fwd);
+        free(*bwd);
+        *fwd = *bwd = NULL;
+    }
+    return st;
+}
+
+static int measured_one(const hy_plan_request *rq, const hy_config *cfg,
+                        const hy_measured_costs *mc, const hy_sched_params *p, FILE *out,
+                        hy_error *err) {
+    int S = chunks_of(p) * p->ranks;
+    if (S != mc->stages)
+        return hy_fail(err, HY_ERR_INPUT, "--costs %s: schedule.stages: the profile measured "
+                       "%d stages (%s, P = %d) but this plan has %d (%s, P = %d); profile "
+                       "this schedule, or add --compare to price every schedule from the "
+                       "measured per-layer costs", rq->costs, mc->stages, hy_sched_name(mc->kind),
+                       mc->ranks, S, hy_sched_name(p->kind), p->ranks);
+    double *fwd = NULL, *bwd = NULL;
+    int measured = 0;
+    int st = measured_costs_for(cfg, mc, p, &fwd, &bwd, &measured, err);
+    if (st != HY_OK) return st;
+    hy_costs c = { 0, 0, mc->comm, fwd, bwd };
+    st = run_one(rq, p, &c, out, err);
+    if (st == HY_OK && !rq->json)
+        fprintf(out, "%-18s%s, ms per stage %s\n", "measured costs", rq->costs,
+                measured ? "as profiled" : "from the per-layer model (this split differs "
+                "from the profiled one)");
+    free(fwd);
+    free(bwd);
+    return st;
+}
+
+static int measured_compare(const hy_plan_request *rq, const hy_config *cfg,
+                            const hy_measured_costs *mc, hy_sched_params p, FILE *out,
+                            hy_error *err) {
+    if (rq->svg)
+        return hy_fail(err, HY_ERR_INPUT, "--svg draws one schedule and "
+                       "--compare shows four; drop one of them");
+    if (rq->chunks <= 0 && p.kind != HY_SCHED_INTERLEAVED) p.chunks = 2 * p.waves;
+    hy_costs costs[HY_SCHED_COUNT];
+    hy_error notes[HY_SCHED_COUNT];
+    const char *skip[HY_SCHED_COUNT];
+    double *arrays[2 * HY_SCHED_COUNT] = {0};
+    int st = HY_OK;
+    for (int k = 0; k < HY_SCHED_COUNT && st == HY_OK; k++) {
+        hy_sched_params q = p;
+        q.kind = (hy_sched_kind)k;
+        int measured = 0;
+        hy_error_clear(&notes[k]);
+        skip[k] = NULL;
+        int kst = measured_costs_for(cfg, mc, &q, &arrays[2 * k], &arrays[2 * k + 1], &measured,
+                                     &notes[k]);
+        if (kst == HY_ERR_RUNTIME) st = hy_fail(err, kst, "%s", notes[k].msg);
+        else if (kst != HY_OK) skip[k] = notes[k].msg;
+        hy_costs c = { 0, 0, mc->comm, arrays[2 * k], arrays[2 * k + 1] };
+        costs[k] = c;
+    }
+    hy_compare_row rows[HY_SCHED_COUNT];
+    if (st == HY_OK) st = hy_plan_compare_costs(&p, costs, skip, rows, err);
+    if (st == HY_OK && rq->json) {
+        char *s = hy_compare_json(rows, HY_SCHED_COUNT);
+        if (!s) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        else fprintf(out, "%s\n", s);
+        free(s);
+    } else if (st == HY_OK) {
+        const hy_cost_model *m = &mc->model;
+        fprintf(out, "P = %d, M = %d; measured costs from %s, in ms: per layer F %.4g, B %.4g; "
+                "first stage extra F %.4g, B %.4g; last stage extra F %.4g, B %.4g; a transfer "
+                "c = %.4g. Each schedule with the layer split the runtime would use.\n\n",
+                p.ranks, p.micro_batches, rq->costs, m->layer_fwd, m->layer_bwd, m->first_fwd,
+                m->first_bwd, m->last_fwd, m->last_bwd, mc->comm);
+        hy_compare_write_table(out, rows, HY_SCHED_COUNT);
+    }
+    for (int i = 0; i < 2 * HY_SCHED_COUNT; i++) free(arrays[i]);
+    return st;
+}
+
+static int run_measured(const hy_plan_request *rq, FILE *out, hy_error *err) {
+    if (rq->fwd_cost >= 0 || rq->bwd_cost >= 0 || rq->comm_cost >= 0)
+        return hy_fail(err, HY_ERR_INPUT, "--costs takes every cost from the profile; drop "
+                       "--fwd-cost, --bwd-cost and --comm-cost");
+    hy_measured_costs mc;
+    int st = hy_measured_costs_load(&mc, rq->costs, err);
+    if (st != HY_OK) return st;
+    hy_config cfg;
+    hy_config_init(&cfg);
+    st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
+    if (st == HY_OK) {
+        hy_sched_params p;
+        hy_sched_params_from_config(&cfg, &p);
+        apply_flags(rq, &p);
+        st = rq->compare ? measured_compare(rq, &cfg, &mc, p, out, err)
+                         : measured_one(rq, &cfg, &mc, &p, out, err);
+    }
+    hy_config_free(&cfg);
+    hy_measured_costs_free(&mc);
+    return st;
+}
+
 int hy_plan_run(const hy_plan_request *rq, FILE *out, hy_error *err) {
+    if (rq->costs) {
+        int st = run_measured(rq, out, err);
+        if (st == HY_OK && (fflush(out) != 0 || ferror(out))) st = out_error(err);
+        return st;
+    }
     hy_sched_params p;
     hy_costs c;
     int st = resolve(rq, &p, &c, err);

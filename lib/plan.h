@@ -5,8 +5,9 @@
  * A plan is the action lists of schedule.h plus the timings sim.h computes
  * for them. This module only renders: the JSON of DESIGN §1 (a stable
  * contract that tests/resim.py re-checks independently), an ASCII timeline
- * in the style of the paper's figures, an SVG of the same timeline, and a
- * table comparing the four schedules at one (P, M). Every renderer writes to
+ * in the style of the paper's figures, an SVG of the same timeline (which
+ * also draws measured times: hy_timeline), and a table comparing the four
+ * schedules at one (P, M). Every renderer writes to
  * a FILE * or returns a malloc'd string; nothing here prints an error — the
  * errors come back as hy_error values to the CLI.
  */
@@ -26,7 +27,8 @@
 
 typedef struct {
     hy_schedule sched;
-    hy_costs costs;        /* uniform part only: per-stage arrays not kept */
+    hy_costs costs;        /* uniform part; its per-stage pointers are NULL */
+    double *fwd_stage, *bwd_stage;   /* [stages]: per-stage costs, owned; NULL when uniform */
     hy_sim_result sim;
     double ideal_bubble;   /* hy_ideal_bubble(&sched) */
 } hy_plan;
@@ -42,7 +44,8 @@ void hy_plan_free(hy_plan *pl);
 int hy_plan_peak_max(const hy_plan *pl);
 
 /* ---- JSON (DESIGN §1) ---------------------------------------------------
- * One line, keys in the documented order, then "ideal_bubble". "waves" is
+ * One line, keys in the documented order, then "ideal_bubble" (and, with
+ * per-stage costs, "fwd_costs" and "bwd_costs": one per stage). "waves" is
  * W for hanayo and 0 for the other schedules (an integer in every plan, so
  * readers never meet a null). Returns NULL only when out of memory. */
 char *hy_plan_json(const hy_plan *pl);
@@ -83,6 +86,22 @@ char *hy_plan_svg(const hy_plan *pl);
  * HY_ERR_RUNTIME; the message names the path and what to check. */
 int hy_plan_save_svg(const hy_plan *pl, const char *path, hy_error *err);
 
+/* The same drawing from any start/end times of a schedule's actions, so a
+ * measured step (`hanayo profile`'s timeline.svg) and a simulated one are
+ * drawn by one piece of code; hy_plan_write_svg is this with the plan's
+ * simulated times and a heading made of its figures. */
+typedef struct {
+    const hy_schedule *sched;
+    double *const *start, *const *end;  /* [ranks][n_actions] */
+    double makespan;                    /* the axis runs from 0 to this */
+    const char *title;                  /* the heading line (plain text, no markup) */
+    const char *unit;                   /* the axis label: "time", "ms" */
+} hy_timeline;
+
+int hy_timeline_write_svg(FILE *f, const hy_timeline *t);
+/* Atomically, with hy_plan_save_svg's errors. */
+int hy_timeline_save_svg(const hy_timeline *t, const char *path, hy_error *err);
+
 /* ---- Comparison of the four schedules -----------------------------------
  * One row per kind, in hy_sched_kind order, at the same P and M, with W for
  * hanayo and v for interleaved. A kind whose parameters are invalid (e.g.
@@ -105,6 +124,13 @@ typedef struct {
  * first kind's reason. */
 int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
                     hy_compare_row rows[HY_SCHED_COUNT], hy_error *err);
+/* The same with each kind's own costs, used as given (per-stage arrays
+ * sized for that kind's stages: measured costs re-priced per schedule,
+ * `hanayo plan --compare --costs`). A kind with a non-NULL skip[k] (skip
+ * may be NULL) is a skipped row with that reason. */
+int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_SCHED_COUNT],
+                          const char *const skip[HY_SCHED_COUNT],
+                          hy_compare_row rows[HY_SCHED_COUNT], hy_error *err);
 int hy_compare_write_table(FILE *f, const hy_compare_row *rows, int n);
 char *hy_compare_table(const hy_compare_row *rows, int n);
 /* A JSON array of row objects (skipped rows carry "skipped": reason).
@@ -126,6 +152,12 @@ typedef struct {
     int json;                     /* print the JSON instead of the timeline */
     int compare;                  /* print the comparison table instead */
     const char *svg;              /* also write the SVG here, or NULL */
+    /* A profile's summary.json (profile.h): simulate with its measured
+     * costs (ms) instead of f, b, c. One plan takes its per-stage costs
+     * and needs the profiled stage count; --compare prices every
+     * schedule from its per-layer cost model, each with the layer split
+     * the runtime would use. NULL: uniform costs. */
+    const char *costs;
     hy_timeline_opts timeline;
 } hy_plan_request;
 

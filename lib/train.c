@@ -4,6 +4,8 @@
 #include "train.h"
 
 #include <errno.h>
+#include <math.h>
+#include <signal.h>
 #include <string.h>
 
 #include "backend.h"
@@ -91,6 +93,71 @@ static int hy_validate(hy_runtime *rt, const hy_config *c, int step, FILE *out, 
     return HY_OK;
 }
 
+/* The stop request's signal by name (train.h: the CLI stores its number). */
+static const char *hy_stop_cause(int sig, char *buf, size_t n) {
+    if (sig == SIGINT) return "SIGINT";
+    if (sig == SIGTERM) return "SIGTERM";
+    snprintf(buf, n, "signal %d", sig);
+    return buf;
+}
+
+/* A run asked to stop after step `step`: save that step unless `saved`
+ * (its checkpoint, just written) is given or the step was not finite
+ * (`bad`), and say where the run stopped and how to go on. */
+static int hy_stop(hy_runtime *rt, const hy_config *c, int step, const char *saved, int bad,
+                   int sig, FILE *out, hy_error *err) {
+    char path[4096] = "", cause[32];
+    if (c->checkpoint.dir && !saved && !bad) {
+        int rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, path, err);
+        if (rc) return rc;
+        fprintf(out, "checkpoint: %s\n", path);
+        saved = path;
+    }
+    fprintf(out, "stopped at step %d because of %s; ", step, hy_stop_cause(sig, cause, sizeof cause));
+    if (saved) fprintf(out, "continue with --resume %s\n", saved);
+    else if (c->checkpoint.dir) fprintf(out, "no checkpoint written: the step was not finite\n");
+    else fprintf(out, "no checkpoint written: no checkpoint.dir is configured\n");
+    fflush(out);
+    return HY_OK;
+}
+
+/* train.on_nonfinite: `skip` still stops after more than this many
+ * non-finite steps in a row; a run that bad is not going to recover. */
+#define HY_NONFINITE_MAX_IN_ROW 10
+
+/* Step `step` had a NaN or infinity in its loss or gradient norm (the
+ * runtime's one fused check; a non-finite norm made every rank skip the
+ * update): say where, then per train.on_nonfinite end the run (an error,
+ * before anything is saved) or count it and go on. */
+static int hy_nonfinite(hy_runtime *rt, const hy_config *c, int step, const hy_step_stats *st,
+                        int *total, int *in_row, FILE *out, hy_error *err) {
+    char where[512];
+    int rc = hy_runtime_nonfinite_where(rt, where, sizeof where, err);
+    if (rc) return rc;
+    const char *update = st->updated ? "the update was applied (the gradient norm was finite)"
+                                     : "the update was not applied";
+    ++*total;
+    if (c->train.on_nonfinite == HY_NONFINITE_STOP)
+        return hy_fail(err, HY_ERR_RUNTIME, "step %d: non-finite loss/gradient (%s); %s; stopping "
+                       "without a checkpoint of this step (train.on_nonfinite is \"stop\"; "
+                       "\"skip\" goes on)", step, where, update);
+    if (++*in_row > HY_NONFINITE_MAX_IN_ROW)
+        return hy_fail(err, HY_ERR_RUNTIME, "step %d: non-finite loss/gradient (%s); %s; stopping: "
+                       "%d steps in a row were not finite, more than train.on_nonfinite "
+                       "\"skip\" allows (%d)", step, where, update, *in_row,
+                       HY_NONFINITE_MAX_IN_ROW);
+    fprintf(out, "step %d: non-finite loss/gradient (%s); %s; skipped (%d so far)\n", step, where,
+            update, *total);
+    fflush(out);
+    return HY_OK;
+}
+
+/* A number for the JSON log: JSON has no NaN or infinity. */
+static void hy_json_real(FILE *f, const char *fmt, double x) {
+    if (isfinite(x)) fprintf(f, fmt, x);
+    else fputs("null", f);
+}
+
 int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *err) {
     /* Everything that can be wrong with the input is found before anything
      * is printed or any file is opened for writing. */
@@ -121,9 +188,13 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
         first = done + 1;
     }
     double total_ms = 0;
+    int stopped = 0, saved = 0;   /* the step a stop request ended the run at; the last saved */
+    int bad = 0, n_bad = 0, bad_in_row = 0;   /* this step, all steps, in a row: not finite */
+    char saved_path[4096] = "";
     for (int i = first; i <= steps && !rc; i++) {
         hy_step_stats st;
-        rc = hy_runtime_step(rt, &st, err);
+        if (o && o->before_step) rc = o->before_step(rt, i, o->before_step_ctx, err);
+        if (!rc) rc = hy_runtime_step(rt, &st, err);
         if (rc) break;
         total_ms += st.ms;
         double tps = st.tokens / (st.ms / 1e3);
@@ -136,21 +207,46 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
             fflush(out);
         }
         if (log) {
-            fprintf(log, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
-                         "\"tokens_per_s\": %.1f, \"ms\": %.3f}\n",
-                    i, st.loss, st.lr, st.grad_norm, tps, st.ms);
+            fprintf(log, "{\"step\": %d, \"loss\": ", i);
+            hy_json_real(log, "%.6f", st.loss);
+            fprintf(log, ", \"lr\": %.6e, \"grad_norm\": ", st.lr);
+            hy_json_real(log, "%.6f", st.grad_norm);
+            fprintf(log, ", \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n", tps, st.ms,
+                    st.nonfinite ? ", \"nonfinite\": true" : "");
             if (fflush(log) != 0)
                 rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,
                              strerror(errno));
         }
+        bad = st.nonfinite;
+        if (!bad) bad_in_row = 0;
+        else if (!rc) rc = hy_nonfinite(rt, c, i, &st, &n_bad, &bad_in_row, out, err);
+        /* Never a checkpoint right after a step that was not finite: what
+         * made it so may sit in the weights. The next good one is saved. */
         if (!rc && c->checkpoint.dir &&
             ((c->checkpoint.every > 0 && i % c->checkpoint.every == 0) || i == steps)) {
-            char path[4096];
-            rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, path, err);
-            if (!rc) fprintf(out, "checkpoint: %s\n", path);
+            if (bad) {
+                fprintf(out, "checkpoint of step %d not written: the step was not finite\n", i);
+            } else {
+                rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, saved_path, err);
+                if (!rc) fprintf(out, "checkpoint: %s\n", saved_path);
+                if (!rc) saved = i;
+            }
         }
+        /* Only between steps: a step is never cut in half. */
+        if (!rc && o && o->stop && *o->stop) stopped = i;
+        if (stopped) break;
     }
-    if (!rc && c->data.val) rc = hy_validate(rt, c, steps, out, log, err);
+    if (!rc && n_bad)
+        fprintf(out, "%d non-finite step%s skipped (train.on_nonfinite is \"skip\")\n", n_bad,
+                n_bad == 1 ? "" : "s");
+    if (!rc && !stopped && c->data.val) rc = hy_validate(rt, c, steps, out, log, err);
+    /* A request that came during the last step or the validation still
+     * gets its answer (the last step was saved already, when there is a
+     * checkpoint.dir, unless the run resumed at its end and took none). */
+    int last = stopped ? stopped : first <= steps ? steps : done;
+    if (!rc && o && o->stop && *o->stop)
+        rc = hy_stop(rt, c, last, saved == last ? saved_path : NULL, bad,
+                     *o->stop, out, err);
     hy_runtime_destroy(rt);
     if (log && fclose(log) != 0 && !rc)
         rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,

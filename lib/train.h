@@ -9,19 +9,35 @@
  * gradient norm, tokens/s, ms/step and the time left. With a JSON log file
  * it also writes one JSON object per step. Checkpoints go to
  * checkpoint.dir every checkpoint.every steps and after the last step;
- * `resume` continues a run from one (checkpoint.h).
+ * `resume` continues a run from one (checkpoint.h). A stop request (the
+ * CLI's SIGINT/SIGTERM) ends the run cleanly after the current step.
  */
 #ifndef HY_TRAIN_H
 #define HY_TRAIN_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "config.h"
 #include "error.h"
+#include "runtime.h"
 
 typedef struct {
     const char *log_json;   /* path of the per-step JSON log, or NULL */
     const char *resume;     /* checkpoint directory to continue from, or NULL */
+    /* A request to stop, or NULL (never). Read after every step; once it is
+     * non-zero the run stops there: it saves a checkpoint of that step
+     * (when checkpoint.dir is set and none was just saved), skips the
+     * validation loss, prints "stopped at step N because of SIG..." and
+     * returns HY_OK. The CLI's SIGINT/SIGTERM handler stores the signal's
+     * number here (so the line can name it) and exits 128 + that number. */
+    const volatile sig_atomic_t *stop;
+    /* Test hook, or NULL: called before every step with the runtime and
+     * the step about to run (1-based); a status other than HY_OK ends the
+     * run with it. The tests put a NaN into the weights for chosen steps
+     * through it (hy_runtime_write) to exercise train.on_nonfinite. */
+    int (*before_step)(hy_runtime *rt, int step, void *ctx, hy_error *err);
+    void *before_step_ctx;
 } hy_train_opts;
 
 int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *err);

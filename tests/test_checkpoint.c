@@ -5,7 +5,9 @@
  * tied-embedding replica, under 1F1B on 2 ranks, and under hanayo); a
  * checkpoint written by a process killed at random moments never leaves a
  * partial directory under a final name, and every checkpoint left behind
- * loads; bad checkpoints give clear errors.
+ * loads; a disk that fills up mid-save leaves the earlier checkpoints
+ * whole and no partial one, with an error naming checkpoint and file; bad
+ * checkpoints give clear errors.
  */
 #include "checkpoint.h"
 #include "config.h"
@@ -15,10 +17,12 @@
 #include "test.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -213,6 +217,105 @@ static void killed_writer(void) {
     hy_config_free(&c);
 }
 
+/* The names in dir other than "." and "..", sorted, joined by spaces. */
+static void listing(const char *d, char *out, size_t cap) {
+    struct dirent **names = NULL;
+    int n = scandir(d, &names, NULL, alphasort);
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        const char *s = names[i]->d_name;
+        if (strcmp(s, ".") != 0 && strcmp(s, "..") != 0) {
+            size_t used = strlen(out);
+            snprintf(out + used, cap - used, "%s%s", used ? " " : "", s);
+        }
+        free(names[i]);
+    }
+    free(names);
+}
+
+static size_t file_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (size_t)sb.st_size : 0;
+}
+
+/* A disk that fills up while a checkpoint is written. RLIMIT_FSIZE is the
+ * kernel's own limit on the size of any file this process writes: with
+ * SIGXFSZ ignored, the write that would pass it fails with EFBIG, exactly
+ * where a full disk fails with ENOSPC, with no root and no hook in the
+ * code under test (tests/test_disk_full.sh does the real ENOSPC on a small
+ * tmpfs where it may mount one). For limits that stop each file at a
+ * different point: the save fails as a runtime error naming the
+ * checkpoint, the file and the system's reason; the checkpoint directory
+ * holds exactly what it held before (no partial step, no temporary); the
+ * earlier checkpoint still loads and gives back the weights it saved; and
+ * once there is room again the same runtime saves fine. */
+static void disk_full(void) {
+    char ckdir[128], first[200], before[256], after[256];
+    snprintf(ckdir, sizeof ckdir, "%s/full", dir);
+    const char *one[] = { "schedule.kind=gpipe", "schedule.ranks=1" };
+    hy_config c;
+    hy_error err;
+    if (load(&c, ckdir, one, 2)) { CHECK(0); return; }
+    hy_runtime *rt = NULL, *back = NULL;
+    CHECK(hy_runtime_create(&rt, &c, &err) == HY_OK);
+    CHECK(run_steps(rt, 1) == 0);
+    CHECKF(hy_checkpoint_save(rt, &c, ckdir, first, &err) == HY_OK, "%s", err.msg);
+    size_t n_saved = 0, n_back = 0;
+    float *saved = snapshot(rt, &c, &n_saved);
+    char path[300];
+    snprintf(path, sizeof path, "%s/model.safetensors", first);
+    size_t model_bytes = file_size(path);
+    CHECK(model_bytes > 8192);
+    listing(ckdir, before, sizeof before);
+
+    struct rlimit old_lim;
+    struct sigaction ign = { .sa_handler = SIG_IGN }, old_act;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old_lim) == 0);
+    CHECK(sigaction(SIGXFSZ, &ign, &old_act) == 0);
+    /* Nothing fits; the header fits; half the weights; the weights but
+     * half the moments. */
+    const rlim_t limits[] = { 0, 4096, model_bytes / 2, model_bytes + model_bytes / 2 };
+    const char *const fails_in[] = { "model.safetensors", "model.safetensors",
+                                     "model.safetensors", "optimizer.safetensors" };
+    for (int i = 0; i < 4; i++) {
+        CHECK(run_steps(rt, 1) == 0);
+        struct rlimit lim = old_lim;
+        lim.rlim_cur = limits[i];
+        CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+        int rc = hy_checkpoint_save(rt, &c, ckdir, NULL, &err);
+        CHECK(setrlimit(RLIMIT_FSIZE, &old_lim) == 0);
+        char step_name[32];
+        snprintf(step_name, sizeof step_name, "step_%06d", i + 2);
+        CHECKF(rc == HY_ERR_RUNTIME, "limit %zu: save gave %d: %s", (size_t)limits[i], rc,
+               err.msg);
+        CHECKF(strstr(err.msg, step_name) && strstr(err.msg, fails_in[i]) &&
+                   strstr(err.msg, strerror(EFBIG)) && strstr(err.msg, "not saved"),
+               "limit %zu: the error should name %s, %s and say '%s': %s", (size_t)limits[i],
+               step_name, fails_in[i], strerror(EFBIG), err.msg);
+        listing(ckdir, after, sizeof after);
+        CHECKF(strcmp(before, after) == 0, "limit %zu: the directory held '%s', now '%s'",
+               (size_t)limits[i], before, after);
+    }
+    CHECK(sigaction(SIGXFSZ, &old_act, NULL) == 0);
+
+    /* The earlier checkpoint is whole: it loads, with the weights of step 1. */
+    CHECK(hy_runtime_create(&back, &c, &err) == HY_OK);
+    CHECKF(hy_checkpoint_load(back, &c, first, &err) == HY_OK, "%s", err.msg);
+    float *loaded = snapshot(back, &c, &n_back);
+    CHECK(saved && loaded && n_saved == n_back &&
+          memcmp(saved, loaded, n_saved * sizeof(float)) == 0);
+    hy_runtime_destroy(back);
+    /* With room again, the same run saves its current step. */
+    CHECKF(hy_checkpoint_save(rt, &c, ckdir, path, &err) == HY_OK, "%s", err.msg);
+    CHECK(strstr(path, "step_000005") != NULL);
+    listing(ckdir, after, sizeof after);
+    CHECKF(strcmp(after, "step_000001 step_000005") == 0, "after saving again: %s", after);
+    free(saved);
+    free(loaded);
+    hy_runtime_destroy(rt);
+    hy_config_free(&c);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/hy-ck-XXXXXX");
     if (!mkdtemp(dir)) { CHECK(0); return TEST_END("checkpoint"); }
@@ -229,6 +332,7 @@ int main(void) {
     resume_is_exact(f1, 2);
     resume_is_exact(f2, 3);
     bad_checkpoints();
+    disk_full();
     killed_writer();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

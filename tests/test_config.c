@@ -115,7 +115,7 @@ static void check_round_trip(scratch *s, const hy_config *c, const char *what) {
         CHECK(json_object_size(j) == 10);
         CHECK(json_object_size(json_object_get(j, "model")) == 6);
         CHECK(json_object_size(json_object_get(j, "schedule")) == 7);
-        CHECK(json_object_size(json_object_get(j, "train")) == 11);
+        CHECK(json_object_size(json_object_get(j, "train")) == 12);
         json_decref(j);
     }
     const char *path = scratch_file(s, "roundtrip.json", first);
@@ -483,6 +483,28 @@ static void test_reference(void) {
         "`backend`", "`devices` | `[]`", "`graph` | `true`", "`watchdog_s` | `60.0`",
     };
     for (int i = 0; i < NELEM(keys); i++) CHECKF(strstr(ref, keys[i]), "%s", keys[i]);
+    /* README's table of keys is this text: every row must be there as it
+     * is (the tests run from the repository root). */
+    FILE *f = fopen("README.md", "r");
+    CHECKF(f != NULL, "README.md not found (run from the repository root)");
+    char *readme = NULL;
+    size_t len = 0;
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        len = (size_t)ftell(f);
+        rewind(f);
+        readme = calloc(len + 1, 1);
+        if (readme && fread(readme, 1, len, f) != len) readme[0] = '\0';
+        fclose(f);
+    }
+    for (char *row = ref, *nl; readme && *row; row = nl + 1) {
+        nl = strchr(row, '\n');
+        if (!nl) break;
+        *nl = '\0';
+        CHECKF(strstr(readme, row), "README.md lacks this row of the config reference "
+               "(hy_config_reference): %s", row);
+    }
+    free(readme);
     free(ref);
 }
 

@@ -18,6 +18,9 @@
  *      bias) against bare cblas_sgemm calls doing the same products on one
  *      thread. Goal: the backend at >= 0.9x bare. Then attention, whole op
  *      against its per-head GEMMs alone, which says how much of it is GEMM.
+ *      Then, in a separate pass, each schedule's bubble measured by the
+ *      profiler (profile.h) beside the simulator's prediction from the
+ *      measured per-stage costs.
  *   3. Step-time breakdown, from the backend's op timing (backend.h,
  *      op_stats) over extra steps: per rank, the share of its time in
  *      GEMMs, attention, the other ops, copies, flag waits, and what no
@@ -48,6 +51,7 @@
 #include "data.h"
 #include "error.h"
 #include "plan.h"
+#include "profile.h"
 #include "rng.h"
 #include "runtime.h"
 #include "schedule.h"
@@ -61,6 +65,8 @@
 #define BENCH_WARMUP 2
 /* Steps with op timing on, after the timed ones, for the breakdown. */
 #define BENCH_STATS_STEPS 2
+/* Measured steps of each schedule's profile (bubble_check). */
+#define BENCH_PROFILE_STEPS 3
 /* Tokens in each synthetic shard; batches wrap around, so this only needs
  * to hold one step (the small model reads M*B*T+1 = 2049). */
 #define BENCH_SHARD_TOKENS (1 << 18)
@@ -385,6 +391,42 @@ static int model_run(bench_run *runs, int n, const char *shard, hy_error *err) {
     }
     if (rc) hy_error_prefix(err, "%s GPT, %s: ", runs[failed].model->name, runs[failed].label);
     for (int j = 0; j < n; j++) run_close(&runs[j]);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// Measured against predicted bubble: `hanayo profile` of each schedule
+
+/* For every schedule of the model: the bubble measured from the clock
+ * stamps around every action, beside the simulator's prediction from the
+ * measured per-stage costs and the uniform-cost ideal (profile.h defines
+ * all three). Printed only: a separate pass after the timed steps, so the
+ * stamps never touch the throughput figures. */
+static int bubble_check(const bench_run *runs, int n, const char *shard, hy_error *err) {
+    printf("  measured vs predicted bubble (hanayo profile: %d warm-up + %d measured steps each)\n",
+           HY_PROFILE_WARMUP, BENCH_PROFILE_STEPS);
+    printf("  %-16s %10s %10s %10s %12s %12s\n", "schedule", "measured", "predicted", "ideal",
+           "makespan ms", "predicted ms");
+    int rc = HY_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        hy_config c;
+        hy_config_init(&c);
+        rc = config_make(&c, runs[i].model, &runs[i].sched, shard, err);
+        hy_profile p;
+        hy_profile_opts o;
+        hy_profile_opts_init(&o);
+        o.steps = BENCH_PROFILE_STEPS;
+        if (!rc) rc = hy_profile_run(&p, &c, &o, err);
+        if (!rc) {
+            printf("  %-16s %9.1f%% %9.1f%% %9.1f%% %12.1f %12.1f\n", runs[i].label,
+                   100 * p.bubble, 100 * p.pred_bubble, 100 * p.ideal_bubble, p.makespan,
+                   p.pred_makespan);
+            hy_profile_free(&p);
+        } else {
+            hy_error_prefix(err, "profile of %s: ", runs[i].label);
+        }
+        hy_config_free(&c);
+    }
     return rc;
 }
 
@@ -886,6 +928,8 @@ int main(int argc, char **argv) {
         for (int j = first; j < n_runs; j++)
             runs[j].vs_1f1b = base >= 0 ? runs[j].tokens_per_s / runs[base].tokens_per_s : 0;
         print_throughput(&runs[first], n_runs - first);
+        fflush(stdout);
+        rc = bubble_check(&runs[first], n_runs - first, data.path[i], &err);
         fflush(stdout);
     }
     data_remove(&data);

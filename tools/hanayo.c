@@ -6,11 +6,13 @@
  * result to one library entry point. Nothing below this file prints or
  * exits: errors come back as hy_error values and main() prints the one
  * message, "hanayo: <message>", and exits with its status — 0 success,
- * 1 runtime failure, 2 bad input.
+ * 1 runtime failure, 2 bad input; 130 or 143 when SIGINT or SIGTERM
+ * stopped a training run (see catch_stop_signals).
  */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +23,11 @@
 #include "data.h"
 #include "error.h"
 #include "plan.h"
+#include "profile.h"
 #include "schedule.h"
 #include "suggest.h"
 #include "train.h"
+#include "tune.h"
 #include "version.h"
 
 static const char usage_main[] =
@@ -40,7 +44,9 @@ static const char usage_main[] =
     "  plan    CONFIG | --schedule K --ranks P --micro-batches M [...]\n"
     "          show a schedule: timeline, bubble, memory, transfers\n"
     "  profile CONFIG [--steps N] [--out DIR]\n"
-    "          time every action on the device           (not available yet)\n"
+    "          time every action of every rank: trace, measured vs predicted bubble\n"
+    "  tune    CONFIG [--steps N] [--apply OUT.json]\n"
+    "          measure, then search schedule, W, M and layer split by simulation\n"
     "  check   CONFIG [--set key=value]...\n"
     "          validate a config and print it resolved, as JSON\n"
     "  data    synth --out F --tokens N --vocab V [--seed S] | info SHARD\n"
@@ -50,7 +56,8 @@ static const char usage_main[] =
     "\n"
     "  --version  print the version and the compiled backends\n"
     "\n"
-    "Exit status: 0 success, 1 runtime failure, 2 bad input.\n";
+    "Exit status: 0 success, 1 runtime failure, 2 bad input; train stopped\n"
+    "by SIGINT or SIGTERM: 130 or 143.\n";
 
 static const char usage_plan[] =
     "usage: hanayo plan [CONFIG] [options]\n"
@@ -69,6 +76,10 @@ static const char usage_plan[] =
     "  --fwd-cost F        time of one stage's forward (default 1)\n"
     "  --bwd-cost B        time of one stage's backward (default 2)\n"
     "  --comm-cost C       time of one cross-rank transfer (default 0)\n"
+    "  --costs FILE        measured costs (ms) from hanayo profile's summary.json:\n"
+    "                      its per-stage F and B and transfer cost; with\n"
+    "                      --compare every schedule priced from its per-layer\n"
+    "                      costs, each with the split the runtime would use\n"
     "  --json              print the plan as JSON instead of the timeline\n"
     "  --svg FILE          also draw the timeline as an SVG into FILE\n"
     "  --compare           one table of all four schedules at this P and M\n"
@@ -90,7 +101,12 @@ static const char usage_train[] =
     "  --resume DIR      continue from a checkpoint directory (step_NNNNNN)\n"
     "\n"
     "Checkpoints go to checkpoint.dir every checkpoint.every steps and after\n"
-    "the last step; resuming continues bit for bit on the same rank layout.\n";
+    "the last step; resuming continues bit for bit on the same rank layout.\n"
+    "\n"
+    "SIGINT (Ctrl-C) or SIGTERM stops the run after the current step: it\n"
+    "saves a checkpoint (with a checkpoint.dir), says where it stopped and\n"
+    "exits with status 130 (SIGINT) or 143 (SIGTERM). A second signal ends\n"
+    "it at once.\n";
 
 static const char usage_eval[] =
     "usage: hanayo eval CONFIG [--init WEIGHTS.safetensors] [--data SHARD]\n"
@@ -138,6 +154,53 @@ static const char usage_data[] =
     "is below 4096).\n"
     "  --vocab V           also check every id is below V (exit 2 if not)\n"
     "  --json              print one JSON line instead\n";
+
+static const char usage_profile[] =
+    "usage: hanayo profile CONFIG [--steps N] [--out DIR] [--set key=value]...\n"
+    "\n"
+    "Trains 2 warm-up steps (the eager one and the recorded one), then N\n"
+    "measured steps with a clock stamp around every action of every rank:\n"
+    "its start, its input received, its compute done, its output sent. Prints\n"
+    "per rank compute / copy / wait / blocked / tail / idle time, per stage\n"
+    "the measured F and B cost, and the measured bubble beside the simulator's\n"
+    "prediction from those costs and the uniform-cost ideal.\n"
+    "Writes into DIR (default profile/<config name>; created):\n"
+    "  trace.json     Chrome trace: one track per rank, an event per action,\n"
+    "                 waits, transfers as arrows (Perfetto, chrome://tracing)\n"
+    "  summary.json   every figure, per-stage and per-layer costs; feed it to\n"
+    "                 hanayo plan --costs\n"
+    "  timeline.svg   the last measured step, drawn like hanayo plan --svg\n"
+    "  bars.svg       per rank, where the step goes\n"
+    "\n"
+    "  --steps N           measured steps, 1..1000 (default 5)\n"
+    "  --out DIR           where the files go\n"
+    "  --set key=value     override a config key, e.g. schedule.micro_batches=16\n"
+    "  --slow-stage S:SEC  test hook: every action of stage S first holds its\n"
+    "                      rank for SEC seconds (0..60), as a slower stage would\n";
+
+static const char usage_tune[] =
+    "usage: hanayo tune CONFIG [--steps N] [--top K] [--apply OUT.json]\n"
+    "                   [--memory-gb G] [--schedule K] [--set key=value]...\n"
+    "\n"
+    "Profiles CONFIG briefly (as hanayo profile, writing no files), fits a\n"
+    "per-layer cost model to the measured stage costs (a layer's F and B, what\n"
+    "the first and the last stage cost beyond their layers, a transfer), and\n"
+    "searches with the simulator: schedule (gpipe, 1f1b, interleaved v = 2..4,\n"
+    "hanayo W = 1..4), micro-batches M = P, 2P, .. 8P, and the layer split.\n"
+    "Candidates over the memory budget are dropped. M changes the tokens per\n"
+    "step, so candidates are ranked by predicted time per token; each schedule\n"
+    "is shown by its best M and split, beside the config as it is.\n"
+    "\n"
+    "  --steps N           measured steps, 1..1000 (default 5)\n"
+    "  --top K             print the best K schedules, 1..100 (default 5)\n"
+    "  --apply OUT.json    write CONFIG with the best candidate's schedule.kind,\n"
+    "                      waves or chunks, micro_batches and split (--set\n"
+    "                      values are measured with but not written)\n"
+    "  --memory-gb G       memory per rank in GiB (default: the GPU's memory,\n"
+    "                      or on the CPU the host's memory over the ranks)\n"
+    "  --schedule K        search only this schedule\n"
+    "  --set key=value     override a config key for the measurement\n"
+    "  --slow-stage S:SEC  test hook, as in hanayo profile\n";
 
 /* ------------------------------------------------------------------------
  * Argument reading
@@ -254,7 +317,7 @@ static int take_config(const args *a, const char **config, hy_error *err) {
 static const char *const plan_flags[] = {
     "--schedule", "--ranks", "--micro-batches", "--waves", "--chunks",
     "--fwd-cost", "--bwd-cost", "--comm-cost", "--json", "--svg",
-    "--compare", "--set", "--width", "--color", "--help", NULL};
+    "--compare", "--set", "--width", "--color", "--costs", "--help", NULL};
 
 static int plan_color(const char *when, int *color, hy_error *err) {
     if (strcmp(when, "always") == 0) *color = 1;
@@ -282,6 +345,7 @@ static int plan_flag(args *a, hy_plan_request *rq, const char **sets,
     if ((st = flag_value(a, !strcmp(f, "--set") ? "schedule.waves=2"
                            : !strcmp(f, "--schedule") ? "hanayo"
                            : !strcmp(f, "--svg") ? "plan.svg"
+                           : !strcmp(f, "--costs") ? "profile/tiny-gpt/summary.json"
                            : !strcmp(f, "--color") ? "never" : "4",
                          &v, err)) != HY_OK)
         return st;
@@ -304,6 +368,11 @@ static int plan_flag(args *a, hy_plan_request *rq, const char **sets,
         return HY_OK;
     }
     if (!strcmp(f, "--color")) return (*color = v, HY_OK);
+    if (!strcmp(f, "--costs")) {
+        if (!*v) return hy_fail(err, HY_ERR_INPUT, "--costs needs a file: a profile's summary.json");
+        rq->costs = v;
+        return HY_OK;
+    }
     sets[rq->n_sets++] = v;   /* --set; the config checks key and value */
     return HY_OK;
 }
@@ -465,6 +534,127 @@ static int cmd_data(args *a, hy_error *err) {
 }
 
 /* ------------------------------------------------------------------------
+ * hanayo profile and hanayo tune
+ * ------------------------------------------------------------------------ */
+
+static const char *const profile_flags[] = {
+    "--steps", "--out", "--set", "--slow-stage", "--help", NULL};
+static const char *const tune_flags[] = {
+    "--steps", "--top", "--apply", "--memory-gb", "--schedule", "--set", "--slow-stage",
+    "--help", NULL};
+
+/* --slow-stage S:SECONDS, the test hook (runtime.h, hy_runtime_slow_stage). */
+static int parse_slow_stage(const char *v, hy_profile_opts *o, hy_error *err) {
+    const char *colon = strchr(v, ':');
+    char stage[32];
+    if (!colon || (size_t)(colon - v) >= sizeof stage)
+        return hy_fail(err, HY_ERR_INPUT, "--slow-stage: '%s' is not STAGE:SECONDS, e.g. 0:0.02", v);
+    memcpy(stage, v, (size_t)(colon - v));
+    stage[colon - v] = '\0';
+    int st = parse_int("--slow-stage", stage, 0, 64 * HY_MAX_RANKS, &o->slow_stage, err);
+    if (st == HY_OK) st = parse_cost("--slow-stage", colon + 1, &o->slow_seconds, err);
+    if (st == HY_OK && o->slow_seconds >= 60)
+        st = hy_fail(err, HY_ERR_INPUT, "--slow-stage: %s seconds is out of range; give less "
+                     "than 60", colon + 1);
+    return st;
+}
+
+/* The flags profile and tune share (not --help). 1 in *taken when f was
+ * one of them. */
+static int measure_flag(args *a, const char **sets, int *n_sets, hy_profile_opts *o,
+                        int *taken, hy_error *err) {
+    const char *f = a->flag, *v = NULL;
+    int st;
+    *taken = 1;
+    if (!strcmp(f, "--steps")) {
+        if ((st = flag_value(a, "5", &v, err)) != HY_OK) return st;
+        return parse_int(f, v, 1, 1000, &o->steps, err);
+    }
+    if (!strcmp(f, "--slow-stage")) {
+        if ((st = flag_value(a, "0:0.02", &v, err)) != HY_OK) return st;
+        return parse_slow_stage(v, o, err);
+    }
+    if (!strcmp(f, "--set")) {
+        if ((st = flag_value(a, "schedule.micro_batches=16", &v, err)) != HY_OK) return st;
+        sets[(*n_sets)++] = v;
+        return HY_OK;
+    }
+    *taken = 0;
+    return HY_OK;
+}
+
+static int cmd_profile(args *a, hy_error *err) {
+    const char **sets = malloc(sizeof *sets * (size_t)a->argc);
+    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    hy_profile_request rq = { .config = NULL, .sets = sets, .n_sets = 0, .out = NULL };
+    hy_profile_opts_init(&rq.opts);
+    int help = 0, st = HY_OK, taken = 0;
+    for (; st == HY_OK && a->i < a->argc; a->i++) {
+        if (!read_flag(a)) st = take_config(a, &rq.config, err);
+        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
+        else if ((st = measure_flag(a, sets, &rq.n_sets, &rq.opts, &taken, err)) != HY_OK || taken) continue;
+        else if (strcmp(a->flag, "--out") != 0) st = unknown_flag(a, profile_flags, err);
+        else if ((st = flag_value(a, "profile/tiny-gpt", &rq.out, err)) == HY_OK && !*rq.out)
+            st = hy_fail(err, HY_ERR_INPUT, "--out needs a directory name");
+    }
+    if (st == HY_OK && help) fputs(usage_profile, stdout);
+    else if (st == HY_OK && !rq.config)
+        st = hy_fail(err, HY_ERR_INPUT, "profile needs a config file: hanayo profile CONFIG "
+                     "[--steps N] [--out DIR]");
+    else if (st == HY_OK) st = hy_profile_cmd(&rq, stdout, err);
+    free(sets);
+    return st;
+}
+
+/* One flag of tune's own (not the shared ones, not --help). */
+static int tune_flag(args *a, hy_tune_request *rq, hy_error *err) {
+    const char *f = a->flag, *v = NULL;
+    int st;
+    if (!member(f, tune_flags)) return unknown_flag(a, tune_flags, err);
+    if ((st = flag_value(a, !strcmp(f, "--apply") ? "tuned.json"
+                          : !strcmp(f, "--schedule") ? "hanayo" : "4", &v, err)) != HY_OK)
+        return st;
+    if (!strcmp(f, "--top")) return parse_int(f, v, 1, 100, &rq->top, err);
+    if (!strcmp(f, "--memory-gb")) {
+        st = parse_cost(f, v, &rq->memory_gb, err);
+        if (st == HY_OK && !(rq->memory_gb > 0))
+            st = hy_fail(err, HY_ERR_INPUT, "--memory-gb: give a size above 0, e.g. 80");
+        return st;
+    }
+    if (!strcmp(f, "--schedule")) {
+        hy_sched_kind k;
+        st = hy_sched_parse(v, &k, err);
+        if (st == HY_OK) rq->kinds = 1u << k;
+        return st;
+    }
+    if (!*v) return hy_fail(err, HY_ERR_INPUT, "--apply needs a file name");
+    rq->apply = v;
+    return HY_OK;
+}
+
+static int cmd_tune(args *a, hy_error *err) {
+    const char **sets = malloc(sizeof *sets * (size_t)a->argc);
+    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    hy_tune_request rq;
+    hy_tune_request_init(&rq);
+    rq.sets = sets;
+    int help = 0, st = HY_OK, taken = 0;
+    for (; st == HY_OK && a->i < a->argc; a->i++) {
+        if (!read_flag(a)) st = take_config(a, &rq.config, err);
+        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
+        else if ((st = measure_flag(a, sets, &rq.n_sets, &rq.profile, &taken, err)) != HY_OK || taken) continue;
+        else st = tune_flag(a, &rq, err);
+    }
+    if (st == HY_OK && help) fputs(usage_tune, stdout);
+    else if (st == HY_OK && !rq.config)
+        st = hy_fail(err, HY_ERR_INPUT, "tune needs a config file: hanayo tune CONFIG "
+                     "[--steps N] [--apply OUT.json]");
+    else if (st == HY_OK) st = hy_tune_cmd(&rq, stdout, err);
+    free(sets);
+    return st;
+}
+
+/* ------------------------------------------------------------------------
  * The command table
  * ------------------------------------------------------------------------ */
 
@@ -472,11 +662,48 @@ static int cmd_help(args *a, hy_error *err);
 
 static const char *const train_flags[] = {"--set", "--log-json", "--resume", "--help", NULL};
 
+/* SIGINT and SIGTERM during `train`: the handler only records the signal;
+ * hy_train sees it after the current step, saves a checkpoint and returns,
+ * and main exits with 128 + the signal's number (130, 143), as a shell
+ * reports a process the signal ended. The handler also puts both signals
+ * back to their default action, so a second one while the run winds down
+ * (a checkpoint of a large model takes a while) ends the process at once;
+ * the checkpoint being written then is lost whole (atomicfile.h), never
+ * half-written. The only global state in the program, as a handler
+ * needs. */
+static volatile sig_atomic_t stop_signal;
+static int stop_caught[2];   /* whether SIGINT, SIGTERM got the handler; set before it runs */
+
+static void on_stop_signal(int sig) {
+    stop_signal = sig;
+    struct sigaction dfl = { .sa_handler = SIG_DFL };   /* sigaction is async-signal-safe */
+    if (stop_caught[0]) sigaction(SIGINT, &dfl, NULL);
+    if (stop_caught[1]) sigaction(SIGTERM, &dfl, NULL);
+}
+
+/* A signal ignored when we start (a script's background job ignores
+ * SIGINT; a supervisor may ignore both) stays ignored: whoever started us
+ * chose that. Both are blocked while the handler runs, so the second
+ * signal always meets the default action. SA_RESTART: the rank threads'
+ * waits and the file writes carry on as if nothing happened. */
+static void catch_stop_signals(void) {
+    const int sigs[2] = { SIGINT, SIGTERM };
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old, sa = { .sa_handler = on_stop_signal, .sa_flags = SA_RESTART };
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+        sigemptyset(&sa.sa_mask);
+        sigaddset(&sa.sa_mask, SIGINT);
+        sigaddset(&sa.sa_mask, SIGTERM);
+        stop_caught[i] = 1;
+        if (sigaction(sigs[i], &sa, NULL) != 0) stop_caught[i] = 0;
+    }
+}
+
 static int cmd_train(args *a, hy_error *err) {
     const char **sets = malloc(sizeof *sets * (size_t)a->argc);
     if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     const char *config = NULL, *v = NULL;
-    hy_train_opts opts = { NULL, NULL };
+    hy_train_opts opts = { .log_json = NULL, .resume = NULL, .stop = &stop_signal };
     int n_sets = 0, help = 0, st = HY_OK;
     for (; st == HY_OK && a->i < a->argc; a->i++) {
         if (!read_flag(a)) st = take_config(a, &config, err);
@@ -496,6 +723,7 @@ static int cmd_train(args *a, hy_error *err) {
         hy_config c;
         hy_config_init(&c);
         st = hy_config_load(&c, config, sets, n_sets, err);
+        if (st == HY_OK) catch_stop_signals();
         if (st == HY_OK) st = hy_train(&c, &opts, stdout, err);
         hy_config_free(&c);
     }
@@ -549,11 +777,6 @@ static int cmd_eval(args *a, hy_error *err) {
     return st;
 }
 
-static int cmd_not_yet(args *a, hy_error *err) {
-    return hy_fail(err, HY_ERR_RUNTIME, "'%s' is not available yet in this "
-                   "version", a->cmd);
-}
-
 static int cmd_version(args *a, hy_error *err) {
     (void)a;
     (void)err;
@@ -568,13 +791,14 @@ typedef struct {
 
 static const command commands[] = {
     {"train", cmd_train},   {"eval", cmd_eval},  {"plan", cmd_plan},
-    {"profile", cmd_not_yet}, {"check", cmd_check},   {"data", cmd_data},
+    {"profile", cmd_profile}, {"tune", cmd_tune},     {"check", cmd_check},
+    {"data", cmd_data},
     {"help", cmd_help},       {"--help", cmd_help},   {"-h", cmd_help},
     {"--version", cmd_version},
 };
 
 static const char *const command_names[] = {
-    "train", "eval", "plan", "profile", "check", "data", "help", "--version",
+    "train", "eval", "plan", "profile", "tune", "check", "data", "help", "--version",
     NULL};
 
 static int cmd_help(args *a, hy_error *err) {
@@ -582,6 +806,8 @@ static int cmd_help(args *a, hy_error *err) {
     if (!strcmp(a->cmd, "help") && a->i < a->argc) topic = a->argv[a->i];
     if (!topic) fputs(usage_main, stdout);
     else if (!strcmp(topic, "plan")) fputs(usage_plan, stdout);
+    else if (!strcmp(topic, "profile")) fputs(usage_profile, stdout);
+    else if (!strcmp(topic, "tune")) fputs(usage_tune, stdout);
     else if (!strcmp(topic, "check")) fputs(usage_check, stdout);
     else if (!strcmp(topic, "data")) fputs(usage_data, stdout);
     else if (member(topic, command_names)) fputs(usage_main, stdout);
@@ -615,5 +841,7 @@ int main(int argc, char **argv) {
         status = hy_fail(&err, HY_ERR_RUNTIME, "cannot write to standard "
                          "output: %s", strerror(errno ? errno : EIO));
     if (status != HY_OK) fprintf(stderr, "hanayo: %s\n", err.msg);
+    /* train stopped early on a signal and said so on stdout. */
+    else if (stop_signal) status = 128 + stop_signal;
     return status;
 }

@@ -1,0 +1,1271 @@
+/*
+ * profile.c — see profile.h.
+ *
+ * Sections: the cost model; measuring (running the steps, turning each
+ * step's stamps into action times, accumulating); the results (per stage,
+ * per rank, the prediction); the outputs (trace.json, summary.json, the
+ * two SVGs, the printed table, writing them into a directory); reading
+ * summary.json back.
+ */
+#include "profile.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "atomicfile.h"
+#include "mailbox.h"
+#include "model.h"
+#include "plan.h"
+#include "runtime.h"
+
+/* ------------------------------------------------------------------------
+ * The cost model
+ * ------------------------------------------------------------------------ */
+
+/* The per-layer cost of one direction (see hy_cost_model_fit in
+ * profile.h). */
+static double fit_layer(const double *c, const int *n, int S, double head_units) {
+    double sum = 0;
+    int layers = 0;
+    for (int s = 1; s < S - 1; s++) {
+        sum += c[s];
+        layers += n[s];
+    }
+    if (layers > 0) return sum / layers;
+    /* No inner stage with layers: the cheaper of the two ends, per layer,
+     * is taken as the one carrying nothing extra. */
+    double best = -1;
+    if (S > 1 && n[0] > 0) best = c[0] / n[0];
+    double last_units = n[S - 1] + head_units;
+    if (last_units > 0) {
+        double v = c[S - 1] / last_units;
+        if (best < 0 || v < best) best = v;
+    }
+    return best > 0 ? best : 0;
+}
+
+static void fit_direction(const double *c, const int *n, int S, double head_units,
+                          double *layer, double *first, double *last) {
+    *layer = fit_layer(c, n, S, head_units);
+    *first = S > 1 ? fmax(0, c[0] - *layer * n[0]) : 0;
+    *last = fmax(0, c[S - 1] - *layer * n[S - 1]);
+}
+
+void hy_cost_model_fit(hy_cost_model *m, const double *fwd, const double *bwd,
+                       const int *n_layers, int S, double head_units, double comm) {
+    memset(m, 0, sizeof *m);
+    fit_direction(fwd, n_layers, S, head_units, &m->layer_fwd, &m->first_fwd, &m->last_fwd);
+    fit_direction(bwd, n_layers, S, head_units, &m->layer_bwd, &m->first_bwd, &m->last_bwd);
+    m->comm = comm;
+}
+
+void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,
+                          double *fwd, double *bwd) {
+    for (int s = 0; s < S; s++) {
+        fwd[s] = m->layer_fwd * n_layers[s];
+        bwd[s] = m->layer_bwd * n_layers[s];
+        if (s == 0 && S > 1) {
+            fwd[s] += m->first_fwd;
+            bwd[s] += m->first_bwd;
+        }
+        if (s == S - 1) {
+            fwd[s] += m->last_fwd;
+            bwd[s] += m->last_bwd;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The simulator with the runtime's mailbox slots
+ * ------------------------------------------------------------------------ */
+
+static int sim_result_alloc(hy_sim_result *r, const hy_schedule *s) {
+    memset(r, 0, sizeof *r);
+    r->ranks = s->ranks;
+    r->busy = calloc((size_t)s->ranks, sizeof(double));
+    r->peak_activations = calloc((size_t)s->ranks, sizeof(int));
+    r->start = calloc((size_t)s->ranks, sizeof(double *));
+    r->end = calloc((size_t)s->ranks, sizeof(double *));
+    if (!r->busy || !r->peak_activations || !r->start || !r->end) return -1;
+    for (int i = 0; i < s->ranks; i++) {
+        r->start[i] = calloc((size_t)s->n_actions[i] + 1, sizeof(double));
+        r->end[i] = calloc((size_t)s->n_actions[i] + 1, sizeof(double));
+        if (!r->start[i] || !r->end[i]) return -1;
+    }
+    return 0;
+}
+
+/* The cross-rank edge action a sends its output over, or NULL. */
+static const hy_edge *output_edge(const hy_mailbox *mb, const hy_schedule *s, const hy_action *a) {
+    int to = a->op == HY_FWD ? a->stage + 1 : a->stage - 1;
+    if (to < 0 || to >= s->stages) return NULL;
+    const hy_edge *e = &mb->edges[(a->op == HY_FWD ? mb->into_fwd : mb->into_bwd)[to]];
+    return e->local ? NULL : e;
+}
+
+/* prev[(op * M + m) * S + s]: the message that held the slot before the
+ * one F or B (m, s) sends (in its producer's list order, the order the
+ * flags enforce), or -1 when it is the slot's first or the edge is local. */
+static int slot_predecessors(const hy_mailbox *mb, const hy_schedule *s, int *prev) {
+    int M = s->micro_batches, S = s->stages;
+    int *last = malloc((size_t)M * sizeof *last);
+    if (!last) return -1;
+    for (size_t i = 0; i < 2 * (size_t)M * S; i++) prev[i] = -1;
+    for (int k = 0; k < mb->n_edges; k++) {
+        const hy_edge *e = &mb->edges[k];
+        if (e->local) continue;
+        for (int j = 0; j < e->slots; j++) last[j] = -1;
+        const hy_action *list = s->actions[e->from_rank];
+        for (int i = 0; i < s->n_actions[e->from_rank]; i++) {
+            if (list[i].op != e->dir || list[i].stage != e->from_stage) continue;
+            int m = list[i].mb, slot = e->slot_of[m];
+            prev[((size_t)e->dir * M + m) * S + e->from_stage] = last[slot];
+            last[slot] = m;
+        }
+    }
+    free(last);
+    return 0;
+}
+
+/* When a's inputs are all on rank r (hand-over ends in fend/bend, plus c
+ * across ranks), or -1 if one has not been made yet. As in sim.c. */
+static double inputs_ready(const hy_schedule *s, const hy_costs *c, const double *fend,
+                           const double *bend, const hy_action *a, int r) {
+    int S = s->stages, m = a->mb, st = a->stage;
+    if (a->op == HY_FWD) {
+        if (st == 0) return 0;
+        double t = fend[m * S + st - 1];
+        if (t < 0) return -1;
+        return s->placement[st - 1] != r ? t + c->comm : t;
+    }
+    double t = fend[m * S + st];
+    if (t < 0) return -1;
+    if (st + 1 < S) {
+        double u = bend[m * S + st + 1];
+        if (u < 0) return -1;
+        if (s->placement[st + 1] != r) u += c->comm;
+        if (u > t) t = u;
+    }
+    return t;
+}
+
+int hy_simulate_mailboxes(const hy_schedule *s, const hy_costs *c, hy_sim_result *r,
+                          hy_error *err) {
+    hy_mailbox mb;
+    int rc = hy_mailbox_plan(&mb, s, err);   /* also checks the schedule runs */
+    if (rc) {
+        memset(r, 0, sizeof *r);
+        return rc;
+    }
+    /* Costs are checked by a plain simulation first: the same errors. */
+    rc = hy_simulate(s, c, r, err);
+    hy_sim_result_free(r);
+    int P = s->ranks, S = s->stages, M = s->micro_batches;
+    size_t MS = (size_t)M * S;
+    double *fend = malloc(2 * MS * sizeof(double)), *free_at = calloc((size_t)P, sizeof(double));
+    int *prev = malloc(2 * MS * sizeof(int)), *next = calloc((size_t)P, sizeof(int));
+    int *live = calloc((size_t)P, sizeof(int));
+    if (!rc && (!fend || !free_at || !prev || !next || !live || sim_result_alloc(r, s) != 0 ||
+                slot_predecessors(&mb, s, prev) != 0))
+        rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
+    double *bend = fend ? fend + MS : NULL;
+    int remaining = 0;
+    for (size_t i = 0; !rc && i < 2 * MS; i++) fend[i] = -1;
+    for (int k = 0; !rc && k < P; k++) remaining += s->n_actions[k];
+    while (!rc && remaining > 0) {
+        int progressed = 0;
+        for (int k = 0; k < P; k++) {
+            while (next[k] < s->n_actions[k]) {
+                const hy_action *a = &s->actions[k][next[k]];
+                double t = inputs_ready(s, c, fend, bend, a, k);
+                if (t < 0) break;
+                if (t < free_at[k]) t = free_at[k];
+                double d = a->op == HY_FWD ? (c->fwd_stage ? c->fwd_stage[a->stage] : c->fwd)
+                                           : (c->bwd_stage ? c->bwd_stage[a->stage] : c->bwd);
+                double done = t + d;
+                const hy_edge *e = output_edge(&mb, s, a);
+                int before = prev[((size_t)a->op * M + a->mb) * S + a->stage];
+                if (e && before >= 0) {
+                    double released = bend[(size_t)before * S + e->to_stage];
+                    if (released < 0) break;   /* its slot is still taken */
+                    if (released > done) done = released;
+                }
+                (a->op == HY_FWD ? fend : bend)[(size_t)a->mb * S + a->stage] = done;
+                r->start[k][next[k]] = t;
+                r->end[k][next[k]] = done;
+                r->busy[k] += d;
+                free_at[k] = done;
+                live[k] += a->op == HY_FWD ? 1 : -1;
+                if (live[k] > r->peak_activations[k]) r->peak_activations[k] = live[k];
+                next[k]++;
+                remaining--;
+                progressed = 1;
+            }
+        }
+        /* Cannot happen: the slot plan's replay is a witness against it. */
+        if (!progressed)
+            rc = hy_fail(err, HY_ERR_RUNTIME, "the schedule deadlocks on its mailbox slots "
+                         "(a bug in the slot plan)");
+    }
+    if (!rc) {
+        double busy = 0;
+        for (int k = 0; k < P; k++) {
+            if (free_at[k] > r->makespan) r->makespan = free_at[k];
+            busy += r->busy[k];
+        }
+        r->bubble = r->makespan > 0 ? 1.0 - busy / (P * r->makespan) : 0.0;
+        r->transfers = hy_schedule_transfers(s);
+    } else {
+        hy_sim_result_free(r);   /* safe on a part-built result */
+    }
+    free(fend);
+    free(free_at);
+    free(prev);
+    free(next);
+    free(live);
+    hy_mailbox_free(&mb);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Measuring
+ * ------------------------------------------------------------------------ */
+
+void hy_profile_opts_init(hy_profile_opts *o) {
+    o->steps = 5;
+    o->slow_stage = -1;
+    o->slow_seconds = 0;
+}
+
+/* One measured step's times. */
+typedef struct {
+    hy_action_time **t;   /* [ranks][n_actions] */
+    double *iter_start;   /* [ranks] */
+    double *tail_at;      /* [ranks * 3] */
+} step_times;
+
+static void step_free(step_times *st, int ranks) {
+    if (st->t)
+        for (int r = 0; r < ranks; r++) free(st->t[r]);
+    free(st->t);
+    free(st->iter_start);
+    free(st->tail_at);
+    memset(st, 0, sizeof *st);
+}
+
+static int step_alloc(step_times *st, const hy_schedule *s) {
+    memset(st, 0, sizeof *st);
+    st->t = calloc((size_t)s->ranks, sizeof *st->t);
+    st->iter_start = calloc((size_t)s->ranks, sizeof(double));
+    st->tail_at = calloc(3 * (size_t)s->ranks, sizeof(double));
+    if (!st->t || !st->iter_start || !st->tail_at) return -1;
+    for (int r = 0; r < s->ranks; r++) {
+        st->t[r] = calloc((size_t)s->n_actions[r] + 1, sizeof **st->t);
+        if (!st->t[r]) return -1;
+    }
+    return 0;
+}
+
+void hy_profile_free(hy_profile *p) {
+    if (!p) return;
+    step_times last = { p->last, p->iter_start, p->tail_at };
+    step_free(&last, p->sched.ranks);
+    free(p->copy);
+    free(p->stage);
+    free(p->rank);
+    free(p->n_layers);
+    hy_schedule_free(&p->sched);
+    memset(p, 0, sizeof *p);
+}
+
+/* Where each action sits: at[(op * M + m) * S + s] = its index in the list
+ * of rank placement[s]. */
+static int *action_index(const hy_schedule *s) {
+    size_t n = 2 * (size_t)s->micro_batches * (size_t)s->stages;
+    int *at = malloc(n * sizeof *at);
+    if (!at) return NULL;
+    for (int r = 0; r < s->ranks; r++)
+        for (int i = 0; i < s->n_actions[r]; i++) {
+            const hy_action *a = &s->actions[r][i];
+            at[((size_t)a->op * s->micro_batches + a->mb) * s->stages + a->stage] = i;
+        }
+    return at;
+}
+
+/* The action whose output action a takes as input, when it is on another
+ * rank: sets *pr, *pi and returns 1; 0 when the input is local or none. */
+static int remote_producer(const hy_schedule *s, const int *at, const hy_action *a, int rank,
+                           int *pr, int *pi) {
+    int ps = a->op == HY_FWD ? a->stage - 1 : a->stage + 1;
+    if (ps < 0 || ps >= s->stages || s->placement[ps] == rank) return 0;
+    *pr = s->placement[ps];
+    *pi = at[((size_t)a->op * s->micro_batches + a->mb) * s->stages + ps];
+    return 1;
+}
+
+/* When a remote input was there: the producer's "sent" or the consumer's
+ * "received", whichever is first (the flag is set between the two), and
+ * never before the producer computed it. */
+static double arrival_of(const hy_action_time *q, const hy_action_time *t) {
+    return fmax(fmin(q->sent, t->received), q->computed);
+}
+
+/* The stamps of one step (ns, per rank) → times in ms from its origin, the
+ * earliest iteration start over the ranks. */
+static int take_step(const hy_schedule *s, uint64_t *const *raw, const int *at, step_times *st,
+                     hy_error *err) {
+    int P = s->ranks;
+    uint64_t origin = raw[0][0];
+    for (int r = 0; r < P; r++) {
+        size_t n = 1 + 4 * (size_t)s->n_actions[r] + 3;
+        for (size_t k = 0; k < n; k++)
+            if (raw[r][k] == 0)
+                return hy_fail(err, HY_ERR_RUNTIME, "profile: rank %d recorded no stamp %zu "
+                               "in its iteration (the backend's timestamp did not run)", r, k);
+        if (raw[r][0] < origin) origin = raw[r][0];
+    }
+#define MS(x) ((double)((int64_t)((x) - origin)) / 1e6)
+    /* Each action's own stamps, kept in order (one clock, but the stamp
+     * ending one op and the one starting the next may tie). */
+    for (int r = 0; r < P; r++) {
+        st->iter_start[r] = MS(raw[r][0]);
+        for (int i = 0; i < s->n_actions[r]; i++) {
+            const uint64_t *k = &raw[r][1 + 4 * (size_t)i];
+            hy_action_time *t = &st->t[r][i];
+            t->start = MS(k[0]);
+            t->received = fmax(MS(k[1]), t->start);
+            t->computed = fmax(MS(k[2]), t->received);
+            t->sent = fmax(MS(k[3]), t->computed);
+            t->ready = t->start;
+            t->copied = t->sent;   /* until the copy times are known */
+        }
+        size_t tail = 1 + 4 * (size_t)s->n_actions[r];
+        for (int j = 0; j < 3; j++) st->tail_at[r * 3 + j] = MS(raw[r][tail + j]);
+    }
+#undef MS
+    for (int r = 0; r < P; r++)
+        for (int i = 0; i < s->n_actions[r]; i++) {
+            hy_action_time *t = &st->t[r][i];
+            int pr, pi;
+            if (remote_producer(s, at, &s->actions[r][i], r, &pr, &pi))
+                t->ready = fmin(fmax(t->start, arrival_of(&st->t[pr][pi], t)), t->computed);
+        }
+    return HY_OK;
+}
+
+/* The runtime runs exactly the lists the generator makes (a pure
+ * function); the copy kept here is checked against it all the same, since
+ * every stamp is indexed by it. */
+static int same_schedule(const hy_schedule *a, const hy_schedule *b) {
+    if (a->ranks != b->ranks || a->stages != b->stages || a->micro_batches != b->micro_batches)
+        return 0;
+    for (int r = 0; r < a->ranks; r++) {
+        if (a->n_actions[r] != b->n_actions[r]) return 0;
+        for (int i = 0; i < a->n_actions[r]; i++) {
+            const hy_action *x = &a->actions[r][i], *y = &b->actions[r][i];
+            if (x->op != y->op || x->mb != y->mb || x->stage != y->stage) return 0;
+        }
+    }
+    return 1;
+}
+
+/* The steps: warm-up, then measured, each one's stamps taken. */
+static int run_steps(hy_profile *p, hy_runtime *rt, const hy_profile_opts *o, step_times *steps,
+                     hy_error *err) {
+    const hy_schedule *s = &p->sched;
+    int P = s->ranks, rc = HY_OK;
+    int *at = action_index(s);
+    uint64_t **raw = calloc((size_t)P, sizeof *raw);
+    if (!at || !raw) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
+    for (int r = 0; !rc && r < P; r++) {
+        raw[r] = malloc(hy_runtime_stamp_count(rt, r) * sizeof **raw);
+        if (!raw[r]) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
+    }
+    double wall = 0, tokens = 0;
+    for (int k = 0; !rc && k < HY_PROFILE_WARMUP + o->steps; k++) {
+        hy_step_stats st;
+        rc = hy_runtime_step(rt, &st, err);
+        if (rc || k < HY_PROFILE_WARMUP) continue;
+        for (int r = 0; !rc && r < P; r++)
+            rc = hy_runtime_stamps(rt, r, raw[r], hy_runtime_stamp_count(rt, r), err);
+        if (!rc) rc = take_step(s, raw, at, &steps[k - HY_PROFILE_WARMUP], err);
+        wall += st.ms;
+        tokens = st.tokens;
+    }
+    if (!rc) {
+        p->wall_ms = wall / o->steps;
+        p->tokens = tokens;
+    }
+    if (raw)
+        for (int r = 0; r < P; r++) free(raw[r]);
+    free(raw);
+    free(at);
+    return rc;
+}
+
+/* The copy time of each (op, stage)'s output: the least send of it over
+ * every micro-batch and step. */
+static void copy_times(hy_profile *p, step_times *steps) {
+    const hy_schedule *s = &p->sched;
+    int S = s->stages;
+    for (int e = 0; e < 2 * S; e++) p->copy[e] = INFINITY;
+    for (int k = 0; k < p->steps; k++)
+        for (int r = 0; r < s->ranks; r++)
+            for (int i = 0; i < s->n_actions[r]; i++) {
+                const hy_action *a = &s->actions[r][i];
+                const hy_action_time *t = &steps[k].t[r][i];
+                double *c = &p->copy[a->op * S + a->stage];
+                if (t->sent - t->computed < *c) *c = t->sent - t->computed;
+            }
+    for (int k = 0; k < p->steps; k++)
+        for (int r = 0; r < s->ranks; r++)
+            for (int i = 0; i < s->n_actions[r]; i++) {
+                const hy_action *a = &s->actions[r][i];
+                hy_action_time *t = &steps[k].t[r][i];
+                t->copied = fmin(t->computed + p->copy[a->op * S + a->stage], t->sent);
+            }
+}
+
+/* Per stage and per rank means, the transfers, and each step's makespan
+ * and bubble. */
+static int measure(hy_profile *p, step_times *steps, hy_error *err) {
+    const hy_schedule *s = &p->sched;
+    int P = s->ranks, S = s->stages, M = s->micro_batches, n = p->steps;
+    double *xfer = calloc(2 * (size_t)S, sizeof(double));
+    int *xfer_n = calloc(2 * (size_t)S, sizeof(int)), *at = action_index(s);
+    if (!xfer || !xfer_n || !at) {
+        free(xfer);
+        free(xfer_n);
+        free(at);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
+    }
+    double comm = 0;
+    long comm_n = 0;
+    for (int st = 0; st < S; st++) {
+        hy_stage_cost *c = &p->stage[st];
+        memset(c, 0, sizeof *c);
+        c->rank = s->placement[st];
+        c->layers = p->n_layers[st];
+        c->fwd_copy = p->copy[st];
+        c->bwd_copy = p->copy[S + st];
+    }
+    for (int k = 0; k < n; k++) {
+        const step_times *sk = &steps[k];
+        double first = INFINITY, last = 0, busy = 0, step = 0;
+        for (int r = 0; r < P; r++) {
+            hy_rank_time *rt = &p->rank[r];
+            int na = s->n_actions[r];
+            for (int i = 0; i < na; i++) {
+                const hy_action *a = &s->actions[r][i];
+                const hy_action_time *t = &sk->t[r][i];
+                hy_stage_cost *c = &p->stage[a->stage];
+                double compute = t->computed - t->ready, blocked = t->sent - t->copied;
+                *(a->op == HY_FWD ? &c->fwd_compute : &c->bwd_compute) += compute / (M * n);
+                *(a->op == HY_FWD ? &c->fwd_blocked : &c->bwd_blocked) += blocked / (M * n);
+                rt->compute += compute / n;
+                rt->copy += (t->copied - t->computed) / n;
+                rt->wait += (t->ready - t->start) / n;
+                rt->blocked += blocked / n;
+                busy += t->copied - t->ready;
+                if (t->start < first) first = t->start;
+                if (t->copied > last) last = t->copied;
+                int pr, pi;
+                if (remote_producer(s, at, a, r, &pr, &pi)) {
+                    const hy_action_time *q = &sk->t[pr][pi];
+                    double arrival = arrival_of(q, t);
+                    int e = a->op * S + (a->op == HY_FWD ? a->stage - 1 : a->stage + 1);
+                    xfer[e] += arrival - q->computed;
+                    xfer_n[e]++;
+                    comm += fmax(0, arrival - q->sent);
+                    comm_n++;
+                }
+            }
+            double end = sk->tail_at[r * 3 + 2];
+            rt->tail += (end - (na > 0 ? sk->t[r][na - 1].sent : sk->iter_start[r])) / n;
+            if (end > step) step = end;
+        }
+        double makespan = last > first ? last - first : 0;
+        p->step_ms += step / n;
+        p->makespan += makespan / n;
+        p->bubble += (makespan > 0 ? 1.0 - busy / (P * makespan) : 0) / n;
+    }
+    for (int r = 0; r < P; r++) {
+        hy_rank_time *t = &p->rank[r];
+        t->idle = fmax(0, p->step_ms - t->compute - t->copy - t->wait - t->blocked - t->tail);
+    }
+    for (int st = 0; st < S; st++) {
+        hy_stage_cost *c = &p->stage[st];
+        c->fwd = c->fwd_compute + c->fwd_copy;
+        c->bwd = c->bwd_compute + c->bwd_copy;
+        c->fwd_transfer = xfer_n[st] ? xfer[st] / xfer_n[st] : -1;
+        c->bwd_transfer = xfer_n[S + st] ? xfer[S + st] / xfer_n[S + st] : -1;
+    }
+    p->comm = comm_n ? comm / comm_n : 0;
+    free(xfer);
+    free(xfer_n);
+    free(at);
+    return HY_OK;
+}
+
+/* The cost model, and the simulator's prediction from the measured
+ * per-stage costs. */
+static int predict(hy_profile *p, hy_error *err) {
+    const hy_schedule *s = &p->sched;
+    int S = s->stages;
+    p->transfers = hy_schedule_transfers(s);
+    p->ideal_bubble = hy_ideal_bubble(s);
+    double *fwd = malloc(2 * (size_t)S * sizeof(double));
+    if (!fwd) return hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
+    double *bwd = fwd + S;
+    for (int st = 0; st < S; st++) {
+        fwd[st] = p->stage[st].fwd;
+        bwd[st] = p->stage[st].bwd;
+    }
+    hy_cost_model_fit(&p->model, fwd, bwd, p->n_layers, S, p->head_units, p->comm);
+    for (int st = 0; st < S; st++) {
+        hy_stage_cost *c = &p->stage[st];
+        double ef = (st == 0 && S > 1 ? p->model.first_fwd : 0) + (st == S - 1 ? p->model.last_fwd : 0);
+        double eb = (st == 0 && S > 1 ? p->model.first_bwd : 0) + (st == S - 1 ? p->model.last_bwd : 0);
+        c->layer_fwd = c->layers > 0 ? fmax(0, c->fwd - ef) / c->layers : -1;
+        c->layer_bwd = c->layers > 0 ? fmax(0, c->bwd - eb) / c->layers : -1;
+    }
+    hy_costs costs = { 0, 0, p->comm, fwd, bwd };
+    hy_sim_result sim;
+    int rc = hy_simulate(s, &costs, &sim, err);
+    if (!rc) {
+        p->pred_makespan = sim.makespan;
+        p->pred_bubble = sim.bubble;
+        hy_sim_result_free(&sim);
+        rc = hy_simulate_mailboxes(s, &costs, &sim, err);
+    }
+    if (!rc) {
+        p->slots_makespan = sim.makespan;
+        p->slots_bubble = sim.bubble;
+        hy_sim_result_free(&sim);
+    }
+    free(fwd);
+    return rc;
+}
+
+int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, hy_error *err) {
+    memset(p, 0, sizeof *p);
+    if (o->steps < 1)
+        return hy_fail(err, HY_ERR_INPUT, "profile: the number of measured steps must be at "
+                       "least 1, got %d", o->steps);
+    int cuda = 0, rc = hy_runtime_pick_backend(c, &cuda, p->backend, sizeof p->backend, err);
+    hy_runtime *rt = NULL;
+    hy_model m;
+    memset(&m, 0, sizeof m);
+    step_times *steps = NULL;
+    hy_sched_params sp;
+    hy_sched_params_from_config(c, &sp);
+    if (!rc) rc = hy_model_build(&m, c, 1, err);
+    if (!rc) rc = hy_schedule_build(&p->sched, &sp, err);
+    if (!rc) rc = hy_runtime_create(&rt, c, err);
+    if (!rc && !same_schedule(&p->sched, hy_runtime_schedule(rt)))
+        rc = hy_fail(err, HY_ERR_RUNTIME, "profile: the runtime's action lists differ from "
+                     "the schedule generator's (a bug)");
+    if (!rc && o->slow_stage >= 0) rc = hy_runtime_slow_stage(rt, o->slow_stage, o->slow_seconds, err);
+    if (!rc) rc = hy_runtime_profile(rt, err);
+    if (!rc) {
+        int S = p->sched.stages, P = p->sched.ranks;
+        p->steps = o->steps;
+        p->n_layers = malloc((size_t)S * sizeof(int));
+        p->copy = malloc(2 * (size_t)S * sizeof(double));
+        p->stage = calloc((size_t)S, sizeof *p->stage);
+        p->rank = calloc((size_t)P, sizeof *p->rank);
+        steps = calloc((size_t)o->steps, sizeof *steps);
+        int bad = !p->n_layers || !p->copy || !p->stage || !p->rank || !steps;
+        for (int k = 0; !bad && k < o->steps; k++) bad = step_alloc(&steps[k], &p->sched) != 0;
+        if (bad) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
+    }
+    if (!rc) {
+        memcpy(p->n_layers, m.n_layers, (size_t)p->sched.stages * sizeof(int));
+        p->head_units = hy_model_stage_cost(&m, m.stages - 1) - m.n_layers[m.stages - 1];
+        rc = run_steps(p, rt, o, steps, err);
+    }
+    hy_runtime_destroy(rt);
+    if (!rc) {
+        copy_times(p, steps);
+        rc = measure(p, steps, err);
+    }
+    if (!rc) rc = predict(p, err);
+    if (!rc) {   /* the last step is kept for the trace and the timeline */
+        step_times *last = &steps[o->steps - 1];
+        p->last = last->t;
+        p->iter_start = last->iter_start;
+        p->tail_at = last->tail_at;
+        memset(last, 0, sizeof *last);
+    }
+    for (int k = 0; steps && k < o->steps; k++) step_free(&steps[k], p->sched.ranks);
+    free(steps);
+    hy_model_free(&m);
+    if (rc) hy_profile_free(p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * trace.json
+ * ------------------------------------------------------------------------ */
+
+/* Every json_* result is OR-ed into one flag, as in plan.c: ownership
+ * passes even on failure, and one failure (out of memory) fails it all. */
+static int add(json_t *array, json_t *event) { return json_array_append_new(array, event); }
+
+static json_t *x_event(const char *name, const char *cat, int tid, double t0, double t1) {
+    return json_pack("{s:s,s:s,s:s,s:i,s:i,s:f,s:f}", "name", name, "cat", cat, "ph", "X",
+                     "pid", 0, "tid", tid, "ts", t0 * 1e3, "dur", fmax(0, t1 - t0) * 1e3);
+}
+
+static json_t *trace_events(const hy_profile *p) {
+    const hy_schedule *s = &p->sched;
+    json_t *ev = json_array();
+    if (!ev) return NULL;
+    int bad = 0;
+    char title[160];
+    snprintf(title, sizeof title, "hanayo: %s P=%d M=%d (%d stages), the last of %d measured "
+             "step%s", hy_sched_name(s->kind), s->ranks, s->micro_batches, s->stages, p->steps,
+             p->steps == 1 ? "" : "s");
+    bad |= add(ev, json_pack("{s:s,s:s,s:i,s:{s:s}}", "name", "process_name", "ph", "M",
+                             "pid", 0, "args", "name", title));
+    for (int r = 0; r < s->ranks; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "rank %d", r);
+        bad |= add(ev, json_pack("{s:s,s:s,s:i,s:i,s:{s:s}}", "name", "thread_name", "ph", "M",
+                                 "pid", 0, "tid", r, "args", "name", name));
+        bad |= add(ev, json_pack("{s:s,s:s,s:i,s:i,s:{s:i}}", "name", "thread_sort_index",
+                                 "ph", "M", "pid", 0, "tid", r, "args", "sort_index", r));
+    }
+    int *at = action_index(s);
+    if (!at) bad = 1;
+    int flow = 0;
+    for (int r = 0; !bad && r < s->ranks; r++) {
+        int n = s->n_actions[r];
+        for (int i = 0; i < n; i++) {
+            const hy_action *a = &s->actions[r][i];
+            const hy_action_time *t = &p->last[r][i];
+            char name[48];
+            hy_action_label(a, name, sizeof name);
+            json_t *e = x_event(name, a->op == HY_FWD ? "forward" : "backward", r, t->start, t->sent);
+            if (e)
+                bad |= json_object_set_new(e, "args", json_pack(
+                    "{s:i,s:i,s:f,s:f,s:f,s:f}", "mb", a->mb, "stage", a->stage,
+                    "wait_us", (t->ready - t->start) * 1e3,
+                    "compute_us", (t->computed - t->ready) * 1e3,
+                    "send_us", (t->copied - t->computed) * 1e3,
+                    "blocked_us", (t->sent - t->copied) * 1e3));
+            bad |= add(ev, e);
+            /* Inside it, longer than a microsecond: the wait for the input,
+             * and a send held up beyond its copy time. */
+            if (t->ready - t->start > 1e-3)
+                bad |= add(ev, x_event("wait", "wait", r, t->start, t->ready));
+            if (t->sent - t->copied > 1e-3)
+                bad |= add(ev, x_event("blocked send", "wait", r, t->copied, t->sent));
+            /* The arrow of a remote input: from the producer's send (inside
+             * its event) to this action's receive. */
+            int pr, pi;
+            if (remote_producer(s, at, a, r, &pr, &pi)) {
+                const hy_action_time *q = &p->last[pr][pi];
+                const char *what = a->op == HY_FWD ? "activation" : "gradient";
+                flow++;
+                bad |= add(ev, json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:f}", "name", what,
+                                         "cat", "transfer", "ph", "s", "id", flow, "pid", 0,
+                                         "tid", pr, "ts", q->computed * 1e3));
+                bad |= add(ev, json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f}", "name", what,
+                                         "cat", "transfer", "ph", "f", "bp", "e", "id", flow,
+                                         "pid", 0, "tid", r, "ts", t->ready * 1e3));
+            }
+        }
+        double t0 = n > 0 ? p->last[r][0].start : p->iter_start[r];
+        double tn = n > 0 ? p->last[r][n - 1].sent : p->iter_start[r];
+        const double *tail = &p->tail_at[r * 3];
+        if (t0 - p->iter_start[r] > 1e-3)
+            bad |= add(ev, x_event("zero gradients", "step", r, p->iter_start[r], t0));
+        bad |= add(ev, x_event("tied-embedding exchange", "step", r, tn, tail[0]));
+        bad |= add(ev, x_event("norm+clip", "step", r, tail[0], tail[1]));
+        bad |= add(ev, x_event("optimizer", "step", r, tail[1], tail[2]));
+    }
+    free(at);
+    if (bad) {
+        json_decref(ev);
+        return NULL;
+    }
+    return ev;
+}
+
+char *hy_profile_trace_json(const hy_profile *p) {
+    json_t *ev = trace_events(p);
+    if (!ev) return NULL;
+    json_t *o = json_pack("{s:o,s:s}", "traceEvents", ev, "displayTimeUnit", "ms");
+    if (!o) return NULL;
+    /* Ten digits: ns in µs with room to spare, and no 0.1 printed as
+     * 0.10000000000000001. */
+    char *text = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_REAL_PRECISION(10));
+    json_decref(o);
+    return text;
+}
+
+/* ------------------------------------------------------------------------
+ * summary.json
+ * ------------------------------------------------------------------------ */
+
+/* -1 (no such transfer) as null. */
+static json_t *ms_or_null(double v) { return v < 0 ? json_null() : json_real(v); }
+
+static json_t *summary(const hy_profile *p) {
+    const hy_schedule *s = &p->sched;
+    json_t *o = json_object(), *ranks = json_array(), *stages = json_array(), *split = json_array();
+    if (!o || !ranks || !stages || !split) {
+        json_decref(o);
+        json_decref(ranks);
+        json_decref(stages);
+        json_decref(split);
+        return NULL;
+    }
+    int bad = 0;
+    for (int r = 0; r < s->ranks; r++) {
+        const hy_rank_time *t = &p->rank[r];
+        bad |= add(ranks, json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "rank", r,
+                                    "busy_ms", t->compute + t->copy, "compute_ms", t->compute,
+                                    "copy_ms", t->copy, "wait_ms", t->wait,
+                                    "blocked_ms", t->blocked, "tail_ms", t->tail,
+                                    "idle_ms", t->idle));
+    }
+    for (int st = 0; st < s->stages; st++) {
+        const hy_stage_cost *c = &p->stage[st];
+        bad |= add(split, json_integer(c->layers));
+        json_t *e = json_pack("{s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "stage", st,
+                              "rank", c->rank, "layers", c->layers, "fwd_ms", c->fwd,
+                              "bwd_ms", c->bwd, "fwd_compute_ms", c->fwd_compute,
+                              "bwd_compute_ms", c->bwd_compute, "fwd_copy_ms", c->fwd_copy,
+                              "bwd_copy_ms", c->bwd_copy, "fwd_blocked_ms", c->fwd_blocked,
+                              "bwd_blocked_ms", c->bwd_blocked);
+        if (e) {
+            bad |= json_object_set_new(e, "fwd_transfer_ms", ms_or_null(c->fwd_transfer));
+            bad |= json_object_set_new(e, "bwd_transfer_ms", ms_or_null(c->bwd_transfer));
+            bad |= json_object_set_new(e, "layer_fwd_ms", ms_or_null(c->layer_fwd));
+            bad |= json_object_set_new(e, "layer_bwd_ms", ms_or_null(c->layer_bwd));
+        }
+        bad |= add(stages, e);
+    }
+    bad |= json_object_set_new(o, "units", json_string("ms"));
+    bad |= json_object_set_new(o, "backend", json_string(p->backend));
+    bad |= json_object_set_new(o, "schedule", json_pack(
+        "{s:s,s:i,s:i,s:i,s:i,s:i}", "kind", hy_sched_name(s->kind), "ranks", s->ranks,
+        "micro_batches", s->micro_batches, "waves", s->kind == HY_SCHED_HANAYO ? s->waves : 0,
+        "chunks", s->chunks, "stages", s->stages));
+    bad |= json_object_set_new(o, "split", split);
+    bad |= json_object_set_new(o, "warmup_steps", json_integer(HY_PROFILE_WARMUP));
+    bad |= json_object_set_new(o, "steps", json_integer(p->steps));
+    bad |= json_object_set_new(o, "tokens_per_step", json_real(p->tokens));
+    bad |= json_object_set_new(o, "step_ms", json_real(p->step_ms));
+    bad |= json_object_set_new(o, "wall_ms", json_real(p->wall_ms));
+    bad |= json_object_set_new(o, "tokens_per_s",
+                               json_real(p->wall_ms > 0 ? p->tokens / (p->wall_ms / 1e3) : 0));
+    bad |= json_object_set_new(o, "makespan_ms", json_pack(
+        "{s:f,s:f,s:f}", "measured", p->makespan, "predicted", p->pred_makespan,
+        "predicted_with_slots", p->slots_makespan));
+    bad |= json_object_set_new(o, "bubble", json_pack(
+        "{s:f,s:f,s:f,s:f}", "measured", p->bubble, "predicted", p->pred_bubble,
+        "predicted_with_slots", p->slots_bubble, "ideal", p->ideal_bubble));
+    bad |= json_object_set_new(o, "comm_ms", json_real(p->comm));
+    bad |= json_object_set_new(o, "transfers", json_integer(p->transfers));
+    bad |= json_object_set_new(o, "ranks", ranks);
+    bad |= json_object_set_new(o, "stages", stages);
+    const hy_cost_model *m = &p->model;
+    bad |= json_object_set_new(o, "cost_model", json_pack(
+        "{s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "layer_fwd_ms", m->layer_fwd,
+        "layer_bwd_ms", m->layer_bwd, "first_fwd_ms", m->first_fwd, "first_bwd_ms", m->first_bwd,
+        "last_fwd_ms", m->last_fwd, "last_bwd_ms", m->last_bwd, "comm_ms", m->comm,
+        "head_units", p->head_units));
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *hy_profile_summary_json(const hy_profile *p) {
+    json_t *o = summary(p);
+    if (!o) return NULL;
+    char *text = json_dumps(o, JSON_PRESERVE_ORDER | JSON_INDENT(2) | JSON_REAL_PRECISION(12));
+    json_decref(o);
+    return text;
+}
+
+/* ------------------------------------------------------------------------
+ * bars.svg: per rank, one stacked bar of where its step goes
+ * ------------------------------------------------------------------------ */
+
+enum { BAR_LEFT = 64, BAR_TOP = 64, BAR_ROW = 26, BAR_GAP = 10, BAR_W = 720 };
+
+int hy_profile_write_bars_svg(FILE *f, const hy_profile *p) {
+    enum { K = 6 };
+    static const char *const names[K] = {"compute", "copy", "wait", "blocked", "tail", "idle"};
+    static const char *const colors[K] = {"#3b7dd8", "#9b59b6", "#e0573a", "#f0a030", "#3aa05a",
+                                          "#c8c8c8"};
+    int P = p->sched.ranks;
+    double total = 0;
+    for (int r = 0; r < P; r++) {
+        const hy_rank_time *t = &p->rank[r];
+        double sum = t->compute + t->copy + t->wait + t->blocked + t->tail + t->idle;
+        if (sum > total) total = sum;
+    }
+    if (!(total > 0)) total = 1;
+    int h = BAR_TOP + P * (BAR_ROW + BAR_GAP) + 40;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"11\" "
+               "style=\"background:#fff\">\n", BAR_LEFT + BAR_W + 24, h, BAR_LEFT + BAR_W + 24, h);
+    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"14\">%s P=%d M=%d: where each rank's step "
+               "goes (mean of %d steps, %.2f ms)</text>\n", BAR_LEFT,
+            hy_sched_name(p->sched.kind), P, p->sched.micro_batches, p->steps, p->step_ms);
+    for (int k = 0; k < K; k++) {
+        int x = BAR_LEFT + k * 90;
+        fprintf(f, "<rect x=\"%d\" y=\"34\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                   "<text x=\"%d\" y=\"44\">%s</text>\n", x, colors[k], x + 16, names[k]);
+    }
+    for (int r = 0; r < P; r++) {
+        const hy_rank_time *t = &p->rank[r];
+        double v[K] = {t->compute, t->copy, t->wait, t->blocked, t->tail, t->idle}, x = BAR_LEFT;
+        double y = BAR_TOP + r * (BAR_ROW + BAR_GAP), sum = 0;
+        for (int k = 0; k < K; k++) sum += v[k];
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" dominant-baseline=\"central\">"
+                   "rank %d</text>\n", BAR_LEFT - 8, y + BAR_ROW / 2.0, r);
+        for (int k = 0; k < K; k++) {
+            double w = v[k] / total * BAR_W;
+            fprintf(f, "<rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" "
+                       "fill=\"%s\"><title>rank %d %s: %.3f ms (%.1f%%)</title></rect>\n",
+                    names[k], x, y, w, BAR_ROW, colors[k], r, names[k], v[k],
+                    sum > 0 ? 100 * v[k] / sum : 0);
+            if (w >= 40)
+                fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" "
+                           "dominant-baseline=\"central\" fill=\"#fff\">%.0f%%</text>\n",
+                        x + w / 2, y + BAR_ROW / 2.0, sum > 0 ? 100 * v[k] / sum : 0);
+            x += w;
+        }
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\">the whole bar is the step; busy = compute + copy; "
+               "blocked = a send held up beyond its copy; tail = embedding exchange, norm and "
+               "clip, optimizer</text>\n", BAR_LEFT, h - 14);
+    fputs("</svg>\n", f);
+    return ferror(f) ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Writing the directory
+ * ------------------------------------------------------------------------ */
+
+int hy_profile_check_dir(const char *dir, hy_error *err) {
+    if (!dir || !*dir) return hy_fail(err, HY_ERR_INPUT, "profile: --out needs a directory name");
+    size_t n = strlen(dir);
+    char *buf = malloc(n + 1);
+    if (!buf) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    memcpy(buf, dir, n + 1);
+    /* Walk up to the deepest part that exists. */
+    int rc = HY_OK;
+    struct stat st;
+    for (;;) {
+        if (stat(buf, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                rc = hy_fail(err, HY_ERR_INPUT, "--out %s: %s is not a directory", dir, buf);
+            else if (access(buf, W_OK | X_OK) != 0)
+                rc = hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT),
+                             "--out %s: cannot create files in %s: %s", dir, buf, strerror(errno));
+            break;
+        }
+        if (errno != ENOENT && errno != ENOTDIR) {   /* ENOTDIR: a file above; found next */
+            rc = hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "--out %s: %s: %s", dir, buf,
+                         strerror(errno));
+            break;
+        }
+        char *slash = strrchr(buf, '/');
+        while (slash && slash > buf && slash[1] == '\0') {   /* "a/b/" */
+            *slash = '\0';
+            slash = strrchr(buf, '/');
+        }
+        if (!slash) {
+            memcpy(buf, ".", 2);
+        } else if (slash == buf) {
+            buf[1] = '\0';
+        } else {
+            *slash = '\0';
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+static int make_dirs(const char *dir, hy_error *err) {
+    size_t n = strlen(dir);
+    char *buf = malloc(n + 1);
+    if (!buf) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    memcpy(buf, dir, n + 1);
+    int rc = HY_OK;
+    for (char *p = buf + 1; !rc; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            rc = hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "--out %s: cannot create %s: %s",
+                         dir, buf, strerror(errno));
+        *p = c;
+        if (!c) break;
+    }
+    struct stat st;
+    if (!rc && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+        rc = hy_fail(err, HY_ERR_INPUT, "--out %s is not a directory", dir);
+    free(buf);
+    return rc;
+}
+
+static char *join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "%s/%s", dir, name);
+    return s;
+}
+
+static int save_text(const char *dir, const char *name, char *text, hy_error *err) {
+    if (!text) return hy_fail(err, HY_ERR_RUNTIME, "out of memory writing %s", name);
+    char *path = join(dir, name);
+    int rc = HY_OK;
+    if (!path) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    hy_atomic_file af;
+    if (!rc) rc = hy_atomic_open(&af, path, HY_ERR_INPUT, err);
+    if (!rc) rc = hy_atomic_write(&af, text, strlen(text), err);
+    if (!rc) rc = hy_atomic_write(&af, "\n", 1, err);
+    if (!rc) rc = hy_atomic_commit(&af, err);
+    free(path);
+    free(text);
+    return rc;
+}
+
+static int save_bars(const hy_profile *p, const char *dir, hy_error *err) {
+    char *path = join(dir, "bars.svg");
+    if (!path) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    hy_atomic_file af;
+    int rc = hy_atomic_open(&af, path, HY_ERR_INPUT, err);
+    FILE *f = rc ? NULL : hy_atomic_stream(&af, err);
+    if (!rc && !f) rc = HY_ERR_RUNTIME;
+    if (!rc) {
+        (void)hy_profile_write_bars_svg(f, p);
+        rc = hy_atomic_commit(&af, err);
+    }
+    free(path);
+    return rc;
+}
+
+/* A [ranks][n_actions] table of doubles. */
+static double **table_new(const hy_schedule *s) {
+    double **t = calloc((size_t)s->ranks, sizeof *t);
+    for (int r = 0; t && r < s->ranks; r++) {
+        t[r] = calloc((size_t)s->n_actions[r] + 1, sizeof **t);
+        if (!t[r]) {
+            for (int q = 0; q < r; q++) free(t[q]);
+            free(t);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+static void table_free(double **t, int ranks) {
+    if (!t) return;
+    for (int r = 0; r < ranks; r++) free(t[r]);
+    free(t);
+}
+
+/* The last measured step, drawn by plan.c's timeline: each action from
+ * ready to copied (its busy time), so the gaps are what the bubble counts. */
+static int save_timeline(const hy_profile *p, const char *dir, hy_error *err) {
+    const hy_schedule *s = &p->sched;
+    double **start = table_new(s), **end = table_new(s);
+    char *path = join(dir, "timeline.svg");
+    int rc = HY_OK;
+    if (!start || !end || !path) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    double first = INFINITY, last = 0;
+    for (int r = 0; !rc && r < s->ranks; r++)
+        for (int i = 0; i < s->n_actions[r]; i++)
+            if (p->last[r][i].start < first) first = p->last[r][i].start;
+    for (int r = 0; !rc && r < s->ranks; r++)
+        for (int i = 0; i < s->n_actions[r]; i++) {
+            start[r][i] = p->last[r][i].ready - first;
+            end[r][i] = p->last[r][i].copied - first;
+            if (end[r][i] > last) last = end[r][i];
+        }
+    if (!rc) {
+        char title[256];
+        int n = snprintf(title, sizeof title, "measured, last of %d steps: %s  P=%d  M=%d",
+                         p->steps, hy_sched_name(s->kind), s->ranks, s->micro_batches);
+        if (s->kind == HY_SCHED_HANAYO) n += snprintf(title + n, sizeof title - n, "  W=%d", s->waves);
+        if (s->kind == HY_SCHED_INTERLEAVED) n += snprintf(title + n, sizeof title - n, "  v=%d", s->chunks);
+        snprintf(title + n, sizeof title - n, "  stages=%d  makespan %.2f ms  bubble %.4f "
+                 "(mean of all; predicted %.4f, ideal %.4f)  F blue, B orange", s->stages, last,
+                 p->bubble, p->pred_bubble, p->ideal_bubble);
+        hy_timeline t = { s, start, end, last, title, "ms" };
+        rc = hy_timeline_save_svg(&t, path, err);
+    }
+    table_free(start, s->ranks);
+    table_free(end, s->ranks);
+    free(path);
+    return rc;
+}
+
+int hy_profile_save(const hy_profile *p, const char *dir, hy_error *err) {
+    int rc = make_dirs(dir, err);
+    if (!rc) rc = save_text(dir, "trace.json", hy_profile_trace_json(p), err);
+    if (!rc) rc = save_text(dir, "summary.json", hy_profile_summary_json(p), err);
+    if (!rc) rc = save_timeline(p, dir, err);
+    if (!rc) rc = save_bars(p, dir, err);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * The printed table
+ * ------------------------------------------------------------------------ */
+
+static void pct_cell(FILE *f, double v, double of) {
+    fprintf(f, " %8.2f %5.1f%%", v, of > 0 ? 100 * v / of : 0);
+}
+
+int hy_profile_write_table(FILE *f, const hy_profile *p) {
+    const hy_schedule *s = &p->sched;
+    fprintf(f, "profile: %s, P = %d, M = %d", hy_sched_name(s->kind), s->ranks, s->micro_batches);
+    if (s->kind == HY_SCHED_HANAYO) fprintf(f, ", W = %d", s->waves);
+    if (s->kind == HY_SCHED_INTERLEAVED) fprintf(f, ", v = %d", s->chunks);
+    fprintf(f, ", %d stages (layers:", s->stages);
+    for (int st = 0; st < s->stages; st++) fprintf(f, " %d", p->n_layers[st]);
+    fprintf(f, "); backend %s\n", p->backend);
+    fprintf(f, "%d measured steps after %d warm-up: %.2f ms per step from the stamps, %.2f ms "
+               "wall, %.0f tokens/s\n\n", p->steps, HY_PROFILE_WARMUP, p->step_ms, p->wall_ms,
+            p->wall_ms > 0 ? p->tokens / (p->wall_ms / 1e3) : 0);
+
+    fprintf(f, "per rank, ms per step and share of the step (busy = compute + copy):\n");
+    fprintf(f, "  rank %15s %15s %15s %15s %15s %15s\n", "compute", "copy", "wait", "blocked",
+            "tail", "idle");
+    for (int r = 0; r < s->ranks; r++) {
+        const hy_rank_time *t = &p->rank[r];
+        double all = t->compute + t->copy + t->wait + t->blocked + t->tail + t->idle;
+        fprintf(f, "  %4d", r);
+        pct_cell(f, t->compute, all);
+        pct_cell(f, t->copy, all);
+        pct_cell(f, t->wait, all);
+        pct_cell(f, t->blocked, all);
+        pct_cell(f, t->tail, all);
+        pct_cell(f, t->idle, all);
+        fputc('\n', f);
+    }
+    fprintf(f, "\nper stage, ms per action (mean over micro-batches and steps); cost = compute "
+               "+ copy of the output; blocked: a send held up beyond its copy\n");
+    fprintf(f, "  stage rank layers   F cost   B cost  F comp  B comp  F copy  B copy  F blkd  B blkd\n");
+    for (int st = 0; st < s->stages; st++) {
+        const hy_stage_cost *c = &p->stage[st];
+        fprintf(f, "  %5d %4d %6d %8.3f %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f\n", st, c->rank,
+                c->layers, c->fwd, c->bwd, c->fwd_compute, c->bwd_compute, c->fwd_copy,
+                c->bwd_copy, c->fwd_blocked, c->bwd_blocked);
+    }
+    const hy_cost_model *m = &p->model;
+    fprintf(f, "  cost model: a layer F %.3f B %.3f; the first stage's extra F %.3f B %.3f; the "
+               "last stage's extra F %.3f B %.3f; c = %.3f ms (%d transfers per step)\n",
+            m->layer_fwd, m->layer_bwd, m->first_fwd, m->first_bwd, m->last_fwd, m->last_bwd,
+            p->comm, p->transfers);
+    fprintf(f, "\nbubble = 1 - busy / (P x makespan), makespan = the first action's start to "
+               "the last busy end:\n");
+    fprintf(f, "  measured   %.4f  makespan %8.2f ms\n", p->bubble, p->makespan);
+    fprintf(f, "  predicted  %.4f  makespan %8.2f ms  (simulator, measured per-stage costs "
+               "and c)\n", p->pred_bubble, p->pred_makespan);
+    fprintf(f, "  slots      %.4f  makespan %8.2f ms  (the same, a sender waiting for its "
+               "mailbox slot as the runtime does)\n", p->slots_bubble, p->slots_makespan);
+    fprintf(f, "  ideal      %.4f                     (uniform costs, no transfer time)\n",
+            p->ideal_bubble);
+    return ferror(f) ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------
+ * The command
+ * ------------------------------------------------------------------------ */
+
+char *hy_profile_default_dir(const char *config) {
+    const char *base = strrchr(config, '/');
+    base = base ? base + 1 : config;
+    size_t n = strlen(base);
+    const char *dot = strrchr(base, '.');
+    if (dot && dot != base) n = (size_t)(dot - base);
+    if (n == 0) {   /* "dir/" or "": a name all the same */
+        base = "config";
+        n = strlen(base);
+    }
+    char *dir = malloc(n + sizeof "profile/");
+    if (dir) snprintf(dir, n + sizeof "profile/", "profile/%.*s", (int)n, base);
+    return dir;
+}
+
+int hy_profile_cmd(const hy_profile_request *rq, FILE *out, hy_error *err) {
+    hy_config c;
+    hy_config_init(&c);
+    int rc = hy_config_load(&c, rq->config, rq->sets, rq->n_sets, err);
+    char *dir = NULL;
+    if (!rc) {
+        dir = rq->out ? strdup(rq->out) : hy_profile_default_dir(rq->config);
+        if (!dir) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    }
+    /* Before the steps run: a directory that cannot be made is bad input,
+     * found at once, not after the measurement. */
+    if (!rc) rc = hy_profile_check_dir(dir, err);
+    hy_profile p;
+    memset(&p, 0, sizeof p);
+    if (!rc) rc = hy_profile_run(&p, &c, &rq->opts, err);
+    if (!rc) rc = hy_profile_save(&p, dir, err);
+    if (!rc) {
+        hy_profile_write_table(out, &p);
+        fprintf(out, "\nfiles: %s/trace.json (open in https://ui.perfetto.dev or chrome://tracing), "
+                     "%s/summary.json, %s/timeline.svg, %s/bars.svg\n", dir, dir, dir, dir);
+    }
+    hy_profile_free(&p);
+    hy_config_free(&c);
+    free(dir);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Reading summary.json back
+ * ------------------------------------------------------------------------ */
+
+void hy_measured_costs_free(hy_measured_costs *mc) {
+    if (!mc) return;
+    free(mc->n_layers);
+    free(mc->fwd);
+    free(mc->bwd);
+    memset(mc, 0, sizeof *mc);
+}
+
+/* A member of object o at `where`; NULL with err set when absent. */
+static json_t *member(const char *path, json_t *o, const char *where, const char *key,
+                      hy_error *err) {
+    json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
+    if (!v)
+        hy_fail(err, HY_ERR_INPUT, "%s: %s%s%s is missing; give the summary.json that "
+                "`hanayo profile` wrote", path, where, *where ? "." : "", key);
+    return v;
+}
+
+static int get_cost(const char *path, json_t *o, const char *where, const char *key, double *out,
+                    hy_error *err) {
+    json_t *v = member(path, o, where, key, err);
+    if (!v) return HY_ERR_INPUT;
+    if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s: %s%s%s must be a finite number >= 0 (ms)", path,
+                       where, *where ? "." : "", key);
+    *out = json_number_value(v);
+    return HY_OK;
+}
+
+static int get_int(const char *path, json_t *o, const char *where, const char *key, int lo, int hi,
+                   int *out, hy_error *err) {
+    json_t *v = member(path, o, where, key, err);
+    if (!v) return HY_ERR_INPUT;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return hy_fail(err, HY_ERR_INPUT, "%s: %s%s%s must be a whole number from %d to %d", path,
+                       where, *where ? "." : "", key, lo, hi);
+    *out = (int)json_integer_value(v);
+    return HY_OK;
+}
+
+static int load_schedule(hy_measured_costs *mc, const char *path, json_t *root, hy_error *err) {
+    json_t *sc = member(path, root, "", "schedule", err);
+    if (!sc) return HY_ERR_INPUT;
+    if (!json_is_object(sc))
+        return hy_fail(err, HY_ERR_INPUT, "%s: schedule must be an object", path);
+    json_t *kind = member(path, sc, "schedule", "kind", err);
+    if (!kind) return HY_ERR_INPUT;
+    hy_error e;
+    if (!json_is_string(kind) || hy_sched_parse(json_string_value(kind), &mc->kind, &e) != HY_OK)
+        return hy_fail(err, HY_ERR_INPUT, "%s: schedule.kind must be gpipe, 1f1b, interleaved "
+                       "or hanayo", path);
+    int rc = get_int(path, sc, "schedule", "ranks", 1, HY_MAX_RANKS, &mc->ranks, err);
+    if (!rc) rc = get_int(path, sc, "schedule", "micro_batches", 1, 65536, &mc->micro_batches, err);
+    if (!rc) rc = get_int(path, sc, "schedule", "waves", 0, 16, &mc->waves, err);
+    if (!rc) rc = get_int(path, sc, "schedule", "chunks", 1, 64, &mc->chunks, err);
+    if (!rc) rc = get_int(path, sc, "schedule", "stages", 1, 64 * HY_MAX_RANKS, &mc->stages, err);
+    if (!rc && mc->stages != mc->chunks * mc->ranks)
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: schedule.stages is %d but chunks x ranks is %d x %d",
+                     path, mc->stages, mc->chunks, mc->ranks);
+    return rc;
+}
+
+static int load_stages(hy_measured_costs *mc, const char *path, json_t *root, hy_error *err) {
+    json_t *split = member(path, root, "", "split", err);
+    json_t *stages = split ? member(path, root, "", "stages", err) : NULL;
+    if (!stages) return HY_ERR_INPUT;
+    int S = mc->stages;
+    if (!json_is_array(split) || (int)json_array_size(split) != S)
+        return hy_fail(err, HY_ERR_INPUT, "%s: split must be an array of %d layer counts, one "
+                       "per stage of schedule", path, S);
+    if (!json_is_array(stages) || (int)json_array_size(stages) != S)
+        return hy_fail(err, HY_ERR_INPUT, "%s: stages must be an array of %d entries (schedule."
+                       "stages), got %s", path, S, json_is_array(stages) ? "another length" : "no array");
+    mc->n_layers = calloc((size_t)S, sizeof(int));
+    mc->fwd = calloc((size_t)S, sizeof(double));
+    mc->bwd = calloc((size_t)S, sizeof(double));
+    if (!mc->n_layers || !mc->fwd || !mc->bwd) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    for (int s = 0; s < S; s++) {
+        json_t *n = json_array_get(split, (size_t)s);
+        if (!json_is_integer(n) || json_integer_value(n) < 0 || json_integer_value(n) > 1024)
+            return hy_fail(err, HY_ERR_INPUT, "%s: split[%d] must be a whole number from 0 to "
+                           "1024", path, s);
+        mc->n_layers[s] = (int)json_integer_value(n);
+        char where[32];
+        snprintf(where, sizeof where, "stages[%d]", s);
+        json_t *e = json_array_get(stages, (size_t)s);
+        if (!json_is_object(e))
+            return hy_fail(err, HY_ERR_INPUT, "%s: %s must be an object", path, where);
+        int rc = get_cost(path, e, where, "fwd_ms", &mc->fwd[s], err);
+        if (!rc) rc = get_cost(path, e, where, "bwd_ms", &mc->bwd[s], err);
+        if (rc) return rc;
+    }
+    return HY_OK;
+}
+
+static int load_model(hy_measured_costs *mc, const char *path, json_t *root, hy_error *err) {
+    json_t *cm = member(path, root, "", "cost_model", err);
+    if (!cm) return HY_ERR_INPUT;
+    if (!json_is_object(cm)) return hy_fail(err, HY_ERR_INPUT, "%s: cost_model must be an object", path);
+    hy_cost_model *m = &mc->model;
+    int rc = get_cost(path, cm, "cost_model", "layer_fwd_ms", &m->layer_fwd, err);
+    if (!rc) rc = get_cost(path, cm, "cost_model", "layer_bwd_ms", &m->layer_bwd, err);
+    if (!rc) rc = get_cost(path, cm, "cost_model", "first_fwd_ms", &m->first_fwd, err);
+    if (!rc) rc = get_cost(path, cm, "cost_model", "first_bwd_ms", &m->first_bwd, err);
+    if (!rc) rc = get_cost(path, cm, "cost_model", "last_fwd_ms", &m->last_fwd, err);
+    if (!rc) rc = get_cost(path, cm, "cost_model", "last_bwd_ms", &m->last_bwd, err);
+    m->comm = mc->comm;
+    return rc;
+}
+
+int hy_measured_costs_load(hy_measured_costs *mc, const char *path, hy_error *err) {
+    memset(mc, 0, sizeof *mc);
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        if (je.line < 1)   /* not a parse error: the file itself */
+            return hy_fail(err, HY_ERR_INPUT, "--costs %s: %s", path, je.text);
+        return hy_fail(err, HY_ERR_INPUT, "--costs %s: line %d, column %d: %s", path, je.line,
+                       je.column, je.text);
+    }
+    int rc = HY_OK;
+    if (!json_is_object(root))
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: not a profile summary (the top level must be an "
+                     "object); give the summary.json that `hanayo profile` wrote", path);
+    if (!rc) rc = load_schedule(mc, path, root, err);
+    if (!rc) rc = get_cost(path, root, "", "comm_ms", &mc->comm, err);
+    if (!rc) rc = load_stages(mc, path, root, err);
+    if (!rc) rc = load_model(mc, path, root, err);
+    json_decref(root);
+    if (rc) hy_measured_costs_free(mc);
+    return rc;
+}

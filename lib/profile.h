@@ -1,0 +1,259 @@
+/*
+ * profile.h — what `hanayo profile` measures: every action of every rank,
+ * timed inside real training steps, turned into a trace, measured costs,
+ * and the measured bubble beside the simulator's prediction from those
+ * costs.
+ *
+ * hy_profile_run builds the runtime of a config, turns on its clock stamps
+ * (runtime.h, hy_runtime_profile), runs two warm-up steps (the eager one
+ * and the recorded one) and then `steps` measured steps, reading every
+ * rank's stamps after each. From the stamps of an action (start, input
+ * received, compute done, output sent) and those of the action that
+ * produced its input on another rank, it derives:
+ *
+ *   arrival  when the input was there: the producer's "sent", or the
+ *            consumer's "received" if that is earlier (the flag is set
+ *            just before the producer stamps "sent"); for an input made on
+ *            the same rank, or none (F of stage 0), the action's start;
+ *   ready    max(start, arrival): the action could run from here on;
+ *   wait     ready - start: blocked on another rank for the input;
+ *   compute  computed - ready: the action's own work;
+ *   send     handing the output over, sent - computed, in two parts:
+ *     copy     the least time any send of this (F or B, stage) took over
+ *              all micro-batches and steps: the copy itself, unhindered;
+ *     blocked  the rest: the consumer had no free slot yet (its mailbox
+ *              holds as many messages as the schedule keeps in flight,
+ *              DESIGN §3, so a producer running ahead of a slow consumer
+ *              waits there), or the thread was descheduled after waking
+ *              the consumer (a CPU with fewer free cores than ranks);
+ *              counted as waiting, not work;
+ *   busy     compute + copy: the time the action holds its rank doing its
+ *            own work, which is what the simulator calls its cost (a rank
+ *            is free for its next action once its output is handed over);
+ *   transfer arrival - the producer's "computed", for a cross-rank input.
+ *
+ * "ready" rather than "received": a rank that is held up before its
+ * receive for a reason of its own (a slow device, the slow-stage test
+ * hook) is busy, not waiting, until its input arrives, and the simulator
+ * needs exactly that split to replay the step. Per stage, F and B cost is
+ * the mean busy time over micro-batches and measured steps. The
+ * simulator's transfer cost c, which delays a consumer beyond its
+ * producer's end, is the mean of max(0, arrival - the producer's "sent")
+ * over every cross-rank transfer: 0 where the producer copies the data
+ * itself before its action ends, as on the CPU. The simulator (sim.h) then
+ * runs the schedule with those costs, and its bubble is compared with the
+ * measured one, defined the same way:
+ *
+ *   makespan = the last busy end (computed + copy) - the first action's start
+ *   bubble   = 1 - (sum over ranks of busy) / (P x makespan)
+ *
+ * Times are in milliseconds from the step's origin (the earliest
+ * iteration start over the ranks: one clock for all of them).
+ *
+ * The per-layer cost model (hy_cost_model) is what lets measured costs
+ * price another split or schedule (`hanayo plan --compare --costs`,
+ * `hanayo tune`): a stage holding n layers costs
+ *     n x layer + (first stage ? first : 0) + (last stage ? last : 0)
+ * forward and backward alike, where `first` is what the first stage costs
+ * beyond its layers (the embedding, and anything else that makes that
+ * stage dearer) and `last` the same for the last (final LayerNorm, the
+ * head and the loss). See hy_cost_model_fit for how it is fitted.
+ *
+ * Nothing here prints or exits except the writers, which write where
+ * they are told; files are written atomically (atomicfile.h).
+ */
+#ifndef HY_PROFILE_H
+#define HY_PROFILE_H
+
+#include <stdio.h>
+
+#include "config.h"
+#include "error.h"
+#include "schedule.h"
+#include "sim.h"
+
+/* Warm-up steps before measuring: the first runs eagerly, the second is
+ * recorded; only replays are measured, as a real run spends its time. */
+#define HY_PROFILE_WARMUP 2
+
+typedef struct {
+    int steps;            /* measured steps, >= 1 (default 5) */
+    /* Test hook (runtime.h, hy_runtime_slow_stage): every action of this
+     * stage first holds its rank for slow_seconds. -1: none. */
+    int slow_stage;
+    double slow_seconds;
+} hy_profile_opts;
+
+void hy_profile_opts_init(hy_profile_opts *o);
+
+/* One action's times in one step, ms from the origin: its four stamps,
+ * and ready and copied (= computed + copy) as defined above. */
+typedef struct {
+    double start, received, ready, computed, copied, sent;
+} hy_action_time;
+
+/* Per stage, means over micro-batches and measured steps (ms). */
+typedef struct {
+    int rank, layers;
+    double fwd, bwd;             /* cost (busy: compute + copy) of F(m, s), B(m, s) */
+    double fwd_compute, bwd_compute;
+    double fwd_copy, bwd_copy;
+    double fwd_blocked, bwd_blocked;   /* mean blocked send per action */
+    /* Transfer of its output to the next stage's rank (forward) or the
+     * previous one's (backward); -1 where that neighbour is local or
+     * absent. */
+    double fwd_transfer, bwd_transfer;
+    double layer_fwd, layer_bwd; /* per layer, after the model's extras; -1 with no layers */
+} hy_stage_cost;
+
+/* Per rank, ms per step (means over measured steps). compute + copy +
+ * wait + blocked + tail + idle = the step; busy is compute + copy. */
+typedef struct {
+    double compute;   /* its actions' own work */
+    double copy;      /* handing outputs over */
+    double wait;      /* blocked on another rank for an input */
+    double blocked;   /* blocked handing an output over */
+    double tail;      /* after its last action: embedding exchange, norm and clip,
+                         optimizer (and waiting for the other ranks in them) */
+    double idle;      /* the rest: before its first action (zeroing gradients),
+                         between actions, after its tail */
+} hy_rank_time;
+
+/* The per-layer cost model (see the top of this file), in ms. */
+typedef struct {
+    double layer_fwd, layer_bwd;
+    double first_fwd, first_bwd;
+    double last_fwd, last_bwd;
+    double comm;
+} hy_cost_model;
+
+/* Fits the model to per-stage costs fwd[s], bwd[s] of a split n_layers[s]
+ * (S stages). The per-layer cost comes from the inner stages (neither
+ * first nor last) that hold layers: their total cost over their layers.
+ * With none (S <= 2), from the cheaper of the first stage's cost per layer
+ * and the last stage's per (layers + head_units), where head_units is the
+ * head's estimated cost in layers (model.h): the cheaper one is taken as
+ * the one without anything extra. The first and last stage's extras are
+ * then what their costs leave beyond their layers (never below 0).
+ * comm is copied in. */
+void hy_cost_model_fit(hy_cost_model *m, const double *fwd, const double *bwd,
+                       const int *n_layers, int S, double head_units, double comm);
+
+/* Per-stage costs of split n_layers (S stages) under the model. */
+void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,
+                          double *fwd, double *bwd);
+
+/* ---- The runtime's flow control in the simulator ---------------------------
+ * hy_simulate (sim.h) lets a message go whenever its producer is done. The
+ * runtime's mailboxes hold K slots per cross-rank edge, and which slot each
+ * micro-batch's message takes is fixed beforehand by a uniform-cost replay
+ * (mailbox.h, hy_mailbox_plan); so when real costs let a producer run ahead
+ * of its consumer, it waits until the consumer releases that slot's
+ * previous message (at the end of the consumer's B of that stage). This is
+ * hy_simulate with that wait: an action holds its rank until its output's
+ * slot is free, the wait is not busy time, and a consumer's input arrives
+ * c after the hand-over. Under uniform costs it equals hy_simulate (the
+ * replay that chose the slots is a witness that nobody waits). end[r][i]
+ * is when the action handed its output over. */
+int hy_simulate_mailboxes(const hy_schedule *s, const hy_costs *c, hy_sim_result *r,
+                          hy_error *err);
+
+typedef struct {
+    hy_schedule sched;          /* the schedule the runtime ran (a copy) */
+    int *n_layers;              /* [stages]: the split */
+    int steps;                  /* measured steps */
+    char backend[128];          /* which backend, and why */
+    double tokens;              /* per step */
+    double head_units;          /* the head's estimated cost in layers (model.h) */
+
+    hy_action_time **last;      /* [ranks][n_actions]: the last measured step */
+    double *iter_start;         /* [ranks]: the last step's iteration starts */
+    double *tail_at;            /* [ranks * 3]: the last step's tail stamps */
+    double *copy;               /* [2 * stages]: the copy time of (op, stage)'s output */
+
+    hy_stage_cost *stage;       /* [stages] */
+    hy_rank_time *rank;         /* [ranks] */
+    double comm;                /* the simulator's c, as above */
+    int transfers;              /* cross-rank transfers per step */
+
+    double step_ms;             /* mean step: origin to the last optimizer end */
+    double wall_ms;             /* mean step as hy_runtime_step timed it */
+    double makespan;            /* mean pipeline makespan, as defined above */
+    double bubble;              /* mean measured bubble */
+    double pred_makespan;       /* the simulator's, from the measured costs */
+    double pred_bubble;
+    double slots_makespan;      /* the same with the runtime's mailbox slots */
+    double slots_bubble;        /*   (hy_simulate_mailboxes) */
+    double ideal_bubble;        /* hy_ideal_bubble: uniform costs, no transfer time */
+    hy_cost_model model;
+} hy_profile;
+
+/* Runs the profile of config c (p keeps copies of all it needs). On
+ * failure p is left empty (safe to free). */
+int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o,
+                   hy_error *err);
+void hy_profile_free(hy_profile *p);
+
+/* ---- Outputs --------------------------------------------------------------
+ * trace.json   Chrome trace (Perfetto, chrome://tracing) of the last
+ *              measured step, in µs: one track per rank, an "X" event per
+ *              action ("F m3 s5": start to sent, args mb, stage, wait_us,
+ *              compute_us, send_us = the copy, blocked_us), "wait" and
+ *              "blocked send" events inside them, the tail's phases, and
+ *              a flow arrow from each cross-rank send to its receiver.
+ * summary.json every measured figure, the per-stage costs and the cost
+ *              model; `hanayo plan --costs` reads it back.
+ * timeline.svg the last measured step drawn as `hanayo plan --svg` draws
+ *              a simulated one (each action from ready to copied: busy).
+ * bars.svg     per rank, one bar: compute, copy, wait, blocked, tail, idle. */
+char *hy_profile_trace_json(const hy_profile *p);
+char *hy_profile_summary_json(const hy_profile *p);
+int hy_profile_write_bars_svg(FILE *f, const hy_profile *p);
+
+/* Writes the four files into dir, creating it (and missing parents).
+ * HY_ERR_INPUT when the path is at fault. */
+int hy_profile_save(const hy_profile *p, const char *dir, hy_error *err);
+
+/* Checks, before anything runs, that dir could be created or written:
+ * every existing component a directory, the deepest existing one
+ * writable. */
+int hy_profile_check_dir(const char *dir, hy_error *err);
+
+/* The printed report: steps, per rank busy/wait/send/tail/idle, per stage
+ * F/B/transfer costs, measured vs predicted vs ideal bubble. */
+int hy_profile_write_table(FILE *f, const hy_profile *p);
+
+/* ---- The `hanayo profile` command ---------------------------------------- */
+typedef struct {
+    const char *config;           /* the config file */
+    const char *const *sets;      /* "key=value" overrides, like --set */
+    int n_sets;
+    const char *out;              /* the directory; NULL: profile/<config's name> */
+    hy_profile_opts opts;
+} hy_profile_request;
+
+/* Loads the config, checks the output directory, profiles, writes the
+ * files and prints the table and where the files are. Nothing is written
+ * unless the whole profile ran. */
+int hy_profile_cmd(const hy_profile_request *rq, FILE *out, hy_error *err);
+
+/* The default output directory of a config path: "profile/" and its file
+ * name without the extension. malloc'd; NULL when out of memory. */
+char *hy_profile_default_dir(const char *config);
+
+/* ---- Measured costs read back (`hanayo plan --costs`) ---------------------*/
+typedef struct {
+    hy_sched_kind kind;         /* the schedule profiled */
+    int ranks, micro_batches, waves, chunks, stages;
+    int *n_layers;              /* [stages] */
+    double *fwd, *bwd;          /* [stages], ms */
+    double comm;
+    hy_cost_model model;
+} hy_measured_costs;
+
+/* Reads summary.json. Every error names the file and the JSON path
+ * ("summary.json: stages[2].fwd_ms: ...") and is HY_ERR_INPUT. */
+int hy_measured_costs_load(hy_measured_costs *mc, const char *path, hy_error *err);
+void hy_measured_costs_free(hy_measured_costs *mc);
+
+#endif

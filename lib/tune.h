@@ -1,0 +1,107 @@
+/*
+ * tune.h — `hanayo tune`: from a short profile to the schedule, the number
+ * of micro-batches and the layer split the simulator predicts fastest.
+ *
+ * The measurement is a profile (profile.h); its per-layer cost model prices
+ * any split of the layers over any number of stages, and the simulator
+ * (sim.h, with the runtime's mailbox slots: profile.h,
+ * hy_simulate_mailboxes) turns prices into a step time for each candidate:
+ *
+ *   kind     gpipe, 1f1b, interleaved (v = 2..4: with v = 1 it is 1f1b
+ *            with a deeper warm-up), hanayo (W = 1..4);
+ *   M        P, 2P, ..., 8P micro-batches (B, the micro-batch size, stays);
+ *   split    for each kind and W or v: the balanced split the runtime
+ *            makes by default (model.h), a greedy balance by the measured
+ *            costs (each layer in turn to the stage it makes cheapest, the
+ *            first and last stage's extras counted), and the best of
+ *            moving one layer at a time from either, with the simulated
+ *            step as the judge. Every stage holds at least one layer, and a
+ *            split other than the default must be predicted at least 5%
+ *            faster than it (TUNE_MIN_LAYERS, TUNE_SPLIT_MARGIN in tune.c
+ *            say why).
+ *
+ * A candidate's step time is its simulated makespan plus the rest of the
+ * measured step (embedding exchange, clip, optimizer, the host's batch
+ * loading), taken as fixed. M changes the tokens per step, so candidates
+ * are ranked by predicted time per token, and each schedule (kind with
+ * its W or v) is shown by its best M and split. A candidate whose estimated
+ * memory on some rank (parameters, gradients and AdamW moments; each
+ * stage's activation stash times the micro-batches the schedule keeps in
+ * flight there; the head's logits) exceeds the budget is dropped.
+ */
+#ifndef HY_TUNE_H
+#define HY_TUNE_H
+
+#include <stdio.h>
+
+#include "config.h"
+#include "error.h"
+#include "profile.h"
+#include "schedule.h"
+
+typedef struct {
+    hy_sched_kind kind;
+    int waves;             /* W for hanayo, else 0 */
+    int chunks;            /* stages per rank: 1, v, or 2W */
+    int micro_batches, stages;
+    int *split;            /* [stages]: layers per stage */
+    double makespan_ms, bubble;
+    double step_ms;        /* makespan + the fixed rest of the step */
+    double tokens;         /* per step */
+    double us_per_token;
+    double act_bytes;      /* activation stashes, the most over ranks */
+    double mem_bytes;      /* the whole estimate, the most over ranks */
+} hy_tune_candidate;
+
+typedef struct {
+    unsigned kinds;        /* bit k: search hy_sched_kind k; 0: all */
+    double budget_bytes;   /* memory per rank */
+    double overhead_ms;    /* the step beyond the pipeline's makespan */
+    int act_size;          /* bytes per activation: 4 (fp32, CPU), 2 (bf16, CUDA) */
+} hy_tune_opts;
+
+typedef struct {
+    hy_tune_candidate *best;   /* the best of each schedule (kind with its W
+                                  or v) within the budget, best first */
+    int n_best;
+    int searched;              /* candidates simulated */
+    int over_budget;           /* of those, dropped for memory */
+    hy_tune_candidate current; /* config c as it is, predicted the same way */
+} hy_tune_result;
+
+/* Searches for the model and schedule P of config c under cost model m.
+ * HY_ERR_INPUT when no candidate fits the budget (saying the smallest
+ * need). */
+int hy_tune_search(const hy_config *c, const hy_cost_model *m, const hy_tune_opts *o,
+                   hy_tune_result *r, hy_error *err);
+void hy_tune_result_free(hy_tune_result *r);
+
+/* The memory estimate above for schedule s with layer split `split` of
+ * config c's model: the most over ranks of the activation stashes
+ * (*act) and of everything (*mem), in bytes. */
+void hy_tune_memory(const hy_config *c, const hy_schedule *s, const int *split, int act_size,
+                    double *act, double *mem);
+
+/* Writes config file `config` with the candidate's schedule keys set
+ * (kind, waves or chunks, micro_batches, split) to out_path, atomically,
+ * after checking that the result loads (with `sets` applied, as it was
+ * measured). */
+int hy_tune_apply(const char *config, const char *const *sets, int n_sets,
+                  const hy_tune_candidate *cand, const char *out_path, hy_error *err);
+
+/* ---- The `hanayo tune` command ---------------------------------------- */
+typedef struct {
+    const char *config;
+    const char *const *sets;
+    int n_sets;
+    hy_profile_opts profile;   /* as hanayo profile's (5 steps) */
+    int top;                   /* candidates printed (default 5) */
+    double memory_gb;          /* per rank; 0: the device's */
+    unsigned kinds;            /* as hy_tune_opts */
+    const char *apply;         /* write the tuned config here, or NULL */
+} hy_tune_request;
+
+void hy_tune_request_init(hy_tune_request *rq);
+int hy_tune_cmd(const hy_tune_request *rq, FILE *out, hy_error *err);
+
+#endif

@@ -1,0 +1,571 @@
+/*
+ * test_profile.c — the profiler, measured-cost planning and the tuner.
+ *
+ *   - the per-layer cost model recovers known costs, and prices a split;
+ *   - the simulator with the runtime's mailbox slots agrees with the plain
+ *     one under uniform costs and is never faster under others;
+ *   - trace.json is Chrome-trace JSON with one track per rank, exactly one
+ *     event per action of every rank's list (hy_runtime_schedule), times
+ *     non-negative and in list order, and an arrow per transfer;
+ *   - with the slow-stage hook (P = 2, 1f1b and hanayo W = 1, stage 0
+ *     held for a known delay per action) the measured per-stage cost finds
+ *     the slow stage, by about the delay, and the simulator's bubble from
+ *     the measured costs is within 15% of the measured bubble;
+ *   - tune never puts layers on the slow stage, and moves them off it when
+ *     they can make up for it (the delay as large as a layer's work);
+ *   - summary.json reads back (hy_measured_costs_load) to the same costs,
+ *     and bad summaries are refused naming the file and the JSON path;
+ *   - the tuned config written by hy_tune_apply loads.
+ *
+ * The runtime tests pin backend=cpu. Runs in a few seconds (the delays
+ * dominate, so it stays short under the sanitizers too).
+ */
+#include "config.h"
+#include "data.h"
+#include "profile.h"
+#include "runtime.h"
+#include "schedule.h"
+#include "test.h"
+#include "tune.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[64], shard[128];
+
+static int make_shard(void) {
+    snprintf(dir, sizeof dir, "/tmp/hy-profile-XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    snprintf(shard, sizeof shard, "%s/train.bin", dir);
+    size_t n = 20000;
+    uint16_t *tok = malloc(n * sizeof *tok);
+    hy_error err;
+    int rc = tok ? hy_synth_tokens(tok, n, 64, 7, 0, &err) : -1;
+    if (!rc) rc = hy_shard_write(shard, tok, n, &err);
+    if (rc > 0) fprintf(stderr, "%s\n", err.msg);
+    free(tok);
+    return rc;
+}
+
+static void remove_path(const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);
+}
+
+/* A small GPT on P = 2 with the schedule given by `sched_sets`. */
+static int load_config(hy_config *c, const char *const *sched_sets, int n_sched) {
+    char data_set[200];
+    snprintf(data_set, sizeof data_set, "data.train=%s", shard);
+    const char *sets[24] = {
+        "model.layers=4", "model.d_model=32", "model.heads=4", "model.seq_len=16",
+        "model.vocab=64", "schedule.micro_batch_size=2", "schedule.ranks=2",
+        "data.val=null", "checkpoint.dir=null", "backend=cpu", data_set,
+    };
+    int n = 11;
+    for (int i = 0; i < n_sched; i++) sets[n++] = sched_sets[i];
+    hy_error err;
+    hy_config_init(c);
+    int rc = hy_config_load(c, NULL, sets, n, &err);
+    if (rc) fprintf(stderr, "config: %s\n", err.msg);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_cost_model(void) {
+    /* layer F 1 B 2, first extra F 0.5 B 0.25, last extra F 3 B 1. */
+    int n[4] = {1, 2, 2, 1};
+    double fwd[4] = {1.5, 2, 2, 4}, bwd[4] = {2.25, 4, 4, 3};
+    hy_cost_model m;
+    hy_cost_model_fit(&m, fwd, bwd, n, 4, 0.5, 0.1);
+    CHECK_NEAR(m.layer_fwd, 1, 1e-12);
+    CHECK_NEAR(m.layer_bwd, 2, 1e-12);
+    CHECK_NEAR(m.first_fwd, 0.5, 1e-12);
+    CHECK_NEAR(m.first_bwd, 0.25, 1e-12);
+    CHECK_NEAR(m.last_fwd, 3, 1e-12);
+    CHECK_NEAR(m.last_bwd, 1, 1e-12);
+    CHECK_NEAR(m.comm, 0.1, 1e-12);
+    /* Another split of the same model, priced. */
+    int n2[3] = {0, 3, 3};
+    double f2[3], b2[3];
+    hy_cost_model_stages(&m, n2, 3, f2, b2);
+    CHECK_NEAR(f2[0], 0.5, 1e-12);
+    CHECK_NEAR(f2[1], 3, 1e-12);
+    CHECK_NEAR(f2[2], 6, 1e-12);
+    CHECK_NEAR(b2[2], 7, 1e-12);
+    /* Two stages: no inner stage, so the cheaper end per layer is the
+     * layer's cost and the dearer end's excess its extra. */
+    int n3[2] = {2, 2};
+    double f3[2] = {12, 2 * 1 + 1.5}, b3[2] = {12, 5};
+    hy_cost_model_fit(&m, f3, b3, n3, 2, 0.5, 0);
+    CHECK_NEAR(m.layer_fwd, 3.5 / 2.5, 1e-12);
+    CHECK_NEAR(m.first_fwd, 12 - 2 * 3.5 / 2.5, 1e-12);
+    CHECK_NEAR(m.last_fwd, 3.5 - 2 * 3.5 / 2.5, 1e-12);
+    CHECK_NEAR(m.first_bwd, 12 - 2 * 2.0, 1e-12);
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* The simulator with the runtime's mailbox slots: equal to hy_simulate
+ * under uniform costs (the slot plan's own replay), never shorter under
+ * others, and longer where a sender must wait for its slot. */
+static void test_slots(void) {
+    hy_error err;
+    int checked = 0, longer = 0;
+    for (int kind = 0; kind < HY_SCHED_COUNT; kind++)
+        for (int P = 2; P <= 4; P++)
+            for (int M = P; M <= 3 * P; M += P) {
+                hy_sched_params sp = { (hy_sched_kind)kind, P, M, 2, 2 };
+                hy_schedule s;
+                if (hy_schedule_build(&s, &sp, &err) != HY_OK) { CHECKF(0, "%s", err.msg); continue; }
+                double *f = malloc(2 * (size_t)s.stages * sizeof(double)), *b = f + s.stages;
+                for (int trial = 0; trial < 4; trial++) {
+                    hy_costs c = hy_costs_uniform();
+                    if (trial > 0) {   /* uneven stages, and a transfer cost */
+                        for (int i = 0; i < s.stages; i++) {
+                            f[i] = 0.5 + (double)((i * 7 + trial * 3) % 5);
+                            b[i] = 2 * f[i] - 0.25 * ((i + trial) % 3);
+                        }
+                        c.fwd_stage = f;
+                        c.bwd_stage = b;
+                        c.comm = 0.1 * trial;
+                    }
+                    hy_sim_result x, y;
+                    int rx = hy_simulate(&s, &c, &x, &err), ry = hy_simulate_mailboxes(&s, &c, &y, &err);
+                    CHECKF(rx == HY_OK && ry == HY_OK, "%s", err.msg);
+                    if (rx || ry) continue;
+                    if (trial == 0) CHECK_NEAR(y.makespan, x.makespan, 1e-9);
+                    CHECK(y.makespan >= x.makespan - 1e-9);
+                    CHECK_NEAR(y.busy[0], x.busy[0], 1e-9);   /* waiting for a slot is not work */
+                    longer += y.makespan > x.makespan + 1e-9;
+                    checked++;
+                    hy_sim_result_free(&x);
+                    hy_sim_result_free(&y);
+                }
+                free(f);
+                hy_schedule_free(&s);
+            }
+    CHECK(checked == 4 * HY_SCHED_COUNT * 3 * 3);
+    CHECKF(longer > 0, "no case where a sender waited for its slot");
+    /* gpipe, P = 2, M = 2: the backward edge has one slot (the uniform
+     * replay frees it just as the second gradient is sent), so with a
+     * transfer cost c the second gradient waits c for it. */
+    hy_sched_params sp = { HY_SCHED_GPIPE, 2, 2, 1, 1 };
+    hy_schedule s;
+    if (hy_schedule_build(&s, &sp, &err) == HY_OK) {
+        hy_costs c = hy_costs_uniform();
+        c.comm = 0.5;
+        hy_sim_result x, y;
+        CHECK(hy_simulate(&s, &c, &x, &err) == HY_OK);
+        CHECK(hy_simulate_mailboxes(&s, &c, &y, &err) == HY_OK);
+        CHECK_NEAR(y.makespan, x.makespan + 0.5, 1e-9);
+        hy_sim_result_free(&x);
+        hy_sim_result_free(&y);
+        hy_schedule_free(&s);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* The trace of one profile against the runtime's own action lists. */
+static void check_trace(const hy_profile *p, const hy_schedule *s) {
+    char *text = hy_profile_trace_json(p);
+    CHECK(text != NULL);
+    json_error_t je;
+    json_t *root = text ? json_loads(text, 0, &je) : NULL;
+    free(text);
+    CHECKF(root != NULL, "trace.json does not parse: %s", je.text);
+    if (!root) return;
+    json_t *ev = json_object_get(root, "traceEvents");
+    CHECK(json_is_array(ev));
+    CHECK(json_is_string(json_object_get(root, "displayTimeUnit")));
+    int P = s->ranks;
+    int *names = calloc((size_t)P, sizeof *names);
+    int **seen = calloc((size_t)P, sizeof *seen);
+    double *last_end = calloc((size_t)P, sizeof *last_end);
+    int *next = calloc((size_t)P, sizeof *next);
+    for (int r = 0; r < P; r++) seen[r] = calloc((size_t)s->n_actions[r], sizeof **seen);
+    int flows_s = 0, flows_f = 0, bad_order = 0, negative = 0, unknown = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e) {
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        const char *name = json_string_value(json_object_get(e, "name"));
+        int tid = (int)json_integer_value(json_object_get(e, "tid"));
+        if (!ph || !name) { unknown++; continue; }
+        if (!strcmp(ph, "M") && !strcmp(name, "thread_name")) {
+            char want[32];
+            snprintf(want, sizeof want, "rank %d", tid);
+            const char *got = json_string_value(json_object_get(json_object_get(e, "args"), "name"));
+            CHECKF(tid >= 0 && tid < P && got && !strcmp(got, want), "thread_name %d: %s", tid,
+                   got ? got : "(none)");
+            if (tid >= 0 && tid < P) names[tid]++;
+            continue;
+        }
+        if (!strcmp(ph, "s")) flows_s++;
+        if (!strcmp(ph, "f")) flows_f++;
+        if (strcmp(ph, "X") != 0) continue;
+        double ts = json_number_value(json_object_get(e, "ts"));
+        double dur = json_number_value(json_object_get(e, "dur"));
+        if (ts < 0 || dur < 0) negative++;
+        const char *cat = json_string_value(json_object_get(e, "cat"));
+        if (!cat || (strcmp(cat, "forward") != 0 && strcmp(cat, "backward") != 0)) continue;
+        if (tid < 0 || tid >= P) { unknown++; continue; }
+        /* Action events come in list order: the next one must carry the
+         * next action's label, start no earlier than the last one ended. */
+        int k = next[tid]++;
+        if (k >= s->n_actions[tid]) { unknown++; continue; }
+        char label[48];
+        hy_action_label(&s->actions[tid][k], label, sizeof label);
+        CHECKF(!strcmp(label, name), "rank %d action %d: event %s, list %s", tid, k, name, label);
+        seen[tid][k]++;
+        if (ts < last_end[tid] - 1e-3) bad_order++;
+        last_end[tid] = ts + dur;
+        json_t *args = json_object_get(e, "args");
+        CHECK(json_integer_value(json_object_get(args, "mb")) == s->actions[tid][k].mb);
+        CHECK(json_integer_value(json_object_get(args, "stage")) == s->actions[tid][k].stage);
+        CHECK(json_number_value(json_object_get(args, "compute_us")) >= 0);
+    }
+    for (int r = 0; r < P; r++) {
+        CHECKF(names[r] == 1, "rank %d has %d thread_name events", r, names[r]);
+        CHECKF(next[r] == s->n_actions[r], "rank %d: %d action events for %d actions", r, next[r],
+               s->n_actions[r]);
+        int once = 1;
+        for (int k = 0; k < s->n_actions[r]; k++) once &= seen[r][k] == 1;
+        CHECK(once);
+        free(seen[r]);
+    }
+    CHECK(bad_order == 0);
+    CHECK(negative == 0);
+    CHECK(unknown == 0);
+    CHECKF(flows_s == hy_schedule_transfers(s) && flows_f == flows_s,
+           "%d flow starts, %d ends, %d transfers", flows_s, flows_f, hy_schedule_transfers(s));
+    free(names);
+    free(seen);
+    free(last_end);
+    free(next);
+    json_decref(root);
+}
+
+static void test_trace(void) {
+    const char *sched[] = {"schedule.kind=hanayo", "schedule.waves=1", "schedule.micro_batches=4"};
+    hy_config c;
+    if (load_config(&c, sched, 3)) { CHECK(0); return; }
+    hy_error err;
+    hy_runtime *rt = NULL;
+    CHECK(hy_runtime_create(&rt, &c, &err) == HY_OK);
+    hy_profile p;
+    hy_profile_opts o;
+    hy_profile_opts_init(&o);
+    o.steps = 2;
+    int rc = hy_profile_run(&p, &c, &o, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    if (!rc && rt) check_trace(&p, hy_runtime_schedule(rt));
+    if (!rc) {
+        /* Per rank, the parts add up to the step. */
+        for (int r = 0; r < p.sched.ranks; r++) {
+            const hy_rank_time *t = &p.rank[r];
+            CHECK(t->compute > 0 && t->copy >= 0 && t->wait >= 0 && t->blocked >= 0 &&
+                  t->tail >= 0 && t->idle >= 0);
+            CHECK_NEAR(t->compute + t->copy + t->wait + t->blocked + t->tail + t->idle, p.step_ms,
+                       1e-6 * p.step_ms + 1e-9);
+        }
+        CHECK(p.makespan > 0 && p.makespan <= p.step_ms);
+        CHECK(p.bubble >= 0 && p.bubble < 1);
+        CHECK_NEAR(p.ideal_bubble, 1.0 / 9, 1e-12);   /* (P-1) / (2WM + P-1) */
+        /* The bars: six parts per rank, six in the legend. */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        hy_profile_write_bars_svg(f, &p);
+        fclose(f);
+        int rects = 0;
+        for (const char *q = text; (q = strstr(q, "<rect")); q++) rects++;
+        CHECK(rects == 6 * p.sched.ranks + 6);
+        free(text);
+    }
+    hy_profile_free(&p);
+    hy_runtime_destroy(rt);
+    hy_config_free(&c);
+}
+
+/* ------------------------------------------------------------------------ */
+
+#define SLOW_S 0.012   /* the delay of every action of the slow stage */
+
+/* Measures a profile with stage 0 slowed down; checks that the costs find
+ * it and the prediction matches the measured bubble. 0 when it ran. */
+static int slow_profile(hy_profile *p, const hy_config *c) {
+    hy_profile_opts o;
+    hy_profile_opts_init(&o);
+    o.steps = 4;
+    o.slow_stage = 0;
+    o.slow_seconds = SLOW_S;
+    hy_error err;
+    int rc = hy_profile_run(p, c, &o, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    if (rc) return rc;
+    double d = SLOW_S * 1e3, others_f = 0, others_b = 0;
+    for (int s = 1; s < p->sched.stages; s++) {
+        others_f = fmax(others_f, p->stage[s].fwd);
+        others_b = fmax(others_b, p->stage[s].bwd);
+    }
+    const hy_stage_cost *s0 = &p->stage[0];
+    printf("%s, slow stage 0 by %.1f ms: stage 0 F %.3f B %.3f ms, the others at most F %.3f "
+           "B %.3f ms; bubble measured %.4f, predicted %.4f (ideal %.4f)\n",
+           hy_sched_name(p->sched.kind), d, s0->fwd, s0->bwd, others_f, others_b, p->bubble,
+           p->pred_bubble, p->ideal_bubble);
+    /* Stage 0 is the slow one, by about the delay (the stages' own work
+     * is well under a few milliseconds here). */
+    CHECKF(s0->fwd - others_f > 0.7 * d && s0->fwd - others_f < 1.3 * d,
+           "F: stage 0 %.3f ms, the others at most %.3f ms, delay %.1f ms", s0->fwd, others_f, d);
+    CHECKF(s0->bwd - others_b > 0.7 * d && s0->bwd - others_b < 1.3 * d,
+           "B: stage 0 %.3f ms, the others at most %.3f ms, delay %.1f ms", s0->bwd, others_b, d);
+    CHECKF(fabs(p->pred_bubble - p->bubble) <= 0.15 * p->bubble,
+           "predicted bubble %.4f vs measured %.4f", p->pred_bubble, p->bubble);
+    CHECK(p->model.first_fwd > 0.7 * d && p->model.first_bwd > 0.7 * d);
+    return HY_OK;
+}
+
+static void test_slow_hanayo(void) {
+    const char *sched[] = {"schedule.kind=hanayo", "schedule.waves=1", "schedule.micro_batches=4"};
+    hy_config c;
+    if (load_config(&c, sched, 3)) { CHECK(0); return; }
+    hy_profile p;
+    if (slow_profile(&p, &c) == HY_OK) hy_profile_free(&p);
+    hy_config_free(&c);
+}
+
+static void test_slow_stage(void) {
+    const char *sched[] = {"schedule.kind=1f1b", "schedule.micro_batches=4"};
+    hy_config c;
+    if (load_config(&c, sched, 2)) { CHECK(0); return; }
+    hy_profile p;
+    hy_error err;
+    if (slow_profile(&p, &c) != HY_OK) { hy_config_free(&c); return; }
+    int rc;
+
+    /* Tune never puts more layers on the slow stage. (With the delay at
+     * 12 ms and a layer at well under one, moving a layer off it gains
+     * about 1%, less than tune's margin for leaving the default split:
+     * test_tune_moves_layers has a delay the layers can make up for.) */
+    hy_tune_opts to = { 0, 1e12, fmax(0, p.wall_ms - p.makespan), 4 };
+    hy_tune_result res;
+    rc = hy_tune_search(&c, &p.model, &to, &res, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    if (!rc) {
+        CHECK(res.n_best > 0 && res.searched >= res.n_best);
+        printf("tune: best %s, first stage %d of 4 layers, M = %d\n",
+               hy_sched_name(res.best[0].kind), res.best[0].split[0], res.best[0].micro_batches);
+        CHECKF(res.best[0].split[0] <= 2 - (res.best[0].stages > 2),
+               "best: %s, first stage %d layers", hy_sched_name(res.best[0].kind),
+               res.best[0].split[0]);
+        CHECK(res.current.split[0] == 2);
+        CHECK(res.best[0].us_per_token <= res.current.us_per_token);
+        for (int i = 1; i < res.n_best; i++)
+            CHECK(res.best[i - 1].us_per_token <= res.best[i].us_per_token);
+        int total = 0;
+        for (int s = 0; s < res.best[0].stages; s++) total += res.best[0].split[s];
+        CHECK(total == 4);
+
+        /* The tuned config, written over a file copy of the test config. */
+        char src[160], out[160];
+        snprintf(src, sizeof src, "%s/base.json", dir);
+        snprintf(out, sizeof out, "%s/tuned.json", dir);
+        FILE *f = fopen(src, "w");
+        if (f) {
+            fprintf(f, "{\"model\": {\"layers\": 4, \"d_model\": 32, \"heads\": 4, \"seq_len\": 16,"
+                       " \"vocab\": 64}, \"schedule\": {\"kind\": \"1f1b\", \"ranks\": 2}}\n");
+            fclose(f);
+        }
+        rc = hy_tune_apply(src, NULL, 0, &res.best[0], out, &err);
+        CHECKF(rc == HY_OK, "%s", err.msg);
+        hy_config t;
+        hy_config_init(&t);
+        rc = hy_config_load(&t, out, NULL, 0, &err);
+        CHECKF(rc == HY_OK, "%s", err.msg);
+        if (!rc) {
+            CHECK(t.schedule.kind == res.best[0].kind);
+            CHECK(t.schedule.micro_batches == res.best[0].micro_batches);
+            CHECK(t.schedule.n_split == res.best[0].stages);
+            CHECK(t.schedule.n_split > 0 && t.schedule.split[0] == res.best[0].split[0]);
+        }
+        hy_config_free(&t);
+        remove_path("base.json");
+        remove_path("tuned.json");
+        hy_tune_result_free(&res);
+    }
+    /* No candidate fits a tiny budget: an input error saying so. */
+    to.budget_bytes = 1000;
+    rc = hy_tune_search(&c, &p.model, &to, &res, &err);
+    CHECK(rc == HY_ERR_INPUT && strstr(err.msg, "memory budget"));
+
+    /* summary.json reads back to the same costs. */
+    char path[160];
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    char *text = hy_profile_summary_json(&p);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    free(text);
+    hy_measured_costs mc;
+    rc = hy_measured_costs_load(&mc, path, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    if (!rc) {
+        CHECK(mc.kind == HY_SCHED_1F1B && mc.ranks == 2 && mc.stages == 2 && mc.micro_batches == 4);
+        CHECK(mc.n_layers[0] == 2 && mc.n_layers[1] == 2);
+        /* Written with 12 significant digits. */
+        CHECK_NEAR(mc.fwd[0], p.stage[0].fwd, 1e-10 * p.stage[0].fwd);
+        CHECK_NEAR(mc.bwd[1], p.stage[1].bwd, 1e-10 * p.stage[1].bwd);
+        CHECK_NEAR(mc.model.first_fwd, p.model.first_fwd, 1e-10 * p.model.first_fwd);
+        hy_measured_costs_free(&mc);
+    }
+    remove_path("summary.json");
+    hy_profile_free(&p);
+    hy_config_free(&c);
+}
+
+/* Tune moves layers off a slow stage when they can make up for it: the
+ * delay of each action set to twice a layer's measured F + B (measured
+ * first, since the sanitizers and the machine's load slow the layers and
+ * not the delay). 1f1b, 4 layers, 2 + 2: stage 0 then costs 6 layers'
+ * worth per micro-batch (its 2, and 2 more on its F and on its B) against
+ * 2 plus the head, and 1 + 3 brings it to 5: a sixth off the step, well
+ * beyond tune's margin, and still a tenth if the layers were misjudged
+ * twofold either way. */
+static void test_tune_moves_layers(void) {
+    const char *sched[] = {"schedule.kind=1f1b", "schedule.micro_batches=4"};
+    hy_config c;
+    if (load_config(&c, sched, 2)) { CHECK(0); return; }
+    hy_profile p;
+    hy_profile_opts o;
+    hy_profile_opts_init(&o);
+    o.steps = 2;
+    hy_error err;
+    int rc = hy_profile_run(&p, &c, &o, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    double layer_ms = rc ? 0 : p.model.layer_fwd + p.model.layer_bwd;
+    hy_profile_free(&p);
+    o.steps = 4;
+    o.slow_stage = 0;
+    o.slow_seconds = 2 * layer_ms / 1e3;
+    if (!rc) rc = hy_profile_run(&p, &c, &o, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    if (!rc) {
+        hy_tune_opts to = { 1u << HY_SCHED_1F1B, 1e12, fmax(0, p.wall_ms - p.makespan), 4 };
+        hy_tune_result res;
+        rc = hy_tune_search(&c, &p.model, &to, &res, &err);
+        CHECKF(rc == HY_OK, "%s", err.msg);
+        if (!rc) {
+            printf("slow stage 0 by twice a layer's F + B per action (%.3f ms): tune's 1f1b "
+                   "split %d %d at M = %d (the config's: 2 2)\n", 2 * layer_ms, res.best[0].split[0],
+                   res.best[0].split[1], res.best[0].micro_batches);
+            CHECKF(res.best[0].kind == HY_SCHED_1F1B && res.best[0].split[0] < 2,
+                   "1f1b best split %d %d", res.best[0].split[0], res.best[0].split[1]);
+            CHECK(res.current.split[0] == 2);
+            hy_tune_result_free(&res);
+        }
+        hy_profile_free(&p);
+    }
+    hy_config_free(&c);
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* A summary.json that is right but for one thing; the error must name the
+ * file and `where`. */
+static void bad_summary(const char *text, const char *where) {
+    char path[160];
+    snprintf(path, sizeof path, "%s/bad.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) { CHECK(0); return; }
+    fputs(text, f);
+    fclose(f);
+    hy_measured_costs mc;
+    hy_error err;
+    hy_error_clear(&err);
+    int rc = hy_measured_costs_load(&mc, path, &err);
+    CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, path) && strstr(err.msg, where),
+           "want an input error naming %s and %s, got %d: %s", path, where, rc, err.msg);
+    remove_path("bad.json");
+}
+
+#define SCHED "\"schedule\": {\"kind\": \"1f1b\", \"ranks\": 2, \"micro_batches\": 4, " \
+              "\"waves\": 0, \"chunks\": 1, \"stages\": 2}"
+#define MODEL "\"cost_model\": {\"layer_fwd_ms\": 1, \"layer_bwd_ms\": 2, \"first_fwd_ms\": 0, " \
+              "\"first_bwd_ms\": 0, \"last_fwd_ms\": 1, \"last_bwd_ms\": 1}"
+
+static void test_bad_summaries(void) {
+    bad_summary("{", "line 1");
+    bad_summary("[1, 2]", "top level");
+    bad_summary("{" SCHED ", \"comm_ms\": 0, \"split\": [2, 2], \"stages\": [{\"fwd_ms\": 1, "
+                "\"bwd_ms\": 2}, {\"fwd_ms\": -1, \"bwd_ms\": 2}], " MODEL "}", "stages[1].fwd_ms");
+    bad_summary("{" SCHED ", \"comm_ms\": 0, \"split\": [2, 2], \"stages\": [{\"fwd_ms\": 1, "
+                "\"bwd_ms\": 2}], " MODEL "}", "stages must be an array of 2");
+    bad_summary("{" SCHED ", \"comm_ms\": 0, \"split\": [2, 2], \"stages\": [{\"fwd_ms\": 1, "
+                "\"bwd_ms\": 2}, {\"fwd_ms\": 1}], " MODEL "}", "stages[1].bwd_ms");
+    bad_summary("{" SCHED ", \"split\": [2, 2], \"stages\": [], " MODEL "}", "comm_ms");
+    bad_summary("{\"schedule\": {\"kind\": \"zigzag\"}}", "schedule.kind");
+    bad_summary("{" SCHED ", \"comm_ms\": \"fast\"}", "comm_ms");
+    bad_summary("{" SCHED ", \"comm_ms\": 0, \"split\": [2, 2], \"stages\": [{\"fwd_ms\": 1, "
+                "\"bwd_ms\": 2}, {\"fwd_ms\": 1, \"bwd_ms\": 2}], \"cost_model\": "
+                "{\"layer_fwd_ms\": -1}}", "cost_model.layer_fwd_ms");
+    /* A good one loads. */
+    char path[160];
+    snprintf(path, sizeof path, "%s/good.json", dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs("{" SCHED ", \"comm_ms\": 0.5, \"split\": [2, 2], \"stages\": [{\"fwd_ms\": 1, "
+              "\"bwd_ms\": 2}, {\"fwd_ms\": 3, \"bwd_ms\": 4}], " MODEL "}", f);
+        fclose(f);
+    }
+    hy_measured_costs mc;
+    hy_error err;
+    CHECK(hy_measured_costs_load(&mc, path, &err) == HY_OK);
+    CHECK(mc.comm == 0.5 && mc.fwd[1] == 3 && mc.bwd[1] == 4 && mc.model.layer_bwd == 2);
+    hy_measured_costs_free(&mc);
+    remove_path("good.json");
+}
+
+static void test_default_dir(void) {
+    char *d = hy_profile_default_dir("configs/tiny-gpt.json");
+    CHECK(d && !strcmp(d, "profile/tiny-gpt"));
+    free(d);
+    d = hy_profile_default_dir("my.run.json");
+    CHECK(d && !strcmp(d, "profile/my.run"));
+    free(d);
+    d = hy_profile_default_dir(".hidden");
+    CHECK(d && !strcmp(d, "profile/.hidden"));
+    free(d);
+    hy_error err;
+    CHECK(hy_profile_check_dir("/tmp/hy-no-such-dir/a/b", &err) == HY_OK);
+    CHECK(hy_profile_check_dir(shard, &err) == HY_ERR_INPUT && strstr(err.msg, "not a directory"));
+    char below[200];
+    snprintf(below, sizeof below, "%s/x", shard);
+    CHECK(hy_profile_check_dir(below, &err) == HY_ERR_INPUT);
+}
+
+int main(void) {
+    if (make_shard() != 0) {
+        printf("profile: 0 passed, 1 failed\n");
+        return 1;
+    }
+    test_cost_model();
+    test_slots();
+    test_default_dir();
+    test_bad_summaries();
+    test_trace();
+    test_slow_stage();
+    test_slow_hanayo();
+    test_tune_moves_layers();
+    unlink(shard);
+    rmdir(dir);
+    return TEST_END("profile");
+}
