@@ -85,22 +85,6 @@ void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,
  * The simulator with the runtime's mailbox slots
  * ------------------------------------------------------------------------ */
 
-static int sim_result_alloc(hy_sim_result *r, const hy_schedule *s) {
-    memset(r, 0, sizeof *r);
-    r->ranks = s->ranks;
-    r->busy = calloc((size_t)s->ranks, sizeof(double));
-    r->peak_activations = calloc((size_t)s->ranks, sizeof(int));
-    r->start = calloc((size_t)s->ranks, sizeof(double *));
-    r->end = calloc((size_t)s->ranks, sizeof(double *));
-    if (!r->busy || !r->peak_activations || !r->start || !r->end) return -1;
-    for (int i = 0; i < s->ranks; i++) {
-        r->start[i] = calloc((size_t)s->n_actions[i] + 1, sizeof(double));
-        r->end[i] = calloc((size_t)s->n_actions[i] + 1, sizeof(double));
-        if (!r->start[i] || !r->end[i]) return -1;
-    }
-    return 0;
-}
-
 /* The cross-rank edge action a sends its output over, or NULL. */
 static const hy_edge *output_edge(const hy_mailbox *mb, const hy_schedule *s, const hy_action *a) {
     int to = a->op == HY_FWD ? a->stage + 1 : a->stage - 1;
@@ -133,28 +117,6 @@ static int slot_predecessors(const hy_mailbox *mb, const hy_schedule *s, int *pr
     return 0;
 }
 
-/* When a's inputs are all on rank r (hand-over ends in fend/bend, plus c
- * across ranks), or -1 if one has not been made yet. As in sim.c. */
-static double inputs_ready(const hy_schedule *s, const hy_costs *c, const double *fend,
-                           const double *bend, const hy_action *a, int r) {
-    int S = s->stages, m = a->mb, st = a->stage;
-    if (a->op == HY_FWD) {
-        if (st == 0) return 0;
-        double t = fend[m * S + st - 1];
-        if (t < 0) return -1;
-        return s->placement[st - 1] != r ? t + c->comm : t;
-    }
-    double t = fend[m * S + st];
-    if (t < 0) return -1;
-    if (st + 1 < S) {
-        double u = bend[m * S + st + 1];
-        if (u < 0) return -1;
-        if (s->placement[st + 1] != r) u += c->comm;
-        if (u > t) t = u;
-    }
-    return t;
-}
-
 int hy_simulate_mailboxes(const hy_schedule *s, const hy_costs *c, hy_sim_result *r,
                           hy_error *err) {
     hy_mailbox mb;
@@ -171,7 +133,7 @@ int hy_simulate_mailboxes(const hy_schedule *s, const hy_costs *c, hy_sim_result
     double *fend = malloc(2 * MS * sizeof(double)), *free_at = calloc((size_t)P, sizeof(double));
     int *prev = malloc(2 * MS * sizeof(int)), *next = calloc((size_t)P, sizeof(int));
     int *live = calloc((size_t)P, sizeof(int));
-    if (!rc && (!fend || !free_at || !prev || !next || !live || sim_result_alloc(r, s) != 0 ||
+    if (!rc && (!fend || !free_at || !prev || !next || !live || hy_sim_result_alloc(r, s) != 0 ||
                 slot_predecessors(&mb, s, prev) != 0))
         rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
     double *bend = fend ? fend + MS : NULL;
@@ -183,7 +145,7 @@ int hy_simulate_mailboxes(const hy_schedule *s, const hy_costs *c, hy_sim_result
         for (int k = 0; k < P; k++) {
             while (next[k] < s->n_actions[k]) {
                 const hy_action *a = &s->actions[k][next[k]];
-                double t = inputs_ready(s, c, fend, bend, a, k);
+                double t = hy_sim_inputs_ready(s, c, fend, bend, a, k);
                 if (t < 0) break;
                 if (t < free_at[k]) t = free_at[k];
                 double d = a->op == HY_FWD ? (c->fwd_stage ? c->fwd_stage[a->stage] : c->fwd)

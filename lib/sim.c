@@ -56,7 +56,7 @@ static int hy_check_costs(const hy_schedule *s, const hy_costs *c, hy_error *err
     return rc;
 }
 
-static int hy_sim_alloc(hy_sim_result *r, const hy_schedule *s) {
+int hy_sim_result_alloc(hy_sim_result *r, const hy_schedule *s) {
     memset(r, 0, sizeof *r);
     r->ranks = s->ranks;
     r->busy = calloc((size_t)s->ranks, sizeof(double));
@@ -74,8 +74,8 @@ static int hy_sim_alloc(hy_sim_result *r, const hy_schedule *s) {
 
 /* When action a's inputs are all available on rank r, or -1 if one of
  * them has not run yet. */
-static double hy_inputs_ready(const hy_schedule *s, const hy_costs *c, const double *fend,
-                              const double *bend, const hy_action *a, int r) {
+double hy_sim_inputs_ready(const hy_schedule *s, const hy_costs *c, const double *fend,
+                           const double *bend, const hy_action *a, int r) {
     int S = s->stages, m = a->mb, st = a->stage;
     double t = 0;
     if (a->op == HY_FWD) {
@@ -115,7 +115,7 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r, hy_er
     double *fend = malloc(MS * sizeof(double)), *bend = malloc(MS * sizeof(double));
     int *next = calloc((size_t)s->ranks, sizeof(int)), *live = calloc((size_t)s->ranks, sizeof(int));
     double *free_at = calloc((size_t)s->ranks, sizeof(double));
-    if (hy_sim_alloc(r, s) != 0 || !fend || !bend || !next || !live || !free_at) {
+    if (hy_sim_result_alloc(r, s) != 0 || !fend || !bend || !next || !live || !free_at) {
         rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
         goto out;
     }
@@ -127,7 +127,7 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r, hy_er
         for (int k = 0; k < s->ranks; k++) {
             while (next[k] < s->n_actions[k]) {
                 const hy_action *a = &s->actions[k][next[k]];
-                double t = hy_inputs_ready(s, c, fend, bend, a, k);
+                double t = hy_sim_inputs_ready(s, c, fend, bend, a, k);
                 if (t < 0) break;
                 if (t < free_at[k]) t = free_at[k];
                 double d = a->op == HY_FWD ? (c->fwd_stage ? c->fwd_stage[a->stage] : c->fwd)

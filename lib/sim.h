@@ -46,6 +46,16 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r,
                 hy_error *err);
 void hy_sim_result_free(hy_sim_result *r);
 
+/* For simulators built on this one (profile.c's, with mailbox slots): an
+ * empty result for s, every array allocated and zeroed (-1 when out of
+ * memory; hy_sim_result_free takes a part-built one), and when action a's
+ * inputs are all on rank r given the hand-over ends of the forwards and
+ * backwards so far ([m * stages + s], -1: not yet; c->comm added across
+ * ranks), or -1 if one has not been made yet. */
+int hy_sim_result_alloc(hy_sim_result *r, const hy_schedule *s);
+double hy_sim_inputs_ready(const hy_schedule *s, const hy_costs *c, const double *fend,
+                           const double *bend, const hy_action *a, int r);
+
 /* The uniform-cost ideal: (P-1) / (chunks*M + P-1). Exact for gpipe,
  * 1f1b and interleaved; the target for hanayo (chunks = 2W). */
 double hy_ideal_bubble(const hy_schedule *s);

@@ -40,6 +40,7 @@
 #include "rng.h"
 #include "runtime.h"
 #include "test.h"
+#include "lib/shard.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -554,26 +555,6 @@ static void test_ops(void) {
 
 static char shard[256];
 
-static int make_shard(void) {
-    char dir[] = "/tmp/hy-cuda-XXXXXX";
-    if (!mkdtemp(dir)) return -1;
-    snprintf(shard, sizeof shard, "%s/train.bin", dir);
-    size_t n = 60000;
-    uint16_t *tok = malloc(n * sizeof *tok);
-    hy_error err;
-    int rc = hy_synth_tokens(tok, n, 256, 7, 0, &err);
-    if (!rc) rc = hy_shard_write(shard, tok, n, &err);
-    if (rc) fprintf(stderr, "%s\n", err.msg);
-    free(tok);
-    return rc;
-}
-
-static void remove_shard(void) {
-    unlink(shard);
-    char *slash = strrchr(shard, '/');
-    if (slash) { *slash = '\0'; rmdir(shard); }
-}
-
 typedef struct {
     size_t n;
     float *w;
@@ -628,7 +609,7 @@ static int train(const char *backend, const char *const *extra, int n_extra, int
 }
 
 static void test_training(void) {
-    if (make_shard()) { CHECK(0); return; }
+    if (hy_test_shard_make(shard, sizeof shard, "cuda", 256, 60000)) { CHECK(0); return; }
     static const char *const layouts[][4] = {
         { "schedule.kind=gpipe", "schedule.ranks=1" },
         { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "devices=[0,0]" },
@@ -661,7 +642,7 @@ static void test_training(void) {
         free(a.w);
         free(b.w);
     }
-    remove_shard();
+    hy_test_shard_remove(shard);
 }
 
 /* ------------------------------------------------------------------------ */

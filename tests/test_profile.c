@@ -26,6 +26,7 @@
 #include "runtime.h"
 #include "schedule.h"
 #include "test.h"
+#include "lib/shard.h"
 #include "tune.h"
 
 #include <jansson.h>
@@ -36,20 +37,6 @@
 #include <unistd.h>
 
 static char dir[64], shard[128];
-
-static int make_shard(void) {
-    snprintf(dir, sizeof dir, "/tmp/hy-profile-XXXXXX");
-    if (!mkdtemp(dir)) return -1;
-    snprintf(shard, sizeof shard, "%s/train.bin", dir);
-    size_t n = 20000;
-    uint16_t *tok = malloc(n * sizeof *tok);
-    hy_error err;
-    int rc = tok ? hy_synth_tokens(tok, n, 64, 7, 0, &err) : -1;
-    if (!rc) rc = hy_shard_write(shard, tok, n, &err);
-    if (rc > 0) fprintf(stderr, "%s\n", err.msg);
-    free(tok);
-    return rc;
-}
 
 static void remove_path(const char *name) {
     char path[256];
@@ -553,10 +540,11 @@ static void test_default_dir(void) {
 }
 
 int main(void) {
-    if (make_shard() != 0) {
+    if (hy_test_shard_make(shard, sizeof shard, "profile", 64, 20000) != 0) {
         printf("profile: 0 passed, 1 failed\n");
         return 1;
     }
+    snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(shard, '/') - shard), shard);   /* the shard's folder */
     test_cost_model();
     test_slots();
     test_default_dir();
@@ -565,7 +553,6 @@ int main(void) {
     test_slow_stage();
     test_slow_hanayo();
     test_tune_moves_layers();
-    unlink(shard);
-    rmdir(dir);
+    hy_test_shard_remove(shard);
     return TEST_END("profile");
 }

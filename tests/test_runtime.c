@@ -13,6 +13,7 @@
 #include "model.h"
 #include "runtime.h"
 #include "test.h"
+#include "lib/shard.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -21,26 +22,6 @@
 #include <unistd.h>
 
 static char shard[256];
-
-static int make_shard(void) {
-    char dir[] = "/tmp/hy-rt-XXXXXX";
-    if (!mkdtemp(dir)) return -1;
-    snprintf(shard, sizeof shard, "%s/train.bin", dir);
-    size_t n = 40000;
-    uint16_t *tok = malloc(n * sizeof *tok);
-    hy_error err;
-    int rc = hy_synth_tokens(tok, n, 64, 7, 0, &err);
-    if (!rc) rc = hy_shard_write(shard, tok, n, &err);
-    if (rc) fprintf(stderr, "%s\n", err.msg);
-    free(tok);
-    return rc;
-}
-
-static void remove_shard(void) {
-    unlink(shard);
-    char *slash = strrchr(shard, '/');
-    if (slash) { *slash = '\0'; rmdir(shard); }
-}
 
 typedef struct {
     size_t n;
@@ -236,7 +217,7 @@ static void whole_model_gradient(const char *kind, const char *sched, const char
 }
 
 int main(void) {
-    if (make_shard() != 0) { CHECK(0); return TEST_END("runtime"); }
+    if (hy_test_shard_make(shard, sizeof shard, "rt", 64, 40000) != 0) { CHECK(0); return TEST_END("runtime"); }
     pipelined_equals_sequential("gpt");
     pipelined_equals_sequential("bert");
     replay_equals_eager();
@@ -244,6 +225,6 @@ int main(void) {
     whole_model_gradient("gpt", "schedule.kind=gpipe", "schedule.ranks=1");
     whole_model_gradient("gpt", "schedule.kind=1f1b", "schedule.ranks=2");
     whole_model_gradient("bert", "schedule.kind=hanayo", "schedule.ranks=1");
-    remove_shard();
+    hy_test_shard_remove(shard);
     return TEST_END("runtime");
 }
