@@ -9,6 +9,8 @@
 #   make test         check in build/, then again under ASan+UBSan in
 #                     build-asan/ (CPU only), the threaded tests under TSan
 #                     in build-tsan/, then one aggregate tally line
+#   make test-one T=NAME   one test, by name: T=plan runs tests/test_plan.c
+#                     (or .sh, .py); V=1 shows its whole log
 #   make asan         ASan+UBSan build in build-asan/, run all its tests
 #   make tsan         TSan build in build-tsan/, run its test programs
 #   make bench        build build/hanayo-bench and run it: tokens/s of each
@@ -17,8 +19,9 @@
 #                     the CPU"); BENCH_ARGS="--json FILE" also writes JSON.
 #                     Not part of `make test`: timings are printed, never
 #                     asserted
-#   make run          build, write the synthetic shards of tiny-gpt (below)
-#                     if absent, then `hanayo plan configs/tiny-gpt.json`
+#   make run          install what the build lacks (tools/deps.sh), build,
+#                     write the synthetic shards of tiny-gpt (below) if
+#                     absent, then `hanayo train configs/tiny-gpt.json`
 #   make data         only those shards: data/synth_train.bin, synth_val.bin
 #   make fuzz         build the libFuzzer harnesses of tests/fuzz/ with clang
 #                     (ASan+UBSan) in build-fuzz/ and run each for
@@ -171,6 +174,7 @@ HY_SCRIPT_LOGS := $(patsubst tests/%.sh,$(HY_RESULTS)/sh/%.log,$(wildcard tests/
 # ---------------------------------------------------------------------------
 # Build
 
+# tools/deps.sh installs what these lack first: test, check, run, fuzz.
 .PHONY: all tests check check-unit test asan tsan run bench clean FORCE hy-fresh-results
 
 # The benches are built with everything (so they cannot rot) but only run
@@ -205,7 +209,7 @@ $(HY_LIB): $(HY_LIB_OBJS) $(HY_MEMBERS_STAMP)
 	$(AR) rcs $@ $(HY_LIB_OBJS)
 
 # Checked when linking, not when parsing, so that `make clean` needs neither.
-hy_link_check = $(if $(JANSSON_LIB),,$(error libjansson.a not found: install libjansson-dev (and pkg-config), or set JANSSON_LIB=/path/to/libjansson.a)) \
+hy_link_check = $(if $(JANSSON_LIB),,$(error libjansson.a not found: run bash tools/deps.sh build (or install libjansson-dev and pkg-config), or set JANSSON_LIB=/path/to/libjansson.a)) \
     $(if $(HY_CUDA),$(if $(CUDA_LIBDIR),,$(error nvcc found at $(NVCC) but not libcudart_static.a next to it: set CUDA_LIBDIR=..., or build with NO_CUDA=1)))
 
 $(HY_BIN): $(HY_OBJ)/tools/hanayo.o $(HY_LIB)
@@ -298,6 +302,7 @@ HY_ASAN_VARS := BUILD=build-asan SANITIZE=address,undefined NO_CUDA=1
 HY_TSAN_VARS := BUILD=build-tsan SANITIZE=thread NO_CUDA=1
 
 check:
+	@bash tools/deps.sh test
 	@$(MAKE) --no-print-directory $(HY_JOBS) all hy-run-all
 	@$(HY_TALLY) $$(find $(HY_RESULTS) -name '*.log' | sort) </dev/null
 
@@ -306,12 +311,30 @@ check-unit:
 	@$(HY_TALLY) $$(find $(HY_RESULTS) -name '*.log' | sort) </dev/null
 
 test:
+	@bash tools/deps.sh test
 	@$(MAKE) --no-print-directory $(HY_JOBS) all hy-run-all
 	@echo "== again under ASan+UBSan (build-asan/, CPU only) =="
 	@$(MAKE) --no-print-directory $(HY_JOBS) $(HY_ASAN_VARS) all hy-run-all
 	@echo "== the threaded tests again under TSan (build-tsan/) =="
 	@$(MAKE) --no-print-directory $(HY_JOBS) $(HY_TSAN_VARS) hy-run-threaded
 	@$(HY_TALLY) $$(find $(HY_RESULTS) build-asan/results build-tsan/results -name '*.log' | sort) </dev/null
+
+# One test by its name: T=plan runs tests/test_plan.c (or test_plan.sh,
+# test_plan.py) in build/ and shows its log when it fails, V=1 always.
+# Add the sanitizer builds' variables to run it there, e.g.
+#     make test-one T=runtime BUILD=build-tsan SANITIZE=thread NO_CUDA=1
+HY_ONE_LOG = $(firstword $(filter %/test_$(T).log,$(HY_UNIT_LOGS) $(HY_SCRIPT_LOGS)))
+HY_TEST_NAMES = $(sort $(patsubst test_%,%,$(basename $(notdir $(HY_UNIT_LOGS) $(HY_SCRIPT_LOGS)))))
+
+.PHONY: test-one hy-test-one
+test-one:
+	@bash tools/deps.sh test
+	@$(MAKE) --no-print-directory $(HY_JOBS) hy-test-one
+
+hy-test-one:
+	@if [ -z "$(HY_ONE_LOG)" ]; then echo "make test-one T=NAME, NAME one of: $(HY_TEST_NAMES)" >&2; exit 2; fi
+	@$(MAKE) --no-print-directory $(HY_JOBS) $(HY_ONE_LOG)
+	@$(if $(filter 1,$(V)),cat $(HY_ONE_LOG);) $(HY_TALLY) $(HY_ONE_LOG) </dev/null
 
 asan:
 	@$(MAKE) --no-print-directory $(HY_ASAN_VARS) check
@@ -341,7 +364,15 @@ $(HY_SYNTH_DATA) &: | $(HY_BIN)
 	$(HY_BIN) data synth --out data/synth_train.bin --tokens $(HY_SYNTH_TOKENS) \
 	    --vocab $(HY_SYNTH_VOCAB) --val-out data/synth_val.bin --val-tokens $(HY_SYNTH_VAL_TOKENS)
 
-run: all $(HY_SYNTH_DATA)
+# The two commands of the README install what they lack first
+# (tools/deps.sh), then run make again so that what this parse did not find
+# (jansson's library, say) is found.
+run:
+	@bash tools/deps.sh build
+	@$(MAKE) --no-print-directory $(HY_JOBS) hy-train-tiny
+
+.PHONY: hy-train-tiny
+hy-train-tiny: all $(HY_SYNTH_DATA)
 	$(HY_BIN) train configs/tiny-gpt.json
 
 # ---------------------------------------------------------------------------
@@ -375,7 +406,9 @@ HY_FUZZ_LIB := $(HY_FUZZ)/libhanayo-fuzz.a
 HY_FUZZ_BINS := $(HY_FUZZ_NAMES:%=$(HY_FUZZ)/fuzz_%)
 
 .PHONY: fuzz fuzz-build
-fuzz: fuzz-build
+fuzz:
+	@bash tools/deps.sh fuzz
+	@$(MAKE) --no-print-directory fuzz-build
 	@bash tests/fuzz/run.sh $(HY_FUZZ) $(FUZZ_SECONDS) $(HY_FUZZ_NAMES)
 
 fuzz-build: $(HY_FUZZ_BINS)

@@ -205,7 +205,9 @@ static const key_spec KEYS[] = {
              "`hanayo data synth` writes the default" },
     { .name = "data.val", .type = K_STRING, .off = OFF(data.val), .flags = F_NULLABLE,
       .def_str = "data/synth_val.bin",
-      .doc = "validation shard; null: no validation loss" },
+      .def_doc = "`data/synth_val.bin` with the default `data.train`, else null",
+      .doc = "validation shard: the validation loss after training, and what `hanayo eval` "
+             "reads by default; null: none" },
 
     { .name = "init", .type = K_STRING, .off = OFF(init), .flags = F_NULLABLE,
       .doc = "safetensors weights to start from (Hugging Face GPT-2 names); null: "
@@ -214,6 +216,8 @@ static const key_spec KEYS[] = {
     { .name = "checkpoint", .type = K_SECTION, .doc = "saving the run" },
     { .name = "checkpoint.dir", .type = K_STRING, .off = OFF(checkpoint.dir),
       .flags = F_NULLABLE, .def_str = "checkpoints",
+      .def_doc = "`checkpoints/` and the config's file name without "
+      "its extension (`checkpoints` with no file)",
       .doc = "directory that receives one sub-directory per saved step; null: never "
              "save" },
     { .name = "checkpoint.every", .type = K_INT, .off = OFF(checkpoint.every),
@@ -1015,6 +1019,41 @@ static int check_train(const hy_config *c, const load_ctx *ctx, hy_error *err) {
  * Loading
  */
 
+/* The defaults that follow the user's own choices (hy_config_init's are
+ * those of no file and the default data): no validation shard unless one
+ * is named or the training shard is the default synthetic one (`make
+ * data` writes both); a config file's checkpoints in a directory named
+ * after it (hy_config_derived_dir). */
+static int derive_paths(hy_config *c, const load_ctx *ctx, hy_error *err) {
+    const key_spec *val = find_key("data.val"), *dir = find_key("checkpoint.dir");
+    const key_spec *train = find_key("data.train");
+    if (ctx->origin[key_index(val)] == ORIGIN_DEFAULT && strcmp(c->data.train, train->def_str) != 0)
+        free_string(val, &c->data.val);
+    if (ctx->origin[key_index(dir)] == ORIGIN_DEFAULT && ctx->path) {
+        char *derived = hy_config_derived_dir(dir->def_str, ctx->path);
+        if (!derived) return oom(err);
+        free_string(dir, &c->checkpoint.dir);
+        c->checkpoint.dir = derived;
+    }
+    return HY_OK;
+}
+
+char *hy_config_derived_dir(const char *top, const char *config) {
+    const char *base = strrchr(config, '/');
+    base = base ? base + 1 : config;
+    size_t n = strlen(base);
+    const char *dot = strrchr(base, '.');
+    if (dot && dot != base) n = (size_t)(dot - base);
+    if (n == 0) {   /* "dir/" or "": a name all the same */
+        base = "config";
+        n = strlen(base);
+    }
+    size_t len = strlen(top) + 1 + n + 1;
+    char *dir = malloc(len);
+    if (dir) snprintf(dir, len, "%s/%.*s", top, (int)n, base);
+    return dir;
+}
+
 /* Each key of the merged object into c; then derived defaults and the
  * checks that involve several keys. */
 static int resolve(hy_config *c, json_t *root, const load_ctx *ctx, hy_error *err) {
@@ -1025,7 +1064,8 @@ static int resolve(hy_config *c, json_t *root, const load_ctx *ctx, hy_error *er
         if (rc) return rc;
     }
     if (isnan(c->train.min_lr)) c->train.min_lr = c->train.lr / 10;
-    int rc = check_model(c, ctx, err);
+    int rc = derive_paths(c, ctx, err);
+    if (!rc) rc = check_model(c, ctx, err);
     if (!rc) rc = check_schedule(c, ctx, err);
     if (!rc) rc = check_train(c, ctx, err);
     return rc;

@@ -44,7 +44,9 @@ typedef struct {
     double watchdog_s;
 } hy_config;
 
-/* The defaults (see the table in config.c or the README). */
+/* The defaults (see the table in config.c or docs/config.md); the defaults
+ * derived from the file and other keys (data.val, checkpoint.dir,
+ * train.min_lr) are filled by hy_config_load. */
 void hy_config_init(hy_config *c);
 
 /* Loads `path` (NULL: start from the defaults alone), applies `sets`
@@ -63,6 +65,12 @@ int hy_config_load(hy_config *c, const char *path, const char *const *sets, int 
  * order, every key present, derived defaults such as train.min_lr written
  * out), so it loads back into the same config. malloc'd; NULL on OOM. */
 char *hy_config_to_json(const hy_config *c);
+
+/* "top/NAME", NAME the config file's name without its directory and
+ * extension ("configs/tiny-gpt.json" -> "top/tiny-gpt"; "config" when the
+ * name is empty): where a config's checkpoints and profiles go by default.
+ * malloc'd; NULL when out of memory. */
+char *hy_config_derived_dir(const char *top, const char *config);
 
 /* The schedule part, as the generators take it. */
 void hy_sched_params_from_config(const hy_config *c, hy_sched_params *p);

@@ -1054,18 +1054,7 @@ int hy_profile_write_table(FILE *f, const hy_profile *p) {
  * ------------------------------------------------------------------------ */
 
 char *hy_profile_default_dir(const char *config) {
-    const char *base = strrchr(config, '/');
-    base = base ? base + 1 : config;
-    size_t n = strlen(base);
-    const char *dot = strrchr(base, '.');
-    if (dot && dot != base) n = (size_t)(dot - base);
-    if (n == 0) {   /* "dir/" or "": a name all the same */
-        base = "config";
-        n = strlen(base);
-    }
-    char *dir = malloc(n + sizeof "profile/");
-    if (dir) snprintf(dir, n + sizeof "profile/", "profile/%.*s", (int)n, base);
-    return dir;
+    return hy_config_derived_dir("profile", config);
 }
 
 int hy_profile_cmd(const hy_profile_request *rq, FILE *out, hy_error *err) {

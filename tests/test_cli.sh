@@ -78,6 +78,28 @@ expect_rc 2
 expect_err "$tmp/missing.bin"
 run train
 expect_rc 2
+# A config with only a model and its own training shard trains: no
+# validation shard is assumed, the checkpoint goes to checkpoints/<name>
+# under the working directory, and eval reads the training shard.
+mkdir -p "$tmp/own"
+printf '%s\n' '{"model": {"layers": 4, "d_model": 32, "heads": 2, "seq_len": 16, "vocab": 512},' \
+    ' "data": {"train": "t.bin"}}' >"$tmp/own/mine.json"
+cp "$tmp/t.bin" "$tmp/own/t.bin"
+hanayo_abs=$(cd "$(dirname "$HANAYO")" && pwd)/$(basename "$HANAYO")
+(cd "$tmp/own" && "$hanayo_abs" train mine.json --set train.steps=2 >"$tmp/out" 2>"$tmp/err")
+rc=$?
+last="hanayo train mine.json (model and data.train only)"
+expect_rc 0
+expect_out 'step 2/2  loss '
+expect_out 'checkpoint: checkpoints/mine/step_000002'
+expect_no_out 'val loss'
+if [ -f "$tmp/own/checkpoints/mine/step_000002/model.safetensors" ]; then ok; else
+    bad "$last: no checkpoints/mine/step_000002/model.safetensors"; fi
+(cd "$tmp/own" && "$hanayo_abs" eval mine.json --batches 2 >"$tmp/out" 2>"$tmp/err")
+rc=$?
+last="hanayo eval mine.json"
+expect_rc 0
+expect_json "p['batches']" 2
 run eval configs/tiny-gpt.json "${small[@]}" --batches 4
 expect_rc 0
 expect_json "p['batches']" 4

@@ -22,7 +22,7 @@
 /* The temp directory and the files made in it, for cleanup. */
 typedef struct {
     char dir[64];
-    char made[16][128];
+    char made[32][128];
     int n_made;
 } scratch;
 
@@ -94,6 +94,48 @@ static void test_defaults(void) {
     hy_config_free(&d);
     CHECK(d.model.layers == 4);
     hy_config_free(&c);
+}
+
+/* The defaults that follow the user: a config naming its own training
+ * shard has no validation shard unless it names one, and a config file's
+ * checkpoints go to checkpoints/<its name>; what the user writes, null
+ * included, stands. */
+static void test_derived_defaults(scratch *s) {
+    hy_config c;
+    hy_error err = { 0 };
+    const char *p = scratch_file(s, "mine.json", "{\"data\": {\"train\": \"my.bin\"}}");
+    CHECK(hy_config_load(&c, p, NULL, 0, &err) == HY_OK);
+    CHECK(strcmp(c.data.train, "my.bin") == 0 && c.data.val == NULL);
+    CHECKF(c.checkpoint.dir && strcmp(c.checkpoint.dir, "checkpoints/mine") == 0, "%s",
+           c.checkpoint.dir ? c.checkpoint.dir : "(null)");
+    hy_config_free(&c);
+
+    /* The default shard brings its validation shard; --set counts as given. */
+    p = scratch_file(s, "synth.v2.json", "{\"model\": {\"layers\": 8}}");
+    CHECK(hy_config_load(&c, p, NULL, 0, &err) == HY_OK);
+    CHECK(c.data.val && strcmp(c.data.val, "data/synth_val.bin") == 0);
+    CHECK(c.checkpoint.dir && strcmp(c.checkpoint.dir, "checkpoints/synth.v2") == 0);
+    hy_config_free(&c);
+    const char *sets[] = { "data.train=t.bin", "data.val=v.bin", "checkpoint.dir=null" };
+    CHECK(hy_config_load(&c, p, sets, 3, &err) == HY_OK);
+    CHECK(c.data.val && strcmp(c.data.val, "v.bin") == 0 && c.checkpoint.dir == NULL);
+    hy_config_free(&c);
+    p = scratch_file(s, "given.json", "{\"data\": {\"train\": \"t.bin\", \"val\": null}, "
+                                      "\"checkpoint\": {\"dir\": \"ck\"}}");
+    CHECK(hy_config_load(&c, p, NULL, 0, &err) == HY_OK);
+    CHECK(c.data.val == NULL && c.checkpoint.dir && strcmp(c.checkpoint.dir, "ck") == 0);
+    hy_config_free(&c);
+
+    /* The derived names, as the profile's default directory uses them too. */
+    static const char *const cases[][2] = {
+        { "configs/tiny-gpt.json", "top/tiny-gpt" }, { "x", "top/x" }, { "a/b.c/d", "top/d" },
+        { ".hidden", "top/.hidden" }, { "dir/", "top/config" }, { "", "top/config" },
+    };
+    for (int i = 0; i < NELEM(cases); i++) {
+        char *d = hy_config_derived_dir("top", cases[i][0]);
+        CHECKF(d && strcmp(d, cases[i][1]) == 0, "%s -> %s", cases[i][0], d ? d : "(null)");
+        free(d);
+    }
 }
 
 static void test_names(void) {
@@ -514,6 +556,7 @@ int main(void) {
     test_defaults();
     test_names();
     test_shipped_configs(&s);
+    test_derived_defaults(&s);
     test_sets(&s);
     test_bad_inputs(&s);
     test_bad_files(&s);
