@@ -68,8 +68,8 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
             return hy_fail(err, HY_ERR_RUNTIME, "out of memory building a plan");
         }
         for (int i = 0; i < S; i++) {
-            pl->fwd_stage[i] = c->fwd_stage ? c->fwd_stage[i] : c->fwd;
-            pl->bwd_stage[i] = c->bwd_stage ? c->bwd_stage[i] : c->bwd;
+            pl->fwd_stage[i] = hy_costs_fwd(c, i);
+            pl->bwd_stage[i] = hy_costs_bwd(c, i);
         }
     }
     return HY_OK;
@@ -981,7 +981,7 @@ static int measured_one(const hy_plan_request *rq, const hy_config *cfg,
     int measured = 0;
     int st = measured_costs_for(cfg, mc, p, &fwd, &bwd, &measured, err);
     if (st != HY_OK) return st;
-    hy_costs c = { 0, 0, mc->comm, fwd, bwd };
+    hy_costs c = { .comm = mc->comm, .fwd_stage = fwd, .bwd_stage = bwd };
     st = run_one(rq, p, &c, out, err);
     if (st == HY_OK && !rq->json)
         fprintf(out, "%-18s%s, ms per stage %s\n", "measured costs", rq->costs,
@@ -1014,8 +1014,8 @@ static int measured_compare(const hy_plan_request *rq, const hy_config *cfg,
                                      &notes[k]);
         if (kst == HY_ERR_RUNTIME) st = hy_fail(err, kst, "%s", notes[k].msg);
         else if (kst != HY_OK) skip[k] = notes[k].msg;
-        hy_costs c = { 0, 0, mc->comm, arrays[2 * k], arrays[2 * k + 1] };
-        costs[k] = c;
+        costs[k] = (hy_costs){ .comm = mc->comm, .fwd_stage = arrays[2 * k],
+                               .bwd_stage = arrays[2 * k + 1] };
     }
     hy_compare_row rows[HY_SCHED_COUNT];
     if (st == HY_OK) st = hy_plan_compare_costs(&p, costs, skip, rows, err);

@@ -1,7 +1,7 @@
 /*
  * profile.c — see profile.h.
  *
- * Sections: the cost model; measuring (running the steps, turning each
+ * Sections: the simulator with the runtime's mailbox slots; measuring (running the steps, turning each
  * step's stamps into action times, accumulating); the results (per stage,
  * per rank, the prediction); the outputs (trace.json, summary.json, the
  * two SVGs, the printed table, writing them into a directory); reading
@@ -23,63 +23,6 @@
 #include "model.h"
 #include "plan.h"
 #include "runtime.h"
-
-/* ------------------------------------------------------------------------
- * The cost model
- * ------------------------------------------------------------------------ */
-
-/* The per-layer cost of one direction (see hy_cost_model_fit in
- * profile.h). */
-static double fit_layer(const double *c, const int *n, int S, double head_units) {
-    double sum = 0;
-    int layers = 0;
-    for (int s = 1; s < S - 1; s++) {
-        sum += c[s];
-        layers += n[s];
-    }
-    if (layers > 0) return sum / layers;
-    /* No inner stage with layers: the cheaper of the two ends, per layer,
-     * is taken as the one carrying nothing extra. */
-    double best = -1;
-    if (S > 1 && n[0] > 0) best = c[0] / n[0];
-    double last_units = n[S - 1] + head_units;
-    if (last_units > 0) {
-        double v = c[S - 1] / last_units;
-        if (best < 0 || v < best) best = v;
-    }
-    return best > 0 ? best : 0;
-}
-
-static void fit_direction(const double *c, const int *n, int S, double head_units,
-                          double *layer, double *first, double *last) {
-    *layer = fit_layer(c, n, S, head_units);
-    *first = S > 1 ? fmax(0, c[0] - *layer * n[0]) : 0;
-    *last = fmax(0, c[S - 1] - *layer * n[S - 1]);
-}
-
-void hy_cost_model_fit(hy_cost_model *m, const double *fwd, const double *bwd,
-                       const int *n_layers, int S, double head_units, double comm) {
-    memset(m, 0, sizeof *m);
-    fit_direction(fwd, n_layers, S, head_units, &m->layer_fwd, &m->first_fwd, &m->last_fwd);
-    fit_direction(bwd, n_layers, S, head_units, &m->layer_bwd, &m->first_bwd, &m->last_bwd);
-    m->comm = comm;
-}
-
-void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,
-                          double *fwd, double *bwd) {
-    for (int s = 0; s < S; s++) {
-        fwd[s] = m->layer_fwd * n_layers[s];
-        bwd[s] = m->layer_bwd * n_layers[s];
-        if (s == 0 && S > 1) {
-            fwd[s] += m->first_fwd;
-            bwd[s] += m->first_bwd;
-        }
-        if (s == S - 1) {
-            fwd[s] += m->last_fwd;
-            bwd[s] += m->last_bwd;
-        }
-    }
-}
 
 /* ------------------------------------------------------------------------
  * The simulator with the runtime's mailbox slots
@@ -492,12 +435,12 @@ static int predict(hy_profile *p, hy_error *err) {
     hy_cost_model_fit(&p->model, fwd, bwd, p->n_layers, S, p->head_units, p->comm);
     for (int st = 0; st < S; st++) {
         hy_stage_cost *c = &p->stage[st];
-        double ef = (st == 0 && S > 1 ? p->model.first_fwd : 0) + (st == S - 1 ? p->model.last_fwd : 0);
-        double eb = (st == 0 && S > 1 ? p->model.first_bwd : 0) + (st == S - 1 ? p->model.last_bwd : 0);
+        double ef, eb;   /* the stage's extras: its cost with no layers */
+        hy_cost_model_stage(&p->model, st, S, 0, &ef, &eb);
         c->layer_fwd = c->layers > 0 ? fmax(0, c->fwd - ef) / c->layers : -1;
         c->layer_bwd = c->layers > 0 ? fmax(0, c->bwd - eb) / c->layers : -1;
     }
-    hy_costs costs = { 0, 0, p->comm, fwd, bwd };
+    hy_costs costs = { .comm = p->comm, .fwd_stage = fwd, .bwd_stage = bwd };
     hy_sim_result sim;
     int rc = hy_simulate(s, &costs, &sim, err);
     if (!rc) {

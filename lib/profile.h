@@ -50,14 +50,8 @@
  * Times are in milliseconds from the step's origin (the earliest
  * iteration start over the ranks: one clock for all of them).
  *
- * The per-layer cost model (hy_cost_model) is what lets measured costs
- * price another split or schedule (`hanayo plan --compare --costs`,
- * `hanayo tune`): a stage holding n layers costs
- *     n x layer + (first stage ? first : 0) + (last stage ? last : 0)
- * forward and backward alike, where `first` is what the first stage costs
- * beyond its layers (the embedding, and anything else that makes that
- * stage dearer) and `last` the same for the last (final LayerNorm, the
- * head and the loss). See hy_cost_model_fit for how it is fitted.
+ * The measured per-stage costs are fitted to the per-layer cost model of
+ * costs.h (hy_cost_model), so they can price another split or schedule.
  *
  * Nothing here prints or exits except the writers, which write where
  * they are told; files are written atomically (atomicfile.h).
@@ -68,6 +62,7 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "costs.h"
 #include "error.h"
 #include "schedule.h"
 #include "sim.h"
@@ -118,30 +113,6 @@ typedef struct {
     double idle;      /* the rest: before its first action (zeroing gradients),
                          between actions, after its tail */
 } hy_rank_time;
-
-/* The per-layer cost model (see the top of this file), in ms. */
-typedef struct {
-    double layer_fwd, layer_bwd;
-    double first_fwd, first_bwd;
-    double last_fwd, last_bwd;
-    double comm;
-} hy_cost_model;
-
-/* Fits the model to per-stage costs fwd[s], bwd[s] of a split n_layers[s]
- * (S stages). The per-layer cost comes from the inner stages (neither
- * first nor last) that hold layers: their total cost over their layers.
- * With none (S <= 2), from the cheaper of the first stage's cost per layer
- * and the last stage's per (layers + head_units), where head_units is the
- * head's estimated cost in layers (model.h): the cheaper one is taken as
- * the one without anything extra. The first and last stage's extras are
- * then what their costs leave beyond their layers (never below 0).
- * comm is copied in. */
-void hy_cost_model_fit(hy_cost_model *m, const double *fwd, const double *bwd,
-                       const int *n_layers, int S, double head_units, double comm);
-
-/* Per-stage costs of split n_layers (S stages) under the model. */
-void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,
-                          double *fwd, double *bwd);
 
 /* ---- The runtime's flow control in the simulator ---------------------------
  * hy_simulate (sim.h) lets a message go whenever its producer is done. The

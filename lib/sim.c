@@ -9,15 +9,9 @@
  */
 #include "sim.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-hy_costs hy_costs_uniform(void) {
-    hy_costs c = { 1.0, 2.0, 0.0, NULL, NULL };
-    return c;
-}
 
 double hy_ideal_bubble(const hy_schedule *s) {
     double P = s->ranks, work = (double)s->chunks * s->micro_batches;
@@ -35,25 +29,6 @@ void hy_sim_result_free(hy_sim_result *r) {
     free(r->busy);
     free(r->peak_activations);
     memset(r, 0, sizeof *r);
-}
-
-static int hy_check_cost(double v, const char *what, int stage, hy_error *err) {
-    if (isfinite(v) && v >= 0) return HY_OK;
-    if (stage >= 0)
-        return hy_fail(err, HY_ERR_INPUT, "%s cost of stage %d must be a finite number >= 0, got %g",
-                       what, stage, v);
-    return hy_fail(err, HY_ERR_INPUT, "%s cost must be a finite number >= 0, got %g", what, v);
-}
-
-static int hy_check_costs(const hy_schedule *s, const hy_costs *c, hy_error *err) {
-    int rc = hy_check_cost(c->fwd, "forward", -1, err);
-    if (!rc) rc = hy_check_cost(c->bwd, "backward", -1, err);
-    if (!rc) rc = hy_check_cost(c->comm, "transfer", -1, err);
-    for (int st = 0; !rc && st < s->stages; st++) {
-        if (c->fwd_stage) rc = hy_check_cost(c->fwd_stage[st], "forward", st, err);
-        if (!rc && c->bwd_stage) rc = hy_check_cost(c->bwd_stage[st], "backward", st, err);
-    }
-    return rc;
 }
 
 int hy_sim_result_alloc(hy_sim_result *r, const hy_schedule *s) {
@@ -109,7 +84,7 @@ static int hy_report_deadlock(const hy_schedule *s, const int *next, hy_error *e
 }
 
 int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r, hy_error *err) {
-    int rc = hy_check_costs(s, c, err);
+    int rc = hy_costs_check(c, s->stages, err);
     if (rc) { memset(r, 0, sizeof *r); return rc; }
     size_t MS = (size_t)s->micro_batches * (size_t)s->stages;
     double *fend = malloc(MS * sizeof(double)), *bend = malloc(MS * sizeof(double));
@@ -130,8 +105,7 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r, hy_er
                 double t = hy_sim_inputs_ready(s, c, fend, bend, a, k);
                 if (t < 0) break;
                 if (t < free_at[k]) t = free_at[k];
-                double d = a->op == HY_FWD ? (c->fwd_stage ? c->fwd_stage[a->stage] : c->fwd)
-                                           : (c->bwd_stage ? c->bwd_stage[a->stage] : c->bwd);
+                double d = a->op == HY_FWD ? hy_costs_fwd(c, a->stage) : hy_costs_bwd(c, a->stage);
                 size_t at = (size_t)a->mb * (size_t)s->stages + (size_t)a->stage;
                 (a->op == HY_FWD ? fend : bend)[at] = t + d;
                 r->start[k][next[k]] = t;

@@ -4,9 +4,9 @@
  * Each rank runs its list in order; an action starts when its rank is free
  * and its inputs have arrived. F(m, s) needs F(m, s-1); B(m, S-1) needs
  * F(m, S-1); B(m, s) needs B(m, s+1) and F(m, s). An input produced on
- * another rank arrives `comm` after its producer ends. The costs are
- * uniform (f, b, c) or given per stage (measured costs, `hanayo plan
- * --costs`).
+ * another rank arrives `comm` after its producer ends. The costs
+ * (costs.h) are uniform (f, b, c) or given per stage (measured costs,
+ * `hanayo plan --costs`).
  *
  *   makespan     = the last finish
  *   bubble ratio = 1 - (sum of busy time over ranks) / (P * makespan)
@@ -16,19 +16,9 @@
 #ifndef HY_SIM_H
 #define HY_SIM_H
 
+#include "costs.h"
 #include "error.h"
 #include "schedule.h"
-
-typedef struct {
-    double fwd;                /* f: cost of one stage's forward */
-    double bwd;                /* b: cost of one stage's backward */
-    double comm;               /* c: cost of one cross-rank transfer */
-    const double *fwd_stage;   /* [stages] or NULL: overrides fwd per stage */
-    const double *bwd_stage;   /* [stages] or NULL: overrides bwd per stage */
-} hy_costs;
-
-/* f = 1, b = 2, c = 0: the uniform-cost model of DESIGN §1. */
-hy_costs hy_costs_uniform(void);
 
 typedef struct {
     int ranks;

@@ -112,10 +112,9 @@ void hy_tune_memory(const hy_config *c, const hy_schedule *s, const int *split, 
 
 /* The cost of stage st of S holding n layers, F + B. */
 static double stage_cost(const hy_cost_model *m, int st, int S, int n) {
-    double c = (m->layer_fwd + m->layer_bwd) * n;
-    if (st == 0 && S > 1) c += m->first_fwd + m->first_bwd;
-    if (st == S - 1) c += m->last_fwd + m->last_bwd;
-    return c;
+    double f, b;
+    hy_cost_model_stage(m, st, S, n, &f, &b);
+    return f + b;
 }
 
 /* Greedy balance by the measured costs: every stage its minimum, then each
@@ -147,7 +146,7 @@ static void greedy_split(const hy_cost_model *m, int L, int S, int *n) {
 static int simulate_split(const hy_schedule *s, const hy_cost_model *m, const int *n,
                           double *fwd, double *bwd, hy_sim_result *res, hy_error *err) {
     hy_cost_model_stages(m, n, s->stages, fwd, bwd);
-    hy_costs c = { 0, 0, m->comm, fwd, bwd };
+    hy_costs c = { .comm = m->comm, .fwd_stage = fwd, .bwd_stage = bwd };
     return hy_simulate_mailboxes(s, &c, res, err);
 }
 

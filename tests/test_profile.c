@@ -1,7 +1,6 @@
 /*
  * test_profile.c — the profiler, measured-cost planning and the tuner.
  *
- *   - the per-layer cost model recovers known costs, and prices a split;
  *   - the simulator with the runtime's mailbox slots agrees with the plain
  *     one under uniform costs and is never faster under others;
  *   - trace.json is Chrome-trace JSON with one track per rank, exactly one
@@ -60,40 +59,6 @@ static int load_config(hy_config *c, const char *const *sched_sets, int n_sched)
     int rc = hy_config_load(c, NULL, sets, n, &err);
     if (rc) fprintf(stderr, "config: %s\n", err.msg);
     return rc;
-}
-
-/* ------------------------------------------------------------------------ */
-
-static void test_cost_model(void) {
-    /* layer F 1 B 2, first extra F 0.5 B 0.25, last extra F 3 B 1. */
-    int n[4] = {1, 2, 2, 1};
-    double fwd[4] = {1.5, 2, 2, 4}, bwd[4] = {2.25, 4, 4, 3};
-    hy_cost_model m;
-    hy_cost_model_fit(&m, fwd, bwd, n, 4, 0.5, 0.1);
-    CHECK_NEAR(m.layer_fwd, 1, 1e-12);
-    CHECK_NEAR(m.layer_bwd, 2, 1e-12);
-    CHECK_NEAR(m.first_fwd, 0.5, 1e-12);
-    CHECK_NEAR(m.first_bwd, 0.25, 1e-12);
-    CHECK_NEAR(m.last_fwd, 3, 1e-12);
-    CHECK_NEAR(m.last_bwd, 1, 1e-12);
-    CHECK_NEAR(m.comm, 0.1, 1e-12);
-    /* Another split of the same model, priced. */
-    int n2[3] = {0, 3, 3};
-    double f2[3], b2[3];
-    hy_cost_model_stages(&m, n2, 3, f2, b2);
-    CHECK_NEAR(f2[0], 0.5, 1e-12);
-    CHECK_NEAR(f2[1], 3, 1e-12);
-    CHECK_NEAR(f2[2], 6, 1e-12);
-    CHECK_NEAR(b2[2], 7, 1e-12);
-    /* Two stages: no inner stage, so the cheaper end per layer is the
-     * layer's cost and the dearer end's excess its extra. */
-    int n3[2] = {2, 2};
-    double f3[2] = {12, 2 * 1 + 1.5}, b3[2] = {12, 5};
-    hy_cost_model_fit(&m, f3, b3, n3, 2, 0.5, 0);
-    CHECK_NEAR(m.layer_fwd, 3.5 / 2.5, 1e-12);
-    CHECK_NEAR(m.first_fwd, 12 - 2 * 3.5 / 2.5, 1e-12);
-    CHECK_NEAR(m.last_fwd, 3.5 - 2 * 3.5 / 2.5, 1e-12);
-    CHECK_NEAR(m.first_bwd, 12 - 2 * 2.0, 1e-12);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -545,7 +510,6 @@ int main(void) {
         return 1;
     }
     snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(shard, '/') - shard), shard);   /* the shard's folder */
-    test_cost_model();
     test_slots();
     test_default_dir();
     test_bad_summaries();
