@@ -20,8 +20,8 @@
 
 #include "atomicfile.h"
 #include "config.h"
+#include "measured.h"
 #include "model.h"
-#include "profile.h"
 
 #define DEFAULT_WIDTH 120
 

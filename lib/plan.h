@@ -152,7 +152,7 @@ typedef struct {
     int json;                     /* print the JSON instead of the timeline */
     int compare;                  /* print the comparison table instead */
     const char *svg;              /* also write the SVG here, or NULL */
-    /* A profile's summary.json (profile.h): simulate with its measured
+    /* A profile's summary.json (measured.h): simulate with its measured
      * costs (ms) instead of f, b, c. One plan takes its per-stage costs
      * and needs the profiled stage count; --compare prices every
      * schedule from its per-layer cost model, each with the layer split

@@ -173,7 +173,7 @@ void hy_profile_free(hy_profile *p);
  *              "blocked send" events inside them, the tail's phases, and
  *              a flow arrow from each cross-rank send to its receiver.
  * summary.json every measured figure, the per-stage costs and the cost
- *              model; `hanayo plan --costs` reads it back.
+ *              model; `hanayo plan --costs` reads it back (measured.h).
  * timeline.svg the last measured step drawn as `hanayo plan --svg` draws
  *              a simulated one (each action from ready to copied: busy).
  * bars.svg     per rank, one bar: compute, copy, wait, blocked, tail, idle. */
@@ -211,20 +211,5 @@ int hy_profile_cmd(const hy_profile_request *rq, FILE *out, hy_error *err);
 /* The default output directory of a config path: "profile/" and its file
  * name without the extension. malloc'd; NULL when out of memory. */
 char *hy_profile_default_dir(const char *config);
-
-/* ---- Measured costs read back (`hanayo plan --costs`) ---------------------*/
-typedef struct {
-    hy_sched_kind kind;         /* the schedule profiled */
-    int ranks, micro_batches, waves, chunks, stages;
-    int *n_layers;              /* [stages] */
-    double *fwd, *bwd;          /* [stages], ms */
-    double comm;
-    hy_cost_model model;
-} hy_measured_costs;
-
-/* Reads summary.json. Every error names the file and the JSON path
- * ("summary.json: stages[2].fwd_ms: ...") and is HY_ERR_INPUT. */
-int hy_measured_costs_load(hy_measured_costs *mc, const char *path, hy_error *err);
-void hy_measured_costs_free(hy_measured_costs *mc);
 
 #endif
