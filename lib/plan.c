@@ -50,7 +50,7 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
                        chunks_of(p), n, HY_PLAN_MAX_ACTIONS);
     int st = hy_schedule_build(&pl->sched, p, err);
     if (st != HY_OK) return st;
-    st = hy_simulate(&pl->sched, c, &pl->sim, err);
+    st = hy_simulate(&pl->sched, c, NULL, &pl->sim, err);
     if (st != HY_OK) {
         hy_schedule_free(&pl->sched);
         memset(pl, 0, sizeof *pl);

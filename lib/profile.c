@@ -1,7 +1,7 @@
 /*
  * profile.c — see profile.h.
  *
- * Sections: the simulator with the runtime's mailbox slots; measuring (running the steps, turning each
+ * Sections: measuring (running the steps, turning each
  * step's stamps into action times, accumulating); the results (per stage,
  * per rank, the prediction); the outputs (trace.json, summary.json, the
  * two SVGs, the printed table, writing them into a directory).
@@ -22,120 +22,7 @@
 #include "model.h"
 #include "plan.h"
 #include "runtime.h"
-
-/* ------------------------------------------------------------------------
- * The simulator with the runtime's mailbox slots
- * ------------------------------------------------------------------------ */
-
-/* The cross-rank edge action a sends its output over, or NULL. */
-static const hy_edge *output_edge(const hy_mailbox *mb, const hy_schedule *s, const hy_action *a) {
-    int to = a->op == HY_FWD ? a->stage + 1 : a->stage - 1;
-    if (to < 0 || to >= s->stages) return NULL;
-    const hy_edge *e = &mb->edges[(a->op == HY_FWD ? mb->into_fwd : mb->into_bwd)[to]];
-    return e->local ? NULL : e;
-}
-
-/* prev[(op * M + m) * S + s]: the message that held the slot before the
- * one F or B (m, s) sends (in its producer's list order, the order the
- * flags enforce), or -1 when it is the slot's first or the edge is local. */
-static int slot_predecessors(const hy_mailbox *mb, const hy_schedule *s, int *prev) {
-    int M = s->micro_batches, S = s->stages;
-    int *last = malloc((size_t)M * sizeof *last);
-    if (!last) return -1;
-    for (size_t i = 0; i < 2 * (size_t)M * S; i++) prev[i] = -1;
-    for (int k = 0; k < mb->n_edges; k++) {
-        const hy_edge *e = &mb->edges[k];
-        if (e->local) continue;
-        for (int j = 0; j < e->slots; j++) last[j] = -1;
-        const hy_action *list = s->actions[e->from_rank];
-        for (int i = 0; i < s->n_actions[e->from_rank]; i++) {
-            if (list[i].op != e->dir || list[i].stage != e->from_stage) continue;
-            int m = list[i].mb, slot = e->slot_of[m];
-            prev[((size_t)e->dir * M + m) * S + e->from_stage] = last[slot];
-            last[slot] = m;
-        }
-    }
-    free(last);
-    return 0;
-}
-
-int hy_simulate_mailboxes(const hy_schedule *s, const hy_costs *c, hy_sim_result *r,
-                          hy_error *err) {
-    hy_mailbox mb;
-    int rc = hy_mailbox_plan(&mb, s, err);   /* also checks the schedule runs */
-    if (rc) {
-        memset(r, 0, sizeof *r);
-        return rc;
-    }
-    /* Costs are checked by a plain simulation first: the same errors. */
-    rc = hy_simulate(s, c, r, err);
-    hy_sim_result_free(r);
-    int P = s->ranks, S = s->stages, M = s->micro_batches;
-    size_t MS = (size_t)M * S;
-    double *fend = malloc(2 * MS * sizeof(double)), *free_at = calloc((size_t)P, sizeof(double));
-    int *prev = malloc(2 * MS * sizeof(int)), *next = calloc((size_t)P, sizeof(int));
-    int *live = calloc((size_t)P, sizeof(int));
-    if (!rc && (!fend || !free_at || !prev || !next || !live || hy_sim_result_alloc(r, s) != 0 ||
-                slot_predecessors(&mb, s, prev) != 0))
-        rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
-    double *bend = fend ? fend + MS : NULL;
-    int remaining = 0;
-    for (size_t i = 0; !rc && i < 2 * MS; i++) fend[i] = -1;
-    for (int k = 0; !rc && k < P; k++) remaining += s->n_actions[k];
-    while (!rc && remaining > 0) {
-        int progressed = 0;
-        for (int k = 0; k < P; k++) {
-            while (next[k] < s->n_actions[k]) {
-                const hy_action *a = &s->actions[k][next[k]];
-                double t = hy_sim_inputs_ready(s, c, fend, bend, a, k);
-                if (t < 0) break;
-                if (t < free_at[k]) t = free_at[k];
-                double d = a->op == HY_FWD ? (c->fwd_stage ? c->fwd_stage[a->stage] : c->fwd)
-                                           : (c->bwd_stage ? c->bwd_stage[a->stage] : c->bwd);
-                double done = t + d;
-                const hy_edge *e = output_edge(&mb, s, a);
-                int before = prev[((size_t)a->op * M + a->mb) * S + a->stage];
-                if (e && before >= 0) {
-                    double released = bend[(size_t)before * S + e->to_stage];
-                    if (released < 0) break;   /* its slot is still taken */
-                    if (released > done) done = released;
-                }
-                (a->op == HY_FWD ? fend : bend)[(size_t)a->mb * S + a->stage] = done;
-                r->start[k][next[k]] = t;
-                r->end[k][next[k]] = done;
-                r->busy[k] += d;
-                free_at[k] = done;
-                live[k] += a->op == HY_FWD ? 1 : -1;
-                if (live[k] > r->peak_activations[k]) r->peak_activations[k] = live[k];
-                next[k]++;
-                remaining--;
-                progressed = 1;
-            }
-        }
-        /* Cannot happen: the slot plan's replay is a witness against it. */
-        if (!progressed)
-            rc = hy_fail(err, HY_ERR_RUNTIME, "the schedule deadlocks on its mailbox slots "
-                         "(a bug in the slot plan)");
-    }
-    if (!rc) {
-        double busy = 0;
-        for (int k = 0; k < P; k++) {
-            if (free_at[k] > r->makespan) r->makespan = free_at[k];
-            busy += r->busy[k];
-        }
-        r->bubble = r->makespan > 0 ? 1.0 - busy / (P * r->makespan) : 0.0;
-        r->transfers = hy_schedule_transfers(s);
-    } else {
-        hy_sim_result_free(r);   /* safe on a part-built result */
-    }
-    free(fend);
-    free(free_at);
-    free(prev);
-    free(next);
-    free(live);
-    hy_mailbox_free(&mb);
-    return rc;
-}
+#include "sim.h"
 
 /* ------------------------------------------------------------------------
  * Measuring
@@ -441,12 +328,17 @@ static int predict(hy_profile *p, hy_error *err) {
     }
     hy_costs costs = { .comm = p->comm, .fwd_stage = fwd, .bwd_stage = bwd };
     hy_sim_result sim;
-    int rc = hy_simulate(s, &costs, &sim, err);
+    hy_sim_limits slots;
+    int rc = hy_simulate(s, &costs, NULL, &sim, err);
     if (!rc) {
         p->pred_makespan = sim.makespan;
         p->pred_bubble = sim.bubble;
         hy_sim_result_free(&sim);
-        rc = hy_simulate_mailboxes(s, &costs, &sim, err);
+        rc = hy_mailbox_sim_limits(s, &slots, err);
+    }
+    if (!rc) {
+        rc = hy_simulate(s, &costs, &slots, &sim, err);
+        hy_sim_limits_free(&slots);
     }
     if (!rc) {
         p->slots_makespan = sim.makespan;

@@ -65,7 +65,6 @@
 #include "costs.h"
 #include "error.h"
 #include "schedule.h"
-#include "sim.h"
 
 /* Warm-up steps before measuring: the first runs eagerly, the second is
  * recorded; only replays are measured, as a real run spends its time. */
@@ -114,21 +113,6 @@ typedef struct {
                          between actions, after its tail */
 } hy_rank_time;
 
-/* ---- The runtime's flow control in the simulator ---------------------------
- * hy_simulate (sim.h) lets a message go whenever its producer is done. The
- * runtime's mailboxes hold K slots per cross-rank edge, and which slot each
- * micro-batch's message takes is fixed beforehand by a uniform-cost replay
- * (mailbox.h, hy_mailbox_plan); so when real costs let a producer run ahead
- * of its consumer, it waits until the consumer releases that slot's
- * previous message (at the end of the consumer's B of that stage). This is
- * hy_simulate with that wait: an action holds its rank until its output's
- * slot is free, the wait is not busy time, and a consumer's input arrives
- * c after the hand-over. Under uniform costs it equals hy_simulate (the
- * replay that chose the slots is a witness that nobody waits). end[r][i]
- * is when the action handed its output over. */
-int hy_simulate_mailboxes(const hy_schedule *s, const hy_costs *c, hy_sim_result *r,
-                          hy_error *err);
-
 typedef struct {
     hy_schedule sched;          /* the schedule the runtime ran (a copy) */
     int *n_layers;              /* [stages]: the split */
@@ -154,7 +138,7 @@ typedef struct {
     double pred_makespan;       /* the simulator's, from the measured costs */
     double pred_bubble;
     double slots_makespan;      /* the same with the runtime's mailbox slots */
-    double slots_bubble;        /*   (hy_simulate_mailboxes) */
+    double slots_bubble;        /*   (mailbox.h, hy_mailbox_sim_limits) */
     double ideal_bubble;        /* hy_ideal_bubble: uniform costs, no transfer time */
     hy_cost_model model;
 } hy_profile;

@@ -461,7 +461,7 @@ int hy_schedule_validate(const hy_schedule *s, hy_error *err) {
     /* Blocking execution in list order: the simulator is exactly that. */
     hy_costs c = hy_costs_uniform();
     hy_sim_result res;
-    rc = hy_simulate(s, &c, &res, err);
+    rc = hy_simulate(s, &c, NULL, &res, err);
     if (rc == HY_OK) hy_sim_result_free(&res);
     return rc;
 }

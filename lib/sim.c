@@ -4,8 +4,9 @@
  * Because each rank runs its list in order, every action's start time is
  * max(its rank's previous end, its inputs' arrival): a function of the
  * lists alone. The simulator sweeps the ranks, advancing each one as far
- * as its inputs allow, until all lists are done; a sweep that advances no
- * rank means the lists deadlock under blocking receives.
+ * as its inputs (and, with limits, its output's slot) allow, until all
+ * lists are done; a sweep that advances no rank means the lists deadlock
+ * under blocking receives.
  */
 #include "sim.h"
 
@@ -16,6 +17,31 @@
 double hy_ideal_bubble(const hy_schedule *s) {
     double P = s->ranks, work = (double)s->chunks * s->micro_batches;
     return (P - 1) / (work + P - 1);
+}
+
+void hy_sim_limits_free(hy_sim_limits *l) {
+    if (!l) return;
+    if (l->freed_by)
+        for (int r = 0; r < l->ranks; r++) free(l->freed_by[r]);
+    free(l->freed_by);
+    memset(l, 0, sizeof *l);
+}
+
+int hy_sim_limits_init(hy_sim_limits *l, const hy_schedule *s, hy_error *err) {
+    memset(l, 0, sizeof *l);
+    l->ranks = s->ranks;
+    l->freed_by = calloc((size_t)s->ranks, sizeof *l->freed_by);
+    int ok = l->freed_by != NULL;
+    for (int r = 0; ok && r < s->ranks; r++) {
+        l->freed_by[r] = malloc(((size_t)s->n_actions[r] + 1) * sizeof **l->freed_by);
+        ok = l->freed_by[r] != NULL;
+        for (int i = 0; ok && i < s->n_actions[r]; i++) l->freed_by[r][i] = (hy_action){ -1, 0, 0 };
+    }
+    if (!ok) {
+        hy_sim_limits_free(l);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
+    }
+    return HY_OK;
 }
 
 void hy_sim_result_free(hy_sim_result *r) {
@@ -31,7 +57,9 @@ void hy_sim_result_free(hy_sim_result *r) {
     memset(r, 0, sizeof *r);
 }
 
-int hy_sim_result_alloc(hy_sim_result *r, const hy_schedule *s) {
+/* Every array allocated and zeroed; -1 when out of memory (then
+ * hy_sim_result_free takes the part-built result). */
+static int result_alloc(hy_sim_result *r, const hy_schedule *s) {
     memset(r, 0, sizeof *r);
     r->ranks = s->ranks;
     r->busy = calloc((size_t)s->ranks, sizeof(double));
@@ -47,23 +75,30 @@ int hy_sim_result_alloc(hy_sim_result *r, const hy_schedule *s) {
     return 0;
 }
 
-/* When action a's inputs are all available on rank r, or -1 if one of
- * them has not run yet. */
-double hy_sim_inputs_ready(const hy_schedule *s, const hy_costs *c, const double *fend,
-                           const double *bend, const hy_action *a, int r) {
+/* Where an action's end (its hand-over) is kept: one slot per op, micro-
+ * batch and stage. */
+static size_t end_index(const hy_schedule *s, int op, int mb, int stage) {
+    return ((size_t)op * (size_t)s->micro_batches + (size_t)mb) * (size_t)s->stages + (size_t)stage;
+}
+
+/* When action a's inputs are all on rank r (c->comm added to each made on
+ * another rank), given the ends so far (-1: not yet); -1 if one of them
+ * has not run yet. */
+static double inputs_ready(const hy_schedule *s, const hy_costs *c, const double *ends,
+                           const hy_action *a, int r) {
     int S = s->stages, m = a->mb, st = a->stage;
     double t = 0;
     if (a->op == HY_FWD) {
         if (st == 0) return 0;
-        t = fend[m * S + st - 1];
+        t = ends[end_index(s, HY_FWD, m, st - 1)];
         if (t < 0) return -1;
         if (s->placement[st - 1] != r) t += c->comm;
         return t;
     }
-    t = fend[m * S + st];
+    t = ends[end_index(s, HY_FWD, m, st)];
     if (t < 0) return -1;
     if (st + 1 < S) {
-        double u = bend[m * S + st + 1];
+        double u = ends[end_index(s, HY_BWD, m, st + 1)];
         if (u < 0) return -1;
         if (s->placement[st + 1] != r) u += c->comm;
         if (u > t) t = u;
@@ -71,7 +106,7 @@ double hy_sim_inputs_ready(const hy_schedule *s, const hy_costs *c, const double
     return t;
 }
 
-static int hy_report_deadlock(const hy_schedule *s, const int *next, hy_error *err) {
+static int report_deadlock(const hy_schedule *s, const int *next, int limited, hy_error *err) {
     char msg[768] = "", label[48];
     size_t used = 0;
     for (int r = 0; r < s->ranks && used + 64 < sizeof msg; r++) {
@@ -80,21 +115,23 @@ static int hy_report_deadlock(const hy_schedule *s, const int *next, hy_error *e
         used += (size_t)snprintf(msg + used, sizeof msg - used, "%srank %d waits at %s",
                                  used ? "; " : "", r, label);
     }
-    return hy_fail(err, HY_ERR_INPUT, "the schedule deadlocks under blocking receives: %s", msg);
+    return hy_fail(err, HY_ERR_INPUT, "the schedule deadlocks under blocking receives%s: %s",
+                   limited ? " and its slot limits" : "", msg);
 }
 
-int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r, hy_error *err) {
+int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *limits,
+                hy_sim_result *r, hy_error *err) {
     int rc = hy_costs_check(c, s->stages, err);
     if (rc) { memset(r, 0, sizeof *r); return rc; }
-    size_t MS = (size_t)s->micro_batches * (size_t)s->stages;
-    double *fend = malloc(MS * sizeof(double)), *bend = malloc(MS * sizeof(double));
+    size_t n_ends = 2 * (size_t)s->micro_batches * (size_t)s->stages;   /* F and B */
+    double *ends = malloc(n_ends * sizeof(double));
     int *next = calloc((size_t)s->ranks, sizeof(int)), *live = calloc((size_t)s->ranks, sizeof(int));
     double *free_at = calloc((size_t)s->ranks, sizeof(double));
-    if (hy_sim_result_alloc(r, s) != 0 || !fend || !bend || !next || !live || !free_at) {
+    if (result_alloc(r, s) != 0 || !ends || !next || !live || !free_at) {
         rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
         goto out;
     }
-    for (size_t i = 0; i < MS; i++) fend[i] = bend[i] = -1;
+    for (size_t i = 0; i < n_ends; i++) ends[i] = -1;
     int remaining = 0;
     for (int i = 0; i < s->ranks; i++) remaining += s->n_actions[i];
     while (remaining > 0) {
@@ -102,16 +139,22 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r, hy_er
         for (int k = 0; k < s->ranks; k++) {
             while (next[k] < s->n_actions[k]) {
                 const hy_action *a = &s->actions[k][next[k]];
-                double t = hy_sim_inputs_ready(s, c, fend, bend, a, k);
+                double t = inputs_ready(s, c, ends, a, k);
                 if (t < 0) break;
                 if (t < free_at[k]) t = free_at[k];
                 double d = a->op == HY_FWD ? hy_costs_fwd(c, a->stage) : hy_costs_bwd(c, a->stage);
-                size_t at = (size_t)a->mb * (size_t)s->stages + (size_t)a->stage;
-                (a->op == HY_FWD ? fend : bend)[at] = t + d;
+                double done = t + d;
+                const hy_action *f = limits ? &limits->freed_by[k][next[k]] : NULL;
+                if (f && f->op >= 0) {
+                    double freed = ends[end_index(s, f->op, f->mb, f->stage)];
+                    if (freed < 0) break;   /* its output's slot is still taken */
+                    if (freed > done) done = freed;
+                }
+                ends[end_index(s, a->op, a->mb, a->stage)] = done;
                 r->start[k][next[k]] = t;
-                r->end[k][next[k]] = t + d;
+                r->end[k][next[k]] = done;
                 r->busy[k] += d;
-                free_at[k] = t + d;
+                free_at[k] = done;
                 live[k] += a->op == HY_FWD ? 1 : -1;
                 if (live[k] > r->peak_activations[k]) r->peak_activations[k] = live[k];
                 next[k]++;
@@ -119,7 +162,7 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r, hy_er
                 progressed = 1;
             }
         }
-        if (!progressed) { rc = hy_report_deadlock(s, next, err); goto out; }
+        if (!progressed) { rc = report_deadlock(s, next, limits != NULL, err); goto out; }
     }
     double busy = 0;
     for (int k = 0; k < s->ranks; k++) {
@@ -130,6 +173,6 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r, hy_er
     r->transfers = hy_schedule_transfers(s);
 out:
     if (rc) hy_sim_result_free(r);
-    free(fend); free(bend); free(next); free(live); free(free_at);
+    free(ends); free(next); free(live); free(free_at);
     return rc;
 }

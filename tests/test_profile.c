@@ -1,8 +1,6 @@
 /*
  * test_profile.c — the profiler, measured-cost planning and the tuner.
  *
- *   - the simulator with the runtime's mailbox slots agrees with the plain
- *     one under uniform costs and is never faster under others;
  *   - trace.json is Chrome-trace JSON with one track per rank, exactly one
  *     event per action of every rank's list (hy_runtime_schedule), times
  *     non-negative and in list order, and an arrow per transfer;
@@ -62,65 +60,6 @@ static int load_config(hy_config *c, const char *const *sched_sets, int n_sched)
 }
 
 /* ------------------------------------------------------------------------ */
-
-/* The simulator with the runtime's mailbox slots: equal to hy_simulate
- * under uniform costs (the slot plan's own replay), never shorter under
- * others, and longer where a sender must wait for its slot. */
-static void test_slots(void) {
-    hy_error err;
-    int checked = 0, longer = 0;
-    for (int kind = 0; kind < HY_SCHED_COUNT; kind++)
-        for (int P = 2; P <= 4; P++)
-            for (int M = P; M <= 3 * P; M += P) {
-                hy_sched_params sp = { (hy_sched_kind)kind, P, M, 2, 2 };
-                hy_schedule s;
-                if (hy_schedule_build(&s, &sp, &err) != HY_OK) { CHECKF(0, "%s", err.msg); continue; }
-                double *f = malloc(2 * (size_t)s.stages * sizeof(double)), *b = f + s.stages;
-                for (int trial = 0; trial < 4; trial++) {
-                    hy_costs c = hy_costs_uniform();
-                    if (trial > 0) {   /* uneven stages, and a transfer cost */
-                        for (int i = 0; i < s.stages; i++) {
-                            f[i] = 0.5 + (double)((i * 7 + trial * 3) % 5);
-                            b[i] = 2 * f[i] - 0.25 * ((i + trial) % 3);
-                        }
-                        c.fwd_stage = f;
-                        c.bwd_stage = b;
-                        c.comm = 0.1 * trial;
-                    }
-                    hy_sim_result x, y;
-                    int rx = hy_simulate(&s, &c, &x, &err), ry = hy_simulate_mailboxes(&s, &c, &y, &err);
-                    CHECKF(rx == HY_OK && ry == HY_OK, "%s", err.msg);
-                    if (rx || ry) continue;
-                    if (trial == 0) CHECK_NEAR(y.makespan, x.makespan, 1e-9);
-                    CHECK(y.makespan >= x.makespan - 1e-9);
-                    CHECK_NEAR(y.busy[0], x.busy[0], 1e-9);   /* waiting for a slot is not work */
-                    longer += y.makespan > x.makespan + 1e-9;
-                    checked++;
-                    hy_sim_result_free(&x);
-                    hy_sim_result_free(&y);
-                }
-                free(f);
-                hy_schedule_free(&s);
-            }
-    CHECK(checked == 4 * HY_SCHED_COUNT * 3 * 3);
-    CHECKF(longer > 0, "no case where a sender waited for its slot");
-    /* gpipe, P = 2, M = 2: the backward edge has one slot (the uniform
-     * replay frees it just as the second gradient is sent), so with a
-     * transfer cost c the second gradient waits c for it. */
-    hy_sched_params sp = { HY_SCHED_GPIPE, 2, 2, 1, 1 };
-    hy_schedule s;
-    if (hy_schedule_build(&s, &sp, &err) == HY_OK) {
-        hy_costs c = hy_costs_uniform();
-        c.comm = 0.5;
-        hy_sim_result x, y;
-        CHECK(hy_simulate(&s, &c, &x, &err) == HY_OK);
-        CHECK(hy_simulate_mailboxes(&s, &c, &y, &err) == HY_OK);
-        CHECK_NEAR(y.makespan, x.makespan + 0.5, 1e-9);
-        hy_sim_result_free(&x);
-        hy_sim_result_free(&y);
-        hy_schedule_free(&s);
-    }
-}
 
 /* ------------------------------------------------------------------------ */
 
@@ -455,7 +394,6 @@ int main(void) {
         return 1;
     }
     snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(shard, '/') - shard), shard);   /* the shard's folder */
-    test_slots();
     test_default_dir();
     test_trace();
     test_slow_stage();

@@ -45,7 +45,7 @@ static void test_published_closed_forms(void) {
         hy_error err;
         CHECKF(hy_schedule_validate(&s, &err) == HY_OK, "%s", err.msg);
         hy_sim_result r;
-        if (hy_simulate(&s, &c, &r, &err) != HY_OK) { CHECK(0); hy_schedule_free(&s); continue; }
+        if (hy_simulate(&s, &c, NULL, &r, &err) != HY_OK) { CHECK(0); hy_schedule_free(&s); continue; }
         double ideal = (P - 1.0) / ((double)v * M + P - 1.0);
         CHECKF(fabs(r.bubble - ideal) < 1e-12, "%s P=%d v=%d M=%d: bubble %.6f, closed form %.6f",
                hy_sched_name(kind), P, v, M, r.bubble, ideal);
@@ -99,7 +99,7 @@ static void test_hanayo_grid(void) {
         hy_error err;
         CHECKF(hy_schedule_validate(&s, &err) == HY_OK, "%s", err.msg);
         hy_sim_result r;
-        if (hy_simulate(&s, &c, &r, &err) != HY_OK) { CHECK(0); hy_schedule_free(&s); continue; }
+        if (hy_simulate(&s, &c, NULL, &r, &err) != HY_OK) { CHECK(0); hy_schedule_free(&s); continue; }
         CHECKF(fabs(r.makespan - 3.0 * (v * M + P - 1)) < 1e-9,
                "hanayo P=%d W=%d M=%d: makespan %.0f, ideal %d", P, W, M, r.makespan,
                3 * (v * M + P - 1));
@@ -130,7 +130,7 @@ static void test_hanayo_any_m(void) {
         hy_error err;
         CHECKF(hy_schedule_validate(&s, &err) == HY_OK, "P=%d W=%d M=%d: %s", P, W, M, err.msg);
         hy_sim_result r;
-        if (hy_simulate(&s, &c, &r, &err) == HY_OK) {
+        if (hy_simulate(&s, &c, NULL, &r, &err) == HY_OK) {
             CHECKF(r.bubble <= (P - 1.0) / (M + P - 1.0) + 1e-12,
                    "hanayo P=%d W=%d M=%d: bubble %.4f above 1F1B's", P, W, M, r.bubble);
             if (P == 1) CHECK(r.bubble == 0.0);
