@@ -10,7 +10,6 @@
  */
 #include "sim.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,55 +74,28 @@ static int result_alloc(hy_sim_result *r, const hy_schedule *s) {
     return 0;
 }
 
-/* Where an action's end (its hand-over) is kept: one slot per op, micro-
- * batch and stage. */
-static size_t end_index(const hy_schedule *s, int op, int mb, int stage) {
-    return ((size_t)op * (size_t)s->micro_batches + (size_t)mb) * (size_t)s->stages + (size_t)stage;
-}
-
 /* When action a's inputs are all on rank r (c->comm added to each made on
- * another rank), given the ends so far (-1: not yet); -1 if one of them
- * has not run yet. */
+ * another rank), given the ends (hand-overs) so far by hy_action_key (-1:
+ * not yet); -1 if one of them has not run yet. */
 static double inputs_ready(const hy_schedule *s, const hy_costs *c, const double *ends,
                            const hy_action *a, int r) {
-    int S = s->stages, m = a->mb, st = a->stage;
+    hy_action in[HY_MAX_INPUTS];
+    int n = hy_action_inputs(s, a, in);
     double t = 0;
-    if (a->op == HY_FWD) {
-        if (st == 0) return 0;
-        t = ends[end_index(s, HY_FWD, m, st - 1)];
-        if (t < 0) return -1;
-        if (s->placement[st - 1] != r) t += c->comm;
-        return t;
-    }
-    t = ends[end_index(s, HY_FWD, m, st)];
-    if (t < 0) return -1;
-    if (st + 1 < S) {
-        double u = ends[end_index(s, HY_BWD, m, st + 1)];
+    for (int i = 0; i < n; i++) {
+        double u = ends[hy_action_key(s, &in[i])];
         if (u < 0) return -1;
-        if (s->placement[st + 1] != r) u += c->comm;
+        if (s->placement[in[i].stage] != r) u += c->comm;
         if (u > t) t = u;
     }
     return t;
-}
-
-static int report_deadlock(const hy_schedule *s, const int *next, int limited, hy_error *err) {
-    char msg[768] = "", label[48];
-    size_t used = 0;
-    for (int r = 0; r < s->ranks && used + 64 < sizeof msg; r++) {
-        if (next[r] >= s->n_actions[r]) continue;
-        hy_action_label(&s->actions[r][next[r]], label, sizeof label);
-        used += (size_t)snprintf(msg + used, sizeof msg - used, "%srank %d waits at %s",
-                                 used ? "; " : "", r, label);
-    }
-    return hy_fail(err, HY_ERR_INPUT, "the schedule deadlocks under blocking receives%s: %s",
-                   limited ? " and its slot limits" : "", msg);
 }
 
 int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *limits,
                 hy_sim_result *r, hy_error *err) {
     int rc = hy_costs_check(c, s->stages, err);
     if (rc) { memset(r, 0, sizeof *r); return rc; }
-    size_t n_ends = 2 * (size_t)s->micro_batches * (size_t)s->stages;   /* F and B */
+    size_t n_ends = hy_action_keys(s);
     double *ends = malloc(n_ends * sizeof(double));
     int *next = calloc((size_t)s->ranks, sizeof(int)), *live = calloc((size_t)s->ranks, sizeof(int));
     double *free_at = calloc((size_t)s->ranks, sizeof(double));
@@ -146,11 +118,11 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *li
                 double done = t + d;
                 const hy_action *f = limits ? &limits->freed_by[k][next[k]] : NULL;
                 if (f && f->op >= 0) {
-                    double freed = ends[end_index(s, f->op, f->mb, f->stage)];
+                    double freed = ends[hy_action_key(s, f)];
                     if (freed < 0) break;   /* its output's slot is still taken */
                     if (freed > done) done = freed;
                 }
-                ends[end_index(s, a->op, a->mb, a->stage)] = done;
+                ends[hy_action_key(s, a)] = done;
                 r->start[k][next[k]] = t;
                 r->end[k][next[k]] = done;
                 r->busy[k] += d;
@@ -162,7 +134,11 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *li
                 progressed = 1;
             }
         }
-        if (!progressed) { rc = report_deadlock(s, next, limits != NULL, err); goto out; }
+        if (!progressed) {
+            rc = hy_schedule_deadlock(s, next, limits ? "under blocking receives and its slot limits"
+                                                      : "under blocking receives", err);
+            goto out;
+        }
     }
     double busy = 0;
     for (int k = 0; k < s->ranks; k++) {

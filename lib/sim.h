@@ -2,9 +2,8 @@
  * sim.h — the event simulator of a schedule's action lists.
  *
  * Each rank runs its list in order; an action starts when its rank is free
- * and its inputs have arrived. F(m, s) needs F(m, s-1); B(m, S-1) needs
- * F(m, S-1); B(m, s) needs B(m, s+1) and F(m, s). An input produced on
- * another rank arrives `comm` after its producer ends. The costs
+ * and its inputs (schedule.h, hy_action_inputs) have arrived. An input
+ * produced on another rank arrives `comm` after its producer ends. The costs
  * (costs.h) are uniform (f, b, c) or given per stage (measured costs,
  * `hanayo plan --costs`).
  *

@@ -6,7 +6,7 @@
  * interleaved reach their closed-form bubble and peak memory exactly;
  * hanayo's placement, transfers, bubble and peak memory are pinned at
  * every grid point, and it beats 1F1B everywhere. The validator itself is
- * shown to catch broken lists.
+ * shown to catch broken lists, and the dependencies it replays are pinned.
  */
 #include "schedule.h"
 #include "sim.h"
@@ -181,6 +181,38 @@ static void test_validator_catches(void) {
     hy_schedule_free(&s);
 }
 
+/* The dependencies as stated, and a dense, one-to-one action key. */
+static void test_dependencies(void) {
+    hy_schedule s;
+    if (build(&s, HY_SCHED_HANAYO, 2, 1, 3)) { CHECK(0); return; }   /* S = 4 */
+    hy_action in[HY_MAX_INPUTS];
+    hy_action a = { HY_FWD, 2, 0 };
+    CHECK(hy_action_inputs(&s, &a, in) == 0);
+    a.stage = 3;
+    CHECK(hy_action_inputs(&s, &a, in) == 1);
+    CHECK(in[0].op == HY_FWD && in[0].mb == 2 && in[0].stage == 2);
+    a.op = HY_BWD;
+    CHECK(hy_action_inputs(&s, &a, in) == 1);
+    CHECK(in[0].op == HY_FWD && in[0].mb == 2 && in[0].stage == 3);
+    a.stage = 1;
+    CHECK(hy_action_inputs(&s, &a, in) == 2);
+    CHECK(in[0].op == HY_FWD && in[0].mb == 2 && in[0].stage == 1);
+    CHECK(in[1].op == HY_BWD && in[1].mb == 2 && in[1].stage == 2);
+    size_t n = hy_action_keys(&s);
+    CHECK(n == 2 * 3 * 4);
+    char *hit = calloc(n, 1);
+    int dense = 1;
+    for (int r = 0; r < s.ranks; r++)
+        for (int i = 0; i < s.n_actions[r]; i++) {
+            size_t k = hy_action_key(&s, &s.actions[r][i]);
+            dense &= k < n && !hit[k];
+            if (k < n) hit[k] = 1;
+        }
+    CHECK(dense);
+    free(hit);
+    hy_schedule_free(&s);
+}
+
 static void test_bad_params(void) {
     hy_schedule s;
     hy_error err;
@@ -205,6 +237,7 @@ int main(void) {
     test_hanayo_any_m();
     test_deterministic();
     test_validator_catches();
+    test_dependencies();
     test_bad_params();
     return TEST_END("schedule");
 }
