@@ -20,9 +20,9 @@
 #include "atomicfile.h"
 #include "mailbox.h"
 #include "model.h"
-#include "plan.h"
 #include "runtime.h"
 #include "sim.h"
+#include "svg.h"
 
 /* ------------------------------------------------------------------------
  * Measuring
@@ -596,61 +596,40 @@ char *hy_profile_summary_json(const hy_profile *p) {
 }
 
 /* ------------------------------------------------------------------------
- * bars.svg: per rank, one stacked bar of where its step goes
+ * bars.svg: per rank, one stacked bar of where its step goes (svg.h)
  * ------------------------------------------------------------------------ */
 
-enum { BAR_LEFT = 64, BAR_TOP = 64, BAR_ROW = 26, BAR_GAP = 10, BAR_W = 720 };
+enum { BAR_PARTS = 6 };
+
+/* The bars of p; title holds 256 bytes, values HY_MAX_RANKS * BAR_PARTS. */
+static hy_svg_bars profile_bars(const hy_profile *p, char *title, size_t n, double *values) {
+    static const char *const names[BAR_PARTS] = {"compute", "copy", "wait", "blocked", "tail",
+                                                 "idle"};
+    static const char *const colors[BAR_PARTS] = {"#3b7dd8", "#9b59b6", "#e0573a", "#f0a030",
+                                                  "#3aa05a", "#c8c8c8"};
+    int P = p->sched.ranks;
+    for (int r = 0; r < P; r++) {
+        const hy_rank_time *t = &p->rank[r];
+        double *v = &values[r * BAR_PARTS];
+        v[0] = t->compute; v[1] = t->copy; v[2] = t->wait;
+        v[3] = t->blocked; v[4] = t->tail; v[5] = t->idle;
+    }
+    snprintf(title, n, "%s P=%d M=%d: where each rank's step goes (mean of %d steps, %.2f ms)",
+             hy_sched_name(p->sched.kind), P, p->sched.micro_batches, p->steps, p->step_ms);
+    hy_svg_bars b = {
+        .ranks = P, .parts = BAR_PARTS, .names = names, .colors = colors, .values = values,
+        .unit = "ms", .title = title,
+        .note = "the whole bar is the step; busy = compute + copy; blocked = a send held up "
+                "beyond its copy; tail = embedding exchange, norm and clip, optimizer",
+    };
+    return b;
+}
 
 int hy_profile_write_bars_svg(FILE *f, const hy_profile *p) {
-    enum { K = 6 };
-    static const char *const names[K] = {"compute", "copy", "wait", "blocked", "tail", "idle"};
-    static const char *const colors[K] = {"#3b7dd8", "#9b59b6", "#e0573a", "#f0a030", "#3aa05a",
-                                          "#c8c8c8"};
-    int P = p->sched.ranks;
-    double total = 0;
-    for (int r = 0; r < P; r++) {
-        const hy_rank_time *t = &p->rank[r];
-        double sum = t->compute + t->copy + t->wait + t->blocked + t->tail + t->idle;
-        if (sum > total) total = sum;
-    }
-    if (!(total > 0)) total = 1;
-    int h = BAR_TOP + P * (BAR_ROW + BAR_GAP) + 40;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"11\" "
-               "style=\"background:#fff\">\n", BAR_LEFT + BAR_W + 24, h, BAR_LEFT + BAR_W + 24, h);
-    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"14\">%s P=%d M=%d: where each rank's step "
-               "goes (mean of %d steps, %.2f ms)</text>\n", BAR_LEFT,
-            hy_sched_name(p->sched.kind), P, p->sched.micro_batches, p->steps, p->step_ms);
-    for (int k = 0; k < K; k++) {
-        int x = BAR_LEFT + k * 90;
-        fprintf(f, "<rect x=\"%d\" y=\"34\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                   "<text x=\"%d\" y=\"44\">%s</text>\n", x, colors[k], x + 16, names[k]);
-    }
-    for (int r = 0; r < P; r++) {
-        const hy_rank_time *t = &p->rank[r];
-        double v[K] = {t->compute, t->copy, t->wait, t->blocked, t->tail, t->idle}, x = BAR_LEFT;
-        double y = BAR_TOP + r * (BAR_ROW + BAR_GAP), sum = 0;
-        for (int k = 0; k < K; k++) sum += v[k];
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" dominant-baseline=\"central\">"
-                   "rank %d</text>\n", BAR_LEFT - 8, y + BAR_ROW / 2.0, r);
-        for (int k = 0; k < K; k++) {
-            double w = v[k] / total * BAR_W;
-            fprintf(f, "<rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" "
-                       "fill=\"%s\"><title>rank %d %s: %.3f ms (%.1f%%)</title></rect>\n",
-                    names[k], x, y, w, BAR_ROW, colors[k], r, names[k], v[k],
-                    sum > 0 ? 100 * v[k] / sum : 0);
-            if (w >= 40)
-                fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" "
-                           "dominant-baseline=\"central\" fill=\"#fff\">%.0f%%</text>\n",
-                        x + w / 2, y + BAR_ROW / 2.0, sum > 0 ? 100 * v[k] / sum : 0);
-            x += w;
-        }
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\">the whole bar is the step; busy = compute + copy; "
-               "blocked = a send held up beyond its copy; tail = embedding exchange, norm and "
-               "clip, optimizer</text>\n", BAR_LEFT, h - 14);
-    fputs("</svg>\n", f);
-    return ferror(f) ? -1 : 0;
+    char title[256];
+    double values[HY_MAX_RANKS * BAR_PARTS];
+    hy_svg_bars b = profile_bars(p, title, sizeof title, values);
+    return hy_svg_write_bars(f, &b);
 }
 
 /* ------------------------------------------------------------------------
@@ -745,14 +724,10 @@ static int save_text(const char *dir, const char *name, char *text, hy_error *er
 static int save_bars(const hy_profile *p, const char *dir, hy_error *err) {
     char *path = join(dir, "bars.svg");
     if (!path) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    hy_atomic_file af;
-    int rc = hy_atomic_open(&af, path, HY_ERR_INPUT, err);
-    FILE *f = rc ? NULL : hy_atomic_stream(&af, err);
-    if (!rc && !f) rc = HY_ERR_RUNTIME;
-    if (!rc) {
-        (void)hy_profile_write_bars_svg(f, p);
-        rc = hy_atomic_commit(&af, err);
-    }
+    char title[256];
+    double values[HY_MAX_RANKS * BAR_PARTS];
+    hy_svg_bars b = profile_bars(p, title, sizeof title, values);
+    int rc = hy_svg_save_bars(&b, path, err);
     free(path);
     return rc;
 }
@@ -777,8 +752,9 @@ static void table_free(double **t, int ranks) {
     free(t);
 }
 
-/* The last measured step, drawn by plan.c's timeline: each action from
- * ready to copied (its busy time), so the gaps are what the bubble counts. */
+/* The last measured step, drawn as plan draws a simulated one (svg.h):
+ * each action from ready to copied (its busy time), so the gaps are what
+ * the bubble counts. */
 static int save_timeline(const hy_profile *p, const char *dir, hy_error *err) {
     const hy_schedule *s = &p->sched;
     double **start = table_new(s), **end = table_new(s);
@@ -804,8 +780,8 @@ static int save_timeline(const hy_profile *p, const char *dir, hy_error *err) {
         snprintf(title + n, sizeof title - n, "  stages=%d  makespan %.2f ms  bubble %.4f "
                  "(mean of all; predicted %.4f, ideal %.4f)  F blue, B orange", s->stages, last,
                  p->bubble, p->pred_bubble, p->ideal_bubble);
-        hy_timeline t = { s, start, end, last, title, "ms" };
-        rc = hy_timeline_save_svg(&t, path, err);
+        hy_svg_timeline t = { s, start, end, last, title, "ms" };
+        rc = hy_svg_save_timeline(&t, path, err);
     }
     table_free(start, s->ranks);
     table_free(end, s->ranks);

@@ -160,7 +160,8 @@ void hy_profile_free(hy_profile *p);
  *              model; `hanayo plan --costs` reads it back (measured.h).
  * timeline.svg the last measured step drawn as `hanayo plan --svg` draws
  *              a simulated one (each action from ready to copied: busy).
- * bars.svg     per rank, one bar: compute, copy, wait, blocked, tail, idle. */
+ * bars.svg     per rank, one bar: compute, copy, wait, blocked, tail, idle.
+ * Both SVGs are drawn by svg.h. */
 char *hy_profile_trace_json(const hy_profile *p);
 char *hy_profile_summary_json(const hy_profile *p);
 int hy_profile_write_bars_svg(FILE *f, const hy_profile *p);
