@@ -16,6 +16,7 @@
 
 #include <stdio.h>
 
+#include "costs.h"
 #include "error.h"
 #include "schedule.h"
 #include "sim.h"

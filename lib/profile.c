@@ -1,10 +1,11 @@
 /*
  * profile.c — see profile.h.
  *
- * Sections: measuring (running the steps, turning each
- * step's stamps into action times, accumulating); the results (per stage,
- * per rank, the prediction); the outputs (trace.json, summary.json, the
- * two SVGs, the printed table, writing them into a directory).
+ * Sections: measuring (running the steps, turning each step's stamps into
+ * action times, accumulating); the results (per stage, per rank, the
+ * prediction, with and without the mailbox slots); the outputs
+ * (trace.json, summary.json, the two SVGs' inputs, the printed table,
+ * writing them into a directory).
  */
 #include "profile.h"
 

@@ -91,64 +91,84 @@ static double inputs_ready(const hy_schedule *s, const hy_costs *c, const double
     return t;
 }
 
+/* A simulation under way. */
+typedef struct {
+    const hy_schedule *s;
+    const hy_costs *c;
+    const hy_sim_limits *limits;   /* or NULL */
+    double *ends;                  /* [hy_action_keys]: each action's hand-over, -1: not yet */
+    int *next;                     /* [ranks]: the index of each rank's next action */
+    int *live;                     /* [ranks]: activations held now */
+    double *free_at;               /* [ranks]: when each rank is free again */
+    hy_sim_result *r;
+} sim_state;
+
+/* Runs rank k's next action if its inputs are there and, with limits, its
+ * output's slot will be freed: 1 if it ran, 0 if it must wait. */
+static int run_next(sim_state *g, int k) {
+    const hy_schedule *s = g->s;
+    int i = g->next[k];
+    const hy_action *a = &s->actions[k][i];
+    double t = inputs_ready(s, g->c, g->ends, a, k);
+    if (t < 0) return 0;
+    if (t < g->free_at[k]) t = g->free_at[k];
+    double d = a->op == HY_FWD ? hy_costs_fwd(g->c, a->stage) : hy_costs_bwd(g->c, a->stage);
+    double done = t + d;
+    const hy_action *f = g->limits ? &g->limits->freed_by[k][i] : NULL;
+    if (f && f->op >= 0) {
+        double freed = g->ends[hy_action_key(s, f)];
+        if (freed < 0) return 0;   /* its output's slot is still taken */
+        if (freed > done) done = freed;
+    }
+    g->ends[hy_action_key(s, a)] = done;
+    g->r->start[k][i] = t;
+    g->r->end[k][i] = done;
+    g->r->busy[k] += d;   /* waiting for the slot is not work */
+    g->free_at[k] = done;
+    g->live[k] += a->op == HY_FWD ? 1 : -1;
+    if (g->live[k] > g->r->peak_activations[k]) g->r->peak_activations[k] = g->live[k];
+    g->next[k]++;
+    return 1;
+}
+
 int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *limits,
                 hy_sim_result *r, hy_error *err) {
     int rc = hy_costs_check(c, s->stages, err);
     if (rc) { memset(r, 0, sizeof *r); return rc; }
     size_t n_ends = hy_action_keys(s);
-    double *ends = malloc(n_ends * sizeof(double));
-    int *next = calloc((size_t)s->ranks, sizeof(int)), *live = calloc((size_t)s->ranks, sizeof(int));
-    double *free_at = calloc((size_t)s->ranks, sizeof(double));
-    if (result_alloc(r, s) != 0 || !ends || !next || !live || !free_at) {
+    sim_state g = { s, c, limits, malloc(n_ends * sizeof(double)),
+                    calloc((size_t)s->ranks, sizeof(int)), calloc((size_t)s->ranks, sizeof(int)),
+                    calloc((size_t)s->ranks, sizeof(double)), r };
+    if (result_alloc(r, s) != 0 || !g.ends || !g.next || !g.live || !g.free_at) {
         rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
         goto out;
     }
-    for (size_t i = 0; i < n_ends; i++) ends[i] = -1;
+    for (size_t i = 0; i < n_ends; i++) g.ends[i] = -1;
     int remaining = 0;
     for (int i = 0; i < s->ranks; i++) remaining += s->n_actions[i];
     while (remaining > 0) {
         int progressed = 0;
-        for (int k = 0; k < s->ranks; k++) {
-            while (next[k] < s->n_actions[k]) {
-                const hy_action *a = &s->actions[k][next[k]];
-                double t = inputs_ready(s, c, ends, a, k);
-                if (t < 0) break;
-                if (t < free_at[k]) t = free_at[k];
-                double d = a->op == HY_FWD ? hy_costs_fwd(c, a->stage) : hy_costs_bwd(c, a->stage);
-                double done = t + d;
-                const hy_action *f = limits ? &limits->freed_by[k][next[k]] : NULL;
-                if (f && f->op >= 0) {
-                    double freed = ends[hy_action_key(s, f)];
-                    if (freed < 0) break;   /* its output's slot is still taken */
-                    if (freed > done) done = freed;
-                }
-                ends[hy_action_key(s, a)] = done;
-                r->start[k][next[k]] = t;
-                r->end[k][next[k]] = done;
-                r->busy[k] += d;
-                free_at[k] = done;
-                live[k] += a->op == HY_FWD ? 1 : -1;
-                if (live[k] > r->peak_activations[k]) r->peak_activations[k] = live[k];
-                next[k]++;
+        for (int k = 0; k < s->ranks; k++)
+            while (g.next[k] < s->n_actions[k] && run_next(&g, k)) {
                 remaining--;
                 progressed = 1;
             }
-        }
         if (!progressed) {
-            rc = hy_schedule_deadlock(s, next, limits ? "under blocking receives and its slot limits"
-                                                      : "under blocking receives", err);
+            const char *why = limits ? "under blocking receives and its slot limits"
+                                     : "under blocking receives";
+            rc = hy_schedule_deadlock(s, g.next, why, err);
             goto out;
         }
     }
     double busy = 0;
     for (int k = 0; k < s->ranks; k++) {
-        if (free_at[k] > r->makespan) r->makespan = free_at[k];
+        if (g.free_at[k] > r->makespan) r->makespan = g.free_at[k];
         busy += r->busy[k];
     }
     r->bubble = r->makespan > 0 ? 1.0 - busy / (s->ranks * r->makespan) : 0.0;
     r->transfers = hy_schedule_transfers(s);
 out:
     if (rc) hy_sim_result_free(r);
-    free(ends); free(next); free(live); free(free_at);
+    free(g.ends); free(g.next); free(g.live); free(g.free_at);
     return rc;
 }

@@ -35,6 +35,7 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "costs.h"
 #include "error.h"
 #include "profile.h"
 #include "schedule.h"
