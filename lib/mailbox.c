@@ -2,7 +2,6 @@
  * mailbox.c — see mailbox.h.
  */
 #include "mailbox.h"
-#include "sim.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +75,13 @@ static int hy_assign_slots(hy_edge *e, int M, const double *send_at, const doubl
     return 0;
 }
 
+/* The action whose end frees micro-batch m's slot on edge e: the
+ * consumer's backward of its stage, for both directions (a forward slot is
+ * also the consumer's stash of its stage input). */
+static hy_action hy_slot_release(const hy_edge *e, int m) {
+    return (hy_action){ HY_BWD, m, e->to_stage };
+}
+
 static int hy_add_edge(hy_mailbox *mb, const hy_schedule *s, int dir, int from, int to) {
     hy_edge *e = &mb->edges[mb->n_edges];
     memset(e, 0, sizeof *e);
@@ -113,7 +119,7 @@ int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err) {
 
     /* The witness: the schedule replayed under uniform costs. */
     hy_costs c = hy_costs_uniform();
-    rc = hy_simulate(s, &c, &r, err);
+    rc = hy_simulate(s, &c, NULL, &r, err);
     if (rc) goto out;
     for (int rk = 0; rk < s->ranks; rk++) {
         for (int i = 0; i < s->n_actions[rk]; i++) {
@@ -130,11 +136,11 @@ int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err) {
             }
             hy_edge *e = &mb->edges[mb->n_edges - 1];
             for (int m = 0; m < M; m++) {
-                /* Sent when the producing action ends; held until the
-                 * consumer's backward of stage `to` is done (a forward
-                 * slot is also the consumer's stash of its stage input). */
+                /* Sent when the producing action ends; held until its
+                 * release has run. */
+                hy_action rel = hy_slot_release(e, m);
                 send_at[m] = (dir == HY_FWD ? fend : bend)[m * S + from];
-                rel_at[m] = bend[m * S + to];
+                rel_at[m] = (rel.op == HY_FWD ? fend : bend)[rel.mb * S + rel.stage];
             }
             if (hy_assign_slots(e, M, send_at, rel_at) != 0) {
                 rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory planning mailboxes");
@@ -146,6 +152,33 @@ out:
     hy_sim_result_free(&r);
     free(fend); free(bend); free(send_at); free(rel_at);
     if (rc) hy_mailbox_free(mb);
+    return rc;
+}
+
+int hy_mailbox_sim_limits(const hy_schedule *s, hy_sim_limits *lim, hy_error *err) {
+    memset(lim, 0, sizeof *lim);
+    hy_mailbox mb;
+    int rc = hy_mailbox_plan(&mb, s, err);
+    if (rc) return rc;
+    rc = hy_sim_limits_init(lim, s, err);
+    /* last[k]: the micro-batch whose message slot k holds so far. */
+    int *last = rc ? NULL : malloc((size_t)s->micro_batches * sizeof *last);
+    if (!rc && !last) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory planning mailboxes");
+    for (int k = 0; !rc && k < mb.n_edges; k++) {
+        const hy_edge *e = &mb.edges[k];
+        if (e->local) continue;   /* the rank's own order protects the slot */
+        for (int j = 0; j < e->slots; j++) last[j] = -1;
+        const hy_action *list = s->actions[e->from_rank];
+        for (int i = 0; i < s->n_actions[e->from_rank]; i++) {
+            if (list[i].op != e->dir || list[i].stage != e->from_stage) continue;
+            int m = list[i].mb, slot = e->slot_of[m];
+            if (last[slot] >= 0) lim->freed_by[e->from_rank][i] = hy_slot_release(e, last[slot]);
+            last[slot] = m;
+        }
+    }
+    free(last);
+    hy_mailbox_free(&mb);
+    if (rc) hy_sim_limits_free(lim);
     return rc;
 }
 

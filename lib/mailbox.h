@@ -34,6 +34,7 @@
 #include "backend.h"
 #include "error.h"
 #include "schedule.h"
+#include "sim.h"
 
 typedef struct {
     int local;          /* both stages on one rank: no flags */
@@ -71,6 +72,14 @@ typedef struct {
 /* Finds the edges of schedule s and assigns slots (pure; no memory of any
  * device yet). */
 int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err);
+
+/* The runtime's flow control for the simulator (sim.h): with the slots
+ * hy_mailbox_plan gives s, each action whose output goes over a cross-rank
+ * edge is held until the consumer frees the slot's previous message (in
+ * the producer's list order, the order the flags enforce). Under uniform
+ * costs the limits change nothing; under others they make a producer that
+ * runs ahead wait as the runtime's does. */
+int hy_mailbox_sim_limits(const hy_schedule *s, hy_sim_limits *lim, hy_error *err);
 
 /* Allocates every edge's slots (slot_bytes each) in its consumer's memory
  * and its flags where both ranks see them, and sets every free flag to 1

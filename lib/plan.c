@@ -2,13 +2,13 @@
  * plan.c — a schedule and its simulation, rendered (see plan.h).
  *
  * Sections: building a plan; the JSON contract; the ASCII timeline and the
- * summary; the SVG and its atomic save; the comparison of the schedules;
- * the `hanayo plan` command that ties them to the config (and, with
- * --costs, to a profile's measured costs). Every renderer takes the
- * timings from the simulator's start/end arrays, so what is drawn is
- * exactly what was simulated, per-stage costs included; the SVG is drawn
- * from a hy_timeline, so a measured step (profile.c) is drawn by the same
- * code.
+ * summary; the SVG; the comparison of the schedules; the `hanayo plan`
+ * command that ties them to the config (and, with --costs, to a profile's
+ * measured costs). Every renderer takes the timings from the simulator's
+ * start/end arrays, so what is drawn is exactly what was simulated,
+ * per-stage costs included; the SVG is drawn (and saved atomically) by
+ * svg.c from a hy_svg_timeline, so a measured step (profile.c) is drawn by
+ * the same code.
  */
 #include "plan.h"
 
@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "atomicfile.h"
 #include "config.h"
+#include "measured.h"
 #include "model.h"
-#include "profile.h"
+#include "svg.h"
 
 #define DEFAULT_WIDTH 120
 
@@ -50,7 +50,7 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
                        chunks_of(p), n, HY_PLAN_MAX_ACTIONS);
     int st = hy_schedule_build(&pl->sched, p, err);
     if (st != HY_OK) return st;
-    st = hy_simulate(&pl->sched, c, &pl->sim, err);
+    st = hy_simulate(&pl->sched, c, NULL, &pl->sim, err);
     if (st != HY_OK) {
         hy_schedule_free(&pl->sched);
         memset(pl, 0, sizeof *pl);
@@ -68,8 +68,8 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
             return hy_fail(err, HY_ERR_RUNTIME, "out of memory building a plan");
         }
         for (int i = 0; i < S; i++) {
-            pl->fwd_stage[i] = c->fwd_stage ? c->fwd_stage[i] : c->fwd;
-            pl->bwd_stage[i] = c->bwd_stage ? c->bwd_stage[i] : c->bwd;
+            pl->fwd_stage[i] = hy_costs_fwd(c, i);
+            pl->bwd_stage[i] = hy_costs_bwd(c, i);
         }
     }
     return HY_OK;
@@ -373,21 +373,11 @@ static int grid_build(grid *g, const hy_plan *pl, int avail) {
     return 0;
 }
 
-/* 1, 2 or 5 times a power of ten, at least x. */
-static double nice_step(double x) {
-    if (!(x > 0)) return 1;
-    double base = pow(10, floor(log10(x)));
-    static const double mult[] = {1, 2, 5, 10};
-    for (int i = 0; i < 4; i++)
-        if (base * mult[i] >= x * (1 - 1e-12)) return base * mult[i];
-    return base * 10;
-}
-
 /* The time ruler over columns [c0, c1): tick labels at their columns,
  * skipped where they would run into the previous one. */
 static void write_ruler(FILE *f, const grid *g, double makespan, int c0,
                         int c1, int prefix_w) {
-    double step = nice_step(8.0 / g->scale);
+    double step = hy_svg_tick_step(8.0 / g->scale);
     char *line = malloc((size_t)(c1 - c0) + 1);
     if (!line) return;
     memset(line, ' ', (size_t)(c1 - c0));
@@ -534,124 +524,9 @@ int hy_plan_write_summary(FILE *f, const hy_plan *pl) {
  * SVG
  * ------------------------------------------------------------------------ */
 
-enum { SVG_LEFT = 64, SVG_TOP = 40, SVG_ROW = 26, SVG_GAP = 6,
-       SVG_AXIS = 40, SVG_RIGHT = 24 };
-#define SVG_PLOT_W 1100.0
-#define SVG_MAX_PLOT_W 100000.0
-
-typedef struct { int r, g, b; } rgb;
-
-static double hue_part(double p, double q, double t) {
-    if (t < 0) t += 1;
-    if (t > 1) t -= 1;
-    if (t < 1.0 / 6) return p + (q - p) * 6 * t;
-    if (t < 0.5) return q;
-    if (t < 2.0 / 3) return p + (q - p) * (2.0 / 3 - t) * 6;
-    return p;
-}
-
-static rgb hsl(double h, double s, double l) {
-    double q = l < 0.5 ? l * (1 + s) : l + s - l * s, p = 2 * l - q;
-    h /= 360;
-    rgb c = {(int)lround(255 * hue_part(p, q, h + 1.0 / 3)),
-             (int)lround(255 * hue_part(p, q, h)),
-             (int)lround(255 * hue_part(p, q, h - 1.0 / 3))};
-    return c;
-}
-
-/* Six shades cycling with the micro-batch, so neighbours differ. */
-static double shade(int mb) { return 0.38 + 0.07 * (mb % 6); }
-
-/* Pixels per time unit: the plot about SVG_PLOT_W wide, the shortest
- * action at least 3 px, the whole never past SVG_MAX_PLOT_W. */
-static double svg_unit(const hy_timeline *t) {
-    double mk = t->makespan > 0 ? t->makespan : 1;
-    double u = SVG_PLOT_W / mk, shortest = 0;
-    for (int r = 0; r < t->sched->ranks; r++)
-        for (int i = 0; i < t->sched->n_actions[r]; i++) {
-            double d = t->end[r][i] - t->start[r][i];
-            if (d > 0 && (shortest == 0 || d < shortest)) shortest = d;
-        }
-    if (shortest > 0 && shortest * u < 3) u = 3 / shortest;
-    if (mk * u > SVG_MAX_PLOT_W) u = SVG_MAX_PLOT_W / mk;
-    return u;
-}
-
-static void svg_action(FILE *f, const hy_timeline *t, int r, int i, double u) {
-    const hy_action *a = &t->sched->actions[r][i];
-    double t0 = t->start[r][i], t1 = t->end[r][i];
-    double x = SVG_LEFT + t0 * u, w = (t1 - t0) * u;
-    double y = SVG_TOP + r * (SVG_ROW + SVG_GAP);
-    double l = shade(a->mb);
-    rgb c = a->op == HY_FWD ? hsl(212, 0.65, l) : hsl(28, 0.85, l);
-    char name[64];
-    hy_action_label(a, name, sizeof name);
-    fprintf(f, "<rect class=\"%c\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
-               "height=\"%d\" fill=\"#%02x%02x%02x\" stroke=\"#fff\" "
-               "stroke-width=\"0.5\"><title>%s: %g to %g</title></rect>\n",
-            a->op == HY_FWD ? 'F' : 'B', x, y, w, SVG_ROW, c.r, c.g, c.b,
-            name, t0, t1);
-    char lab[16];
-    int n = snprintf(lab, sizeof lab, "%d", a->mb);
-    if (w >= 7.0 * n + 4)
-        fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" "
-                   "dominant-baseline=\"central\" fill=\"%s\">%s</text>\n",
-                x + w / 2, y + SVG_ROW / 2.0, l < 0.55 ? "#fff" : "#000", lab);
-}
-
-static void svg_axis(FILE *f, const hy_timeline *t, double u) {
-    double y = SVG_TOP + t->sched->ranks * (SVG_ROW + SVG_GAP) + 4;
-    double mk = t->makespan;
-    fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
-               "stroke=\"#333\"/>\n", SVG_LEFT, y, SVG_LEFT + mk * u, y);
-    double step = nice_step(60 / u);
-    for (long i = 0; i * step <= mk * (1 + 1e-12); i++) {
-        double x = SVG_LEFT + i * step * u;
-        fprintf(f, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
-                   "stroke=\"#333\"/>\n<text x=\"%.2f\" y=\"%.2f\" "
-                   "text-anchor=\"middle\">%g</text>\n",
-                x, y, x, y + 5, x, y + 17, i * step);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\">%s</text>\n",
-            SVG_LEFT - 8, y + 17, t->unit ? t->unit : "time");
-}
-
-int hy_timeline_write_svg(FILE *f, const hy_timeline *t) {
-    const hy_schedule *s = t->sched;
-    double u = svg_unit(t);
-    double w = SVG_LEFT + t->makespan * u + SVG_RIGHT;
-    int h = SVG_TOP + s->ranks * (SVG_ROW + SVG_GAP) + SVG_AXIS;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
-               "height=\"%d\" viewBox=\"0 0 %.0f %d\" font-family=\"sans-serif\" "
-               "font-size=\"11\" style=\"background:#fff\">\n", w, h, w, h);
-    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"14\">%s</text>\n",
-            SVG_LEFT, t->title ? t->title : "");
-    for (int r = 0; r < s->ranks; r++) {
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" "
-                   "dominant-baseline=\"central\">rank %d</text>\n",
-                SVG_LEFT - 8, SVG_TOP + r * (SVG_ROW + SVG_GAP) + SVG_ROW / 2.0, r);
-        for (int i = 0; i < s->n_actions[r]; i++) svg_action(f, t, r, i, u);
-    }
-    svg_axis(f, t, u);
-    fputs("</svg>\n", f);
-    return ferror(f) ? -1 : 0;
-}
-
-/* Printed straight into the temporary file: a large plan's SVG is never
- * held in memory, and a print that fails is caught by the commit. */
-int hy_timeline_save_svg(const hy_timeline *t, const char *path, hy_error *err) {
-    hy_atomic_file af;
-    int st = hy_atomic_open(&af, path, HY_ERR_INPUT, err);   /* the user named the path */
-    if (st) return st;
-    FILE *f = hy_atomic_stream(&af, err);
-    if (!f) return HY_ERR_RUNTIME;
-    (void)hy_timeline_write_svg(f, t);
-    return hy_atomic_commit(&af, err);
-}
-
 /* The plan as a timeline: its simulated times, and a heading with the
  * schedule and its figures. title must hold 256 bytes. */
-static hy_timeline plan_timeline(const hy_plan *pl, char *title, size_t n) {
+static hy_svg_timeline plan_timeline(const hy_plan *pl, char *title, size_t n) {
     const hy_schedule *s = &pl->sched;
     size_t used = (size_t)snprintf(title, n, "%s  P=%d  M=%d", hy_sched_name(s->kind),
                                    s->ranks, s->micro_batches);
@@ -663,14 +538,14 @@ static hy_timeline plan_timeline(const hy_plan *pl, char *title, size_t n) {
         snprintf(title + used, n - used, "  stages=%d  makespan %g  bubble %.4f (ideal %.4f)  "
                  "F blue, B orange", s->stages, pl->sim.makespan, pl->sim.bubble,
                  pl->ideal_bubble);
-    hy_timeline t = { s, pl->sim.start, pl->sim.end, pl->sim.makespan, title, "time" };
+    hy_svg_timeline t = { s, pl->sim.start, pl->sim.end, pl->sim.makespan, title, "time" };
     return t;
 }
 
 int hy_plan_write_svg(FILE *f, const hy_plan *pl) {
     char title[256];
-    hy_timeline t = plan_timeline(pl, title, sizeof title);
-    return hy_timeline_write_svg(f, &t);
+    hy_svg_timeline t = plan_timeline(pl, title, sizeof title);
+    return hy_svg_write_timeline(f, &t);
 }
 
 static int svg_thunk(FILE *f, const void *pl, const void *unused) {
@@ -684,8 +559,8 @@ char *hy_plan_svg(const hy_plan *pl) {
 
 int hy_plan_save_svg(const hy_plan *pl, const char *path, hy_error *err) {
     char title[256];
-    hy_timeline t = plan_timeline(pl, title, sizeof title);
-    return hy_timeline_save_svg(&t, path, err);
+    hy_svg_timeline t = plan_timeline(pl, title, sizeof title);
+    return hy_svg_save_timeline(&t, path, err);
 }
 
 /* ------------------------------------------------------------------------
@@ -981,7 +856,7 @@ static int measured_one(const hy_plan_request *rq, const hy_config *cfg,
     int measured = 0;
     int st = measured_costs_for(cfg, mc, p, &fwd, &bwd, &measured, err);
     if (st != HY_OK) return st;
-    hy_costs c = { 0, 0, mc->comm, fwd, bwd };
+    hy_costs c = { .comm = mc->comm, .fwd_stage = fwd, .bwd_stage = bwd };
     st = run_one(rq, p, &c, out, err);
     if (st == HY_OK && !rq->json)
         fprintf(out, "%-18s%s, ms per stage %s\n", "measured costs", rq->costs,
@@ -1014,8 +889,8 @@ static int measured_compare(const hy_plan_request *rq, const hy_config *cfg,
                                      &notes[k]);
         if (kst == HY_ERR_RUNTIME) st = hy_fail(err, kst, "%s", notes[k].msg);
         else if (kst != HY_OK) skip[k] = notes[k].msg;
-        hy_costs c = { 0, 0, mc->comm, arrays[2 * k], arrays[2 * k + 1] };
-        costs[k] = c;
+        costs[k] = (hy_costs){ .comm = mc->comm, .fwd_stage = arrays[2 * k],
+                               .bwd_stage = arrays[2 * k + 1] };
     }
     hy_compare_row rows[HY_SCHED_COUNT];
     if (st == HY_OK) st = hy_plan_compare_costs(&p, costs, skip, rows, err);

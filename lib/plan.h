@@ -5,9 +5,9 @@
  * A plan is the action lists of schedule.h plus the timings sim.h computes
  * for them. This module only renders: the JSON of DESIGN §1 (a stable
  * contract that tests/resim.py re-checks independently), an ASCII timeline
- * in the style of the paper's figures, an SVG of the same timeline (which
- * also draws measured times: hy_timeline), and a table comparing the four
- * schedules at one (P, M). Every renderer writes to
+ * in the style of the paper's figures, an SVG of the same timeline (drawn
+ * by svg.h, which also draws measured times), and a table comparing the
+ * four schedules at one (P, M). Every renderer writes to
  * a FILE * or returns a malloc'd string; nothing here prints an error — the
  * errors come back as hy_error values to the CLI.
  */
@@ -16,6 +16,7 @@
 
 #include <stdio.h>
 
+#include "costs.h"
 #include "error.h"
 #include "schedule.h"
 #include "sim.h"
@@ -73,34 +74,15 @@ char *hy_plan_timeline(const hy_plan *pl, const hy_timeline_opts *o);
 int hy_plan_write_summary(FILE *f, const hy_plan *pl);
 
 /* ---- SVG -------------------------------------------------------------------
- * The same timeline: one <rect> per action (class "F" or "B", a <title>
- * naming it and its times, the micro-batch written inside when it fits),
- * F blue and B orange shaded by micro-batch, rank labels and a time axis.
- * No other <rect> is drawn, so rects count actions. */
+ * The same timeline, drawn by svg.h (hy_svg_write_timeline: one <rect> per
+ * action and no other, so rects count actions) with the plan's simulated
+ * times and a heading made of its figures. */
 int hy_plan_write_svg(FILE *f, const hy_plan *pl);
 char *hy_plan_svg(const hy_plan *pl);
-/* Writes the SVG to `path` atomically (atomicfile.h: a temporary file
- * beside it, renamed into place; mode 0666 less the umask), so an error
- * never leaves a partial file. HY_ERR_INPUT when the path is at fault (a
- * missing directory, a directory in the way, no permission), else
- * HY_ERR_RUNTIME; the message names the path and what to check. */
+/* Writes the SVG to `path` atomically (svg.h, hy_svg_save_timeline: an
+ * error never leaves a partial file; HY_ERR_INPUT when the path is at
+ * fault, else HY_ERR_RUNTIME). */
 int hy_plan_save_svg(const hy_plan *pl, const char *path, hy_error *err);
-
-/* The same drawing from any start/end times of a schedule's actions, so a
- * measured step (`hanayo profile`'s timeline.svg) and a simulated one are
- * drawn by one piece of code; hy_plan_write_svg is this with the plan's
- * simulated times and a heading made of its figures. */
-typedef struct {
-    const hy_schedule *sched;
-    double *const *start, *const *end;  /* [ranks][n_actions] */
-    double makespan;                    /* the axis runs from 0 to this */
-    const char *title;                  /* the heading line (plain text, no markup) */
-    const char *unit;                   /* the axis label: "time", "ms" */
-} hy_timeline;
-
-int hy_timeline_write_svg(FILE *f, const hy_timeline *t);
-/* Atomically, with hy_plan_save_svg's errors. */
-int hy_timeline_save_svg(const hy_timeline *t, const char *path, hy_error *err);
 
 /* ---- Comparison of the four schedules -----------------------------------
  * One row per kind, in hy_sched_kind order, at the same P and M, with W for
@@ -152,7 +134,7 @@ typedef struct {
     int json;                     /* print the JSON instead of the timeline */
     int compare;                  /* print the comparison table instead */
     const char *svg;              /* also write the SVG here, or NULL */
-    /* A profile's summary.json (profile.h): simulate with its measured
+    /* A profile's summary.json (measured.h): simulate with its measured
      * costs (ms) instead of f, b, c. One plan takes its per-stage costs
      * and needs the profiled stage count; --compare prices every
      * schedule from its per-layer cost model, each with the layer split

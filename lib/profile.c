@@ -1,11 +1,11 @@
 /*
  * profile.c — see profile.h.
  *
- * Sections: the cost model; measuring (running the steps, turning each
- * step's stamps into action times, accumulating); the results (per stage,
- * per rank, the prediction); the outputs (trace.json, summary.json, the
- * two SVGs, the printed table, writing them into a directory); reading
- * summary.json back.
+ * Sections: measuring (running the steps, turning each step's stamps into
+ * action times, accumulating); the results (per stage, per rank, the
+ * prediction, with and without the mailbox slots); the outputs
+ * (trace.json, summary.json, the two SVGs' inputs, the printed table,
+ * writing them into a directory).
  */
 #include "profile.h"
 
@@ -21,179 +21,9 @@
 #include "atomicfile.h"
 #include "mailbox.h"
 #include "model.h"
-#include "plan.h"
 #include "runtime.h"
-
-/* ------------------------------------------------------------------------
- * The cost model
- * ------------------------------------------------------------------------ */
-
-/* The per-layer cost of one direction (see hy_cost_model_fit in
- * profile.h). */
-static double fit_layer(const double *c, const int *n, int S, double head_units) {
-    double sum = 0;
-    int layers = 0;
-    for (int s = 1; s < S - 1; s++) {
-        sum += c[s];
-        layers += n[s];
-    }
-    if (layers > 0) return sum / layers;
-    /* No inner stage with layers: the cheaper of the two ends, per layer,
-     * is taken as the one carrying nothing extra. */
-    double best = -1;
-    if (S > 1 && n[0] > 0) best = c[0] / n[0];
-    double last_units = n[S - 1] + head_units;
-    if (last_units > 0) {
-        double v = c[S - 1] / last_units;
-        if (best < 0 || v < best) best = v;
-    }
-    return best > 0 ? best : 0;
-}
-
-static void fit_direction(const double *c, const int *n, int S, double head_units,
-                          double *layer, double *first, double *last) {
-    *layer = fit_layer(c, n, S, head_units);
-    *first = S > 1 ? fmax(0, c[0] - *layer * n[0]) : 0;
-    *last = fmax(0, c[S - 1] - *layer * n[S - 1]);
-}
-
-void hy_cost_model_fit(hy_cost_model *m, const double *fwd, const double *bwd,
-                       const int *n_layers, int S, double head_units, double comm) {
-    memset(m, 0, sizeof *m);
-    fit_direction(fwd, n_layers, S, head_units, &m->layer_fwd, &m->first_fwd, &m->last_fwd);
-    fit_direction(bwd, n_layers, S, head_units, &m->layer_bwd, &m->first_bwd, &m->last_bwd);
-    m->comm = comm;
-}
-
-void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,
-                          double *fwd, double *bwd) {
-    for (int s = 0; s < S; s++) {
-        fwd[s] = m->layer_fwd * n_layers[s];
-        bwd[s] = m->layer_bwd * n_layers[s];
-        if (s == 0 && S > 1) {
-            fwd[s] += m->first_fwd;
-            bwd[s] += m->first_bwd;
-        }
-        if (s == S - 1) {
-            fwd[s] += m->last_fwd;
-            bwd[s] += m->last_bwd;
-        }
-    }
-}
-
-/* ------------------------------------------------------------------------
- * The simulator with the runtime's mailbox slots
- * ------------------------------------------------------------------------ */
-
-/* The cross-rank edge action a sends its output over, or NULL. */
-static const hy_edge *output_edge(const hy_mailbox *mb, const hy_schedule *s, const hy_action *a) {
-    int to = a->op == HY_FWD ? a->stage + 1 : a->stage - 1;
-    if (to < 0 || to >= s->stages) return NULL;
-    const hy_edge *e = &mb->edges[(a->op == HY_FWD ? mb->into_fwd : mb->into_bwd)[to]];
-    return e->local ? NULL : e;
-}
-
-/* prev[(op * M + m) * S + s]: the message that held the slot before the
- * one F or B (m, s) sends (in its producer's list order, the order the
- * flags enforce), or -1 when it is the slot's first or the edge is local. */
-static int slot_predecessors(const hy_mailbox *mb, const hy_schedule *s, int *prev) {
-    int M = s->micro_batches, S = s->stages;
-    int *last = malloc((size_t)M * sizeof *last);
-    if (!last) return -1;
-    for (size_t i = 0; i < 2 * (size_t)M * S; i++) prev[i] = -1;
-    for (int k = 0; k < mb->n_edges; k++) {
-        const hy_edge *e = &mb->edges[k];
-        if (e->local) continue;
-        for (int j = 0; j < e->slots; j++) last[j] = -1;
-        const hy_action *list = s->actions[e->from_rank];
-        for (int i = 0; i < s->n_actions[e->from_rank]; i++) {
-            if (list[i].op != e->dir || list[i].stage != e->from_stage) continue;
-            int m = list[i].mb, slot = e->slot_of[m];
-            prev[((size_t)e->dir * M + m) * S + e->from_stage] = last[slot];
-            last[slot] = m;
-        }
-    }
-    free(last);
-    return 0;
-}
-
-int hy_simulate_mailboxes(const hy_schedule *s, const hy_costs *c, hy_sim_result *r,
-                          hy_error *err) {
-    hy_mailbox mb;
-    int rc = hy_mailbox_plan(&mb, s, err);   /* also checks the schedule runs */
-    if (rc) {
-        memset(r, 0, sizeof *r);
-        return rc;
-    }
-    /* Costs are checked by a plain simulation first: the same errors. */
-    rc = hy_simulate(s, c, r, err);
-    hy_sim_result_free(r);
-    int P = s->ranks, S = s->stages, M = s->micro_batches;
-    size_t MS = (size_t)M * S;
-    double *fend = malloc(2 * MS * sizeof(double)), *free_at = calloc((size_t)P, sizeof(double));
-    int *prev = malloc(2 * MS * sizeof(int)), *next = calloc((size_t)P, sizeof(int));
-    int *live = calloc((size_t)P, sizeof(int));
-    if (!rc && (!fend || !free_at || !prev || !next || !live || hy_sim_result_alloc(r, s) != 0 ||
-                slot_predecessors(&mb, s, prev) != 0))
-        rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
-    double *bend = fend ? fend + MS : NULL;
-    int remaining = 0;
-    for (size_t i = 0; !rc && i < 2 * MS; i++) fend[i] = -1;
-    for (int k = 0; !rc && k < P; k++) remaining += s->n_actions[k];
-    while (!rc && remaining > 0) {
-        int progressed = 0;
-        for (int k = 0; k < P; k++) {
-            while (next[k] < s->n_actions[k]) {
-                const hy_action *a = &s->actions[k][next[k]];
-                double t = hy_sim_inputs_ready(s, c, fend, bend, a, k);
-                if (t < 0) break;
-                if (t < free_at[k]) t = free_at[k];
-                double d = a->op == HY_FWD ? (c->fwd_stage ? c->fwd_stage[a->stage] : c->fwd)
-                                           : (c->bwd_stage ? c->bwd_stage[a->stage] : c->bwd);
-                double done = t + d;
-                const hy_edge *e = output_edge(&mb, s, a);
-                int before = prev[((size_t)a->op * M + a->mb) * S + a->stage];
-                if (e && before >= 0) {
-                    double released = bend[(size_t)before * S + e->to_stage];
-                    if (released < 0) break;   /* its slot is still taken */
-                    if (released > done) done = released;
-                }
-                (a->op == HY_FWD ? fend : bend)[(size_t)a->mb * S + a->stage] = done;
-                r->start[k][next[k]] = t;
-                r->end[k][next[k]] = done;
-                r->busy[k] += d;
-                free_at[k] = done;
-                live[k] += a->op == HY_FWD ? 1 : -1;
-                if (live[k] > r->peak_activations[k]) r->peak_activations[k] = live[k];
-                next[k]++;
-                remaining--;
-                progressed = 1;
-            }
-        }
-        /* Cannot happen: the slot plan's replay is a witness against it. */
-        if (!progressed)
-            rc = hy_fail(err, HY_ERR_RUNTIME, "the schedule deadlocks on its mailbox slots "
-                         "(a bug in the slot plan)");
-    }
-    if (!rc) {
-        double busy = 0;
-        for (int k = 0; k < P; k++) {
-            if (free_at[k] > r->makespan) r->makespan = free_at[k];
-            busy += r->busy[k];
-        }
-        r->bubble = r->makespan > 0 ? 1.0 - busy / (P * r->makespan) : 0.0;
-        r->transfers = hy_schedule_transfers(s);
-    } else {
-        hy_sim_result_free(r);   /* safe on a part-built result */
-    }
-    free(fend);
-    free(free_at);
-    free(prev);
-    free(next);
-    free(live);
-    hy_mailbox_free(&mb);
-    return rc;
-}
+#include "sim.h"
+#include "svg.h"
 
 /* ------------------------------------------------------------------------
  * Measuring
@@ -492,19 +322,24 @@ static int predict(hy_profile *p, hy_error *err) {
     hy_cost_model_fit(&p->model, fwd, bwd, p->n_layers, S, p->head_units, p->comm);
     for (int st = 0; st < S; st++) {
         hy_stage_cost *c = &p->stage[st];
-        double ef = (st == 0 && S > 1 ? p->model.first_fwd : 0) + (st == S - 1 ? p->model.last_fwd : 0);
-        double eb = (st == 0 && S > 1 ? p->model.first_bwd : 0) + (st == S - 1 ? p->model.last_bwd : 0);
+        double ef, eb;   /* the stage's extras: its cost with no layers */
+        hy_cost_model_stage(&p->model, st, S, 0, &ef, &eb);
         c->layer_fwd = c->layers > 0 ? fmax(0, c->fwd - ef) / c->layers : -1;
         c->layer_bwd = c->layers > 0 ? fmax(0, c->bwd - eb) / c->layers : -1;
     }
-    hy_costs costs = { 0, 0, p->comm, fwd, bwd };
+    hy_costs costs = { .comm = p->comm, .fwd_stage = fwd, .bwd_stage = bwd };
     hy_sim_result sim;
-    int rc = hy_simulate(s, &costs, &sim, err);
+    hy_sim_limits slots;
+    int rc = hy_simulate(s, &costs, NULL, &sim, err);
     if (!rc) {
         p->pred_makespan = sim.makespan;
         p->pred_bubble = sim.bubble;
         hy_sim_result_free(&sim);
-        rc = hy_simulate_mailboxes(s, &costs, &sim, err);
+        rc = hy_mailbox_sim_limits(s, &slots, err);
+    }
+    if (!rc) {
+        rc = hy_simulate(s, &costs, &slots, &sim, err);
+        hy_sim_limits_free(&slots);
     }
     if (!rc) {
         p->slots_makespan = sim.makespan;
@@ -762,61 +597,40 @@ char *hy_profile_summary_json(const hy_profile *p) {
 }
 
 /* ------------------------------------------------------------------------
- * bars.svg: per rank, one stacked bar of where its step goes
+ * bars.svg: per rank, one stacked bar of where its step goes (svg.h)
  * ------------------------------------------------------------------------ */
 
-enum { BAR_LEFT = 64, BAR_TOP = 64, BAR_ROW = 26, BAR_GAP = 10, BAR_W = 720 };
+enum { BAR_PARTS = 6 };
+
+/* The bars of p; title holds 256 bytes, values HY_MAX_RANKS * BAR_PARTS. */
+static hy_svg_bars profile_bars(const hy_profile *p, char *title, size_t n, double *values) {
+    static const char *const names[BAR_PARTS] = {"compute", "copy", "wait", "blocked", "tail",
+                                                 "idle"};
+    static const char *const colors[BAR_PARTS] = {"#3b7dd8", "#9b59b6", "#e0573a", "#f0a030",
+                                                  "#3aa05a", "#c8c8c8"};
+    int P = p->sched.ranks;
+    for (int r = 0; r < P; r++) {
+        const hy_rank_time *t = &p->rank[r];
+        double *v = &values[r * BAR_PARTS];
+        v[0] = t->compute; v[1] = t->copy; v[2] = t->wait;
+        v[3] = t->blocked; v[4] = t->tail; v[5] = t->idle;
+    }
+    snprintf(title, n, "%s P=%d M=%d: where each rank's step goes (mean of %d steps, %.2f ms)",
+             hy_sched_name(p->sched.kind), P, p->sched.micro_batches, p->steps, p->step_ms);
+    hy_svg_bars b = {
+        .ranks = P, .parts = BAR_PARTS, .names = names, .colors = colors, .values = values,
+        .unit = "ms", .title = title,
+        .note = "the whole bar is the step; busy = compute + copy; blocked = a send held up "
+                "beyond its copy; tail = embedding exchange, norm and clip, optimizer",
+    };
+    return b;
+}
 
 int hy_profile_write_bars_svg(FILE *f, const hy_profile *p) {
-    enum { K = 6 };
-    static const char *const names[K] = {"compute", "copy", "wait", "blocked", "tail", "idle"};
-    static const char *const colors[K] = {"#3b7dd8", "#9b59b6", "#e0573a", "#f0a030", "#3aa05a",
-                                          "#c8c8c8"};
-    int P = p->sched.ranks;
-    double total = 0;
-    for (int r = 0; r < P; r++) {
-        const hy_rank_time *t = &p->rank[r];
-        double sum = t->compute + t->copy + t->wait + t->blocked + t->tail + t->idle;
-        if (sum > total) total = sum;
-    }
-    if (!(total > 0)) total = 1;
-    int h = BAR_TOP + P * (BAR_ROW + BAR_GAP) + 40;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"11\" "
-               "style=\"background:#fff\">\n", BAR_LEFT + BAR_W + 24, h, BAR_LEFT + BAR_W + 24, h);
-    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"14\">%s P=%d M=%d: where each rank's step "
-               "goes (mean of %d steps, %.2f ms)</text>\n", BAR_LEFT,
-            hy_sched_name(p->sched.kind), P, p->sched.micro_batches, p->steps, p->step_ms);
-    for (int k = 0; k < K; k++) {
-        int x = BAR_LEFT + k * 90;
-        fprintf(f, "<rect x=\"%d\" y=\"34\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                   "<text x=\"%d\" y=\"44\">%s</text>\n", x, colors[k], x + 16, names[k]);
-    }
-    for (int r = 0; r < P; r++) {
-        const hy_rank_time *t = &p->rank[r];
-        double v[K] = {t->compute, t->copy, t->wait, t->blocked, t->tail, t->idle}, x = BAR_LEFT;
-        double y = BAR_TOP + r * (BAR_ROW + BAR_GAP), sum = 0;
-        for (int k = 0; k < K; k++) sum += v[k];
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" dominant-baseline=\"central\">"
-                   "rank %d</text>\n", BAR_LEFT - 8, y + BAR_ROW / 2.0, r);
-        for (int k = 0; k < K; k++) {
-            double w = v[k] / total * BAR_W;
-            fprintf(f, "<rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" "
-                       "fill=\"%s\"><title>rank %d %s: %.3f ms (%.1f%%)</title></rect>\n",
-                    names[k], x, y, w, BAR_ROW, colors[k], r, names[k], v[k],
-                    sum > 0 ? 100 * v[k] / sum : 0);
-            if (w >= 40)
-                fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" "
-                           "dominant-baseline=\"central\" fill=\"#fff\">%.0f%%</text>\n",
-                        x + w / 2, y + BAR_ROW / 2.0, sum > 0 ? 100 * v[k] / sum : 0);
-            x += w;
-        }
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\">the whole bar is the step; busy = compute + copy; "
-               "blocked = a send held up beyond its copy; tail = embedding exchange, norm and "
-               "clip, optimizer</text>\n", BAR_LEFT, h - 14);
-    fputs("</svg>\n", f);
-    return ferror(f) ? -1 : 0;
+    char title[256];
+    double values[HY_MAX_RANKS * BAR_PARTS];
+    hy_svg_bars b = profile_bars(p, title, sizeof title, values);
+    return hy_svg_write_bars(f, &b);
 }
 
 /* ------------------------------------------------------------------------
@@ -911,14 +725,10 @@ static int save_text(const char *dir, const char *name, char *text, hy_error *er
 static int save_bars(const hy_profile *p, const char *dir, hy_error *err) {
     char *path = join(dir, "bars.svg");
     if (!path) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    hy_atomic_file af;
-    int rc = hy_atomic_open(&af, path, HY_ERR_INPUT, err);
-    FILE *f = rc ? NULL : hy_atomic_stream(&af, err);
-    if (!rc && !f) rc = HY_ERR_RUNTIME;
-    if (!rc) {
-        (void)hy_profile_write_bars_svg(f, p);
-        rc = hy_atomic_commit(&af, err);
-    }
+    char title[256];
+    double values[HY_MAX_RANKS * BAR_PARTS];
+    hy_svg_bars b = profile_bars(p, title, sizeof title, values);
+    int rc = hy_svg_save_bars(&b, path, err);
     free(path);
     return rc;
 }
@@ -943,8 +753,9 @@ static void table_free(double **t, int ranks) {
     free(t);
 }
 
-/* The last measured step, drawn by plan.c's timeline: each action from
- * ready to copied (its busy time), so the gaps are what the bubble counts. */
+/* The last measured step, drawn as plan draws a simulated one (svg.h):
+ * each action from ready to copied (its busy time), so the gaps are what
+ * the bubble counts. */
 static int save_timeline(const hy_profile *p, const char *dir, hy_error *err) {
     const hy_schedule *s = &p->sched;
     double **start = table_new(s), **end = table_new(s);
@@ -970,8 +781,8 @@ static int save_timeline(const hy_profile *p, const char *dir, hy_error *err) {
         snprintf(title + n, sizeof title - n, "  stages=%d  makespan %.2f ms  bubble %.4f "
                  "(mean of all; predicted %.4f, ideal %.4f)  F blue, B orange", s->stages, last,
                  p->bubble, p->pred_bubble, p->ideal_bubble);
-        hy_timeline t = { s, start, end, last, title, "ms" };
-        rc = hy_timeline_save_svg(&t, path, err);
+        hy_svg_timeline t = { s, start, end, last, title, "ms" };
+        rc = hy_svg_save_timeline(&t, path, err);
     }
     table_free(start, s->ranks);
     table_free(end, s->ranks);
@@ -1081,142 +892,5 @@ int hy_profile_cmd(const hy_profile_request *rq, FILE *out, hy_error *err) {
     hy_profile_free(&p);
     hy_config_free(&c);
     free(dir);
-    return rc;
-}
-
-/* ------------------------------------------------------------------------
- * Reading summary.json back
- * ------------------------------------------------------------------------ */
-
-void hy_measured_costs_free(hy_measured_costs *mc) {
-    if (!mc) return;
-    free(mc->n_layers);
-    free(mc->fwd);
-    free(mc->bwd);
-    memset(mc, 0, sizeof *mc);
-}
-
-/* A member of object o at `where`; NULL with err set when absent. */
-static json_t *member(const char *path, json_t *o, const char *where, const char *key,
-                      hy_error *err) {
-    json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
-    if (!v)
-        hy_fail(err, HY_ERR_INPUT, "%s: %s%s%s is missing; give the summary.json that "
-                "`hanayo profile` wrote", path, where, *where ? "." : "", key);
-    return v;
-}
-
-static int get_cost(const char *path, json_t *o, const char *where, const char *key, double *out,
-                    hy_error *err) {
-    json_t *v = member(path, o, where, key, err);
-    if (!v) return HY_ERR_INPUT;
-    if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0)
-        return hy_fail(err, HY_ERR_INPUT, "%s: %s%s%s must be a finite number >= 0 (ms)", path,
-                       where, *where ? "." : "", key);
-    *out = json_number_value(v);
-    return HY_OK;
-}
-
-static int get_int(const char *path, json_t *o, const char *where, const char *key, int lo, int hi,
-                   int *out, hy_error *err) {
-    json_t *v = member(path, o, where, key, err);
-    if (!v) return HY_ERR_INPUT;
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return hy_fail(err, HY_ERR_INPUT, "%s: %s%s%s must be a whole number from %d to %d", path,
-                       where, *where ? "." : "", key, lo, hi);
-    *out = (int)json_integer_value(v);
-    return HY_OK;
-}
-
-static int load_schedule(hy_measured_costs *mc, const char *path, json_t *root, hy_error *err) {
-    json_t *sc = member(path, root, "", "schedule", err);
-    if (!sc) return HY_ERR_INPUT;
-    if (!json_is_object(sc))
-        return hy_fail(err, HY_ERR_INPUT, "%s: schedule must be an object", path);
-    json_t *kind = member(path, sc, "schedule", "kind", err);
-    if (!kind) return HY_ERR_INPUT;
-    hy_error e;
-    if (!json_is_string(kind) || hy_sched_parse(json_string_value(kind), &mc->kind, &e) != HY_OK)
-        return hy_fail(err, HY_ERR_INPUT, "%s: schedule.kind must be gpipe, 1f1b, interleaved "
-                       "or hanayo", path);
-    int rc = get_int(path, sc, "schedule", "ranks", 1, HY_MAX_RANKS, &mc->ranks, err);
-    if (!rc) rc = get_int(path, sc, "schedule", "micro_batches", 1, 65536, &mc->micro_batches, err);
-    if (!rc) rc = get_int(path, sc, "schedule", "waves", 0, 16, &mc->waves, err);
-    if (!rc) rc = get_int(path, sc, "schedule", "chunks", 1, 64, &mc->chunks, err);
-    if (!rc) rc = get_int(path, sc, "schedule", "stages", 1, 64 * HY_MAX_RANKS, &mc->stages, err);
-    if (!rc && mc->stages != mc->chunks * mc->ranks)
-        rc = hy_fail(err, HY_ERR_INPUT, "%s: schedule.stages is %d but chunks x ranks is %d x %d",
-                     path, mc->stages, mc->chunks, mc->ranks);
-    return rc;
-}
-
-static int load_stages(hy_measured_costs *mc, const char *path, json_t *root, hy_error *err) {
-    json_t *split = member(path, root, "", "split", err);
-    json_t *stages = split ? member(path, root, "", "stages", err) : NULL;
-    if (!stages) return HY_ERR_INPUT;
-    int S = mc->stages;
-    if (!json_is_array(split) || (int)json_array_size(split) != S)
-        return hy_fail(err, HY_ERR_INPUT, "%s: split must be an array of %d layer counts, one "
-                       "per stage of schedule", path, S);
-    if (!json_is_array(stages) || (int)json_array_size(stages) != S)
-        return hy_fail(err, HY_ERR_INPUT, "%s: stages must be an array of %d entries (schedule."
-                       "stages), got %s", path, S, json_is_array(stages) ? "another length" : "no array");
-    mc->n_layers = calloc((size_t)S, sizeof(int));
-    mc->fwd = calloc((size_t)S, sizeof(double));
-    mc->bwd = calloc((size_t)S, sizeof(double));
-    if (!mc->n_layers || !mc->fwd || !mc->bwd) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    for (int s = 0; s < S; s++) {
-        json_t *n = json_array_get(split, (size_t)s);
-        if (!json_is_integer(n) || json_integer_value(n) < 0 || json_integer_value(n) > 1024)
-            return hy_fail(err, HY_ERR_INPUT, "%s: split[%d] must be a whole number from 0 to "
-                           "1024", path, s);
-        mc->n_layers[s] = (int)json_integer_value(n);
-        char where[32];
-        snprintf(where, sizeof where, "stages[%d]", s);
-        json_t *e = json_array_get(stages, (size_t)s);
-        if (!json_is_object(e))
-            return hy_fail(err, HY_ERR_INPUT, "%s: %s must be an object", path, where);
-        int rc = get_cost(path, e, where, "fwd_ms", &mc->fwd[s], err);
-        if (!rc) rc = get_cost(path, e, where, "bwd_ms", &mc->bwd[s], err);
-        if (rc) return rc;
-    }
-    return HY_OK;
-}
-
-static int load_model(hy_measured_costs *mc, const char *path, json_t *root, hy_error *err) {
-    json_t *cm = member(path, root, "", "cost_model", err);
-    if (!cm) return HY_ERR_INPUT;
-    if (!json_is_object(cm)) return hy_fail(err, HY_ERR_INPUT, "%s: cost_model must be an object", path);
-    hy_cost_model *m = &mc->model;
-    int rc = get_cost(path, cm, "cost_model", "layer_fwd_ms", &m->layer_fwd, err);
-    if (!rc) rc = get_cost(path, cm, "cost_model", "layer_bwd_ms", &m->layer_bwd, err);
-    if (!rc) rc = get_cost(path, cm, "cost_model", "first_fwd_ms", &m->first_fwd, err);
-    if (!rc) rc = get_cost(path, cm, "cost_model", "first_bwd_ms", &m->first_bwd, err);
-    if (!rc) rc = get_cost(path, cm, "cost_model", "last_fwd_ms", &m->last_fwd, err);
-    if (!rc) rc = get_cost(path, cm, "cost_model", "last_bwd_ms", &m->last_bwd, err);
-    m->comm = mc->comm;
-    return rc;
-}
-
-int hy_measured_costs_load(hy_measured_costs *mc, const char *path, hy_error *err) {
-    memset(mc, 0, sizeof *mc);
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        if (je.line < 1)   /* not a parse error: the file itself */
-            return hy_fail(err, HY_ERR_INPUT, "--costs %s: %s", path, je.text);
-        return hy_fail(err, HY_ERR_INPUT, "--costs %s: line %d, column %d: %s", path, je.line,
-                       je.column, je.text);
-    }
-    int rc = HY_OK;
-    if (!json_is_object(root))
-        rc = hy_fail(err, HY_ERR_INPUT, "%s: not a profile summary (the top level must be an "
-                     "object); give the summary.json that `hanayo profile` wrote", path);
-    if (!rc) rc = load_schedule(mc, path, root, err);
-    if (!rc) rc = get_cost(path, root, "", "comm_ms", &mc->comm, err);
-    if (!rc) rc = load_stages(mc, path, root, err);
-    if (!rc) rc = load_model(mc, path, root, err);
-    json_decref(root);
-    if (rc) hy_measured_costs_free(mc);
     return rc;
 }

@@ -50,14 +50,8 @@
  * Times are in milliseconds from the step's origin (the earliest
  * iteration start over the ranks: one clock for all of them).
  *
- * The per-layer cost model (hy_cost_model) is what lets measured costs
- * price another split or schedule (`hanayo plan --compare --costs`,
- * `hanayo tune`): a stage holding n layers costs
- *     n x layer + (first stage ? first : 0) + (last stage ? last : 0)
- * forward and backward alike, where `first` is what the first stage costs
- * beyond its layers (the embedding, and anything else that makes that
- * stage dearer) and `last` the same for the last (final LayerNorm, the
- * head and the loss). See hy_cost_model_fit for how it is fitted.
+ * The measured per-stage costs are fitted to the per-layer cost model of
+ * costs.h (hy_cost_model), so they can price another split or schedule.
  *
  * Nothing here prints or exits except the writers, which write where
  * they are told; files are written atomically (atomicfile.h).
@@ -68,9 +62,9 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "costs.h"
 #include "error.h"
 #include "schedule.h"
-#include "sim.h"
 
 /* Warm-up steps before measuring: the first runs eagerly, the second is
  * recorded; only replays are measured, as a real run spends its time. */
@@ -119,45 +113,6 @@ typedef struct {
                          between actions, after its tail */
 } hy_rank_time;
 
-/* The per-layer cost model (see the top of this file), in ms. */
-typedef struct {
-    double layer_fwd, layer_bwd;
-    double first_fwd, first_bwd;
-    double last_fwd, last_bwd;
-    double comm;
-} hy_cost_model;
-
-/* Fits the model to per-stage costs fwd[s], bwd[s] of a split n_layers[s]
- * (S stages). The per-layer cost comes from the inner stages (neither
- * first nor last) that hold layers: their total cost over their layers.
- * With none (S <= 2), from the cheaper of the first stage's cost per layer
- * and the last stage's per (layers + head_units), where head_units is the
- * head's estimated cost in layers (model.h): the cheaper one is taken as
- * the one without anything extra. The first and last stage's extras are
- * then what their costs leave beyond their layers (never below 0).
- * comm is copied in. */
-void hy_cost_model_fit(hy_cost_model *m, const double *fwd, const double *bwd,
-                       const int *n_layers, int S, double head_units, double comm);
-
-/* Per-stage costs of split n_layers (S stages) under the model. */
-void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,
-                          double *fwd, double *bwd);
-
-/* ---- The runtime's flow control in the simulator ---------------------------
- * hy_simulate (sim.h) lets a message go whenever its producer is done. The
- * runtime's mailboxes hold K slots per cross-rank edge, and which slot each
- * micro-batch's message takes is fixed beforehand by a uniform-cost replay
- * (mailbox.h, hy_mailbox_plan); so when real costs let a producer run ahead
- * of its consumer, it waits until the consumer releases that slot's
- * previous message (at the end of the consumer's B of that stage). This is
- * hy_simulate with that wait: an action holds its rank until its output's
- * slot is free, the wait is not busy time, and a consumer's input arrives
- * c after the hand-over. Under uniform costs it equals hy_simulate (the
- * replay that chose the slots is a witness that nobody waits). end[r][i]
- * is when the action handed its output over. */
-int hy_simulate_mailboxes(const hy_schedule *s, const hy_costs *c, hy_sim_result *r,
-                          hy_error *err);
-
 typedef struct {
     hy_schedule sched;          /* the schedule the runtime ran (a copy) */
     int *n_layers;              /* [stages]: the split */
@@ -183,7 +138,7 @@ typedef struct {
     double pred_makespan;       /* the simulator's, from the measured costs */
     double pred_bubble;
     double slots_makespan;      /* the same with the runtime's mailbox slots */
-    double slots_bubble;        /*   (hy_simulate_mailboxes) */
+    double slots_bubble;        /*   (mailbox.h, hy_mailbox_sim_limits) */
     double ideal_bubble;        /* hy_ideal_bubble: uniform costs, no transfer time */
     hy_cost_model model;
 } hy_profile;
@@ -202,10 +157,11 @@ void hy_profile_free(hy_profile *p);
  *              "blocked send" events inside them, the tail's phases, and
  *              a flow arrow from each cross-rank send to its receiver.
  * summary.json every measured figure, the per-stage costs and the cost
- *              model; `hanayo plan --costs` reads it back.
+ *              model; `hanayo plan --costs` reads it back (measured.h).
  * timeline.svg the last measured step drawn as `hanayo plan --svg` draws
  *              a simulated one (each action from ready to copied: busy).
- * bars.svg     per rank, one bar: compute, copy, wait, blocked, tail, idle. */
+ * bars.svg     per rank, one bar: compute, copy, wait, blocked, tail, idle.
+ * Both SVGs are drawn by svg.h. */
 char *hy_profile_trace_json(const hy_profile *p);
 char *hy_profile_summary_json(const hy_profile *p);
 int hy_profile_write_bars_svg(FILE *f, const hy_profile *p);
@@ -240,20 +196,5 @@ int hy_profile_cmd(const hy_profile_request *rq, FILE *out, hy_error *err);
 /* The default output directory of a config path: "profile/" and its file
  * name without the extension. malloc'd; NULL when out of memory. */
 char *hy_profile_default_dir(const char *config);
-
-/* ---- Measured costs read back (`hanayo plan --costs`) ---------------------*/
-typedef struct {
-    hy_sched_kind kind;         /* the schedule profiled */
-    int ranks, micro_batches, waves, chunks, stages;
-    int *n_layers;              /* [stages] */
-    double *fwd, *bwd;          /* [stages], ms */
-    double comm;
-    hy_cost_model model;
-} hy_measured_costs;
-
-/* Reads summary.json. Every error names the file and the JSON path
- * ("summary.json: stages[2].fwd_ms: ...") and is HY_ERR_INPUT. */
-int hy_measured_costs_load(hy_measured_costs *mc, const char *path, hy_error *err);
-void hy_measured_costs_free(hy_measured_costs *mc);
 
 #endif

@@ -28,7 +28,6 @@
  *     v = 2W's 2WP + P - 1.
  */
 #include "schedule.h"
-#include "sim.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -420,9 +419,41 @@ int hy_schedule_transfers(const hy_schedule *s) {
     return 2 * cross * s->micro_batches;
 }
 
-int hy_schedule_validate(const hy_schedule *s, hy_error *err) {
-    int M = s->micro_batches, S = s->stages;
-    char *seen = calloc((size_t)M * (size_t)S * 2, 1);
+int hy_action_inputs(const hy_schedule *s, const hy_action *a, hy_action in[HY_MAX_INPUTS]) {
+    int n = 0;
+    if (a->op == HY_FWD) {
+        if (a->stage > 0) in[n++] = (hy_action){ HY_FWD, a->mb, a->stage - 1 };
+        return n;
+    }
+    in[n++] = (hy_action){ HY_FWD, a->mb, a->stage };
+    if (a->stage + 1 < s->stages) in[n++] = (hy_action){ HY_BWD, a->mb, a->stage + 1 };
+    return n;
+}
+
+size_t hy_action_key(const hy_schedule *s, const hy_action *a) {
+    return ((size_t)a->op * (size_t)s->micro_batches + (size_t)a->mb) * (size_t)s->stages +
+           (size_t)a->stage;
+}
+
+size_t hy_action_keys(const hy_schedule *s) {
+    return 2 * (size_t)s->micro_batches * (size_t)s->stages;   /* F and B */
+}
+
+int hy_schedule_deadlock(const hy_schedule *s, const int *next, const char *why, hy_error *err) {
+    char msg[768] = "", label[48];
+    size_t used = 0;
+    for (int r = 0; r < s->ranks && used + 64 < sizeof msg; r++) {
+        if (next[r] >= s->n_actions[r]) continue;
+        hy_action_label(&s->actions[r][next[r]], label, sizeof label);
+        used += (size_t)snprintf(msg + used, sizeof msg - used, "%srank %d waits at %s",
+                                 used ? "; " : "", r, label);
+    }
+    return hy_fail(err, HY_ERR_INPUT, "the schedule deadlocks %s: %s", why, msg);
+}
+
+/* Every action exactly once, each on the rank that holds its stage. */
+static int hy_check_complete(const hy_schedule *s, hy_error *err) {
+    char *seen = calloc(hy_action_keys(s), 1);
     if (!seen) return hy_fail(err, HY_ERR_RUNTIME, "out of memory validating a schedule");
     int rc = HY_OK;
     char label[48];
@@ -430,7 +461,7 @@ int hy_schedule_validate(const hy_schedule *s, hy_error *err) {
         for (int i = 0; i < s->n_actions[r]; i++) {
             const hy_action *a = &s->actions[r][i];
             hy_action_label(a, label, sizeof label);
-            if (a->mb < 0 || a->mb >= M || a->stage < 0 || a->stage >= S ||
+            if (a->mb < 0 || a->mb >= s->micro_batches || a->stage < 0 || a->stage >= s->stages ||
                 (a->op != HY_FWD && a->op != HY_BWD)) {
                 rc = hy_fail(err, HY_ERR_INPUT, "rank %d action %d (%s) is out of range", r, i, label);
                 break;
@@ -440,7 +471,7 @@ int hy_schedule_validate(const hy_schedule *s, hy_error *err) {
                              r, label, a->stage, s->placement[a->stage]);
                 break;
             }
-            char *mark = &seen[((size_t)a->mb * (size_t)S + (size_t)a->stage) * 2 + (size_t)a->op];
+            char *mark = &seen[hy_action_key(s, a)];
             if (*mark) {
                 rc = hy_fail(err, HY_ERR_INPUT, "rank %d runs %s twice", r, label);
                 break;
@@ -448,20 +479,51 @@ int hy_schedule_validate(const hy_schedule *s, hy_error *err) {
             *mark = 1;
         }
     }
-    for (size_t k = 0; rc == HY_OK && k < (size_t)M * (size_t)S * 2; k++) {
-        if (!seen[k]) {
-            hy_action a = { (int)(k % 2), (int)(k / 2 / (size_t)S), (int)(k / 2 % (size_t)S) };
-            hy_action_label(&a, label, sizeof label);
-            rc = hy_fail(err, HY_ERR_INPUT, "%s is missing from rank %d's list", label,
-                         s->placement[a.stage]);
-        }
-    }
+    for (int m = 0; rc == HY_OK && m < s->micro_batches; m++)
+        for (int st = 0; rc == HY_OK && st < s->stages; st++)
+            for (int op = HY_FWD; rc == HY_OK && op <= HY_BWD; op++) {
+                hy_action a = { op, m, st };
+                if (seen[hy_action_key(s, &a)]) continue;
+                hy_action_label(&a, label, sizeof label);
+                rc = hy_fail(err, HY_ERR_INPUT, "%s is missing from rank %d's list", label,
+                             s->placement[st]);
+            }
     free(seen);
-    if (rc) return rc;
-    /* Blocking execution in list order: the simulator is exactly that. */
-    hy_costs c = hy_costs_uniform();
-    hy_sim_result res;
-    rc = hy_simulate(s, &c, &res, err);
-    if (rc == HY_OK) hy_sim_result_free(&res);
     return rc;
+}
+
+/* Blocking execution in list order, without costs: each rank runs on
+ * while the inputs of its next action have been made, until all are done
+ * or no rank can move. */
+static int hy_check_runs(const hy_schedule *s, hy_error *err) {
+    char *done = calloc(hy_action_keys(s), 1);
+    int *next = calloc((size_t)s->ranks, sizeof *next);
+    int rc = HY_OK, remaining = 0;
+    if (!done || !next) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory validating a schedule");
+    for (int r = 0; r < s->ranks; r++) remaining += s->n_actions[r];
+    while (rc == HY_OK && remaining > 0) {
+        int progressed = 0;
+        for (int r = 0; r < s->ranks; r++) {
+            while (next[r] < s->n_actions[r]) {
+                const hy_action *a = &s->actions[r][next[r]];
+                hy_action in[HY_MAX_INPUTS];
+                int n = hy_action_inputs(s, a, in), ready = 1;
+                for (int i = 0; i < n; i++) ready &= done[hy_action_key(s, &in[i])];
+                if (!ready) break;
+                done[hy_action_key(s, a)] = 1;
+                next[r]++;
+                remaining--;
+                progressed = 1;
+            }
+        }
+        if (!progressed) rc = hy_schedule_deadlock(s, next, "under blocking receives", err);
+    }
+    free(done);
+    free(next);
+    return rc;
+}
+
+int hy_schedule_validate(const hy_schedule *s, hy_error *err) {
+    int rc = hy_check_complete(s, err);
+    return rc ? rc : hy_check_runs(s, err);
 }

@@ -16,6 +16,8 @@
 #ifndef HY_SCHEDULE_H
 #define HY_SCHEDULE_H
 
+#include <stddef.h>
+
 #include "error.h"
 
 typedef enum {
@@ -76,11 +78,29 @@ int hy_schedule_local_chunk(const hy_schedule *s, int stage);
  * gradients backward, one per dependent pair of actions on two ranks. */
 int hy_schedule_transfers(const hy_schedule *s);
 
+/* The dependencies, the one statement of them that the validator, the
+ * simulator (sim.h) and the runtime's mailboxes share: F(m, s) needs
+ * F(m, s-1); B(m, S-1) needs F(m, S-1); B(m, s) needs F(m, s) and
+ * B(m, s+1). Writes the actions whose outputs a takes to in and returns
+ * how many (0 for F(m, 0)). */
+#define HY_MAX_INPUTS 2
+int hy_action_inputs(const hy_schedule *s, const hy_action *a, hy_action in[HY_MAX_INPUTS]);
+
+/* A dense index of every (op, micro-batch, stage) of s, for tables with
+ * one entry per action: 0 <= hy_action_key(s, a) < hy_action_keys(s). */
+size_t hy_action_key(const hy_schedule *s, const hy_action *a);
+size_t hy_action_keys(const hy_schedule *s);
+
 /* Checks that every F and B appears exactly once and that the lists run to
  * completion when each rank executes its list in order and blocks until
  * the inputs of its next action exist (so no dependency is violated and
  * nothing deadlocks). On failure, err names the rank and the action. */
 int hy_schedule_validate(const hy_schedule *s, hy_error *err);
+
+/* The error of lists that stop short: HY_ERR_INPUT, "the schedule
+ * deadlocks <why>: rank r waits at <its next action>; ..." for every rank
+ * whose list is not done (next[r]: the index of its next action). */
+int hy_schedule_deadlock(const hy_schedule *s, const int *next, const char *why, hy_error *err);
 
 /* "F m3 s5" style label, for messages and traces. */
 void hy_action_label(const hy_action *a, char *buf, int len);

@@ -4,24 +4,43 @@
  * Because each rank runs its list in order, every action's start time is
  * max(its rank's previous end, its inputs' arrival): a function of the
  * lists alone. The simulator sweeps the ranks, advancing each one as far
- * as its inputs allow, until all lists are done; a sweep that advances no
- * rank means the lists deadlock under blocking receives.
+ * as its inputs (and, with limits, its output's slot) allow, until all
+ * lists are done; a sweep that advances no rank means the lists deadlock
+ * under blocking receives.
  */
 #include "sim.h"
 
-#include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-hy_costs hy_costs_uniform(void) {
-    hy_costs c = { 1.0, 2.0, 0.0, NULL, NULL };
-    return c;
-}
 
 double hy_ideal_bubble(const hy_schedule *s) {
     double P = s->ranks, work = (double)s->chunks * s->micro_batches;
     return (P - 1) / (work + P - 1);
+}
+
+void hy_sim_limits_free(hy_sim_limits *l) {
+    if (!l) return;
+    if (l->freed_by)
+        for (int r = 0; r < l->ranks; r++) free(l->freed_by[r]);
+    free(l->freed_by);
+    memset(l, 0, sizeof *l);
+}
+
+int hy_sim_limits_init(hy_sim_limits *l, const hy_schedule *s, hy_error *err) {
+    memset(l, 0, sizeof *l);
+    l->ranks = s->ranks;
+    l->freed_by = calloc((size_t)s->ranks, sizeof *l->freed_by);
+    int ok = l->freed_by != NULL;
+    for (int r = 0; ok && r < s->ranks; r++) {
+        l->freed_by[r] = malloc(((size_t)s->n_actions[r] + 1) * sizeof **l->freed_by);
+        ok = l->freed_by[r] != NULL;
+        for (int i = 0; ok && i < s->n_actions[r]; i++) l->freed_by[r][i] = (hy_action){ -1, 0, 0 };
+    }
+    if (!ok) {
+        hy_sim_limits_free(l);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
+    }
+    return HY_OK;
 }
 
 void hy_sim_result_free(hy_sim_result *r) {
@@ -37,26 +56,9 @@ void hy_sim_result_free(hy_sim_result *r) {
     memset(r, 0, sizeof *r);
 }
 
-static int hy_check_cost(double v, const char *what, int stage, hy_error *err) {
-    if (isfinite(v) && v >= 0) return HY_OK;
-    if (stage >= 0)
-        return hy_fail(err, HY_ERR_INPUT, "%s cost of stage %d must be a finite number >= 0, got %g",
-                       what, stage, v);
-    return hy_fail(err, HY_ERR_INPUT, "%s cost must be a finite number >= 0, got %g", what, v);
-}
-
-static int hy_check_costs(const hy_schedule *s, const hy_costs *c, hy_error *err) {
-    int rc = hy_check_cost(c->fwd, "forward", -1, err);
-    if (!rc) rc = hy_check_cost(c->bwd, "backward", -1, err);
-    if (!rc) rc = hy_check_cost(c->comm, "transfer", -1, err);
-    for (int st = 0; !rc && st < s->stages; st++) {
-        if (c->fwd_stage) rc = hy_check_cost(c->fwd_stage[st], "forward", st, err);
-        if (!rc && c->bwd_stage) rc = hy_check_cost(c->bwd_stage[st], "backward", st, err);
-    }
-    return rc;
-}
-
-int hy_sim_result_alloc(hy_sim_result *r, const hy_schedule *s) {
+/* Every array allocated and zeroed; -1 when out of memory (then
+ * hy_sim_result_free takes the part-built result). */
+static int result_alloc(hy_sim_result *r, const hy_schedule *s) {
     memset(r, 0, sizeof *r);
     r->ranks = s->ranks;
     r->busy = calloc((size_t)s->ranks, sizeof(double));
@@ -72,90 +74,101 @@ int hy_sim_result_alloc(hy_sim_result *r, const hy_schedule *s) {
     return 0;
 }
 
-/* When action a's inputs are all available on rank r, or -1 if one of
- * them has not run yet. */
-double hy_sim_inputs_ready(const hy_schedule *s, const hy_costs *c, const double *fend,
-                           const double *bend, const hy_action *a, int r) {
-    int S = s->stages, m = a->mb, st = a->stage;
+/* When action a's inputs are all on rank r (c->comm added to each made on
+ * another rank), given the ends (hand-overs) so far by hy_action_key (-1:
+ * not yet); -1 if one of them has not run yet. */
+static double inputs_ready(const hy_schedule *s, const hy_costs *c, const double *ends,
+                           const hy_action *a, int r) {
+    hy_action in[HY_MAX_INPUTS];
+    int n = hy_action_inputs(s, a, in);
     double t = 0;
-    if (a->op == HY_FWD) {
-        if (st == 0) return 0;
-        t = fend[m * S + st - 1];
-        if (t < 0) return -1;
-        if (s->placement[st - 1] != r) t += c->comm;
-        return t;
-    }
-    t = fend[m * S + st];
-    if (t < 0) return -1;
-    if (st + 1 < S) {
-        double u = bend[m * S + st + 1];
+    for (int i = 0; i < n; i++) {
+        double u = ends[hy_action_key(s, &in[i])];
         if (u < 0) return -1;
-        if (s->placement[st + 1] != r) u += c->comm;
+        if (s->placement[in[i].stage] != r) u += c->comm;
         if (u > t) t = u;
     }
     return t;
 }
 
-static int hy_report_deadlock(const hy_schedule *s, const int *next, hy_error *err) {
-    char msg[768] = "", label[48];
-    size_t used = 0;
-    for (int r = 0; r < s->ranks && used + 64 < sizeof msg; r++) {
-        if (next[r] >= s->n_actions[r]) continue;
-        hy_action_label(&s->actions[r][next[r]], label, sizeof label);
-        used += (size_t)snprintf(msg + used, sizeof msg - used, "%srank %d waits at %s",
-                                 used ? "; " : "", r, label);
+/* A simulation under way. */
+typedef struct {
+    const hy_schedule *s;
+    const hy_costs *c;
+    const hy_sim_limits *limits;   /* or NULL */
+    double *ends;                  /* [hy_action_keys]: each action's hand-over, -1: not yet */
+    int *next;                     /* [ranks]: the index of each rank's next action */
+    int *live;                     /* [ranks]: activations held now */
+    double *free_at;               /* [ranks]: when each rank is free again */
+    hy_sim_result *r;
+} sim_state;
+
+/* Runs rank k's next action if its inputs are there and, with limits, its
+ * output's slot will be freed: 1 if it ran, 0 if it must wait. */
+static int run_next(sim_state *g, int k) {
+    const hy_schedule *s = g->s;
+    int i = g->next[k];
+    const hy_action *a = &s->actions[k][i];
+    double t = inputs_ready(s, g->c, g->ends, a, k);
+    if (t < 0) return 0;
+    if (t < g->free_at[k]) t = g->free_at[k];
+    double d = a->op == HY_FWD ? hy_costs_fwd(g->c, a->stage) : hy_costs_bwd(g->c, a->stage);
+    double done = t + d;
+    const hy_action *f = g->limits ? &g->limits->freed_by[k][i] : NULL;
+    if (f && f->op >= 0) {
+        double freed = g->ends[hy_action_key(s, f)];
+        if (freed < 0) return 0;   /* its output's slot is still taken */
+        if (freed > done) done = freed;
     }
-    return hy_fail(err, HY_ERR_INPUT, "the schedule deadlocks under blocking receives: %s", msg);
+    g->ends[hy_action_key(s, a)] = done;
+    g->r->start[k][i] = t;
+    g->r->end[k][i] = done;
+    g->r->busy[k] += d;   /* waiting for the slot is not work */
+    g->free_at[k] = done;
+    g->live[k] += a->op == HY_FWD ? 1 : -1;
+    if (g->live[k] > g->r->peak_activations[k]) g->r->peak_activations[k] = g->live[k];
+    g->next[k]++;
+    return 1;
 }
 
-int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r, hy_error *err) {
-    int rc = hy_check_costs(s, c, err);
+int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *limits,
+                hy_sim_result *r, hy_error *err) {
+    int rc = hy_costs_check(c, s->stages, err);
     if (rc) { memset(r, 0, sizeof *r); return rc; }
-    size_t MS = (size_t)s->micro_batches * (size_t)s->stages;
-    double *fend = malloc(MS * sizeof(double)), *bend = malloc(MS * sizeof(double));
-    int *next = calloc((size_t)s->ranks, sizeof(int)), *live = calloc((size_t)s->ranks, sizeof(int));
-    double *free_at = calloc((size_t)s->ranks, sizeof(double));
-    if (hy_sim_result_alloc(r, s) != 0 || !fend || !bend || !next || !live || !free_at) {
+    size_t n_ends = hy_action_keys(s);
+    sim_state g = { s, c, limits, malloc(n_ends * sizeof(double)),
+                    calloc((size_t)s->ranks, sizeof(int)), calloc((size_t)s->ranks, sizeof(int)),
+                    calloc((size_t)s->ranks, sizeof(double)), r };
+    if (result_alloc(r, s) != 0 || !g.ends || !g.next || !g.live || !g.free_at) {
         rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
         goto out;
     }
-    for (size_t i = 0; i < MS; i++) fend[i] = bend[i] = -1;
+    for (size_t i = 0; i < n_ends; i++) g.ends[i] = -1;
     int remaining = 0;
     for (int i = 0; i < s->ranks; i++) remaining += s->n_actions[i];
     while (remaining > 0) {
         int progressed = 0;
-        for (int k = 0; k < s->ranks; k++) {
-            while (next[k] < s->n_actions[k]) {
-                const hy_action *a = &s->actions[k][next[k]];
-                double t = hy_sim_inputs_ready(s, c, fend, bend, a, k);
-                if (t < 0) break;
-                if (t < free_at[k]) t = free_at[k];
-                double d = a->op == HY_FWD ? (c->fwd_stage ? c->fwd_stage[a->stage] : c->fwd)
-                                           : (c->bwd_stage ? c->bwd_stage[a->stage] : c->bwd);
-                size_t at = (size_t)a->mb * (size_t)s->stages + (size_t)a->stage;
-                (a->op == HY_FWD ? fend : bend)[at] = t + d;
-                r->start[k][next[k]] = t;
-                r->end[k][next[k]] = t + d;
-                r->busy[k] += d;
-                free_at[k] = t + d;
-                live[k] += a->op == HY_FWD ? 1 : -1;
-                if (live[k] > r->peak_activations[k]) r->peak_activations[k] = live[k];
-                next[k]++;
+        for (int k = 0; k < s->ranks; k++)
+            while (g.next[k] < s->n_actions[k] && run_next(&g, k)) {
                 remaining--;
                 progressed = 1;
             }
+        if (!progressed) {
+            const char *why = limits ? "under blocking receives and its slot limits"
+                                     : "under blocking receives";
+            rc = hy_schedule_deadlock(s, g.next, why, err);
+            goto out;
         }
-        if (!progressed) { rc = hy_report_deadlock(s, next, err); goto out; }
     }
     double busy = 0;
     for (int k = 0; k < s->ranks; k++) {
-        if (free_at[k] > r->makespan) r->makespan = free_at[k];
+        if (g.free_at[k] > r->makespan) r->makespan = g.free_at[k];
         busy += r->busy[k];
     }
     r->bubble = r->makespan > 0 ? 1.0 - busy / (s->ranks * r->makespan) : 0.0;
     r->transfers = hy_schedule_transfers(s);
 out:
     if (rc) hy_sim_result_free(r);
-    free(fend); free(bend); free(next); free(live); free(free_at);
+    free(g.ends); free(g.next); free(g.live); free(g.free_at);
     return rc;
 }

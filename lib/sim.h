@@ -2,33 +2,47 @@
  * sim.h — the event simulator of a schedule's action lists.
  *
  * Each rank runs its list in order; an action starts when its rank is free
- * and its inputs have arrived. F(m, s) needs F(m, s-1); B(m, S-1) needs
- * F(m, S-1); B(m, s) needs B(m, s+1) and F(m, s). An input produced on
- * another rank arrives `comm` after its producer ends. The costs are
- * uniform (f, b, c) or given per stage (measured costs, `hanayo plan
- * --costs`).
+ * and its inputs (schedule.h, hy_action_inputs) have arrived. An input
+ * produced on another rank arrives `comm` after its producer ends. The costs
+ * (costs.h) are uniform (f, b, c) or given per stage (measured costs,
+ * `hanayo plan --costs`).
  *
  *   makespan     = the last finish
  *   bubble ratio = 1 - (sum of busy time over ranks) / (P * makespan)
  *   peak_activations[r] = the most (m, s) pairs on rank r whose F has run
  *                         and whose B has not
+ *
+ * Flow control (hy_sim_limits, optional): without limits an output goes
+ * whenever its producer is done. The runtime's mailboxes hold K slots per
+ * cross-rank edge, and which slot each micro-batch's message takes is
+ * fixed beforehand (mailbox.h, hy_mailbox_plan); so when real costs let a
+ * producer run ahead of its consumer, it waits until the consumer frees
+ * that slot's previous message. With limits, an action holds its rank
+ * until the action that frees its output's slot has ended; the wait is not
+ * busy time, end[r][i] is when the action handed its output over, and a
+ * consumer's input arrives c after the hand-over. The limits are plain
+ * data: whoever knows the slots computes them (hy_mailbox_sim_limits).
  */
 #ifndef HY_SIM_H
 #define HY_SIM_H
 
+#include "costs.h"
 #include "error.h"
 #include "schedule.h"
 
 typedef struct {
-    double fwd;                /* f: cost of one stage's forward */
-    double bwd;                /* b: cost of one stage's backward */
-    double comm;               /* c: cost of one cross-rank transfer */
-    const double *fwd_stage;   /* [stages] or NULL: overrides fwd per stage */
-    const double *bwd_stage;   /* [stages] or NULL: overrides bwd per stage */
-} hy_costs;
+    int ranks;
+    /* [ranks][n_actions[r]]: the action whose end frees the slot that
+     * action i of rank r hands its output to; op < 0 when it waits for
+     * nothing (its slot is free from the start, or it sends nothing off
+     * its rank). */
+    hy_action **freed_by;
+} hy_sim_limits;
 
-/* f = 1, b = 2, c = 0: the uniform-cost model of DESIGN §1. */
-hy_costs hy_costs_uniform(void);
+/* Limits for s that hold nothing back (every op -1), to be filled in.
+ * On failure (out of memory) l is left empty. */
+int hy_sim_limits_init(hy_sim_limits *l, const hy_schedule *s, hy_error *err);
+void hy_sim_limits_free(hy_sim_limits *l);
 
 typedef struct {
     int ranks;
@@ -40,21 +54,14 @@ typedef struct {
     double **start, **end;     /* [ranks][n_actions]: each action's times */
 } hy_sim_result;
 
-/* Runs the schedule. Returns HY_ERR_INPUT if it deadlocks (naming the
- * stuck ranks' next actions) or if a cost is negative or not finite. */
-int hy_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r,
-                hy_error *err);
+/* Runs the schedule, held back by `limits` when not NULL. Returns
+ * HY_ERR_INPUT if it deadlocks (naming the stuck ranks' next actions) or
+ * if a cost is negative or not finite. Under uniform costs the mailbox
+ * limits change nothing: the replay that chose the slots is a witness
+ * that nobody waits. */
+int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *limits,
+                hy_sim_result *r, hy_error *err);
 void hy_sim_result_free(hy_sim_result *r);
-
-/* For simulators built on this one (profile.c's, with mailbox slots): an
- * empty result for s, every array allocated and zeroed (-1 when out of
- * memory; hy_sim_result_free takes a part-built one), and when action a's
- * inputs are all on rank r given the hand-over ends of the forwards and
- * backwards so far ([m * stages + s], -1: not yet; c->comm added across
- * ranks), or -1 if one has not been made yet. */
-int hy_sim_result_alloc(hy_sim_result *r, const hy_schedule *s);
-double hy_sim_inputs_ready(const hy_schedule *s, const hy_costs *c, const double *fend,
-                           const double *bend, const hy_action *a, int r);
 
 /* The uniform-cost ideal: (P-1) / (chunks*M + P-1). Exact for gpipe,
  * 1f1b and interleaved; the target for hanayo (chunks = 2W). */

@@ -14,6 +14,7 @@
 
 #include "atomicfile.h"
 #include "backend.h"
+#include "mailbox.h"
 #include "model.h"
 #include "runtime.h"
 #include "sim.h"
@@ -112,10 +113,9 @@ void hy_tune_memory(const hy_config *c, const hy_schedule *s, const int *split, 
 
 /* The cost of stage st of S holding n layers, F + B. */
 static double stage_cost(const hy_cost_model *m, int st, int S, int n) {
-    double c = (m->layer_fwd + m->layer_bwd) * n;
-    if (st == 0 && S > 1) c += m->first_fwd + m->first_bwd;
-    if (st == S - 1) c += m->last_fwd + m->last_bwd;
-    return c;
+    double f, b;
+    hy_cost_model_stage(m, st, S, n, &f, &b);
+    return f + b;
 }
 
 /* Greedy balance by the measured costs: every stage its minimum, then each
@@ -142,19 +142,20 @@ static void greedy_split(const hy_cost_model *m, int L, int S, int *n) {
 }
 
 /* Schedule s with split n, simulated as the runtime runs it: with its
- * mailbox slots (profile.h, hy_simulate_mailboxes), since a split that
- * lets one rank run ahead makes it wait for slots there. */
-static int simulate_split(const hy_schedule *s, const hy_cost_model *m, const int *n,
-                          double *fwd, double *bwd, hy_sim_result *res, hy_error *err) {
+ * mailbox slots (lim: mailbox.h, hy_mailbox_sim_limits), since a split
+ * that lets one rank run ahead makes it wait for slots there. */
+static int simulate_split(const hy_schedule *s, const hy_sim_limits *lim, const hy_cost_model *m,
+                          const int *n, double *fwd, double *bwd, hy_sim_result *res,
+                          hy_error *err) {
     hy_cost_model_stages(m, n, s->stages, fwd, bwd);
-    hy_costs c = { 0, 0, m->comm, fwd, bwd };
-    return hy_simulate_mailboxes(s, &c, res, err);
+    hy_costs c = { .comm = m->comm, .fwd_stage = fwd, .bwd_stage = bwd };
+    return hy_simulate(s, &c, lim, res, err);
 }
 
-static int makespan_of(const hy_schedule *s, const hy_cost_model *m, const int *n, double *fwd,
-                       double *bwd, double *makespan, hy_error *err) {
+static int makespan_of(const hy_schedule *s, const hy_sim_limits *lim, const hy_cost_model *m,
+                       const int *n, double *fwd, double *bwd, double *makespan, hy_error *err) {
     hy_sim_result res;
-    int rc = simulate_split(s, m, n, fwd, bwd, &res, err);
+    int rc = simulate_split(s, lim, m, n, fwd, bwd, &res, err);
     if (!rc) {
         *makespan = res.makespan;
         hy_sim_result_free(&res);
@@ -166,11 +167,17 @@ static int makespan_of(const hy_schedule *s, const hy_cost_model *m, const int *
  * some move shortens the simulated makespan (the best move each round;
  * the first found on a tie, so the result is deterministic). */
 static int improve_split(const hy_schedule *s, const hy_cost_model *m, int *n, hy_error *err) {
-    int S = s->stages, rc;
+    int S = s->stages;
+    hy_sim_limits lim;
+    int rc = hy_mailbox_sim_limits(s, &lim, err);   /* the schedule's, whatever the split */
+    if (rc) return rc;
     double *fwd = malloc(2 * (size_t)S * sizeof(double)), best;
-    if (!fwd) return hy_fail(err, HY_ERR_RUNTIME, "out of memory tuning");
+    if (!fwd) {
+        hy_sim_limits_free(&lim);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory tuning");
+    }
     double *bwd = fwd + S;
-    rc = makespan_of(s, m, n, fwd, bwd, &best, err);
+    rc = makespan_of(s, &lim, m, n, fwd, bwd, &best, err);
     for (int round = 0; !rc && round < 4 * S + 64; round++) {
         int from = -1, to = -1;
         double top = best;
@@ -181,7 +188,7 @@ static int improve_split(const hy_schedule *s, const hy_cost_model *m, int *n, h
                 double t;
                 n[i]--;
                 n[j]++;
-                rc = makespan_of(s, m, n, fwd, bwd, &t, err);
+                rc = makespan_of(s, &lim, m, n, fwd, bwd, &t, err);
                 n[i]++;
                 n[j]--;
                 if (!rc && t < top * (1 - 1e-9)) {
@@ -197,6 +204,7 @@ static int improve_split(const hy_schedule *s, const hy_cost_model *m, int *n, h
         best = top;
     }
     free(fwd);
+    hy_sim_limits_free(&lim);
     return rc;
 }
 
@@ -239,8 +247,11 @@ static int evaluate(const hy_config *c, const hy_cost_model *m, const hy_tune_op
     double *fwd = malloc(2 * (size_t)S * sizeof(double));
     out->split = malloc((size_t)S * sizeof(int));
     hy_sim_result res;
+    hy_sim_limits lim;
+    memset(&lim, 0, sizeof lim);
     if (!fwd || !out->split) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory tuning");
-    if (!rc) rc = simulate_split(&s, m, split, fwd, fwd + S, &res, err);
+    if (!rc) rc = hy_mailbox_sim_limits(&s, &lim, err);
+    if (!rc) rc = simulate_split(&s, &lim, m, split, fwd, fwd + S, &res, err);
     if (!rc) {
         out->kind = p->kind;
         out->waves = p->kind == HY_SCHED_HANAYO ? p->waves : 0;
@@ -257,6 +268,7 @@ static int evaluate(const hy_config *c, const hy_cost_model *m, const hy_tune_op
         hy_sim_result_free(&res);
     }
     free(fwd);
+    hy_sim_limits_free(&lim);
     hy_schedule_free(&s);
     if (rc) candidate_free(out);
     return rc;

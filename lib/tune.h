@@ -4,8 +4,8 @@
  *
  * The measurement is a profile (profile.h); its per-layer cost model prices
  * any split of the layers over any number of stages, and the simulator
- * (sim.h, with the runtime's mailbox slots: profile.h,
- * hy_simulate_mailboxes) turns prices into a step time for each candidate:
+ * (sim.h, with the runtime's mailbox slots: mailbox.h,
+ * hy_mailbox_sim_limits) turns prices into a step time for each candidate:
  *
  *   kind     gpipe, 1f1b, interleaved (v = 2..4: with v = 1 it is 1f1b
  *            with a deeper warm-up), hanayo (W = 1..4);
@@ -35,6 +35,7 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "costs.h"
 #include "error.h"
 #include "profile.h"
 #include "schedule.h"

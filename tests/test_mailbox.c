@@ -12,11 +12,14 @@
  * each schedule; then the watchdog and abort paths. Where a GPU is
  * present the same stress runs on the CUDA backend too, 1 to 8 ranks all
  * on device 0, with the flags in host-mapped and in device memory (on a
- * machine without one those cases are not run, and say so).
+ * machine without one those cases are not run, and say so). And the
+ * slots as the simulator's limits (hy_mailbox_sim_limits): no change under
+ * uniform costs, a sender held back under others.
  */
 #include "backend.h"
 #include "mailbox.h"
 #include "schedule.h"
+#include "sim.h"
 #include "test.h"
 
 #include <pthread.h>
@@ -326,8 +329,80 @@ static void test_abort(void) {
     be->ops->destroy(be);
 }
 
+/* ------------------------------------------------------------------------ */
+
+/* s simulated under c with its mailbox slots' limits. */
+static int slots_simulate(const hy_schedule *s, const hy_costs *c, hy_sim_result *r, hy_error *err) {
+    hy_sim_limits lim;
+    int rc = hy_mailbox_sim_limits(s, &lim, err);
+    if (rc) return rc;
+    rc = hy_simulate(s, c, &lim, r, err);
+    hy_sim_limits_free(&lim);
+    return rc;
+}
+
+/* The simulator held back by the mailbox slots (hy_mailbox_sim_limits):
+ * equal to the unlimited one under uniform costs (the slot plan's own replay), never shorter under
+ * others, and longer where a sender must wait for its slot. */
+static void test_slots(void) {
+    hy_error err;
+    int checked = 0, longer = 0;
+    for (int kind = 0; kind < HY_SCHED_COUNT; kind++)
+        for (int P = 2; P <= 4; P++)
+            for (int M = P; M <= 3 * P; M += P) {
+                hy_sched_params sp = { (hy_sched_kind)kind, P, M, 2, 2 };
+                hy_schedule s;
+                if (hy_schedule_build(&s, &sp, &err) != HY_OK) { CHECKF(0, "%s", err.msg); continue; }
+                double *f = malloc(2 * (size_t)s.stages * sizeof(double)), *b = f + s.stages;
+                for (int trial = 0; trial < 4; trial++) {
+                    hy_costs c = hy_costs_uniform();
+                    if (trial > 0) {   /* uneven stages, and a transfer cost */
+                        for (int i = 0; i < s.stages; i++) {
+                            f[i] = 0.5 + (double)((i * 7 + trial * 3) % 5);
+                            b[i] = 2 * f[i] - 0.25 * ((i + trial) % 3);
+                        }
+                        c.fwd_stage = f;
+                        c.bwd_stage = b;
+                        c.comm = 0.1 * trial;
+                    }
+                    hy_sim_result x, y;
+                    int rx = hy_simulate(&s, &c, NULL, &x, &err), ry = slots_simulate(&s, &c, &y, &err);
+                    CHECKF(rx == HY_OK && ry == HY_OK, "%s", err.msg);
+                    if (rx || ry) continue;
+                    if (trial == 0) CHECK_NEAR(y.makespan, x.makespan, 1e-9);
+                    CHECK(y.makespan >= x.makespan - 1e-9);
+                    CHECK_NEAR(y.busy[0], x.busy[0], 1e-9);   /* waiting for a slot is not work */
+                    longer += y.makespan > x.makespan + 1e-9;
+                    checked++;
+                    hy_sim_result_free(&x);
+                    hy_sim_result_free(&y);
+                }
+                free(f);
+                hy_schedule_free(&s);
+            }
+    CHECK(checked == 4 * HY_SCHED_COUNT * 3 * 3);
+    CHECKF(longer > 0, "no case where a sender waited for its slot");
+    /* gpipe, P = 2, M = 2: the backward edge has one slot (the uniform
+     * replay frees it just as the second gradient is sent), so with a
+     * transfer cost c the second gradient waits c for it. */
+    hy_sched_params sp = { HY_SCHED_GPIPE, 2, 2, 1, 1 };
+    hy_schedule s;
+    if (hy_schedule_build(&s, &sp, &err) == HY_OK) {
+        hy_costs c = hy_costs_uniform();
+        c.comm = 0.5;
+        hy_sim_result x, y;
+        CHECK(hy_simulate(&s, &c, NULL, &x, &err) == HY_OK);
+        CHECK(slots_simulate(&s, &c, &y, &err) == HY_OK);
+        CHECK_NEAR(y.makespan, x.makespan + 0.5, 1e-9);
+        hy_sim_result_free(&x);
+        hy_sim_result_free(&y);
+        hy_schedule_free(&s);
+    }
+}
+
 int main(void) {
     test_plan();
+    test_slots();
     test_watchdog();
     test_abort();
     static const struct { hy_sched_kind kind; int wv; } kinds[] = {

@@ -6,7 +6,7 @@
  * interleaved reach their closed-form bubble and peak memory exactly;
  * hanayo's placement, transfers, bubble and peak memory are pinned at
  * every grid point, and it beats 1F1B everywhere. The validator itself is
- * shown to catch broken lists.
+ * shown to catch broken lists, and the dependencies it replays are pinned.
  */
 #include "schedule.h"
 #include "sim.h"
@@ -45,7 +45,7 @@ static void test_published_closed_forms(void) {
         hy_error err;
         CHECKF(hy_schedule_validate(&s, &err) == HY_OK, "%s", err.msg);
         hy_sim_result r;
-        if (hy_simulate(&s, &c, &r, &err) != HY_OK) { CHECK(0); hy_schedule_free(&s); continue; }
+        if (hy_simulate(&s, &c, NULL, &r, &err) != HY_OK) { CHECK(0); hy_schedule_free(&s); continue; }
         double ideal = (P - 1.0) / ((double)v * M + P - 1.0);
         CHECKF(fabs(r.bubble - ideal) < 1e-12, "%s P=%d v=%d M=%d: bubble %.6f, closed form %.6f",
                hy_sched_name(kind), P, v, M, r.bubble, ideal);
@@ -99,7 +99,7 @@ static void test_hanayo_grid(void) {
         hy_error err;
         CHECKF(hy_schedule_validate(&s, &err) == HY_OK, "%s", err.msg);
         hy_sim_result r;
-        if (hy_simulate(&s, &c, &r, &err) != HY_OK) { CHECK(0); hy_schedule_free(&s); continue; }
+        if (hy_simulate(&s, &c, NULL, &r, &err) != HY_OK) { CHECK(0); hy_schedule_free(&s); continue; }
         CHECKF(fabs(r.makespan - 3.0 * (v * M + P - 1)) < 1e-9,
                "hanayo P=%d W=%d M=%d: makespan %.0f, ideal %d", P, W, M, r.makespan,
                3 * (v * M + P - 1));
@@ -130,7 +130,7 @@ static void test_hanayo_any_m(void) {
         hy_error err;
         CHECKF(hy_schedule_validate(&s, &err) == HY_OK, "P=%d W=%d M=%d: %s", P, W, M, err.msg);
         hy_sim_result r;
-        if (hy_simulate(&s, &c, &r, &err) == HY_OK) {
+        if (hy_simulate(&s, &c, NULL, &r, &err) == HY_OK) {
             CHECKF(r.bubble <= (P - 1.0) / (M + P - 1.0) + 1e-12,
                    "hanayo P=%d W=%d M=%d: bubble %.4f above 1F1B's", P, W, M, r.bubble);
             if (P == 1) CHECK(r.bubble == 0.0);
@@ -181,6 +181,38 @@ static void test_validator_catches(void) {
     hy_schedule_free(&s);
 }
 
+/* The dependencies as stated, and a dense, one-to-one action key. */
+static void test_dependencies(void) {
+    hy_schedule s;
+    if (build(&s, HY_SCHED_HANAYO, 2, 1, 3)) { CHECK(0); return; }   /* S = 4 */
+    hy_action in[HY_MAX_INPUTS];
+    hy_action a = { HY_FWD, 2, 0 };
+    CHECK(hy_action_inputs(&s, &a, in) == 0);
+    a.stage = 3;
+    CHECK(hy_action_inputs(&s, &a, in) == 1);
+    CHECK(in[0].op == HY_FWD && in[0].mb == 2 && in[0].stage == 2);
+    a.op = HY_BWD;
+    CHECK(hy_action_inputs(&s, &a, in) == 1);
+    CHECK(in[0].op == HY_FWD && in[0].mb == 2 && in[0].stage == 3);
+    a.stage = 1;
+    CHECK(hy_action_inputs(&s, &a, in) == 2);
+    CHECK(in[0].op == HY_FWD && in[0].mb == 2 && in[0].stage == 1);
+    CHECK(in[1].op == HY_BWD && in[1].mb == 2 && in[1].stage == 2);
+    size_t n = hy_action_keys(&s);
+    CHECK(n == 2 * 3 * 4);
+    char *hit = calloc(n, 1);
+    int dense = 1;
+    for (int r = 0; r < s.ranks; r++)
+        for (int i = 0; i < s.n_actions[r]; i++) {
+            size_t k = hy_action_key(&s, &s.actions[r][i]);
+            dense &= k < n && !hit[k];
+            if (k < n) hit[k] = 1;
+        }
+    CHECK(dense);
+    free(hit);
+    hy_schedule_free(&s);
+}
+
 static void test_bad_params(void) {
     hy_schedule s;
     hy_error err;
@@ -205,6 +237,7 @@ int main(void) {
     test_hanayo_any_m();
     test_deterministic();
     test_validator_catches();
+    test_dependencies();
     test_bad_params();
     return TEST_END("schedule");
 }

@@ -3,8 +3,8 @@
  *
  * 1F1B with P = 2, M = 2 is small enough to write out every action's start
  * and end: with uniform costs, with a transfer cost, and with per-stage
- * costs. Plus the bubble and peak definitions, deadlock reports and bad
- * costs.
+ * costs, and held back by a slot limit. Plus the bubble and peak
+ * definitions, deadlock reports and bad costs.
  */
 #include "schedule.h"
 #include "sim.h"
@@ -32,7 +32,7 @@ static void test_uniform(void) {
     hy_schedule s = one_f_one_b(2, 2);
     hy_costs c = hy_costs_uniform();
     hy_sim_result r;
-    CHECK(hy_simulate(&s, &c, &r, NULL) == HY_OK);
+    CHECK(hy_simulate(&s, &c, NULL, &r, NULL) == HY_OK);
     const double r0[] = { 0, 1, 1, 2, 4, 6, 7, 9 };
     const double r1[] = { 1, 2, 2, 4, 4, 5, 5, 7 };
     expect_times(&r, 0, r0, 4);
@@ -52,7 +52,7 @@ static void test_comm(void) {
     hy_costs c = hy_costs_uniform();
     c.comm = 0.5;
     hy_sim_result r;
-    CHECK(hy_simulate(&s, &c, &r, NULL) == HY_OK);
+    CHECK(hy_simulate(&s, &c, NULL, &r, NULL) == HY_OK);
     const double r0[] = { 0, 1, 1, 2, 5, 7, 8, 10 };
     const double r1[] = { 1.5, 2.5, 2.5, 4.5, 4.5, 5.5, 5.5, 7.5 };
     expect_times(&r, 0, r0, 4);
@@ -70,7 +70,7 @@ static void test_per_stage(void) {
     c.fwd_stage = fwd;
     c.bwd_stage = bwd;
     hy_sim_result r;
-    CHECK(hy_simulate(&s, &c, &r, NULL) == HY_OK);
+    CHECK(hy_simulate(&s, &c, NULL, &r, NULL) == HY_OK);
     const double r0[] = { 0, 1, 1, 2, 5, 7, 9, 11 };
     const double r1[] = { 1, 4, 4, 5, 5, 8, 8, 9 };
     expect_times(&r, 0, r0, 4);
@@ -87,7 +87,7 @@ static void test_gpipe_peak(void) {
     CHECK(hy_schedule_build(&s, &p, NULL) == HY_OK);
     hy_costs c = hy_costs_uniform();
     hy_sim_result r;
-    CHECK(hy_simulate(&s, &c, &r, NULL) == HY_OK);
+    CHECK(hy_simulate(&s, &c, NULL, &r, NULL) == HY_OK);
     for (int k = 0; k < 3; k++) CHECK(r.peak_activations[k] == 5);
     CHECK_NEAR(r.bubble, 2.0 / 7.0, 1e-12);
     hy_sim_result_free(&r);
@@ -103,20 +103,65 @@ static void test_deadlock_and_bad_costs(void) {
     s.actions[0][0] = s.actions[0][2];
     s.actions[0][2] = t;
     hy_costs c = hy_costs_uniform();
-    CHECK(hy_simulate(&s, &c, &r, &err) == HY_ERR_INPUT);
+    CHECK(hy_simulate(&s, &c, NULL, &r, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "rank 0 waits at B m0 s0") != NULL);
     CHECK(strstr(err.msg, "rank 1 waits at F m0 s1") != NULL);
     s.actions[0][2] = s.actions[0][0];
     s.actions[0][0] = t;
 
     c.comm = -1;
-    CHECK(hy_simulate(&s, &c, &r, &err) == HY_ERR_INPUT);
+    CHECK(hy_simulate(&s, &c, NULL, &r, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "transfer cost") != NULL);
     c = hy_costs_uniform();
     const double fwd[] = { 1, NAN };
     c.fwd_stage = fwd;
-    CHECK(hy_simulate(&s, &c, &r, &err) == HY_ERR_INPUT);
+    CHECK(hy_simulate(&s, &c, NULL, &r, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "stage 1") != NULL);
+    hy_schedule_free(&s);
+}
+
+/* Slot limits, as plain data: rank 0's F1 may not hand its output over
+ * before B(m0, s1) has freed the slot (one slot on the edge). rank 0:
+ * F0 [0,1], F1 [1,4] (computed at 2, handed over at 4), B0 [4,6], B1
+ * [7,9]; rank 1: F0 [1,2], B0 [2,4], F1 [4,5], B1 [5,7]. The wait is not
+ * busy time, and with uniform costs the makespan is unchanged. */
+static void test_limits(void) {
+    hy_schedule s = one_f_one_b(2, 2);
+    hy_costs c = hy_costs_uniform();
+    hy_error err;
+    hy_sim_limits lim;
+    CHECK(hy_sim_limits_init(&lim, &s, &err) == HY_OK);
+    hy_sim_result r;
+    CHECK(hy_simulate(&s, &c, &lim, &r, &err) == HY_OK);   /* nothing held back */
+    const double u0[] = { 0, 1, 1, 2, 4, 6, 7, 9 };
+    expect_times(&r, 0, u0, 4);
+    hy_sim_result_free(&r);
+
+    lim.freed_by[0][1] = (hy_action){ HY_BWD, 0, 1 };
+    CHECK(hy_simulate(&s, &c, &lim, &r, &err) == HY_OK);
+    const double r0[] = { 0, 1, 1, 4, 4, 6, 7, 9 };
+    const double r1[] = { 1, 2, 2, 4, 4, 5, 5, 7 };
+    expect_times(&r, 0, r0, 4);
+    expect_times(&r, 1, r1, 4);
+    CHECK_NEAR(r.makespan, 9, 1e-12);
+    CHECK_NEAR(r.busy[0], 6, 1e-12);
+    hy_sim_result_free(&r);
+
+    /* With c = 0.5, rank 1's B0 ends at 4.5 (test_comm), so does rank 0's
+     * F1, and rank 1's F1 gets its input c after that hand-over. */
+    c.comm = 0.5;
+    CHECK(hy_simulate(&s, &c, &lim, &r, &err) == HY_OK);
+    CHECK_NEAR(r.end[0][1], 4.5, 1e-12);
+    CHECK_NEAR(r.start[1][2], 5, 1e-12);
+    hy_sim_result_free(&r);
+
+    /* A slot freed only by an action that needs this one: a deadlock. */
+    c = hy_costs_uniform();
+    lim.freed_by[0][1] = (hy_action){ HY_FWD, 1, 1 };
+    CHECK(hy_simulate(&s, &c, &lim, &r, &err) == HY_ERR_INPUT);
+    CHECK(strstr(err.msg, "slot limits") != NULL);
+    CHECK(strstr(err.msg, "rank 0 waits at F m1 s0") != NULL);
+    hy_sim_limits_free(&lim);
     hy_schedule_free(&s);
 }
 
@@ -126,5 +171,6 @@ int main(void) {
     test_per_stage();
     test_gpipe_peak();
     test_deadlock_and_bad_costs();
+    test_limits();
     return TEST_END("sim");
 }

@@ -1,0 +1,100 @@
+/*
+ * costs.c — see costs.h.
+ */
+#include "costs.h"
+
+#include <math.h>
+#include <string.h>
+
+hy_costs hy_costs_uniform(void) {
+    hy_costs c = { .fwd = 1.0, .bwd = 2.0, .comm = 0.0 };
+    return c;
+}
+
+double hy_costs_fwd(const hy_costs *c, int stage) {
+    return c->fwd_stage ? c->fwd_stage[stage] : c->fwd;
+}
+
+double hy_costs_bwd(const hy_costs *c, int stage) {
+    return c->bwd_stage ? c->bwd_stage[stage] : c->bwd;
+}
+
+/* stage -1: a uniform cost. */
+static int check_cost(double v, const char *what, int stage, hy_error *err) {
+    if (isfinite(v) && v >= 0) return HY_OK;
+    if (stage >= 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s cost of stage %d must be a finite number >= 0, got %g",
+                       what, stage, v);
+    return hy_fail(err, HY_ERR_INPUT, "%s cost must be a finite number >= 0, got %g", what, v);
+}
+
+int hy_costs_check(const hy_costs *c, int stages, hy_error *err) {
+    int rc = check_cost(c->fwd, "forward", -1, err);
+    if (!rc) rc = check_cost(c->bwd, "backward", -1, err);
+    if (!rc) rc = check_cost(c->comm, "transfer", -1, err);
+    for (int st = 0; !rc && st < stages; st++) {
+        if (c->fwd_stage) rc = check_cost(c->fwd_stage[st], "forward", st, err);
+        if (!rc && c->bwd_stage) rc = check_cost(c->bwd_stage[st], "backward", st, err);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * The per-layer cost model
+ * ------------------------------------------------------------------------ */
+
+/* The per-layer cost of one direction (see hy_cost_model_fit in
+ * costs.h). */
+static double fit_layer(const double *c, const int *n, int S, double head_units) {
+    double sum = 0;
+    int layers = 0;
+    for (int s = 1; s < S - 1; s++) {
+        sum += c[s];
+        layers += n[s];
+    }
+    if (layers > 0) return sum / layers;
+    /* No inner stage with layers: the cheaper of the two ends, per layer,
+     * is taken as the one carrying nothing extra. */
+    double best = -1;
+    if (S > 1 && n[0] > 0) best = c[0] / n[0];
+    double last_units = n[S - 1] + head_units;
+    if (last_units > 0) {
+        double v = c[S - 1] / last_units;
+        if (best < 0 || v < best) best = v;
+    }
+    return best > 0 ? best : 0;
+}
+
+static void fit_direction(const double *c, const int *n, int S, double head_units,
+                          double *layer, double *first, double *last) {
+    *layer = fit_layer(c, n, S, head_units);
+    *first = S > 1 ? fmax(0, c[0] - *layer * n[0]) : 0;
+    *last = fmax(0, c[S - 1] - *layer * n[S - 1]);
+}
+
+void hy_cost_model_fit(hy_cost_model *m, const double *fwd, const double *bwd,
+                       const int *n_layers, int S, double head_units, double comm) {
+    memset(m, 0, sizeof *m);
+    fit_direction(fwd, n_layers, S, head_units, &m->layer_fwd, &m->first_fwd, &m->last_fwd);
+    fit_direction(bwd, n_layers, S, head_units, &m->layer_bwd, &m->first_bwd, &m->last_bwd);
+    m->comm = comm;
+}
+
+void hy_cost_model_stage(const hy_cost_model *m, int stage, int S, int n, double *fwd,
+                         double *bwd) {
+    *fwd = m->layer_fwd * n;
+    *bwd = m->layer_bwd * n;
+    if (stage == 0 && S > 1) {   /* a lone stage's extras are all fitted as the last's */
+        *fwd += m->first_fwd;
+        *bwd += m->first_bwd;
+    }
+    if (stage == S - 1) {
+        *fwd += m->last_fwd;
+        *bwd += m->last_bwd;
+    }
+}
+
+void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,
+                          double *fwd, double *bwd) {
+    for (int s = 0; s < S; s++) hy_cost_model_stage(m, s, S, n_layers[s], &fwd[s], &bwd[s]);
+}

@@ -1,0 +1,77 @@
+/*
+ * costs.h — what a schedule's actions cost: the simulator's input, and the
+ * per-layer model that prices any split of the layers from measured costs.
+ *
+ * A leaf: it knows nothing of schedules, so the simulator (sim.h), the
+ * profiler (profile.h), `hanayo plan` and `hanayo tune` all take their
+ * costs from here, and so may the schedule generators.
+ *
+ * hy_costs is one stage's forward f and backward b, uniform or given per
+ * stage (measured costs, `hanayo plan --costs`), and the cost c of one
+ * cross-rank transfer. Any unit will do as long as all agree (the uniform
+ * model counts in units of f; measured costs are in ms).
+ *
+ * The per-layer cost model (hy_cost_model) is what lets measured costs
+ * price another split or schedule (`hanayo plan --compare --costs`,
+ * `hanayo tune`): a stage holding n layers costs
+ *     n x layer + (first stage ? first : 0) + (last stage ? last : 0)
+ * forward and backward alike, where `first` is what the first stage costs
+ * beyond its layers (the embedding, and anything else that makes that
+ * stage dearer) and `last` the same for the last (final LayerNorm, the
+ * head and the loss). See hy_cost_model_fit for how it is fitted.
+ */
+#ifndef HY_COSTS_H
+#define HY_COSTS_H
+
+#include "error.h"
+
+typedef struct {
+    double fwd;                /* f: cost of one stage's forward */
+    double bwd;                /* b: cost of one stage's backward */
+    double comm;               /* c: cost of one cross-rank transfer */
+    const double *fwd_stage;   /* [stages] or NULL: overrides fwd per stage */
+    const double *bwd_stage;   /* [stages] or NULL: overrides bwd per stage */
+} hy_costs;
+
+/* f = 1, b = 2, c = 0: the uniform-cost model of DESIGN §1. */
+hy_costs hy_costs_uniform(void);
+
+/* The forward and backward cost of one stage: its per-stage entry when
+ * there are some, else the uniform one. */
+double hy_costs_fwd(const hy_costs *c, int stage);
+double hy_costs_bwd(const hy_costs *c, int stage);
+
+/* HY_ERR_INPUT naming the first cost (of `stages` per-stage ones) that is
+ * negative or not finite. */
+int hy_costs_check(const hy_costs *c, int stages, hy_error *err);
+
+/* The per-layer cost model (see the top of this file), in ms. */
+typedef struct {
+    double layer_fwd, layer_bwd;
+    double first_fwd, first_bwd;
+    double last_fwd, last_bwd;
+    double comm;
+} hy_cost_model;
+
+/* Fits the model to per-stage costs fwd[s], bwd[s] of a split n_layers[s]
+ * (S stages). The per-layer cost comes from the inner stages (neither
+ * first nor last) that hold layers: their total cost over their layers.
+ * With none (S <= 2), from the cheaper of the first stage's cost per layer
+ * and the last stage's per (layers + head_units), where head_units is the
+ * head's estimated cost in layers (model.h): the cheaper one is taken as
+ * the one without anything extra. The first and last stage's extras are
+ * then what their costs leave beyond their layers (never below 0).
+ * comm is copied in. */
+void hy_cost_model_fit(hy_cost_model *m, const double *fwd, const double *bwd,
+                       const int *n_layers, int S, double head_units, double comm);
+
+/* The cost of stage `stage` of S holding n layers under the model (with
+ * n = 0: the stage's extras alone). */
+void hy_cost_model_stage(const hy_cost_model *m, int stage, int S, int n, double *fwd,
+                         double *bwd);
+
+/* Per-stage costs of split n_layers (S stages) under the model. */
+void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,
+                          double *fwd, double *bwd);
+
+#endif
