@@ -1,10 +1,16 @@
 /*
- * test_args.c — lib/args.h's flag parser.
+ * test_args.c — lib/args.h's flag parser, and the CLI's flag tables.
  *
- * The parser on a table of its own with one flag of every kind: each
- * kind's values (separate and inline), each error and its message, the
- * missing-value rule, repeated --set in order, the operand rules, --help
- * anywhere and the unknown-flag hint.
+ * First the parser on a table of its own with one flag of every kind:
+ * each kind's values (separate and inline), each error and its message,
+ * the missing-value rule, repeated --set in order, the operand rules,
+ * --help anywhere and the unknown-flag hint.
+ *
+ * Then the tables of tools/hanayo.c itself (the file is included whole,
+ * its main renamed): every flag a command's table holds is documented in
+ * its usage text and every flag a usage text documents is in a table, so
+ * the two cannot drift; every example a "needs a value" message shows is
+ * a value its flag accepts.
  */
 #include "args.h"
 #include "test.h"
@@ -300,6 +306,126 @@ static void test_value_checks(void) {
     CHECK(hy_args_real("--r", "-0", 0, 60, 1, &x, &err) == HY_ERR_INPUT);
 }
 
+/* ---- the CLI's own tables ----------------------------------------------
+ * tools/hanayo.c whole, with its main renamed so that this file's runs. */
+#define main hanayo_main
+#include "../tools/hanayo.c"
+#undef main
+
+#define MAX_DOCUMENTED 64
+
+/* The flags a usage text documents: those in its synopsis (the lines up
+ * to the first blank one) and the one that opens each option line
+ * ("  --steps N   measured steps"). A mention in prose ("feed it to
+ * hanayo plan --costs") documents another command's flag, not this one's.
+ * Returns how many, each at most 31 characters. */
+static int documented_flags(const char *usage, char names[][32]) {
+    int n = 0, in_synopsis = 1;
+    for (const char *line = usage; *line; ) {
+        const char *end = strchr(line, '\n');
+        if (!end) end = line + strlen(line);
+        if (end == line) in_synopsis = 0;
+        for (const char *p = line; p + 2 < end && n < MAX_DOCUMENTED; p++) {
+            int opens_option = p == line + 2 && line[0] == ' ' && line[1] == ' ';
+            int starts_word = p == line || p[-1] == ' ' || p[-1] == '[';
+            if (strncmp(p, "--", 2) != 0 || !starts_word || (!in_synopsis && !opens_option))
+                continue;
+            size_t len = 2;
+            while (p + len < end && (p[len] == '-' || (p[len] >= 'a' && p[len] <= 'z')))
+                len++;
+            if (len > 2 && len < 32) {
+                memcpy(names[n], p, len);
+                names[n++][len] = '\0';
+            }
+        }
+        line = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+static int in_table(const hy_flag *flags, const char *name) {
+    for (const hy_flag *f = flags; f->name; f++)
+        if (!strcmp(f->name, name)) return 1;
+    return 0;
+}
+
+/* Every command that reads its flags through a table, data's subcommands
+ * too. */
+static int table_commands(const command **out, int max) {
+    int n = 0;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0] && n < max; i++)
+        if (commands[i].spec) out[n++] = &commands[i];
+    for (size_t i = 0; i < sizeof data_commands / sizeof data_commands[0] && n < max; i++)
+        out[n++] = &data_commands[i];
+    return n;
+}
+
+static void test_tables_match_usage(void) {
+    const command *cmds[32];
+    int n_cmds = table_commands(cmds, 32);
+    CHECK(n_cmds == 8);   /* train eval plan profile tune check, data synth and info */
+    for (int c = 0; c < n_cmds; c++) {
+        const command *cmd = cmds[c];
+        char names[MAX_DOCUMENTED][32];
+        int n = documented_flags(cmd->usage, names);
+        /* Table → usage. */
+        for (const hy_flag *f = cmd->spec->flags; f->name; f++) {
+            int found = 0;
+            for (int i = 0; i < n; i++) found |= !strcmp(names[i], f->name);
+            CHECKF(found, "'%s' has %s in its table but its usage text does not document it",
+                   cmd->spec->command, f->name);
+        }
+        /* Usage → some table of a command with this usage text (synth
+         * and info share one). */
+        for (int i = 0; i < n; i++) {
+            int found = 0;
+            for (int d = 0; d < n_cmds; d++)
+                if (cmds[d]->usage == cmd->usage) found |= in_table(cmds[d]->spec->flags, names[i]);
+            CHECKF(found, "the usage text of '%s' documents %s, which no table holds",
+                   cmd->spec->command, names[i]);
+        }
+    }
+    /* The checker sees what it must: a synopsis flag, an option line and
+     * not a prose mention. */
+    char names[MAX_DOCUMENTED][32];
+    int n = documented_flags("usage: x [--a N]\n\n  --b V   see y --c\n  -- not\n", names);
+    CHECK(n == 2 && !strcmp(names[0], "--a") && !strcmp(names[1], "--b"));
+}
+
+/* Each entry is well formed, and its example is a value it accepts: the
+ * example is what a user is told to type. */
+static void test_tables_are_sound(void) {
+    const command *cmds[32];
+    int n_cmds = table_commands(cmds, 32);
+    for (int c = 0; c < n_cmds; c++) {
+        const hy_args_spec *spec = cmds[c]->spec;
+        for (const hy_flag *f = spec->flags; f->name; f++) {
+            CHECKF(!strncmp(f->name, "--", 2) && strcmp(f->name, "--help") != 0,
+                   "%s %s", spec->command, f->name);
+            for (const hy_flag *g = f + 1; g->name; g++)
+                CHECKF(strcmp(f->name, g->name) != 0, "%s lists %s twice", spec->command, f->name);
+            if (f->kind == HY_FLAG_INT)
+                CHECKF(f->lo <= f->hi && f->hi <= INT_MAX, "%s %s", spec->command, f->name);
+            if (f->kind == HY_FLAG_SWITCH) continue;
+            CHECKF(f->example != NULL, "%s %s has no example", spec->command, f->name);
+            if (!f->example) continue;
+            /* Into a zeroed stand-in for the command's struct. */
+            static union { max_align_t align; char bytes[8192]; } field;
+            memset(&field, 0, sizeof field);
+            CHECKF(f->off < sizeof field.bytes - 256, "%s %s", spec->command, f->name);
+            char *argv[] = {(char *)f->name, (char *)f->example};
+            /* The command's table without its operand rules: no CONFIG here. */
+            hy_args_spec one = { .command = spec->command, .flags = spec->flags };
+            hy_args_result got;
+            hy_error err;
+            hy_error_clear(&err);
+            int st = hy_args_parse(&one, 2, argv, field.bytes, &got, &err);
+            CHECKF(st == HY_OK, "%s %s %s: %s", spec->command, f->name, f->example, err.msg);
+            if (f->kind == HY_FLAG_LIST) hy_flag_list_free((hy_flag_list *)(field.bytes + f->off));
+        }
+    }
+}
+
 int main(void) {
     test_kinds();
     test_value_errors();
@@ -307,5 +433,7 @@ int main(void) {
     test_unknown_flags();
     test_operands_and_help();
     test_value_checks();
+    test_tables_match_usage();
+    test_tables_are_sound();
     return TEST_END("args");
 }

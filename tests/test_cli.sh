@@ -30,6 +30,9 @@ expect_out '--micro-batches M'
 run plan --help
 expect_rc 0
 expect_out '--comm-cost C'
+run help train
+expect_rc 0
+expect_out '^usage: hanayo train CONFIG'
 expect_input_error help nosuch
 
 expect_input_error
