@@ -54,8 +54,9 @@ static const char usage_main[] =
     "          validate a config and print it resolved, as JSON\n"
     "  data    synth --out F --tokens N --vocab V [--seed S] | info SHARD\n"
     "          write a synthetic token shard, or inspect one\n"
-    "  help [COMMAND]\n"
-    "          this text, or one command's\n"
+    "  help [COMMAND | config]\n"
+    "          this text, one command's, or every config key with its default\n"
+    "          and allowed values\n"
     "\n"
     "  --version  print the version and the compiled backends\n"
     "\n"
@@ -715,10 +716,17 @@ static const command *find_command(const char *name) {
     return NULL;
 }
 
-/* hanayo help [COMMAND]: the main usage, or a command's. */
+/* hanayo help [TOPIC]: the main usage, a command's, or the config keys. */
 static int cmd_help(const command *cmd, int argc, char **argv, hy_error *err) {
     const char *topic = argc > 0 ? argv[0] : NULL;
     const command *about = topic ? find_command(topic) : cmd;
+    if (topic && !strcmp(topic, "config")) {
+        char *keys = hy_config_reference();
+        if (!keys) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        fputs(keys, stdout);
+        free(keys);
+        return HY_OK;
+    }
     if (!about)
         return hy_fail(err, HY_ERR_INPUT, "no help on '%s': it is not a "
                        "command; run 'hanayo help' for the list", topic);
