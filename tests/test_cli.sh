@@ -4,9 +4,9 @@
 # Runs the built binary ($HANAYO, default build/hanayo) from the repository
 # root and checks exit statuses (0 ok, 1 runtime failure, 2 bad input), that
 # every error is one line "hanayo: <message>" on stderr with nothing on
-# stdout, and what `--version`, `check`, `plan` (timeline, --json, --svg,
-# --compare) print. Prints "cli: N passed, N failed"; exits non-zero on any
-# failure.
+# stdout, and what `--version`, `help config`, `check`, `plan` (timeline,
+# --json, --svg, --compare) print. Prints "cli: N passed, N failed"; exits
+# non-zero on any failure.
 set -u
 
 HY_TEST_NAME=cli
@@ -30,6 +30,17 @@ expect_out '--micro-batches M'
 run plan --help
 expect_rc 0
 expect_out '--comm-cost C'
+run help train
+expect_rc 0
+expect_out '^usage: hanayo train CONFIG'
+run help
+expect_out '^  help \[COMMAND | config\]'
+# help config: every config key with its default and range, the table
+# hy_config_reference() makes.
+run help config
+expect_rc 0
+expect_out '^| key | default | allowed | meaning |$'
+expect_out '^| `schedule.waves` | `1` | an integer in 1..16 | '
 expect_input_error help nosuch
 
 expect_input_error

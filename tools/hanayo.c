@@ -1,9 +1,10 @@
 /*
  * hanayo.c — the command line (DESIGN §7).
  *
- * Parses the command and its flags, strictly (every number must be a whole
- * number or a finite real, fully consumed and in range), and hands the
- * result to one library entry point. Nothing below this file prints or
+ * Finds the command, reads its flags with one table per command through
+ * lib/args.h's parser, strictly (every number must be a whole number or a
+ * finite real, fully consumed and in range), and hands the result to one
+ * library entry point. Nothing below this file prints or
  * exits: errors come back as hy_error values and main() prints the one
  * message, "hanayo: <message>", and exits with its status — 0 success,
  * 1 runtime failure, 2 bad input; 130 or 143 when SIGINT or SIGTERM
@@ -11,13 +12,15 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "backend.h"
 #include "config.h"
 #include "data.h"
@@ -51,8 +54,9 @@ static const char usage_main[] =
     "          validate a config and print it resolved, as JSON\n"
     "  data    synth --out F --tokens N --vocab V [--seed S] | info SHARD\n"
     "          write a synthetic token shard, or inspect one\n"
-    "  help [COMMAND]\n"
-    "          this text, or one command's\n"
+    "  help [COMMAND | config]\n"
+    "          this text, one command's, or every config key with its default\n"
+    "          and allowed values\n"
     "\n"
     "  --version  print the version and the compiled backends\n"
     "\n"
@@ -203,205 +207,131 @@ static const char usage_tune[] =
     "  --slow-stage S:SEC  test hook, as in hanayo profile\n";
 
 /* ------------------------------------------------------------------------
- * Argument reading
+ * Commands and their flags
+ *
+ * Each command reads its arguments with lib/args.h's one parser into a
+ * struct of its own (usually a library request and the --set list), from
+ * a table of its flags; the usage text beside it says the same in prose,
+ * and tests/test_args.c checks that the two name the same flags.
  * ------------------------------------------------------------------------ */
 
-/* A cursor over one command's arguments. A flag is "--name" or
- * "--name=value"; `flag` and `inline_val` describe the current one. */
-typedef struct {
-    int argc;
-    char **argv;
-    int i;
-    const char *cmd;
-    char flag[64];
-    const char *inline_val;   /* the part after '=', or NULL */
-} args;
+typedef struct command command;
+struct command {
+    const char *name;
+    /* argv: the arguments after the command's name. */
+    int (*run)(const command *cmd, int argc, char **argv, hy_error *err);
+    const char *usage;          /* hanayo help NAME, hanayo NAME --help */
+    const hy_args_spec *spec;   /* its flags; NULL: it reads its arguments itself */
+};
 
-/* Splits argv[a->i] into flag and inline value. 0 when it is not a flag. */
-static int read_flag(args *a) {
-    const char *s = a->argv[a->i];
-    if (s[0] != '-' || s[1] == '\0') return 0;
-    const char *eq = strchr(s, '=');
-    size_t n = eq ? (size_t)(eq - s) : strlen(s);
-    if (n >= sizeof a->flag) n = sizeof a->flag - 1;
-    memcpy(a->flag, s, n);
-    a->flag[n] = '\0';
-    a->inline_val = eq ? eq + 1 : NULL;
-    return 1;
-}
-
-/* The value of the current flag: inline, or the next argument (which must
- * not itself be a flag, so "--ranks --json" reports the missing value). */
-static int flag_value(args *a, const char *example, const char **val,
-                      hy_error *err) {
-    if (a->inline_val) {
-        *val = a->inline_val;
-        return HY_OK;
-    }
-    if (a->i + 1 >= a->argc || strncmp(a->argv[a->i + 1], "--", 2) == 0)
-        return hy_fail(err, HY_ERR_INPUT, "%s needs a value, e.g. %s %s",
-                       a->flag, a->flag, example);
-    *val = a->argv[++a->i];
-    return HY_OK;
-}
-
-static int no_value(const args *a, hy_error *err) {
-    if (!a->inline_val) return HY_OK;
-    return hy_fail(err, HY_ERR_INPUT, "%s takes no value; write just %s",
-                   a->flag, a->flag);
-}
-
-/* A whole number in [lo, hi], all of s and nothing else. */
-static int parse_int(const char *flag, const char *s, long lo, long hi,
-                     int *out, hy_error *err) {
-    char *end = NULL;
-    errno = 0;
-    long v = (s[0] == '\0' || s[0] == ' ' || s[0] == '\t') ? 0 : strtol(s, &end, 10);
-    if (!end || end == s || *end != '\0')
-        return hy_fail(err, HY_ERR_INPUT, "%s: '%s' is not a whole number; "
-                       "give one from %ld to %ld", flag, s, lo, hi);
-    if (errno == ERANGE || v < lo || v > hi)
-        return hy_fail(err, HY_ERR_INPUT, "%s: %s is out of range; give a "
-                       "number from %ld to %ld", flag, s, lo, hi);
-    *out = (int)v;
-    return HY_OK;
-}
-
-/* A finite cost in [0, 1e12], all of s and nothing else. */
-static int parse_cost(const char *flag, const char *s, double *out,
-                      hy_error *err) {
-    char *end = NULL;
-    errno = 0;
-    double v = (s[0] == '\0' || s[0] == ' ' || s[0] == '\t') ? 0 : strtod(s, &end);
-    if (!end || end == s || *end != '\0' || !isfinite(v))
-        return hy_fail(err, HY_ERR_INPUT, "%s: '%s' is not a number; give a "
-                       "time such as 1 or 0.5", flag, s);
-    if (errno == ERANGE || v < 0 || v > 1e12)
-        return hy_fail(err, HY_ERR_INPUT, "%s: %s is out of range; give a "
-                       "time from 0 to 1e12", flag, s);
-    *out = v;
-    return HY_OK;
-}
-
-static int member(const char *s, const char *const *names) {
-    for (int i = 0; names[i]; i++)
-        if (!strcmp(s, names[i])) return 1;
-    return 0;
-}
-
-static int unknown_flag(const args *a, const char *const *flags,
-                        hy_error *err) {
-    const char *near = hy_closest(a->flag, flags);
-    if (near)
-        return hy_fail(err, HY_ERR_INPUT, "unknown flag '%s' for '%s'; did "
-                       "you mean %s? (hanayo %s --help lists them)",
-                       a->flag, a->cmd, near, a->cmd);
-    return hy_fail(err, HY_ERR_INPUT, "unknown flag '%s' for '%s'; run "
-                   "'hanayo %s --help' for the list", a->flag, a->cmd, a->cmd);
-}
-
-/* CONFIG: at most one positional argument. */
-static int take_config(const args *a, const char **config, hy_error *err) {
-    if (*config)
-        return hy_fail(err, HY_ERR_INPUT, "'%s' takes one config file, got "
-                       "'%s' and '%s' (flags start with --)",
-                       a->cmd, *config, a->argv[a->i]);
-    *config = a->argv[a->i];
-    return HY_OK;
-}
-
-/* ------------------------------------------------------------------------
- * hanayo plan
- * ------------------------------------------------------------------------ */
-
-static const char *const plan_flags[] = {
-    "--schedule", "--ranks", "--micro-batches", "--waves", "--chunks",
-    "--fwd-cost", "--bwd-cost", "--comm-cost", "--json", "--svg",
-    "--compare", "--set", "--width", "--color", "--costs", "--help", NULL};
-
-static int plan_color(const char *when, int *color, hy_error *err) {
-    if (strcmp(when, "always") == 0) *color = 1;
-    else if (strcmp(when, "never") == 0) *color = 0;
-    else if (strcmp(when, "auto") == 0) {
-        /* Colour only for a person at a terminal that can show it. */
-        const char *term = getenv("TERM");
-        *color = isatty(STDOUT_FILENO) && !getenv("NO_COLOR") &&
-                 !(term && strcmp(term, "dumb") == 0);
-    } else
-        return hy_fail(err, HY_ERR_INPUT, "--color: '%s' is not auto, "
-                       "always or never", when);
-    return HY_OK;
-}
-
-/* One flag of `hanayo plan` into rq. */
-static int plan_flag(args *a, hy_plan_request *rq, const char **sets,
-                     const char **color, int *help, hy_error *err) {
-    const char *f = a->flag, *v = NULL;
-    int st;
-    if (!strcmp(f, "--json")) return (rq->json = 1, no_value(a, err));
-    if (!strcmp(f, "--compare")) return (rq->compare = 1, no_value(a, err));
-    if (!strcmp(f, "--help") || !strcmp(f, "-h")) return (*help = 1, HY_OK);
-    if (!member(f, plan_flags)) return unknown_flag(a, plan_flags, err);
-    if ((st = flag_value(a, !strcmp(f, "--set") ? "schedule.waves=2"
-                           : !strcmp(f, "--schedule") ? "hanayo"
-                           : !strcmp(f, "--svg") ? "plan.svg"
-                           : !strcmp(f, "--costs") ? "profile/tiny-gpt/summary.json"
-                           : !strcmp(f, "--color") ? "never" : "4",
-                         &v, err)) != HY_OK)
-        return st;
-    if (!strcmp(f, "--schedule")) {
-        rq->has_kind = 1;
-        return hy_sched_parse(v, &rq->kind, err);
-    }
-    if (!strcmp(f, "--ranks")) return parse_int(f, v, 1, HY_MAX_RANKS, &rq->ranks, err);
-    if (!strcmp(f, "--micro-batches"))
-        return parse_int(f, v, 1, 65536, &rq->micro_batches, err);
-    if (!strcmp(f, "--waves")) return parse_int(f, v, 1, 16, &rq->waves, err);
-    if (!strcmp(f, "--chunks")) return parse_int(f, v, 1, 64, &rq->chunks, err);
-    if (!strcmp(f, "--fwd-cost")) return parse_cost(f, v, &rq->fwd_cost, err);
-    if (!strcmp(f, "--bwd-cost")) return parse_cost(f, v, &rq->bwd_cost, err);
-    if (!strcmp(f, "--comm-cost")) return parse_cost(f, v, &rq->comm_cost, err);
-    if (!strcmp(f, "--width")) return parse_int(f, v, 40, 100000, &rq->timeline.width, err);
-    if (!strcmp(f, "--svg")) {
-        if (!*v) return hy_fail(err, HY_ERR_INPUT, "--svg needs a file name");
-        rq->svg = v;
-        return HY_OK;
-    }
-    if (!strcmp(f, "--color")) return (*color = v, HY_OK);
-    if (!strcmp(f, "--costs")) {
-        if (!*v) return hy_fail(err, HY_ERR_INPUT, "--costs needs a file: a profile's summary.json");
-        rq->costs = v;
-        return HY_OK;
-    }
-    sets[rq->n_sets++] = v;   /* --set; the config checks key and value */
-    return HY_OK;
-}
-
-static int cmd_plan(args *a, hy_error *err) {
-    hy_plan_request rq;
-    hy_plan_request_init(&rq);
-    /* At most one --set per argument, so argc bounds them. */
-    const char **sets = malloc(sizeof *sets * (size_t)a->argc);
-    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    const char *color = "auto";
-    int help = 0, st = HY_OK;
-    for (; st == HY_OK && a->i < a->argc; a->i++) {
-        if (read_flag(a)) st = plan_flag(a, &rq, sets, &color, &help, err);
-        else st = take_config(a, &rq.config, err);
-    }
-    rq.sets = sets;
-    if (st == HY_OK && help) fputs(usage_plan, stdout);
-    else if (st == HY_OK) st = plan_color(color, &rq.timeline.color, err);
-    if (st == HY_OK && !help) st = hy_plan_run(&rq, stdout, err);
-    free(sets);
+/* Reads cmd's arguments into dest; with --help it prints cmd's usage
+ * instead, and got->help tells the caller there is nothing more to do. */
+static int read_args(const command *cmd, int argc, char **argv, void *dest,
+                     hy_args_result *got, hy_error *err) {
+    int st = hy_args_parse(cmd->spec, argc, argv, dest, got, err);
+    if (st == HY_OK && got->help) fputs(cmd->usage, stdout);
     return st;
 }
 
-/* ------------------------------------------------------------------------
- * hanayo check
- * ------------------------------------------------------------------------ */
+/* The config file and the --set list into a library request's three
+ * fields for them (plan, profile and tune requests have the same). */
+static void hand_config(const hy_args_result *got, const hy_flag_list *sets,
+                        const char **config, const char *const **rq_sets, int *n_sets) {
+    *config = got->operand;
+    *rq_sets = sets->items;
+    *n_sets = sets->n;
+}
 
-static const char *const check_flags[] = {"--set", "--help", NULL};
+/* --set key=value, repeatable, into field `sets` (an hy_flag_list) of T;
+ * the config loader checks key and value. */
+#define SET_FLAG(T, example_) \
+    { .name = "--set", .kind = HY_FLAG_LIST, .off = offsetof(T, sets), .example = (example_) }
+
+/* ---- hanayo plan ----------------------------------------------------------- */
+
+enum { COLOR_AUTO, COLOR_ALWAYS, COLOR_NEVER };
+static const char *const color_names[] = {"auto", "always", "never", NULL};
+
+typedef struct {
+    hy_plan_request rq;
+    hy_flag_list sets;
+    int color;          /* COLOR_* */
+} plan_args;
+
+static int parse_plan_schedule(const char *name, const char *v, void *field, hy_error *err) {
+    (void)name;
+    hy_plan_request *rq = field;
+    rq->has_kind = 1;
+    return hy_sched_parse(v, &rq->kind, err);
+}
+
+#define PLAN(field) offsetof(plan_args, field)
+static const hy_flag plan_flags[] = {
+    { .name = "--schedule", .kind = HY_FLAG_CUSTOM, .off = PLAN(rq), .example = "hanayo",
+      .parse = parse_plan_schedule },
+    { .name = "--ranks", .kind = HY_FLAG_INT, .off = PLAN(rq.ranks), .example = "4",
+      .lo = 1, .hi = HY_MAX_RANKS },
+    { .name = "--micro-batches", .kind = HY_FLAG_INT, .off = PLAN(rq.micro_batches),
+      .example = "8", .lo = 1, .hi = 65536 },
+    { .name = "--waves", .kind = HY_FLAG_INT, .off = PLAN(rq.waves), .example = "2",
+      .lo = 1, .hi = 16 },
+    { .name = "--chunks", .kind = HY_FLAG_INT, .off = PLAN(rq.chunks), .example = "2",
+      .lo = 1, .hi = 64 },
+    { .name = "--fwd-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.fwd_cost), .example = "1",
+      .lo = 0, .hi = 1e12 },
+    { .name = "--bwd-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.bwd_cost), .example = "2",
+      .lo = 0, .hi = 1e12 },
+    { .name = "--comm-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.comm_cost),
+      .example = "0.5", .lo = 0, .hi = 1e12 },
+    { .name = "--json", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.json) },
+    { .name = "--svg", .kind = HY_FLAG_STRING, .off = PLAN(rq.svg), .example = "plan.svg" },
+    { .name = "--compare", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.compare) },
+    SET_FLAG(plan_args, "schedule.waves=2"),
+    { .name = "--width", .kind = HY_FLAG_INT, .off = PLAN(rq.timeline.width),
+      .example = "120", .lo = 40, .hi = 100000 },
+    { .name = "--color", .kind = HY_FLAG_CHOICE, .off = PLAN(color), .example = "never",
+      .choices = color_names },
+    { .name = "--costs", .kind = HY_FLAG_STRING, .off = PLAN(rq.costs),
+      .example = "profile/tiny-gpt/summary.json" },
+    { .name = NULL },
+};
+static const hy_args_spec plan_spec = {
+    .command = "plan", .flags = plan_flags, .operand = "config file" };
+
+/* --color auto: colour only for a person at a terminal that can show it. */
+static int want_color(int color) {
+    if (color != COLOR_AUTO) return color == COLOR_ALWAYS;
+    const char *term = getenv("TERM");
+    return isatty(STDOUT_FILENO) && !getenv("NO_COLOR") && !(term && strcmp(term, "dumb") == 0);
+}
+
+static int cmd_plan(const command *cmd, int argc, char **argv, hy_error *err) {
+    plan_args a = { .sets = { 0 }, .color = COLOR_AUTO };
+    hy_plan_request_init(&a.rq);
+    hy_args_result got;
+    int st = read_args(cmd, argc, argv, &a, &got, err);
+    if (st == HY_OK && !got.help) {
+        hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
+        a.rq.timeline.color = want_color(a.color);
+        st = hy_plan_run(&a.rq, stdout, err);
+    }
+    hy_flag_list_free(&a.sets);
+    return st;
+}
+
+/* ---- hanayo check ---------------------------------------------------------- */
+
+typedef struct {
+    hy_flag_list sets;
+} check_args;
+
+static const hy_flag check_flags[] = {
+    SET_FLAG(check_args, "schedule.waves=2"),
+    { .name = NULL },
+};
+static const hy_args_spec check_spec = {
+    .command = "check", .flags = check_flags, .operand = "config file",
+    .synopsis = "hanayo check CONFIG [--set key=value]..." };
 
 static int check_config(const char *path, const char *const *sets,
                         int n_sets, hy_error *err) {
@@ -418,113 +348,102 @@ static int check_config(const char *path, const char *const *sets,
     return st;
 }
 
-static int cmd_check(args *a, hy_error *err) {
-    const char **sets = malloc(sizeof *sets * (size_t)a->argc);
-    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    const char *config = NULL, *v = NULL;
-    int n_sets = 0, help = 0, st = HY_OK;
-    for (; st == HY_OK && a->i < a->argc; a->i++) {
-        if (!read_flag(a)) st = take_config(a, &config, err);
-        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
-        else if (strcmp(a->flag, "--set") != 0) st = unknown_flag(a, check_flags, err);
-        else if ((st = flag_value(a, "schedule.waves=2", &v, err)) == HY_OK)
-            sets[n_sets++] = v;
-    }
-    if (st == HY_OK && help) fputs(usage_check, stdout);
-    else if (st == HY_OK && !config)
-        st = hy_fail(err, HY_ERR_INPUT, "check needs a config file: hanayo "
-                     "check CONFIG [--set key=value]...");
-    else if (st == HY_OK) st = check_config(config, sets, n_sets, err);
-    free(sets);
+static int cmd_check(const command *cmd, int argc, char **argv, hy_error *err) {
+    check_args a = { .sets = { 0 } };
+    hy_args_result got;
+    int st = read_args(cmd, argc, argv, &a, &got, err);
+    if (st == HY_OK && !got.help) st = check_config(got.operand, a.sets.items, a.sets.n, err);
+    hy_flag_list_free(&a.sets);
     return st;
 }
 
-/* ------------------------------------------------------------------------
- * hanayo data
- * ------------------------------------------------------------------------ */
+/* ---- hanayo data ----------------------------------------------------------- */
 
-static const char *const data_subcommands[] = {"synth", "info", NULL};
-static const char *const synth_flags[] = {
-    "--out", "--tokens", "--vocab", "--seed", "--val-out", "--val-tokens",
-    "--help", NULL};
-static const char *const info_flags[] = {"--vocab", "--json", "--help", NULL};
+/* Read as ints (their ranges fit), then put into hy_synth_request. */
+typedef struct {
+    const char *out, *val_out;
+    int tokens, val_tokens, vocab, seed;
+} synth_args;
 
-/* One flag of `hanayo data synth` (not --help) into rq. */
-static int synth_flag(args *a, hy_synth_request *rq, hy_error *err) {
-    const char *f = a->flag, *v = NULL;
-    int st, n = 0;
-    if (!member(f, synth_flags)) return unknown_flag(a, synth_flags, err);
-    int is_file = !strcmp(f, "--out") || !strcmp(f, "--val-out");
-    if ((st = flag_value(a, is_file ? "data/train.bin" : "512", &v, err)) != HY_OK)
-        return st;
-    if (!strcmp(f, "--out")) return (rq->out = v, HY_OK);
-    if (!strcmp(f, "--val-out")) return (rq->val_out = v, HY_OK);
-    if (!strcmp(f, "--vocab")) return parse_int(f, v, 2, 65536, &rq->vocab, err);
-    st = parse_int(f, v, !strcmp(f, "--seed") ? 0 : 1, INT_MAX, &n, err);
-    if (!strcmp(f, "--tokens")) rq->tokens = n;
-    else if (!strcmp(f, "--val-tokens")) rq->val_tokens = n;
-    else rq->seed = (uint64_t)n;
-    return st;
-}
+#define SYNTH(field) offsetof(synth_args, field)
+static const hy_flag synth_flags[] = {
+    { .name = "--out", .kind = HY_FLAG_STRING, .off = SYNTH(out), .example = "data/train.bin" },
+    { .name = "--tokens", .kind = HY_FLAG_INT, .off = SYNTH(tokens), .example = "1000000",
+      .lo = 1, .hi = INT_MAX },
+    { .name = "--vocab", .kind = HY_FLAG_INT, .off = SYNTH(vocab), .example = "512",
+      .lo = 2, .hi = 65536 },
+    { .name = "--seed", .kind = HY_FLAG_INT, .off = SYNTH(seed), .example = "1",
+      .lo = 0, .hi = INT_MAX },
+    { .name = "--val-out", .kind = HY_FLAG_STRING, .off = SYNTH(val_out),
+      .example = "data/val.bin" },
+    { .name = "--val-tokens", .kind = HY_FLAG_INT, .off = SYNTH(val_tokens),
+      .example = "100000", .lo = 1, .hi = INT_MAX },
+    { .name = NULL },
+};
+static const hy_args_spec synth_spec = {
+    .command = "data synth", .flags = synth_flags, .operand_hint = "give it as --out FILE" };
 
-static int data_synth(args *a, hy_error *err) {
-    hy_synth_request rq = {NULL, 0, NULL, 0, 0, 1};
-    int help = 0, st = HY_OK;
-    for (; st == HY_OK && a->i < a->argc; a->i++) {
-        if (!read_flag(a))
-            st = hy_fail(err, HY_ERR_INPUT, "data synth takes no file name "
-                         "'%s' on its own; give it as --out FILE", a->argv[a->i]);
-        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
-        else st = synth_flag(a, &rq, err);
-    }
-    if (st != HY_OK) return st;
-    if (help) return (fputs(usage_data, stdout), HY_OK);
-    if (!rq.out || !rq.tokens || !rq.vocab)
+static int data_synth(const command *cmd, int argc, char **argv, hy_error *err) {
+    synth_args a = { .out = NULL, .seed = 1 };
+    hy_args_result got;
+    int st = read_args(cmd, argc, argv, &a, &got, err);
+    if (st != HY_OK || got.help) return st;
+    if (!a.out || !a.tokens || !a.vocab)
         return hy_fail(err, HY_ERR_INPUT, "data synth needs %s; e.g. hanayo "
                        "data synth --out data/train.bin --tokens 1000000 --vocab 512",
-                       !rq.out ? "--out FILE" : !rq.tokens ? "--tokens N" : "--vocab V");
-    if (rq.val_tokens && !rq.val_out)
+                       !a.out ? "--out FILE" : !a.tokens ? "--tokens N" : "--vocab V");
+    if (a.val_tokens && !a.val_out)
         return hy_fail(err, HY_ERR_INPUT, "data synth: --val-tokens needs "
                        "--val-out FILE for the validation shard");
-    if (rq.val_out && !rq.val_tokens)
-        rq.val_tokens = rq.tokens / 10 > 0 ? rq.tokens / 10 : 1;
+    if (a.val_out && !a.val_tokens)
+        a.val_tokens = a.tokens / 10 > 0 ? a.tokens / 10 : 1;
+    hy_synth_request rq = { .out = a.out, .tokens = a.tokens, .val_out = a.val_out,
+                            .val_tokens = a.val_tokens, .vocab = a.vocab,
+                            .seed = (uint64_t)a.seed };
     return hy_data_synth(&rq, stdout, err);
 }
 
-static int data_info(args *a, hy_error *err) {
-    const char *shard = NULL, *v = NULL;
-    int vocab = 0, json = 0, help = 0, st = HY_OK;
-    for (; st == HY_OK && a->i < a->argc; a->i++) {
-        int is_flag = read_flag(a);
-        if (!is_flag && shard)
-            st = hy_fail(err, HY_ERR_INPUT, "data info takes one shard, got "
-                         "'%s' and '%s' (flags start with --)", shard, a->argv[a->i]);
-        else if (!is_flag) shard = a->argv[a->i];
-        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
-        else if (!strcmp(a->flag, "--json")) st = (json = 1, no_value(a, err));
-        else if (strcmp(a->flag, "--vocab") != 0) st = unknown_flag(a, info_flags, err);
-        else if ((st = flag_value(a, "512", &v, err)) == HY_OK)
-            st = parse_int(a->flag, v, 1, INT_MAX, &vocab, err);
-    }
-    if (st != HY_OK) return st;
-    if (help) return (fputs(usage_data, stdout), HY_OK);
-    if (!shard)
-        return hy_fail(err, HY_ERR_INPUT, "data info needs a shard: hanayo "
-                       "data info SHARD [--vocab V] [--json]");
-    return hy_data_info(shard, vocab, json, stdout, err);
+typedef struct {
+    int vocab, json;
+} info_args;
+
+static const hy_flag info_flags[] = {
+    { .name = "--vocab", .kind = HY_FLAG_INT, .off = offsetof(info_args, vocab),
+      .example = "512", .lo = 1, .hi = INT_MAX },
+    { .name = "--json", .kind = HY_FLAG_SWITCH, .off = offsetof(info_args, json) },
+    { .name = NULL },
+};
+static const hy_args_spec info_spec = {
+    .command = "data info", .flags = info_flags, .operand = "shard",
+    .synopsis = "hanayo data info SHARD [--vocab V] [--json]",
+    .second_operand = "data info takes one shard" };
+
+static int data_info(const command *cmd, int argc, char **argv, hy_error *err) {
+    info_args a = { .vocab = 0, .json = 0 };
+    hy_args_result got;
+    int st = read_args(cmd, argc, argv, &a, &got, err);
+    if (st != HY_OK || got.help) return st;
+    return hy_data_info(got.operand, a.vocab, a.json, stdout, err);
 }
 
-static int cmd_data(args *a, hy_error *err) {
-    const char *sub = a->i < a->argc ? a->argv[a->i++] : NULL;
+/* The subcommands name themselves in flag errors ("unknown flag '--x' for
+ * 'data synth'; run 'hanayo data synth --help'"). */
+static const command data_commands[] = {
+    {"synth", data_synth, usage_data, &synth_spec},
+    {"info", data_info, usage_data, &info_spec},
+};
+static const char *const data_subcommands[] = {"synth", "info", NULL};
+
+static int cmd_data(const command *cmd, int argc, char **argv, hy_error *err) {
+    const char *sub = argc > 0 ? argv[0] : NULL;
     if (!sub)
         return hy_fail(err, HY_ERR_INPUT, "data needs a subcommand: synth or "
                        "info (hanayo data --help)");
     if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help"))
-        return (fputs(usage_data, stdout), HY_OK);
-    /* The subcommand names itself in flag errors ("unknown flag '--x' for
-     * 'data synth'; run 'hanayo data synth --help'"). */
-    if (!strcmp(sub, "synth")) return (a->cmd = "data synth", data_synth(a, err));
-    if (!strcmp(sub, "info")) return (a->cmd = "data info", data_info(a, err));
+        return (fputs(cmd->usage, stdout), HY_OK);
+    for (size_t i = 0; i < sizeof data_commands / sizeof data_commands[0]; i++)
+        if (!strcmp(sub, data_commands[i].name))
+            return data_commands[i].run(&data_commands[i], argc - 1, argv + 1, err);
     const char *near = hy_closest(sub, data_subcommands);
     if (near)
         return hy_fail(err, HY_ERR_INPUT, "unknown data subcommand '%s'; did "
@@ -533,134 +452,108 @@ static int cmd_data(args *a, hy_error *err) {
                    "synth or info (hanayo data --help)", sub);
 }
 
-/* ------------------------------------------------------------------------
- * hanayo profile and hanayo tune
- * ------------------------------------------------------------------------ */
+/* ---- hanayo profile and hanayo tune ------------------------------------------ */
 
-static const char *const profile_flags[] = {
-    "--steps", "--out", "--set", "--slow-stage", "--help", NULL};
-static const char *const tune_flags[] = {
-    "--steps", "--top", "--apply", "--memory-gb", "--schedule", "--set", "--slow-stage",
-    "--help", NULL};
-
-/* --slow-stage S:SECONDS, the test hook (runtime.h, hy_runtime_slow_stage). */
-static int parse_slow_stage(const char *v, hy_profile_opts *o, hy_error *err) {
+/* --slow-stage S:SECONDS, the test hook (runtime.h, hy_runtime_slow_stage),
+ * into an hy_profile_opts. */
+static int parse_slow_stage(const char *name, const char *v, void *field, hy_error *err) {
+    hy_profile_opts *o = field;
     const char *colon = strchr(v, ':');
     char stage[32];
     if (!colon || (size_t)(colon - v) >= sizeof stage)
-        return hy_fail(err, HY_ERR_INPUT, "--slow-stage: '%s' is not STAGE:SECONDS, e.g. 0:0.02", v);
+        return hy_fail(err, HY_ERR_INPUT, "%s: '%s' is not STAGE:SECONDS, e.g. 0:0.02", name, v);
     memcpy(stage, v, (size_t)(colon - v));
     stage[colon - v] = '\0';
-    int st = parse_int("--slow-stage", stage, 0, 64 * HY_MAX_RANKS, &o->slow_stage, err);
-    if (st == HY_OK) st = parse_cost("--slow-stage", colon + 1, &o->slow_seconds, err);
+    int st = hy_args_int(name, stage, 0, 64 * HY_MAX_RANKS, &o->slow_stage, err);
+    if (st == HY_OK) st = hy_args_real(name, colon + 1, 0, 1e12, 0, &o->slow_seconds, err);
     if (st == HY_OK && o->slow_seconds >= 60)
-        st = hy_fail(err, HY_ERR_INPUT, "--slow-stage: %s seconds is out of range; give less "
-                     "than 60", colon + 1);
+        st = hy_fail(err, HY_ERR_INPUT, "%s: %s seconds is out of range; give less "
+                     "than 60", name, colon + 1);
     return st;
 }
 
-/* The flags profile and tune share (not --help). 1 in *taken when f was
- * one of them. */
-static int measure_flag(args *a, const char **sets, int *n_sets, hy_profile_opts *o,
-                        int *taken, hy_error *err) {
-    const char *f = a->flag, *v = NULL;
-    int st;
-    *taken = 1;
-    if (!strcmp(f, "--steps")) {
-        if ((st = flag_value(a, "5", &v, err)) != HY_OK) return st;
-        return parse_int(f, v, 1, 1000, &o->steps, err);
-    }
-    if (!strcmp(f, "--slow-stage")) {
-        if ((st = flag_value(a, "0:0.02", &v, err)) != HY_OK) return st;
-        return parse_slow_stage(v, o, err);
-    }
-    if (!strcmp(f, "--set")) {
-        if ((st = flag_value(a, "schedule.micro_batches=16", &v, err)) != HY_OK) return st;
-        sets[(*n_sets)++] = v;
-        return HY_OK;
-    }
-    *taken = 0;
-    return HY_OK;
-}
+/* The flags profile and tune share, for a struct T with a `sets` list and
+ * its hy_profile_opts at field `opts`. */
+#define MEASURE_FLAGS(T, opts) \
+    { .name = "--steps", .kind = HY_FLAG_INT, .off = offsetof(T, opts.steps), \
+      .example = "5", .lo = 1, .hi = 1000 }, \
+    SET_FLAG(T, "schedule.micro_batches=16"), \
+    { .name = "--slow-stage", .kind = HY_FLAG_CUSTOM, .off = offsetof(T, opts), \
+      .example = "0:0.02", .parse = parse_slow_stage }
 
-static int cmd_profile(args *a, hy_error *err) {
-    const char **sets = malloc(sizeof *sets * (size_t)a->argc);
-    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    hy_profile_request rq = { .config = NULL, .sets = sets, .n_sets = 0, .out = NULL };
-    hy_profile_opts_init(&rq.opts);
-    int help = 0, st = HY_OK, taken = 0;
-    for (; st == HY_OK && a->i < a->argc; a->i++) {
-        if (!read_flag(a)) st = take_config(a, &rq.config, err);
-        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
-        else if ((st = measure_flag(a, sets, &rq.n_sets, &rq.opts, &taken, err)) != HY_OK || taken) continue;
-        else if (strcmp(a->flag, "--out") != 0) st = unknown_flag(a, profile_flags, err);
-        else if ((st = flag_value(a, "profile/tiny-gpt", &rq.out, err)) == HY_OK && !*rq.out)
-            st = hy_fail(err, HY_ERR_INPUT, "--out needs a directory name");
+typedef struct {
+    hy_profile_request rq;
+    hy_flag_list sets;
+} profile_args;
+
+static const hy_flag profile_flags[] = {
+    MEASURE_FLAGS(profile_args, rq.opts),
+    { .name = "--out", .kind = HY_FLAG_STRING, .off = offsetof(profile_args, rq.out),
+      .example = "profile/tiny-gpt" },
+    { .name = NULL },
+};
+static const hy_args_spec profile_spec = {
+    .command = "profile", .flags = profile_flags, .operand = "config file",
+    .synopsis = "hanayo profile CONFIG [--steps N] [--out DIR]" };
+
+static int cmd_profile(const command *cmd, int argc, char **argv, hy_error *err) {
+    profile_args a = { .rq = { .config = NULL, .out = NULL }, .sets = { 0 } };
+    hy_profile_opts_init(&a.rq.opts);
+    hy_args_result got;
+    int st = read_args(cmd, argc, argv, &a, &got, err);
+    if (st == HY_OK && !got.help) {
+        hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
+        st = hy_profile_cmd(&a.rq, stdout, err);
     }
-    if (st == HY_OK && help) fputs(usage_profile, stdout);
-    else if (st == HY_OK && !rq.config)
-        st = hy_fail(err, HY_ERR_INPUT, "profile needs a config file: hanayo profile CONFIG "
-                     "[--steps N] [--out DIR]");
-    else if (st == HY_OK) st = hy_profile_cmd(&rq, stdout, err);
-    free(sets);
+    hy_flag_list_free(&a.sets);
     return st;
 }
 
-/* One flag of tune's own (not the shared ones, not --help). */
-static int tune_flag(args *a, hy_tune_request *rq, hy_error *err) {
-    const char *f = a->flag, *v = NULL;
-    int st;
-    if (!member(f, tune_flags)) return unknown_flag(a, tune_flags, err);
-    if ((st = flag_value(a, !strcmp(f, "--apply") ? "tuned.json"
-                          : !strcmp(f, "--schedule") ? "hanayo" : "4", &v, err)) != HY_OK)
-        return st;
-    if (!strcmp(f, "--top")) return parse_int(f, v, 1, 100, &rq->top, err);
-    if (!strcmp(f, "--memory-gb")) {
-        st = parse_cost(f, v, &rq->memory_gb, err);
-        if (st == HY_OK && !(rq->memory_gb > 0))
-            st = hy_fail(err, HY_ERR_INPUT, "--memory-gb: give a size above 0, e.g. 80");
-        return st;
-    }
-    if (!strcmp(f, "--schedule")) {
-        hy_sched_kind k;
-        st = hy_sched_parse(v, &k, err);
-        if (st == HY_OK) rq->kinds = 1u << k;
-        return st;
-    }
-    if (!*v) return hy_fail(err, HY_ERR_INPUT, "--apply needs a file name");
-    rq->apply = v;
-    return HY_OK;
-}
-
-static int cmd_tune(args *a, hy_error *err) {
-    const char **sets = malloc(sizeof *sets * (size_t)a->argc);
-    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+typedef struct {
     hy_tune_request rq;
-    hy_tune_request_init(&rq);
-    rq.sets = sets;
-    int help = 0, st = HY_OK, taken = 0;
-    for (; st == HY_OK && a->i < a->argc; a->i++) {
-        if (!read_flag(a)) st = take_config(a, &rq.config, err);
-        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
-        else if ((st = measure_flag(a, sets, &rq.n_sets, &rq.profile, &taken, err)) != HY_OK || taken) continue;
-        else st = tune_flag(a, &rq, err);
-    }
-    if (st == HY_OK && help) fputs(usage_tune, stdout);
-    else if (st == HY_OK && !rq.config)
-        st = hy_fail(err, HY_ERR_INPUT, "tune needs a config file: hanayo tune CONFIG "
-                     "[--steps N] [--apply OUT.json]");
-    else if (st == HY_OK) st = hy_tune_cmd(&rq, stdout, err);
-    free(sets);
+    hy_flag_list sets;
+} tune_args;
+
+/* --schedule K: search only that kind (a bit of hy_tune_request.kinds). */
+static int parse_tune_schedule(const char *name, const char *v, void *field, hy_error *err) {
+    (void)name;
+    hy_sched_kind k;
+    int st = hy_sched_parse(v, &k, err);
+    if (st == HY_OK) *(unsigned *)field = 1u << k;
     return st;
 }
 
-/* ------------------------------------------------------------------------
- * The command table
- * ------------------------------------------------------------------------ */
+#define TUNE(field) offsetof(tune_args, field)
+static const hy_flag tune_flags[] = {
+    MEASURE_FLAGS(tune_args, rq.profile),
+    { .name = "--top", .kind = HY_FLAG_INT, .off = TUNE(rq.top), .example = "5",
+      .lo = 1, .hi = 100 },
+    { .name = "--apply", .kind = HY_FLAG_STRING, .off = TUNE(rq.apply), .example = "tuned.json" },
+    { .name = "--memory-gb", .kind = HY_FLAG_REAL, .off = TUNE(rq.memory_gb), .example = "80",
+      .lo = 0, .lo_open = 1, .hi = 1e12 },
+    { .name = "--schedule", .kind = HY_FLAG_CUSTOM, .off = TUNE(rq.kinds), .example = "hanayo",
+      .parse = parse_tune_schedule },
+    { .name = NULL },
+};
+static const hy_args_spec tune_spec = {
+    .command = "tune", .flags = tune_flags, .operand = "config file",
+    .synopsis = "hanayo tune CONFIG [--steps N] [--apply OUT.json]" };
 
-static int cmd_help(args *a, hy_error *err);
+static int cmd_tune(const command *cmd, int argc, char **argv, hy_error *err) {
+    tune_args a = { .sets = { 0 } };
+    hy_tune_request_init(&a.rq);
+    hy_args_result got;
+    int st = read_args(cmd, argc, argv, &a, &got, err);
+    if (st == HY_OK && !got.help) {
+        hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
+        st = hy_tune_cmd(&a.rq, stdout, err);
+    }
+    hy_flag_list_free(&a.sets);
+    return st;
+}
 
-static const char *const train_flags[] = {"--set", "--log-json", "--resume", "--help", NULL};
+/* ---- hanayo train and hanayo eval ---------------------------------------------- */
+
 
 /* SIGINT and SIGTERM during `train`: the handler only records the signal;
  * hy_train sees it after the current step, saves a checkpoint and returns,
@@ -699,121 +592,145 @@ static void catch_stop_signals(void) {
     }
 }
 
-static int cmd_train(args *a, hy_error *err) {
-    const char **sets = malloc(sizeof *sets * (size_t)a->argc);
-    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    const char *config = NULL, *v = NULL;
-    hy_train_opts opts = { .log_json = NULL, .resume = NULL, .stop = &stop_signal };
-    int n_sets = 0, help = 0, st = HY_OK;
-    for (; st == HY_OK && a->i < a->argc; a->i++) {
-        if (!read_flag(a)) st = take_config(a, &config, err);
-        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
-        else if (!strcmp(a->flag, "--log-json")) st = flag_value(a, "train.jsonl", &opts.log_json, err);
-        else if (!strcmp(a->flag, "--resume")) st = flag_value(a, "checkpoints/step_000100", &opts.resume, err);
-        else if (strcmp(a->flag, "--set") != 0) st = unknown_flag(a, train_flags, err);
-        else if ((st = flag_value(a, "train.steps=50", &v, err)) == HY_OK)
-            sets[n_sets++] = v;
-    }
-    if (st == HY_OK && help) {
-        fputs(usage_train, stdout);
-    } else if (st == HY_OK && !config) {
-        st = hy_fail(err, HY_ERR_INPUT, "train needs a config file: hanayo train CONFIG "
-                     "[--set key=value]... [--log-json FILE]");
-    } else if (st == HY_OK) {
+typedef struct {
+    hy_train_opts opts;
+    hy_flag_list sets;
+} train_args;
+
+static const hy_flag train_flags[] = {
+    SET_FLAG(train_args, "train.steps=50"),
+    { .name = "--log-json", .kind = HY_FLAG_STRING, .off = offsetof(train_args, opts.log_json),
+      .example = "train.jsonl" },
+    { .name = "--resume", .kind = HY_FLAG_STRING, .off = offsetof(train_args, opts.resume),
+      .example = "checkpoints/step_000100" },
+    { .name = NULL },
+};
+static const hy_args_spec train_spec = {
+    .command = "train", .flags = train_flags, .operand = "config file",
+    .synopsis = "hanayo train CONFIG [--set key=value]... [--log-json FILE]" };
+
+/* Loads the config of `path` with the --set list into c (initialised
+ * either way, so the caller frees it). */
+static int load_config(hy_config *c, const char *path, const hy_flag_list *sets,
+                       hy_error *err) {
+    hy_config_init(c);
+    return hy_config_load(c, path, sets->items, sets->n, err);
+}
+
+static int cmd_train(const command *cmd, int argc, char **argv, hy_error *err) {
+    train_args a = { .opts = { .log_json = NULL, .resume = NULL, .stop = &stop_signal },
+                     .sets = { 0 } };
+    hy_args_result got;
+    int st = read_args(cmd, argc, argv, &a, &got, err);
+    if (st == HY_OK && !got.help) {
         hy_config c;
-        hy_config_init(&c);
-        st = hy_config_load(&c, config, sets, n_sets, err);
+        st = load_config(&c, got.operand, &a.sets, err);
         if (st == HY_OK) catch_stop_signals();
-        if (st == HY_OK) st = hy_train(&c, &opts, stdout, err);
+        if (st == HY_OK) st = hy_train(&c, &a.opts, stdout, err);
         hy_config_free(&c);
     }
-    free(sets);
+    hy_flag_list_free(&a.sets);
     return st;
 }
 
-static const char *const eval_flags[] = {"--init", "--data", "--batches", "--set", "--help", NULL};
+typedef struct {
+    hy_flag_list sets;
+    const char *init, *data;
+    int batches;        /* 0: every whole batch */
+} eval_args;
 
-static int cmd_eval(args *a, hy_error *err) {
-    /* --init becomes one more --set, so the config's checks see it. */
-    const char **sets = malloc(sizeof *sets * (size_t)(a->argc + 1));
+#define EVAL(field) offsetof(eval_args, field)
+static const hy_flag eval_flags[] = {
+    { .name = "--init", .kind = HY_FLAG_STRING, .off = EVAL(init),
+      .example = "model.safetensors" },
+    { .name = "--data", .kind = HY_FLAG_STRING, .off = EVAL(data),
+      .example = "data/synth_val.bin" },
+    { .name = "--batches", .kind = HY_FLAG_INT, .off = EVAL(batches), .example = "20",
+      .lo = 1, .hi = 1000000 },
+    SET_FLAG(eval_args, "model.layers=12"),
+    { .name = NULL },
+};
+static const hy_args_spec eval_spec = {
+    .command = "eval", .flags = eval_flags, .operand = "config file",
+    .synopsis = "hanayo eval CONFIG [--init WEIGHTS] [--data SHARD] [--batches N]" };
+
+static int cmd_eval(const command *cmd, int argc, char **argv, hy_error *err) {
+    eval_args a = { .sets = { 0 }, .init = NULL, .data = NULL, .batches = 0 };
     char *init_set = NULL;
-    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    const char *config = NULL, *v = NULL, *data = NULL;
-    int n_sets = 0, help = 0, st = HY_OK, batches = 0;
-    for (; st == HY_OK && a->i < a->argc; a->i++) {
-        if (!read_flag(a)) st = take_config(a, &config, err);
-        else if (!strcmp(a->flag, "--help") || !strcmp(a->flag, "-h")) help = 1;
-        else if (!strcmp(a->flag, "--data")) st = flag_value(a, "data/synth_val.bin", &data, err);
-        else if (!strcmp(a->flag, "--batches")) {
-            st = flag_value(a, "20", &v, err);
-            if (st == HY_OK) st = parse_int("--batches", v, 1, 1000000, &batches, err);
-        } else if (!strcmp(a->flag, "--init")) {
-            st = flag_value(a, "model.safetensors", &v, err);
-            if (st == HY_OK) {
-                free(init_set);
-                init_set = malloc(strlen(v) + 6);
-                if (!init_set) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-                else sprintf(init_set, "init=%s", v);
-            }
-        } else if (strcmp(a->flag, "--set") != 0) st = unknown_flag(a, eval_flags, err);
-        else if ((st = flag_value(a, "model.layers=12", &v, err)) == HY_OK)
-            sets[n_sets++] = v;
+    hy_args_result got;
+    int st = read_args(cmd, argc, argv, &a, &got, err);
+    /* --init becomes one more --set, the last, so the config's checks see
+     * it and it wins over a --set init=... */
+    if (st == HY_OK && !got.help && a.init) {
+        init_set = malloc(strlen(a.init) + sizeof "init=");
+        if (!init_set) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        else sprintf(init_set, "init=%s", a.init);
+        if (st == HY_OK) st = hy_flag_list_add(&a.sets, init_set, err);
     }
-    if (init_set) sets[n_sets++] = init_set;
-    if (st == HY_OK && help) {
-        fputs(usage_eval, stdout);
-    } else if (st == HY_OK && !config) {
-        st = hy_fail(err, HY_ERR_INPUT, "eval needs a config file: hanayo eval CONFIG "
-                     "[--init WEIGHTS] [--data SHARD] [--batches N]");
-    } else if (st == HY_OK) {
+    if (st == HY_OK && !got.help) {
         hy_config c;
-        hy_config_init(&c);
-        st = hy_config_load(&c, config, sets, n_sets, err);
-        if (st == HY_OK) st = hy_eval(&c, data, batches, stdout, err);
+        st = load_config(&c, got.operand, &a.sets, err);
+        if (st == HY_OK) st = hy_eval(&c, a.data, a.batches, stdout, err);
         hy_config_free(&c);
     }
     free(init_set);
-    free(sets);
+    hy_flag_list_free(&a.sets);
     return st;
 }
 
-static int cmd_version(args *a, hy_error *err) {
-    (void)a;
+/* ---- help, --version and the command table ------------------------------------ */
+
+static int cmd_help(const command *cmd, int argc, char **argv, hy_error *err);
+
+static int cmd_version(const command *cmd, int argc, char **argv, hy_error *err) {
+    (void)cmd;
+    (void)argc;
+    (void)argv;
     (void)err;
     printf("hanayo %s (backends: %s)\n", HY_VERSION, hy_backends_compiled());
     return HY_OK;
 }
 
-typedef struct {
-    const char *name;
-    int (*run)(args *a, hy_error *err);
-} command;
-
 static const command commands[] = {
-    {"train", cmd_train},   {"eval", cmd_eval},  {"plan", cmd_plan},
-    {"profile", cmd_profile}, {"tune", cmd_tune},     {"check", cmd_check},
-    {"data", cmd_data},
-    {"help", cmd_help},       {"--help", cmd_help},   {"-h", cmd_help},
-    {"--version", cmd_version},
+    {"train", cmd_train, usage_train, &train_spec},
+    {"eval", cmd_eval, usage_eval, &eval_spec},
+    {"plan", cmd_plan, usage_plan, &plan_spec},
+    {"profile", cmd_profile, usage_profile, &profile_spec},
+    {"tune", cmd_tune, usage_tune, &tune_spec},
+    {"check", cmd_check, usage_check, &check_spec},
+    {"data", cmd_data, usage_data, NULL},
+    {"help", cmd_help, usage_main, NULL},
+    {"--help", cmd_help, usage_main, NULL},
+    {"-h", cmd_help, usage_main, NULL},
+    {"--version", cmd_version, usage_main, NULL},
 };
 
+/* What a mistyped command is matched against (not the spellings of help). */
 static const char *const command_names[] = {
     "train", "eval", "plan", "profile", "tune", "check", "data", "help", "--version",
     NULL};
 
-static int cmd_help(args *a, hy_error *err) {
-    const char *topic = NULL;
-    if (!strcmp(a->cmd, "help") && a->i < a->argc) topic = a->argv[a->i];
-    if (!topic) fputs(usage_main, stdout);
-    else if (!strcmp(topic, "plan")) fputs(usage_plan, stdout);
-    else if (!strcmp(topic, "profile")) fputs(usage_profile, stdout);
-    else if (!strcmp(topic, "tune")) fputs(usage_tune, stdout);
-    else if (!strcmp(topic, "check")) fputs(usage_check, stdout);
-    else if (!strcmp(topic, "data")) fputs(usage_data, stdout);
-    else if (member(topic, command_names)) fputs(usage_main, stdout);
-    else
+static const command *find_command(const char *name) {
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(name, commands[i].name)) return &commands[i];
+    return NULL;
+}
+
+/* hanayo help [TOPIC]: the main usage, a command's, or the config keys. */
+static int cmd_help(const command *cmd, int argc, char **argv, hy_error *err) {
+    const char *topic = argc > 0 ? argv[0] : NULL;
+    const command *about = topic ? find_command(topic) : cmd;
+    if (topic && !strcmp(topic, "config")) {
+        char *keys = hy_config_reference();
+        if (!keys) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        fputs(keys, stdout);
+        free(keys);
+        return HY_OK;
+    }
+    if (!about)
         return hy_fail(err, HY_ERR_INPUT, "no help on '%s': it is not a "
                        "command; run 'hanayo help' for the list", topic);
+    fputs(about->usage, stdout);
     return HY_OK;
 }
 
@@ -821,9 +738,8 @@ static int dispatch(int argc, char **argv, hy_error *err) {
     if (argc < 2)
         return hy_fail(err, HY_ERR_INPUT, "no command given; run 'hanayo "
                        "help' for the list");
-    args a = {argc, argv, 2, argv[1], "", NULL};
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(&a, err);
+    const command *cmd = find_command(argv[1]);
+    if (cmd) return cmd->run(cmd, argc - 2, argv + 2, err);
     const char *near = hy_closest(argv[1], command_names);
     if (near)
         return hy_fail(err, HY_ERR_INPUT, "unknown command '%s'; did you "
