@@ -894,7 +894,8 @@ static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, hy_error *er
 
 /* Lets every rank run one round (a training iteration, or an evaluation
  * of eval_count batches) and waits for all of them. Reports the rank that
- * failed first, not the ones its failure stopped. */
+ * failed first, not the ones its failure stopped (their errors have cause
+ * HY_CAUSE_STOPPED: the backend's abort ended their waits). */
 static int rt_round(hy_runtime *rt, int eval_count, hy_error *err) {
     pthread_mutex_lock(&rt->lock);
     rt->done = 0;
@@ -906,10 +907,11 @@ static int rt_round(hy_runtime *rt, int eval_count, hy_error *err) {
     const rt_rank *failed = NULL;
     for (int r = 0; r < rt->P; r++) {
         const rt_rank *rk = &rt->ranks[r];
-        if (rk->status && (!failed || strstr(failed->err.msg, " stopped while waiting")))
-            failed = rk;
+        if (rk->status && (!failed || failed->err.cause == HY_CAUSE_STOPPED)) failed = rk;
     }
-    return failed ? hy_fail(err, failed->status, "%s", failed->err.msg) : HY_OK;
+    if (!failed) return HY_OK;
+    if (err) *err = failed->err;
+    return failed->status;
 }
 
 static double rt_now(void) {

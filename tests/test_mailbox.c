@@ -294,7 +294,7 @@ static void test_watchdog(void) {
     CHECK(hy_backend_cpu_create(&be, 2, 0.2, &err) == HY_OK);
     void *flag;
     CHECK(be->ops->alloc(be, 1, sizeof(uint32_t), &flag, &err) == HY_OK);
-    waiter w = { be, flag, 0, { 0, "" } };
+    waiter w = { be, flag, 0, { 0 } };
     double t0 = seconds();
     wait_forever(&w);
     double dt = seconds() - t0;
@@ -302,6 +302,7 @@ static void test_watchdog(void) {
     CHECKF(dt >= 0.19 && dt < 5.0, "watchdog fired after %.3f s", dt);
     CHECK(strstr(w.err.msg, "watchdog") && strstr(w.err.msg, "rank 1") &&
           strstr(w.err.msg, "B m2 s3: test wait"));
+    CHECK(w.err.cause == HY_CAUSE_NONE);   /* a stall of its own, not a stop */
     be->ops->destroy(be);
 }
 
@@ -312,7 +313,7 @@ static void test_abort(void) {
     CHECK(hy_backend_cpu_create(&be, 2, 60.0, &err) == HY_OK);
     void *flag;
     CHECK(be->ops->alloc(be, 1, sizeof(uint32_t), &flag, &err) == HY_OK);
-    waiter w = { be, flag, 0, { 0, "" } };
+    waiter w = { be, flag, 0, { 0 } };
     pthread_t th;
     double t0 = seconds();
     CHECK(pthread_create(&th, NULL, wait_forever, &w) == 0);
@@ -323,6 +324,7 @@ static void test_abort(void) {
     CHECK(w.status == HY_ERR_RUNTIME);
     CHECK(seconds() - t0 < 5.0);
     CHECK(strstr(w.err.msg, "rank 1 stopped") && strstr(w.err.msg, "rank 0 failed: injected"));
+    CHECK(w.err.cause == HY_CAUSE_STOPPED);   /* what the runtime tells a stopped rank by */
     be->ops->destroy(be);
 }
 

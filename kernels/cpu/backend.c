@@ -170,8 +170,8 @@ static int cpu_aborted(cpu_backend *cb, const hy_wait_site *site, hy_error *err)
     pthread_mutex_lock(&cb->lock);
     memcpy(why, cb->why, sizeof why);
     pthread_mutex_unlock(&cb->lock);
-    return hy_fail(err, HY_ERR_RUNTIME, "rank %d stopped while waiting at %s: %s", site->rank,
-                   site->what, why);
+    return hy_fail_cause(err, HY_ERR_RUNTIME, HY_CAUSE_STOPPED,
+                         "rank %d stopped while waiting at %s: %s", site->rank, site->what, why);
 }
 
 static int run_wait(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
