@@ -191,24 +191,9 @@ typedef struct {
     int (*graph_launch)(hy_graph *g, hy_stream *s, hy_error *err);
     void (*graph_destroy)(hy_graph *g);
 
-    /* Makes every current and future wait fail ("stopped because ...").
-     * Safe to call from any thread. */
+    /* Makes every current and future wait fail ("stopped while waiting",
+     * with cause HY_CAUSE_STOPPED). Safe to call from any thread. */
     void (*abort)(hy_backend *be, const char *why);
-
-    /* Test ops, to prove the cross-rank protocol on both backends with the
-     * same test. Each reads the iteration number from `*iter` when it runs,
-     * so a replayed graph sees the current iteration:
-     *   fill:  buf[i] = hy_pattern(key, *iter, i)
-     *   check: counts i with buf[i] != hy_pattern(key, *iter, i) into *errors
-     *   delay: sleeps (spins, on a GPU) hy_pattern(key, *iter, 0) % max_ns ns
-     *   add:   *counter += 1 */
-    int (*test_fill)(hy_stream *s, uint32_t *buf, size_t n, uint32_t key, const uint32_t *iter,
-                     hy_error *err);
-    int (*test_check)(hy_stream *s, const uint32_t *buf, size_t n, uint32_t key,
-                      const uint32_t *iter, uint32_t *errors, hy_error *err);
-    int (*test_delay)(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
-                      hy_error *err);
-    int (*test_add)(hy_stream *s, uint32_t *counter, hy_error *err);
 
     /* Math (DESIGN §5): the transformer's ops, enqueued. Activations
      * ("act", void *) are in the backend's compute type: fp32 on the CPU,
@@ -297,9 +282,14 @@ typedef struct {
     int (*graph_dot)(hy_graph *g, const char *path, hy_graph_nodes *nodes, hy_error *err);
 } hy_backend_ops;
 
+/* The test ops (backend_test.h): kept out of hy_backend_ops, since only
+ * the tests use them. */
+typedef struct hy_backend_test_ops hy_backend_test_ops;
+
 /* What every backend's state starts with. */
 struct hy_backend {
     const hy_backend_ops *ops;
+    const hy_backend_test_ops *test_ops;
     int ranks;
     double watchdog_s;
 };
@@ -325,17 +315,6 @@ int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_err
  * and says which. */
 int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int n_devices,
                            int flags_on_device, double watchdog_s, hy_error *err);
-
-/* The pattern the test ops write: a 32-bit hash of (key, iteration, i). */
-static inline uint32_t hy_pattern(uint32_t key, uint32_t iter, uint32_t i) {
-    uint32_t h = key * 0x9E3779B1u ^ (iter + 0x7F4A7C15u) * 0x85EBCA77u ^ i * 0xC2B2AE3Du;
-    h ^= h >> 16;
-    h *= 0x7FEB352Du;
-    h ^= h >> 15;
-    h *= 0x846CA68Bu;
-    h ^= h >> 16;
-    return h;
-}
 
 #ifdef __cplusplus
 }

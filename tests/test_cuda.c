@@ -34,6 +34,7 @@
  *     (every kernel is deterministic, kernels.cuh).
  */
 #include "backend.h"
+#include "backend_test.h"
 #include "config.h"
 #include "data.h"
 #include "model.h"
@@ -490,8 +491,9 @@ static void test_conversions_and_patterns(hy_rng *r) {
 
     uint32_t it = 5, *pit = dev_alloc(d, sizeof it), *buf = dev_alloc(d, n * 4), *errs = dev_alloc(d, 4);
     CHECK(o->upload(d->be, 0, pit, &it, sizeof it, &d->err) == HY_OK);
-    CHECK(o->test_fill(d->st, buf, n, 77, pit, &d->err) == HY_OK);
-    CHECK(o->test_check(d->st, buf, n, 77, pit, errs, &d->err) == HY_OK);
+    const hy_backend_test_ops *to = hy_backend_test_ops_of(d->be);
+    CHECK(to->fill(d->st, buf, n, 77, pit, &d->err) == HY_OK);
+    CHECK(to->check(d->st, buf, n, 77, pit, errs, &d->err) == HY_OK);
     uint32_t *h = malloc(n * 4), e = 1;
     CHECK(o->sync(d->st, &d->err) == HY_OK);
     CHECK(o->download(d->be, 0, h, buf, n * 4, &d->err) == HY_OK);

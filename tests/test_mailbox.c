@@ -15,6 +15,7 @@
  * machine without one those cases are not run, and say so).
  */
 #include "backend.h"
+#include "backend_test.h"
 #include "mailbox.h"
 #include "schedule.h"
 #include "test.h"
@@ -42,18 +43,18 @@ static uint32_t key_of(int edge, int m) { return (uint32_t)edge * 65536u + (uint
 
 /* The test's stand-in for computing an output and sending it. */
 static int produce(rank_ctx *c, hy_stream *st, int edge, int m, const char *label) {
-    const hy_backend_ops *o = c->be->ops;
-    int rc = o->test_delay(st, key_of(edge, m) ^ 0x51u, c->iter, c->max_delay_ns, &c->err);
-    if (!rc) rc = o->test_fill(st, c->out, WORDS, key_of(edge, m), c->iter, &c->err);
+    const hy_backend_test_ops *t = hy_backend_test_ops_of(c->be);
+    int rc = t->delay(st, key_of(edge, m) ^ 0x51u, c->iter, c->max_delay_ns, &c->err);
+    if (!rc) rc = t->fill(st, c->out, WORDS, key_of(edge, m), c->iter, &c->err);
     if (!rc) rc = hy_mailbox_send(st, &c->mb->edges[edge], m, c->out, label, &c->err);
     return rc;
 }
 
 static int check_slot(rank_ctx *c, hy_stream *st, int edge, int m) {
-    const hy_backend_ops *o = c->be->ops;
+    const hy_backend_test_ops *t = hy_backend_test_ops_of(c->be);
     const uint32_t *slot = hy_mailbox_slot(&c->mb->edges[edge], m);
-    int rc = o->test_check(st, slot, WORDS, key_of(edge, m), c->iter, c->errors, &c->err);
-    if (!rc) rc = o->test_add(st, c->checks, &c->err);
+    int rc = t->check(st, slot, WORDS, key_of(edge, m), c->iter, c->errors, &c->err);
+    if (!rc) rc = t->add(st, c->checks, &c->err);
     return rc;
 }
 
@@ -84,20 +85,20 @@ static int enqueue_iteration(rank_ctx *c, hy_stream *st) {
             if (!rc && st_ > 0 && mb->into_bwd[st_ - 1] >= 0)
                 rc = produce(c, st, mb->into_bwd[st_ - 1], m, label);
             if (!rc)
-                rc = c->be->ops->test_delay(st, key_of(st_, m) ^ 0xA7u, c->iter, c->max_delay_ns,
-                                            &c->err);
+                rc = hy_backend_test_ops_of(c->be)->delay(st, key_of(st_, m) ^ 0xA7u, c->iter,
+                                                          c->max_delay_ns, &c->err);
             if (!rc && fin >= 0) rc = hy_mailbox_release(st, &mb->edges[fin], m, &c->err);
             if (!rc && bin >= 0) rc = hy_mailbox_release(st, &mb->edges[bin], m, &c->err);
         }
     }
     /* The per-step exchange outside the schedule (gradient-norm partials
      * travel like this): every rank sends to every other over channels. */
-    const hy_backend_ops *o = c->be->ops;
+    const hy_backend_test_ops *t = hy_backend_test_ops_of(c->be);
     int P = s->ranks;
     for (int b = 0; b < P && !rc; b++) {
         if (b == c->rank) continue;
         uint32_t key = 0x40000000u + (uint32_t)(c->rank * P + b);
-        rc = o->test_fill(st, c->out, WORDS, key, c->iter, &c->err);
+        rc = t->fill(st, c->out, WORDS, key, c->iter, &c->err);
         if (!rc) rc = hy_channel_send(st, &c->ch[c->rank][b], c->out, "norm partial", &c->err);
     }
     for (int a = 0; a < P && !rc; a++) {
@@ -105,11 +106,11 @@ static int enqueue_iteration(rank_ctx *c, hy_stream *st) {
         const hy_channel *ch = &c->ch[a][c->rank];
         uint32_t key = 0x40000000u + (uint32_t)(a * P + c->rank);
         rc = hy_channel_receive(st, ch, "norm partial", &c->err);
-        if (!rc) rc = o->test_check(st, ch->slot, WORDS, key, c->iter, c->errors, &c->err);
-        if (!rc) rc = o->test_add(st, c->checks, &c->err);
+        if (!rc) rc = t->check(st, ch->slot, WORDS, key, c->iter, c->errors, &c->err);
+        if (!rc) rc = t->add(st, c->checks, &c->err);
         if (!rc) rc = hy_channel_release(st, ch, &c->err);
     }
-    if (!rc) rc = o->test_add(st, c->iter, &c->err);
+    if (!rc) rc = t->add(st, c->iter, &c->err);
     return rc;
 }
 
