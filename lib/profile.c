@@ -23,6 +23,7 @@
 #include "model.h"
 #include "plan.h"
 #include "runtime.h"
+#include "train.h"
 
 /* ------------------------------------------------------------------------
  * The cost model
@@ -338,8 +339,8 @@ static int same_schedule(const hy_schedule *a, const hy_schedule *b) {
 }
 
 /* The steps: warm-up, then measured, each one's stamps taken. */
-static int run_steps(hy_profile *p, hy_runtime *rt, const hy_profile_opts *o, step_times *steps,
-                     hy_error *err) {
+static int run_steps(hy_profile *p, const hy_config *c, hy_runtime *rt, const hy_profile_opts *o,
+                     step_times *steps, hy_error *err) {
     const hy_schedule *s = &p->sched;
     int P = s->ranks, rc = HY_OK;
     int *at = action_index(s);
@@ -352,7 +353,7 @@ static int run_steps(hy_profile *p, hy_runtime *rt, const hy_profile_opts *o, st
     double wall = 0, tokens = 0;
     for (int k = 0; !rc && k < HY_PROFILE_WARMUP + o->steps; k++) {
         hy_step_stats st;
-        rc = hy_runtime_step(rt, &st, err);
+        rc = hy_train_step(rt, c, &st, err);
         if (rc || k < HY_PROFILE_WARMUP) continue;
         for (int r = 0; !rc && r < P; r++)
             rc = hy_runtime_stamps(rt, r, raw[r], hy_runtime_stamp_count(rt, r), err);
@@ -550,7 +551,7 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
     if (!rc) {
         memcpy(p->n_layers, m.n_layers, (size_t)p->sched.stages * sizeof(int));
         p->head_units = hy_model_stage_cost(&m, m.stages - 1) - m.n_layers[m.stages - 1];
-        rc = run_steps(p, rt, o, steps, err);
+        rc = run_steps(p, c, rt, o, steps, err);
     }
     hy_runtime_destroy(rt);
     if (!rc) {

@@ -849,16 +849,6 @@ int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err) {
 /* ------------------------------------------------------------------------ */
 /* Steps */
 
-double hy_runtime_lr(const hy_config *c, int step) {
-    double lr = c->train.lr, min_lr = c->train.min_lr;
-    int warm = c->train.warmup_steps, total = c->train.steps;
-    if (step <= warm) return lr * step / (warm > 0 ? warm : 1);
-    if (total <= warm) return lr;
-    double progress = (double)(step - warm) / (double)(total - warm);
-    if (progress > 1.0) progress = 1.0;
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.141592653589793 * progress));
-}
-
 /* BERT's masked-LM inputs: 15% of positions chosen, of those 80% become
  * the mask token (the last id of the vocabulary), 10% a random token and
  * 10% stay; only chosen positions have a target. Deterministic in (seed,
@@ -937,11 +927,10 @@ static int rt_open_train(hy_runtime *rt, hy_error *err) {
     return HY_OK;
 }
 
-int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {
+int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     double t0 = rt_now();
     rt->step++;
-    double lr = hy_runtime_lr(rt->cfg, rt->step);
     hy_adamw_hparams hp = { (float)lr, (float)rt->cfg->train.beta1, (float)rt->cfg->train.beta2,
                             (float)rt->cfg->train.eps, (float)rt->cfg->train.weight_decay, rt->step };
     int rc = rt_open_train(rt, err);

@@ -6,8 +6,8 @@
  * model's partition, every rank's memory (parameters, gradients, AdamW
  * state, activation stashes sized by the schedule's in-flight counts,
  * mailboxes on every stage boundary), and starts the rank threads. Each
- * hy_runtime_step loads the step's micro-batches, sets the step's learning
- * rate, and lets every rank run one iteration: its F and B actions in
+ * hy_runtime_step loads the step's micro-batches, sets the learning rate
+ * its caller gives, and lets every rank run one iteration: its F and B actions in
  * schedule order with sends and receives through the mailboxes, the tied
  * embedding's gradient exchange, the global gradient norm and clipping,
  * and AdamW. The first iteration runs eagerly; with `graph` on, the
@@ -49,8 +49,9 @@ int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err);
  * the CUDA backend in the build is an input error saying which. */
 int hy_runtime_pick_backend(const hy_config *c, int *cuda, char *why, size_t n, hy_error *err);
 
-/* One optimizer step over all ranks. */
-int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err);
+/* One optimizer step over all ranks at learning rate lr (the caller's
+ * schedule: train.h's hy_train_lr, through hy_train_step). */
+int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err);
 
 /* Replaces the weights with those of a safetensors file with Hugging Face
  * GPT-2 names (a "transformer." prefix is accepted; F32, BF16 or F16; wte
@@ -82,10 +83,6 @@ int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n
  * continue exactly there. */
 int hy_runtime_get_progress(hy_runtime *rt, int *step, size_t *data_pos, hy_error *err);
 int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error *err);
-
-/* The learning rate at step (1-based): linear warm-up to train.lr over
- * warmup_steps, then cosine decay to train.min_lr at the last step. */
-double hy_runtime_lr(const hy_config *c, int step);
 
 /* The backend the runtime runs on (for benchmarks and profiling). */
 struct hy_backend *hy_runtime_backend(hy_runtime *rt);

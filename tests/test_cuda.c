@@ -40,6 +40,7 @@
 #include "model.h"
 #include "rng.h"
 #include "runtime.h"
+#include "train.h"
 #include "test.h"
 #include "lib/shard.h"
 
@@ -585,7 +586,7 @@ static int train(const char *backend, const char *const *extra, int n_extra, int
     memset(res, 0, sizeof *res);
     for (int s = 0; s < steps && s < 8 && !rc; s++) {
         hy_step_stats st;
-        rc = hy_runtime_step(rt, &st, &err);
+        rc = hy_train_step(rt, &c, &st, &err);
         if (!rc) res->loss[s] = st.loss;
     }
     hy_model m;

@@ -12,6 +12,7 @@
 #include "data.h"
 #include "model.h"
 #include "runtime.h"
+#include "train.h"
 #include "test.h"
 #include "lib/shard.h"
 
@@ -54,7 +55,7 @@ static int train(const char *kind, const char *const *extra, int n_extra, int st
     memset(res, 0, sizeof *res);
     for (int s = 1; s <= steps && !rc; s++) {
         hy_step_stats st;
-        rc = hy_runtime_step(rt, &st, &err);
+        rc = hy_train_step(rt, &c, &st, &err);
         if (!rc && s == 1) res->first_loss = st.loss;
         if (!rc) res->last_loss = st.loss;
     }
@@ -168,7 +169,7 @@ static void first_failure_is_reported(void) {
     hy_step_stats st;
     CHECKF(hy_runtime_create(&rt, &c, &err) == HY_OK, "%s", err.msg);
     CHECK(rt && hy_runtime_slow_stage(rt, 0, 5.0, &err) == HY_OK);
-    int rc = rt ? hy_runtime_step(rt, &st, &err) : HY_ERR_RUNTIME;
+    int rc = rt ? hy_train_step(rt, &c, &st, &err) : HY_ERR_RUNTIME;
     CHECK(rc == HY_ERR_RUNTIME);
     CHECKF(strstr(err.msg, "watchdog: rank 1") && !strstr(err.msg, "stopped while waiting"),
            "%s", err.msg);
@@ -200,7 +201,7 @@ static void whole_model_gradient(const char *kind, const char *sched, const char
     hy_runtime *rt = NULL;
     hy_model m;
     hy_step_stats st;
-    if (hy_runtime_create(&rt, &c, &err) || hy_runtime_step(rt, &st, &err) ||
+    if (hy_runtime_create(&rt, &c, &err) || hy_train_step(rt, &c, &st, &err) ||
         hy_model_build(&m, &c, 1, &err)) {
         CHECKF(0, "%s", err.msg);
         hy_runtime_destroy(rt);
