@@ -23,7 +23,6 @@
 #include "data.h"
 #include "mailbox.h"
 #include "model.h"
-#include "rng.h"
 #include "safetensors.h"
 #include "schedule.h"
 
@@ -849,23 +848,6 @@ int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err) {
 /* ------------------------------------------------------------------------ */
 /* Steps */
 
-/* BERT's masked-LM inputs: 15% of positions chosen, of those 80% become
- * the mask token (the last id of the vocabulary), 10% a random token and
- * 10% stay; only chosen positions have a target. Deterministic in (seed,
- * step, micro-batch). */
-static void rt_mask(const hy_runtime *rt, int *in, int *tg, int m) {
-    hy_rng r = hy_rng_stream(rt->cfg->train.seed ^ 0x4D4C4DULL,
-                             (uint64_t)rt->step * (uint64_t)rt->M + (uint64_t)m);
-    for (int i = 0; i < rt->N; i++) {
-        tg[i] = -1;
-        if (hy_rng_uniform(&r) >= 0.15) continue;
-        tg[i] = in[i];
-        double u = hy_rng_uniform(&r);
-        if (u < 0.8) in[i] = rt->V - 1;
-        else if (u < 0.9) in[i] = (int)hy_rng_below(&r, (uint64_t)rt->V);
-    }
-}
-
 static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     size_t N = (size_t)rt->N;
@@ -873,7 +855,9 @@ static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, hy_error *er
     for (int m = 0; m < count; m++) {
         int rc = hy_batch_next(sh, rt->B, rt->T, rt->batch_in, rt->batch_tg, err);
         if (rc) return rc;
-        if (rt->model.kind == HY_MODEL_BERT) rt_mask(rt, rt->batch_in, rt->batch_tg, m);
+        if (rt->model.kind == HY_MODEL_BERT)
+            hy_mask_tokens(rt->batch_in, rt->batch_tg, rt->N, rt->V, rt->cfg->train.seed, rt->step,
+                           rt->M, m);
         rc = o->upload(rt->be, first, rt->ranks[first].tokens + m * N, rt->batch_in, N * sizeof(int), err);
         if (!rc) rc = o->upload(rt->be, last, rt->ranks[last].targets + m * N, rt->batch_tg,
                                 N * sizeof(int), err);
