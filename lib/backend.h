@@ -16,7 +16,9 @@
  *
  * In a build without nvcc the CUDA entry points still exist (a stand-in,
  * kernels/cuda/stub.c, is linked instead of kernels/cuda/device.cu) and
- * answer "no CUDA devices", so callers never need #ifdefs.
+ * answer "no CUDA devices", so callers never need #ifdefs. Above them all,
+ * hy_backend_open (lib/backend.c) is the one way a run picks and opens
+ * its backend, and hy_backend_describe says what it would get.
  */
 #ifndef HY_BACKEND_H
 #define HY_BACKEND_H
@@ -315,6 +317,50 @@ int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_err
  * and says which. */
 int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int n_devices,
                            int flags_on_device, double watchdog_s, hy_error *err);
+
+/* ---------------------------------------------------------------------- */
+/* Choosing and opening a backend (lib/backend.c)
+ *
+ * A run asks for a backend by kind (its config's `backend` key, filled in
+ * by config.h's hy_backend_request_from_config); `auto` takes CUDA when
+ * the build has the CUDA backend and a device is visible, else the CPU.
+ * hy_backend_open opens what the request gets, the CPU or the CUDA backend
+ * (bench programs that measure one backend create it themselves).
+ * hy_backend_describe says what a request would get, and why, without
+ * opening anything: what the training loop prints, the profiler reports
+ * and the tuner budgets with. */
+
+typedef enum { HY_BACKEND_AUTO, HY_BACKEND_CPU, HY_BACKEND_CUDA, HY_BACKEND_COUNT } hy_backend_kind;
+
+typedef struct {
+    hy_backend_kind kind;
+    int ranks;
+    const int *devices;   /* CUDA: rank r runs on devices[r]; past the end of the
+                             list (n_devices 0: all ranks), on r mod the count */
+    int n_devices;
+    double watchdog_s;    /* a wait longer than this fails */
+} hy_backend_request;
+
+typedef struct {
+    int cuda;             /* 1: the CUDA backend, 0: the CPU backend */
+    char why[128];        /* "cuda (auto: 8 CUDA devices)", "cpu (auto: no CUDA
+                             device found)", "cpu", ... */
+    double rank_bytes;    /* memory per rank: on CUDA the least, over the ranks,
+                             of a rank's device memory over the ranks sharing
+                             that device; on the CPU the host's memory over the
+                             ranks; INFINITY where it cannot be told */
+} hy_backend_choice;
+
+/* What request rq gets, into *out. Asking for "cuda" in a build without
+ * the CUDA backend, or on a machine with no CUDA device, is an input error
+ * saying which; only a device query that fails otherwise is a runtime
+ * error. */
+int hy_backend_describe(const hy_backend_request *rq, hy_backend_choice *out, hy_error *err);
+
+/* Opens what rq gets into *out (NULL on failure), with the same errors as
+ * hy_backend_describe, and says what it chose into *chosen when not NULL. */
+int hy_backend_open(const hy_backend_request *rq, hy_backend **out, hy_backend_choice *chosen,
+                    hy_error *err);
 
 #ifdef __cplusplus
 }

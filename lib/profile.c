@@ -521,7 +521,11 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
     if (o->steps < 1)
         return hy_fail(err, HY_ERR_INPUT, "profile: the number of measured steps must be at "
                        "least 1, got %d", o->steps);
-    int cuda = 0, rc = hy_runtime_pick_backend(c, &cuda, p->backend, sizeof p->backend, err);
+    hy_backend_request brq;
+    hy_backend_choice chosen;
+    hy_backend_request_from_config(c, &brq);
+    int rc = hy_backend_describe(&brq, &chosen, err);
+    if (!rc) snprintf(p->backend, sizeof p->backend, "%s", chosen.why);
     hy_runtime *rt = NULL;
     hy_model m;
     memset(&m, 0, sizeof m);

@@ -713,44 +713,6 @@ static int rt_init_params(hy_runtime *rt, hy_error *err) {
     return HY_OK;
 }
 
-int hy_runtime_pick_backend(const hy_config *c, int *cuda, char *why, size_t n, hy_error *err) {
-    int gpus = 0;
-    *cuda = 0;
-    int rc = hy_device_count(&gpus, err);
-    if (rc) return rc;
-    int built = strstr(hy_backends_compiled(), "cuda") != NULL;
-    if (c->backend == HY_BACKEND_CUDA) {
-        if (!built)
-            return hy_fail(err, HY_ERR_INPUT, "backend \"cuda\": this hanayo was built without "
-                           "the CUDA backend (no nvcc, or NO_CUDA=1); use backend \"cpu\" or \"auto\"");
-        if (gpus == 0)
-            return hy_fail(err, HY_ERR_INPUT, "backend \"cuda\": no CUDA device is visible on this "
-                           "machine; use backend \"cpu\" or \"auto\"");
-        *cuda = 1;
-        snprintf(why, n, "cuda");
-    } else if (c->backend == HY_BACKEND_AUTO && built && gpus > 0) {
-        *cuda = 1;
-        snprintf(why, n, "cuda (auto: %d CUDA device%s)", gpus, gpus == 1 ? "" : "s");
-    } else if (c->backend == HY_BACKEND_AUTO) {
-        snprintf(why, n, "cpu (auto: %s)", built ? "no CUDA device found"
-                                                 : "built without the CUDA backend");
-    } else {
-        snprintf(why, n, "cpu");
-    }
-    return HY_OK;
-}
-
-static int rt_open_backend(hy_runtime *rt, hy_error *err) {
-    const hy_config *c = rt->cfg;
-    int cuda = 0;
-    char why[128];
-    int rc = hy_runtime_pick_backend(c, &cuda, why, sizeof why, err);
-    if (rc) return rc;
-    if (cuda)
-        return hy_backend_cuda_create(&rt->be, rt->P, c->devices, c->n_devices, 0, c->watchdog_s, err);
-    return hy_backend_cpu_create(&rt->be, rt->P, c->watchdog_s, err);
-}
-
 static int rt_build(hy_runtime *rt, hy_error *err) {
     const hy_config *c = rt->cfg;
     hy_sched_params sp;
@@ -772,7 +734,9 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     int last = rt->sched.placement[rt->S - 1];
     rt->replica_rank = last != rt->sched.placement[0] ? last : -1;
 
-    rc = rt_open_backend(rt, err);
+    hy_backend_request brq;
+    hy_backend_request_from_config(c, &brq);
+    rc = hy_backend_open(&brq, &rt->be, NULL, err);
     if (rc) return rc;
     rt->A = rt->be->ops->act_size;
     rc = hy_mailbox_plan(&rt->mb, &rt->sched, err);

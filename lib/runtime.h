@@ -39,15 +39,9 @@ typedef struct {
                             finite (a non-finite one makes every rank skip it) */
 } hy_step_stats;
 
-/* Builds the run of config c on the backend it asks for (see
- * hy_runtime_pick_backend). `c` must outlive the runtime. */
+/* Builds the run of config c on the backend it asks for (backend.h,
+ * hy_backend_open). `c` must outlive the runtime. */
 int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err);
-
-/* Which backend config c runs on: *cuda = 1 for CUDA, else the CPU, with
- * a short reason in why ("cuda (auto: 8 CUDA devices)", "cpu (auto: no
- * CUDA device found)"). `backend: "cuda"` without a usable GPU or without
- * the CUDA backend in the build is an input error saying which. */
-int hy_runtime_pick_backend(const hy_config *c, int *cuda, char *why, size_t n, hy_error *err);
 
 /* One optimizer step over all ranks at learning rate lr (the caller's
  * schedule: train.h's hy_train_lr, through hy_train_step). */

@@ -33,13 +33,14 @@ int hy_train_step(hy_runtime *rt, const hy_config *c, hy_step_stats *st, hy_erro
     return rc ? rc : hy_runtime_step(rt, hy_train_lr(c, last + 1), st, err);
 }
 
-/* The backend a run uses (runtime.h decides), said on `out` when not NULL.
+/* The backend a run uses (backend.h decides), said on `out` when not NULL.
  * `backend: "cuda"` without a usable GPU is an input error. */
 static int hy_pick_backend(const hy_config *c, FILE *out, hy_error *err) {
-    int cuda = 0;
-    char why[128];
-    int rc = hy_runtime_pick_backend(c, &cuda, why, sizeof why, err);
-    if (!rc && out) fprintf(out, "backend: %s\n", why);
+    hy_backend_request rq;
+    hy_backend_choice chosen;
+    hy_backend_request_from_config(c, &rq);
+    int rc = hy_backend_describe(&rq, &chosen, err);
+    if (!rc && out) fprintf(out, "backend: %s\n", chosen.why);
     return rc;
 }
 

@@ -661,16 +661,18 @@ static void test_no_gpu(void) {
     hy_config c;
     hy_config_init(&c);
     const char *cuda[] = { "backend=cuda" }, *autob[] = { "backend=auto" };
-    int use = -1;
-    char why[128];
+    hy_backend_request rq;
+    hy_backend_choice use;
     CHECK(hy_config_load(&c, NULL, cuda, 1, &err) == HY_OK);
-    CHECK(hy_runtime_pick_backend(&c, &use, why, sizeof why, &err) == HY_ERR_INPUT);
+    hy_backend_request_from_config(&c, &rq);
+    CHECK(hy_backend_describe(&rq, &use, &err) == HY_ERR_INPUT);
     CHECKF(strstr(err.msg, "backend \"cuda\"") != NULL, "%s", err.msg);
     hy_config_free(&c);
     hy_config_init(&c);
     CHECK(hy_config_load(&c, NULL, autob, 1, &err) == HY_OK);
-    CHECK(hy_runtime_pick_backend(&c, &use, why, sizeof why, &err) == HY_OK && use == 0);
-    CHECKF(strncmp(why, "cpu (auto: ", 11) == 0, "%s", why);
+    hy_backend_request_from_config(&c, &rq);
+    CHECK(hy_backend_describe(&rq, &use, &err) == HY_OK && use.cuda == 0);
+    CHECKF(strncmp(use.why, "cpu (auto: ", 11) == 0, "%s", use.why);
     hy_config_free(&c);
 }
 
