@@ -23,8 +23,8 @@
 #include "data.h"
 #include "mailbox.h"
 #include "model.h"
-#include "safetensors.h"
 #include "schedule.h"
+#include "weights.h"
 
 /* The activations one layer keeps for its backward, inside a stash slot:
  * activations in the backend's compute type (act_size bytes each, void *),
@@ -188,14 +188,9 @@ static float *rt_grad(const hy_runtime *rt, const hy_param *p) {
     return rt->stages[p->stage].grad + p->offset;
 }
 
-/* The parameter of `kind` for global layer l. Parameters are added in a
- * fixed order (model.c): wte, wpe, 12 per block, ln_f. */
+/* The parameter of `kind` for global layer l. */
 static const hy_param *rt_p(const hy_runtime *rt, hy_param_kind kind, int l) {
-    if (kind == HY_P_WTE) return &rt->model.params[0];
-    if (kind == HY_P_WPE) return &rt->model.params[1];
-    if (kind == HY_P_LNF_W) return &rt->model.params[rt->model.n_params - 2];
-    if (kind == HY_P_LNF_B) return &rt->model.params[rt->model.n_params - 1];
-    return &rt->model.params[2 + 12 * l + (kind - HY_P_LN1_W)];
+    return hy_model_param(&rt->model, kind, l);
 }
 
 /* A rank's profile stamps: one at the start of its iteration, four per
@@ -783,7 +778,7 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     for (int r = 0; r < rt->P && !rc; r++)
         rc = rt->be->ops->stream_create(rt->be, r, &rt->ranks[r].stream, err);
     if (!rc) rc = rt_init_params(rt, err);
-    if (!rc && c->init) rc = hy_runtime_load_weights(rt, c->init, err);
+    if (!rc && c->init) rc = hy_weights_load(rt, c->init, err);
     return rc;
 }
 
@@ -929,77 +924,6 @@ int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss
     return HY_OK;
 }
 
-/* Tensors Hugging Face GPT-2 files carry that are not parameters here. */
-static int rt_ignorable(const char *name) {
-    if (strncmp(name, "transformer.", 12) == 0) name += 12;
-    size_t n = strlen(name);
-    return !strcmp(name, "lm_head.weight") ||
-           (n > 10 && !strcmp(name + n - 10, ".attn.bias")) ||
-           (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
-}
-
-/* "[a, b, ...]" */
-static void rt_shape_text(char *buf, size_t n, int ndim, const size_t *shape) {
-    size_t used = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < ndim && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, "%s%zu", i ? ", " : "", shape[i]);
-    if (used < n) snprintf(buf + used, n - used, "]");
-}
-
-static int rt_load_tensor(hy_runtime *rt, const hy_st_file *f, const hy_param *p, float *host,
-                          hy_error *err) {
-    char prefixed[64];
-    snprintf(prefixed, sizeof prefixed, "transformer.%s", p->name);
-    const hy_st_tensor *t = hy_st_find(f, p->name);
-    if (!t) t = hy_st_find(f, prefixed);
-    char want[48], have[160];
-    rt_shape_text(want, sizeof want, p->ndim, (const size_t[2]){ (size_t)p->shape[0],
-                                                                 (size_t)p->shape[1] });
-    if (!t)
-        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is missing (the config's model has "
-                       "it, shape %s)", f->path, p->name, want);
-    int rows_ok = t->ndim >= 1 && (t->shape[0] == (size_t)p->shape[0] ||
-                                   (p->kind == HY_P_WTE && t->shape[0] == (size_t)rt->V));
-    if (t->ndim != p->ndim || !rows_ok || (p->ndim == 2 && t->shape[1] != (size_t)p->shape[1])) {
-        rt_shape_text(have, sizeof have, t->ndim, t->shape);
-        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has shape %s, the config's model "
-                       "needs %s; check model.* in the config", f->path, t->name, have, want);
-    }
-    memset(host, 0, p->numel * sizeof(float));   /* padding rows stay zero */
-    int rc = hy_st_read_f32(f, t, host, t->numel, err);
-    if (rc) return rc;
-    const rt_stage *sg = &rt->stages[p->stage];
-    rc = rt->be->ops->upload(rt->be, sg->rank, sg->param + p->offset, host, p->numel * sizeof(float), err);
-    if (!rc && p->kind == HY_P_WTE && rt->replica_rank >= 0)
-        rc = rt->be->ops->upload(rt->be, rt->replica_rank, rt->ranks[rt->replica_rank].wte, host,
-                                 p->numel * sizeof(float), err);
-    return rc;
-}
-
-int hy_runtime_load_weights(hy_runtime *rt, const char *path, hy_error *err) {
-    hy_st_file f;
-    int rc = hy_st_open(&f, path, err);
-    if (rc) return rc;
-    size_t most = 0;
-    for (int i = 0; i < rt->model.n_params; i++)
-        if (rt->model.params[i].numel > most) most = rt->model.params[i].numel;
-    float *host = malloc(most * sizeof(float));
-    if (!host) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory loading %s", path);
-    for (int i = 0; i < f.n_tensors && !rc; i++) {
-        const char *name = f.tensors[i].name;
-        if (!hy_model_find(&rt->model, name) && !rt_ignorable(name))
-            rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is not a parameter of the config's "
-                         "model (model.layers = %d); check the config or the file", path, name,
-                         rt->model.layers);
-    }
-    for (int i = 0; i < rt->model.n_params && !rc; i++)
-        rc = rt_load_tensor(rt, &f, &rt->model.params[i], host, err);
-    for (int s = 0; s < rt->S && !rc; s++) rc = rt_refresh_compute(rt, s, err);
-    free(host);
-    hy_st_close(&f);
-    return rc;
-}
-
 /* The block of `role` of stage sg, and of the replica (NULL if none). */
 static float *rt_block(const rt_stage *sg, hy_tensor_role role) {
     return role == HY_T_PARAM ? sg->param : role == HY_T_GRAD ? sg->grad
@@ -1010,13 +934,47 @@ static float *rt_replica(const rt_rank *rk, hy_tensor_role role) {
          : role == HY_T_ADAM_M ? rk->wte_m : rk->wte_v;
 }
 
+const hy_model *hy_runtime_model(const hy_runtime *rt) { return &rt->model; }
+
+static int rt_too_many(const hy_param *p, size_t n, hy_error *err) {
+    return hy_fail(err, HY_ERR_INPUT, "parameter '%s' has %zu values, not %zu", p->name, p->numel, n);
+}
+
+int hy_runtime_get(hy_runtime *rt, hy_tensor_role role, const hy_param *p, float *dst, size_t n,
+                   hy_error *err) {
+    if (n > p->numel) return rt_too_many(p, n, err);
+    const rt_stage *sg = &rt->stages[p->stage];
+    return rt->be->ops->download(rt->be, sg->rank, dst, rt_block(sg, role) + p->offset,
+                                 n * sizeof(float), err);
+}
+
+int hy_runtime_put(hy_runtime *rt, hy_tensor_role role, const hy_param *p, const float *src,
+                   size_t n, hy_error *err) {
+    if (n > p->numel) return rt_too_many(p, n, err);
+    const rt_stage *sg = &rt->stages[p->stage];
+    int rc = rt->be->ops->upload(rt->be, sg->rank, rt_block(sg, role) + p->offset, src,
+                                 n * sizeof(float), err);
+    if (!rc && p->kind == HY_P_WTE && rt->replica_rank >= 0)
+        rc = rt->be->ops->upload(rt->be, rt->replica_rank,
+                                 rt_replica(&rt->ranks[rt->replica_rank], role), src,
+                                 n * sizeof(float), err);
+    return rc;
+}
+
+int hy_runtime_refresh(hy_runtime *rt, hy_error *err) {
+    int rc = HY_OK;
+    for (int s = 0; s < rt->S && !rc; s++) rc = rt_refresh_compute(rt, s, err);
+    return rc;
+}
+
+/* The parameter `name` names, if it has n values (hy_model_real_numel). */
 static const hy_param *rt_named(hy_runtime *rt, const char *name, size_t n, hy_error *err) {
     const hy_param *p = hy_model_find(&rt->model, name);
     if (!p) {
         hy_fail(err, HY_ERR_INPUT, "no parameter named '%s'", name);
         return NULL;
     }
-    size_t have = p->kind == HY_P_WTE ? (size_t)rt->V * rt->C : p->numel;
+    size_t have = hy_model_real_numel(&rt->model, p);
     if (n != have) {
         hy_fail(err, HY_ERR_INPUT, "parameter '%s' has %zu values, not %zu", name, have, n);
         return NULL;
@@ -1027,23 +985,14 @@ static const hy_param *rt_named(hy_runtime *rt, const char *name, size_t n, hy_e
 int hy_runtime_read(hy_runtime *rt, hy_tensor_role role, const char *name, float *dst, size_t n,
                     hy_error *err) {
     const hy_param *p = rt_named(rt, name, n, err);
-    if (!p) return HY_ERR_INPUT;
-    const rt_stage *sg = &rt->stages[p->stage];
-    return rt->be->ops->download(rt->be, sg->rank, dst, rt_block(sg, role) + p->offset,
-                                 n * sizeof(float), err);
+    return p ? hy_runtime_get(rt, role, p, dst, n, err) : HY_ERR_INPUT;
 }
 
 int hy_runtime_write(hy_runtime *rt, hy_tensor_role role, const char *name, const float *src,
                      size_t n, hy_error *err) {
     const hy_param *p = rt_named(rt, name, n, err);
     if (!p) return HY_ERR_INPUT;
-    const rt_stage *sg = &rt->stages[p->stage];
-    int rc = rt->be->ops->upload(rt->be, sg->rank, rt_block(sg, role) + p->offset, src,
-                                 n * sizeof(float), err);
-    if (!rc && p->kind == HY_P_WTE && rt->replica_rank >= 0)
-        rc = rt->be->ops->upload(rt->be, rt->replica_rank,
-                                 rt_replica(&rt->ranks[rt->replica_rank], role), src,
-                                 n * sizeof(float), err);
+    int rc = hy_runtime_put(rt, role, p, src, n, err);
     if (!rc && role == HY_T_PARAM) rc = rt_refresh_compute(rt, p->stage, err);
     return rc;
 }
@@ -1131,10 +1080,7 @@ static size_t rt_count_nonfinite(const float *x, size_t n) {
 }
 
 int hy_runtime_nonfinite_where(hy_runtime *rt, char *buf, size_t n, hy_error *err) {
-    size_t most = 0;
-    for (int i = 0; i < rt->model.n_params; i++)
-        if (rt->model.params[i].numel > most) most = rt->model.params[i].numel;
-    float *host = malloc(most * sizeof(float));
+    float *host = malloc(hy_model_max_numel(&rt->model) * sizeof(float));
     if (!host) return hy_fail(err, HY_ERR_RUNTIME, "out of memory looking for non-finite gradients");
     int last = rt->sched.placement[rt->S - 1], rc;
     float loss = 0;

@@ -23,6 +23,7 @@
 #include "backend.h"
 #include "config.h"
 #include "error.h"
+#include "model.h"
 #include "schedule.h"
 
 typedef struct hy_runtime hy_runtime;
@@ -40,20 +41,14 @@ typedef struct {
 } hy_step_stats;
 
 /* Builds the run of config c on the backend it asks for (backend.h,
- * hy_backend_open). `c` must outlive the runtime. */
+ * hy_backend_open), with the weights of config key `init` when it names a
+ * file (weights.h), else GPT-2's initialization from train.seed. `c` must
+ * outlive the runtime. */
 int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err);
 
 /* One optimizer step over all ranks at learning rate lr (the caller's
  * schedule: train.h's hy_train_lr, through hy_train_step). */
 int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err);
-
-/* Replaces the weights with those of a safetensors file with Hugging Face
- * GPT-2 names (a "transformer." prefix is accepted; F32, BF16 or F16; wte
- * with the real or the padded vocabulary's rows). Every parameter must be
- * there with its shape; tensors that are not parameters are errors, except
- * the attention-mask buffers and the tied lm_head.weight that Hugging Face
- * files carry. Config key `init` does this at start-up. */
-int hy_runtime_load_weights(hy_runtime *rt, const char *path, hy_error *err);
 
 /* The mean over `batches` batches of each one's mean loss, reading the
  * shard from its start (forward only, no update). tokens: tokens scored. */
@@ -63,11 +58,29 @@ int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss
 /* What a named tensor of the runtime's state may be. */
 typedef enum { HY_T_PARAM, HY_T_GRAD, HY_T_ADAM_M, HY_T_ADAM_V } hy_tensor_role;
 
-/* Copies the `role` tensor of parameter `name` (Hugging Face GPT-2 name)
- * into dst, n floats (wte: the real vocabulary's rows, unpadded). */
+/* The model the runtime runs: shapes, partition and the parameter table
+ * (its wte has the padded vocabulary's rows). */
+const hy_model *hy_runtime_model(const hy_runtime *rt);
+
+/* The first n floats (n <= p->numel) of parameter p's `role` tensor, p
+ * from hy_runtime_model's table: get copies them out; put copies them in,
+ * into the tied embedding's replica too. put leaves the compute copy of
+ * the weights as it was: a loader puts every tensor, then calls
+ * hy_runtime_refresh once, instead of converting a stage per tensor. */
+int hy_runtime_get(hy_runtime *rt, hy_tensor_role role, const hy_param *p, float *dst, size_t n,
+                   hy_error *err);
+int hy_runtime_put(hy_runtime *rt, hy_tensor_role role, const hy_param *p, const float *src,
+                   size_t n, hy_error *err);
+/* Brings every compute copy of the weights up to date with the masters
+ * (on the CPU, where the ops compute on the masters, nothing to do). */
+int hy_runtime_refresh(hy_runtime *rt, hy_error *err);
+
+/* By name, for tests and tools: the `role` tensor of parameter `name`
+ * (Hugging Face GPT-2 name), n floats, which must be
+ * hy_model_real_numel's (wte: the real vocabulary's rows, unpadded).
+ * Writing the weights (HY_T_PARAM) refreshes their stage's compute copy. */
 int hy_runtime_read(hy_runtime *rt, hy_tensor_role role, const char *name, float *dst, size_t n,
                     hy_error *err);
-/* Writes it (and the tied embedding's replica, if any). */
 int hy_runtime_write(hy_runtime *rt, hy_tensor_role role, const char *name, const float *src,
                      size_t n, hy_error *err);
 int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n, hy_error *err);
