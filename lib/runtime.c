@@ -4,10 +4,15 @@
  * Memory, per rank: for each stage it holds, the parameter, gradient and
  * AdamW blocks (model.h's stage blocks) and an activation stash of K_s
  * slots, K_s being the most micro-batches the schedule keeps in flight on
- * that stage; for each stage boundary the mailbox slots (the consumer's
- * stash of its stage input, mailbox.h); and per rank one set of scratch
- * buffers for the backward pass, since a rank runs one action at a time.
+ * that stage (a slot's layout is transformer.h's); for each stage boundary
+ * the mailbox slots (the consumer's stash of its stage input, mailbox.h);
+ * and per rank one set of scratch buffers for the backward pass
+ * (transformer.h's hy_stage_work), since a rank runs one action at a time.
  * Everything is allocated before the first step; a step allocates nothing.
+ *
+ * An action here is the plumbing around the math: profile stamps, the
+ * slow-stage hook, receiving the stage input, sending the output, giving
+ * mailbox slots back; the math of the stage itself is transformer.c's.
  */
 #include "runtime.h"
 
@@ -24,15 +29,8 @@
 #include "mailbox.h"
 #include "model.h"
 #include "schedule.h"
+#include "transformer.h"
 #include "weights.h"
-
-/* The activations one layer keeps for its backward, inside a stash slot:
- * activations in the backend's compute type (act_size bytes each, void *),
- * LayerNorm statistics in fp32. */
-typedef struct {
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-    void *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg, *res3;
-} rt_layer_acts;
 
 typedef struct {
     int rank;
@@ -51,10 +49,12 @@ typedef struct {
     hy_stream *stream;
     hy_graph *graph;
     int iterations;                /* run so far */
-    /* scratch, in the compute type */
-    void *send, *dres, *dln, *datty, *dqkv, *dfc, *dfcg, *attn_scratch, *logits;
+    /* d(stage output) in, d(stage input) out; and the output sent to another
+     * rank, in the compute type; the math's own scratch */
+    void *send, *dres;
+    hy_stage_work work;
     int *tokens, *targets;         /* [M * N], for ranks holding stage 0 / S-1 */
-    float *loss, *clip_factor, *norm;
+    float *clip_factor, *norm;
     double *partials;              /* [P] */
     hy_adamw_hparams *hp;
     /* the replica of wte on the last stage's rank, when it is not rank 0 */
@@ -72,6 +72,7 @@ struct hy_runtime {
     hy_model model;
     hy_mailbox mb;
     hy_backend *be;
+    hy_transformer tf;             /* the math: shapes, ops, each stage's weights and gradients */
     size_t A;                      /* bytes per activation element (backend's act_size) */
     hy_shard train;                /* opened at the first step: eval needs none */
     int train_open;
@@ -80,7 +81,7 @@ struct hy_runtime {
     hy_channel *norm_ch;           /* [P * P]: a -> b at a * P + b */
     hy_channel wte_ch[2];          /* rank 0 -> last rank, last rank -> rank 0 */
     int replica_rank;              /* rank holding the wte replica, or -1 */
-    int B, T, C, NH, N, M, V, Vp, S, P;
+    int B, T, N, M, V, S, P;
     int *batch_in, *batch_tg;      /* host staging for one micro-batch [N] */
     /* test and profiling hooks, fixed before the first step */
     int profile;                   /* timestamps around every action */
@@ -94,104 +95,9 @@ struct hy_runtime {
     int step;
 };
 
-/* ------------------------------------------------------------------------ */
-/* Shapes and stash layout
- *
- * A stash slot is carved into aligned pieces: every piece starts on a
- * 256-byte boundary, so a bf16 array of odd length never misaligns the
- * next one (vector loads on a GPU need 16-byte alignment). */
-
-#define RT_ALIGN 256
-
-static size_t rt_align(size_t bytes) { return (bytes + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN; }
-
-/* Takes `bytes` from *p (NULL *p: only counts, for sizing). */
-static void *rt_carve(unsigned char **p, size_t *used, size_t bytes) {
-    void *at = *p ? *p + *used : NULL;
-    *used += rt_align(bytes);
-    return at;
-}
-
-/* The pieces of layer l's activations in a stash slot; with slot NULL only
- * the size comes back (in *used). */
-static rt_layer_acts rt_layer_carve(const hy_runtime *rt, unsigned char *base, size_t *used) {
-    size_t N = (size_t)rt->N, C = (size_t)rt->C, A = rt->A, f = sizeof(float);
-    size_t att = (size_t)rt->B * rt->NH * rt->T * rt->T;
-    unsigned char **p = &base;
-    rt_layer_acts a;
-    a.ln1_mean = rt_carve(p, used, N * f);
-    a.ln1_rstd = rt_carve(p, used, N * f);
-    a.ln2_mean = rt_carve(p, used, N * f);
-    a.ln2_rstd = rt_carve(p, used, N * f);
-    a.ln1 = rt_carve(p, used, N * C * A);
-    a.qkv = rt_carve(p, used, 3 * N * C * A);
-    a.att = rt_carve(p, used, att * A);
-    a.atty = rt_carve(p, used, N * C * A);
-    a.res2 = rt_carve(p, used, N * C * A);
-    a.ln2 = rt_carve(p, used, N * C * A);
-    a.fch = rt_carve(p, used, 4 * N * C * A);
-    a.fchg = rt_carve(p, used, 4 * N * C * A);
-    a.res3 = rt_carve(p, used, N * C * A);
-    return a;
-}
-
-static size_t rt_layer_bytes(const hy_runtime *rt) {
-    size_t used = 0;
-    rt_layer_carve(rt, NULL, &used);
-    return used;
-}
-
-/* The head's pieces on the last stage: ln_f's output, its statistics, and
- * d(ln_f output), which the head's backward leaves for B(m, S-1). */
-typedef struct {
-    void *out, *dout;
-    float *mean, *rstd;
-} rt_head_acts;
-
-static size_t rt_stash_bytes(const hy_runtime *rt, int s) {
-    size_t NC = (size_t)rt->N * rt->C;
-    size_t n = (size_t)rt->model.n_layers[s] * rt_layer_bytes(rt);
-    if (s == 0) n += rt_align(NC * rt->A);                     /* the embedding's output */
-    if (s == rt->S - 1)
-        n += 2 * rt_align(NC * rt->A) + 2 * rt_align((size_t)rt->N * sizeof(float));
-    return n;
-}
-
-static rt_layer_acts rt_layer(const hy_runtime *rt, void *slot, int l) {
-    size_t used = 0;
-    return rt_layer_carve(rt, (unsigned char *)slot + (size_t)l * rt_layer_bytes(rt), &used);
-}
-
-/* The extras after the layers: the embedding output (stage 0) and the
- * head's activations (last stage). */
-static unsigned char *rt_extra(const hy_runtime *rt, int s, void *slot) {
-    return (unsigned char *)slot + (size_t)rt->model.n_layers[s] * rt_layer_bytes(rt);
-}
-static void *rt_encoded(const hy_runtime *rt, void *slot) { return rt_extra(rt, 0, slot); }
-static rt_head_acts rt_head_of(const hy_runtime *rt, void *slot) {
-    size_t NC = (size_t)rt->N * rt->C, used = 0;
-    unsigned char *p = rt_extra(rt, rt->S - 1, slot);
-    if (rt->S == 1) p += rt_align(NC * rt->A);   /* after stage 0's embedding output */
-    rt_head_acts h;
-    h.mean = rt_carve(&p, &used, (size_t)rt->N * sizeof(float));
-    h.rstd = rt_carve(&p, &used, (size_t)rt->N * sizeof(float));
-    h.out = rt_carve(&p, &used, NC * rt->A);
-    h.dout = rt_carve(&p, &used, NC * rt->A);
-    return h;
-}
-
-/* A parameter as the ops read it (the compute copy), and its gradient. */
-static void *rt_param(const hy_runtime *rt, const hy_param *p) {
-    return (unsigned char *)rt->stages[p->stage].wc + p->offset * rt->A;
-}
-static float *rt_grad(const hy_runtime *rt, const hy_param *p) {
-    return rt->stages[p->stage].grad + p->offset;
-}
-
-/* The parameter of `kind` for global layer l. */
-static const hy_param *rt_p(const hy_runtime *rt, hy_param_kind kind, int l) {
-    return hy_model_param(&rt->model, kind, l);
-}
+/* The tied embedding's parameter: in stage 0's block, and replicated on
+ * the last stage's rank when that is another rank (replica_rank). */
+static const hy_param *rt_wte(const hy_runtime *rt) { return hy_model_param(&rt->model, HY_P_WTE, 0); }
 
 /* A rank's profile stamps: one at the start of its iteration, four per
  * action (start, input received, computed, sent), three for the tail
@@ -209,28 +115,17 @@ typedef struct {
     hy_error *err;
 } rt_ctx;
 
-/* Bytes of n activations. */
-static size_t rt_acts(const hy_runtime *rt, size_t n) { return n * rt->A; }
-
-/* The tied embedding as the last stage sees it. */
-static void *rt_head_wte(rt_ctx *x) {
-    return x->rk->wte_c ? x->rk->wte_c : rt_param(x->rt, rt_p(x->rt, HY_P_WTE, 0));
-}
-static float *rt_head_dwte(rt_ctx *x) {
-    return x->rk->dwte ? x->rk->dwte : rt_grad(x->rt, rt_p(x->rt, HY_P_WTE, 0));
-}
-
 static void *rt_stage_input(rt_ctx *x, int s, int m, void *slot) {
-    return s == 0 ? rt_encoded(x->rt, slot) : hy_mailbox_slot(&x->rt->mb.edges[x->rt->mb.into_fwd[s]], m);
+    return s == 0 ? hy_stash_embedding(&x->rt->tf, slot)
+                  : hy_mailbox_slot(&x->rt->mb.edges[x->rt->mb.into_fwd[s]], m);
 }
 
 /* Where stage s writes its output for micro-batch m: straight into the
  * next stage's slot when it is local, else the send buffer; the last
- * stage keeps it in its stash for ln_f. */
-static void *rt_stage_output(rt_ctx *x, int s, int m, void *slot) {
+ * stage keeps it in its stash slot for the head (NULL here). */
+static void *rt_stage_output(rt_ctx *x, int s, int m) {
     hy_runtime *rt = x->rt;
-    int L = rt->model.n_layers[s];
-    if (s == rt->S - 1) return L > 0 ? rt_layer(rt, slot, L - 1).res3 : rt_stage_input(x, s, m, slot);
+    if (s == rt->S - 1) return NULL;
     const hy_edge *e = &rt->mb.edges[rt->mb.into_fwd[s + 1]];
     return e->local ? hy_mailbox_slot(e, m) : x->rk->send;
 }
@@ -239,90 +134,6 @@ static void *rt_stage_output(rt_ctx *x, int s, int m, void *slot) {
 static int rt_stamp(rt_ctx *x, size_t k) {
     if (!x->rt->profile) return HY_OK;
     return x->o->timestamp(x->st, &x->rk->stamps[k], x->err);
-}
-
-static int rt_layer_forward(rt_ctx *x, int l, const void *in, const rt_layer_acts *a, void *out) {
-    hy_runtime *rt = x->rt;
-    const hy_backend_ops *o = x->o;
-    int N = rt->N, C = rt->C, rc;
-    const void *ln1w = rt_param(rt, rt_p(rt, HY_P_LN1_W, l)), *ln1b = rt_param(rt, rt_p(rt, HY_P_LN1_B, l));
-    rc = o->layernorm_fwd(x->st, a->ln1, a->ln1_mean, a->ln1_rstd, in, ln1w, ln1b, N, C, x->err);
-    if (!rc) rc = o->matmul_fwd(x->st, a->qkv, a->ln1, rt_param(rt, rt_p(rt, HY_P_QKV_W, l)),
-                                rt_param(rt, rt_p(rt, HY_P_QKV_B, l)), N, C, 3 * C, x->err);
-    if (!rc) rc = o->attention_fwd(x->st, a->atty, a->att, a->qkv, rt->B, rt->T, C, rt->NH,
-                                   rt->model.kind == HY_MODEL_GPT, x->err);
-    if (!rc) rc = o->matmul_fwd(x->st, a->res2, a->atty, rt_param(rt, rt_p(rt, HY_P_ATTN_PROJ_W, l)),
-                                rt_param(rt, rt_p(rt, HY_P_ATTN_PROJ_B, l)), N, C, C, x->err);
-    if (!rc) rc = o->add(x->st, a->res2, in, (size_t)N * C, x->err);
-    if (!rc) rc = o->layernorm_fwd(x->st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
-                                   rt_param(rt, rt_p(rt, HY_P_LN2_W, l)),
-                                   rt_param(rt, rt_p(rt, HY_P_LN2_B, l)), N, C, x->err);
-    if (!rc) rc = o->matmul_fwd(x->st, a->fch, a->ln2, rt_param(rt, rt_p(rt, HY_P_FC_W, l)),
-                                rt_param(rt, rt_p(rt, HY_P_FC_B, l)), N, C, 4 * C, x->err);
-    if (!rc) rc = o->gelu_fwd(x->st, a->fchg, a->fch, (size_t)N * 4 * C, x->err);
-    if (!rc) rc = o->matmul_fwd(x->st, out, a->fchg, rt_param(rt, rt_p(rt, HY_P_MLP_PROJ_W, l)),
-                                rt_param(rt, rt_p(rt, HY_P_MLP_PROJ_B, l)), N, 4 * C, C, x->err);
-    if (!rc) rc = o->add(x->st, out, a->res2, (size_t)N * C, x->err);
-    return rc;
-}
-
-/* dres holds d(layer output) and becomes d(layer input): each branch's
- * backward adds its part into it (the ops accumulate). */
-static int rt_layer_backward(rt_ctx *x, int l, const void *in, const rt_layer_acts *a) {
-    hy_runtime *rt = x->rt;
-    rt_rank *rk = x->rk;
-    const hy_backend_ops *o = x->o;
-    hy_stream *st = x->st;
-    int N = rt->N, C = rt->C, rc;
-    size_t NC = (size_t)N * C;
-    const hy_param *pmp = rt_p(rt, HY_P_MLP_PROJ_W, l), *pfc = rt_p(rt, HY_P_FC_W, l);
-    const hy_param *pap = rt_p(rt, HY_P_ATTN_PROJ_W, l), *pqkv = rt_p(rt, HY_P_QKV_W, l);
-    const hy_param *pln2 = rt_p(rt, HY_P_LN2_W, l), *pln1 = rt_p(rt, HY_P_LN1_W, l);
-    rc = o->zero(st, rk->dfcg, rt_acts(rt, 4 * NC), x->err);
-    if (!rc) rc = o->matmul_bwd(st, rk->dfcg, rt_grad(rt, pmp), rt_grad(rt, pmp + 1), rk->dres,
-                                a->fchg, rt_param(rt, pmp), N, 4 * C, C, x->err);
-    if (!rc) rc = o->zero(st, rk->dfc, rt_acts(rt, 4 * NC), x->err);
-    if (!rc) rc = o->gelu_bwd(st, rk->dfc, rk->dfcg, a->fch, 4 * NC, x->err);
-    if (!rc) rc = o->zero(st, rk->dln, rt_acts(rt, NC), x->err);
-    if (!rc) rc = o->matmul_bwd(st, rk->dln, rt_grad(rt, pfc), rt_grad(rt, pfc + 1), rk->dfc,
-                                a->ln2, rt_param(rt, pfc), N, C, 4 * C, x->err);
-    if (!rc) rc = o->layernorm_bwd(st, rk->dres, rt_grad(rt, pln2), rt_grad(rt, pln2 + 1), rk->dln,
-                                   a->res2, rt_param(rt, pln2), a->ln2_mean, a->ln2_rstd, N, C,
-                                   x->err);
-    if (!rc) rc = o->zero(st, rk->datty, rt_acts(rt, NC), x->err);
-    if (!rc) rc = o->matmul_bwd(st, rk->datty, rt_grad(rt, pap), rt_grad(rt, pap + 1), rk->dres,
-                                a->atty, rt_param(rt, pap), N, C, C, x->err);
-    if (!rc) rc = o->zero(st, rk->dqkv, rt_acts(rt, 3 * NC), x->err);
-    if (!rc) rc = o->attention_bwd(st, rk->dqkv, rk->attn_scratch, rk->datty, a->qkv, a->att,
-                                   rt->B, rt->T, C, rt->NH, x->err);
-    if (!rc) rc = o->zero(st, rk->dln, rt_acts(rt, NC), x->err);
-    if (!rc) rc = o->matmul_bwd(st, rk->dln, rt_grad(rt, pqkv), rt_grad(rt, pqkv + 1), rk->dqkv,
-                                a->ln1, rt_param(rt, pqkv), N, C, 3 * C, x->err);
-    if (!rc) rc = o->layernorm_bwd(st, rk->dres, rt_grad(rt, pln1), rt_grad(rt, pln1 + 1), rk->dln,
-                                   in, rt_param(rt, pln1), a->ln1_mean, a->ln1_rstd, N, C, x->err);
-    return rc;
-}
-
-/* The last stage's head, run inside its forward: ln_f, logits, the fused
- * loss and d(logits), and the head's backward down to d(ln_f out), so the
- * logits never need stashing (llm.c does the same). */
-static int rt_head(rt_ctx *x, int m, const void *h, void *slot, int train) {
-    hy_runtime *rt = x->rt;
-    rt_rank *rk = x->rk;
-    const hy_backend_ops *o = x->o;
-    int N = rt->N, C = rt->C, rc;
-    rt_head_acts ha = rt_head_of(rt, slot);
-    const hy_param *pw = rt_p(rt, HY_P_LNF_W, 0);
-    rc = o->layernorm_fwd(x->st, ha.out, ha.mean, ha.rstd, h, rt_param(rt, pw), rt_param(rt, pw + 1),
-                          N, C, x->err);
-    if (!rc) rc = o->lm_head_fwd(x->st, rk->logits, ha.out, rt_head_wte(x), N, C, rt->Vp, x->err);
-    if (!rc) rc = o->classifier(x->st, rk->logits, rk->loss, rk->targets + (size_t)m * N, N, rt->V,
-                                rt->Vp, 1.0f / rt->M, train ? 1.0f / rt->M : 1.0f, x->err);
-    if (!train) return rc;
-    if (!rc) rc = o->zero(x->st, ha.dout, rt_acts(rt, (size_t)N * C), x->err);
-    if (!rc) rc = o->lm_head_bwd(x->st, ha.dout, rt_head_dwte(x), rk->logits, ha.out, rt_head_wte(x),
-                                 N, C, rt->Vp, x->err);
-    return rc;
 }
 
 /* F(m, s). For evaluation (train = 0) the head computes only the loss and
@@ -339,24 +150,16 @@ static int rt_forward(rt_ctx *x, const hy_action *a, const char *label, int trai
     if (k >= 0) rc = rt_stamp(x, at);
     if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
     if (rc) return rc;
-    if (s == 0) {
-        const hy_param *wte = rt_p(rt, HY_P_WTE, 0), *wpe = rt_p(rt, HY_P_WPE, 0);
-        rc = x->o->embedding_fwd(x->st, rt_encoded(rt, slot), x->rk->tokens + (size_t)m * N,
-                                 rt_param(rt, wte), rt_param(rt, wpe), rt->B, rt->T, rt->C, x->err);
-    } else {
+    if (s == 0)
+        rc = hy_embed_forward(&rt->tf, x->st, slot, x->rk->tokens + (size_t)m * N, x->err);
+    else
         rc = hy_mailbox_receive(x->st, &mb->edges[mb->into_fwd[s]], m, label, x->err);
-    }
     if (!rc && k >= 0) rc = rt_stamp(x, at + 1);
     const void *in = rt_stage_input(x, s, m, slot);
-    void *out = rt_stage_output(x, s, m, slot);
-    int L = rt->model.n_layers[s], first = rt->model.first_layer[s];
-    for (int l = 0; l < L && !rc; l++) {
-        rt_layer_acts acts = rt_layer(rt, slot, l);
-        const void *lin = l == 0 ? in : rt_layer(rt, slot, l - 1).res3;
-        rc = rt_layer_forward(x, first + l, lin, &acts, l == L - 1 ? out : acts.res3);
-    }
-    if (!rc && L == 0 && out != in) rc = x->o->copy(x->st, out, in, rt_acts(rt, (size_t)N * rt->C), x->err);
-    if (!rc && s == rt->S - 1) rc = rt_head(x, m, out, slot, train);
+    void *out = rt_stage_output(x, s, m);
+    const int *targets = s == rt->S - 1 ? x->rk->targets + (size_t)m * N : NULL;
+    if (!rc) rc = hy_stage_forward(&rt->tf, &x->rk->work, x->st, s, in, slot, out, targets, train,
+                                   x->err);
     if (!rc && k >= 0) rc = rt_stamp(x, at + 2);
     if (!rc && s < rt->S - 1)
         rc = hy_mailbox_send(x->st, &mb->edges[mb->into_fwd[s + 1]], m, out, label, x->err);
@@ -369,40 +172,29 @@ static int rt_backward(rt_ctx *x, const hy_action *a, const char *label, int k) 
     hy_runtime *rt = x->rt;
     const hy_mailbox *mb = &rt->mb;
     rt_rank *rk = x->rk;
-    int s = a->stage, m = a->mb, N = rt->N, C = rt->C, rc;
-    size_t NC = (size_t)N * C, at = 1 + 4 * (size_t)k;
+    int s = a->stage, m = a->mb, N = rt->N, rc;
+    size_t bytes = hy_boundary_bytes(&rt->tf), at = 1 + 4 * (size_t)k;
     rt_stage *sg = &rt->stages[s];
     void *slot = sg->stash[sg->stash_of[m]];
     const void *in = rt_stage_input(x, s, m, slot);
-    int L = rt->model.n_layers[s], first = rt->model.first_layer[s];
     rc = rt_stamp(x, at);
     if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
     if (rc) return rc;
     if (s == rt->S - 1) {
-        /* d(last layer output) from the head's d(ln_f out). */
-        rt_head_acts ha = rt_head_of(rt, slot);
-        const void *h = L > 0 ? rt_layer(rt, slot, L - 1).res3 : in;
-        const hy_param *pw = rt_p(rt, HY_P_LNF_W, 0);
-        rc = x->o->zero(x->st, rk->dres, rt_acts(rt, NC), x->err);
+        /* d(stage output) from the head, which the forward ran. */
+        rc = x->o->zero(x->st, rk->dres, bytes, x->err);
         if (!rc) rc = rt_stamp(x, at + 1);
-        if (!rc) rc = x->o->layernorm_bwd(x->st, rk->dres, rt_grad(rt, pw), rt_grad(rt, pw + 1),
-                                          ha.dout, h, rt_param(rt, pw), ha.mean, ha.rstd, N, C, x->err);
+        if (!rc) rc = hy_head_backward(&rt->tf, x->st, in, slot, rk->dres, x->err);
     } else {
         const hy_edge *e = &mb->edges[mb->into_bwd[s]];
         rc = hy_mailbox_receive(x->st, e, m, label, x->err);
         if (!rc) rc = rt_stamp(x, at + 1);
-        if (!rc) rc = x->o->copy(x->st, rk->dres, hy_mailbox_slot(e, m), rt_acts(rt, NC), x->err);
+        if (!rc) rc = x->o->copy(x->st, rk->dres, hy_mailbox_slot(e, m), bytes, x->err);
     }
-    for (int l = L - 1; l >= 0 && !rc; l--) {
-        rt_layer_acts acts = rt_layer(rt, slot, l);
-        const void *lin = l == 0 ? in : rt_layer(rt, slot, l - 1).res3;
-        rc = rt_layer_backward(x, first + l, lin, &acts);
-    }
+    if (!rc) rc = hy_stage_backward(&rt->tf, &rk->work, x->st, s, in, slot, rk->dres, x->err);
     if (rc) return rc;
     if (s == 0) {
-        const hy_param *wte = rt_p(rt, HY_P_WTE, 0), *wpe = rt_p(rt, HY_P_WPE, 0);
-        rc = x->o->embedding_bwd(x->st, rt_grad(rt, wte), rt_grad(rt, wpe), rk->dres,
-                                 rk->tokens + (size_t)m * N, rt->B, rt->T, C, x->err);
+        rc = hy_embed_backward(&rt->tf, x->st, rk->dres, rk->tokens + (size_t)m * N, x->err);
         if (!rc) rc = rt_stamp(x, at + 2);
     } else {
         rc = rt_stamp(x, at + 2);
@@ -420,11 +212,11 @@ static int rt_backward(rt_ctx *x, const hy_action *a, const char *label, int k) 
  * floating point) and take the same AdamW step. */
 static int rt_exchange_wte(rt_ctx *x) {
     hy_runtime *rt = x->rt;
-    size_t n = rt_p(rt, HY_P_WTE, 0)->numel;
+    size_t n = rt_wte(rt)->numel;
     int me = x->rk->rank, rc;
     if (rt->replica_rank < 0 || (me != 0 && me != rt->replica_rank)) return HY_OK;
     const hy_channel *out = &rt->wte_ch[me == 0 ? 0 : 1], *in = &rt->wte_ch[me == 0 ? 1 : 0];
-    float *mine = me == 0 ? rt_grad(rt, rt_p(rt, HY_P_WTE, 0)) : x->rk->dwte;
+    float *mine = me == 0 ? rt->stages[0].grad + rt_wte(rt)->offset : x->rk->dwte;
     rc = hy_channel_send(x->st, out, mine, "tied embedding gradient", x->err);
     if (!rc) rc = hy_channel_receive(x->st, in, "tied embedding gradient", x->err);
     if (!rc) rc = x->o->add_f32(x->st, mine, in->slot, n, x->err);
@@ -483,7 +275,7 @@ static int rt_optimize(rt_ctx *x) {
         }
     }
     if (!rc && rk->wte) {
-        const hy_param *p = rt_p(rt, HY_P_WTE, 0);
+        const hy_param *p = rt_wte(rt);
         rc = x->o->adamw(x->st, rk->wte, rt_compute_of(rt, rk->wte_c), rk->dwte, rk->wte_m,
                          rk->wte_v, p->numel, rk->hp, rk->clip_factor, p->decay, x->err);
     }
@@ -498,8 +290,8 @@ static int rt_iteration(rt_ctx *x) {
         if (rt->stages[s].rank == me)
             rc = x->o->zero(x->st, rt->stages[s].grad, rt->model.stage_numel[s] * sizeof(float), x->err);
     if (!rc && rk->dwte)
-        rc = x->o->zero(x->st, rk->dwte, rt_p(rt, HY_P_WTE, 0)->numel * sizeof(float), x->err);
-    if (!rc && rk->loss) rc = x->o->zero(x->st, rk->loss, sizeof(float), x->err);
+        rc = x->o->zero(x->st, rk->dwte, rt_wte(rt)->numel * sizeof(float), x->err);
+    if (!rc && rk->work.loss) rc = x->o->zero(x->st, rk->work.loss, sizeof(float), x->err);
     const hy_schedule *sc = &rt->sched;
     int n = sc->n_actions[me];
     for (int i = 0; i < n && !rc; i++) {
@@ -526,7 +318,7 @@ static int rt_iteration(rt_ctx *x) {
 static int rt_eval_iteration(rt_ctx *x, int count) {
     hy_runtime *rt = x->rt;
     int me = x->rk->rank, rc = HY_OK;
-    if (x->rk->loss) rc = x->o->zero(x->st, x->rk->loss, sizeof(float), x->err);
+    if (x->rk->work.loss) rc = x->o->zero(x->st, x->rk->work.loss, sizeof(float), x->err);
     for (int m = 0; m < count && !rc; m++) {
         for (int s = 0; s < rt->S && !rc; s++) {
             if (rt->sched.placement[s] != me) continue;
@@ -636,37 +428,29 @@ static int rt_plan_stashes(hy_runtime *rt, hy_error *err) {
 }
 
 static int rt_alloc_rank(hy_runtime *rt, rt_rank *rk, hy_error *err) {
-    int r = rk->rank, rc;
-    size_t f = sizeof(float), N = (size_t)rt->N, C = (size_t)rt->C, M = (size_t)rt->M;
-    size_t NC = N * C, A = rt->A;
-    size_t attn = rt->be->ops->attention_scratch(rt->B, rt->T, rt->C, rt->NH);
-    rc = rt_alloc(rt, r, NC * A, &rk->send, err);
-    if (!rc) rc = rt_alloc(rt, r, NC * A, &rk->dres, err);
-    if (!rc) rc = rt_alloc(rt, r, NC * A, &rk->dln, err);
-    if (!rc) rc = rt_alloc(rt, r, NC * A, &rk->datty, err);
-    if (!rc) rc = rt_alloc(rt, r, 3 * NC * A, &rk->dqkv, err);
-    if (!rc) rc = rt_alloc(rt, r, 4 * NC * A, &rk->dfc, err);
-    if (!rc) rc = rt_alloc(rt, r, 4 * NC * A, &rk->dfcg, err);
-    if (!rc) rc = rt_alloc(rt, r, attn, &rk->attn_scratch, err);
+    int r = rk->rank, rc, head = rt->sched.placement[rt->S - 1] == r;
+    size_t f = sizeof(float), N = (size_t)rt->N, M = (size_t)rt->M, A = rt->A;
+    rc = rt_alloc(rt, r, hy_boundary_bytes(&rt->tf), &rk->send, err);
+    if (!rc) rc = rt_alloc(rt, r, hy_boundary_bytes(&rt->tf), &rk->dres, err);
+    if (!rc) rc = hy_stage_work_alloc(&rt->tf, rt->be, r, head, &rk->work, err);
     if (!rc) rc = rt_alloc(rt, r, sizeof(double) * (size_t)rt->P, &rk->partials, err);
     if (!rc) rc = rt_alloc(rt, r, 2 * f, &rk->clip_factor, err);
     if (!rc) rk->norm = rk->clip_factor + 1;
     if (!rc) rc = rt_alloc(rt, r, sizeof(hy_adamw_hparams), &rk->hp, err);
     if (!rc) rc = rt_alloc(rt, r, RT_STAMPS(rt->sched.n_actions[r]) * sizeof(uint64_t), &rk->stamps, err);
     if (!rc && rt->sched.placement[0] == r) rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->tokens, err);
-    if (!rc && rt->sched.placement[rt->S - 1] == r) {
-        rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->targets, err);
-        if (!rc) rc = rt_alloc(rt, r, N * (size_t)rt->Vp * A, &rk->logits, err);
-        if (!rc) rc = rt_alloc(rt, r, f, &rk->loss, err);
-    }
+    if (!rc && head) rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->targets, err);
     if (!rc && r == rt->replica_rank) {
-        size_t n = rt_p(rt, HY_P_WTE, 0)->numel;
+        size_t n = rt_wte(rt)->numel;
         rc = rt_alloc(rt, r, n * f, &rk->wte, err);
         if (!rc) rc = rt_alloc(rt, r, n * f, &rk->dwte, err);
         if (!rc) rc = rt_alloc(rt, r, n * f, &rk->wte_m, err);
         if (!rc) rc = rt_alloc(rt, r, n * f, &rk->wte_v, err);
         if (!rc && A != f) rc = rt_alloc(rt, r, n * A, &rk->wte_c, err);
         else if (!rc) rk->wte_c = rk->wte;
+        /* The head reads and updates the replica, not stage 0's wte. */
+        rk->work.wte = rk->wte_c;
+        rk->work.dwte = rk->dwte;
     }
     return rc;
 }
@@ -682,7 +466,7 @@ static int rt_refresh_compute(hy_runtime *rt, int s, hy_error *err) {
     if (!rc) rc = o->sync(st, err);
     if (!rc && s == 0 && rt->replica_rank >= 0) {
         rt_rank *rk = &rt->ranks[rt->replica_rank];
-        rc = o->to_act(rk->stream, rk->wte_c, rk->wte, rt_p(rt, HY_P_WTE, 0)->numel, err);
+        rc = o->to_act(rk->stream, rk->wte_c, rk->wte, rt_wte(rt)->numel, err);
         if (!rc) rc = o->sync(rk->stream, err);
     }
     return rc;
@@ -697,7 +481,7 @@ static int rt_init_params(hy_runtime *rt, hy_error *err) {
         hy_model_init_stage(&rt->model, s, rt->cfg->train.seed, host);
         int rc = rt->be->ops->upload(rt->be, sg->rank, sg->param, host, n * sizeof(float), err);
         if (!rc && s == 0 && rt->replica_rank >= 0) {
-            const hy_param *p = rt_p(rt, HY_P_WTE, 0);
+            const hy_param *p = rt_wte(rt);
             rc = rt->be->ops->upload(rt->be, rt->replica_rank, rt->ranks[rt->replica_rank].wte,
                                      host + p->offset, p->numel * sizeof(float), err);
         }
@@ -717,12 +501,9 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     if (rc) return rc;
     rt->B = c->schedule.micro_batch_size;
     rt->T = c->model.seq_len;
-    rt->C = c->model.d_model;
-    rt->NH = c->model.heads;
     rt->N = rt->B * rt->T;
     rt->M = c->schedule.micro_batches;
     rt->V = rt->model.vocab;
-    rt->Vp = rt->model.vocab_padded;
     rt->S = rt->sched.stages;
     rt->P = rt->sched.ranks;
     rt->slow_stage = -1;
@@ -734,8 +515,16 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     rc = hy_backend_open(&brq, &rt->be, NULL, err);
     if (rc) return rc;
     rt->A = rt->be->ops->act_size;
+    /* The math's view of the run; each stage's weights and gradients are
+     * filled in as they are allocated below. */
+    rt->tf = (hy_transformer){ .model = &rt->model, .ops = rt->be->ops, .act_size = rt->A,
+                               .B = rt->B, .T = rt->T, .micro_batches = rt->M,
+                               .weights = calloc((size_t)rt->S, sizeof(void *)),
+                               .grads = calloc((size_t)rt->S, sizeof(float *)) };
+    if (!rt->tf.weights || !rt->tf.grads)
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the runtime");
     rc = hy_mailbox_plan(&rt->mb, &rt->sched, err);
-    if (!rc) rc = hy_mailbox_alloc(&rt->mb, rt->be, (size_t)rt->N * rt->C * rt->A, err);
+    if (!rc) rc = hy_mailbox_alloc(&rt->mb, rt->be, hy_boundary_bytes(&rt->tf), err);
     if (rc) return rc;
 
     rt->stages = calloc((size_t)rt->S, sizeof(rt_stage));
@@ -755,12 +544,14 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
         if (!rc) rc = rt_alloc(rt, sg->rank, n, &sg->v, err);
         if (!rc && rt->A != sizeof(float)) rc = rt_alloc(rt, sg->rank, numel * rt->A, &sg->wc, err);
         else if (!rc) sg->wc = sg->param;
+        rt->tf.weights[s] = sg->wc;
+        rt->tf.grads[s] = sg->grad;
         if (!rc) {
             sg->stash = calloc((size_t)sg->slots + 1, sizeof(void *));
             if (!sg->stash) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         }
         for (int k = 0; k < sg->slots && !rc; k++)
-            rc = rt_alloc(rt, sg->rank, rt_stash_bytes(rt, s), &sg->stash[k], err);
+            rc = rt_alloc(rt, sg->rank, hy_stash_bytes(&rt->tf, s), &sg->stash[k], err);
     }
     for (int r = 0; r < rt->P && !rc; r++) {
         rt->ranks[r].rt = rt;
@@ -771,7 +562,7 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
         for (int b = 0; b < rt->P && !rc; b++)
             if (a != b) rc = hy_channel_open(&rt->norm_ch[a * rt->P + b], rt->be, a, b, sizeof(double), err);
     if (!rc && rt->replica_rank >= 0) {
-        size_t n = rt_p(rt, HY_P_WTE, 0)->numel * sizeof(float);
+        size_t n = rt_wte(rt)->numel * sizeof(float);
         rc = hy_channel_open(&rt->wte_ch[0], rt->be, 0, rt->replica_rank, n, err);
         if (!rc) rc = hy_channel_open(&rt->wte_ch[1], rt->be, rt->replica_rank, 0, n, err);
     }
@@ -887,7 +678,7 @@ int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err)
 
     int last = rt->sched.placement[rt->S - 1];
     float loss = 0, norm = 0;
-    rc = o->download(rt->be, last, &loss, rt->ranks[last].loss, sizeof loss, err);
+    rc = o->download(rt->be, last, &loss, rt->ranks[last].work.loss, sizeof loss, err);
     if (!rc) rc = o->download(rt->be, 0, &norm, rt->ranks[0].norm, sizeof norm, err);
     if (rc) return rc;
     st->step = rt->step;
@@ -913,7 +704,7 @@ int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss
         rc = rt_load_batches(rt, &sh, count, err);
         if (!rc) rc = rt_round(rt, count, err);
         float part = 0;
-        if (!rc) rc = rt->be->ops->download(rt->be, last, &part, rt->ranks[last].loss, sizeof part, err);
+        if (!rc) rc = rt->be->ops->download(rt->be, last, &part, rt->ranks[last].work.loss, sizeof part, err);
         sum += part;
         done += count;
     }
@@ -1084,7 +875,7 @@ int hy_runtime_nonfinite_where(hy_runtime *rt, char *buf, size_t n, hy_error *er
     if (!host) return hy_fail(err, HY_ERR_RUNTIME, "out of memory looking for non-finite gradients");
     int last = rt->sched.placement[rt->S - 1], rc;
     float loss = 0;
-    rc = rt->be->ops->download(rt->be, last, &loss, rt->ranks[last].loss, sizeof loss, err);
+    rc = rt->be->ops->download(rt->be, last, &loss, rt->ranks[last].work.loss, sizeof loss, err);
     size_t used = 0;
     if (!rc && !isfinite(loss))
         used += (size_t)snprintf(buf, n, "loss %g on rank %d (stage %d)", (double)loss, last, rt->S - 1);
@@ -1131,6 +922,8 @@ void hy_runtime_destroy(hy_runtime *rt) {
         free(rt->stages[s].stash_of);
     }
     free(rt->stages);
+    free(rt->tf.weights);
+    free(rt->tf.grads);
     free(rt->ranks);
     free(rt->norm_ch);
     free(rt->batch_in);

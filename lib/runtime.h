@@ -12,7 +12,9 @@
  * embedding's gradient exchange, the global gradient norm and clipping,
  * and AdamW. The first iteration runs eagerly; with `graph` on, the
  * second is recorded and every later one is a replay of that recording
- * (DESIGN §4). The CPU and the CUDA backend run this same code.
+ * (DESIGN §4). The CPU and the CUDA backend run this same code. What a
+ * stage computes for a micro-batch is transformer.h's; the runtime moves
+ * its inputs and outputs and orders the work.
  */
 #ifndef HY_RUNTIME_H
 #define HY_RUNTIME_H
