@@ -297,8 +297,8 @@ int hy_cuda_sync(hy_stream *s, hy_error *err) {
         pthread_mutex_lock(&cb->lock);
         memcpy(why, cb->why, sizeof why);
         pthread_mutex_unlock(&cb->lock);
-        return hy_fail(err, HY_ERR_RUNTIME, "rank %d stopped while waiting at %s: %s", s->rank,
-                       released, why);
+        return hy_fail_cause(err, HY_ERR_RUNTIME, HY_CAUSE_STOPPED,
+                             "rank %d stopped while waiting at %s: %s", s->rank, released, why);
     }
     if (*cs->bad) {
         *cs->bad = 0;

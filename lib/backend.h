@@ -16,7 +16,9 @@
  *
  * In a build without nvcc the CUDA entry points still exist (a stand-in,
  * kernels/cuda/stub.c, is linked instead of kernels/cuda/device.cu) and
- * answer "no CUDA devices", so callers never need #ifdefs.
+ * answer "no CUDA devices", so callers never need #ifdefs. Above them all,
+ * hy_backend_open (lib/backend.c) is the one way a run picks and opens
+ * its backend, and hy_backend_describe says what it would get.
  */
 #ifndef HY_BACKEND_H
 #define HY_BACKEND_H
@@ -191,24 +193,9 @@ typedef struct {
     int (*graph_launch)(hy_graph *g, hy_stream *s, hy_error *err);
     void (*graph_destroy)(hy_graph *g);
 
-    /* Makes every current and future wait fail ("stopped because ...").
-     * Safe to call from any thread. */
+    /* Makes every current and future wait fail ("stopped while waiting",
+     * with cause HY_CAUSE_STOPPED). Safe to call from any thread. */
     void (*abort)(hy_backend *be, const char *why);
-
-    /* Test ops, to prove the cross-rank protocol on both backends with the
-     * same test. Each reads the iteration number from `*iter` when it runs,
-     * so a replayed graph sees the current iteration:
-     *   fill:  buf[i] = hy_pattern(key, *iter, i)
-     *   check: counts i with buf[i] != hy_pattern(key, *iter, i) into *errors
-     *   delay: sleeps (spins, on a GPU) hy_pattern(key, *iter, 0) % max_ns ns
-     *   add:   *counter += 1 */
-    int (*test_fill)(hy_stream *s, uint32_t *buf, size_t n, uint32_t key, const uint32_t *iter,
-                     hy_error *err);
-    int (*test_check)(hy_stream *s, const uint32_t *buf, size_t n, uint32_t key,
-                      const uint32_t *iter, uint32_t *errors, hy_error *err);
-    int (*test_delay)(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
-                      hy_error *err);
-    int (*test_add)(hy_stream *s, uint32_t *counter, hy_error *err);
 
     /* Math (DESIGN §5): the transformer's ops, enqueued. Activations
      * ("act", void *) are in the backend's compute type: fp32 on the CPU,
@@ -297,9 +284,14 @@ typedef struct {
     int (*graph_dot)(hy_graph *g, const char *path, hy_graph_nodes *nodes, hy_error *err);
 } hy_backend_ops;
 
+/* The test ops (backend_test.h): kept out of hy_backend_ops, since only
+ * the tests use them. */
+typedef struct hy_backend_test_ops hy_backend_test_ops;
+
 /* What every backend's state starts with. */
 struct hy_backend {
     const hy_backend_ops *ops;
+    const hy_backend_test_ops *test_ops;
     int ranks;
     double watchdog_s;
 };
@@ -326,16 +318,49 @@ int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_err
 int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int n_devices,
                            int flags_on_device, double watchdog_s, hy_error *err);
 
-/* The pattern the test ops write: a 32-bit hash of (key, iteration, i). */
-static inline uint32_t hy_pattern(uint32_t key, uint32_t iter, uint32_t i) {
-    uint32_t h = key * 0x9E3779B1u ^ (iter + 0x7F4A7C15u) * 0x85EBCA77u ^ i * 0xC2B2AE3Du;
-    h ^= h >> 16;
-    h *= 0x7FEB352Du;
-    h ^= h >> 15;
-    h *= 0x846CA68Bu;
-    h ^= h >> 16;
-    return h;
-}
+/* ---------------------------------------------------------------------- */
+/* Choosing and opening a backend (lib/backend.c)
+ *
+ * A run asks for a backend by kind (its config's `backend` key, filled in
+ * by config.h's hy_backend_request_from_config); `auto` takes CUDA when
+ * the build has the CUDA backend and a device is visible, else the CPU.
+ * hy_backend_open opens what the request gets, the CPU or the CUDA backend
+ * (bench programs that measure one backend create it themselves).
+ * hy_backend_describe says what a request would get, and why, without
+ * opening anything: what the training loop prints, the profiler reports
+ * and the tuner budgets with. */
+
+typedef enum { HY_BACKEND_AUTO, HY_BACKEND_CPU, HY_BACKEND_CUDA, HY_BACKEND_COUNT } hy_backend_kind;
+
+typedef struct {
+    hy_backend_kind kind;
+    int ranks;
+    const int *devices;   /* CUDA: rank r runs on devices[r]; past the end of the
+                             list (n_devices 0: all ranks), on r mod the count */
+    int n_devices;
+    double watchdog_s;    /* a wait longer than this fails */
+} hy_backend_request;
+
+typedef struct {
+    int cuda;             /* 1: the CUDA backend, 0: the CPU backend */
+    char why[128];        /* "cuda (auto: 8 CUDA devices)", "cpu (auto: no CUDA
+                             device found)", "cpu", ... */
+    double rank_bytes;    /* memory per rank: on CUDA the least, over the ranks,
+                             of a rank's device memory over the ranks sharing
+                             that device; on the CPU the host's memory over the
+                             ranks; INFINITY where it cannot be told */
+} hy_backend_choice;
+
+/* What request rq gets, into *out. Asking for "cuda" in a build without
+ * the CUDA backend, or on a machine with no CUDA device, is an input error
+ * saying which; only a device query that fails otherwise is a runtime
+ * error. */
+int hy_backend_describe(const hy_backend_request *rq, hy_backend_choice *out, hy_error *err);
+
+/* Opens what rq gets into *out (NULL on failure), with the same errors as
+ * hy_backend_describe, and says what it chose into *chosen when not NULL. */
+int hy_backend_open(const hy_backend_request *rq, hy_backend **out, hy_backend_choice *chosen,
+                    hy_error *err);
 
 #ifdef __cplusplus
 }

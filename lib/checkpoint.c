@@ -14,14 +14,12 @@
 #include "atomicfile.h"
 #include "model.h"
 #include "safetensors.h"
+#include "weights.h"
 
 #define HY_CKPT_FORMAT 1
 
-/* The floats of a parameter as saved: wte without its padding rows. */
-static size_t ck_numel(const hy_model *m, const hy_param *p) {
-    return p->kind == HY_P_WTE ? (size_t)m->vocab * m->d_model : p->numel;
-}
-
+/* A parameter's shape as saved: wte without its padding rows
+ * (hy_model_real_numel's values). */
 static void ck_shape(const hy_model *m, const hy_param *p, size_t shape[2]) {
     shape[0] = p->kind == HY_P_WTE ? (size_t)m->vocab : (size_t)p->shape[0];
     shape[1] = (size_t)p->shape[1];
@@ -29,7 +27,7 @@ static void ck_shape(const hy_model *m, const hy_param *p, size_t shape[2]) {
 
 static size_t ck_total(const hy_model *m) {
     size_t n = 0;
-    for (int i = 0; i < m->n_params; i++) n += ck_numel(m, &m->params[i]);
+    for (int i = 0; i < m->n_params; i++) n += hy_model_real_numel(m, &m->params[i]);
     return n;
 }
 
@@ -48,11 +46,11 @@ static int ck_write_tensors(hy_runtime *rt, const hy_model *m, const char *path,
     for (int k = 0; k < n_roles && !rc; k++) {
         for (int i = 0; i < m->n_params && !rc; i++) {
             const hy_param *p = &m->params[i];
-            size_t n = ck_numel(m, p), shape[2];
+            size_t n = hy_model_real_numel(m, p), shape[2];
             char name[96];
             snprintf(name, sizeof name, "%s%s", prefixes[k], p->name);
             ck_shape(m, p, shape);
-            rc = hy_runtime_read(rt, roles[k], p->name, at, n, err);
+            rc = hy_runtime_get(rt, roles[k], p, at, n, err);
             if (!rc) rc = hy_st_writer_add(&w, name, HY_ST_F32, p->ndim, shape, at, err);
             at += n;
         }
@@ -142,22 +140,20 @@ int hy_checkpoint_save(hy_runtime *rt, const hy_config *c, const char *dir, char
     if (snprintf(target, sizeof target, "%s/step_%06d", dir, step) >= (int)sizeof target)
         return hy_fail(err, HY_ERR_INPUT, "checkpoint.dir is too long: %s", dir);
     snprintf(step_text, sizeof step_text, "%d", step);
-    hy_model m;
-    rc = hy_model_build(&m, c, 1, err);
-    if (rc) return rc;
+    const hy_model *m = hy_runtime_model(rt);
     hy_atomic_dir ad;
     rc = hy_atomic_dir_open(&ad, target, HY_ERR_INPUT, err);
     if (!rc) {
         const hy_tensor_role w[1] = { HY_T_PARAM }, mv[2] = { HY_T_ADAM_M, HY_T_ADAM_V };
         const char *const wp[1] = { "" }, *const mvp[2] = { "m.", "v." };
         snprintf(file, sizeof file, "%s/model.safetensors", ad.tmp);
-        rc = ck_write_tensors(rt, &m, file, w, wp, 1, step_text, err);
+        rc = ck_write_tensors(rt, m, file, w, wp, 1, step_text, err);
         snprintf(file, sizeof file, "%s/optimizer.safetensors", ad.tmp);
-        if (!rc) rc = ck_write_tensors(rt, &m, file, mv, mvp, 2, step_text, err);
+        if (!rc) rc = ck_write_tensors(rt, m, file, mv, mvp, 2, step_text, err);
         snprintf(file, sizeof file, "%s/state.json", ad.tmp);
         if (!rc) rc = ck_write_state(file, c, step, pos, err);
         snprintf(file, sizeof file, "%s/config.json", ad.tmp);
-        if (!rc && m.kind == HY_MODEL_GPT) rc = ck_write_hf_config(file, &m, err);
+        if (!rc && m->kind == HY_MODEL_GPT) rc = ck_write_hf_config(file, m, err);
         /* A file that failed is in a temporary directory the user never
          * named, and gone with it now: say which checkpoint it was. */
         if (rc) {
@@ -172,7 +168,6 @@ int hy_checkpoint_save(hy_runtime *rt, const hy_config *c, const char *dir, char
             if (rc) hy_error_prefix(err, "checkpoint %s: ", target);
         }
     }
-    hy_model_free(&m);
     if (!rc && saved) snprintf(saved, PATH_MAX, "%s", target);
     return rc;
 }
@@ -202,18 +197,16 @@ static int ck_check_model(const char *path, json_t *state, const hy_config *c, h
     return HY_OK;
 }
 
-static int ck_read_moments(hy_runtime *rt, const hy_model *m, const char *file, hy_error *err) {
+static int ck_read_moments(hy_runtime *rt, const char *file, hy_error *err) {
+    const hy_model *m = hy_runtime_model(rt);
     hy_st_file f;
     int rc = hy_st_open(&f, file, err);
     if (rc) return rc;
-    size_t most = 0;
-    for (int i = 0; i < m->n_params; i++)
-        if (ck_numel(m, &m->params[i]) > most) most = ck_numel(m, &m->params[i]);
-    float *buf = malloc(most * sizeof(float) + 1);
+    float *buf = malloc(hy_model_max_numel(m) * sizeof(float) + 1);
     if (!buf) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory reading %s", file);
     for (int i = 0; i < m->n_params && !rc; i++) {
         const hy_param *p = &m->params[i];
-        size_t n = ck_numel(m, p);
+        size_t n = hy_model_real_numel(m, p);
         for (int k = 0; k < 2 && !rc; k++) {
             char name[96];
             snprintf(name, sizeof name, "%s%s", k == 0 ? "m." : "v.", p->name);
@@ -223,7 +216,7 @@ static int ck_read_moments(hy_runtime *rt, const hy_model *m, const char *file, 
                 rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has %zu values, the model needs %zu",
                              file, name, t->numel, n);
             if (!rc) rc = hy_st_read_f32(&f, t, buf, n, err);
-            if (!rc) rc = hy_runtime_write(rt, k == 0 ? HY_T_ADAM_M : HY_T_ADAM_V, p->name, buf, n, err);
+            if (!rc) rc = hy_runtime_put(rt, k == 0 ? HY_T_ADAM_M : HY_T_ADAM_V, p, buf, n, err);
         }
     }
     free(buf);
@@ -251,17 +244,13 @@ int hy_checkpoint_load(hy_runtime *rt, const hy_config *c, const char *path, hy_
              json_integer_value(pos) < 0)
         rc = hy_fail(err, HY_ERR_INPUT, "%s: step and data_position must be integers >= 0", file);
     if (!rc) rc = ck_check_model(path, state, c, err);
-    hy_model m;
-    memset(&m, 0, sizeof m);
-    if (!rc) rc = hy_model_build(&m, c, 1, err);
     snprintf(file, sizeof file, "%s/model.safetensors", path);
-    if (!rc) rc = hy_runtime_load_weights(rt, file, err);
+    if (!rc) rc = hy_weights_load(rt, file, err);
     snprintf(file, sizeof file, "%s/optimizer.safetensors", path);
-    if (!rc) rc = ck_read_moments(rt, &m, file, err);
+    if (!rc) rc = ck_read_moments(rt, file, err);
     if (!rc)
         rc = hy_runtime_set_progress(rt, (int)json_integer_value(step),
                                      (size_t)json_integer_value(pos), err);
-    hy_model_free(&m);
     json_decref(state);
     return rc;
 }

@@ -1116,6 +1116,14 @@ void hy_sched_params_from_config(const hy_config *c, hy_sched_params *p) {
     p->chunks = c->schedule.chunks;
 }
 
+void hy_backend_request_from_config(const hy_config *c, hy_backend_request *rq) {
+    rq->kind = c->backend;
+    rq->ranks = c->schedule.ranks;
+    rq->devices = c->devices;
+    rq->n_devices = c->n_devices;
+    rq->watchdog_s = c->watchdog_s;
+}
+
 /* ------------------------------------------------------------------------
  * Writing: the resolved config as JSON, and the reference
  */

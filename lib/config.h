@@ -19,11 +19,11 @@
 #ifndef HY_CONFIG_H
 #define HY_CONFIG_H
 
+#include "backend.h"
 #include "error.h"
 #include "schedule.h"
 
 typedef enum { HY_MODEL_GPT, HY_MODEL_BERT, HY_MODEL_COUNT } hy_model_kind;
-typedef enum { HY_BACKEND_AUTO, HY_BACKEND_CPU, HY_BACKEND_CUDA, HY_BACKEND_COUNT } hy_backend_kind;
 /* What training does after a step whose loss or gradient is not finite
  * (that step's update is never applied): end the run, or go on. */
 typedef enum { HY_NONFINITE_STOP, HY_NONFINITE_SKIP, HY_NONFINITE_COUNT } hy_nonfinite_policy;
@@ -74,6 +74,10 @@ char *hy_config_derived_dir(const char *top, const char *config);
 
 /* The schedule part, as the generators take it. */
 void hy_sched_params_from_config(const hy_config *c, hy_sched_params *p);
+
+/* What the run asks of its backend (backend.h): backend, devices,
+ * watchdog_s and schedule.ranks. rq points into c's devices. */
+void hy_backend_request_from_config(const hy_config *c, hy_backend_request *rq);
 
 /* Number of pipeline stages S: ranks (gpipe, 1f1b), chunks * ranks
  * (interleaved), 2 * waves * ranks (hanayo). */

@@ -276,6 +276,24 @@ int hy_shard_set_pos(hy_shard *sh, size_t pos, hy_error *err) {
 }
 
 /* ------------------------------------------------------------------------
+ * Masked-LM inputs
+ * ------------------------------------------------------------------------ */
+
+void hy_mask_tokens(int *inputs, int *targets, int n, int vocab, uint64_t seed, int step,
+                    int micro_batches, int m) {
+    hy_rng r = hy_rng_stream(seed ^ 0x4D4C4DULL,
+                             (uint64_t)step * (uint64_t)micro_batches + (uint64_t)m);
+    for (int i = 0; i < n; i++) {
+        targets[i] = -1;
+        if (hy_rng_uniform(&r) >= 0.15) continue;
+        targets[i] = inputs[i];
+        double u = hy_rng_uniform(&r);
+        if (u < 0.8) inputs[i] = vocab - 1;
+        else if (u < 0.9) inputs[i] = (int)hy_rng_below(&r, (uint64_t)vocab);
+    }
+}
+
+/* ------------------------------------------------------------------------
  * Writing a shard
  * ------------------------------------------------------------------------ */
 

@@ -8,14 +8,28 @@
 #include <stdio.h>
 #include <string.h>
 
-int hy_fail(hy_error *err, int status, const char *fmt, ...) {
+static int hy_vfail(hy_error *err, int status, int cause, const char *fmt, va_list ap) {
     if (err) {
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
         err->status = status;
+        err->cause = cause;
     }
+    return status;
+}
+
+int hy_fail(hy_error *err, int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    hy_vfail(err, status, HY_CAUSE_NONE, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+int hy_fail_cause(hy_error *err, int status, int cause, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    hy_vfail(err, status, cause, fmt, ap);
+    va_end(ap);
     return status;
 }
 
@@ -38,6 +52,7 @@ void hy_error_clear(hy_error *err) {
     if (!err) return;
     err->status = HY_OK;
     err->msg[0] = '\0';
+    err->cause = HY_CAUSE_NONE;
 }
 
 int hy_errno_status(int e, int path_status) {

@@ -19,17 +19,32 @@ enum {
     HY_ERR_INPUT = 2      /* the user's input is wrong: config, flags, files */
 };
 
+/* Why an error happened, where a caller must tell one cause from another
+ * without reading the message. */
+enum {
+    HY_CAUSE_NONE = 0,
+    HY_CAUSE_STOPPED = 1   /* a wait ended because the backend was aborted
+                              (backend.h, abort): another rank failed first */
+};
+
 typedef struct {
     int status;           /* HY_OK, HY_ERR_RUNTIME or HY_ERR_INPUT */
     char msg[1024];
+    int cause;            /* HY_CAUSE_*; HY_CAUSE_NONE unless the code that
+                             failed says otherwise */
 } hy_error;
 
-/* Sets err (when not NULL) and returns status, so callers can write
- * `return hy_fail(err, HY_ERR_INPUT, "...", ...);`. */
+/* Sets err (when not NULL, with cause HY_CAUSE_NONE) and returns status,
+ * so callers can write `return hy_fail(err, HY_ERR_INPUT, "...", ...);`. */
 int hy_fail(hy_error *err, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Prepends context ("while loading x: ") to an error already set. */
+/* hy_fail with a cause other than HY_CAUSE_NONE. */
+int hy_fail_cause(hy_error *err, int status, int cause, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Prepends context ("while loading x: ") to an error already set; its
+ * status and cause stay. */
 void hy_error_prefix(hy_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -140,6 +140,27 @@ const hy_param *hy_model_find(const hy_model *m, const char *name) {
     return NULL;
 }
 
+/* The table is built in this order (hy_model_build): wte, wpe, the 12
+ * parameters of each block in hy_param_kind's order, ln_f's two. */
+const hy_param *hy_model_param(const hy_model *m, hy_param_kind kind, int layer) {
+    if (kind == HY_P_WTE) return &m->params[0];
+    if (kind == HY_P_WPE) return &m->params[1];
+    if (kind == HY_P_LNF_W) return &m->params[m->n_params - 2];
+    if (kind == HY_P_LNF_B) return &m->params[m->n_params - 1];
+    return &m->params[2 + 12 * layer + (kind - HY_P_LN1_W)];
+}
+
+size_t hy_model_real_numel(const hy_model *m, const hy_param *p) {
+    return p->kind == HY_P_WTE ? (size_t)m->vocab * m->d_model : p->numel;
+}
+
+size_t hy_model_max_numel(const hy_model *m) {
+    size_t most = 0;
+    for (int i = 0; i < m->n_params; i++)
+        if (m->params[i].numel > most) most = m->params[i].numel;
+    return most;
+}
+
 static int hy_is_residual_proj(hy_param_kind k) {
     return k == HY_P_ATTN_PROJ_W || k == HY_P_MLP_PROJ_W;
 }

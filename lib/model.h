@@ -74,6 +74,19 @@ double hy_model_stage_cost(const hy_model *m, int stage);
 /* The parameter named `name` (a "transformer." prefix is accepted), or NULL. */
 const hy_param *hy_model_find(const hy_model *m, const char *name);
 
+/* The parameter of `kind` of block `layer` (ignored for wte, wpe and
+ * ln_f): the one place that knows the table's fixed order. */
+const hy_param *hy_model_param(const hy_model *m, hy_param_kind kind, int layer);
+
+/* The values of p a file holds and a caller reads or writes: wte's real
+ * vocabulary's rows (vocab x d_model, without the padding rows), every
+ * other parameter whole. */
+size_t hy_model_real_numel(const hy_model *m, const hy_param *p);
+
+/* The most values any one parameter has (padding rows counted): what one
+ * host buffer for any parameter needs. */
+size_t hy_model_max_numel(const hy_model *m);
+
 /* GPT-2's initialization into a stage's block: matrices and embeddings
  * N(0, 0.02), the two residual projections N(0, 0.02 / sqrt(2 * layers)),
  * LN weights 1, biases 0, padding rows 0. Every tensor draws from its own

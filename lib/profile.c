@@ -24,6 +24,7 @@
 #include "runtime.h"
 #include "sim.h"
 #include "svg.h"
+#include "train.h"
 
 /* ------------------------------------------------------------------------
  * Measuring
@@ -168,8 +169,8 @@ static int same_schedule(const hy_schedule *a, const hy_schedule *b) {
 }
 
 /* The steps: warm-up, then measured, each one's stamps taken. */
-static int run_steps(hy_profile *p, hy_runtime *rt, const hy_profile_opts *o, step_times *steps,
-                     hy_error *err) {
+static int run_steps(hy_profile *p, const hy_config *c, hy_runtime *rt, const hy_profile_opts *o,
+                     step_times *steps, hy_error *err) {
     const hy_schedule *s = &p->sched;
     int P = s->ranks, rc = HY_OK;
     int *at = action_index(s);
@@ -182,7 +183,7 @@ static int run_steps(hy_profile *p, hy_runtime *rt, const hy_profile_opts *o, st
     double wall = 0, tokens = 0;
     for (int k = 0; !rc && k < HY_PROFILE_WARMUP + o->steps; k++) {
         hy_step_stats st;
-        rc = hy_runtime_step(rt, &st, err);
+        rc = hy_train_step(rt, c, &st, err);
         if (rc || k < HY_PROFILE_WARMUP) continue;
         for (int r = 0; !rc && r < P; r++)
             rc = hy_runtime_stamps(rt, r, raw[r], hy_runtime_stamp_count(rt, r), err);
@@ -355,7 +356,11 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
     if (o->steps < 1)
         return hy_fail(err, HY_ERR_INPUT, "profile: the number of measured steps must be at "
                        "least 1, got %d", o->steps);
-    int cuda = 0, rc = hy_runtime_pick_backend(c, &cuda, p->backend, sizeof p->backend, err);
+    hy_backend_request brq;
+    hy_backend_choice chosen;
+    hy_backend_request_from_config(c, &brq);
+    int rc = hy_backend_describe(&brq, &chosen, err);
+    if (!rc) snprintf(p->backend, sizeof p->backend, "%s", chosen.why);
     hy_runtime *rt = NULL;
     hy_model m;
     memset(&m, 0, sizeof m);
@@ -385,7 +390,7 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
     if (!rc) {
         memcpy(p->n_layers, m.n_layers, (size_t)p->sched.stages * sizeof(int));
         p->head_units = hy_model_stage_cost(&m, m.stages - 1) - m.n_layers[m.stages - 1];
-        rc = run_steps(p, rt, o, steps, err);
+        rc = run_steps(p, c, rt, o, steps, err);
     }
     hy_runtime_destroy(rt);
     if (!rc) {

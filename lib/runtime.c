@@ -4,10 +4,15 @@
  * Memory, per rank: for each stage it holds, the parameter, gradient and
  * AdamW blocks (model.h's stage blocks) and an activation stash of K_s
  * slots, K_s being the most micro-batches the schedule keeps in flight on
- * that stage; for each stage boundary the mailbox slots (the consumer's
- * stash of its stage input, mailbox.h); and per rank one set of scratch
- * buffers for the backward pass, since a rank runs one action at a time.
+ * that stage (a slot's layout is transformer.h's); for each stage boundary
+ * the mailbox slots (the consumer's stash of its stage input, mailbox.h);
+ * and per rank one set of scratch buffers for the backward pass
+ * (transformer.h's hy_stage_work), since a rank runs one action at a time.
  * Everything is allocated before the first step; a step allocates nothing.
+ *
+ * An action here is the plumbing around the math: profile stamps, the
+ * slow-stage hook, receiving the stage input, sending the output, giving
+ * mailbox slots back; the math of the stage itself is transformer.c's.
  */
 #include "runtime.h"
 
@@ -23,17 +28,9 @@
 #include "data.h"
 #include "mailbox.h"
 #include "model.h"
-#include "rng.h"
-#include "safetensors.h"
 #include "schedule.h"
-
-/* The activations one layer keeps for its backward, inside a stash slot:
- * activations in the backend's compute type (act_size bytes each, void *),
- * LayerNorm statistics in fp32. */
-typedef struct {
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-    void *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg, *res3;
-} rt_layer_acts;
+#include "transformer.h"
+#include "weights.h"
 
 typedef struct {
     int rank;
@@ -52,10 +49,12 @@ typedef struct {
     hy_stream *stream;
     hy_graph *graph;
     int iterations;                /* run so far */
-    /* scratch, in the compute type */
-    void *send, *dres, *dln, *datty, *dqkv, *dfc, *dfcg, *attn_scratch, *logits;
+    /* d(stage output) in, d(stage input) out; and the output sent to another
+     * rank, in the compute type; the math's own scratch */
+    void *send, *dres;
+    hy_stage_work work;
     int *tokens, *targets;         /* [M * N], for ranks holding stage 0 / S-1 */
-    float *loss, *clip_factor, *norm;
+    float *clip_factor, *norm;
     double *partials;              /* [P] */
     hy_adamw_hparams *hp;
     /* the replica of wte on the last stage's rank, when it is not rank 0 */
@@ -73,6 +72,7 @@ struct hy_runtime {
     hy_model model;
     hy_mailbox mb;
     hy_backend *be;
+    hy_transformer tf;             /* the math: shapes, ops, each stage's weights and gradients */
     size_t A;                      /* bytes per activation element (backend's act_size) */
     hy_shard train;                /* opened at the first step: eval needs none */
     int train_open;
@@ -81,7 +81,7 @@ struct hy_runtime {
     hy_channel *norm_ch;           /* [P * P]: a -> b at a * P + b */
     hy_channel wte_ch[2];          /* rank 0 -> last rank, last rank -> rank 0 */
     int replica_rank;              /* rank holding the wte replica, or -1 */
-    int B, T, C, NH, N, M, V, Vp, S, P;
+    int B, T, N, M, V, S, P;
     int *batch_in, *batch_tg;      /* host staging for one micro-batch [N] */
     /* test and profiling hooks, fixed before the first step */
     int profile;                   /* timestamps around every action */
@@ -95,109 +95,9 @@ struct hy_runtime {
     int step;
 };
 
-/* ------------------------------------------------------------------------ */
-/* Shapes and stash layout
- *
- * A stash slot is carved into aligned pieces: every piece starts on a
- * 256-byte boundary, so a bf16 array of odd length never misaligns the
- * next one (vector loads on a GPU need 16-byte alignment). */
-
-#define RT_ALIGN 256
-
-static size_t rt_align(size_t bytes) { return (bytes + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN; }
-
-/* Takes `bytes` from *p (NULL *p: only counts, for sizing). */
-static void *rt_carve(unsigned char **p, size_t *used, size_t bytes) {
-    void *at = *p ? *p + *used : NULL;
-    *used += rt_align(bytes);
-    return at;
-}
-
-/* The pieces of layer l's activations in a stash slot; with slot NULL only
- * the size comes back (in *used). */
-static rt_layer_acts rt_layer_carve(const hy_runtime *rt, unsigned char *base, size_t *used) {
-    size_t N = (size_t)rt->N, C = (size_t)rt->C, A = rt->A, f = sizeof(float);
-    size_t att = (size_t)rt->B * rt->NH * rt->T * rt->T;
-    unsigned char **p = &base;
-    rt_layer_acts a;
-    a.ln1_mean = rt_carve(p, used, N * f);
-    a.ln1_rstd = rt_carve(p, used, N * f);
-    a.ln2_mean = rt_carve(p, used, N * f);
-    a.ln2_rstd = rt_carve(p, used, N * f);
-    a.ln1 = rt_carve(p, used, N * C * A);
-    a.qkv = rt_carve(p, used, 3 * N * C * A);
-    a.att = rt_carve(p, used, att * A);
-    a.atty = rt_carve(p, used, N * C * A);
-    a.res2 = rt_carve(p, used, N * C * A);
-    a.ln2 = rt_carve(p, used, N * C * A);
-    a.fch = rt_carve(p, used, 4 * N * C * A);
-    a.fchg = rt_carve(p, used, 4 * N * C * A);
-    a.res3 = rt_carve(p, used, N * C * A);
-    return a;
-}
-
-static size_t rt_layer_bytes(const hy_runtime *rt) {
-    size_t used = 0;
-    rt_layer_carve(rt, NULL, &used);
-    return used;
-}
-
-/* The head's pieces on the last stage: ln_f's output, its statistics, and
- * d(ln_f output), which the head's backward leaves for B(m, S-1). */
-typedef struct {
-    void *out, *dout;
-    float *mean, *rstd;
-} rt_head_acts;
-
-static size_t rt_stash_bytes(const hy_runtime *rt, int s) {
-    size_t NC = (size_t)rt->N * rt->C;
-    size_t n = (size_t)rt->model.n_layers[s] * rt_layer_bytes(rt);
-    if (s == 0) n += rt_align(NC * rt->A);                     /* the embedding's output */
-    if (s == rt->S - 1)
-        n += 2 * rt_align(NC * rt->A) + 2 * rt_align((size_t)rt->N * sizeof(float));
-    return n;
-}
-
-static rt_layer_acts rt_layer(const hy_runtime *rt, void *slot, int l) {
-    size_t used = 0;
-    return rt_layer_carve(rt, (unsigned char *)slot + (size_t)l * rt_layer_bytes(rt), &used);
-}
-
-/* The extras after the layers: the embedding output (stage 0) and the
- * head's activations (last stage). */
-static unsigned char *rt_extra(const hy_runtime *rt, int s, void *slot) {
-    return (unsigned char *)slot + (size_t)rt->model.n_layers[s] * rt_layer_bytes(rt);
-}
-static void *rt_encoded(const hy_runtime *rt, void *slot) { return rt_extra(rt, 0, slot); }
-static rt_head_acts rt_head_of(const hy_runtime *rt, void *slot) {
-    size_t NC = (size_t)rt->N * rt->C, used = 0;
-    unsigned char *p = rt_extra(rt, rt->S - 1, slot);
-    if (rt->S == 1) p += rt_align(NC * rt->A);   /* after stage 0's embedding output */
-    rt_head_acts h;
-    h.mean = rt_carve(&p, &used, (size_t)rt->N * sizeof(float));
-    h.rstd = rt_carve(&p, &used, (size_t)rt->N * sizeof(float));
-    h.out = rt_carve(&p, &used, NC * rt->A);
-    h.dout = rt_carve(&p, &used, NC * rt->A);
-    return h;
-}
-
-/* A parameter as the ops read it (the compute copy), and its gradient. */
-static void *rt_param(const hy_runtime *rt, const hy_param *p) {
-    return (unsigned char *)rt->stages[p->stage].wc + p->offset * rt->A;
-}
-static float *rt_grad(const hy_runtime *rt, const hy_param *p) {
-    return rt->stages[p->stage].grad + p->offset;
-}
-
-/* The parameter of `kind` for global layer l. Parameters are added in a
- * fixed order (model.c): wte, wpe, 12 per block, ln_f. */
-static const hy_param *rt_p(const hy_runtime *rt, hy_param_kind kind, int l) {
-    if (kind == HY_P_WTE) return &rt->model.params[0];
-    if (kind == HY_P_WPE) return &rt->model.params[1];
-    if (kind == HY_P_LNF_W) return &rt->model.params[rt->model.n_params - 2];
-    if (kind == HY_P_LNF_B) return &rt->model.params[rt->model.n_params - 1];
-    return &rt->model.params[2 + 12 * l + (kind - HY_P_LN1_W)];
-}
+/* The tied embedding's parameter: in stage 0's block, and replicated on
+ * the last stage's rank when that is another rank (replica_rank). */
+static const hy_param *rt_wte(const hy_runtime *rt) { return hy_model_param(&rt->model, HY_P_WTE, 0); }
 
 /* A rank's profile stamps: one at the start of its iteration, four per
  * action (start, input received, computed, sent), three for the tail
@@ -215,28 +115,17 @@ typedef struct {
     hy_error *err;
 } rt_ctx;
 
-/* Bytes of n activations. */
-static size_t rt_acts(const hy_runtime *rt, size_t n) { return n * rt->A; }
-
-/* The tied embedding as the last stage sees it. */
-static void *rt_head_wte(rt_ctx *x) {
-    return x->rk->wte_c ? x->rk->wte_c : rt_param(x->rt, rt_p(x->rt, HY_P_WTE, 0));
-}
-static float *rt_head_dwte(rt_ctx *x) {
-    return x->rk->dwte ? x->rk->dwte : rt_grad(x->rt, rt_p(x->rt, HY_P_WTE, 0));
-}
-
 static void *rt_stage_input(rt_ctx *x, int s, int m, void *slot) {
-    return s == 0 ? rt_encoded(x->rt, slot) : hy_mailbox_slot(&x->rt->mb.edges[x->rt->mb.into_fwd[s]], m);
+    return s == 0 ? hy_stash_embedding(&x->rt->tf, slot)
+                  : hy_mailbox_slot(&x->rt->mb.edges[x->rt->mb.into_fwd[s]], m);
 }
 
 /* Where stage s writes its output for micro-batch m: straight into the
  * next stage's slot when it is local, else the send buffer; the last
- * stage keeps it in its stash for ln_f. */
-static void *rt_stage_output(rt_ctx *x, int s, int m, void *slot) {
+ * stage keeps it in its stash slot for the head (NULL here). */
+static void *rt_stage_output(rt_ctx *x, int s, int m) {
     hy_runtime *rt = x->rt;
-    int L = rt->model.n_layers[s];
-    if (s == rt->S - 1) return L > 0 ? rt_layer(rt, slot, L - 1).res3 : rt_stage_input(x, s, m, slot);
+    if (s == rt->S - 1) return NULL;
     const hy_edge *e = &rt->mb.edges[rt->mb.into_fwd[s + 1]];
     return e->local ? hy_mailbox_slot(e, m) : x->rk->send;
 }
@@ -245,90 +134,6 @@ static void *rt_stage_output(rt_ctx *x, int s, int m, void *slot) {
 static int rt_stamp(rt_ctx *x, size_t k) {
     if (!x->rt->profile) return HY_OK;
     return x->o->timestamp(x->st, &x->rk->stamps[k], x->err);
-}
-
-static int rt_layer_forward(rt_ctx *x, int l, const void *in, const rt_layer_acts *a, void *out) {
-    hy_runtime *rt = x->rt;
-    const hy_backend_ops *o = x->o;
-    int N = rt->N, C = rt->C, rc;
-    const void *ln1w = rt_param(rt, rt_p(rt, HY_P_LN1_W, l)), *ln1b = rt_param(rt, rt_p(rt, HY_P_LN1_B, l));
-    rc = o->layernorm_fwd(x->st, a->ln1, a->ln1_mean, a->ln1_rstd, in, ln1w, ln1b, N, C, x->err);
-    if (!rc) rc = o->matmul_fwd(x->st, a->qkv, a->ln1, rt_param(rt, rt_p(rt, HY_P_QKV_W, l)),
-                                rt_param(rt, rt_p(rt, HY_P_QKV_B, l)), N, C, 3 * C, x->err);
-    if (!rc) rc = o->attention_fwd(x->st, a->atty, a->att, a->qkv, rt->B, rt->T, C, rt->NH,
-                                   rt->model.kind == HY_MODEL_GPT, x->err);
-    if (!rc) rc = o->matmul_fwd(x->st, a->res2, a->atty, rt_param(rt, rt_p(rt, HY_P_ATTN_PROJ_W, l)),
-                                rt_param(rt, rt_p(rt, HY_P_ATTN_PROJ_B, l)), N, C, C, x->err);
-    if (!rc) rc = o->add(x->st, a->res2, in, (size_t)N * C, x->err);
-    if (!rc) rc = o->layernorm_fwd(x->st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
-                                   rt_param(rt, rt_p(rt, HY_P_LN2_W, l)),
-                                   rt_param(rt, rt_p(rt, HY_P_LN2_B, l)), N, C, x->err);
-    if (!rc) rc = o->matmul_fwd(x->st, a->fch, a->ln2, rt_param(rt, rt_p(rt, HY_P_FC_W, l)),
-                                rt_param(rt, rt_p(rt, HY_P_FC_B, l)), N, C, 4 * C, x->err);
-    if (!rc) rc = o->gelu_fwd(x->st, a->fchg, a->fch, (size_t)N * 4 * C, x->err);
-    if (!rc) rc = o->matmul_fwd(x->st, out, a->fchg, rt_param(rt, rt_p(rt, HY_P_MLP_PROJ_W, l)),
-                                rt_param(rt, rt_p(rt, HY_P_MLP_PROJ_B, l)), N, 4 * C, C, x->err);
-    if (!rc) rc = o->add(x->st, out, a->res2, (size_t)N * C, x->err);
-    return rc;
-}
-
-/* dres holds d(layer output) and becomes d(layer input): each branch's
- * backward adds its part into it (the ops accumulate). */
-static int rt_layer_backward(rt_ctx *x, int l, const void *in, const rt_layer_acts *a) {
-    hy_runtime *rt = x->rt;
-    rt_rank *rk = x->rk;
-    const hy_backend_ops *o = x->o;
-    hy_stream *st = x->st;
-    int N = rt->N, C = rt->C, rc;
-    size_t NC = (size_t)N * C;
-    const hy_param *pmp = rt_p(rt, HY_P_MLP_PROJ_W, l), *pfc = rt_p(rt, HY_P_FC_W, l);
-    const hy_param *pap = rt_p(rt, HY_P_ATTN_PROJ_W, l), *pqkv = rt_p(rt, HY_P_QKV_W, l);
-    const hy_param *pln2 = rt_p(rt, HY_P_LN2_W, l), *pln1 = rt_p(rt, HY_P_LN1_W, l);
-    rc = o->zero(st, rk->dfcg, rt_acts(rt, 4 * NC), x->err);
-    if (!rc) rc = o->matmul_bwd(st, rk->dfcg, rt_grad(rt, pmp), rt_grad(rt, pmp + 1), rk->dres,
-                                a->fchg, rt_param(rt, pmp), N, 4 * C, C, x->err);
-    if (!rc) rc = o->zero(st, rk->dfc, rt_acts(rt, 4 * NC), x->err);
-    if (!rc) rc = o->gelu_bwd(st, rk->dfc, rk->dfcg, a->fch, 4 * NC, x->err);
-    if (!rc) rc = o->zero(st, rk->dln, rt_acts(rt, NC), x->err);
-    if (!rc) rc = o->matmul_bwd(st, rk->dln, rt_grad(rt, pfc), rt_grad(rt, pfc + 1), rk->dfc,
-                                a->ln2, rt_param(rt, pfc), N, C, 4 * C, x->err);
-    if (!rc) rc = o->layernorm_bwd(st, rk->dres, rt_grad(rt, pln2), rt_grad(rt, pln2 + 1), rk->dln,
-                                   a->res2, rt_param(rt, pln2), a->ln2_mean, a->ln2_rstd, N, C,
-                                   x->err);
-    if (!rc) rc = o->zero(st, rk->datty, rt_acts(rt, NC), x->err);
-    if (!rc) rc = o->matmul_bwd(st, rk->datty, rt_grad(rt, pap), rt_grad(rt, pap + 1), rk->dres,
-                                a->atty, rt_param(rt, pap), N, C, C, x->err);
-    if (!rc) rc = o->zero(st, rk->dqkv, rt_acts(rt, 3 * NC), x->err);
-    if (!rc) rc = o->attention_bwd(st, rk->dqkv, rk->attn_scratch, rk->datty, a->qkv, a->att,
-                                   rt->B, rt->T, C, rt->NH, x->err);
-    if (!rc) rc = o->zero(st, rk->dln, rt_acts(rt, NC), x->err);
-    if (!rc) rc = o->matmul_bwd(st, rk->dln, rt_grad(rt, pqkv), rt_grad(rt, pqkv + 1), rk->dqkv,
-                                a->ln1, rt_param(rt, pqkv), N, C, 3 * C, x->err);
-    if (!rc) rc = o->layernorm_bwd(st, rk->dres, rt_grad(rt, pln1), rt_grad(rt, pln1 + 1), rk->dln,
-                                   in, rt_param(rt, pln1), a->ln1_mean, a->ln1_rstd, N, C, x->err);
-    return rc;
-}
-
-/* The last stage's head, run inside its forward: ln_f, logits, the fused
- * loss and d(logits), and the head's backward down to d(ln_f out), so the
- * logits never need stashing (llm.c does the same). */
-static int rt_head(rt_ctx *x, int m, const void *h, void *slot, int train) {
-    hy_runtime *rt = x->rt;
-    rt_rank *rk = x->rk;
-    const hy_backend_ops *o = x->o;
-    int N = rt->N, C = rt->C, rc;
-    rt_head_acts ha = rt_head_of(rt, slot);
-    const hy_param *pw = rt_p(rt, HY_P_LNF_W, 0);
-    rc = o->layernorm_fwd(x->st, ha.out, ha.mean, ha.rstd, h, rt_param(rt, pw), rt_param(rt, pw + 1),
-                          N, C, x->err);
-    if (!rc) rc = o->lm_head_fwd(x->st, rk->logits, ha.out, rt_head_wte(x), N, C, rt->Vp, x->err);
-    if (!rc) rc = o->classifier(x->st, rk->logits, rk->loss, rk->targets + (size_t)m * N, N, rt->V,
-                                rt->Vp, 1.0f / rt->M, train ? 1.0f / rt->M : 1.0f, x->err);
-    if (!train) return rc;
-    if (!rc) rc = o->zero(x->st, ha.dout, rt_acts(rt, (size_t)N * C), x->err);
-    if (!rc) rc = o->lm_head_bwd(x->st, ha.dout, rt_head_dwte(x), rk->logits, ha.out, rt_head_wte(x),
-                                 N, C, rt->Vp, x->err);
-    return rc;
 }
 
 /* F(m, s). For evaluation (train = 0) the head computes only the loss and
@@ -345,24 +150,16 @@ static int rt_forward(rt_ctx *x, const hy_action *a, const char *label, int trai
     if (k >= 0) rc = rt_stamp(x, at);
     if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
     if (rc) return rc;
-    if (s == 0) {
-        const hy_param *wte = rt_p(rt, HY_P_WTE, 0), *wpe = rt_p(rt, HY_P_WPE, 0);
-        rc = x->o->embedding_fwd(x->st, rt_encoded(rt, slot), x->rk->tokens + (size_t)m * N,
-                                 rt_param(rt, wte), rt_param(rt, wpe), rt->B, rt->T, rt->C, x->err);
-    } else {
+    if (s == 0)
+        rc = hy_embed_forward(&rt->tf, x->st, slot, x->rk->tokens + (size_t)m * N, x->err);
+    else
         rc = hy_mailbox_receive(x->st, &mb->edges[mb->into_fwd[s]], m, label, x->err);
-    }
     if (!rc && k >= 0) rc = rt_stamp(x, at + 1);
     const void *in = rt_stage_input(x, s, m, slot);
-    void *out = rt_stage_output(x, s, m, slot);
-    int L = rt->model.n_layers[s], first = rt->model.first_layer[s];
-    for (int l = 0; l < L && !rc; l++) {
-        rt_layer_acts acts = rt_layer(rt, slot, l);
-        const void *lin = l == 0 ? in : rt_layer(rt, slot, l - 1).res3;
-        rc = rt_layer_forward(x, first + l, lin, &acts, l == L - 1 ? out : acts.res3);
-    }
-    if (!rc && L == 0 && out != in) rc = x->o->copy(x->st, out, in, rt_acts(rt, (size_t)N * rt->C), x->err);
-    if (!rc && s == rt->S - 1) rc = rt_head(x, m, out, slot, train);
+    void *out = rt_stage_output(x, s, m);
+    const int *targets = s == rt->S - 1 ? x->rk->targets + (size_t)m * N : NULL;
+    if (!rc) rc = hy_stage_forward(&rt->tf, &x->rk->work, x->st, s, in, slot, out, targets, train,
+                                   x->err);
     if (!rc && k >= 0) rc = rt_stamp(x, at + 2);
     if (!rc && s < rt->S - 1)
         rc = hy_mailbox_send(x->st, &mb->edges[mb->into_fwd[s + 1]], m, out, label, x->err);
@@ -375,40 +172,29 @@ static int rt_backward(rt_ctx *x, const hy_action *a, const char *label, int k) 
     hy_runtime *rt = x->rt;
     const hy_mailbox *mb = &rt->mb;
     rt_rank *rk = x->rk;
-    int s = a->stage, m = a->mb, N = rt->N, C = rt->C, rc;
-    size_t NC = (size_t)N * C, at = 1 + 4 * (size_t)k;
+    int s = a->stage, m = a->mb, N = rt->N, rc;
+    size_t bytes = hy_boundary_bytes(&rt->tf), at = 1 + 4 * (size_t)k;
     rt_stage *sg = &rt->stages[s];
     void *slot = sg->stash[sg->stash_of[m]];
     const void *in = rt_stage_input(x, s, m, slot);
-    int L = rt->model.n_layers[s], first = rt->model.first_layer[s];
     rc = rt_stamp(x, at);
     if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
     if (rc) return rc;
     if (s == rt->S - 1) {
-        /* d(last layer output) from the head's d(ln_f out). */
-        rt_head_acts ha = rt_head_of(rt, slot);
-        const void *h = L > 0 ? rt_layer(rt, slot, L - 1).res3 : in;
-        const hy_param *pw = rt_p(rt, HY_P_LNF_W, 0);
-        rc = x->o->zero(x->st, rk->dres, rt_acts(rt, NC), x->err);
+        /* d(stage output) from the head, which the forward ran. */
+        rc = x->o->zero(x->st, rk->dres, bytes, x->err);
         if (!rc) rc = rt_stamp(x, at + 1);
-        if (!rc) rc = x->o->layernorm_bwd(x->st, rk->dres, rt_grad(rt, pw), rt_grad(rt, pw + 1),
-                                          ha.dout, h, rt_param(rt, pw), ha.mean, ha.rstd, N, C, x->err);
+        if (!rc) rc = hy_head_backward(&rt->tf, x->st, in, slot, rk->dres, x->err);
     } else {
         const hy_edge *e = &mb->edges[mb->into_bwd[s]];
         rc = hy_mailbox_receive(x->st, e, m, label, x->err);
         if (!rc) rc = rt_stamp(x, at + 1);
-        if (!rc) rc = x->o->copy(x->st, rk->dres, hy_mailbox_slot(e, m), rt_acts(rt, NC), x->err);
+        if (!rc) rc = x->o->copy(x->st, rk->dres, hy_mailbox_slot(e, m), bytes, x->err);
     }
-    for (int l = L - 1; l >= 0 && !rc; l--) {
-        rt_layer_acts acts = rt_layer(rt, slot, l);
-        const void *lin = l == 0 ? in : rt_layer(rt, slot, l - 1).res3;
-        rc = rt_layer_backward(x, first + l, lin, &acts);
-    }
+    if (!rc) rc = hy_stage_backward(&rt->tf, &rk->work, x->st, s, in, slot, rk->dres, x->err);
     if (rc) return rc;
     if (s == 0) {
-        const hy_param *wte = rt_p(rt, HY_P_WTE, 0), *wpe = rt_p(rt, HY_P_WPE, 0);
-        rc = x->o->embedding_bwd(x->st, rt_grad(rt, wte), rt_grad(rt, wpe), rk->dres,
-                                 rk->tokens + (size_t)m * N, rt->B, rt->T, C, x->err);
+        rc = hy_embed_backward(&rt->tf, x->st, rk->dres, rk->tokens + (size_t)m * N, x->err);
         if (!rc) rc = rt_stamp(x, at + 2);
     } else {
         rc = rt_stamp(x, at + 2);
@@ -426,11 +212,11 @@ static int rt_backward(rt_ctx *x, const hy_action *a, const char *label, int k) 
  * floating point) and take the same AdamW step. */
 static int rt_exchange_wte(rt_ctx *x) {
     hy_runtime *rt = x->rt;
-    size_t n = rt_p(rt, HY_P_WTE, 0)->numel;
+    size_t n = rt_wte(rt)->numel;
     int me = x->rk->rank, rc;
     if (rt->replica_rank < 0 || (me != 0 && me != rt->replica_rank)) return HY_OK;
     const hy_channel *out = &rt->wte_ch[me == 0 ? 0 : 1], *in = &rt->wte_ch[me == 0 ? 1 : 0];
-    float *mine = me == 0 ? rt_grad(rt, rt_p(rt, HY_P_WTE, 0)) : x->rk->dwte;
+    float *mine = me == 0 ? rt->stages[0].grad + rt_wte(rt)->offset : x->rk->dwte;
     rc = hy_channel_send(x->st, out, mine, "tied embedding gradient", x->err);
     if (!rc) rc = hy_channel_receive(x->st, in, "tied embedding gradient", x->err);
     if (!rc) rc = x->o->add_f32(x->st, mine, in->slot, n, x->err);
@@ -489,7 +275,7 @@ static int rt_optimize(rt_ctx *x) {
         }
     }
     if (!rc && rk->wte) {
-        const hy_param *p = rt_p(rt, HY_P_WTE, 0);
+        const hy_param *p = rt_wte(rt);
         rc = x->o->adamw(x->st, rk->wte, rt_compute_of(rt, rk->wte_c), rk->dwte, rk->wte_m,
                          rk->wte_v, p->numel, rk->hp, rk->clip_factor, p->decay, x->err);
     }
@@ -504,8 +290,8 @@ static int rt_iteration(rt_ctx *x) {
         if (rt->stages[s].rank == me)
             rc = x->o->zero(x->st, rt->stages[s].grad, rt->model.stage_numel[s] * sizeof(float), x->err);
     if (!rc && rk->dwte)
-        rc = x->o->zero(x->st, rk->dwte, rt_p(rt, HY_P_WTE, 0)->numel * sizeof(float), x->err);
-    if (!rc && rk->loss) rc = x->o->zero(x->st, rk->loss, sizeof(float), x->err);
+        rc = x->o->zero(x->st, rk->dwte, rt_wte(rt)->numel * sizeof(float), x->err);
+    if (!rc && rk->work.loss) rc = x->o->zero(x->st, rk->work.loss, sizeof(float), x->err);
     const hy_schedule *sc = &rt->sched;
     int n = sc->n_actions[me];
     for (int i = 0; i < n && !rc; i++) {
@@ -532,7 +318,7 @@ static int rt_iteration(rt_ctx *x) {
 static int rt_eval_iteration(rt_ctx *x, int count) {
     hy_runtime *rt = x->rt;
     int me = x->rk->rank, rc = HY_OK;
-    if (x->rk->loss) rc = x->o->zero(x->st, x->rk->loss, sizeof(float), x->err);
+    if (x->rk->work.loss) rc = x->o->zero(x->st, x->rk->work.loss, sizeof(float), x->err);
     for (int m = 0; m < count && !rc; m++) {
         for (int s = 0; s < rt->S && !rc; s++) {
             if (rt->sched.placement[s] != me) continue;
@@ -642,37 +428,29 @@ static int rt_plan_stashes(hy_runtime *rt, hy_error *err) {
 }
 
 static int rt_alloc_rank(hy_runtime *rt, rt_rank *rk, hy_error *err) {
-    int r = rk->rank, rc;
-    size_t f = sizeof(float), N = (size_t)rt->N, C = (size_t)rt->C, M = (size_t)rt->M;
-    size_t NC = N * C, A = rt->A;
-    size_t attn = rt->be->ops->attention_scratch(rt->B, rt->T, rt->C, rt->NH);
-    rc = rt_alloc(rt, r, NC * A, &rk->send, err);
-    if (!rc) rc = rt_alloc(rt, r, NC * A, &rk->dres, err);
-    if (!rc) rc = rt_alloc(rt, r, NC * A, &rk->dln, err);
-    if (!rc) rc = rt_alloc(rt, r, NC * A, &rk->datty, err);
-    if (!rc) rc = rt_alloc(rt, r, 3 * NC * A, &rk->dqkv, err);
-    if (!rc) rc = rt_alloc(rt, r, 4 * NC * A, &rk->dfc, err);
-    if (!rc) rc = rt_alloc(rt, r, 4 * NC * A, &rk->dfcg, err);
-    if (!rc) rc = rt_alloc(rt, r, attn, &rk->attn_scratch, err);
+    int r = rk->rank, rc, head = rt->sched.placement[rt->S - 1] == r;
+    size_t f = sizeof(float), N = (size_t)rt->N, M = (size_t)rt->M, A = rt->A;
+    rc = rt_alloc(rt, r, hy_boundary_bytes(&rt->tf), &rk->send, err);
+    if (!rc) rc = rt_alloc(rt, r, hy_boundary_bytes(&rt->tf), &rk->dres, err);
+    if (!rc) rc = hy_stage_work_alloc(&rt->tf, rt->be, r, head, &rk->work, err);
     if (!rc) rc = rt_alloc(rt, r, sizeof(double) * (size_t)rt->P, &rk->partials, err);
     if (!rc) rc = rt_alloc(rt, r, 2 * f, &rk->clip_factor, err);
     if (!rc) rk->norm = rk->clip_factor + 1;
     if (!rc) rc = rt_alloc(rt, r, sizeof(hy_adamw_hparams), &rk->hp, err);
     if (!rc) rc = rt_alloc(rt, r, RT_STAMPS(rt->sched.n_actions[r]) * sizeof(uint64_t), &rk->stamps, err);
     if (!rc && rt->sched.placement[0] == r) rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->tokens, err);
-    if (!rc && rt->sched.placement[rt->S - 1] == r) {
-        rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->targets, err);
-        if (!rc) rc = rt_alloc(rt, r, N * (size_t)rt->Vp * A, &rk->logits, err);
-        if (!rc) rc = rt_alloc(rt, r, f, &rk->loss, err);
-    }
+    if (!rc && head) rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->targets, err);
     if (!rc && r == rt->replica_rank) {
-        size_t n = rt_p(rt, HY_P_WTE, 0)->numel;
+        size_t n = rt_wte(rt)->numel;
         rc = rt_alloc(rt, r, n * f, &rk->wte, err);
         if (!rc) rc = rt_alloc(rt, r, n * f, &rk->dwte, err);
         if (!rc) rc = rt_alloc(rt, r, n * f, &rk->wte_m, err);
         if (!rc) rc = rt_alloc(rt, r, n * f, &rk->wte_v, err);
         if (!rc && A != f) rc = rt_alloc(rt, r, n * A, &rk->wte_c, err);
         else if (!rc) rk->wte_c = rk->wte;
+        /* The head reads and updates the replica, not stage 0's wte. */
+        rk->work.wte = rk->wte_c;
+        rk->work.dwte = rk->dwte;
     }
     return rc;
 }
@@ -688,7 +466,7 @@ static int rt_refresh_compute(hy_runtime *rt, int s, hy_error *err) {
     if (!rc) rc = o->sync(st, err);
     if (!rc && s == 0 && rt->replica_rank >= 0) {
         rt_rank *rk = &rt->ranks[rt->replica_rank];
-        rc = o->to_act(rk->stream, rk->wte_c, rk->wte, rt_p(rt, HY_P_WTE, 0)->numel, err);
+        rc = o->to_act(rk->stream, rk->wte_c, rk->wte, rt_wte(rt)->numel, err);
         if (!rc) rc = o->sync(rk->stream, err);
     }
     return rc;
@@ -703,7 +481,7 @@ static int rt_init_params(hy_runtime *rt, hy_error *err) {
         hy_model_init_stage(&rt->model, s, rt->cfg->train.seed, host);
         int rc = rt->be->ops->upload(rt->be, sg->rank, sg->param, host, n * sizeof(float), err);
         if (!rc && s == 0 && rt->replica_rank >= 0) {
-            const hy_param *p = rt_p(rt, HY_P_WTE, 0);
+            const hy_param *p = rt_wte(rt);
             rc = rt->be->ops->upload(rt->be, rt->replica_rank, rt->ranks[rt->replica_rank].wte,
                                      host + p->offset, p->numel * sizeof(float), err);
         }
@@ -712,44 +490,6 @@ static int rt_init_params(hy_runtime *rt, hy_error *err) {
         if (rc) return rc;
     }
     return HY_OK;
-}
-
-int hy_runtime_pick_backend(const hy_config *c, int *cuda, char *why, size_t n, hy_error *err) {
-    int gpus = 0;
-    *cuda = 0;
-    int rc = hy_device_count(&gpus, err);
-    if (rc) return rc;
-    int built = strstr(hy_backends_compiled(), "cuda") != NULL;
-    if (c->backend == HY_BACKEND_CUDA) {
-        if (!built)
-            return hy_fail(err, HY_ERR_INPUT, "backend \"cuda\": this hanayo was built without "
-                           "the CUDA backend (no nvcc, or NO_CUDA=1); use backend \"cpu\" or \"auto\"");
-        if (gpus == 0)
-            return hy_fail(err, HY_ERR_INPUT, "backend \"cuda\": no CUDA device is visible on this "
-                           "machine; use backend \"cpu\" or \"auto\"");
-        *cuda = 1;
-        snprintf(why, n, "cuda");
-    } else if (c->backend == HY_BACKEND_AUTO && built && gpus > 0) {
-        *cuda = 1;
-        snprintf(why, n, "cuda (auto: %d CUDA device%s)", gpus, gpus == 1 ? "" : "s");
-    } else if (c->backend == HY_BACKEND_AUTO) {
-        snprintf(why, n, "cpu (auto: %s)", built ? "no CUDA device found"
-                                                 : "built without the CUDA backend");
-    } else {
-        snprintf(why, n, "cpu");
-    }
-    return HY_OK;
-}
-
-static int rt_open_backend(hy_runtime *rt, hy_error *err) {
-    const hy_config *c = rt->cfg;
-    int cuda = 0;
-    char why[128];
-    int rc = hy_runtime_pick_backend(c, &cuda, why, sizeof why, err);
-    if (rc) return rc;
-    if (cuda)
-        return hy_backend_cuda_create(&rt->be, rt->P, c->devices, c->n_devices, 0, c->watchdog_s, err);
-    return hy_backend_cpu_create(&rt->be, rt->P, c->watchdog_s, err);
 }
 
 static int rt_build(hy_runtime *rt, hy_error *err) {
@@ -761,23 +501,30 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     if (rc) return rc;
     rt->B = c->schedule.micro_batch_size;
     rt->T = c->model.seq_len;
-    rt->C = c->model.d_model;
-    rt->NH = c->model.heads;
     rt->N = rt->B * rt->T;
     rt->M = c->schedule.micro_batches;
     rt->V = rt->model.vocab;
-    rt->Vp = rt->model.vocab_padded;
     rt->S = rt->sched.stages;
     rt->P = rt->sched.ranks;
     rt->slow_stage = -1;
     int last = rt->sched.placement[rt->S - 1];
     rt->replica_rank = last != rt->sched.placement[0] ? last : -1;
 
-    rc = rt_open_backend(rt, err);
+    hy_backend_request brq;
+    hy_backend_request_from_config(c, &brq);
+    rc = hy_backend_open(&brq, &rt->be, NULL, err);
     if (rc) return rc;
     rt->A = rt->be->ops->act_size;
+    /* The math's view of the run; each stage's weights and gradients are
+     * filled in as they are allocated below. */
+    rt->tf = (hy_transformer){ .model = &rt->model, .ops = rt->be->ops, .act_size = rt->A,
+                               .B = rt->B, .T = rt->T, .micro_batches = rt->M,
+                               .weights = calloc((size_t)rt->S, sizeof(void *)),
+                               .grads = calloc((size_t)rt->S, sizeof(float *)) };
+    if (!rt->tf.weights || !rt->tf.grads)
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the runtime");
     rc = hy_mailbox_plan(&rt->mb, &rt->sched, err);
-    if (!rc) rc = hy_mailbox_alloc(&rt->mb, rt->be, (size_t)rt->N * rt->C * rt->A, err);
+    if (!rc) rc = hy_mailbox_alloc(&rt->mb, rt->be, hy_boundary_bytes(&rt->tf), err);
     if (rc) return rc;
 
     rt->stages = calloc((size_t)rt->S, sizeof(rt_stage));
@@ -797,12 +544,14 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
         if (!rc) rc = rt_alloc(rt, sg->rank, n, &sg->v, err);
         if (!rc && rt->A != sizeof(float)) rc = rt_alloc(rt, sg->rank, numel * rt->A, &sg->wc, err);
         else if (!rc) sg->wc = sg->param;
+        rt->tf.weights[s] = sg->wc;
+        rt->tf.grads[s] = sg->grad;
         if (!rc) {
             sg->stash = calloc((size_t)sg->slots + 1, sizeof(void *));
             if (!sg->stash) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         }
         for (int k = 0; k < sg->slots && !rc; k++)
-            rc = rt_alloc(rt, sg->rank, rt_stash_bytes(rt, s), &sg->stash[k], err);
+            rc = rt_alloc(rt, sg->rank, hy_stash_bytes(&rt->tf, s), &sg->stash[k], err);
     }
     for (int r = 0; r < rt->P && !rc; r++) {
         rt->ranks[r].rt = rt;
@@ -813,14 +562,14 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
         for (int b = 0; b < rt->P && !rc; b++)
             if (a != b) rc = hy_channel_open(&rt->norm_ch[a * rt->P + b], rt->be, a, b, sizeof(double), err);
     if (!rc && rt->replica_rank >= 0) {
-        size_t n = rt_p(rt, HY_P_WTE, 0)->numel * sizeof(float);
+        size_t n = rt_wte(rt)->numel * sizeof(float);
         rc = hy_channel_open(&rt->wte_ch[0], rt->be, 0, rt->replica_rank, n, err);
         if (!rc) rc = hy_channel_open(&rt->wte_ch[1], rt->be, rt->replica_rank, 0, n, err);
     }
     for (int r = 0; r < rt->P && !rc; r++)
         rc = rt->be->ops->stream_create(rt->be, r, &rt->ranks[r].stream, err);
     if (!rc) rc = rt_init_params(rt, err);
-    if (!rc && c->init) rc = hy_runtime_load_weights(rt, c->init, err);
+    if (!rc && c->init) rc = hy_weights_load(rt, c->init, err);
     return rc;
 }
 
@@ -849,33 +598,6 @@ int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err) {
 /* ------------------------------------------------------------------------ */
 /* Steps */
 
-double hy_runtime_lr(const hy_config *c, int step) {
-    double lr = c->train.lr, min_lr = c->train.min_lr;
-    int warm = c->train.warmup_steps, total = c->train.steps;
-    if (step <= warm) return lr * step / (warm > 0 ? warm : 1);
-    if (total <= warm) return lr;
-    double progress = (double)(step - warm) / (double)(total - warm);
-    if (progress > 1.0) progress = 1.0;
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.141592653589793 * progress));
-}
-
-/* BERT's masked-LM inputs: 15% of positions chosen, of those 80% become
- * the mask token (the last id of the vocabulary), 10% a random token and
- * 10% stay; only chosen positions have a target. Deterministic in (seed,
- * step, micro-batch). */
-static void rt_mask(const hy_runtime *rt, int *in, int *tg, int m) {
-    hy_rng r = hy_rng_stream(rt->cfg->train.seed ^ 0x4D4C4DULL,
-                             (uint64_t)rt->step * (uint64_t)rt->M + (uint64_t)m);
-    for (int i = 0; i < rt->N; i++) {
-        tg[i] = -1;
-        if (hy_rng_uniform(&r) >= 0.15) continue;
-        tg[i] = in[i];
-        double u = hy_rng_uniform(&r);
-        if (u < 0.8) in[i] = rt->V - 1;
-        else if (u < 0.9) in[i] = (int)hy_rng_below(&r, (uint64_t)rt->V);
-    }
-}
-
 static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     size_t N = (size_t)rt->N;
@@ -883,7 +605,9 @@ static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, hy_error *er
     for (int m = 0; m < count; m++) {
         int rc = hy_batch_next(sh, rt->B, rt->T, rt->batch_in, rt->batch_tg, err);
         if (rc) return rc;
-        if (rt->model.kind == HY_MODEL_BERT) rt_mask(rt, rt->batch_in, rt->batch_tg, m);
+        if (rt->model.kind == HY_MODEL_BERT)
+            hy_mask_tokens(rt->batch_in, rt->batch_tg, rt->N, rt->V, rt->cfg->train.seed, rt->step,
+                           rt->M, m);
         rc = o->upload(rt->be, first, rt->ranks[first].tokens + m * N, rt->batch_in, N * sizeof(int), err);
         if (!rc) rc = o->upload(rt->be, last, rt->ranks[last].targets + m * N, rt->batch_tg,
                                 N * sizeof(int), err);
@@ -894,7 +618,8 @@ static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, hy_error *er
 
 /* Lets every rank run one round (a training iteration, or an evaluation
  * of eval_count batches) and waits for all of them. Reports the rank that
- * failed first, not the ones its failure stopped. */
+ * failed first, not the ones its failure stopped (their errors have cause
+ * HY_CAUSE_STOPPED: the backend's abort ended their waits). */
 static int rt_round(hy_runtime *rt, int eval_count, hy_error *err) {
     pthread_mutex_lock(&rt->lock);
     rt->done = 0;
@@ -906,10 +631,11 @@ static int rt_round(hy_runtime *rt, int eval_count, hy_error *err) {
     const rt_rank *failed = NULL;
     for (int r = 0; r < rt->P; r++) {
         const rt_rank *rk = &rt->ranks[r];
-        if (rk->status && (!failed || strstr(failed->err.msg, " stopped while waiting")))
-            failed = rk;
+        if (rk->status && (!failed || failed->err.cause == HY_CAUSE_STOPPED)) failed = rk;
     }
-    return failed ? hy_fail(err, failed->status, "%s", failed->err.msg) : HY_OK;
+    if (!failed) return HY_OK;
+    if (err) *err = failed->err;
+    return failed->status;
 }
 
 static double rt_now(void) {
@@ -935,11 +661,10 @@ static int rt_open_train(hy_runtime *rt, hy_error *err) {
     return HY_OK;
 }
 
-int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {
+int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     double t0 = rt_now();
     rt->step++;
-    double lr = hy_runtime_lr(rt->cfg, rt->step);
     hy_adamw_hparams hp = { (float)lr, (float)rt->cfg->train.beta1, (float)rt->cfg->train.beta2,
                             (float)rt->cfg->train.eps, (float)rt->cfg->train.weight_decay, rt->step };
     int rc = rt_open_train(rt, err);
@@ -953,7 +678,7 @@ int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {
 
     int last = rt->sched.placement[rt->S - 1];
     float loss = 0, norm = 0;
-    rc = o->download(rt->be, last, &loss, rt->ranks[last].loss, sizeof loss, err);
+    rc = o->download(rt->be, last, &loss, rt->ranks[last].work.loss, sizeof loss, err);
     if (!rc) rc = o->download(rt->be, 0, &norm, rt->ranks[0].norm, sizeof norm, err);
     if (rc) return rc;
     st->step = rt->step;
@@ -979,7 +704,7 @@ int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss
         rc = rt_load_batches(rt, &sh, count, err);
         if (!rc) rc = rt_round(rt, count, err);
         float part = 0;
-        if (!rc) rc = rt->be->ops->download(rt->be, last, &part, rt->ranks[last].loss, sizeof part, err);
+        if (!rc) rc = rt->be->ops->download(rt->be, last, &part, rt->ranks[last].work.loss, sizeof part, err);
         sum += part;
         done += count;
     }
@@ -988,77 +713,6 @@ int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss
     *loss = sum / batches;
     *tokens = (double)batches * rt->N;
     return HY_OK;
-}
-
-/* Tensors Hugging Face GPT-2 files carry that are not parameters here. */
-static int rt_ignorable(const char *name) {
-    if (strncmp(name, "transformer.", 12) == 0) name += 12;
-    size_t n = strlen(name);
-    return !strcmp(name, "lm_head.weight") ||
-           (n > 10 && !strcmp(name + n - 10, ".attn.bias")) ||
-           (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
-}
-
-/* "[a, b, ...]" */
-static void rt_shape_text(char *buf, size_t n, int ndim, const size_t *shape) {
-    size_t used = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < ndim && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, "%s%zu", i ? ", " : "", shape[i]);
-    if (used < n) snprintf(buf + used, n - used, "]");
-}
-
-static int rt_load_tensor(hy_runtime *rt, const hy_st_file *f, const hy_param *p, float *host,
-                          hy_error *err) {
-    char prefixed[64];
-    snprintf(prefixed, sizeof prefixed, "transformer.%s", p->name);
-    const hy_st_tensor *t = hy_st_find(f, p->name);
-    if (!t) t = hy_st_find(f, prefixed);
-    char want[48], have[160];
-    rt_shape_text(want, sizeof want, p->ndim, (const size_t[2]){ (size_t)p->shape[0],
-                                                                 (size_t)p->shape[1] });
-    if (!t)
-        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is missing (the config's model has "
-                       "it, shape %s)", f->path, p->name, want);
-    int rows_ok = t->ndim >= 1 && (t->shape[0] == (size_t)p->shape[0] ||
-                                   (p->kind == HY_P_WTE && t->shape[0] == (size_t)rt->V));
-    if (t->ndim != p->ndim || !rows_ok || (p->ndim == 2 && t->shape[1] != (size_t)p->shape[1])) {
-        rt_shape_text(have, sizeof have, t->ndim, t->shape);
-        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has shape %s, the config's model "
-                       "needs %s; check model.* in the config", f->path, t->name, have, want);
-    }
-    memset(host, 0, p->numel * sizeof(float));   /* padding rows stay zero */
-    int rc = hy_st_read_f32(f, t, host, t->numel, err);
-    if (rc) return rc;
-    const rt_stage *sg = &rt->stages[p->stage];
-    rc = rt->be->ops->upload(rt->be, sg->rank, sg->param + p->offset, host, p->numel * sizeof(float), err);
-    if (!rc && p->kind == HY_P_WTE && rt->replica_rank >= 0)
-        rc = rt->be->ops->upload(rt->be, rt->replica_rank, rt->ranks[rt->replica_rank].wte, host,
-                                 p->numel * sizeof(float), err);
-    return rc;
-}
-
-int hy_runtime_load_weights(hy_runtime *rt, const char *path, hy_error *err) {
-    hy_st_file f;
-    int rc = hy_st_open(&f, path, err);
-    if (rc) return rc;
-    size_t most = 0;
-    for (int i = 0; i < rt->model.n_params; i++)
-        if (rt->model.params[i].numel > most) most = rt->model.params[i].numel;
-    float *host = malloc(most * sizeof(float));
-    if (!host) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory loading %s", path);
-    for (int i = 0; i < f.n_tensors && !rc; i++) {
-        const char *name = f.tensors[i].name;
-        if (!hy_model_find(&rt->model, name) && !rt_ignorable(name))
-            rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is not a parameter of the config's "
-                         "model (model.layers = %d); check the config or the file", path, name,
-                         rt->model.layers);
-    }
-    for (int i = 0; i < rt->model.n_params && !rc; i++)
-        rc = rt_load_tensor(rt, &f, &rt->model.params[i], host, err);
-    for (int s = 0; s < rt->S && !rc; s++) rc = rt_refresh_compute(rt, s, err);
-    free(host);
-    hy_st_close(&f);
-    return rc;
 }
 
 /* The block of `role` of stage sg, and of the replica (NULL if none). */
@@ -1071,13 +725,47 @@ static float *rt_replica(const rt_rank *rk, hy_tensor_role role) {
          : role == HY_T_ADAM_M ? rk->wte_m : rk->wte_v;
 }
 
+const hy_model *hy_runtime_model(const hy_runtime *rt) { return &rt->model; }
+
+static int rt_too_many(const hy_param *p, size_t n, hy_error *err) {
+    return hy_fail(err, HY_ERR_INPUT, "parameter '%s' has %zu values, not %zu", p->name, p->numel, n);
+}
+
+int hy_runtime_get(hy_runtime *rt, hy_tensor_role role, const hy_param *p, float *dst, size_t n,
+                   hy_error *err) {
+    if (n > p->numel) return rt_too_many(p, n, err);
+    const rt_stage *sg = &rt->stages[p->stage];
+    return rt->be->ops->download(rt->be, sg->rank, dst, rt_block(sg, role) + p->offset,
+                                 n * sizeof(float), err);
+}
+
+int hy_runtime_put(hy_runtime *rt, hy_tensor_role role, const hy_param *p, const float *src,
+                   size_t n, hy_error *err) {
+    if (n > p->numel) return rt_too_many(p, n, err);
+    const rt_stage *sg = &rt->stages[p->stage];
+    int rc = rt->be->ops->upload(rt->be, sg->rank, rt_block(sg, role) + p->offset, src,
+                                 n * sizeof(float), err);
+    if (!rc && p->kind == HY_P_WTE && rt->replica_rank >= 0)
+        rc = rt->be->ops->upload(rt->be, rt->replica_rank,
+                                 rt_replica(&rt->ranks[rt->replica_rank], role), src,
+                                 n * sizeof(float), err);
+    return rc;
+}
+
+int hy_runtime_refresh(hy_runtime *rt, hy_error *err) {
+    int rc = HY_OK;
+    for (int s = 0; s < rt->S && !rc; s++) rc = rt_refresh_compute(rt, s, err);
+    return rc;
+}
+
+/* The parameter `name` names, if it has n values (hy_model_real_numel). */
 static const hy_param *rt_named(hy_runtime *rt, const char *name, size_t n, hy_error *err) {
     const hy_param *p = hy_model_find(&rt->model, name);
     if (!p) {
         hy_fail(err, HY_ERR_INPUT, "no parameter named '%s'", name);
         return NULL;
     }
-    size_t have = p->kind == HY_P_WTE ? (size_t)rt->V * rt->C : p->numel;
+    size_t have = hy_model_real_numel(&rt->model, p);
     if (n != have) {
         hy_fail(err, HY_ERR_INPUT, "parameter '%s' has %zu values, not %zu", name, have, n);
         return NULL;
@@ -1088,23 +776,14 @@ static const hy_param *rt_named(hy_runtime *rt, const char *name, size_t n, hy_e
 int hy_runtime_read(hy_runtime *rt, hy_tensor_role role, const char *name, float *dst, size_t n,
                     hy_error *err) {
     const hy_param *p = rt_named(rt, name, n, err);
-    if (!p) return HY_ERR_INPUT;
-    const rt_stage *sg = &rt->stages[p->stage];
-    return rt->be->ops->download(rt->be, sg->rank, dst, rt_block(sg, role) + p->offset,
-                                 n * sizeof(float), err);
+    return p ? hy_runtime_get(rt, role, p, dst, n, err) : HY_ERR_INPUT;
 }
 
 int hy_runtime_write(hy_runtime *rt, hy_tensor_role role, const char *name, const float *src,
                      size_t n, hy_error *err) {
     const hy_param *p = rt_named(rt, name, n, err);
     if (!p) return HY_ERR_INPUT;
-    const rt_stage *sg = &rt->stages[p->stage];
-    int rc = rt->be->ops->upload(rt->be, sg->rank, rt_block(sg, role) + p->offset, src,
-                                 n * sizeof(float), err);
-    if (!rc && p->kind == HY_P_WTE && rt->replica_rank >= 0)
-        rc = rt->be->ops->upload(rt->be, rt->replica_rank,
-                                 rt_replica(&rt->ranks[rt->replica_rank], role), src,
-                                 n * sizeof(float), err);
+    int rc = hy_runtime_put(rt, role, p, src, n, err);
     if (!rc && role == HY_T_PARAM) rc = rt_refresh_compute(rt, p->stage, err);
     return rc;
 }
@@ -1192,14 +871,11 @@ static size_t rt_count_nonfinite(const float *x, size_t n) {
 }
 
 int hy_runtime_nonfinite_where(hy_runtime *rt, char *buf, size_t n, hy_error *err) {
-    size_t most = 0;
-    for (int i = 0; i < rt->model.n_params; i++)
-        if (rt->model.params[i].numel > most) most = rt->model.params[i].numel;
-    float *host = malloc(most * sizeof(float));
+    float *host = malloc(hy_model_max_numel(&rt->model) * sizeof(float));
     if (!host) return hy_fail(err, HY_ERR_RUNTIME, "out of memory looking for non-finite gradients");
     int last = rt->sched.placement[rt->S - 1], rc;
     float loss = 0;
-    rc = rt->be->ops->download(rt->be, last, &loss, rt->ranks[last].loss, sizeof loss, err);
+    rc = rt->be->ops->download(rt->be, last, &loss, rt->ranks[last].work.loss, sizeof loss, err);
     size_t used = 0;
     if (!rc && !isfinite(loss))
         used += (size_t)snprintf(buf, n, "loss %g on rank %d (stage %d)", (double)loss, last, rt->S - 1);
@@ -1246,6 +922,8 @@ void hy_runtime_destroy(hy_runtime *rt) {
         free(rt->stages[s].stash_of);
     }
     free(rt->stages);
+    free(rt->tf.weights);
+    free(rt->tf.grads);
     free(rt->ranks);
     free(rt->norm_ch);
     free(rt->batch_in);

@@ -6,13 +6,15 @@
  * model's partition, every rank's memory (parameters, gradients, AdamW
  * state, activation stashes sized by the schedule's in-flight counts,
  * mailboxes on every stage boundary), and starts the rank threads. Each
- * hy_runtime_step loads the step's micro-batches, sets the step's learning
- * rate, and lets every rank run one iteration: its F and B actions in
+ * hy_runtime_step loads the step's micro-batches, sets the learning rate
+ * its caller gives, and lets every rank run one iteration: its F and B actions in
  * schedule order with sends and receives through the mailboxes, the tied
  * embedding's gradient exchange, the global gradient norm and clipping,
  * and AdamW. The first iteration runs eagerly; with `graph` on, the
  * second is recorded and every later one is a replay of that recording
- * (DESIGN §4). The CPU and the CUDA backend run this same code.
+ * (DESIGN §4). The CPU and the CUDA backend run this same code. What a
+ * stage computes for a micro-batch is transformer.h's; the runtime moves
+ * its inputs and outputs and orders the work.
  */
 #ifndef HY_RUNTIME_H
 #define HY_RUNTIME_H
@@ -23,6 +25,7 @@
 #include "backend.h"
 #include "config.h"
 #include "error.h"
+#include "model.h"
 #include "schedule.h"
 
 typedef struct hy_runtime hy_runtime;
@@ -39,26 +42,15 @@ typedef struct {
                             finite (a non-finite one makes every rank skip it) */
 } hy_step_stats;
 
-/* Builds the run of config c on the backend it asks for (see
- * hy_runtime_pick_backend). `c` must outlive the runtime. */
+/* Builds the run of config c on the backend it asks for (backend.h,
+ * hy_backend_open), with the weights of config key `init` when it names a
+ * file (weights.h), else GPT-2's initialization from train.seed. `c` must
+ * outlive the runtime. */
 int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err);
 
-/* Which backend config c runs on: *cuda = 1 for CUDA, else the CPU, with
- * a short reason in why ("cuda (auto: 8 CUDA devices)", "cpu (auto: no
- * CUDA device found)"). `backend: "cuda"` without a usable GPU or without
- * the CUDA backend in the build is an input error saying which. */
-int hy_runtime_pick_backend(const hy_config *c, int *cuda, char *why, size_t n, hy_error *err);
-
-/* One optimizer step over all ranks. */
-int hy_runtime_step(hy_runtime *rt, hy_step_stats *st, hy_error *err);
-
-/* Replaces the weights with those of a safetensors file with Hugging Face
- * GPT-2 names (a "transformer." prefix is accepted; F32, BF16 or F16; wte
- * with the real or the padded vocabulary's rows). Every parameter must be
- * there with its shape; tensors that are not parameters are errors, except
- * the attention-mask buffers and the tied lm_head.weight that Hugging Face
- * files carry. Config key `init` does this at start-up. */
-int hy_runtime_load_weights(hy_runtime *rt, const char *path, hy_error *err);
+/* One optimizer step over all ranks at learning rate lr (the caller's
+ * schedule: train.h's hy_train_lr, through hy_train_step). */
+int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err);
 
 /* The mean over `batches` batches of each one's mean loss, reading the
  * shard from its start (forward only, no update). tokens: tokens scored. */
@@ -68,11 +60,29 @@ int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss
 /* What a named tensor of the runtime's state may be. */
 typedef enum { HY_T_PARAM, HY_T_GRAD, HY_T_ADAM_M, HY_T_ADAM_V } hy_tensor_role;
 
-/* Copies the `role` tensor of parameter `name` (Hugging Face GPT-2 name)
- * into dst, n floats (wte: the real vocabulary's rows, unpadded). */
+/* The model the runtime runs: shapes, partition and the parameter table
+ * (its wte has the padded vocabulary's rows). */
+const hy_model *hy_runtime_model(const hy_runtime *rt);
+
+/* The first n floats (n <= p->numel) of parameter p's `role` tensor, p
+ * from hy_runtime_model's table: get copies them out; put copies them in,
+ * into the tied embedding's replica too. put leaves the compute copy of
+ * the weights as it was: a loader puts every tensor, then calls
+ * hy_runtime_refresh once, instead of converting a stage per tensor. */
+int hy_runtime_get(hy_runtime *rt, hy_tensor_role role, const hy_param *p, float *dst, size_t n,
+                   hy_error *err);
+int hy_runtime_put(hy_runtime *rt, hy_tensor_role role, const hy_param *p, const float *src,
+                   size_t n, hy_error *err);
+/* Brings every compute copy of the weights up to date with the masters
+ * (on the CPU, where the ops compute on the masters, nothing to do). */
+int hy_runtime_refresh(hy_runtime *rt, hy_error *err);
+
+/* By name, for tests and tools: the `role` tensor of parameter `name`
+ * (Hugging Face GPT-2 name), n floats, which must be
+ * hy_model_real_numel's (wte: the real vocabulary's rows, unpadded).
+ * Writing the weights (HY_T_PARAM) refreshes their stage's compute copy. */
 int hy_runtime_read(hy_runtime *rt, hy_tensor_role role, const char *name, float *dst, size_t n,
                     hy_error *err);
-/* Writes it (and the tied embedding's replica, if any). */
 int hy_runtime_write(hy_runtime *rt, hy_tensor_role role, const char *name, const float *src,
                      size_t n, hy_error *err);
 int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n, hy_error *err);
@@ -82,10 +92,6 @@ int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n
  * continue exactly there. */
 int hy_runtime_get_progress(hy_runtime *rt, int *step, size_t *data_pos, hy_error *err);
 int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error *err);
-
-/* The learning rate at step (1-based): linear warm-up to train.lr over
- * warmup_steps, then cosine decay to train.min_lr at the last step. */
-double hy_runtime_lr(const hy_config *c, int step);
 
 /* The backend the runtime runs on (for benchmarks and profiling). */
 struct hy_backend *hy_runtime_backend(hy_runtime *rt);

@@ -16,13 +16,31 @@
 #include "runtime.h"
 #include "schedule.h"
 
-/* The backend a run uses (runtime.h decides), said on `out` when not NULL.
+double hy_train_lr(const hy_config *c, int step) {
+    double lr = c->train.lr, min_lr = c->train.min_lr;
+    int warm = c->train.warmup_steps, total = c->train.steps;
+    if (step <= warm) return lr * step / (warm > 0 ? warm : 1);
+    if (total <= warm) return lr;
+    double progress = (double)(step - warm) / (double)(total - warm);
+    if (progress > 1.0) progress = 1.0;
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.141592653589793 * progress));
+}
+
+int hy_train_step(hy_runtime *rt, const hy_config *c, hy_step_stats *st, hy_error *err) {
+    int last = 0;
+    size_t pos = 0;
+    int rc = hy_runtime_get_progress(rt, &last, &pos, err);
+    return rc ? rc : hy_runtime_step(rt, hy_train_lr(c, last + 1), st, err);
+}
+
+/* The backend a run uses (backend.h decides), said on `out` when not NULL.
  * `backend: "cuda"` without a usable GPU is an input error. */
 static int hy_pick_backend(const hy_config *c, FILE *out, hy_error *err) {
-    int cuda = 0;
-    char why[128];
-    int rc = hy_runtime_pick_backend(c, &cuda, why, sizeof why, err);
-    if (!rc && out) fprintf(out, "backend: %s\n", why);
+    hy_backend_request rq;
+    hy_backend_choice chosen;
+    hy_backend_request_from_config(c, &rq);
+    int rc = hy_backend_describe(&rq, &chosen, err);
+    if (!rc && out) fprintf(out, "backend: %s\n", chosen.why);
     return rc;
 }
 
@@ -194,7 +212,7 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
     for (int i = first; i <= steps && !rc; i++) {
         hy_step_stats st;
         if (o && o->before_step) rc = o->before_step(rt, i, o->before_step_ctx, err);
-        if (!rc) rc = hy_runtime_step(rt, &st, err);
+        if (!rc) rc = hy_train_step(rt, c, &st, err);
         if (rc) break;
         total_ms += st.ms;
         double tps = st.tokens / (st.ms / 1e3);

@@ -42,6 +42,16 @@ typedef struct {
 
 int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *err);
 
+/* The learning rate at step (1-based): linear warm-up to train.lr over
+ * warmup_steps, then cosine decay to train.min_lr at the last step. */
+double hy_train_lr(const hy_config *c, int step);
+
+/* Takes rt's next step at the learning rate hy_train_lr gives it: the step
+ * after the runtime's last (hy_runtime_get_progress), so a resumed run
+ * goes on along the schedule. Every caller that trains steps through
+ * this, not hy_runtime_step, so no two of them can disagree on the rate. */
+int hy_train_step(hy_runtime *rt, const hy_config *c, hy_step_stats *st, hy_error *err);
+
 /* `hanayo eval`: the mean loss of the model of c (with c->init's weights)
  * over `batches` batches read in order from the start of `shard` (NULL:
  * data.val, else data.train; batches <= 0: every batch the shard holds),

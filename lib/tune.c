@@ -512,32 +512,19 @@ void hy_tune_request_init(hy_tune_request *rq) {
 
 /* Memory per rank: --memory-gb, else the GPU's (shared by the ranks on
  * it), else the host's over the ranks. */
-static int budget(const hy_tune_request *rq, const hy_config *c, int cuda, double *bytes,
-                  char *why, size_t n, hy_error *err) {
+static void budget(const hy_tune_request *rq, const hy_config *c, const hy_backend_choice *chosen,
+                   double *bytes, char *why, size_t n) {
     int P = c->schedule.ranks;
     if (rq->memory_gb > 0) {
         *bytes = rq->memory_gb * 1073741824.0;
         snprintf(why, n, "--memory-gb");
-        return HY_OK;
+        return;
     }
-    if (cuda) {
-        int count = 0, rc = hy_device_count(&count, err);
-        *bytes = INFINITY;
-        for (int r = 0; !rc && r < P && count > 0; r++) {
-            int dev = r < c->n_devices ? c->devices[r] : r % count, sharing = 0;
-            for (int q = 0; q < P; q++)
-                sharing += (q < c->n_devices ? c->devices[q] : q % count) == dev;
-            hy_device_info info;
-            rc = hy_device_query(dev, &info, err);
-            if (!rc && (double)info.total_mem / sharing < *bytes) *bytes = (double)info.total_mem / sharing;
-        }
+    *bytes = chosen->rank_bytes;   /* backend.h: the GPU's over the ranks on it, or the host's */
+    if (chosen->cuda)
         snprintf(why, n, "the GPU's memory over the ranks on it; --memory-gb sets it");
-        return rc;
-    }
-    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    *bytes = pages > 0 && size > 0 ? (double)pages * (double)size / P : INFINITY;
-    snprintf(why, n, "the host's memory over %d rank%s; --memory-gb sets it", P, P == 1 ? "" : "s");
-    return HY_OK;
+    else
+        snprintf(why, n, "the host's memory over %d rank%s; --memory-gb sets it", P, P == 1 ? "" : "s");
 }
 
 static void write_candidate(FILE *f, const char *tag, const hy_tune_candidate *x) {
@@ -559,11 +546,13 @@ int hy_tune_cmd(const hy_tune_request *rq, FILE *out, hy_error *err) {
     hy_config c;
     hy_config_init(&c);
     int rc = hy_config_load(&c, rq->config, rq->sets, rq->n_sets, err);
-    int cuda = 0;
-    char backend[128], why[128];
+    hy_backend_request brq;
+    hy_backend_choice chosen = { 0 };
+    char why[128];
     double bytes = 0;
-    if (!rc) rc = hy_runtime_pick_backend(&c, &cuda, backend, sizeof backend, err);
-    if (!rc) rc = budget(rq, &c, cuda, &bytes, why, sizeof why, err);
+    hy_backend_request_from_config(&c, &brq);
+    if (!rc) rc = hy_backend_describe(&brq, &chosen, err);
+    if (!rc) budget(rq, &c, &chosen, &bytes, why, sizeof why);
     /* The output's directory is checked before the measurement: opening
      * (and dropping) the temporary file proves it can be written. */
     if (!rc && rq->apply) {
@@ -576,7 +565,7 @@ int hy_tune_cmd(const hy_tune_request *rq, FILE *out, hy_error *err) {
     hy_tune_result res;
     memset(&res, 0, sizeof res);
     if (!rc) rc = hy_profile_run(&p, &c, &rq->profile, err);
-    hy_tune_opts o = { rq->kinds, bytes, 0, cuda ? 2 : 4 };
+    hy_tune_opts o = { rq->kinds, bytes, 0, chosen.cuda ? 2 : 4 };
     if (!rc) {
         o.overhead_ms = fmax(0, p.wall_ms - p.makespan);
         rc = hy_tune_search(&c, &p.model, &o, &res, err);
@@ -590,7 +579,7 @@ int hy_tune_cmd(const hy_tune_request *rq, FILE *out, hy_error *err) {
         fprintf(out, ", split");
         for (int i = 0; i < s->stages; i++) fprintf(out, " %d", p.n_layers[i]);
         fprintf(out, ": %.2f ms per step, %.0f tokens/s (%d steps after %d warm-up; %s)\n",
-                p.wall_ms, p.tokens / (p.wall_ms / 1e3), p.steps, HY_PROFILE_WARMUP, backend);
+                p.wall_ms, p.tokens / (p.wall_ms / 1e3), p.steps, HY_PROFILE_WARMUP, chosen.why);
         const hy_cost_model *m = &p.model;
         fprintf(out, "cost model, ms: a layer F %.3f B %.3f; the first stage's extra F %.3f B %.3f; "
                 "the last stage's extra F %.3f B %.3f; a transfer %.3f\n", m->layer_fwd,

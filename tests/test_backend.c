@@ -1,14 +1,20 @@
 /*
- * test_backend.c — the device-query piece of backend.h.
+ * test_backend.c — the device-query piece of backend.h, and choosing and
+ * opening a backend (lib/backend.c).
  *
  * Runs on any machine: with no GPU (CI, or a CPU-only build) the count
  * must be 0 without an error and every per-device call must fail with a
  * message that says why; with GPUs, every visible device must describe
- * itself sensibly and out-of-range indices must be refused.
+ * itself sensibly and out-of-range indices must be refused. A config's
+ * backend request gets the CPU or CUDA as `auto`, `cpu` and `cuda`
+ * promise, says why, budgets the memory per rank, and opens what it says.
  */
+#include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
+#include "config.h"
 #include "test.h"
 
 /* Whether the space-separated list `list` holds the word `word`. */
@@ -93,6 +99,95 @@ static void test_devices(int n) {
     CHECK(yes == 0);
 }
 
+/* The request a config makes, from `sets` on top of the defaults. */
+static int request_of(hy_config *c, const char *const *sets, int n, hy_backend_request *rq) {
+    hy_error err;
+    hy_config_init(c);
+    int rc = hy_config_load(c, NULL, sets, n, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    if (!rc) hy_backend_request_from_config(c, rq);
+    return rc;
+}
+
+/* `cpu`, and `auto` or `cuda` on a machine without a usable GPU. */
+static void test_choice_without_gpu(void) {
+    hy_config c;
+    hy_backend_request rq;
+    hy_backend_choice ch;
+    hy_error err;
+    const char *cpu[] = { "backend=cpu", "schedule.ranks=4", "schedule.kind=1f1b",
+                          "watchdog_s=7", "model.layers=4" };
+    if (request_of(&c, cpu, 5, &rq)) return;
+    CHECK(rq.kind == HY_BACKEND_CPU && rq.ranks == 4 && rq.watchdog_s == 7 && rq.n_devices == 0);
+    CHECK(hy_backend_describe(&rq, &ch, &err) == HY_OK);
+    CHECK(ch.cuda == 0 && strcmp(ch.why, "cpu") == 0);
+    double host = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    CHECKF(fabs(ch.rank_bytes - host / 4) <= 1e-9 * host, "%.0f bytes per rank, host %.0f",
+           ch.rank_bytes, host);
+    hy_backend *be = (hy_backend *)&c;   /* open sets it, to NULL on failure */
+    CHECKF(hy_backend_open(&rq, &be, &ch, &err) == HY_OK, "%s", err.msg);
+    CHECK(be && strcmp(be->ops->name, "cpu") == 0 && be->ranks == 4 && be->watchdog_s == 7);
+    CHECK(be && be->test_ops != NULL);
+    if (be) be->ops->destroy(be);
+    /* The backend's own input errors come back as they are. */
+    rq.ranks = 0;
+    be = (hy_backend *)&c;
+    CHECK(hy_backend_open(&rq, &be, NULL, &err) == HY_ERR_INPUT && be == NULL);
+    CHECKF(strstr(err.msg, "ranks must be in 1..1024") != NULL, "%s", err.msg);
+    hy_config_free(&c);
+
+    const char *autob[] = { "backend=auto" };
+    if (request_of(&c, autob, 1, &rq)) return;
+    CHECK(hy_backend_describe(&rq, &ch, &err) == HY_OK && ch.cuda == 0);
+#if HY_HAVE_CUDA
+    CHECKF(strcmp(ch.why, "cpu (auto: no CUDA device found)") == 0, "%s", ch.why);
+#else
+    CHECKF(strcmp(ch.why, "cpu (auto: built without the CUDA backend)") == 0, "%s", ch.why);
+#endif
+    CHECKF(hy_backend_open(&rq, &be, NULL, &err) == HY_OK, "%s", err.msg);
+    CHECK(be && strcmp(be->ops->name, "cpu") == 0);
+    if (be) be->ops->destroy(be);
+    hy_config_free(&c);
+
+    const char *cuda[] = { "backend=cuda" };
+    if (request_of(&c, cuda, 1, &rq)) return;
+    CHECK(hy_backend_describe(&rq, &ch, &err) == HY_ERR_INPUT);
+#if HY_HAVE_CUDA
+    CHECKF(strstr(err.msg, "backend \"cuda\": no CUDA device is visible") != NULL, "%s", err.msg);
+#else
+    CHECKF(strstr(err.msg, "backend \"cuda\": this hanayo was built without") != NULL, "%s",
+           err.msg);
+#endif
+    be = (hy_backend *)&c;
+    CHECK(hy_backend_open(&rq, &be, NULL, &err) == HY_ERR_INPUT && be == NULL);
+    hy_config_free(&c);
+}
+
+/* `auto` takes the GPUs; two ranks on device 0 share its memory. */
+static void test_choice_with_gpus(int n) {
+    hy_config c;
+    hy_backend_request rq;
+    hy_backend_choice ch;
+    hy_error err;
+    hy_device_info info;
+    const char *autob[] = { "backend=auto", "schedule.ranks=2", "schedule.kind=1f1b",
+                            "devices=[0,0]" };
+    if (request_of(&c, autob, 4, &rq)) return;
+    CHECKF(hy_backend_describe(&rq, &ch, &err) == HY_OK, "%s", err.msg);
+    char want[64];
+    snprintf(want, sizeof want, "cuda (auto: %d CUDA device%s)", n, n == 1 ? "" : "s");
+    CHECKF(ch.cuda == 1 && strcmp(ch.why, want) == 0, "%s", ch.why);
+    CHECK(hy_device_query(0, &info, &err) == HY_OK);
+    CHECK(ch.rank_bytes == (double)info.total_mem / 2);
+    hy_config_free(&c);
+    const char *bad[] = { "backend=cuda", "schedule.ranks=2", "schedule.kind=1f1b",
+                          "devices=[0,99]" };
+    if (request_of(&c, bad, 4, &rq)) return;
+    CHECK(hy_backend_describe(&rq, &ch, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "rank 1: CUDA device 99 does not exist") != NULL, "%s", err.msg);
+    hy_config_free(&c);
+}
+
 int main(void) {
     test_backends_compiled();
 
@@ -110,6 +205,8 @@ int main(void) {
 
     if (n == 0) test_no_device();
     else test_devices(n);
+    if (n == 0) test_choice_without_gpu();
+    else test_choice_with_gpus(n);
 
     return TEST_END("test_backend");
 }

@@ -14,6 +14,7 @@
 #include "data.h"
 #include "model.h"
 #include "runtime.h"
+#include "train.h"
 #include "test.h"
 
 #include <dirent.h>
@@ -73,11 +74,11 @@ static float *snapshot(hy_runtime *rt, const hy_config *c, size_t *n_out) {
     return buf;
 }
 
-static int run_steps(hy_runtime *rt, int n) {
+static int run_steps(hy_runtime *rt, const hy_config *c, int n) {
     hy_error err;
     for (int i = 0; i < n; i++) {
         hy_step_stats st;
-        if (hy_runtime_step(rt, &st, &err)) { fprintf(stderr, "%s\n", err.msg); return -1; }
+        if (hy_train_step(rt, c, &st, &err)) { fprintf(stderr, "%s\n", err.msg); return -1; }
     }
     return 0;
 }
@@ -91,7 +92,7 @@ static void resume_is_exact(const char *const *extra, int n_extra) {
     /* Uninterrupted: 6 steps. */
     hy_runtime *a = NULL;
     CHECK(hy_runtime_create(&a, &c, &err) == HY_OK);
-    CHECK(run_steps(a, 6) == 0);
+    CHECK(run_steps(a, &c, 6) == 0);
     size_t na = 0, nb = 0;
     float *wa = snapshot(a, &c, &na);
     hy_runtime_destroy(a);
@@ -99,13 +100,13 @@ static void resume_is_exact(const char *const *extra, int n_extra) {
     hy_runtime *b = NULL, *b2 = NULL;
     char saved[4096] = "";
     CHECK(hy_runtime_create(&b, &c, &err) == HY_OK);
-    CHECK(run_steps(b, 3) == 0);
+    CHECK(run_steps(b, &c, 3) == 0);
     CHECKF(hy_checkpoint_save(b, &c, ckdir, saved, &err) == HY_OK, "%s", err.msg);
     hy_runtime_destroy(b);
     CHECK(strstr(saved, "step_000003") != NULL);
     CHECK(hy_runtime_create(&b2, &c, &err) == HY_OK);
     CHECKF(hy_checkpoint_load(b2, &c, saved, &err) == HY_OK, "%s", err.msg);
-    CHECK(run_steps(b2, 3) == 0);
+    CHECK(run_steps(b2, &c, 3) == 0);
     float *wb = snapshot(b2, &c, &nb);
     CHECKF(wa && wb && na == nb && memcmp(wa, wb, na * sizeof(float)) == 0,
            "%s: resumed run differs from the uninterrupted one", extra[0]);
@@ -113,7 +114,7 @@ static void resume_is_exact(const char *const *extra, int n_extra) {
     hy_runtime_destroy(b2);
     b2 = NULL;
     CHECK(hy_runtime_create(&b2, &c, &err) == HY_OK);
-    CHECK(run_steps(b2, 3) == 0);
+    CHECK(run_steps(b2, &c, 3) == 0);
     CHECKF(hy_checkpoint_save(b2, &c, ckdir, saved, &err) == HY_OK, "%s", err.msg);
     hy_runtime_destroy(b2);
     free(wa);
@@ -179,7 +180,7 @@ static void killed_writer(void) {
             if (hy_runtime_create(&rt, &c, &err)) _exit(3);
             for (int s = 0; s < 1000; s++) {
                 hy_step_stats st;
-                if (hy_runtime_step(rt, &st, &err)) _exit(4);
+                if (hy_train_step(rt, &c, &st, &err)) _exit(4);
                 if (hy_checkpoint_save(rt, &c, ckdir, NULL, &err)) _exit(5);
                 if (s == 0 && write(ready[1], "k", 1) != 1) _exit(6);   /* one is whole */
             }
@@ -258,7 +259,7 @@ static void disk_full(void) {
     if (load(&c, ckdir, one, 2)) { CHECK(0); return; }
     hy_runtime *rt = NULL, *back = NULL;
     CHECK(hy_runtime_create(&rt, &c, &err) == HY_OK);
-    CHECK(run_steps(rt, 1) == 0);
+    CHECK(run_steps(rt, &c, 1) == 0);
     CHECKF(hy_checkpoint_save(rt, &c, ckdir, first, &err) == HY_OK, "%s", err.msg);
     size_t n_saved = 0, n_back = 0;
     float *saved = snapshot(rt, &c, &n_saved);
@@ -278,7 +279,7 @@ static void disk_full(void) {
     const char *const fails_in[] = { "model.safetensors", "model.safetensors",
                                      "model.safetensors", "optimizer.safetensors" };
     for (int i = 0; i < 4; i++) {
-        CHECK(run_steps(rt, 1) == 0);
+        CHECK(run_steps(rt, &c, 1) == 0);
         struct rlimit lim = old_lim;
         lim.rlim_cur = limits[i];
         CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);

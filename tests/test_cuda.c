@@ -34,11 +34,13 @@
  *     (every kernel is deterministic, kernels.cuh).
  */
 #include "backend.h"
+#include "backend_test.h"
 #include "config.h"
 #include "data.h"
 #include "model.h"
 #include "rng.h"
 #include "runtime.h"
+#include "train.h"
 #include "test.h"
 #include "lib/shard.h"
 
@@ -490,8 +492,9 @@ static void test_conversions_and_patterns(hy_rng *r) {
 
     uint32_t it = 5, *pit = dev_alloc(d, sizeof it), *buf = dev_alloc(d, n * 4), *errs = dev_alloc(d, 4);
     CHECK(o->upload(d->be, 0, pit, &it, sizeof it, &d->err) == HY_OK);
-    CHECK(o->test_fill(d->st, buf, n, 77, pit, &d->err) == HY_OK);
-    CHECK(o->test_check(d->st, buf, n, 77, pit, errs, &d->err) == HY_OK);
+    const hy_backend_test_ops *to = hy_backend_test_ops_of(d->be);
+    CHECK(to->fill(d->st, buf, n, 77, pit, &d->err) == HY_OK);
+    CHECK(to->check(d->st, buf, n, 77, pit, errs, &d->err) == HY_OK);
     uint32_t *h = malloc(n * 4), e = 1;
     CHECK(o->sync(d->st, &d->err) == HY_OK);
     CHECK(o->download(d->be, 0, h, buf, n * 4, &d->err) == HY_OK);
@@ -583,7 +586,7 @@ static int train(const char *backend, const char *const *extra, int n_extra, int
     memset(res, 0, sizeof *res);
     for (int s = 0; s < steps && s < 8 && !rc; s++) {
         hy_step_stats st;
-        rc = hy_runtime_step(rt, &st, &err);
+        rc = hy_train_step(rt, &c, &st, &err);
         if (!rc) res->loss[s] = st.loss;
     }
     hy_model m;
@@ -658,16 +661,18 @@ static void test_no_gpu(void) {
     hy_config c;
     hy_config_init(&c);
     const char *cuda[] = { "backend=cuda" }, *autob[] = { "backend=auto" };
-    int use = -1;
-    char why[128];
+    hy_backend_request rq;
+    hy_backend_choice use;
     CHECK(hy_config_load(&c, NULL, cuda, 1, &err) == HY_OK);
-    CHECK(hy_runtime_pick_backend(&c, &use, why, sizeof why, &err) == HY_ERR_INPUT);
+    hy_backend_request_from_config(&c, &rq);
+    CHECK(hy_backend_describe(&rq, &use, &err) == HY_ERR_INPUT);
     CHECKF(strstr(err.msg, "backend \"cuda\"") != NULL, "%s", err.msg);
     hy_config_free(&c);
     hy_config_init(&c);
     CHECK(hy_config_load(&c, NULL, autob, 1, &err) == HY_OK);
-    CHECK(hy_runtime_pick_backend(&c, &use, why, sizeof why, &err) == HY_OK && use == 0);
-    CHECKF(strncmp(why, "cpu (auto: ", 11) == 0, "%s", why);
+    hy_backend_request_from_config(&c, &rq);
+    CHECK(hy_backend_describe(&rq, &use, &err) == HY_OK && use.cuda == 0);
+    CHECKF(strncmp(use.why, "cpu (auto: ", 11) == 0, "%s", use.why);
     hy_config_free(&c);
 }
 

@@ -5,7 +5,8 @@
  * message naming the file, atomic writes that leave nothing behind on
  * failure, the entropy estimates, and the synthetic corpus: deterministic
  * to the byte, different per seed and stream, and learnable (its measured
- * H(next|prev) far below log2 vocab).
+ * H(next|prev) far below log2 vocab); BERT's masked-LM inputs, pinned to
+ * the byte.
  *
  * Files go to a mkdtemp directory under $TMPDIR (or /tmp), removed at the
  * end.
@@ -498,6 +499,56 @@ static void test_synth(void) {
 }
 
 /* The CLI entry points as a library (the shell test drives the binary). */
+/* BERT masking: deterministic in (seed, step, micro-batch), these exact
+ * bytes (a hash pinned from the runtime's masking before it moved here),
+ * and the 15% / 80-10-10 proportions over many tokens. */
+static uint64_t mask_hash(const int *in, const int *tg, int n) {
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a over the (input, target) pairs */
+    for (int i = 0; i < n; i++) {
+        h = (h ^ (uint32_t)in[i]) * 1099511628211ull;
+        h = (h ^ (uint32_t)tg[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+static void test_mask(void) {
+    int in[256], tg[256], again[256], tg2[256];
+    for (int i = 0; i < 256; i++) in[i] = again[i] = (i * 7) % 61;
+    hy_mask_tokens(in, tg, 256, 64, 1234, 3, 4, 2);
+    CHECKF(mask_hash(in, tg, 256) == 0x7ed1501e045931f2ull, "mask hash %llx",
+           (unsigned long long)mask_hash(in, tg, 256));
+    int chosen = 0, masked = 0, kept = 0;
+    for (int i = 0; i < 256; i++) {
+        chosen += tg[i] != -1;
+        masked += in[i] == 63;
+        kept += tg[i] != -1 && in[i] == tg[i];
+        if (tg[i] != -1) CHECK(tg[i] == (i * 7) % 61);   /* the target is the original */
+        else CHECK(in[i] == (i * 7) % 61);               /* unchosen stay as they were */
+    }
+    CHECK(chosen == 34 && masked == 27 && kept >= 1);
+    /* Another micro-batch, step or seed masks differently. */
+    hy_mask_tokens(again, tg2, 256, 64, 1234, 3, 4, 3);
+    CHECK(memcmp(tg, tg2, sizeof tg) != 0);
+    /* The proportions, over 200 000 tokens of one micro-batch. */
+    int n = 200000;
+    int *big = malloc(2 * (size_t)n * sizeof(int)), *btg = big + n;
+    if (!big) { CHECK(0); return; }
+    for (int i = 0; i < n; i++) big[i] = i % 500;
+    hy_mask_tokens(big, btg, n, 512, 9, 1, 8, 0);
+    int c = 0, mk = 0, same = 0;
+    for (int i = 0; i < n; i++) {
+        if (btg[i] == -1) continue;
+        c++;
+        mk += big[i] == 511;
+        same += big[i] == btg[i];
+    }
+    CHECKF(fabs(c / (double)n - 0.15) < 0.005, "%d of %d chosen", c, n);
+    CHECKF(fabs(mk / (double)c - 0.8) < 0.01, "%d of %d chosen masked", mk, c);
+    /* kept: the 10% that stay, plus the random draws that hit their own token */
+    CHECKF(fabs(same / (double)c - 0.1) < 0.01, "%d of %d chosen kept", same, c);
+    free(big);
+}
+
 static void test_commands(void) {
     hy_error err = {0};
     const char *tr = in_scratch("cmd_train.bin"), *va = in_scratch("cmd_val.bin");
@@ -538,6 +589,7 @@ int main(void) {
     test_write_errors();
     test_entropy();
     test_synth();
+    test_mask();
     test_commands();
     remove_tree(scratch);
     return TEST_END("test_data");

@@ -17,6 +17,7 @@
  * uniform costs, a sender held back under others.
  */
 #include "backend.h"
+#include "backend_test.h"
 #include "mailbox.h"
 #include "schedule.h"
 #include "sim.h"
@@ -45,18 +46,18 @@ static uint32_t key_of(int edge, int m) { return (uint32_t)edge * 65536u + (uint
 
 /* The test's stand-in for computing an output and sending it. */
 static int produce(rank_ctx *c, hy_stream *st, int edge, int m, const char *label) {
-    const hy_backend_ops *o = c->be->ops;
-    int rc = o->test_delay(st, key_of(edge, m) ^ 0x51u, c->iter, c->max_delay_ns, &c->err);
-    if (!rc) rc = o->test_fill(st, c->out, WORDS, key_of(edge, m), c->iter, &c->err);
+    const hy_backend_test_ops *t = hy_backend_test_ops_of(c->be);
+    int rc = t->delay(st, key_of(edge, m) ^ 0x51u, c->iter, c->max_delay_ns, &c->err);
+    if (!rc) rc = t->fill(st, c->out, WORDS, key_of(edge, m), c->iter, &c->err);
     if (!rc) rc = hy_mailbox_send(st, &c->mb->edges[edge], m, c->out, label, &c->err);
     return rc;
 }
 
 static int check_slot(rank_ctx *c, hy_stream *st, int edge, int m) {
-    const hy_backend_ops *o = c->be->ops;
+    const hy_backend_test_ops *t = hy_backend_test_ops_of(c->be);
     const uint32_t *slot = hy_mailbox_slot(&c->mb->edges[edge], m);
-    int rc = o->test_check(st, slot, WORDS, key_of(edge, m), c->iter, c->errors, &c->err);
-    if (!rc) rc = o->test_add(st, c->checks, &c->err);
+    int rc = t->check(st, slot, WORDS, key_of(edge, m), c->iter, c->errors, &c->err);
+    if (!rc) rc = t->add(st, c->checks, &c->err);
     return rc;
 }
 
@@ -87,20 +88,20 @@ static int enqueue_iteration(rank_ctx *c, hy_stream *st) {
             if (!rc && st_ > 0 && mb->into_bwd[st_ - 1] >= 0)
                 rc = produce(c, st, mb->into_bwd[st_ - 1], m, label);
             if (!rc)
-                rc = c->be->ops->test_delay(st, key_of(st_, m) ^ 0xA7u, c->iter, c->max_delay_ns,
-                                            &c->err);
+                rc = hy_backend_test_ops_of(c->be)->delay(st, key_of(st_, m) ^ 0xA7u, c->iter,
+                                                          c->max_delay_ns, &c->err);
             if (!rc && fin >= 0) rc = hy_mailbox_release(st, &mb->edges[fin], m, &c->err);
             if (!rc && bin >= 0) rc = hy_mailbox_release(st, &mb->edges[bin], m, &c->err);
         }
     }
     /* The per-step exchange outside the schedule (gradient-norm partials
      * travel like this): every rank sends to every other over channels. */
-    const hy_backend_ops *o = c->be->ops;
+    const hy_backend_test_ops *t = hy_backend_test_ops_of(c->be);
     int P = s->ranks;
     for (int b = 0; b < P && !rc; b++) {
         if (b == c->rank) continue;
         uint32_t key = 0x40000000u + (uint32_t)(c->rank * P + b);
-        rc = o->test_fill(st, c->out, WORDS, key, c->iter, &c->err);
+        rc = t->fill(st, c->out, WORDS, key, c->iter, &c->err);
         if (!rc) rc = hy_channel_send(st, &c->ch[c->rank][b], c->out, "norm partial", &c->err);
     }
     for (int a = 0; a < P && !rc; a++) {
@@ -108,11 +109,11 @@ static int enqueue_iteration(rank_ctx *c, hy_stream *st) {
         const hy_channel *ch = &c->ch[a][c->rank];
         uint32_t key = 0x40000000u + (uint32_t)(a * P + c->rank);
         rc = hy_channel_receive(st, ch, "norm partial", &c->err);
-        if (!rc) rc = o->test_check(st, ch->slot, WORDS, key, c->iter, c->errors, &c->err);
-        if (!rc) rc = o->test_add(st, c->checks, &c->err);
+        if (!rc) rc = t->check(st, ch->slot, WORDS, key, c->iter, c->errors, &c->err);
+        if (!rc) rc = t->add(st, c->checks, &c->err);
         if (!rc) rc = hy_channel_release(st, ch, &c->err);
     }
-    if (!rc) rc = o->test_add(st, c->iter, &c->err);
+    if (!rc) rc = t->add(st, c->iter, &c->err);
     return rc;
 }
 
@@ -297,7 +298,7 @@ static void test_watchdog(void) {
     CHECK(hy_backend_cpu_create(&be, 2, 0.2, &err) == HY_OK);
     void *flag;
     CHECK(be->ops->alloc(be, 1, sizeof(uint32_t), &flag, &err) == HY_OK);
-    waiter w = { be, flag, 0, { 0, "" } };
+    waiter w = { be, flag, 0, { 0 } };
     double t0 = seconds();
     wait_forever(&w);
     double dt = seconds() - t0;
@@ -305,6 +306,7 @@ static void test_watchdog(void) {
     CHECKF(dt >= 0.19 && dt < 5.0, "watchdog fired after %.3f s", dt);
     CHECK(strstr(w.err.msg, "watchdog") && strstr(w.err.msg, "rank 1") &&
           strstr(w.err.msg, "B m2 s3: test wait"));
+    CHECK(w.err.cause == HY_CAUSE_NONE);   /* a stall of its own, not a stop */
     be->ops->destroy(be);
 }
 
@@ -315,7 +317,7 @@ static void test_abort(void) {
     CHECK(hy_backend_cpu_create(&be, 2, 60.0, &err) == HY_OK);
     void *flag;
     CHECK(be->ops->alloc(be, 1, sizeof(uint32_t), &flag, &err) == HY_OK);
-    waiter w = { be, flag, 0, { 0, "" } };
+    waiter w = { be, flag, 0, { 0 } };
     pthread_t th;
     double t0 = seconds();
     CHECK(pthread_create(&th, NULL, wait_forever, &w) == 0);
@@ -326,6 +328,7 @@ static void test_abort(void) {
     CHECK(w.status == HY_ERR_RUNTIME);
     CHECK(seconds() - t0 < 5.0);
     CHECK(strstr(w.err.msg, "rank 1 stopped") && strstr(w.err.msg, "rank 0 failed: injected"));
+    CHECK(w.err.cause == HY_CAUSE_STOPPED);   /* what the runtime tells a stopped rank by */
     be->ops->destroy(be);
 }
 

@@ -5,7 +5,7 @@
  * shapes; the partition is checked for balance and for honouring an
  * explicit split; the initialization is checked to be the same whatever
  * the partition (the precondition of "pipelined = sequential") and to have
- * GPT-2's scales.
+ * GPT-2's scales. Parameters are found by kind and layer.
  */
 #include "config.h"
 #include "model.h"
@@ -161,9 +161,47 @@ static void test_init(void) {
     hy_config_free(&c4);
 }
 
+/* Lookup by kind and layer finds the parameter of that name; the real
+ * values leave out wte's padding rows; the largest parameter bounds all. */
+static void test_lookup(void) {
+    hy_config c;
+    hy_model m;
+    hy_error err;
+    const char *sets[] = { "model.layers=3", "model.d_model=16", "model.heads=2",
+                           "model.vocab=100", "schedule.kind=1f1b", "schedule.ranks=3" };
+    CHECK(load(&c, NULL, sets, 6) == HY_OK);
+    CHECK(hy_model_build(&m, &c, 64, &err) == HY_OK);
+    static const char *const block[] = { "ln_1.weight", "ln_1.bias", "attn.c_attn.weight",
+                                         "attn.c_attn.bias", "attn.c_proj.weight",
+                                         "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                         "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
+                                         "mlp.c_proj.bias" };
+    CHECK(hy_model_param(&m, HY_P_WTE, 0) == hy_model_find(&m, "wte.weight"));
+    CHECK(hy_model_param(&m, HY_P_WPE, 2) == hy_model_find(&m, "wpe.weight"));
+    CHECK(hy_model_param(&m, HY_P_LNF_W, 0) == hy_model_find(&m, "ln_f.weight"));
+    CHECK(hy_model_param(&m, HY_P_LNF_B, 0) == hy_model_find(&m, "ln_f.bias"));
+    for (int l = 0; l < 3; l++)
+        for (int k = HY_P_LN1_W; k <= HY_P_MLP_PROJ_B; k++) {
+            char name[48];
+            snprintf(name, sizeof name, "h.%d.%s", l, block[k - HY_P_LN1_W]);
+            const hy_param *p = hy_model_param(&m, (hy_param_kind)k, l);
+            CHECKF(p == hy_model_find(&m, name) && p->kind == (hy_param_kind)k && p->layer == l,
+                   "%s", name);
+        }
+    const hy_param *wte = hy_model_param(&m, HY_P_WTE, 0);
+    CHECK(m.vocab_padded == 128 && wte->numel == 128 * 16);
+    CHECK(hy_model_real_numel(&m, wte) == 100 * 16);
+    const hy_param *fc = hy_model_param(&m, HY_P_FC_W, 1);
+    CHECK(hy_model_real_numel(&m, fc) == fc->numel && fc->numel == 16 * 64);
+    CHECK(hy_model_max_numel(&m) == 128 * 16);   /* wte, padding rows counted */
+    hy_model_free(&m);
+    hy_config_free(&c);
+}
+
 int main(void) {
     test_counts();
     test_partition();
     test_init();
+    test_lookup();
     return TEST_END("model");
 }

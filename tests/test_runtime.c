@@ -12,6 +12,7 @@
 #include "data.h"
 #include "model.h"
 #include "runtime.h"
+#include "train.h"
 #include "test.h"
 #include "lib/shard.h"
 
@@ -54,7 +55,7 @@ static int train(const char *kind, const char *const *extra, int n_extra, int st
     memset(res, 0, sizeof *res);
     for (int s = 1; s <= steps && !rc; s++) {
         hy_step_stats st;
-        rc = hy_runtime_step(rt, &st, &err);
+        rc = hy_train_step(rt, &c, &st, &err);
         if (!rc && s == 1) res->first_loss = st.loss;
         if (!rc) res->last_loss = st.loss;
     }
@@ -148,6 +149,35 @@ static void loss_falls(void) {
     free(r.w);
 }
 
+/* A failing rank stops the others (their waits end through the backend's
+ * abort), and the step reports the failure itself, not a stopped wait:
+ * stage 0 stalls past the watchdog, so rank 1's wait for its activations
+ * fires the watchdog, and rank 0, released early, meets a stopped wait. */
+static void first_failure_is_reported(void) {
+    char data_set[300];
+    snprintf(data_set, sizeof data_set, "data.train=%s", shard);
+    const char *sets[] = { "model.layers=2", "model.d_model=16", "model.heads=2", "model.seq_len=8",
+                           "model.vocab=64", "schedule.micro_batch_size=2",
+                           "schedule.micro_batches=2", "schedule.kind=1f1b", "schedule.ranks=2",
+                           "watchdog_s=0.3", "backend=cpu", "data.val=null",
+                           "checkpoint.dir=null", data_set };
+    hy_config c;
+    hy_error err;
+    hy_config_init(&c);
+    if (hy_config_load(&c, NULL, sets, 14, &err)) { CHECKF(0, "%s", err.msg); return; }
+    hy_runtime *rt = NULL;
+    hy_step_stats st;
+    CHECKF(hy_runtime_create(&rt, &c, &err) == HY_OK, "%s", err.msg);
+    CHECK(rt && hy_runtime_slow_stage(rt, 0, 5.0, &err) == HY_OK);
+    int rc = rt ? hy_train_step(rt, &c, &st, &err) : HY_ERR_RUNTIME;
+    CHECK(rc == HY_ERR_RUNTIME);
+    CHECKF(strstr(err.msg, "watchdog: rank 1") && !strstr(err.msg, "stopped while waiting"),
+           "%s", err.msg);
+    CHECK(err.cause == HY_CAUSE_NONE);
+    hy_runtime_destroy(rt);
+    hy_config_free(&c);
+}
+
 /* The whole model's gradient (DESIGN §6.3): after one step with lr = 0
  * and no clipping, the gradients the pipeline accumulated must match
  * central differences of the loss, which eval recomputes on the same
@@ -171,7 +201,7 @@ static void whole_model_gradient(const char *kind, const char *sched, const char
     hy_runtime *rt = NULL;
     hy_model m;
     hy_step_stats st;
-    if (hy_runtime_create(&rt, &c, &err) || hy_runtime_step(rt, &st, &err) ||
+    if (hy_runtime_create(&rt, &c, &err) || hy_train_step(rt, &c, &st, &err) ||
         hy_model_build(&m, &c, 1, &err)) {
         CHECKF(0, "%s", err.msg);
         hy_runtime_destroy(rt);
@@ -222,6 +252,7 @@ int main(void) {
     pipelined_equals_sequential("bert");
     replay_equals_eager();
     loss_falls();
+    first_failure_is_reported();
     whole_model_gradient("gpt", "schedule.kind=gpipe", "schedule.ranks=1");
     whole_model_gradient("gpt", "schedule.kind=1f1b", "schedule.ranks=2");
     whole_model_gradient("bert", "schedule.kind=hanayo", "schedule.ranks=1");

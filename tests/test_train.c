@@ -11,7 +11,7 @@
  * the run goes on, says how many it skipped, and a run of 10 in a row is
  * tolerated but 11 stop it; with "stop" the run ends at the first one with
  * an error and no checkpoint of that step; the JSON log stays JSON (null,
- * not nan).
+ * not nan). And the learning-rate schedule the steps follow.
  */
 #include "config.h"
 #include "data.h"
@@ -212,6 +212,39 @@ static void stop_at_first(void) {
     free(r.out);
 }
 
+/* The learning-rate schedule: linear warm-up to train.lr, then cosine down
+ * to train.min_lr at the last step, held there past it; and the rate each
+ * step of hy_train_step reports is the schedule's at that step. */
+static void lr_schedule(void) {
+    char data_set[160];
+    snprintf(data_set, sizeof data_set, "data.train=%s", shard);
+    const char *sets[] = { "model.layers=4", "model.d_model=16", "model.heads=2", "model.seq_len=8",
+                           "model.vocab=64", "schedule.micro_batch_size=2",
+                           "schedule.micro_batches=2", "train.lr=1e-2", "train.min_lr=1e-3",
+                           "train.warmup_steps=4", "train.steps=12", "backend=cpu",
+                           "data.val=null", "checkpoint.dir=null", data_set };
+    hy_config c;
+    hy_error err;
+    hy_config_init(&c);
+    if (hy_config_load(&c, NULL, sets, 15, &err)) { CHECKF(0, "%s", err.msg); return; }
+    CHECK_NEAR(hy_train_lr(&c, 1), 2.5e-3, 1e-15);
+    CHECK_NEAR(hy_train_lr(&c, 2), 5e-3, 1e-15);
+    CHECK_NEAR(hy_train_lr(&c, 4), 1e-2, 1e-15);
+    CHECK_NEAR(hy_train_lr(&c, 8), 5.5e-3, 1e-15);   /* half-way down the cosine */
+    CHECK_NEAR(hy_train_lr(&c, 12), 1e-3, 1e-15);
+    CHECK_NEAR(hy_train_lr(&c, 20), 1e-3, 1e-15);
+    for (int k = 5; k <= 12; k++) CHECK(hy_train_lr(&c, k) < hy_train_lr(&c, k - 1));
+    hy_runtime *rt = NULL;
+    CHECKF(hy_runtime_create(&rt, &c, &err) == HY_OK, "%s", err.msg);
+    for (int k = 1; rt && k <= 5; k++) {
+        hy_step_stats st;
+        CHECKF(hy_train_step(rt, &c, &st, &err) == HY_OK, "%s", err.msg);
+        CHECK(st.step == k && st.lr == hy_train_lr(&c, k));
+    }
+    hy_runtime_destroy(rt);
+    hy_config_free(&c);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/hy-train-XXXXXX");
     if (!mkdtemp(dir)) { CHECK(0); return TEST_END("train"); }
@@ -225,6 +258,7 @@ int main(void) {
         return TEST_END("train");
     }
     free(tok);
+    lr_schedule();
     skip_transient();
     skip_in_a_row();
     stop_at_first();

@@ -54,6 +54,7 @@
 #include "profile.h"
 #include "rng.h"
 #include "runtime.h"
+#include "train.h"
 #include "schedule.h"
 #include "sim.h"
 
@@ -314,10 +315,10 @@ static int plan_bubble(const hy_config *c, double *bubble, hy_error *err) {
     return rc;
 }
 
-static int steps_run(hy_runtime *rt, int n, hy_error *err) {
+static int steps_run(bench_run *r, int n, hy_error *err) {
     for (int i = 0; i < n; i++) {
         hy_step_stats st;
-        int rc = hy_runtime_step(rt, &st, err);
+        int rc = hy_train_step(r->rt, &r->cfg, &st, err);
         if (rc) return rc;
     }
     return HY_OK;
@@ -333,14 +334,14 @@ static int run_open(bench_run *r, const char *shard, hy_error *err) {
     if (!rc && !hy_runtime_backend(r->rt)->ops->op_stats)
         rc = hy_fail(err, HY_ERR_RUNTIME, "the %s backend has no op timing",
                      hy_runtime_backend(r->rt)->ops->name);
-    if (!rc) rc = steps_run(r->rt, BENCH_WARMUP, err);
+    if (!rc) rc = steps_run(r, BENCH_WARMUP, err);
     return rc;
 }
 
 /* One timed step, its wall time kept. */
 static int run_timed_step(bench_run *r, int i, hy_error *err) {
     double t0 = now_s();
-    int rc = steps_run(r->rt, 1, err);
+    int rc = steps_run(r, 1, err);
     r->step_s[i] = now_s() - t0;
     return rc;
 }
@@ -351,7 +352,7 @@ static int run_stats(bench_run *r, hy_error *err) {
     hy_backend *be = hy_runtime_backend(r->rt);
     int rc = be->ops->op_stats(be, 1, NULL, err);
     double t0 = now_s();
-    if (!rc) rc = steps_run(r->rt, BENCH_STATS_STEPS, err);
+    if (!rc) rc = steps_run(r, BENCH_STATS_STEPS, err);
     r->stats_wall_s = now_s() - t0;
     if (!rc) rc = be->ops->op_stats(be, 0, &r->stats[0][0], err);
     return rc;

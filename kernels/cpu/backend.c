@@ -20,7 +20,6 @@
 #include "cpu_backend.h"
 
 #include <cblas.h>
-#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -35,21 +34,15 @@
  * and its deadline again. */
 #define HY_CPU_WAIT_SLICE_NS 20000000L
 
-typedef enum {
-    CMD_WAIT, CMD_WRITE, CMD_COPY, CMD_FILL, CMD_CHECK, CMD_DELAY, CMD_ADD, CMD_CALL,
-    CMD_STAMP, CMD_SLEEP
-} cpu_cmd_kind;
+typedef enum { CMD_WAIT, CMD_WRITE, CMD_COPY, CMD_CALL, CMD_STAMP, CMD_SLEEP } cpu_cmd_kind;
 
 typedef struct {
     cpu_cmd_kind kind;
-    uint32_t *flag;             /* WAIT, WRITE; ADD's counter */
+    uint32_t *flag;             /* WAIT, WRITE */
     uint32_t value;
-    void *dst;                  /* COPY; FILL's buffer */
-    const void *src;            /* COPY; CHECK's buffer */
-    size_t bytes;               /* COPY; FILL and CHECK: element count */
-    uint32_t key, max_ns;       /* FILL, CHECK, DELAY */
-    const uint32_t *iter;       /* FILL, CHECK, DELAY */
-    uint32_t *errors;           /* CHECK */
+    void *dst;                  /* COPY */
+    const void *src;            /* COPY */
+    size_t bytes;               /* COPY */
     uint64_t *stamp;            /* STAMP */
     uint64_t ns;                /* SLEEP */
     hy_wait_site site;          /* WAIT */
@@ -170,8 +163,8 @@ static int cpu_aborted(cpu_backend *cb, const hy_wait_site *site, hy_error *err)
     pthread_mutex_lock(&cb->lock);
     memcpy(why, cb->why, sizeof why);
     pthread_mutex_unlock(&cb->lock);
-    return hy_fail(err, HY_ERR_RUNTIME, "rank %d stopped while waiting at %s: %s", site->rank,
-                   site->what, why);
+    return hy_fail_cause(err, HY_ERR_RUNTIME, HY_CAUSE_STOPPED,
+                         "rank %d stopped while waiting at %s: %s", site->rank, site->what, why);
 }
 
 static int run_wait(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
@@ -202,13 +195,6 @@ static void run_write(const cpu_cmd *c) {
     futex_call(c->flag, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
 }
 
-static void run_delay(const cpu_cmd *c) {
-    if (c->max_ns == 0) return;
-    uint32_t ns = hy_pattern(c->key, *c->iter, 0) % c->max_ns;
-    struct timespec ts = { 0, (long)ns };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-}
-
 static void run_stamp(const cpu_cmd *c) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -233,20 +219,6 @@ static int run_cmd_untimed(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
     case CMD_WAIT: return run_wait(cb, c, err);
     case CMD_WRITE: run_write(c); return HY_OK;
     case CMD_COPY: memcpy(c->dst, c->src, c->bytes); return HY_OK;
-    case CMD_FILL: {
-        uint32_t *buf = c->dst, it = *c->iter;
-        for (size_t i = 0; i < c->bytes; i++) buf[i] = hy_pattern(c->key, it, (uint32_t)i);
-        return HY_OK;
-    }
-    case CMD_CHECK: {
-        const uint32_t *buf = c->src;
-        uint32_t it = *c->iter, bad = 0;
-        for (size_t i = 0; i < c->bytes; i++) bad += buf[i] != hy_pattern(c->key, it, (uint32_t)i);
-        *c->errors += bad;
-        return HY_OK;
-    }
-    case CMD_DELAY: run_delay(c); return HY_OK;
-    case CMD_ADD: *c->flag += 1; return HY_OK;
     case CMD_CALL: c->fn(c->args); return HY_OK;
     case CMD_STAMP: run_stamp(c); return HY_OK;
     case CMD_SLEEP: run_sleep(cb, c); return HY_OK;
@@ -322,30 +294,6 @@ static int cpu_write_flag(hy_stream *s, uint32_t *flag, uint32_t value, hy_error
 
 static int cpu_copy(hy_stream *s, void *dst, const void *src, size_t bytes, hy_error *err) {
     cpu_cmd c = { .kind = CMD_COPY, .dst = dst, .src = src, .bytes = bytes };
-    return enqueue(s, &c, err);
-}
-
-static int cpu_test_fill(hy_stream *s, uint32_t *buf, size_t n, uint32_t key, const uint32_t *iter,
-                         hy_error *err) {
-    cpu_cmd c = { .kind = CMD_FILL, .dst = buf, .bytes = n, .key = key, .iter = iter };
-    return enqueue(s, &c, err);
-}
-
-static int cpu_test_check(hy_stream *s, const uint32_t *buf, size_t n, uint32_t key,
-                          const uint32_t *iter, uint32_t *errors, hy_error *err) {
-    cpu_cmd c = { .kind = CMD_CHECK, .src = buf, .bytes = n, .key = key, .iter = iter,
-                  .errors = errors };
-    return enqueue(s, &c, err);
-}
-
-static int cpu_test_delay(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
-                          hy_error *err) {
-    cpu_cmd c = { .kind = CMD_DELAY, .key = key, .iter = iter, .max_ns = max_ns };
-    return enqueue(s, &c, err);
-}
-
-static int cpu_test_add(hy_stream *s, uint32_t *counter, hy_error *err) {
-    cpu_cmd c = { .kind = CMD_ADD, .flag = counter };
     return enqueue(s, &c, err);
 }
 
@@ -503,10 +451,6 @@ static hy_backend_ops cpu_ops_init(void) {
     .graph_launch = cpu_graph_launch,
     .graph_destroy = cpu_graph_destroy,
     .abort = cpu_abort,
-    .test_fill = cpu_test_fill,
-    .test_check = cpu_test_check,
-    .test_delay = cpu_test_delay,
-    .test_add = cpu_test_add,
     .timestamp = cpu_timestamp,
     .sleep = cpu_sleep,
     .op_stats = cpu_op_stats,
@@ -541,6 +485,7 @@ int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_err
     openblas_set_num_threads(1);
     cb->ops = cpu_ops_init();
     cb->base.ops = &cb->ops;
+    cb->base.test_ops = hy_cpu_test_ops();
     cb->base.ranks = ranks;
     cb->base.watchdog_s = watchdog_s;
     *out = &cb->base;

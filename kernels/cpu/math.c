@@ -14,9 +14,6 @@
 #include "cpu_backend.h"
 #include "ops.h"
 
-/* kind: what the op is, for the backend's op timing (backend.h, op_stats). */
-#define HY_CALL(s, kind, fn, a, err) hy_cpu_call((s), (kind), (fn), &(a), sizeof(a), (err))
-
 /* ---- elementwise --------------------------------------------------------- */
 
 typedef struct { void *p; size_t bytes; } zero_args;

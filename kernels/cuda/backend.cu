@@ -216,30 +216,7 @@ static void cuda_stream_destroy(hy_stream *s) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Test ops and hooks */
-
-static int cuda_test_fill(hy_stream *s, uint32_t *buf, size_t n, uint32_t key, const uint32_t *iter,
-                          hy_error *err) {
-    int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_test_fill(cs_of(s)->s, buf, n, key, iter, err);
-}
-
-static int cuda_test_check(hy_stream *s, const uint32_t *buf, size_t n, uint32_t key,
-                           const uint32_t *iter, uint32_t *errors, hy_error *err) {
-    int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_test_check(cs_of(s)->s, buf, n, key, iter, errors, err);
-}
-
-static int cuda_test_delay(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
-                           hy_error *err) {
-    int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_test_delay(cs_of(s)->s, key, iter, max_ns, err);
-}
-
-static int cuda_test_add(hy_stream *s, uint32_t *counter, hy_error *err) {
-    int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_test_add(cs_of(s)->s, counter, err);
-}
+/* Hooks */
 
 static int cuda_timestamp(hy_stream *s, uint64_t *dst, hy_error *err) {
     int rc = enter_stream(cs_of(s), err);
@@ -458,10 +435,6 @@ static hy_backend_ops cuda_ops_init(void) {
     o.graph_launch = hy_cuda_graph_launch;
     o.graph_destroy = hy_cuda_graph_destroy;
     o.abort = hy_cuda_abort;
-    o.test_fill = cuda_test_fill;
-    o.test_check = cuda_test_check;
-    o.test_delay = cuda_test_delay;
-    o.test_add = cuda_test_add;
     o.act_size = sizeof(hy_bf16);
     o.zero = cuda_zero;
     o.add = cuda_add;
@@ -576,6 +549,7 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
     }
     cb->ops = cuda_ops_init();
     cb->base.ops = &cb->ops;
+    cb->base.test_ops = hy_cuda_test_ops();
     cb->base.ranks = ranks;
     cb->base.watchdog_s = watchdog_s;
     cb->flags_on_device = flags_on_device != 0;

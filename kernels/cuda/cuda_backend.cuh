@@ -4,7 +4,8 @@
  * kernels/cuda/backend.cu holds memory, streams and the math entries;
  * graphs/signal.cu the cross-rank flags (stream memory operations through
  * the driver's entry points), the watchdog and abort; graphs/graph.cu
- * capture, replay and the DOT dumps. They share the state below.
+ * capture, replay and the DOT dumps; kernels/cuda/testops.cu the test ops.
+ * They share the state below.
  */
 #ifndef HY_CUDA_BACKEND_CUH
 #define HY_CUDA_BACKEND_CUH
@@ -172,5 +173,8 @@ void hy_cuda_graph_destroy(hy_graph *g);
 /* Writes g as Graphviz DOT to path (cudaGraphDebugDotPrint) and counts its
  * nodes: all, kernels, memory copies and sets, stream memory operations. */
 int hy_cuda_graph_dot(hy_graph *g, const char *path, hy_graph_nodes *nodes, hy_error *err);
+
+/* The test ops' table (backend_test.h), in kernels/cuda/testops.cu. */
+const hy_backend_test_ops *hy_cuda_test_ops(void);
 
 #endif

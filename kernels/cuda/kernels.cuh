@@ -126,14 +126,8 @@ int hy_k_add_bf16(cudaStream_t s, hy_bf16 *acc, const hy_bf16 *x, size_t n, hy_e
 int hy_k_add_f32(cudaStream_t s, float *acc, const float *x, size_t n, hy_error *err);
 int hy_k_to_bf16(cudaStream_t s, hy_bf16 *dst, const float *src, size_t n, hy_error *err);
 
-/* ---- testops.cu ---- backend.h's test ops and hooks, on the device. */
-int hy_k_test_fill(cudaStream_t s, uint32_t *buf, size_t n, uint32_t key, const uint32_t *iter,
-                   hy_error *err);
-int hy_k_test_check(cudaStream_t s, const uint32_t *buf, size_t n, uint32_t key,
-                    const uint32_t *iter, uint32_t *errors, hy_error *err);
-int hy_k_test_delay(cudaStream_t s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
-                    hy_error *err);
-int hy_k_test_add(cudaStream_t s, uint32_t *counter, hy_error *err);
+/* ---- testops.cu ---- backend.h's profiling and test hooks, on the device
+ * (the test ops' table is declared in cuda_backend.cuh). */
 /* *dst = %globaltimer (ns) when the kernel runs. */
 int hy_k_timestamp(cudaStream_t s, uint64_t *dst, hy_error *err);
 /* Spins ns nanoseconds on %globaltimer, or until *abort_word != 0. */

@@ -1,7 +1,8 @@
 /*
- * testops.cu — backend.h's test ops and hooks on the device: the kernels
- * that let one test prove the cross-rank protocol on both backends
- * (kernels/cpu/backend.c runs the same commands on the CPU).
+ * testops.cu — the test ops (backend_test.h) and backend.h's profiling
+ * and test hooks on the device: the kernels that let one test prove the
+ * cross-rank protocol on both backends (kernels/cpu/testops.c runs the
+ * same ops on the CPU), and the CUDA backend's table of the test ops.
  *
  *   fill:      buf[i] = hy_pattern(key, *iter, i)
  *   check:     *errors += #{i : buf[i] != hy_pattern(key, *iter, i)}
@@ -20,23 +21,11 @@
 
 #include <cuda_runtime.h>
 
-#include "check.cuh"
-#include "kernels.cuh"
+#include "backend_test.h"
+#include "cuda_backend.cuh"
 
 #define TEST_THREADS 256
 #define TEST_MAX_BLOCKS 65536u
-
-/* The device copy of hy_pattern (lib/backend.h). It must stay identical,
- * operation for operation, to the host function: a test compares the two. */
-static __device__ __forceinline__ uint32_t hy_pattern_dev(uint32_t key, uint32_t iter, uint32_t i) {
-    uint32_t h = key * 0x9E3779B1u ^ (iter + 0x7F4A7C15u) * 0x85EBCA77u ^ i * 0xC2B2AE3Du;
-    h ^= h >> 16;
-    h *= 0x7FEB352Du;
-    h ^= h >> 15;
-    h *= 0x846CA68Bu;
-    h ^= h >> 16;
-    return h;
-}
 
 static __device__ __forceinline__ uint64_t globaltimer_ns(void) {
     uint64_t t;
@@ -57,7 +46,7 @@ static __global__ void test_fill_kernel(uint32_t *buf, size_t n, uint32_t key, c
     uint32_t it = *iter;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        buf[i] = hy_pattern_dev(key, it, (uint32_t)i);
+        buf[i] = hy_pattern(key, it, (uint32_t)i);
 }
 
 static __global__ void test_check_kernel(const uint32_t *buf, size_t n, uint32_t key,
@@ -65,14 +54,14 @@ static __global__ void test_check_kernel(const uint32_t *buf, size_t n, uint32_t
     uint32_t it = *iter, bad = 0;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        bad += buf[i] != hy_pattern_dev(key, it, (uint32_t)i);
+        bad += buf[i] != hy_pattern(key, it, (uint32_t)i);
     /* Every thread of the (full) block reaches this: no thread returned. */
     bad = __reduce_add_sync(0xffffffffu, bad);
     if ((threadIdx.x & 31) == 0 && bad != 0) atomicAdd(errors, bad);
 }
 
 static __global__ void test_delay_kernel(uint32_t key, const uint32_t *iter, uint32_t max_ns) {
-    uint64_t ns = max_ns ? hy_pattern_dev(key, *iter, 0) % max_ns : 0;
+    uint64_t ns = max_ns ? hy_pattern(key, *iter, 0) % max_ns : 0;
     uint64_t t0 = globaltimer_ns();
     while (globaltimer_ns() - t0 < ns) __nanosleep(100);
 }
@@ -90,36 +79,52 @@ static __global__ void sleep_kernel(uint64_t ns, const volatile uint32_t *abort_
 }
 
 // ----------------------------------------------------------------------------
-// Launchers
+// The test ops: each makes the rank's device current and launches its kernel
+// on the rank's stream.
 
-int hy_k_test_fill(cudaStream_t s, uint32_t *buf, size_t n, uint32_t key, const uint32_t *iter,
-                   hy_error *err) {
-    if (n == 0) return HY_OK;
-    test_fill_kernel<<<test_blocks(n), TEST_THREADS, 0, s>>>(buf, n, key, iter);
+static int cuda_test_fill(hy_stream *s, uint32_t *buf, size_t n, uint32_t key,
+                          const uint32_t *iter, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    if (rc || n == 0) return rc;
+    test_fill_kernel<<<test_blocks(n), TEST_THREADS, 0, cs_of(s)->s>>>(buf, n, key, iter);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }
 
-int hy_k_test_check(cudaStream_t s, const uint32_t *buf, size_t n, uint32_t key,
-                    const uint32_t *iter, uint32_t *errors, hy_error *err) {
-    if (n == 0) return HY_OK;
-    test_check_kernel<<<test_blocks(n), TEST_THREADS, 0, s>>>(buf, n, key, iter, errors);
+static int cuda_test_check(hy_stream *s, const uint32_t *buf, size_t n, uint32_t key,
+                           const uint32_t *iter, uint32_t *errors, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    if (rc || n == 0) return rc;
+    test_check_kernel<<<test_blocks(n), TEST_THREADS, 0, cs_of(s)->s>>>(buf, n, key, iter, errors);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }
 
-int hy_k_test_delay(cudaStream_t s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
-                    hy_error *err) {
-    test_delay_kernel<<<1, 1, 0, s>>>(key, iter, max_ns);
+static int cuda_test_delay(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns,
+                           hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    if (rc) return rc;
+    test_delay_kernel<<<1, 1, 0, cs_of(s)->s>>>(key, iter, max_ns);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }
 
-int hy_k_test_add(cudaStream_t s, uint32_t *counter, hy_error *err) {
-    test_add_kernel<<<1, 1, 0, s>>>(counter);
+static int cuda_test_add(hy_stream *s, uint32_t *counter, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    if (rc) return rc;
+    test_add_kernel<<<1, 1, 0, cs_of(s)->s>>>(counter);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }
+
+const hy_backend_test_ops *hy_cuda_test_ops(void) {
+    static const hy_backend_test_ops ops = { cuda_test_fill, cuda_test_check, cuda_test_delay,
+                                             cuda_test_add };
+    return &ops;
+}
+
+// ----------------------------------------------------------------------------
+// The hooks' launchers (backend.h, timestamp and sleep)
 
 int hy_k_timestamp(cudaStream_t s, uint64_t *dst, hy_error *err) {
     timestamp_kernel<<<1, 1, 0, s>>>(dst);

@@ -1,0 +1,93 @@
+/*
+ * backend.c — choosing and opening a backend (backend.h, "Choosing and
+ * opening a backend").
+ *
+ * The one place that turns a run's request (auto, cpu or cuda, the
+ * devices, the ranks) into the CPU or the CUDA backend and says why, so
+ * that the runtime, the training loop, the profiler and the tuner agree on
+ * what a run gets and none of them asks the devices itself. It only asks
+ * the backends (kernels/cpu/, kernels/cuda/ or its stand-in stub.c)
+ * through the entry points backend.h declares.
+ */
+#include "backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Which backend rq gets, and why, in words (out->cuda and out->why). */
+static int be_pick(const hy_backend_request *rq, hy_backend_choice *out, hy_error *err) {
+    int gpus = 0;
+    out->cuda = 0;
+    int rc = hy_device_count(&gpus, err);
+    if (rc) return rc;
+    int built = strstr(hy_backends_compiled(), "cuda") != NULL;
+    size_t n = sizeof out->why;
+    if (rq->kind == HY_BACKEND_CUDA) {
+        if (!built)
+            return hy_fail(err, HY_ERR_INPUT, "backend \"cuda\": this hanayo was built without "
+                           "the CUDA backend (no nvcc, or NO_CUDA=1); use backend \"cpu\" or \"auto\"");
+        if (gpus == 0)
+            return hy_fail(err, HY_ERR_INPUT, "backend \"cuda\": no CUDA device is visible on this "
+                           "machine; use backend \"cpu\" or \"auto\"");
+        out->cuda = 1;
+        snprintf(out->why, n, "cuda");
+    } else if (rq->kind == HY_BACKEND_AUTO && built && gpus > 0) {
+        out->cuda = 1;
+        snprintf(out->why, n, "cuda (auto: %d CUDA device%s)", gpus, gpus == 1 ? "" : "s");
+    } else if (rq->kind == HY_BACKEND_AUTO) {
+        snprintf(out->why, n, "cpu (auto: %s)", built ? "no CUDA device found"
+                                                       : "built without the CUDA backend");
+    } else {
+        snprintf(out->why, n, "cpu");
+    }
+    return HY_OK;
+}
+
+/* The device rank r runs on, of `count`: as the CUDA backend maps them. */
+static int be_device_of(const hy_backend_request *rq, int r, int count) {
+    return r < rq->n_devices ? rq->devices[r] : r % count;
+}
+
+/* Memory per rank (out->rank_bytes) on the backend out->cuda says. A GPU
+ * is shared by the ranks on it; the host by all of them. */
+static int be_rank_bytes(const hy_backend_request *rq, hy_backend_choice *out, hy_error *err) {
+    int P = rq->ranks;
+    out->rank_bytes = INFINITY;
+    if (!out->cuda) {
+        long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+        if (pages > 0 && size > 0) out->rank_bytes = (double)pages * (double)size / P;
+        return HY_OK;
+    }
+    int count = 0, rc = hy_device_count(&count, err);
+    for (int r = 0; !rc && r < P && count > 0; r++) {
+        int dev = be_device_of(rq, r, count), sharing = 0;
+        for (int q = 0; q < P; q++) sharing += be_device_of(rq, q, count) == dev;
+        hy_device_info info;
+        rc = hy_device_query(dev, &info, err);
+        if (rc) hy_error_prefix(err, "rank %d: ", r);
+        else if ((double)info.total_mem / sharing < out->rank_bytes)
+            out->rank_bytes = (double)info.total_mem / sharing;
+    }
+    return rc;
+}
+
+int hy_backend_describe(const hy_backend_request *rq, hy_backend_choice *out, hy_error *err) {
+    memset(out, 0, sizeof *out);
+    int rc = be_pick(rq, out, err);
+    return rc ? rc : be_rank_bytes(rq, out, err);
+}
+
+int hy_backend_open(const hy_backend_request *rq, hy_backend **out, hy_backend_choice *chosen,
+                    hy_error *err) {
+    *out = NULL;
+    hy_backend_choice mine;
+    if (!chosen) chosen = &mine;
+    int rc = hy_backend_describe(rq, chosen, err);
+    if (rc) return rc;
+    if (chosen->cuda)
+        return hy_backend_cuda_create(out, rq->ranks, rq->devices, rq->n_devices, 0, rq->watchdog_s,
+                                      err);
+    return hy_backend_cpu_create(out, rq->ranks, rq->watchdog_s, err);
+}

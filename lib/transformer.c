@@ -1,0 +1,305 @@
+/*
+ * transformer.c — see transformer.h.
+ *
+ * A stash slot of stage s holds, in this order: each of its blocks'
+ * activations (tf_layer_acts), then on stage 0 the embedding's output,
+ * then on the last stage the head's activations (tf_head_acts). Every
+ * piece starts on a 256-byte boundary, so a bf16 array of odd length never
+ * misaligns the next one (vector loads on a GPU need 16-byte alignment).
+ */
+#include "transformer.h"
+
+/* The activations one block keeps for its backward: activations in the
+ * backend's compute type (act_size bytes each, void *), LayerNorm
+ * statistics in fp32. */
+typedef struct {
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    void *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg, *res3;
+} tf_layer_acts;
+
+/* The head's pieces on the last stage: ln_f's output, its statistics, and
+ * d(ln_f output), which the head's backward in the forward leaves for the
+ * stage's backward. */
+typedef struct {
+    void *out, *dout;
+    float *mean, *rstd;
+} tf_head_acts;
+
+/* ------------------------------------------------------------------------ */
+/* Shapes and stash layout */
+
+#define TF_ALIGN 256
+
+static size_t tf_align(size_t bytes) { return (bytes + TF_ALIGN - 1) / TF_ALIGN * TF_ALIGN; }
+
+static size_t tf_N(const hy_transformer *t) { return (size_t)t->B * t->T; }
+static size_t tf_C(const hy_transformer *t) { return (size_t)t->model->d_model; }
+
+/* Bytes of n activations. */
+static size_t tf_acts(const hy_transformer *t, size_t n) { return n * t->act_size; }
+
+/* Takes `bytes` from *p (NULL *p: only counts, for sizing). */
+static void *tf_carve(unsigned char **p, size_t *used, size_t bytes) {
+    void *at = *p ? *p + *used : NULL;
+    *used += tf_align(bytes);
+    return at;
+}
+
+/* The pieces of one block's activations from base; with base NULL only
+ * the size comes back (in *used). */
+static tf_layer_acts tf_layer_carve(const hy_transformer *t, unsigned char *base, size_t *used) {
+    size_t N = tf_N(t), C = tf_C(t), A = t->act_size, f = sizeof(float);
+    size_t att = (size_t)t->B * t->model->heads * t->T * t->T;
+    unsigned char **p = &base;
+    tf_layer_acts a;
+    a.ln1_mean = tf_carve(p, used, N * f);
+    a.ln1_rstd = tf_carve(p, used, N * f);
+    a.ln2_mean = tf_carve(p, used, N * f);
+    a.ln2_rstd = tf_carve(p, used, N * f);
+    a.ln1 = tf_carve(p, used, N * C * A);
+    a.qkv = tf_carve(p, used, 3 * N * C * A);
+    a.att = tf_carve(p, used, att * A);
+    a.atty = tf_carve(p, used, N * C * A);
+    a.res2 = tf_carve(p, used, N * C * A);
+    a.ln2 = tf_carve(p, used, N * C * A);
+    a.fch = tf_carve(p, used, 4 * N * C * A);
+    a.fchg = tf_carve(p, used, 4 * N * C * A);
+    a.res3 = tf_carve(p, used, N * C * A);
+    return a;
+}
+
+static size_t tf_layer_bytes(const hy_transformer *t) {
+    size_t used = 0;
+    tf_layer_carve(t, NULL, &used);
+    return used;
+}
+
+/* Block l (of the stage's, from 0) in a slot. */
+static tf_layer_acts tf_layer(const hy_transformer *t, void *slot, int l) {
+    size_t used = 0;
+    return tf_layer_carve(t, (unsigned char *)slot + (size_t)l * tf_layer_bytes(t), &used);
+}
+
+static int tf_last(const hy_transformer *t, int stage) { return stage == t->model->stages - 1; }
+
+size_t hy_boundary_bytes(const hy_transformer *t) { return tf_acts(t, tf_N(t) * tf_C(t)); }
+
+size_t hy_stash_bytes(const hy_transformer *t, int stage) {
+    size_t n = (size_t)t->model->n_layers[stage] * tf_layer_bytes(t);
+    if (stage == 0) n += tf_align(hy_boundary_bytes(t));   /* the embedding's output */
+    if (tf_last(t, stage))
+        n += 2 * tf_align(hy_boundary_bytes(t)) + 2 * tf_align(tf_N(t) * sizeof(float));
+    return n;
+}
+
+/* The extras after the blocks: the embedding output (stage 0) and the
+ * head's activations (last stage). */
+static unsigned char *tf_extra(const hy_transformer *t, int stage, void *slot) {
+    return (unsigned char *)slot + (size_t)t->model->n_layers[stage] * tf_layer_bytes(t);
+}
+
+void *hy_stash_embedding(const hy_transformer *t, void *slot) { return tf_extra(t, 0, slot); }
+
+static tf_head_acts tf_head_of(const hy_transformer *t, void *slot) {
+    size_t used = 0;
+    unsigned char *p = tf_extra(t, t->model->stages - 1, slot);
+    if (t->model->stages == 1) p += tf_align(hy_boundary_bytes(t));   /* after the embedding's */
+    tf_head_acts h;
+    h.mean = tf_carve(&p, &used, tf_N(t) * sizeof(float));
+    h.rstd = tf_carve(&p, &used, tf_N(t) * sizeof(float));
+    h.out = tf_carve(&p, &used, hy_boundary_bytes(t));
+    h.dout = tf_carve(&p, &used, hy_boundary_bytes(t));
+    return h;
+}
+
+/* Where the last stage's blocks leave their output: the last block's
+ * residual, or the input itself when the stage has no block. */
+static void *tf_final(const hy_transformer *t, int stage, const void *in, void *slot) {
+    int L = t->model->n_layers[stage];
+    return L > 0 ? tf_layer(t, slot, L - 1).res3 : (void *)in;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parameters */
+
+/* The parameter of `kind` of global block l. */
+static const hy_param *tf_p(const hy_transformer *t, hy_param_kind kind, int l) {
+    return hy_model_param(t->model, kind, l);
+}
+
+/* A parameter as the ops read it (the compute copy), and its gradient. */
+static void *tf_w(const hy_transformer *t, const hy_param *p) {
+    return (unsigned char *)t->weights[p->stage] + p->offset * t->act_size;
+}
+static float *tf_g(const hy_transformer *t, const hy_param *p) {
+    return t->grads[p->stage] + p->offset;
+}
+
+/* The tied embedding as the head sees it, and its gradient. */
+static const void *tf_head_wte(const hy_transformer *t, const hy_stage_work *w) {
+    return w->wte ? w->wte : tf_w(t, tf_p(t, HY_P_WTE, 0));
+}
+static float *tf_head_dwte(const hy_transformer *t, const hy_stage_work *w) {
+    return w->dwte ? w->dwte : tf_g(t, tf_p(t, HY_P_WTE, 0));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Working buffers */
+
+static int tf_alloc(hy_backend *be, int rank, size_t bytes, void *out, hy_error *err) {
+    return be->ops->alloc(be, rank, bytes ? bytes : 1, (void **)out, err);
+}
+
+int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int head,
+                        hy_stage_work *w, hy_error *err) {
+    size_t NC = hy_boundary_bytes(t);
+    size_t attn = t->ops->attention_scratch(t->B, t->T, (int)tf_C(t), t->model->heads);
+    int rc = tf_alloc(be, rank, NC, &w->dln, err);
+    if (!rc) rc = tf_alloc(be, rank, NC, &w->datty, err);
+    if (!rc) rc = tf_alloc(be, rank, 3 * NC, &w->dqkv, err);
+    if (!rc) rc = tf_alloc(be, rank, 4 * NC, &w->dfc, err);
+    if (!rc) rc = tf_alloc(be, rank, 4 * NC, &w->dfcg, err);
+    if (!rc) rc = tf_alloc(be, rank, attn, &w->attn_scratch, err);
+    if (!rc && head)
+        rc = tf_alloc(be, rank, tf_acts(t, tf_N(t) * (size_t)t->model->vocab_padded), &w->logits, err);
+    if (!rc && head) rc = tf_alloc(be, rank, sizeof(float), &w->loss, err);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* A block */
+
+static int tf_layer_forward(const hy_transformer *t, hy_stream *st, int l, const void *in,
+                            const tf_layer_acts *a, void *out, hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    int N = (int)tf_N(t), C = (int)tf_C(t), rc;
+    const void *ln1w = tf_w(t, tf_p(t, HY_P_LN1_W, l)), *ln1b = tf_w(t, tf_p(t, HY_P_LN1_B, l));
+    rc = o->layernorm_fwd(st, a->ln1, a->ln1_mean, a->ln1_rstd, in, ln1w, ln1b, N, C, err);
+    if (!rc) rc = o->matmul_fwd(st, a->qkv, a->ln1, tf_w(t, tf_p(t, HY_P_QKV_W, l)),
+                                tf_w(t, tf_p(t, HY_P_QKV_B, l)), N, C, 3 * C, err);
+    if (!rc) rc = o->attention_fwd(st, a->atty, a->att, a->qkv, t->B, t->T, C, t->model->heads,
+                                   t->model->kind == HY_MODEL_GPT, err);
+    if (!rc) rc = o->matmul_fwd(st, a->res2, a->atty, tf_w(t, tf_p(t, HY_P_ATTN_PROJ_W, l)),
+                                tf_w(t, tf_p(t, HY_P_ATTN_PROJ_B, l)), N, C, C, err);
+    if (!rc) rc = o->add(st, a->res2, in, (size_t)N * C, err);
+    if (!rc) rc = o->layernorm_fwd(st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
+                                   tf_w(t, tf_p(t, HY_P_LN2_W, l)),
+                                   tf_w(t, tf_p(t, HY_P_LN2_B, l)), N, C, err);
+    if (!rc) rc = o->matmul_fwd(st, a->fch, a->ln2, tf_w(t, tf_p(t, HY_P_FC_W, l)),
+                                tf_w(t, tf_p(t, HY_P_FC_B, l)), N, C, 4 * C, err);
+    if (!rc) rc = o->gelu_fwd(st, a->fchg, a->fch, (size_t)N * 4 * C, err);
+    if (!rc) rc = o->matmul_fwd(st, out, a->fchg, tf_w(t, tf_p(t, HY_P_MLP_PROJ_W, l)),
+                                tf_w(t, tf_p(t, HY_P_MLP_PROJ_B, l)), N, 4 * C, C, err);
+    if (!rc) rc = o->add(st, out, a->res2, (size_t)N * C, err);
+    return rc;
+}
+
+/* dres holds d(block output) and becomes d(block input): each branch's
+ * backward adds its part into it (the ops accumulate). */
+static int tf_layer_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+                             const void *in, const tf_layer_acts *a, void *dres, hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    int N = (int)tf_N(t), C = (int)tf_C(t), rc;
+    size_t NC = (size_t)N * C;
+    const hy_param *pmp = tf_p(t, HY_P_MLP_PROJ_W, l), *pfc = tf_p(t, HY_P_FC_W, l);
+    const hy_param *pap = tf_p(t, HY_P_ATTN_PROJ_W, l), *pqkv = tf_p(t, HY_P_QKV_W, l);
+    const hy_param *pln2 = tf_p(t, HY_P_LN2_W, l), *pln1 = tf_p(t, HY_P_LN1_W, l);
+    rc = o->zero(st, w->dfcg, tf_acts(t, 4 * NC), err);
+    if (!rc) rc = o->matmul_bwd(st, w->dfcg, tf_g(t, pmp), tf_g(t, pmp + 1), dres, a->fchg,
+                                tf_w(t, pmp), N, 4 * C, C, err);
+    if (!rc) rc = o->zero(st, w->dfc, tf_acts(t, 4 * NC), err);
+    if (!rc) rc = o->gelu_bwd(st, w->dfc, w->dfcg, a->fch, 4 * NC, err);
+    if (!rc) rc = o->zero(st, w->dln, tf_acts(t, NC), err);
+    if (!rc) rc = o->matmul_bwd(st, w->dln, tf_g(t, pfc), tf_g(t, pfc + 1), w->dfc, a->ln2,
+                                tf_w(t, pfc), N, C, 4 * C, err);
+    if (!rc) rc = o->layernorm_bwd(st, dres, tf_g(t, pln2), tf_g(t, pln2 + 1), w->dln, a->res2,
+                                   tf_w(t, pln2), a->ln2_mean, a->ln2_rstd, N, C, err);
+    if (!rc) rc = o->zero(st, w->datty, tf_acts(t, NC), err);
+    if (!rc) rc = o->matmul_bwd(st, w->datty, tf_g(t, pap), tf_g(t, pap + 1), dres, a->atty,
+                                tf_w(t, pap), N, C, C, err);
+    if (!rc) rc = o->zero(st, w->dqkv, tf_acts(t, 3 * NC), err);
+    if (!rc) rc = o->attention_bwd(st, w->dqkv, w->attn_scratch, w->datty, a->qkv, a->att, t->B,
+                                   t->T, C, t->model->heads, err);
+    if (!rc) rc = o->zero(st, w->dln, tf_acts(t, NC), err);
+    if (!rc) rc = o->matmul_bwd(st, w->dln, tf_g(t, pqkv), tf_g(t, pqkv + 1), w->dqkv, a->ln1,
+                                tf_w(t, pqkv), N, C, 3 * C, err);
+    if (!rc) rc = o->layernorm_bwd(st, dres, tf_g(t, pln1), tf_g(t, pln1 + 1), w->dln, in,
+                                   tf_w(t, pln1), a->ln1_mean, a->ln1_rstd, N, C, err);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The head */
+
+/* ln_f, logits, the fused loss and d(logits), and the head's backward
+ * down to d(ln_f out), so the logits never need stashing (llm.c does the
+ * same). h: the last block's output. */
+static int tf_head(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, const void *h,
+                   void *slot, const int *targets, int train, hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    int N = (int)tf_N(t), C = (int)tf_C(t), V = t->model->vocab, Vp = t->model->vocab_padded, rc;
+    float share = 1.0f / t->micro_batches;
+    tf_head_acts ha = tf_head_of(t, slot);
+    const hy_param *pw = tf_p(t, HY_P_LNF_W, 0);
+    rc = o->layernorm_fwd(st, ha.out, ha.mean, ha.rstd, h, tf_w(t, pw), tf_w(t, pw + 1), N, C, err);
+    if (!rc) rc = o->lm_head_fwd(st, w->logits, ha.out, tf_head_wte(t, w), N, C, Vp, err);
+    if (!rc) rc = o->classifier(st, w->logits, w->loss, targets, N, V, Vp, share,
+                                train ? share : 1.0f, err);
+    if (!train) return rc;
+    if (!rc) rc = o->zero(st, ha.dout, hy_boundary_bytes(t), err);
+    if (!rc) rc = o->lm_head_bwd(st, ha.dout, tf_head_dwte(t, w), w->logits, ha.out,
+                                 tf_head_wte(t, w), N, C, Vp, err);
+    return rc;
+}
+
+int hy_head_backward(const hy_transformer *t, hy_stream *st, const void *in, void *slot, void *dres,
+                     hy_error *err) {
+    tf_head_acts ha = tf_head_of(t, slot);
+    const void *h = tf_final(t, t->model->stages - 1, in, slot);
+    const hy_param *pw = tf_p(t, HY_P_LNF_W, 0);
+    return t->ops->layernorm_bwd(st, dres, tf_g(t, pw), tf_g(t, pw + 1), ha.dout, h, tf_w(t, pw),
+                                 ha.mean, ha.rstd, (int)tf_N(t), (int)tf_C(t), err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A stage */
+
+int hy_embed_forward(const hy_transformer *t, hy_stream *st, void *slot, const int *tokens,
+                     hy_error *err) {
+    const hy_param *wte = tf_p(t, HY_P_WTE, 0), *wpe = tf_p(t, HY_P_WPE, 0);
+    return t->ops->embedding_fwd(st, hy_stash_embedding(t, slot), tokens, tf_w(t, wte), tf_w(t, wpe),
+                                 t->B, t->T, (int)tf_C(t), err);
+}
+
+int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
+                     const void *in, void *slot, void *out, const int *targets, int train,
+                     hy_error *err) {
+    int L = t->model->n_layers[stage], first = t->model->first_layer[stage], rc = HY_OK;
+    if (tf_last(t, stage)) out = tf_final(t, stage, in, slot);
+    for (int l = 0; l < L && !rc; l++) {
+        tf_layer_acts acts = tf_layer(t, slot, l);
+        const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
+        rc = tf_layer_forward(t, st, first + l, lin, &acts, l == L - 1 ? out : acts.res3, err);
+    }
+    if (!rc && L == 0 && out != in) rc = t->ops->copy(st, out, in, hy_boundary_bytes(t), err);
+    if (!rc && tf_last(t, stage)) rc = tf_head(t, w, st, out, slot, targets, train, err);
+    return rc;
+}
+
+int hy_stage_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
+                      const void *in, void *slot, void *dres, hy_error *err) {
+    int L = t->model->n_layers[stage], first = t->model->first_layer[stage], rc = HY_OK;
+    for (int l = L - 1; l >= 0 && !rc; l--) {
+        tf_layer_acts acts = tf_layer(t, slot, l);
+        const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
+        rc = tf_layer_backward(t, w, st, first + l, lin, &acts, dres, err);
+    }
+    return rc;
+}
+
+int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, const int *tokens,
+                      hy_error *err) {
+    const hy_param *wte = tf_p(t, HY_P_WTE, 0), *wpe = tf_p(t, HY_P_WPE, 0);
+    return t->ops->embedding_bwd(st, tf_g(t, wte), tf_g(t, wpe), dres, tokens, t->B, t->T,
+                                 (int)tf_C(t), err);
+}

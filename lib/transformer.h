@@ -1,0 +1,101 @@
+/*
+ * transformer.h — the transformer's math for one pipeline stage and one
+ * micro-batch, against the backend's ops (backend.h): a block's forward
+ * and backward, the embedding on the first stage, and on the last the head
+ * (ln_f, the logits, the fused loss and the head's backward), the way
+ * llm.c keeps gpt2_forward apart from its training loop. model.h gives
+ * the shapes and the parameter table; DESIGN §5 the model.
+ *
+ * The runtime (runtime.c) decides when each piece runs, on which rank's
+ * stream, and where a stage's input comes from and its output goes (its
+ * mailboxes, its send buffer); it fills a hy_transformer with the shapes,
+ * the ops and where each stage's compute weights and gradients are. This
+ * module decides what is computed and how a stash slot is laid out: the
+ * activations a stage keeps from a micro-batch's forward for its
+ * backward. Everything is enqueued on the stream it is given and
+ * allocates nothing; every backward accumulates into the gradients (+=),
+ * which the caller zeroes once per step.
+ */
+#ifndef HY_TRANSFORMER_H
+#define HY_TRANSFORMER_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "error.h"
+#include "model.h"
+
+typedef struct {
+    const hy_model *model;        /* shapes, each stage's layers, the parameter table */
+    const hy_backend_ops *ops;
+    size_t act_size;              /* bytes per activation element: ops->act_size */
+    int B, T;                     /* sequences per micro-batch, tokens per sequence */
+    int micro_batches;            /* M: a training micro-batch's loss and gradient count 1/M */
+    void **weights;               /* [stages]: stage s's compute copy of its parameter block */
+    float **grads;                /* [stages]: stage s's gradient block */
+} hy_transformer;
+
+/* One rank's working buffers: the block backward's scratch (a rank runs
+ * one action at a time, so one set serves all its stages), and on the
+ * last stage's rank the head's. In the rank's memory. */
+typedef struct {
+    void *dln, *datty, *dqkv, *dfc, *dfcg, *attn_scratch;
+    void *logits;                 /* [N, Vp]: the head's, never stashed */
+    float *loss;                  /* the loss the head adds to (hy_stage_forward) */
+    /* The tied embedding the head reads and adds its gradient to, when the
+     * last stage's rank keeps a replica of it; NULL: stage 0's own wte
+     * (both stages are on this rank). */
+    const void *wte;
+    float *dwte;
+} hy_stage_work;
+
+/* Bytes of what crosses a stage boundary: a micro-batch's activations,
+ * or their gradient, [B * T, d_model] in the compute type. */
+size_t hy_boundary_bytes(const hy_transformer *t);
+
+/* Bytes of one stash slot of stage s: its blocks' activations, the
+ * embedding's output on stage 0, the head's on the last stage. */
+size_t hy_stash_bytes(const hy_transformer *t, int stage);
+
+/* Stage 0's input inside a stash slot: the embedding's output. */
+void *hy_stash_embedding(const hy_transformer *t, void *slot);
+
+/* Allocates w's buffers in rank's memory of be; head: the rank holds the
+ * last stage (the logits and the loss). w->wte and w->dwte are the
+ * caller's to set. */
+int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int head,
+                        hy_stage_work *w, hy_error *err);
+
+/* Stage 0, forward: the token and position embeddings of tokens [B * T]
+ * into the slot (hy_stash_embedding). */
+int hy_embed_forward(const hy_transformer *t, hy_stream *st, void *slot, const int *tokens,
+                     hy_error *err);
+
+/* F of one micro-batch on `stage`: its blocks from `in` (the stage input)
+ * to `out`, keeping in `slot` what the backward needs. The last stage
+ * keeps its output in the slot (out is ignored, may be NULL) and runs the
+ * head on it: ln_f, the logits, the loss against targets [B * T] (-1: no
+ * target) added to w->loss, 1/M of it when training, whole when not;
+ * training, also the head's backward down to d(ln_f output), kept in the
+ * slot for hy_head_backward, so the logits need no stash. */
+int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
+                     const void *in, void *slot, void *out, const int *targets, int train,
+                     hy_error *err);
+
+/* The last stage, backward, first: d(its output) from the head's d(ln_f
+ * output), added into dres ([B * T, d_model], zeroed by the caller), with
+ * ln_f's gradient. in: the stage's input, as its forward had it. */
+int hy_head_backward(const hy_transformer *t, hy_stream *st, const void *in, void *slot, void *dres,
+                     hy_error *err);
+
+/* B of one micro-batch on `stage`: its blocks' backward, last to first.
+ * dres holds d(stage output) and becomes d(stage input). */
+int hy_stage_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
+                      const void *in, void *slot, void *dres, hy_error *err);
+
+/* Stage 0, backward, last: the embeddings' gradients from dres = d(stage
+ * 0 input) and the micro-batch's tokens. */
+int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, const int *tokens,
+                      hy_error *err);
+
+#endif

@@ -1,0 +1,77 @@
+/*
+ * weights.c — see weights.h.
+ */
+#include "weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "safetensors.h"
+
+/* Tensors Hugging Face GPT-2 files carry that are not parameters here. */
+static int wt_ignorable(const char *name) {
+    if (strncmp(name, "transformer.", 12) == 0) name += 12;
+    size_t n = strlen(name);
+    return !strcmp(name, "lm_head.weight") ||
+           (n > 10 && !strcmp(name + n - 10, ".attn.bias")) ||
+           (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
+}
+
+/* "[a, b, ...]" */
+static void wt_shape_text(char *buf, size_t n, int ndim, const size_t *shape) {
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%zu", i ? ", " : "", shape[i]);
+    if (used < n) snprintf(buf + used, n - used, "]");
+}
+
+/* Reads parameter p from f into host (p->numel floats: wte's padding rows,
+ * when the file has only the real vocabulary's, stay zero) and puts it. */
+static int wt_load_tensor(hy_runtime *rt, const hy_model *m, const hy_st_file *f,
+                          const hy_param *p, float *host, hy_error *err) {
+    char prefixed[64];
+    snprintf(prefixed, sizeof prefixed, "transformer.%s", p->name);
+    const hy_st_tensor *t = hy_st_find(f, p->name);
+    if (!t) t = hy_st_find(f, prefixed);
+    char want[48], have[160];
+    wt_shape_text(want, sizeof want, p->ndim, (const size_t[2]){ (size_t)p->shape[0],
+                                                                 (size_t)p->shape[1] });
+    if (!t)
+        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is missing (the config's model has "
+                       "it, shape %s)", f->path, p->name, want);
+    int rows_ok = t->ndim >= 1 && (t->shape[0] == (size_t)p->shape[0] ||
+                                   (p->kind == HY_P_WTE && t->shape[0] == (size_t)m->vocab));
+    if (t->ndim != p->ndim || !rows_ok || (p->ndim == 2 && t->shape[1] != (size_t)p->shape[1])) {
+        wt_shape_text(have, sizeof have, t->ndim, t->shape);
+        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has shape %s, the config's model "
+                       "needs %s; check model.* in the config", f->path, t->name, have, want);
+    }
+    memset(host, 0, p->numel * sizeof(float));
+    int rc = hy_st_read_f32(f, t, host, t->numel, err);
+    return rc ? rc : hy_runtime_put(rt, HY_T_PARAM, p, host, p->numel, err);
+}
+
+int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err) {
+    const hy_model *m = hy_runtime_model(rt);
+    hy_st_file f;
+    int rc = hy_st_open(&f, path, err);
+    if (rc) return rc;
+    float *host = malloc(hy_model_max_numel(m) * sizeof(float));
+    if (!host) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory loading %s", path);
+    /* A tensor that is not a parameter is refused before any is read. */
+    for (int i = 0; i < f.n_tensors && !rc; i++) {
+        const char *name = f.tensors[i].name;
+        if (!hy_model_find(m, name) && !wt_ignorable(name))
+            rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is not a parameter of the config's "
+                         "model (model.layers = %d); check the config or the file", path, name,
+                         m->layers);
+    }
+    for (int i = 0; i < m->n_params && !rc; i++)
+        rc = wt_load_tensor(rt, m, &f, &m->params[i], host, err);
+    if (!rc) rc = hy_runtime_refresh(rt, err);
+    free(host);
+    hy_st_close(&f);
+    return rc;
+}

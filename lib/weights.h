@@ -1,0 +1,31 @@
+/*
+ * weights.h — loading a model's weights from a safetensors file with
+ * Hugging Face GPT-2 names, into a runtime.
+ *
+ * The files are those transformers writes for GPT2LMHeadModel (and
+ * hanayo's own checkpoints, checkpoint.h): tensor names as model.h gives
+ * them, with or without a "transformer." prefix; F32, BF16 or F16; wte
+ * with the real vocabulary's rows or with the padded vocabulary's. Every
+ * parameter must be there with its shape, and every tensor must be a
+ * parameter, except the ones Hugging Face files carry beside them: the
+ * attention-mask buffers (".attn.bias", ".attn.masked_bias") and the tied
+ * lm_head.weight. Config key `init` loads a file at start-up
+ * (hy_runtime_create); a checkpoint's model.safetensors loads the same way.
+ *
+ * It talks to the runtime through runtime.h only: each tensor is put as it
+ * is read (hy_runtime_put), then the compute copies are refreshed once
+ * (hy_runtime_refresh).
+ */
+#ifndef HY_WEIGHTS_H
+#define HY_WEIGHTS_H
+
+#include "error.h"
+#include "runtime.h"
+
+/* Replaces rt's weights with those of the file at path. Errors name the
+ * file and the tensor: a missing parameter, a shape the config's model
+ * does not have, a tensor that is not a parameter (HY_ERR_INPUT); an
+ * unreadable file as safetensors.h reports it. */
+int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err);
+
+#endif
