@@ -15,8 +15,8 @@
 #   make tsan         TSan build in build-tsan/, run its test programs
 #   make bench        build build/hanayo-bench and run it: tokens/s of each
 #                     schedule at P = 2, the CPU backend's GEMMs against bare
-#                     cblas_sgemm, where step time goes (README, "Measured on
-#                     the CPU"); BENCH_ARGS="--json FILE" also writes JSON.
+#                     cblas_sgemm, where step time goes (docs/measurements.md);
+#                     BENCH_ARGS="--json FILE" also writes JSON.
 #                     Not part of `make test`: timings are printed, never
 #                     asserted
 #   make run          install what the build lacks (tools/deps.sh), build,
@@ -86,9 +86,10 @@ TEST_TIMEOUT ?= 300
 BLAS_LIBS ?= -lopenblas
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
-# tests/*.py may use numpy (Debian's python3-numpy, DESIGN §6). Use the first
-# python3 that has it: PATH's, else the system's (a pyenv or venv python3
-# earlier on PATH may lack it). Looked up once, and only if a .py test runs.
+# tests/*.py may use numpy (Debian's python3-numpy,
+# DESIGN §6 "What correct means"). Use the first python3 that has it: PATH's, else the system's (a
+# pyenv or venv python3 earlier on PATH may lack it). Looked up once, and only
+# if a .py test runs.
 PYTHON ?= $(eval PYTHON := $(or $(shell for p in python3 /usr/bin/python3; do \
     "$$p" -c 'import numpy' >/dev/null 2>&1 && command -v "$$p" && break; done),python3))$(PYTHON)
 

@@ -1,6 +1,6 @@
 /*
  * graph.cu — capture and replay of a rank's iteration as a CUDA graph
- * (DESIGN §4), and the graphs' DOT dumps for `hanayo profile`.
+ * (DESIGN §4 "Record and replay"), and the graphs' DOT dumps for `hanayo profile`.
  *
  * Each rank captures on its own stream in thread-local mode, so all ranks
  * capture at once without one thread's capture forbidding another's calls.

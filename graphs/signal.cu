@@ -1,6 +1,6 @@
 /*
  * signal.cu — the CUDA backend's cross-rank signals, watchdog and abort
- * (DESIGN §3, design 1).
+ * (DESIGN §3 "Cross-rank movement", design 1).
  *
  * Full/free flags are waited on and written by stream memory operations
  * (cuStreamWaitValue32 / cuStreamWriteValue32), which stream capture

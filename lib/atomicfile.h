@@ -2,13 +2,13 @@
  * atomicfile.h — files and directories that appear whole or not at all.
  *
  * Every file hanayo writes (token shards, safetensors, the plan's SVG, and
- * the checkpoint directories of DESIGN §5) is written the same way: to a
- * temporary name beside the target (same directory, so the rename cannot
- * cross file systems), fsync'd, renamed over the target, and then the
- * directory fsync'd so the rename itself survives a crash. Until the
- * rename, the target is untouched; on any failure the temporary is
- * removed. A reader therefore sees the old file or the new one, never a
- * partial one, and a crash leaves at worst a stray "NAME.tmp.XXXXXX"
+ * the checkpoint directories of DESIGN §5 "Model, numerics, data, files") is
+ * written the same way: to a temporary name beside the target (same
+ * directory, so the rename cannot cross file systems), fsync'd, renamed over
+ * the target, and then the directory fsync'd so the rename itself survives a
+ * crash. Until the rename, the target is untouched; on any failure the
+ * temporary is removed. A reader therefore sees the old file or the new one,
+ * never a partial one, and a crash leaves at worst a stray "NAME.tmp.XXXXXX"
  * (".NAME.tmp.XXXXXX" for a directory).
  *
  * A file:

@@ -1,5 +1,6 @@
 /*
- * backend.h — the one device interface both backends implement (DESIGN §2).
+ * backend.h — the one device interface both backends implement
+ * (DESIGN §2 "The layers of the house").
  *
  * Everything above this header (runtime, model, schedule) is plain C and
  * knows nothing of CUDA; the CPU backend (kernels/cpu/) and the CUDA
@@ -9,10 +10,10 @@
  *
  * It grows piece by piece: the device query (how many CUDA devices this
  * process can see, what each one is, which pairs reach each other's memory,
- * DESIGN §3); then execution: memory per rank, one stream per rank, the
- * 32-bit flags of the cross-rank handshake, copies, and record/replay of a
- * rank's iteration. The math ops follow with the runtime, and an optional
- * per-rank, per-op timer (op_stats) for benchmarks.
+ * DESIGN §3 "Cross-rank movement"); then execution: memory per rank, one
+ * stream per rank, the 32-bit flags of the cross-rank handshake, copies, and
+ * record/replay of a rank's iteration. The math ops follow with the runtime,
+ * and an optional per-rank, per-op timer (op_stats) for benchmarks.
  *
  * In a build without nvcc the CUDA entry points still exist (a stand-in,
  * kernels/cuda/stub.c, is linked instead of kernels/cuda/device.cu) and
@@ -75,17 +76,18 @@ int hy_device_can_access_peer(int a, int b, int *yes, hy_error *err);
  * enqueued on a stream and runs in order. Between `capture_begin` and
  * `capture_end` nothing runs: the work is recorded into a graph, which
  * `graph_launch` replays, so a rank's whole iteration is recorded once and
- * replayed every step (DESIGN §4). On the CPU a stream runs its work on
- * the calling thread (the rank's thread) and a graph is a list of recorded
- * commands; on CUDA they are a cudaStream_t and a cudaGraphExec_t. The
- * runtime's code path is the same for both.
+ * replayed every step (DESIGN §4 "Record and replay"). On the CPU a stream
+ * runs its work on the calling thread (the rank's thread) and a graph is a
+ * list of recorded commands; on CUDA they are a cudaStream_t and a
+ * cudaGraphExec_t. The runtime's code path is the same for both.
  *
  * Flags are 32-bit words that two ranks can see (host-mapped or peer
  * memory on CUDA, plain memory on the CPU). `wait_flag` blocks the stream
  * until the word equals a value; `write_flag` stores a value after all
  * earlier work of the stream. The values are constants, so recorded waits
  * and writes stay valid on every replay: this is the full/free handshake
- * of DESIGN §3, which cannot wait on a stale signal by construction.
+ * of DESIGN §3 "Cross-rank movement", which cannot wait on a stale signal by
+ * construction.
  *
  * A wait that lasts longer than the watchdog fails with the site it was
  * given (rank, action, edge, slot), and `abort` makes every wait in the
@@ -197,13 +199,13 @@ typedef struct {
      * with cause HY_CAUSE_STOPPED). Safe to call from any thread. */
     void (*abort)(hy_backend *be, const char *why);
 
-    /* Math (DESIGN §5): the transformer's ops, enqueued. Activations
-     * ("act", void *) are in the backend's compute type: fp32 on the CPU,
-     * bf16 on CUDA; weights are read from a compute copy of the same type
-     * (on the CPU, the fp32 master weights themselves). Gradients,
-     * optimizer state and LayerNorm statistics are fp32. Every backward
-     * accumulates into its gradients (+=), the caller zeroes them first;
-     * kernels/cpu/ops.h gives each op's equations. */
+    /* Math (DESIGN §5 "Model, numerics, data, files"): the transformer's ops,
+     * enqueued. Activations ("act", void *) are in the backend's compute
+     * type: fp32 on the CPU, bf16 on CUDA; weights are read from a compute
+     * copy of the same type (on the CPU, the fp32 master weights themselves).
+     * Gradients, optimizer state and LayerNorm statistics are fp32. Every
+     * backward accumulates into its gradients (+=), the caller zeroes them
+     * first; kernels/cpu/ops.h gives each op's equations. */
     size_t act_size;   /* bytes per activation element */
     int (*zero)(hy_stream *s, void *p, size_t bytes, hy_error *err);
     int (*add)(hy_stream *s, void *acc, const void *x, size_t n, hy_error *err);     /* act */
@@ -312,9 +314,9 @@ int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_err
  * devices in use. Activations are bf16 (act_size 2), with fp32 master
  * weights, gradients and optimizer state. The handshake flags live in
  * host-mapped pinned memory, or with flags_on_device in the consumer's
- * device memory, peer-mapped (DESIGN §3; the benchmark measures both).
- * Without the CUDA backend in the build or without a device this fails
- * and says which. */
+ * device memory, peer-mapped (DESIGN §3 "Cross-rank movement"; the benchmark
+ * measures both). Without the CUDA backend in the build or without a device
+ * this fails and says which. */
 int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int n_devices,
                            int flags_on_device, double watchdog_s, hy_error *err);
 

@@ -1,5 +1,6 @@
 /*
- * checkpoint.h — saving and resuming training (DESIGN §5).
+ * checkpoint.h — saving and resuming training
+ * (DESIGN §5 "Model, numerics, data, files").
  *
  * A checkpoint is a directory per step, <checkpoint.dir>/step_%06d/:
  *   model.safetensors      the weights, Hugging Face GPT-2 names, F32,

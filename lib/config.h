@@ -4,11 +4,12 @@
  *
  * Every key has one entry in a table in config.c (its dotted name, type,
  * range, default and meaning); that table drives parsing, validation,
- * hy_config_to_json and the README reference (hy_config_reference), so the
- * four cannot drift apart. Loading is strict: an unknown key, a wrong
- * type, a value out of range or an inconsistent combination is an error
- * (HY_ERR_INPUT) that names the file or the --set, the dotted key and the
- * fix. Nothing here prints or exits.
+ * hy_config_to_json and the reference in docs/config.md
+ * (hy_config_reference), so the four cannot drift apart. Loading is
+ * strict: an unknown key, a wrong type, a value out of range or an
+ * inconsistent combination is an error (HY_ERR_INPUT) that names the
+ * file or the --set, the dotted key and the fix. Nothing here prints or
+ * exits.
  *
  * Lifetime: hy_config_init and hy_config_load both (re)initialise the
  * struct without reading what was in it, and allocate nothing that
@@ -90,8 +91,8 @@ const char *hy_backend_name(hy_backend_kind kind);
 const char *hy_nonfinite_name(hy_nonfinite_policy p);
 
 /* Every key with its type, default, allowed values and meaning, as a
- * Markdown table (the README's config reference is this text). malloc'd;
- * NULL on OOM. */
+ * Markdown table: docs/config.md's reference is this text, and `hanayo
+ * help config` prints it. malloc'd; NULL on OOM. */
 char *hy_config_reference(void);
 
 /* Frees what the config owns and leaves it holding the defaults, so a

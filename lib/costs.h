@@ -33,7 +33,7 @@ typedef struct {
     const double *bwd_stage;   /* [stages] or NULL: overrides bwd per stage */
 } hy_costs;
 
-/* f = 1, b = 2, c = 0: the uniform-cost model of DESIGN §1. */
+/* f = 1, b = 2, c = 0: the uniform-cost model of DESIGN §1 "The schedules". */
 hy_costs hy_costs_uniform(void);
 
 /* The forward and backward cost of one stage: its per-stage entry when

@@ -2,7 +2,8 @@
  * data.h — token shards: reading, batching, BERT's masking, writing, and a
  * synthetic corpus.
  *
- * A shard is llm.c's format (DESIGN §5), so users' existing shards work:
+ * A shard is llm.c's format (DESIGN §5 "Model, numerics, data, files"), so
+ * users' existing shards work:
  *
  *     bytes 0..1023   256 little-endian int32: [0] magic 20240520,
  *                     [1] version 1, [2] token count N (1 <= N < 2^31),

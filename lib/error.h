@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-/* Exit statuses of the CLI (DESIGN §7). */
+/* Exit statuses of the CLI (DESIGN §7 "The command line"). */
 enum {
     HY_OK = 0,
     HY_ERR_RUNTIME = 1,   /* a failure while running: I/O, device, stall */

@@ -1,6 +1,7 @@
 /*
  * mailbox.h — cross-rank edges, their receive slots, and the full/free
- * handshake that moves activations and gradients between ranks (DESIGN §3).
+ * handshake that moves activations and gradients between ranks
+ * (DESIGN §3 "Cross-rank movement").
  *
  * Every stage boundary is two edges: activations forward (F(m,s) →
  * F(m,s+1)) and gradients backward (B(m,s+1) → B(m,s)). An edge is a

@@ -2,10 +2,11 @@
  * model.h — the transformer's shapes, parameters, initialization and its
  * partition into pipeline stages.
  *
- * GPT-like is GPT-2 (DESIGN §5): token and learned position embeddings,
- * pre-LN blocks (LN, attention, residual, LN, MLP with tanh-GELU,
- * residual), a final LN and an LM head tied to the token embedding.
- * BERT-like is the same with bidirectional attention and a masked-LM loss.
+ * GPT-like is GPT-2 (DESIGN §5 "Model, numerics, data, files"): token and
+ * learned position embeddings, pre-LN blocks (LN, attention, residual, LN,
+ * MLP with tanh-GELU, residual), a final LN and an LM head tied to the token
+ * embedding. BERT-like is the same with bidirectional attention and a
+ * masked-LM loss.
  *
  * Parameters carry Hugging Face GPT-2 names and layouts (Conv1D weights are
  * [in, out]), so safetensors files map one to one. Each stage's parameters

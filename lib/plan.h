@@ -3,13 +3,14 @@
  * and for tools: what `hanayo plan` shows.
  *
  * A plan is the action lists of schedule.h plus the timings sim.h computes
- * for them. This module only renders: the JSON of DESIGN §1 (a stable
- * contract that tests/resim.py re-checks independently), an ASCII timeline
- * in the style of the paper's figures, an SVG of the same timeline (drawn
- * by svg.h, which also draws measured times), and a table comparing the
- * four schedules at one (P, M). Every renderer writes to
- * a FILE * or returns a malloc'd string; nothing here prints an error — the
- * errors come back as hy_error values to the CLI.
+ * for them. This module only renders: the JSON of
+ * DESIGN §1.3 "The plan as JSON, a stable contract" (which tests/resim.py
+ * re-checks independently), an ASCII timeline in the style of the paper's
+ * figures, an SVG of the same timeline (drawn by svg.h, which also draws
+ * measured times), and a table comparing the four schedules at one (P, M).
+ * Every renderer writes to a FILE * or returns a malloc'd string; nothing
+ * here prints an error — the errors come back as hy_error values to the
+ * CLI.
  */
 #ifndef HY_PLAN_H
 #define HY_PLAN_H
@@ -44,7 +45,7 @@ void hy_plan_free(hy_plan *pl);
 /* Largest peak_activations over the ranks. */
 int hy_plan_peak_max(const hy_plan *pl);
 
-/* ---- JSON (DESIGN §1) ---------------------------------------------------
+/* ---- JSON (DESIGN §1.3 "The plan as JSON, a stable contract") ----------
  * One line, keys in the documented order, then "ideal_bubble" (and, with
  * per-stage costs, "fwd_costs" and "bwd_costs": one per stage). "waves" is
  * W for hanayo and 0 for the other schedules (an integer in every plan, so

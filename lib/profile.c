@@ -369,7 +369,7 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
     hy_sched_params_from_config(c, &sp);
     if (!rc) rc = hy_model_build(&m, c, 1, err);
     if (!rc) rc = hy_schedule_build(&p->sched, &sp, err);
-    if (!rc) rc = hy_runtime_create(&rt, c, err);
+    if (!rc) rc = hy_train_runtime(&rt, c, err);
     if (!rc && !same_schedule(&p->sched, hy_runtime_schedule(rt)))
         rc = hy_fail(err, HY_ERR_RUNTIME, "profile: the runtime's action lists differ from "
                      "the schedule generator's (a bug)");

@@ -23,9 +23,10 @@
  *              all micro-batches and steps: the copy itself, unhindered;
  *     blocked  the rest: the consumer had no free slot yet (its mailbox
  *              holds as many messages as the schedule keeps in flight,
- *              DESIGN §3, so a producer running ahead of a slow consumer
- *              waits there), or the thread was descheduled after waking
- *              the consumer (a CPU with fewer free cores than ranks);
+ *              DESIGN §3 "Cross-rank movement", so a producer running
+ *              ahead of a slow consumer waits there), or the thread was
+ *              descheduled after waking the consumer (a CPU with fewer
+ *              free cores than ranks);
  *              counted as waiting, not work;
  *   busy     compute + copy: the time the action holds its rank doing its
  *            own work, which is what the simulator calls its cost (a rank

@@ -30,7 +30,6 @@
 #include "model.h"
 #include "schedule.h"
 #include "transformer.h"
-#include "weights.h"
 
 typedef struct {
     int rank;
@@ -569,7 +568,6 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     for (int r = 0; r < rt->P && !rc; r++)
         rc = rt->be->ops->stream_create(rt->be, r, &rt->ranks[r].stream, err);
     if (!rc) rc = rt_init_params(rt, err);
-    if (!rc && c->init) rc = hy_weights_load(rt, c->init, err);
     return rc;
 }
 

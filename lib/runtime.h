@@ -12,9 +12,9 @@
  * embedding's gradient exchange, the global gradient norm and clipping,
  * and AdamW. The first iteration runs eagerly; with `graph` on, the
  * second is recorded and every later one is a replay of that recording
- * (DESIGN §4). The CPU and the CUDA backend run this same code. What a
- * stage computes for a micro-batch is transformer.h's; the runtime moves
- * its inputs and outputs and orders the work.
+ * (DESIGN §4 "Record and replay"). The CPU and the CUDA backend run this same
+ * code. What a stage computes for a micro-batch is transformer.h's; the
+ * runtime moves its inputs and outputs and orders the work.
  */
 #ifndef HY_RUNTIME_H
 #define HY_RUNTIME_H
@@ -43,9 +43,9 @@ typedef struct {
 } hy_step_stats;
 
 /* Builds the run of config c on the backend it asks for (backend.h,
- * hy_backend_open), with the weights of config key `init` when it names a
- * file (weights.h), else GPT-2's initialization from train.seed. `c` must
- * outlive the runtime. */
+ * hy_backend_open), with GPT-2's initialization from train.seed (the
+ * config's `init` file, if any, is loaded over it by train.h's
+ * hy_train_runtime, through weights.h). `c` must outlive the runtime. */
 int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err);
 
 /* One optimizer step over all ranks at learning rate lr (the caller's

@@ -3,8 +3,8 @@
  *
  * gpipe, 1f1b and interleaved are the published orders, written out
  * directly. hanayo's wave order has no published closed form that reaches
- * the ideal bubble, so it is derived here in two steps (README, "The Hanayo
- * wave order", has the derivation):
+ * the ideal bubble, so it is derived here in two steps
+ * (DESIGN §1.2 "The Hanayo wave order" has the derivation):
  *
  *  1. Streams. Each rank's forwards are ordered by the key
  *         key_F(m, s) = 2PW * (m div P) + 2 * (m mod P) + s

@@ -10,8 +10,9 @@
  * different ranks, so they follow from the placement.
  *
  * The runtime executes these lists; the simulator (sim.h), `hanayo plan`
- * and the profiler read the same lists. See DESIGN §1 and README
- * ("The Hanayo wave order") for the orders and why they are what they are.
+ * and the profiler read the same lists. See DESIGN §1 "The schedules" and
+ * DESIGN §1.2 "The Hanayo wave order" for the orders and why they are what
+ * they are.
  */
 #ifndef HY_SCHEDULE_H
 #define HY_SCHEDULE_H

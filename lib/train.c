@@ -15,6 +15,17 @@
 #include "plan.h"
 #include "runtime.h"
 #include "schedule.h"
+#include "weights.h"
+
+int hy_train_runtime(hy_runtime **out, const hy_config *c, hy_error *err) {
+    int rc = hy_runtime_create(out, c, err);
+    if (!rc && c->init) rc = hy_weights_load(*out, c->init, err);
+    if (rc) {
+        hy_runtime_destroy(*out);
+        *out = NULL;
+    }
+    return rc;
+}
 
 double hy_train_lr(const hy_config *c, int step) {
     double lr = c->train.lr, min_lr = c->train.min_lr;
@@ -183,7 +194,7 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
     hy_runtime *rt = NULL;
     int first = 1, steps = c->train.steps, done = 0, val_batches = 0;
     size_t pos = 0;
-    if (!rc) rc = hy_runtime_create(&rt, c, err);
+    if (!rc) rc = hy_train_runtime(&rt, c, err);
     if (!rc && o && o->resume) rc = hy_checkpoint_load(rt, c, o->resume, err);
     /* Opens data.train and checks that one batch fits. */
     if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);
@@ -282,7 +293,7 @@ int hy_eval(const hy_config *c, const char *shard, int batches, FILE *out, hy_er
     }
     hy_runtime *rt = NULL;
     double loss = 0, tokens = 0;
-    rc = hy_runtime_create(&rt, c, err);
+    rc = hy_train_runtime(&rt, c, err);
     if (!rc) rc = hy_runtime_eval(rt, shard, batches, &loss, &tokens, err);
     hy_runtime_destroy(rt);
     if (!rc) fprintf(out, "{\"loss\": %.7f, \"batches\": %d, \"tokens\": %.0f}\n", loss, batches, tokens);

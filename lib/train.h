@@ -42,6 +42,11 @@ typedef struct {
 
 int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *err);
 
+/* The runtime of config c with the weights it starts from: hy_runtime_create's
+ * seeded initialization, then the file config key `init` names, when it
+ * does (weights.h). On failure *out is NULL. */
+int hy_train_runtime(hy_runtime **out, const hy_config *c, hy_error *err);
+
 /* The learning rate at step (1-based): linear warm-up to train.lr over
  * warmup_steps, then cosine decay to train.min_lr at the last step. */
 double hy_train_lr(const hy_config *c, int step);

@@ -4,7 +4,8 @@
  * and backward, the embedding on the first stage, and on the last the head
  * (ln_f, the logits, the fused loss and the head's backward), the way
  * llm.c keeps gpt2_forward apart from its training loop. model.h gives
- * the shapes and the parameter table; DESIGN §5 the model.
+ * the shapes and the parameter table; the model is
+ * DESIGN §5 "Model, numerics, data, files".
  *
  * The runtime (runtime.c) decides when each piece runs, on which rank's
  * stream, and where a stage's input comes from and its output goes (its

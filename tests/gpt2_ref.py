@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpt2_ref.py — an independent GPT-2 reference in numpy (DESIGN §6.6).
+"""gpt2_ref.py — an independent GPT-2 reference in numpy (DESIGN §6.6 "Independent references").
 
 Written from the equations alone, sharing no code with hanayo, so that
 tests/test_reference.py can check that hanayo's loss on the same weights and

@@ -2,7 +2,7 @@
 """resim.py — re-checks `hanayo plan --json` with an independent simulator.
 
 For every schedule over a grid of (P, M, W or v), runs `hanayo plan --json`
-and, from DESIGN §1 alone, re-derives what the JSON claims:
+and, from DESIGN §1 "The schedules" alone, re-derives what the JSON claims:
 
   * placement: gpipe/1f1b stage s on rank s; interleaved s mod P; hanayo
     seg = s div P, j = s mod P, rank j if seg is even else P-1-j;
@@ -14,7 +14,7 @@ and, from DESIGN §1 alone, re-derives what the JSON claims:
     made on another rank arrives comm_cost after its producer ends. From it:
     makespan, bubble ratio, peak activations per rank and transfers, which
     must equal the JSON's to 1e-9;
-  * the closed forms DESIGN §1 states as exact: gpipe and 1f1b reach
+  * the closed forms DESIGN §1 "The schedules" states as exact: gpipe and 1f1b reach
     (P-1)/(M+P-1), interleaved (P-1)/(vM+P-1); hanayo's peak activations
     are no higher than interleaved's at v = 2W. How close hanayo comes to
     its ideal is printed, not checked (tests/test_schedule pins it).
@@ -235,7 +235,7 @@ def main():
                              ("hanayo", 8, 16, 2, 1)]:
         for f, b, c in [(1.0, 2.0, 0.5), (1.5, 2.5, 0.25), (1.0, 1.0, 3.0)]:
             one(t, kind, P, M, W, v, f, b, c)
-    # DESIGN §1: hanayo's peak no higher than interleaved's at v = 2W.
+    # DESIGN §1 "The schedules": hanayo's peak no higher than interleaved's at v = 2W.
     for (kind, P, M, W, v), r in results.items():
         if kind != "hanayo" or r is None or W > 2:
             continue

@@ -1,5 +1,5 @@
 /*
- * test_checkpoint.c — saving and resuming (DESIGN §5).
+ * test_checkpoint.c — saving and resuming (DESIGN §5 "Model, numerics, data, files").
  *
  * Resuming after step k equals the uninterrupted run bit for bit (with a
  * tied-embedding replica, under 1F1B on 2 ranks, and under hanayo); a

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test_cli.sh — the command line contract of DESIGN §7, from the outside.
+# test_cli.sh — the command line contract of DESIGN §7 "The command line",
+# from the outside.
 #
 # Runs the built binary ($HANAYO, default build/hanayo) from the repository
 # root and checks exit statuses (0 ok, 1 runtime failure, 2 bad input), that

@@ -525,10 +525,10 @@ static void test_reference(void) {
         "`backend`", "`devices` | `[]`", "`graph` | `true`", "`watchdog_s` | `60.0`",
     };
     for (int i = 0; i < NELEM(keys); i++) CHECKF(strstr(ref, keys[i]), "%s", keys[i]);
-    /* README's table of keys is this text: every row must be there as it
-     * is (the tests run from the repository root). */
-    FILE *f = fopen("README.md", "r");
-    CHECKF(f != NULL, "README.md not found (run from the repository root)");
+    /* docs/config.md's table of keys is this text: every row must be
+     * there as it is (the tests run from the repository root). */
+    FILE *f = fopen("docs/config.md", "r");
+    CHECKF(f != NULL, "docs/config.md not found (run from the repository root)");
     char *readme = NULL;
     size_t len = 0;
     if (f) {
@@ -543,7 +543,7 @@ static void test_reference(void) {
         nl = strchr(row, '\n');
         if (!nl) break;
         *nl = '\0';
-        CHECKF(strstr(readme, row), "README.md lacks this row of the config reference "
+        CHECKF(strstr(readme, row), "docs/config.md lacks this row of the config reference "
                "(hy_config_reference): %s", row);
     }
     free(readme);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_data_cli.sh — `hanayo data synth` and `hanayo data info` from the
-# outside (DESIGN §7).
+# outside (DESIGN §7 "The command line").
 #
 # Runs the built binary ($HANAYO, default build/hanayo): synth writes shards
 # whose bytes python3 re-reads independently (llm.c's header, little-endian

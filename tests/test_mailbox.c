@@ -1,5 +1,6 @@
 /*
- * test_mailbox.c — the cross-rank protocol under stress (DESIGN §3).
+ * test_mailbox.c — the cross-rank protocol under stress
+ * (DESIGN §3 "Cross-rank movement").
  *
  * One thread per rank runs its schedule's action lists for many iterations
  * on the CPU backend, exactly as the runtime will: every cross-rank input

@@ -1,5 +1,5 @@
 /*
- * test_plan.c — tests of lib/plan: the JSON contract of DESIGN §1, the
+ * test_plan.c — tests of lib/plan: the JSON contract of DESIGN §1 "The schedules", the
  * ASCII timeline, the SVG and its atomic save, the comparison table, and
  * the `hanayo plan` entry point with config, --set and flags.
  *

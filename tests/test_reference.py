@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """test_reference.py — hanayo's loss against an independent numpy GPT-2.
 
-DESIGN §6.6: on the same weights and tokens, the CPU backend's loss equals a
+DESIGN §6.6 "Independent references": on the same weights and tokens, the CPU backend's loss equals a
 small numpy GPT-2 written from the equations (tests/gpt2_ref.py) within 1e-4
 relative. Two parts:
 
@@ -54,8 +54,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_ref as ref  # noqa: E402
 
-REL_TOL = 1e-4          # DESIGN §6.6
-PIPE_TOL = 1e-5         # DESIGN §6.2: pipelined = sequential
+REL_TOL = 1e-4          # DESIGN §6.6 "Independent references"
+PIPE_TOL = 1e-5         # DESIGN §6.2 "Pipelined = sequential": pipelined = sequential
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

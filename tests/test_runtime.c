@@ -1,11 +1,11 @@
 /*
  * test_runtime.c — the training runtime on the CPU backend, end to end.
  *
- * Pipelined = sequential (DESIGN §6.2): a few steps of a small GPT (and a
- * small BERT) with every schedule, 1 to 4 ranks, leave the same weights as
- * one rank running the whole model, within 1e-5 of the largest weight
- * (only the order of gradient accumulation differs). Replaying the
- * recorded iteration gives bit-identical weights to running it eagerly.
+ * Pipelined = sequential (DESIGN §6.2 "Pipelined = sequential"): a few steps
+ * of a small GPT (and a small BERT) with every schedule, 1 to 4 ranks, leave
+ * the same weights as one rank running the whole model, within 1e-5 of the
+ * largest weight (only the order of gradient accumulation differs). Replaying
+ * the recorded iteration gives bit-identical weights to running it eagerly.
  * And the loss falls on the synthetic corpus.
  */
 #include "config.h"
@@ -178,7 +178,7 @@ static void first_failure_is_reported(void) {
     hy_config_free(&c);
 }
 
-/* The whole model's gradient (DESIGN §6.3): after one step with lr = 0
+/* The whole model's gradient (DESIGN §6.3 "Gradients"): after one step with lr = 0
  * and no clipping, the gradients the pipeline accumulated must match
  * central differences of the loss, which eval recomputes on the same
  * micro-batches. fp32 losses carry about 4e-7 absolute error, so with

@@ -1,5 +1,5 @@
 /*
- * test_schedule.c — the schedule generators against DESIGN §1.
+ * test_schedule.c — the schedule generators against DESIGN §1 "The schedules".
  *
  * Over a grid of (P, W|v, M): every schedule is complete, respects every
  * dependency and does not deadlock (hy_schedule_validate); gpipe, 1f1b and
@@ -64,7 +64,7 @@ static void test_published_closed_forms(void) {
     }
 }
 
-/* DESIGN §1's wave placement, checked stage by stage. */
+/* DESIGN §1 "The schedules"'s wave placement, checked stage by stage. */
 static void test_hanayo_placement(void) {
     for (int P = 1; P <= 8; P++)
     for (int W = 1; W <= 4; W++) {
@@ -84,10 +84,11 @@ static void test_hanayo_placement(void) {
 }
 
 /* M a multiple of P with M >= 2P, W = 1..4, P = 2..8: hanayo reaches the
- * ideal makespan (f+b)(2WM + P - 1) exactly (README derives why), holds
- * 2WP + r activations on rank r (never more than interleaved v = 2W needs
- * on its busiest rank, 2WP + P - 1), and moves 2W(P-1) activations per
- * micro-batch each way: 2W - 1 fewer than interleaved's 2WP - 1. */
+ * ideal makespan (f+b)(2WM + P - 1) exactly (derived in
+ * DESIGN §1.2 "The Hanayo wave order"), holds 2WP + r activations on rank
+ * r (never more than interleaved v = 2W needs on its busiest rank,
+ * 2WP + P - 1), and moves 2W(P-1) activations per micro-batch each way:
+ * 2W - 1 fewer than interleaved's 2WP - 1. */
 static void test_hanayo_grid(void) {
     hy_costs c = hy_costs_uniform();
     for (int P = 2; P <= 8; P++)

@@ -1,5 +1,5 @@
 /*
- * hanayo.c — the command line (DESIGN §7).
+ * hanayo.c — the command line (DESIGN §7 "The command line").
  *
  * Finds the command, reads its flags with one table per command through
  * lib/args.h's parser, strictly (every number must be a whole number or a

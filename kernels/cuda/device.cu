@@ -5,8 +5,8 @@
  * peer access. The runtime asks these at start-up to place ranks on
  * devices (rank r → devices[r], default r mod count) and to decide where
  * a cross-rank copy can go peer-to-peer and where it must be staged
- * (DESIGN §3). kernels/cuda/stub.c answers the same calls in builds
- * without nvcc.
+ * (DESIGN §3 "Cross-rank movement"). kernels/cuda/stub.c answers the same
+ * calls in builds without nvcc.
  *
  * cudart is linked statically: it loads the driver (libcuda) itself at
  * the first call, so a machine with no driver runs this binary fine and
