@@ -205,7 +205,10 @@ typedef struct {
      * copy of the same type (on the CPU, the fp32 master weights themselves).
      * Gradients, optimizer state and LayerNorm statistics are fp32. Every
      * backward accumulates into its gradients (+=), the caller zeroes them
-     * first; kernels/cpu/ops.h gives each op's equations. */
+     * first; kernels/cpu/ops.h gives each op's equations. In matmul_bwd,
+     * layernorm_bwd and lm_head_bwd any gradient pointer may be NULL: that
+     * gradient is not computed (a split backward asks for the input's in
+     * its B pass and the weights' in its W pass). */
     size_t act_size;   /* bytes per activation element */
     int (*zero)(hy_stream *s, void *p, size_t bytes, hy_error *err);
     int (*add)(hy_stream *s, void *acc, const void *x, size_t n, hy_error *err);     /* act */

@@ -150,6 +150,18 @@ static const key_spec KEYS[] = {
     { .name = "schedule.micro_batch_size", .type = K_INT,
       .off = OFF(schedule.micro_batch_size), .lo = 1, .hi = 4096, .def = 4,
       .doc = "sequences per micro-batch (B); one step sees M x B sequences" },
+    { .name = "schedule.split_backward", .type = K_BOOL, .off = OFF(schedule.split_backward),
+      .def = 0,
+      .doc = "split every backward in two passes: B, the input gradient the previous stage "
+             "waits for, and W, the weight gradient nothing waits for, which the schedule "
+             "places in its bubbles (zero-bubble pipelining; hanayo with W = 1 is ZB-V)" },
+    { .name = "schedule.comm_cost", .type = K_REAL, .off = OFF(schedule.comm_cost),
+      .lo = 0, .hi = 1e6, .def = 0,
+      .doc = "the time of one cross-rank transfer that the order is chosen for, in units "
+             "of one stage's forward (its backward counting 2): with transfers that take "
+             "time, hanayo's order keeps more micro-batches in flight to hide them; 0 "
+             "(free transfers) is the canonical order. `hanayo plan CONFIG` plans with it "
+             "unless `--comm-cost` says otherwise" },
     { .name = "schedule.split", .type = K_INTS, .off = OFF(schedule.split),
       .n_off = OFF(schedule.n_split), .lo = 0, .hi = 1024, .max_len = 2 * 16 * HY_MAX_RANKS,
       .doc = "layers per stage, S entries summing to `model.layers` (0 allowed: the "
@@ -1114,6 +1126,7 @@ void hy_sched_params_from_config(const hy_config *c, hy_sched_params *p) {
     p->micro_batches = c->schedule.micro_batches;
     p->waves = c->schedule.waves;
     p->chunks = c->schedule.chunks;
+    p->split_backward = c->schedule.split_backward;
 }
 
 void hy_backend_request_from_config(const hy_config *c, hy_backend_request *rq) {

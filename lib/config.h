@@ -33,7 +33,9 @@ typedef struct {
     char *path;                 /* file it came from, or NULL */
     struct { hy_model_kind kind; int layers, d_model, heads, seq_len, vocab; } model;
     struct { hy_sched_kind kind; int ranks, waves, chunks, micro_batches, micro_batch_size;
-             int *split; int n_split; } schedule;      /* split: layers per stage; n_split 0 = balance automatically */
+             int *split; int n_split;                  /* layers per stage; n_split 0 = balance automatically */
+             int split_backward;                       /* bool: B and W passes */
+             double comm_cost; } schedule;             /* the transfer time the order is for */
     struct { int steps; double lr, min_lr; int warmup_steps; double weight_decay, beta1, beta2, eps, grad_clip;
              unsigned long long seed; int log_every; hy_nonfinite_policy on_nonfinite; } train;
     struct { char *train, *val; } data;                /* val may be NULL: no validation */

@@ -11,12 +11,28 @@ hy_costs hy_costs_uniform(void) {
     return c;
 }
 
+hy_costs hy_costs_uniform_split(void) {
+    hy_costs c = hy_costs_uniform();
+    hy_costs_split(&c, -1);
+    return c;
+}
+
+void hy_costs_split(hy_costs *c, double w) {
+    if (w < 0) w = c->bwd / 2;
+    c->wgrad = w;
+    c->bwd = c->bwd > w ? c->bwd - w : 0;
+}
+
 double hy_costs_fwd(const hy_costs *c, int stage) {
     return c->fwd_stage ? c->fwd_stage[stage] : c->fwd;
 }
 
 double hy_costs_bwd(const hy_costs *c, int stage) {
     return c->bwd_stage ? c->bwd_stage[stage] : c->bwd;
+}
+
+double hy_costs_wgrad(const hy_costs *c, int stage) {
+    return c->wgrad_stage ? c->wgrad_stage[stage] : c->wgrad;
 }
 
 /* stage -1: a uniform cost. */
@@ -31,10 +47,12 @@ static int check_cost(double v, const char *what, int stage, hy_error *err) {
 int hy_costs_check(const hy_costs *c, int stages, hy_error *err) {
     int rc = check_cost(c->fwd, "forward", -1, err);
     if (!rc) rc = check_cost(c->bwd, "backward", -1, err);
+    if (!rc) rc = check_cost(c->wgrad, "weight-gradient", -1, err);
     if (!rc) rc = check_cost(c->comm, "transfer", -1, err);
     for (int st = 0; !rc && st < stages; st++) {
         if (c->fwd_stage) rc = check_cost(c->fwd_stage[st], "forward", st, err);
         if (!rc && c->bwd_stage) rc = check_cost(c->bwd_stage[st], "backward", st, err);
+        if (!rc && c->wgrad_stage) rc = check_cost(c->wgrad_stage[st], "weight-gradient", st, err);
     }
     return rc;
 }

@@ -27,19 +27,32 @@
 
 typedef struct {
     double fwd;                /* f: cost of one stage's forward */
-    double bwd;                /* b: cost of one stage's backward */
+    double bwd;                /* b: cost of one stage's backward; with split
+                                  backward, of its input-gradient pass B */
+    double wgrad;              /* w: cost of a split backward's weight-gradient
+                                  pass W (unused by unsplit schedules) */
     double comm;               /* c: cost of one cross-rank transfer */
     const double *fwd_stage;   /* [stages] or NULL: overrides fwd per stage */
     const double *bwd_stage;   /* [stages] or NULL: overrides bwd per stage */
+    const double *wgrad_stage; /* [stages] or NULL: overrides wgrad per stage */
 } hy_costs;
 
 /* f = 1, b = 2, c = 0: the uniform-cost model of DESIGN §1 "The schedules". */
 hy_costs hy_costs_uniform(void);
 
+/* The same model with the backward split in two passes of equal cost,
+ * B = W = 1, so that split and unsplit schedules do the same work. */
+hy_costs hy_costs_uniform_split(void);
+
+/* Splits a whole backward's cost b into its two passes: W costs w (w < 0:
+ * half of b) and B the rest, b - w. Per-stage arrays are not touched. */
+void hy_costs_split(hy_costs *c, double w);
+
 /* The forward and backward cost of one stage: its per-stage entry when
  * there are some, else the uniform one. */
 double hy_costs_fwd(const hy_costs *c, int stage);
 double hy_costs_bwd(const hy_costs *c, int stage);
+double hy_costs_wgrad(const hy_costs *c, int stage);
 
 /* HY_ERR_INPUT naming the first cost (of `stages` per-stage ones) that is
  * negative or not finite. */

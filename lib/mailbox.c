@@ -77,9 +77,13 @@ static int hy_assign_slots(hy_edge *e, int M, const double *send_at, const doubl
 
 /* The action whose end frees micro-batch m's slot on edge e: the
  * consumer's backward of its stage, for both directions (a forward slot is
- * also the consumer's stash of its stage input). */
-static hy_action hy_slot_release(const hy_edge *e, int m) {
-    return (hy_action){ HY_BWD, m, e->to_stage };
+ * also the consumer's stash of its stage input), except that with split
+ * backward a forward slot is held until the weight pass, which reads the
+ * stage's input too. (The backward copies an incoming gradient out at
+ * once.) */
+static hy_action hy_slot_release(const hy_schedule *s, const hy_edge *e, int m) {
+    int op = s->split && e->dir == HY_FWD ? HY_WGRAD : HY_BWD;
+    return (hy_action){ op, m, e->to_stage };
 }
 
 static int hy_add_edge(hy_mailbox *mb, const hy_schedule *s, int dir, int from, int to) {
@@ -105,28 +109,24 @@ int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err) {
     mb->edges = calloc(2 * (size_t)S, sizeof(hy_edge));
     mb->into_fwd = malloc(sizeof(int) * (size_t)S);
     mb->into_bwd = malloc(sizeof(int) * (size_t)S);
-    double *fend = malloc(sizeof(double) * (size_t)M * (size_t)S);
-    double *bend = malloc(sizeof(double) * (size_t)M * (size_t)S);
+    double *ends = malloc(sizeof(double) * hy_action_keys(s));   /* by hy_action_key */
     double *send_at = malloc(sizeof(double) * (size_t)M), *rel_at = malloc(sizeof(double) * (size_t)M);
     hy_sim_result r;
     memset(&r, 0, sizeof r);
     int rc = HY_OK;
-    if (!mb->edges || !mb->into_fwd || !mb->into_bwd || !fend || !bend || !send_at || !rel_at) {
+    if (!mb->edges || !mb->into_fwd || !mb->into_bwd || !ends || !send_at || !rel_at) {
         rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory planning mailboxes");
         goto out;
     }
     for (int st = 0; st < S; st++) mb->into_fwd[st] = mb->into_bwd[st] = -1;
 
     /* The witness: the schedule replayed under uniform costs. */
-    hy_costs c = hy_costs_uniform();
+    hy_costs c = s->split ? hy_costs_uniform_split() : hy_costs_uniform();
     rc = hy_simulate(s, &c, NULL, &r, err);
     if (rc) goto out;
-    for (int rk = 0; rk < s->ranks; rk++) {
-        for (int i = 0; i < s->n_actions[rk]; i++) {
-            const hy_action *a = &s->actions[rk][i];
-            (a->op == HY_FWD ? fend : bend)[a->mb * S + a->stage] = r.end[rk][i];
-        }
-    }
+    for (int rk = 0; rk < s->ranks; rk++)
+        for (int i = 0; i < s->n_actions[rk]; i++)
+            ends[hy_action_key(s, &s->actions[rk][i])] = r.end[rk][i];
     for (int st = 0; st + 1 < S; st++) {
         for (int dir = HY_FWD; dir <= HY_BWD; dir++) {
             int from = dir == HY_FWD ? st : st + 1, to = dir == HY_FWD ? st + 1 : st;
@@ -138,9 +138,9 @@ int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err) {
             for (int m = 0; m < M; m++) {
                 /* Sent when the producing action ends; held until its
                  * release has run. */
-                hy_action rel = hy_slot_release(e, m);
-                send_at[m] = (dir == HY_FWD ? fend : bend)[m * S + from];
-                rel_at[m] = (rel.op == HY_FWD ? fend : bend)[rel.mb * S + rel.stage];
+                hy_action made = { dir, m, from }, rel = hy_slot_release(s, e, m);
+                send_at[m] = ends[hy_action_key(s, &made)];
+                rel_at[m] = ends[hy_action_key(s, &rel)];
             }
             if (hy_assign_slots(e, M, send_at, rel_at) != 0) {
                 rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory planning mailboxes");
@@ -150,7 +150,7 @@ int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err) {
     }
 out:
     hy_sim_result_free(&r);
-    free(fend); free(bend); free(send_at); free(rel_at);
+    free(ends); free(send_at); free(rel_at);
     if (rc) hy_mailbox_free(mb);
     return rc;
 }
@@ -172,7 +172,7 @@ int hy_mailbox_sim_limits(const hy_schedule *s, hy_sim_limits *lim, hy_error *er
         for (int i = 0; i < s->n_actions[e->from_rank]; i++) {
             if (list[i].op != e->dir || list[i].stage != e->from_stage) continue;
             int m = list[i].mb, slot = e->slot_of[m];
-            if (last[slot] >= 0) lim->freed_by[e->from_rank][i] = hy_slot_release(e, last[slot]);
+            if (last[slot] >= 0) lim->freed_by[e->from_rank][i] = hy_slot_release(s, e, last[slot]);
             last[slot] = m;
         }
     }

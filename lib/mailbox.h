@@ -17,8 +17,9 @@
  *   consumer (release): write free = 1          (when the data is no longer needed)
  *
  * A forward slot doubles as the consumer's stash of its stage input, so it
- * is released after B(m, s+1), not after F(m, s+1): no extra copy. Which
- * slot each micro-batch uses is decided once, from the action lists, by
+ * is released after B(m, s+1) (W(m, s+1) with split backward), not after
+ * F(m, s+1): no extra copy. Which slot each micro-batch uses is decided
+ * once, from the action lists, by
  * replaying the schedule and giving each message the lowest slot whose
  * last occupant has been released (hy_mailbox_plan). That replay is a
  * witness that the slot constraints add no cycle to the schedule's

@@ -14,6 +14,7 @@ void hy_measured_costs_free(hy_measured_costs *mc) {
     free(mc->n_layers);
     free(mc->fwd);
     free(mc->bwd);
+    free(mc->wgrad);
     memset(mc, 0, sizeof *mc);
 }
 
@@ -65,6 +66,10 @@ static int load_schedule(hy_measured_costs *mc, const char *path, json_t *root, 
     if (!rc) rc = get_int(path, sc, "schedule", "waves", 0, 16, &mc->waves, err);
     if (!rc) rc = get_int(path, sc, "schedule", "chunks", 1, 64, &mc->chunks, err);
     if (!rc) rc = get_int(path, sc, "schedule", "stages", 1, 64 * HY_MAX_RANKS, &mc->stages, err);
+    json_t *split = json_object_get(sc, "split_backward");   /* absent in older summaries */
+    if (!rc && split && !json_is_boolean(split))
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: schedule.split_backward must be true or false", path);
+    mc->split = split && json_is_true(split);
     if (!rc && mc->stages != mc->chunks * mc->ranks)
         rc = hy_fail(err, HY_ERR_INPUT, "%s: schedule.stages is %d but chunks x ranks is %d x %d",
                      path, mc->stages, mc->chunks, mc->ranks);
@@ -85,7 +90,9 @@ static int load_stages(hy_measured_costs *mc, const char *path, json_t *root, hy
     mc->n_layers = calloc((size_t)S, sizeof(int));
     mc->fwd = calloc((size_t)S, sizeof(double));
     mc->bwd = calloc((size_t)S, sizeof(double));
-    if (!mc->n_layers || !mc->fwd || !mc->bwd) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    mc->wgrad = calloc((size_t)S, sizeof(double));
+    if (!mc->n_layers || !mc->fwd || !mc->bwd || !mc->wgrad)
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     for (int s = 0; s < S; s++) {
         json_t *n = json_array_get(split, (size_t)s);
         if (!json_is_integer(n) || json_integer_value(n) < 0 || json_integer_value(n) > 1024)
@@ -99,6 +106,7 @@ static int load_stages(hy_measured_costs *mc, const char *path, json_t *root, hy
             return hy_fail(err, HY_ERR_INPUT, "%s: %s must be an object", path, where);
         int rc = get_cost(path, e, where, "fwd_ms", &mc->fwd[s], err);
         if (!rc) rc = get_cost(path, e, where, "bwd_ms", &mc->bwd[s], err);
+        if (!rc && mc->split) rc = get_cost(path, e, where, "wgrad_ms", &mc->wgrad[s], err);
         if (rc) return rc;
     }
     return HY_OK;

@@ -4,8 +4,9 @@
  *
  * What comes back is what the simulator and the per-layer cost model
  * (costs.h) need: the schedule that was profiled, its layer split, the
- * per-stage forward and backward costs, the transfer cost and the fitted
- * model, all in ms. Everything else in the file is for people and is not
+ * per-stage forward and backward costs (with split backward B's and W's),
+ * the transfer cost and the fitted model (which prices a whole backward),
+ * all in ms. Everything else in the file is for people and is not
  * read. The file is user input, so every value is checked and every error
  * names the file and the JSON path.
  */
@@ -19,8 +20,10 @@
 typedef struct {
     hy_sched_kind kind;         /* the schedule profiled */
     int ranks, micro_batches, waves, chunks, stages;
+    int split;                  /* profiled with split backward: bwd is B's, wgrad W's */
     int *n_layers;              /* [stages] */
     double *fwd, *bwd;          /* [stages], ms */
+    double *wgrad;              /* [stages], ms; zeros unsplit */
     double comm;
     hy_cost_model model;
 } hy_measured_costs;

@@ -21,6 +21,7 @@
 #include "config.h"
 #include "measured.h"
 #include "model.h"
+#include "order.h"
 #include "svg.h"
 
 #define DEFAULT_WIDTH 120
@@ -40,7 +41,7 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
                   hy_error *err) {
     memset(pl, 0, sizeof *pl);
     /* Refuse absurd sizes before the generator tries to allocate them. */
-    double n = (double)p->ranks * 2.0 * chunks_of(p) * p->micro_batches;
+    double n = (double)p->ranks * (p->split_backward ? 3.0 : 2.0) * chunks_of(p) * p->micro_batches;
     if (n > HY_PLAN_MAX_ACTIONS)
         return hy_fail(err, HY_ERR_INPUT,
                        "%s with %d ranks, %d micro-batches and %d stages per "
@@ -48,7 +49,7 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
                        "hold; use fewer micro-batches, waves or chunks",
                        hy_sched_name(p->kind), p->ranks, p->micro_batches,
                        chunks_of(p), n, HY_PLAN_MAX_ACTIONS);
-    int st = hy_schedule_build(&pl->sched, p, err);
+    int st = hy_schedule_for_costs(&pl->sched, p, c, err);
     if (st != HY_OK) return st;
     st = hy_simulate(&pl->sched, c, NULL, &pl->sim, err);
     if (st != HY_OK) {
@@ -57,19 +58,21 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
         return st;
     }
     pl->costs = *c;
-    pl->costs.fwd_stage = pl->costs.bwd_stage = NULL;  /* the caller's; copied below */
+    pl->costs.fwd_stage = pl->costs.bwd_stage = pl->costs.wgrad_stage = NULL;  /* copied below */
     pl->ideal_bubble = hy_ideal_bubble(&pl->sched);
-    if (c->fwd_stage || c->bwd_stage) {
+    if (c->fwd_stage || c->bwd_stage || c->wgrad_stage) {
         int S = pl->sched.stages;
         pl->fwd_stage = malloc((size_t)S * sizeof(double));
         pl->bwd_stage = malloc((size_t)S * sizeof(double));
-        if (!pl->fwd_stage || !pl->bwd_stage) {
+        pl->wgrad_stage = malloc((size_t)S * sizeof(double));
+        if (!pl->fwd_stage || !pl->bwd_stage || !pl->wgrad_stage) {
             hy_plan_free(pl);
             return hy_fail(err, HY_ERR_RUNTIME, "out of memory building a plan");
         }
         for (int i = 0; i < S; i++) {
             pl->fwd_stage[i] = hy_costs_fwd(c, i);
             pl->bwd_stage[i] = hy_costs_bwd(c, i);
+            pl->wgrad_stage[i] = hy_costs_wgrad(c, i);
         }
     }
     return HY_OK;
@@ -81,6 +84,7 @@ void hy_plan_free(hy_plan *pl) {
     hy_schedule_free(&pl->sched);
     free(pl->fwd_stage);
     free(pl->bwd_stage);
+    free(pl->wgrad_stage);
     memset(pl, 0, sizeof *pl);
 }
 
@@ -90,6 +94,13 @@ int hy_plan_peak_max(const hy_plan *pl) {
         if (pl->sim.peak_activations[r] > peak)
             peak = pl->sim.peak_activations[r];
     return peak;
+}
+
+double hy_plan_bound_bubble(const hy_plan *pl) {
+    double busy = 0;
+    for (int r = 0; r < pl->sched.ranks; r++) busy += pl->sim.busy[r];
+    double b = pl->sim.bound;
+    return b > 0 ? 1.0 - busy / (pl->sched.ranks * b) : 0.0;
 }
 
 static double duration(const hy_plan *pl, int r, int i) {
@@ -153,8 +164,7 @@ static json_t *actions_json(const hy_schedule *s) {
         json_t *row = json_array();
         for (int i = 0; row && i < s->n_actions[r]; i++) {
             const hy_action *a = &s->actions[r][i];
-            json_t *t = json_pack("[sii]", a->op == HY_FWD ? "F" : "B",
-                                  a->mb, a->stage);
+            json_t *t = json_pack("[sii]", hy_op_name(a->op), a->mb, a->stage);
             if (json_array_append_new(row, t) != 0) {
                 json_decref(row);
                 row = NULL;
@@ -193,10 +203,17 @@ static json_t *plan_json(const hy_plan *pl) {
                                int_array(pl->sim.peak_activations, s->ranks));
     bad |= json_object_set_new(o, "transfers", json_integer(pl->sim.transfers));
     bad |= json_object_set_new(o, "ideal_bubble", json_real(pl->ideal_bubble));
-    /* Per-stage costs (measured ones: --costs), after the contract's keys. */
+    /* Added after the contract's first keys: split backward and the bound. */
+    bad |= json_object_set_new(o, "split_backward", json_boolean(s->split));
+    bad |= json_object_set_new(o, "wgrad_cost", json_real(s->split ? pl->costs.wgrad : 0));
+    bad |= json_object_set_new(o, "bound_makespan", json_real(pl->sim.bound));
+    bad |= json_object_set_new(o, "bound_bubble", json_real(hy_plan_bound_bubble(pl)));
+    /* Per-stage costs (measured ones: --costs). */
     if (pl->fwd_stage) {
         bad |= json_object_set_new(o, "fwd_costs", real_array(pl->fwd_stage, s->stages));
         bad |= json_object_set_new(o, "bwd_costs", real_array(pl->bwd_stage, s->stages));
+        if (s->split)
+            bad |= json_object_set_new(o, "wgrad_costs", real_array(pl->wgrad_stage, s->stages));
     }
     if (bad) {
         json_decref(o);
@@ -232,7 +249,8 @@ typedef struct {
     int **col1;       /* [ranks][n_actions]: one past its last column */
 } grid;
 
-/* Columns an action needs for its label: "m " for F, "[m]" for B. */
+/* Columns an action needs for its label: "m " for F, "[m]" for B, "(m)"
+ * for W. */
 static int label_need(const grid *g, const hy_action *a) {
     return g->label_w + (a->op == HY_FWD ? 1 : 2);
 }
@@ -289,9 +307,9 @@ static void fill_run(grid *g, int r, int i, const hy_action *a) {
     char label[16];
     int n = snprintf(label, sizeof label, "%d", a->mb);
     int at = c0;
-    if (a->op == HY_BWD) {
-        row[c0] = '[';
-        row[c1 - 1] = ']';
+    if (a->op != HY_FWD) {
+        row[c0] = a->op == HY_BWD ? '[' : '(';
+        row[c1 - 1] = a->op == HY_BWD ? ']' : ')';
         at++;
     }
     memcpy(row + at, label, (size_t)n);
@@ -406,6 +424,7 @@ static const char *cell_style(const hy_plan *pl, int r, int owner) {
     if (owner == 0) return "\x1b[0;2m";
     const hy_action *a = &pl->sched.actions[r][owner - 1];
     if (a->op == HY_FWD) return a->mb % 2 ? "\x1b[0;30;106m" : "\x1b[0;30;46m";
+    if (a->op == HY_WGRAD) return a->mb % 2 ? "\x1b[0;30;102m" : "\x1b[0;30;42m";
     return a->mb % 2 ? "\x1b[0;30;103m" : "\x1b[0;30;43m";
 }
 
@@ -469,8 +488,9 @@ int hy_plan_write_timeline(FILE *f, const hy_plan *pl,
         for (int r = 0; r < g.ranks; r++) write_row(f, pl, &g, r, c0, c1, color);
         if (g.ncols == 0) break;
     }
-    fprintf(f, "\nlegend: F(m) \"m \", B(m) \"[m]\", idle \".\"\n"
-               "scale:  1 column = %.3g time\n", 1.0 / g.scale);
+    fprintf(f, "\nlegend: F(m) \"m \", B(m) \"[m]\", %sidle \".\"\n"
+               "scale:  1 column = %.3g time\n",
+            pl->sched.split ? "W(m) \"(m)\", " : "", 1.0 / g.scale);
     grid_free(&g);
     return ferror(f) ? -1 : 0;
 }
@@ -499,12 +519,20 @@ int hy_plan_write_summary(FILE *f, const hy_plan *pl) {
     fprintf(f, "%-18sP = %d\n", "ranks", s->ranks);
     fprintf(f, "%-18sM = %d\n", "micro-batches", s->micro_batches);
     fprintf(f, "%-18sS = %d\n", "stages", s->stages);
+    if (s->split) fprintf(f, "%-18sB (input gradient) and W (weights)\n", "split backward");
     if (pl->fwd_stage) {
         fprintf(f, "%-18sper stage, F:", "costs");
         for (int i = 0; i < s->stages; i++) fprintf(f, " %.4g", pl->fwd_stage[i]);
         fprintf(f, "\n%-18sB:", "");
         for (int i = 0; i < s->stages; i++) fprintf(f, " %.4g", pl->bwd_stage[i]);
+        if (s->split) {
+            fprintf(f, "\n%-18sW:", "");
+            for (int i = 0; i < s->stages; i++) fprintf(f, " %.4g", pl->wgrad_stage[i]);
+        }
         fprintf(f, "\n%-18sc = %.4g\n", "", pl->costs.comm);
+    } else if (s->split) {
+        fprintf(f, "%-18sf = %g, b = %g (B), w = %g (W), c = %g\n", "costs", pl->costs.fwd,
+                pl->costs.bwd, pl->costs.wgrad, pl->costs.comm);
     } else {
         fprintf(f, "%-18sf = %g, b = %g, c = %g\n", "costs", pl->costs.fwd,
                 pl->costs.bwd, pl->costs.comm);
@@ -512,6 +540,8 @@ int hy_plan_write_summary(FILE *f, const hy_plan *pl) {
     fprintf(f, "%-18s%g\n", "makespan", pl->sim.makespan);
     fprintf(f, "%-18s%.4f (ideal %.4f)\n", "bubble ratio", pl->sim.bubble,
             pl->ideal_bubble);
+    fprintf(f, "%-18s%g, bubble %.4f: no order of these costs does better\n", "lower bound",
+            pl->sim.bound, hy_plan_bound_bubble(pl));
     fprintf(f, "%-18s[", "peak activations");
     for (int r = 0; r < s->ranks; r++)
         fprintf(f, "%s%d", r ? ", " : "", pl->sim.peak_activations[r]);
@@ -536,8 +566,8 @@ static hy_svg_timeline plan_timeline(const hy_plan *pl, char *title, size_t n) {
         used += (size_t)snprintf(title + used, n - used, "  v=%d", s->chunks);
     if (used < n)
         snprintf(title + used, n - used, "  stages=%d  makespan %g  bubble %.4f (ideal %.4f)  "
-                 "F blue, B orange", s->stages, pl->sim.makespan, pl->sim.bubble,
-                 pl->ideal_bubble);
+                 "F blue, B orange%s", s->stages, pl->sim.makespan, pl->sim.bubble,
+                 pl->ideal_bubble, s->split ? ", W green" : "");
     hy_svg_timeline t = { s, pl->sim.start, pl->sim.end, pl->sim.makespan, title, "time" };
     return t;
 }
@@ -574,22 +604,25 @@ static void compare_row(hy_compare_row *row, const hy_plan *pl) {
     row->makespan = pl->sim.makespan;
     row->bubble = pl->sim.bubble;
     row->ideal_bubble = pl->ideal_bubble;
+    row->bound_bubble = hy_plan_bound_bubble(pl);
     row->peak_max = hy_plan_peak_max(pl);
     row->transfers = pl->sim.transfers;
 }
 
-int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_SCHED_COUNT],
-                          const char *const skip[HY_SCHED_COUNT],
-                          hy_compare_row rows[HY_SCHED_COUNT], hy_error *err) {
+int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_COMPARE_ROWS],
+                          const char *const skip[HY_COMPARE_ROWS],
+                          hy_compare_row rows[HY_COMPARE_ROWS], hy_error *err) {
     hy_error first;
     hy_error_clear(&first);
     int any = 0;
-    for (int k = 0; k < HY_SCHED_COUNT; k++) {
+    for (int k = 0; k < HY_COMPARE_ROWS; k++) {
         hy_sched_params q = *p;
-        q.kind = (hy_sched_kind)k;
+        q.kind = (hy_sched_kind)(k % HY_SCHED_COUNT);
+        q.split_backward = k >= HY_SCHED_COUNT;
         hy_compare_row *row = &rows[k];
         memset(row, 0, sizeof *row);
         row->kind = q.kind;
+        row->split = q.split_backward;
         row->waves = q.kind == HY_SCHED_HANAYO ? q.waves : 0;
         row->chunks = chunks_of(&q);
         hy_plan pl;
@@ -612,17 +645,21 @@ int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_SCHE
 }
 
 int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
-                    hy_compare_row rows[HY_SCHED_COUNT], hy_error *err) {
+                    hy_compare_row rows[HY_COMPARE_ROWS], hy_error *err) {
     /* f and b are the cost of one rank's share of the model, split over
      * its chunks, so makespans compare across stage counts; a transfer
-     * moves the same activation whatever the chunking. */
-    hy_costs share[HY_SCHED_COUNT];
-    for (int k = 0; k < HY_SCHED_COUNT; k++) {
+     * moves the same activation whatever the chunking. A split row does
+     * the same work, its backward cut in two. */
+    hy_costs share[HY_COMPARE_ROWS];
+    for (int k = 0; k < HY_COMPARE_ROWS; k++) {
         hy_sched_params q = *p;
-        q.kind = (hy_sched_kind)k;
+        q.kind = (hy_sched_kind)(k % HY_SCHED_COUNT);
         share[k] = *c;
+        share[k].wgrad = 0;
+        if (k >= HY_SCHED_COUNT) hy_costs_split(&share[k], c->wgrad);
         share[k].fwd /= chunks_of(&q);
         share[k].bwd /= chunks_of(&q);
+        share[k].wgrad /= chunks_of(&q);
     }
     return hy_plan_compare_costs(p, share, NULL, rows, err);
 }
@@ -634,24 +671,28 @@ static void row_name(const hy_compare_row *row, char *buf, size_t n) {
         snprintf(buf, n, "%s v=%d", hy_sched_name(row->kind), row->chunks);
     else
         snprintf(buf, n, "%s", hy_sched_name(row->kind));
+    if (row->split) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, n - used, " +split");
+    }
 }
 
 int hy_compare_write_table(FILE *f, const hy_compare_row *rows, int n) {
     /* "peak act" counts stage activations; "act mem" divides by the chunks
      * per rank, giving memory in units of one micro-batch's activations
      * through a whole rank share, comparable across schedules. */
-    fprintf(f, "%-17s %6s %10s %8s %8s %9s %8s %10s\n", "schedule", "stages",
-            "makespan", "bubble", "ideal", "peak act", "act mem", "transfers");
+    fprintf(f, "%-22s %6s %10s %8s %8s %8s %9s %8s %10s\n", "schedule", "stages",
+            "makespan", "bubble", "ideal", "bound", "peak act", "act mem", "transfers");
     for (int i = 0; i < n; i++) {
         char name[64];
         row_name(&rows[i], name, sizeof name);
         if (!rows[i].ok) {
-            fprintf(f, "%-17s skipped: %s\n", name, rows[i].note);
+            fprintf(f, "%-22s skipped: %s\n", name, rows[i].note);
             continue;
         }
-        fprintf(f, "%-17s %6d %10g %8.4f %8.4f %9d %8.2f %10d\n", name,
+        fprintf(f, "%-22s %6d %10g %8.4f %8.4f %8.4f %9d %8.2f %10d\n", name,
                 rows[i].stages, rows[i].makespan, rows[i].bubble,
-                rows[i].ideal_bubble, rows[i].peak_max,
+                rows[i].ideal_bubble, rows[i].bound_bubble, rows[i].peak_max,
                 (double)rows[i].peak_max / rows[i].chunks, rows[i].transfers);
     }
     return ferror(f) ? -1 : 0;
@@ -672,6 +713,7 @@ static json_t *compare_row_json(const hy_compare_row *row) {
     bad |= json_object_set_new(o, "schedule", json_string(hy_sched_name(row->kind)));
     bad |= json_object_set_new(o, "waves", json_integer(row->waves));
     bad |= json_object_set_new(o, "chunks_per_rank", json_integer(row->chunks));
+    bad |= json_object_set_new(o, "split_backward", json_boolean(row->split));
     if (!row->ok) {
         bad |= json_object_set_new(o, "skipped", json_string(row->note));
     } else {
@@ -679,6 +721,7 @@ static json_t *compare_row_json(const hy_compare_row *row) {
         bad |= json_object_set_new(o, "makespan", json_real(row->makespan));
         bad |= json_object_set_new(o, "bubble_ratio", json_real(row->bubble));
         bad |= json_object_set_new(o, "ideal_bubble", json_real(row->ideal_bubble));
+        bad |= json_object_set_new(o, "bound_bubble", json_real(row->bound_bubble));
         bad |= json_object_set_new(o, "peak_activations_max", json_integer(row->peak_max));
         bad |= json_object_set_new(o, "transfers", json_integer(row->transfers));
     }
@@ -705,7 +748,7 @@ char *hy_compare_json(const hy_compare_row *rows, int n) {
 
 void hy_plan_request_init(hy_plan_request *rq) {
     memset(rq, 0, sizeof *rq);
-    rq->fwd_cost = rq->bwd_cost = rq->comm_cost = -1;
+    rq->fwd_cost = rq->bwd_cost = rq->comm_cost = rq->wgrad_cost = -1;
     rq->timeline.width = DEFAULT_WIDTH;
 }
 
@@ -716,6 +759,7 @@ static void apply_flags(const hy_plan_request *rq, hy_sched_params *p) {
     if (rq->micro_batches > 0) p->micro_batches = rq->micro_batches;
     if (rq->waves > 0) p->waves = rq->waves;
     if (rq->chunks > 0) p->chunks = rq->chunks;
+    if (rq->split_backward) p->split_backward = 1;
 }
 
 /* Config file, then --set, then the flags: the later one wins. */
@@ -724,14 +768,22 @@ static int resolve(const hy_plan_request *rq, hy_sched_params *p,
     hy_config cfg;
     hy_config_init(&cfg);
     int st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
+    double comm = cfg.schedule.comm_cost;
     if (st == HY_OK) hy_sched_params_from_config(&cfg, p);
     hy_config_free(&cfg);
     if (st != HY_OK) return st;
     apply_flags(rq, p);
+    if (rq->wgrad_cost >= 0 && !p->split_backward && !rq->compare)
+        return hy_fail(err, HY_ERR_INPUT, "--wgrad-cost is the cost of a split backward's "
+                       "weight pass; add --split-backward (or schedule.split_backward=true)");
     *c = hy_costs_uniform();
     if (rq->fwd_cost >= 0) c->fwd = rq->fwd_cost;
     if (rq->bwd_cost >= 0) c->bwd = rq->bwd_cost;
-    if (rq->comm_cost >= 0) c->comm = rq->comm_cost;
+    c->comm = rq->comm_cost >= 0 ? rq->comm_cost : comm;
+    /* For --compare, W's share is what its split rows give W (< 0: half). */
+    c->wgrad = rq->wgrad_cost;
+    if (!rq->compare && p->split_backward) hy_costs_split(c, rq->wgrad_cost);
+    if (!rq->compare && !p->split_backward) c->wgrad = 0;
     return HY_OK;
 }
 
@@ -748,20 +800,21 @@ static int run_compare(const hy_plan_request *rq, hy_sched_params p,
     /* Like-for-like by default: interleaved with as many chunks per rank
      * as hanayo's 2W, unless v was asked for. */
     if (rq->chunks <= 0 && p.kind != HY_SCHED_INTERLEAVED) p.chunks = 2 * p.waves;
-    hy_compare_row rows[HY_SCHED_COUNT];
+    hy_compare_row rows[HY_COMPARE_ROWS];
     int st = hy_plan_compare(&p, c, rows, err);
     if (st != HY_OK) return st;
     if (rq->json) {
-        char *s = hy_compare_json(rows, HY_SCHED_COUNT);
+        char *s = hy_compare_json(rows, HY_COMPARE_ROWS);
         if (!s) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         fprintf(out, "%s\n", s);
         free(s);
     } else {
+        double w = c->wgrad >= 0 ? c->wgrad : c->bwd / 2;
         fprintf(out, "P = %d, M = %d; one rank's share of the model costs f = %g forward, "
-                "b = %g backward (f/v and b/v per stage for v chunks per rank); "
-                "a transfer costs c = %g\n\n",
-                p.ranks, p.micro_batches, c->fwd, c->bwd, c->comm);
-        hy_compare_write_table(out, rows, HY_SCHED_COUNT);
+                "b = %g backward (f/v and b/v per stage for v chunks per rank; +split: "
+                "B = %g, W = %g); a transfer costs c = %g\n\n",
+                p.ranks, p.micro_batches, c->fwd, c->bwd, c->bwd - w, w, c->comm);
+        hy_compare_write_table(out, rows, HY_COMPARE_ROWS);
     }
     return HY_OK;
 }
@@ -815,29 +868,58 @@ static int split_of(const hy_config *c, const hy_sched_params *p, int *n, hy_err
 /* Per-stage costs of schedule p under the measurement: the measured ones
  * when p has the profiled stages and split, else the per-layer model's
  * for p's split. *measured says which. fwd, bwd: malloc'd [stages]. */
+/* What the profile measured W to be of a whole backward, over all its
+ * stages: how a re-priced split backward is cut in two. */
+static double measured_wgrad_share(const hy_measured_costs *mc) {
+    double w = 0, whole = 0;
+    for (int s = 0; s < mc->stages; s++) {
+        w += mc->wgrad[s];
+        whole += mc->bwd[s] + mc->wgrad[s];
+    }
+    return whole > 0 ? w / whole : 0.5;
+}
+
+/* Per-stage costs of schedule p from the measured ones: as measured when
+ * p has the profiled split of the layers, else priced by the per-layer
+ * model. bwd is the whole backward, or B's with p split (wgrad then W's:
+ * the profile must have split too, for B and W to be known). */
 static int measured_costs_for(const hy_config *cfg, const hy_measured_costs *mc,
                               const hy_sched_params *p, double **fwd, double **bwd,
-                              int *measured, hy_error *err) {
+                              double **wgrad, int *measured, hy_error *err) {
     int S = chunks_of(p) * p->ranks;
+    *fwd = *bwd = *wgrad = NULL;
+    if (p->split_backward && !mc->split)
+        return hy_fail(err, HY_ERR_INPUT, "the profile measured whole backwards; profile a run "
+                       "with schedule.split_backward to price the split passes");
     int *n = malloc((size_t)S * sizeof(int));
     *fwd = malloc((size_t)S * sizeof(double));
     *bwd = malloc((size_t)S * sizeof(double));
-    int st = n && *fwd && *bwd ? split_of(cfg, p, n, err)
-                               : hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    *wgrad = malloc((size_t)S * sizeof(double));
+    int st = n && *fwd && *bwd && *wgrad ? split_of(cfg, p, n, err)
+                                         : hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     if (st == HY_OK) {
         *measured = S == mc->stages && memcmp(n, mc->n_layers, (size_t)S * sizeof(int)) == 0;
-        if (*measured) {
-            memcpy(*fwd, mc->fwd, (size_t)S * sizeof(double));
-            memcpy(*bwd, mc->bwd, (size_t)S * sizeof(double));
-        } else {
-            hy_cost_model_stages(&mc->model, n, S, *fwd, *bwd);
+        double share = measured_wgrad_share(mc);
+        for (int s = 0; s < S; s++) {
+            double f, b, w;
+            if (*measured) {
+                f = mc->fwd[s], b = mc->bwd[s], w = mc->wgrad[s];
+            } else {
+                hy_cost_model_stage(&mc->model, s, S, n[s], &f, &b);   /* b: whole */
+                w = b * share;
+                b -= w;
+            }
+            (*fwd)[s] = f;
+            (*bwd)[s] = p->split_backward ? b : b + w;
+            (*wgrad)[s] = p->split_backward ? w : 0;
         }
     }
     free(n);
     if (st != HY_OK) {
         free(*fwd);
         free(*bwd);
-        *fwd = *bwd = NULL;
+        free(*wgrad);
+        *fwd = *bwd = *wgrad = NULL;
     }
     return st;
 }
@@ -852,11 +934,11 @@ static int measured_one(const hy_plan_request *rq, const hy_config *cfg,
                        "this schedule, or add --compare to price every schedule from the "
                        "measured per-layer costs", rq->costs, mc->stages, hy_sched_name(mc->kind),
                        mc->ranks, S, hy_sched_name(p->kind), p->ranks);
-    double *fwd = NULL, *bwd = NULL;
+    double *fwd = NULL, *bwd = NULL, *wgrad = NULL;
     int measured = 0;
-    int st = measured_costs_for(cfg, mc, p, &fwd, &bwd, &measured, err);
+    int st = measured_costs_for(cfg, mc, p, &fwd, &bwd, &wgrad, &measured, err);
     if (st != HY_OK) return st;
-    hy_costs c = { .comm = mc->comm, .fwd_stage = fwd, .bwd_stage = bwd };
+    hy_costs c = { .comm = mc->comm, .fwd_stage = fwd, .bwd_stage = bwd, .wgrad_stage = wgrad };
     st = run_one(rq, p, &c, out, err);
     if (st == HY_OK && !rq->json)
         fprintf(out, "%-18s%s, ms per stage %s\n", "measured costs", rq->costs,
@@ -864,6 +946,7 @@ static int measured_one(const hy_plan_request *rq, const hy_config *cfg,
                 "from the profiled one)");
     free(fwd);
     free(bwd);
+    free(wgrad);
     return st;
 }
 
@@ -874,28 +957,29 @@ static int measured_compare(const hy_plan_request *rq, const hy_config *cfg,
         return hy_fail(err, HY_ERR_INPUT, "--svg draws one schedule and "
                        "--compare shows four; drop one of them");
     if (rq->chunks <= 0 && p.kind != HY_SCHED_INTERLEAVED) p.chunks = 2 * p.waves;
-    hy_costs costs[HY_SCHED_COUNT];
-    hy_error notes[HY_SCHED_COUNT];
-    const char *skip[HY_SCHED_COUNT];
-    double *arrays[2 * HY_SCHED_COUNT] = {0};
+    hy_costs costs[HY_COMPARE_ROWS];
+    hy_error notes[HY_COMPARE_ROWS];
+    const char *skip[HY_COMPARE_ROWS];
+    double *arrays[3 * HY_COMPARE_ROWS] = {0};
     int st = HY_OK;
-    for (int k = 0; k < HY_SCHED_COUNT && st == HY_OK; k++) {
+    for (int k = 0; k < HY_COMPARE_ROWS && st == HY_OK; k++) {
         hy_sched_params q = p;
-        q.kind = (hy_sched_kind)k;
+        q.kind = (hy_sched_kind)(k % HY_SCHED_COUNT);
+        q.split_backward = k >= HY_SCHED_COUNT;
         int measured = 0;
+        double **a = &arrays[3 * k];
         hy_error_clear(&notes[k]);
         skip[k] = NULL;
-        int kst = measured_costs_for(cfg, mc, &q, &arrays[2 * k], &arrays[2 * k + 1], &measured,
-                                     &notes[k]);
+        int kst = measured_costs_for(cfg, mc, &q, &a[0], &a[1], &a[2], &measured, &notes[k]);
         if (kst == HY_ERR_RUNTIME) st = hy_fail(err, kst, "%s", notes[k].msg);
         else if (kst != HY_OK) skip[k] = notes[k].msg;
-        costs[k] = (hy_costs){ .comm = mc->comm, .fwd_stage = arrays[2 * k],
-                               .bwd_stage = arrays[2 * k + 1] };
+        costs[k] = (hy_costs){ .comm = mc->comm, .fwd_stage = a[0], .bwd_stage = a[1],
+                               .wgrad_stage = q.split_backward ? a[2] : NULL };
     }
-    hy_compare_row rows[HY_SCHED_COUNT];
+    hy_compare_row rows[HY_COMPARE_ROWS];
     if (st == HY_OK) st = hy_plan_compare_costs(&p, costs, skip, rows, err);
     if (st == HY_OK && rq->json) {
-        char *s = hy_compare_json(rows, HY_SCHED_COUNT);
+        char *s = hy_compare_json(rows, HY_COMPARE_ROWS);
         if (!s) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         else fprintf(out, "%s\n", s);
         free(s);
@@ -906,9 +990,9 @@ static int measured_compare(const hy_plan_request *rq, const hy_config *cfg,
                 "c = %.4g. Each schedule with the layer split the runtime would use.\n\n",
                 p.ranks, p.micro_batches, rq->costs, m->layer_fwd, m->layer_bwd, m->first_fwd,
                 m->first_bwd, m->last_fwd, m->last_bwd, mc->comm);
-        hy_compare_write_table(out, rows, HY_SCHED_COUNT);
+        hy_compare_write_table(out, rows, HY_COMPARE_ROWS);
     }
-    for (int i = 0; i < 2 * HY_SCHED_COUNT; i++) free(arrays[i]);
+    for (int i = 0; i < 3 * HY_COMPARE_ROWS; i++) free(arrays[i]);
     return st;
 }
 

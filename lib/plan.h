@@ -30,7 +30,8 @@
 typedef struct {
     hy_schedule sched;
     hy_costs costs;        /* uniform part; its per-stage pointers are NULL */
-    double *fwd_stage, *bwd_stage;   /* [stages]: per-stage costs, owned; NULL when uniform */
+    double *fwd_stage, *bwd_stage, *wgrad_stage;   /* [stages]: per-stage costs, owned;
+                                                       NULL when uniform */
     hy_sim_result sim;
     double ideal_bubble;   /* hy_ideal_bubble(&sched) */
 } hy_plan;
@@ -45,11 +46,17 @@ void hy_plan_free(hy_plan *pl);
 /* Largest peak_activations over the ranks. */
 int hy_plan_peak_max(const hy_plan *pl);
 
+/* The bubble a plan would have at its lower bound (sim.h,
+ * hy_makespan_bound): 1 - busy / (P x bound). */
+double hy_plan_bound_bubble(const hy_plan *pl);
+
 /* ---- JSON (DESIGN §1.3 "The plan as JSON, a stable contract") ----------
- * One line, keys in the documented order, then "ideal_bubble" (and, with
- * per-stage costs, "fwd_costs" and "bwd_costs": one per stage). "waves" is
- * W for hanayo and 0 for the other schedules (an integer in every plan, so
- * readers never meet a null). Returns NULL only when out of memory. */
+ * One line, keys in the documented order, then "ideal_bubble", then
+ * "split_backward", "wgrad_cost", "bound_makespan" and "bound_bubble" (and,
+ * with per-stage costs, "fwd_costs", "bwd_costs" and, split, "wgrad_costs":
+ * one per stage). "waves" is W for hanayo and 0 for the other schedules (an
+ * integer in every plan, so readers never meet a null). Returns NULL only
+ * when out of memory. */
 char *hy_plan_json(const hy_plan *pl);
 
 /* ---- ASCII timeline ------------------------------------------------------
@@ -87,33 +94,40 @@ int hy_plan_save_svg(const hy_plan *pl, const char *path, hy_error *err);
 
 /* ---- Comparison of the four schedules -----------------------------------
  * One row per kind, in hy_sched_kind order, at the same P and M, with W for
- * hanayo and v for interleaved. A kind whose parameters are invalid (e.g.
+ * hanayo and v for interleaved; then the same four with split backward
+ * (row HY_SCHED_COUNT + k). A kind whose parameters are invalid (e.g.
  * interleaved with M not a multiple of P) is a row with ok = 0 and the
  * reason in note. */
+#define HY_COMPARE_ROWS (2 * HY_SCHED_COUNT)
+
 typedef struct {
     hy_sched_kind kind;
+    int split;             /* split backward */
     int ok;
     char note[1024];       /* why the row was skipped (as hy_error.msg) */
     int waves;             /* W (hanayo), else 0 */
     int chunks;            /* stages per rank */
     int stages;
     double makespan, bubble, ideal_bubble;
+    double bound_bubble;   /* hy_plan_bound_bubble: no order does better */
     int peak_max;          /* peak activations, max over ranks */
     int transfers;
 } hy_compare_row;
 
-/* p supplies P, M, W (waves) and v (chunks); p->kind is ignored. Fails
- * (HY_ERR_INPUT) only when no schedule accepts the parameters, with the
- * first kind's reason. */
+/* p supplies P, M, W (waves) and v (chunks); p->kind and
+ * p->split_backward are ignored. c holds one rank share's f, its whole
+ * backward b and c; the split rows give W c->wgrad of it (< 0: half) and
+ * B the rest. Fails (HY_ERR_INPUT) only when no schedule accepts the
+ * parameters, with the first kind's reason. */
 int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
-                    hy_compare_row rows[HY_SCHED_COUNT], hy_error *err);
-/* The same with each kind's own costs, used as given (per-stage arrays
+                    hy_compare_row rows[HY_COMPARE_ROWS], hy_error *err);
+/* The same with each row's own costs, used as given (per-stage arrays
  * sized for that kind's stages: measured costs re-priced per schedule,
- * `hanayo plan --compare --costs`). A kind with a non-NULL skip[k] (skip
+ * `hanayo plan --compare --costs`). A row with a non-NULL skip[i] (skip
  * may be NULL) is a skipped row with that reason. */
-int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_SCHED_COUNT],
-                          const char *const skip[HY_SCHED_COUNT],
-                          hy_compare_row rows[HY_SCHED_COUNT], hy_error *err);
+int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_COMPARE_ROWS],
+                          const char *const skip[HY_COMPARE_ROWS],
+                          hy_compare_row rows[HY_COMPARE_ROWS], hy_error *err);
 int hy_compare_write_table(FILE *f, const hy_compare_row *rows, int n);
 char *hy_compare_table(const hy_compare_row *rows, int n);
 /* A JSON array of row objects (skipped rows carry "skipped": reason).
@@ -132,6 +146,8 @@ typedef struct {
     hy_sched_kind kind;
     int ranks, micro_batches, waves, chunks;
     double fwd_cost, bwd_cost, comm_cost;
+    int split_backward;           /* 1: split, else the config decides */
+    double wgrad_cost;            /* W's share of bwd_cost when split; < 0: half */
     int json;                     /* print the JSON instead of the timeline */
     int compare;                  /* print the comparison table instead */
     const char *svg;              /* also write the SVG here, or NULL */

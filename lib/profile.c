@@ -21,6 +21,7 @@
 #include "atomicfile.h"
 #include "mailbox.h"
 #include "model.h"
+#include "order.h"
 #include "runtime.h"
 #include "sim.h"
 #include "svg.h"
@@ -77,17 +78,13 @@ void hy_profile_free(hy_profile *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* Where each action sits: at[(op * M + m) * S + s] = its index in the list
- * of rank placement[s]. */
+/* Where each action sits: at[hy_action_key] = its index in the list of
+ * rank placement[s]. */
 static int *action_index(const hy_schedule *s) {
-    size_t n = 2 * (size_t)s->micro_batches * (size_t)s->stages;
-    int *at = malloc(n * sizeof *at);
+    int *at = malloc(hy_action_keys(s) * sizeof *at);
     if (!at) return NULL;
     for (int r = 0; r < s->ranks; r++)
-        for (int i = 0; i < s->n_actions[r]; i++) {
-            const hy_action *a = &s->actions[r][i];
-            at[((size_t)a->op * s->micro_batches + a->mb) * s->stages + a->stage] = i;
-        }
+        for (int i = 0; i < s->n_actions[r]; i++) at[hy_action_key(s, &s->actions[r][i])] = i;
     return at;
 }
 
@@ -95,10 +92,11 @@ static int *action_index(const hy_schedule *s) {
  * rank: sets *pr, *pi and returns 1; 0 when the input is local or none. */
 static int remote_producer(const hy_schedule *s, const int *at, const hy_action *a, int rank,
                            int *pr, int *pi) {
-    int ps = a->op == HY_FWD ? a->stage - 1 : a->stage + 1;
-    if (ps < 0 || ps >= s->stages || s->placement[ps] == rank) return 0;
-    *pr = s->placement[ps];
-    *pi = at[((size_t)a->op * s->micro_batches + a->mb) * s->stages + ps];
+    if (a->op == HY_WGRAD) return 0;   /* its B ran on its own rank */
+    hy_action in = { a->op, a->mb, a->op == HY_FWD ? a->stage - 1 : a->stage + 1 };
+    if (in.stage < 0 || in.stage >= s->stages || s->placement[in.stage] == rank) return 0;
+    *pr = s->placement[in.stage];
+    *pi = at[hy_action_key(s, &in)];
     return 1;
 }
 
@@ -207,7 +205,7 @@ static int run_steps(hy_profile *p, const hy_config *c, hy_runtime *rt, const hy
 static void copy_times(hy_profile *p, step_times *steps) {
     const hy_schedule *s = &p->sched;
     int S = s->stages;
-    for (int e = 0; e < 2 * S; e++) p->copy[e] = INFINITY;
+    for (int e = 0; e < 3 * S; e++) p->copy[e] = INFINITY;
     for (int k = 0; k < p->steps; k++)
         for (int r = 0; r < s->ranks; r++)
             for (int i = 0; i < s->n_actions[r]; i++) {
@@ -259,8 +257,12 @@ static int measure(hy_profile *p, step_times *steps, hy_error *err) {
                 const hy_action_time *t = &sk->t[r][i];
                 hy_stage_cost *c = &p->stage[a->stage];
                 double compute = t->computed - t->ready, blocked = t->sent - t->copied;
-                *(a->op == HY_FWD ? &c->fwd_compute : &c->bwd_compute) += compute / (M * n);
-                *(a->op == HY_FWD ? &c->fwd_blocked : &c->bwd_blocked) += blocked / (M * n);
+                if (a->op == HY_WGRAD) {
+                    c->wgrad += (t->copied - t->ready) / (M * n);
+                } else {
+                    *(a->op == HY_FWD ? &c->fwd_compute : &c->bwd_compute) += compute / (M * n);
+                    *(a->op == HY_FWD ? &c->fwd_blocked : &c->bwd_blocked) += blocked / (M * n);
+                }
                 rt->compute += compute / n;
                 rt->copy += (t->copied - t->computed) / n;
                 rt->wait += (t->ready - t->start) / n;
@@ -313,22 +315,26 @@ static int predict(hy_profile *p, hy_error *err) {
     int S = s->stages;
     p->transfers = hy_schedule_transfers(s);
     p->ideal_bubble = hy_ideal_bubble(s);
-    double *fwd = malloc(2 * (size_t)S * sizeof(double));
+    double *fwd = malloc(4 * (size_t)S * sizeof(double));
     if (!fwd) return hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
-    double *bwd = fwd + S;
+    double *bwd = fwd + S, *wgrad = fwd + 2 * S, *whole = fwd + 3 * S;
     for (int st = 0; st < S; st++) {
         fwd[st] = p->stage[st].fwd;
         bwd[st] = p->stage[st].bwd;
+        wgrad[st] = p->stage[st].wgrad;
+        whole[st] = bwd[st] + wgrad[st];
     }
-    hy_cost_model_fit(&p->model, fwd, bwd, p->n_layers, S, p->head_units, p->comm);
+    /* The model prices a whole backward, B and W together, split or not. */
+    hy_cost_model_fit(&p->model, fwd, whole, p->n_layers, S, p->head_units, p->comm);
     for (int st = 0; st < S; st++) {
         hy_stage_cost *c = &p->stage[st];
         double ef, eb;   /* the stage's extras: its cost with no layers */
         hy_cost_model_stage(&p->model, st, S, 0, &ef, &eb);
         c->layer_fwd = c->layers > 0 ? fmax(0, c->fwd - ef) / c->layers : -1;
-        c->layer_bwd = c->layers > 0 ? fmax(0, c->bwd - eb) / c->layers : -1;
+        c->layer_bwd = c->layers > 0 ? fmax(0, c->bwd + c->wgrad - eb) / c->layers : -1;
     }
-    hy_costs costs = { .comm = p->comm, .fwd_stage = fwd, .bwd_stage = bwd };
+    hy_costs costs = { .comm = p->comm, .fwd_stage = fwd, .bwd_stage = bwd,
+                       .wgrad_stage = s->split ? wgrad : NULL };
     hy_sim_result sim;
     hy_sim_limits slots;
     int rc = hy_simulate(s, &costs, NULL, &sim, err);
@@ -365,10 +371,8 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
     hy_model m;
     memset(&m, 0, sizeof m);
     step_times *steps = NULL;
-    hy_sched_params sp;
-    hy_sched_params_from_config(c, &sp);
     if (!rc) rc = hy_model_build(&m, c, 1, err);
-    if (!rc) rc = hy_schedule_build(&p->sched, &sp, err);
+    if (!rc) rc = hy_schedule_for_config(&p->sched, c, err);
     if (!rc) rc = hy_train_runtime(&rt, c, err);
     if (!rc && !same_schedule(&p->sched, hy_runtime_schedule(rt)))
         rc = hy_fail(err, HY_ERR_RUNTIME, "profile: the runtime's action lists differ from "
@@ -379,7 +383,7 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
         int S = p->sched.stages, P = p->sched.ranks;
         p->steps = o->steps;
         p->n_layers = malloc((size_t)S * sizeof(int));
-        p->copy = malloc(2 * (size_t)S * sizeof(double));
+        p->copy = malloc(3 * (size_t)S * sizeof(double));   /* F, B, W */
         p->stage = calloc((size_t)S, sizeof *p->stage);
         p->rank = calloc((size_t)P, sizeof *p->rank);
         steps = calloc((size_t)o->steps, sizeof *steps);
@@ -454,7 +458,8 @@ static json_t *trace_events(const hy_profile *p) {
             const hy_action_time *t = &p->last[r][i];
             char name[48];
             hy_action_label(a, name, sizeof name);
-            json_t *e = x_event(name, a->op == HY_FWD ? "forward" : "backward", r, t->start, t->sent);
+            const char *cat = a->op == HY_FWD ? "forward" : a->op == HY_BWD ? "backward" : "weights";
+            json_t *e = x_event(name, cat, r, t->start, t->sent);
             if (e)
                 bad |= json_object_set_new(e, "args", json_pack(
                     "{s:i,s:i,s:f,s:f,s:f,s:f}", "mb", a->mb, "stage", a->stage,
@@ -553,15 +558,16 @@ static json_t *summary(const hy_profile *p) {
             bad |= json_object_set_new(e, "bwd_transfer_ms", ms_or_null(c->bwd_transfer));
             bad |= json_object_set_new(e, "layer_fwd_ms", ms_or_null(c->layer_fwd));
             bad |= json_object_set_new(e, "layer_bwd_ms", ms_or_null(c->layer_bwd));
+            if (s->split) bad |= json_object_set_new(e, "wgrad_ms", json_real(c->wgrad));
         }
         bad |= add(stages, e);
     }
     bad |= json_object_set_new(o, "units", json_string("ms"));
     bad |= json_object_set_new(o, "backend", json_string(p->backend));
     bad |= json_object_set_new(o, "schedule", json_pack(
-        "{s:s,s:i,s:i,s:i,s:i,s:i}", "kind", hy_sched_name(s->kind), "ranks", s->ranks,
+        "{s:s,s:i,s:i,s:i,s:i,s:i,s:b}", "kind", hy_sched_name(s->kind), "ranks", s->ranks,
         "micro_batches", s->micro_batches, "waves", s->kind == HY_SCHED_HANAYO ? s->waves : 0,
-        "chunks", s->chunks, "stages", s->stages));
+        "chunks", s->chunks, "stages", s->stages, "split_backward", s->split));
     bad |= json_object_set_new(o, "split", split);
     bad |= json_object_set_new(o, "warmup_steps", json_integer(HY_PROFILE_WARMUP));
     bad |= json_object_set_new(o, "steps", json_integer(p->steps));
@@ -841,12 +847,15 @@ int hy_profile_write_table(FILE *f, const hy_profile *p) {
     }
     fprintf(f, "\nper stage, ms per action (mean over micro-batches and steps); cost = compute "
                "+ copy of the output; blocked: a send held up beyond its copy\n");
-    fprintf(f, "  stage rank layers   F cost   B cost  F comp  B comp  F copy  B copy  F blkd  B blkd\n");
+    fprintf(f, "  stage rank layers   F cost   B cost  F comp  B comp  F copy  B copy  F blkd  B blkd%s\n",
+            s->split ? "   W cost" : "");
     for (int st = 0; st < s->stages; st++) {
         const hy_stage_cost *c = &p->stage[st];
-        fprintf(f, "  %5d %4d %6d %8.3f %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f\n", st, c->rank,
+        fprintf(f, "  %5d %4d %6d %8.3f %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f", st, c->rank,
                 c->layers, c->fwd, c->bwd, c->fwd_compute, c->bwd_compute, c->fwd_copy,
                 c->bwd_copy, c->fwd_blocked, c->bwd_blocked);
+        if (s->split) fprintf(f, " %8.3f", c->wgrad);
+        fputc('\n', f);
     }
     const hy_cost_model *m = &p->model;
     fprintf(f, "  cost model: a layer F %.3f B %.3f; the first stage's extra F %.3f B %.3f; the "

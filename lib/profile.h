@@ -92,6 +92,8 @@ typedef struct {
     int rank, layers;
     double fwd, bwd;             /* cost (busy: compute + copy) of F(m, s), B(m, s) */
     double fwd_compute, bwd_compute;
+    double wgrad;                /* split backward: the cost of W(m, s) (compute alone: it
+                                    sends nothing); 0 unsplit */
     double fwd_copy, bwd_copy;
     double fwd_blocked, bwd_blocked;   /* mean blocked send per action */
     /* Transfer of its output to the next stage's rank (forward) or the

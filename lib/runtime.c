@@ -28,6 +28,7 @@
 #include "data.h"
 #include "mailbox.h"
 #include "model.h"
+#include "order.h"
 #include "schedule.h"
 #include "transformer.h"
 
@@ -193,15 +194,41 @@ static int rt_backward(rt_ctx *x, const hy_action *a, const char *label, int k) 
     if (!rc) rc = hy_stage_backward(&rt->tf, &rk->work, x->st, s, in, slot, rk->dres, x->err);
     if (rc) return rc;
     if (s == 0) {
-        rc = hy_embed_backward(&rt->tf, x->st, rk->dres, rk->tokens + (size_t)m * N, x->err);
+        /* Split backward: the embeddings' gradients wait for W. */
+        if (!rt->sched.split)
+            rc = hy_embed_backward(&rt->tf, x->st, rk->dres, rk->tokens + (size_t)m * N, x->err);
         if (!rc) rc = rt_stamp(x, at + 2);
     } else {
         rc = rt_stamp(x, at + 2);
         if (!rc) rc = hy_mailbox_send(x->st, &mb->edges[mb->into_bwd[s - 1]], m, rk->dres, label, x->err);
     }
-    /* The stage input (a stash) and the incoming gradient are done with. */
-    if (!rc && s > 0) rc = hy_mailbox_release(x->st, &mb->edges[mb->into_fwd[s]], m, x->err);
+    /* The incoming gradient is done with (it was copied into dres), and
+     * the stage input (a stash) too, unless a weight pass still reads it. */
+    if (!rc && s > 0 && !rt->sched.split)
+        rc = hy_mailbox_release(x->st, &mb->edges[mb->into_fwd[s]], m, x->err);
     if (!rc && s < rt->S - 1) rc = hy_mailbox_release(x->st, &mb->edges[mb->into_bwd[s]], m, x->err);
+    if (!rc) rc = rt_stamp(x, at + 3);
+    return rc;
+}
+
+/* W(m, s), split backward: the stage's weight gradients from what its F
+ * and B kept; it waits for nothing on another rank and sends nothing, so
+ * its "received" and "sent" stamps are its start and its end. Then the
+ * stage input is done with. */
+static int rt_wgrad(rt_ctx *x, const hy_action *a, int k) {
+    hy_runtime *rt = x->rt;
+    int s = a->stage, m = a->mb, rc;
+    size_t at = 1 + 4 * (size_t)k;
+    rt_stage *sg = &rt->stages[s];
+    void *slot = sg->stash[sg->stash_of[m]];
+    const int *tokens = s == 0 ? x->rk->tokens + (size_t)m * rt->N : NULL;
+    rc = rt_stamp(x, at);
+    if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
+    if (!rc) rc = rt_stamp(x, at + 1);
+    if (!rc) rc = hy_stage_wgrad(&rt->tf, x->st, s, rt_stage_input(x, s, m, slot), slot, tokens,
+                                 x->err);
+    if (!rc) rc = rt_stamp(x, at + 2);
+    if (!rc && s > 0) rc = hy_mailbox_release(x->st, &rt->mb.edges[rt->mb.into_fwd[s]], m, x->err);
     if (!rc) rc = rt_stamp(x, at + 3);
     return rc;
 }
@@ -297,7 +324,9 @@ static int rt_iteration(rt_ctx *x) {
         const hy_action *a = &sc->actions[me][i];
         char label[48];
         hy_action_label(a, label, sizeof label);
-        rc = a->op == HY_FWD ? rt_forward(x, a, label, 1, i) : rt_backward(x, a, label, i);
+        rc = a->op == HY_FWD ? rt_forward(x, a, label, 1, i)
+           : a->op == HY_BWD ? rt_backward(x, a, label, i)
+                             : rt_wgrad(x, a, i);
         if (rc) hy_error_prefix(x->err, "rank %d, %s: ", me, label);
     }
     size_t tail = 1 + 4 * (size_t)n;
@@ -390,7 +419,8 @@ static int rt_alloc(hy_runtime *rt, int rank, size_t bytes, void *out, hy_error 
 }
 
 /* Stash slots of each stage: a micro-batch takes the lowest free slot at
- * its forward and gives it back after its backward, in the rank's order. */
+ * its forward and gives it back after its backward (split: after its
+ * weight pass), in the rank's order. */
 static int rt_plan_stashes(hy_runtime *rt, hy_error *err) {
     const hy_schedule *sc = &rt->sched;
     int M = rt->M;
@@ -415,8 +445,8 @@ static int rt_plan_stashes(hy_runtime *rt, hy_error *err) {
                     while (busy[*k]) (*k)++;
                     busy[*k] = 1;
                     if (*k + 1 > used) used = *k + 1;
-                } else {
-                    busy[*k] = 0;
+                } else if (a->op == (sc->split ? HY_WGRAD : HY_BWD)) {
+                    busy[*k] = 0;   /* the last pass that reads the slot */
                 }
             }
             rt->stages[s].slots = used;
@@ -493,9 +523,7 @@ static int rt_init_params(hy_runtime *rt, hy_error *err) {
 
 static int rt_build(hy_runtime *rt, hy_error *err) {
     const hy_config *c = rt->cfg;
-    hy_sched_params sp;
-    hy_sched_params_from_config(c, &sp);
-    int rc = hy_schedule_build(&rt->sched, &sp, err);
+    int rc = hy_schedule_for_config(&rt->sched, c, err);
     if (!rc) rc = hy_model_build(&rt->model, c, 1, err);
     if (rc) return rc;
     rt->B = c->schedule.micro_batch_size;
@@ -518,6 +546,7 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
      * filled in as they are allocated below. */
     rt->tf = (hy_transformer){ .model = &rt->model, .ops = rt->be->ops, .act_size = rt->A,
                                .B = rt->B, .T = rt->T, .micro_batches = rt->M,
+                               .split = rt->sched.split,
                                .weights = calloc((size_t)rt->S, sizeof(void *)),
                                .grads = calloc((size_t)rt->S, sizeof(float *)) };
     if (!rt->tf.weights || !rt->tf.grads)

@@ -53,8 +53,12 @@ int hy_sched_parse(const char *name, hy_sched_kind *kind, hy_error *err) {
                    name);
 }
 
+const char *hy_op_name(int op) {
+    return op == HY_FWD ? "F" : op == HY_BWD ? "B" : op == HY_WGRAD ? "W" : "?";
+}
+
 void hy_action_label(const hy_action *a, char *buf, int len) {
-    snprintf(buf, (size_t)len, "%c m%d s%d", a->op == HY_FWD ? 'F' : 'B', a->mb, a->stage);
+    snprintf(buf, (size_t)len, "%s m%d s%d", hy_op_name(a->op), a->mb, a->stage);
 }
 
 void hy_schedule_free(hy_schedule *s) {
@@ -124,12 +128,13 @@ static int hy_schedule_alloc(hy_schedule *s, const hy_sched_params *p, hy_error 
     s->chunks = p->kind == HY_SCHED_HANAYO ? 2 * p->waves
               : p->kind == HY_SCHED_INTERLEAVED ? p->chunks : 1;
     s->stages = s->chunks * s->ranks;
+    s->split = p->split_backward != 0;
     s->placement = malloc(sizeof(int) * (size_t)s->stages);
     s->n_actions = calloc((size_t)s->ranks, sizeof(int));
     s->actions = calloc((size_t)s->ranks, sizeof(hy_action *));
     if (!s->placement || !s->n_actions || !s->actions) goto oom;
     for (int st = 0; st < s->stages; st++) s->placement[st] = hy_place(s->kind, s->ranks, st);
-    size_t per_rank = 2 * (size_t)s->chunks * (size_t)s->micro_batches;
+    size_t per_rank = (s->split ? 3 : 2) * (size_t)s->chunks * (size_t)s->micro_batches;
     for (int r = 0; r < s->ranks; r++) {
         s->actions[r] = malloc(sizeof(hy_action) * per_rank);
         if (!s->actions[r]) goto oom;
@@ -237,6 +242,8 @@ static void hy_wave_stream(const hy_schedule *s, int r, int backward, hy_stream_
 
 typedef struct {
     int P, S, n;                 /* ranks, stages, items per stream */
+    const int *placement;
+    const hy_costs *c;           /* what the replay takes each action to cost */
     hy_stream_item **fs, **bs;   /* [P][n] forward and backward streams */
     double *fend, *bend;         /* [M*S]: end time, or -1 while not run */
     char **ftaken;               /* [P][n] */
@@ -244,16 +251,24 @@ typedef struct {
     double *free_at;             /* [P] */
 } hy_merge;
 
-static double hy_f_ready(const hy_merge *g, int m, int st) {
-    return st == 0 ? 0.0 : g->fend[m * g->S + st - 1];
+/* When an input made on rank `from` is there for rank r. */
+static double hy_arrival(const hy_merge *g, double end, int from, int r) {
+    return g->placement[from] != r ? end + g->c->comm : end;
 }
 
-static double hy_b_ready(const hy_merge *g, int m, int st) {
+static double hy_f_ready(const hy_merge *g, int m, int st, int r) {
+    if (st == 0) return 0.0;
+    double t = g->fend[m * g->S + st - 1];
+    return t < 0 ? -1 : hy_arrival(g, t, st - 1, r);
+}
+
+static double hy_b_ready(const hy_merge *g, int m, int st, int r) {
     double t = g->fend[m * g->S + st];
     if (t < 0) return -1;
     if (st < g->S - 1) {
         double u = g->bend[m * g->S + st + 1];
         if (u < 0) return -1;
+        u = hy_arrival(g, u, st + 1, r);
         if (u > t) t = u;
     }
     return t;
@@ -267,7 +282,7 @@ static double hy_next_forward(const hy_merge *g, int r, int window, int *pick) {
     for (int i = g->fhead[r]; i < g->n && seen < window; i++) {
         if (g->ftaken[r][i]) continue;
         seen++;
-        double t = hy_f_ready(g, g->fs[r][i].mb, g->fs[r][i].stage);
+        double t = hy_f_ready(g, g->fs[r][i].mb, g->fs[r][i].stage, r);
         if (t < 0) continue;
         if (t < g->free_at[r]) t = g->free_at[r];
         if (best < 0 || t < best) { best = t; *pick = i; }
@@ -276,11 +291,11 @@ static double hy_next_forward(const hy_merge *g, int r, int window, int *pick) {
     return best;
 }
 
-/* Replays the merge and writes the order into s. Rank r holds at most
- * cap + r activations (no limit when cap < 0); `window` is how far a
- * forward may overtake in its stream. Returns 0 if it ran to completion,
- * -1 if the cap starved it. */
-static int hy_merge_run(hy_merge *g, hy_schedule *s, int cap, int window) {
+/* Replays the merge and writes the F and B order into s. Rank r holds at
+ * most cap[r] activations (no limit when cap is NULL); `window` is how
+ * far a forward may overtake in its stream. Returns 0 if it ran to
+ * completion, -1 if a cap starved it. */
+static int hy_merge_run(hy_merge *g, hy_schedule *s, const int *cap, int window, int b_first) {
     int P = g->P, total = 2 * g->n * P;
     for (int i = 0; i < s->micro_batches * g->S; i++) g->fend[i] = g->bend[i] = -1;
     for (int r = 0; r < P; r++) {
@@ -297,13 +312,13 @@ static int hy_merge_run(hy_merge *g, hy_schedule *s, int cap, int window) {
             int fi = 0;
             if (g->bhead[r] < g->n) {
                 const hy_stream_item *b = &g->bs[r][g->bhead[r]];
-                tb = hy_b_ready(g, b->mb, b->stage);
+                tb = hy_b_ready(g, b->mb, b->stage, r);
                 if (tb >= 0 && tb < g->free_at[r]) tb = g->free_at[r];
             }
-            if (cap < 0 || g->live[r] < cap + r) tf = hy_next_forward(g, r, window, &fi);
+            if (!cap || g->live[r] < cap[r]) tf = hy_next_forward(g, r, window, &fi);
             int op = -1;
             double t = 0;
-            if (tf >= 0 && (tb < 0 || tf <= tb)) { op = HY_FWD; t = tf; }
+            if (tf >= 0 && (tb < 0 || tf < tb || (tf == tb && !b_first))) { op = HY_FWD; t = tf; }
             else if (tb >= 0) { op = HY_BWD; t = tb; }
             if (op >= 0 && (best_r < 0 || t < best_t)) {
                 best_r = r; best_op = op; best_t = t; best_i = fi;
@@ -315,14 +330,16 @@ static int hy_merge_run(hy_merge *g, hy_schedule *s, int cap, int window) {
             const hy_stream_item *f = &g->fs[r][best_i];
             g->ftaken[r][best_i] = 1;
             while (g->fhead[r] < g->n && g->ftaken[r][g->fhead[r]]) g->fhead[r]++;
-            g->fend[f->mb * g->S + f->stage] = best_t + 1.0;
-            g->free_at[r] = best_t + 1.0;
+            double end = best_t + hy_costs_fwd(g->c, f->stage);
+            g->fend[f->mb * g->S + f->stage] = end;
+            g->free_at[r] = end;
             g->live[r]++;
             hy_push(s, r, HY_FWD, f->mb, f->stage);
         } else {
             const hy_stream_item *b = &g->bs[r][g->bhead[r]++];
-            g->bend[b->mb * g->S + b->stage] = best_t + 2.0;
-            g->free_at[r] = best_t + 2.0;
+            double end = best_t + hy_costs_bwd(g->c, b->stage);
+            g->bend[b->mb * g->S + b->stage] = end;
+            g->free_at[r] = end;
             g->live[r]--;
             hy_push(s, r, HY_BWD, b->mb, b->stage);
         }
@@ -341,11 +358,13 @@ static void hy_merge_free(hy_merge *g) {
     free(g->fhead); free(g->bhead); free(g->live); free(g->free_at);
 }
 
-static int hy_merge_init(hy_merge *g, const hy_schedule *s) {
+static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c) {
     memset(g, 0, sizeof *g);
     g->P = s->ranks;
     g->S = s->stages;
     g->n = s->chunks * s->micro_batches;
+    g->placement = s->placement;
+    g->c = c;
     size_t P = (size_t)g->P, n = (size_t)g->n, MS = (size_t)s->micro_batches * (size_t)g->S;
     g->fs = calloc(P, sizeof *g->fs);
     g->bs = calloc(P, sizeof *g->bs);
@@ -370,46 +389,188 @@ static int hy_merge_init(hy_merge *g, const hy_schedule *s) {
     return 0;
 }
 
-static int hy_build_hanayo(hy_schedule *s, hy_error *err) {
+/* The F and B order of the waves: the merge under costs c with rank r
+ * holding at most 2WP + cap_extra (+ r) activations. The default caps
+ * (2WP + r, unsplit) are what the uniform costs need: 2WP is what one
+ * group of P micro-batches in flight needs on every rank (P micro-batches
+ * x 2W chunks), and the extra r pays for rank r's first backward arriving
+ * r backward hops later than rank 0's. Overtaking looks one group (2WP
+ * stream entries) ahead by default. Too few micro-batches to fill the
+ * pipeline starve a cap: then the merge runs uncapped. */
+static int hy_build_hanayo(hy_schedule *s, const hy_costs *c, const hy_order *o, hy_error *err) {
     hy_merge g;
-    if (hy_merge_init(&g, s) != 0) {
+    int P = s->ranks, group = s->chunks * P, cap[HY_MAX_RANKS];
+    if (hy_merge_init(&g, s, c) != 0) {
         hy_merge_free(&g);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the hanayo order");
     }
-    int v = s->chunks, P = s->ranks, M = s->micro_batches;
-    /* Rank r may hold 2WP + r activations: the 2WP its forward stream
-     * keeps in flight plus r for the r backward hops (b each) that its
-     * first backward takes longer to arrive than rank 0's. Overtaking
-     * looks one group (2WP stream entries) ahead. */
-    int rc = hy_merge_run(&g, s, v * P, v * P);
-    if (rc != 0) {
-        /* Too few micro-batches to fill the pipeline: run uncapped. */
-        rc = hy_merge_run(&g, s, -1, v * P);
-    }
+    for (int r = 0; r < P; r++) cap[r] = group + o->cap_extra + (o->cap_rises ? r : 0);
+    int window = o->window > 0 ? o->window : group;
+    int rc = hy_merge_run(&g, s, cap, window, o->backward_first);
+    if (rc != 0) rc = hy_merge_run(&g, s, NULL, window, o->backward_first);
     hy_merge_free(&g);
     if (rc != 0)
         return hy_fail(err, HY_ERR_RUNTIME, "internal error: no hanayo order for P=%d W=%d M=%d",
-                       P, s->waves, M);
+                       P, s->waves, s->micro_batches);
     return HY_OK;
 }
 
 /* ------------------------------------------------------------------------ */
+/* Split backward: where the weight passes go
+ *
+ * Under a split, B(m, s) is the only backward work another rank waits
+ * for; W(m, s) can run any time after it. The orders below take an
+ * unsplit F/B order (with B costing only the input-gradient pass) and
+ * place the W's: a rank keeps back up to d of them while it still has
+ * forwards to run, then, in its drain, runs one after each B and the rest
+ * at its very end, where it would otherwise wait for the B's still
+ * travelling back through the other ranks. With d = r on rank r this is
+ * the ZB-H1 order of Qi et al. (Zero Bubble Pipeline Parallelism, ICLR
+ * 2024) for 1F1B: rank r's memory rises by r from 1F1B's P - r to P, and
+ * the drain, 3(P-1) units long for 1F1B under f = B = W = 1, shrinks to
+ * (P-1): one forward per hop is all that is left of the bubble. */
 
-int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
+static int hy_defer_wgrad(hy_schedule *s, const hy_order *o, hy_error *err) {
+    size_t cap = (size_t)s->n_actions[0];
+    for (int r = 1; r < s->ranks; r++)
+        if ((size_t)s->n_actions[r] > cap) cap = (size_t)s->n_actions[r];
+    hy_action *in = malloc((cap + 1) * sizeof *in);
+    hy_action *held = malloc((cap + 1) * sizeof *held);   /* B's whose W waits, oldest first */
+    if (!in || !held) {
+        free(in);
+        free(held);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory building a split schedule");
+    }
+    for (int r = 0; r < s->ranks; r++) {
+        int n = s->n_actions[r], last_f = -1, head = 0, tail = 0;
+        int keep = o->defer_slope * r + o->defer_base;
+        memcpy(in, s->actions[r], (size_t)n * sizeof *in);
+        for (int i = 0; i < n; i++)
+            if (in[i].op == HY_FWD) last_f = i;
+        s->n_actions[r] = 0;
+        for (int i = 0; i < n; i++) {
+            hy_push(s, r, in[i].op, in[i].mb, in[i].stage);
+            if (in[i].op != HY_BWD) continue;
+            held[tail++] = in[i];
+            int limit = i < last_f ? keep : 0, ran = 0;
+            while (tail - head > limit && !(i > last_f && ran)) {
+                hy_push(s, r, HY_WGRAD, held[head].mb, held[head].stage);
+                head++;
+                ran = 1;
+            }
+        }
+        for (; head < tail; head++) hy_push(s, r, HY_WGRAD, held[head].mb, held[head].stage);
+    }
+    free(in);
+    free(held);
+    return HY_OK;
+}
+
+/* ZB-V (Qi et al., section 6): hanayo's W = 1 placement, two chunks per
+ * rank, stage r (chunk 0, going down) and 2P-1-r (chunk 1, coming back).
+ * Counting in micro-batches of one chunk, rank r
+ *   1. runs 2(P-r)-1 forwards of chunk 0: what reaches it before the
+ *      first micro-batch comes back up;
+ *   2. r times: a forward of chunk 1 and one of chunk 0;
+ *   3. P-r times: a forward of chunk 1 at once followed by its B and W,
+ *      since the gradient of the last stage is local to the rank below;
+ *   4. the steady state, F B W on chunk 0 then F B W on chunk 1, one
+ *      micro-batch each, while forwards remain;
+ *   5. the drain: r times B on chunk 0 and B on chunk 1 (the weights
+ *      wait), P-r times B then W on chunk 0, then every W held back.
+ * Each rank holds at most 2P activations (1F1B's memory for two chunks)
+ * and under f = B = W = 1 only the fill is left of the bubble:
+ * (P-1) / (6M + P - 1). With M < 2P-1 the counts are those of 2P-1
+ * micro-batches and the actions of the missing ones are left out. */
+typedef struct {
+    hy_schedule *s;
+    int r, stage[2], f[2], b[2], w[2];
+} hy_zbv;
+
+static void hy_zbv_push(hy_zbv *z, int op, int chunk) {
+    int *count = op == HY_FWD ? z->f : op == HY_BWD ? z->b : z->w;
+    int m = count[chunk]++;
+    if (m < z->s->micro_batches) hy_push(z->s, z->r, op, m, z->stage[chunk]);
+}
+
+static void hy_build_zbv(hy_schedule *s) {
+    int P = s->ranks, M = s->micro_batches, n = M > 2 * P - 1 ? M : 2 * P - 1;
+    for (int r = 0; r < P; r++) {
+        hy_zbv z = { s, r, { r, 2 * P - 1 - r }, { 0, 0 }, { 0, 0 }, { 0, 0 } };
+        s->n_actions[r] = 0;
+        for (int i = 0; i < 2 * (P - r) - 1; i++) hy_zbv_push(&z, HY_FWD, 0);
+        for (int i = 0; i < r; i++) {
+            hy_zbv_push(&z, HY_FWD, 1);
+            hy_zbv_push(&z, HY_FWD, 0);
+        }
+        for (int i = 0; i < P - r; i++) {
+            hy_zbv_push(&z, HY_FWD, 1);
+            hy_zbv_push(&z, HY_BWD, 1);
+            hy_zbv_push(&z, HY_WGRAD, 1);
+        }
+        while (z.f[1] < z.f[0] || z.f[0] < n) {
+            if (z.f[0] < n) hy_zbv_push(&z, HY_FWD, 0);
+            hy_zbv_push(&z, HY_BWD, 0);
+            hy_zbv_push(&z, HY_WGRAD, 0);
+            hy_zbv_push(&z, HY_FWD, 1);
+            hy_zbv_push(&z, HY_BWD, 1);
+            hy_zbv_push(&z, HY_WGRAD, 1);
+        }
+        for (int i = 0; i < r; i++) {
+            hy_zbv_push(&z, HY_BWD, 0);
+            hy_zbv_push(&z, HY_BWD, 1);
+        }
+        for (int i = 0; i < P - r; i++) {
+            hy_zbv_push(&z, HY_BWD, 0);
+            hy_zbv_push(&z, HY_WGRAD, 0);
+        }
+        while (z.w[1] < z.b[1]) hy_zbv_push(&z, HY_WGRAD, 1);
+        while (z.w[0] < z.b[0]) hy_zbv_push(&z, HY_WGRAD, 0);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+
+void hy_order_default(const hy_sched_params *p, hy_order *o) {
+    memset(o, 0, sizeof *o);
+    if (p->kind == HY_SCHED_HANAYO) {
+        /* Unsplit: 2WP + r, as hy_build_hanayo explains. Split: B costs
+         * half a backward, so a rank's first B comes back sooner and a
+         * flat 2WP suffices, the W's being held by the deferral. */
+        o->cap_rises = !p->split_backward;
+        o->zbv = p->split_backward && p->waves == 1;
+    }
+    o->defer_slope = 1;   /* ZB-H1's deferral, d = r */
+}
+
+int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
+                            const hy_order *o, hy_error *err) {
     memset(s, 0, sizeof *s);
     int rc = hy_check_params(p, err);
     if (rc) return rc;
     rc = hy_schedule_alloc(s, p, err);
     if (rc) return rc;
+    hy_costs uniform = p->split_backward ? hy_costs_uniform_split() : hy_costs_uniform();
+    if (!c) c = &uniform;
     switch (p->kind) {
     case HY_SCHED_GPIPE: hy_build_gpipe(s); break;
     case HY_SCHED_1F1B: hy_build_1f1b(s); break;
     case HY_SCHED_INTERLEAVED: hy_build_interleaved(s); break;
-    case HY_SCHED_HANAYO: rc = hy_build_hanayo(s, err); break;
+    case HY_SCHED_HANAYO:
+        if (s->split && o->zbv) hy_build_zbv(s);
+        else rc = hy_build_hanayo(s, c, o, err);
+        break;
     default: break;
     }
+    if (!rc && s->split && !(p->kind == HY_SCHED_HANAYO && o->zbv)) rc = hy_defer_wgrad(s, o, err);
     if (rc) hy_schedule_free(s);
     return rc;
+}
+
+int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
+    hy_order o;
+    hy_order_default(p, &o);
+    return hy_schedule_build_order(s, p, NULL, &o, err);
 }
 
 int hy_schedule_transfers(const hy_schedule *s) {
@@ -425,6 +586,10 @@ int hy_action_inputs(const hy_schedule *s, const hy_action *a, hy_action in[HY_M
         if (a->stage > 0) in[n++] = (hy_action){ HY_FWD, a->mb, a->stage - 1 };
         return n;
     }
+    if (a->op == HY_WGRAD) {
+        in[n++] = (hy_action){ HY_BWD, a->mb, a->stage };
+        return n;
+    }
     in[n++] = (hy_action){ HY_FWD, a->mb, a->stage };
     if (a->stage + 1 < s->stages) in[n++] = (hy_action){ HY_BWD, a->mb, a->stage + 1 };
     return n;
@@ -436,7 +601,7 @@ size_t hy_action_key(const hy_schedule *s, const hy_action *a) {
 }
 
 size_t hy_action_keys(const hy_schedule *s) {
-    return 2 * (size_t)s->micro_batches * (size_t)s->stages;   /* F and B */
+    return (s->split ? 3 : 2) * (size_t)s->micro_batches * (size_t)s->stages;   /* F, B (, W) */
 }
 
 int hy_schedule_deadlock(const hy_schedule *s, const int *next, const char *why, hy_error *err) {
@@ -462,7 +627,7 @@ static int hy_check_complete(const hy_schedule *s, hy_error *err) {
             const hy_action *a = &s->actions[r][i];
             hy_action_label(a, label, sizeof label);
             if (a->mb < 0 || a->mb >= s->micro_batches || a->stage < 0 || a->stage >= s->stages ||
-                (a->op != HY_FWD && a->op != HY_BWD)) {
+                a->op < HY_FWD || a->op > (s->split ? HY_WGRAD : HY_BWD)) {
                 rc = hy_fail(err, HY_ERR_INPUT, "rank %d action %d (%s) is out of range", r, i, label);
                 break;
             }
@@ -481,7 +646,7 @@ static int hy_check_complete(const hy_schedule *s, hy_error *err) {
     }
     for (int m = 0; rc == HY_OK && m < s->micro_batches; m++)
         for (int st = 0; rc == HY_OK && st < s->stages; st++)
-            for (int op = HY_FWD; rc == HY_OK && op <= HY_BWD; op++) {
+            for (int op = HY_FWD; rc == HY_OK && op <= (s->split ? HY_WGRAD : HY_BWD); op++) {
                 hy_action a = { op, m, st };
                 if (seen[hy_action_key(s, &a)]) continue;
                 hy_action_label(&a, label, sizeof label);

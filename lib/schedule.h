@@ -4,7 +4,11 @@
  * A schedule is (kind, P ranks, W waves or v chunks, M micro-batches) →
  * for every rank, the ordered list of compute actions it runs in one
  * iteration: F(m, s), the forward of micro-batch m through stage s, and
- * B(m, s), its backward. Stages are runs of consecutive layers; the
+ * B(m, s), its backward. With split backward, B(m, s) computes only the
+ * gradient of the stage's input (what the previous stage waits for) and
+ * W(m, s) the gradients of its weights, which nothing but the optimizer
+ * waits for, so W fills the pipeline's bubbles. Stages are runs of
+ * consecutive layers; the
  * placement says which rank holds each stage. Sends and receives are not
  * listed: a transfer exists exactly where two dependent actions sit on
  * different ranks, so they follow from the placement.
@@ -19,6 +23,7 @@
 
 #include <stddef.h>
 
+#include "costs.h"
 #include "error.h"
 
 typedef enum {
@@ -29,10 +34,10 @@ typedef enum {
     HY_SCHED_COUNT
 } hy_sched_kind;
 
-typedef enum { HY_FWD = 0, HY_BWD = 1 } hy_op;
+typedef enum { HY_FWD = 0, HY_BWD = 1, HY_WGRAD = 2 } hy_op;
 
 typedef struct {
-    int op;     /* HY_FWD or HY_BWD */
+    int op;     /* HY_FWD, HY_BWD or (split backward) HY_WGRAD */
     int mb;     /* micro-batch, 0..M-1 */
     int stage;  /* stage, 0..S-1 */
 } hy_action;
@@ -45,6 +50,7 @@ typedef struct {
     int micro_batches;  /* M >= 1 */
     int waves;          /* W >= 1 (hanayo) */
     int chunks;         /* v >= 1 (interleaved) */
+    int split_backward; /* 1: each backward is B (input gradient) and W (weights) */
 } hy_sched_params;
 
 #define HY_MAX_RANKS 64
@@ -56,10 +62,14 @@ typedef struct {
     int waves;            /* W for hanayo, 0 otherwise */
     int chunks;           /* stages per rank: 1, v, or 2W */
     int stages;           /* S = chunks * ranks */
+    int split;            /* split backward: W actions beside F and B */
     int *placement;       /* [stages]: rank that holds stage s */
-    int *n_actions;       /* [ranks]: always 2 * chunks * M */
+    int *n_actions;       /* [ranks]: always (split ? 3 : 2) * chunks * M */
     hy_action **actions;  /* [ranks][n_actions[r]], in execution order */
 } hy_schedule;
+
+/* "F", "B", "W": the names the plan's JSON gives the ops. */
+const char *hy_op_name(int op);
 
 /* "gpipe", "1f1b", "interleaved", "hanayo". */
 const char *hy_sched_name(hy_sched_kind kind);
@@ -67,8 +77,37 @@ const char *hy_sched_name(hy_sched_kind kind);
 int hy_sched_parse(const char *name, hy_sched_kind *kind, hy_error *err);
 
 /* Checks the parameters (ranges, interleaved needs M a multiple of P) and
- * builds the schedule. On failure *s is left empty (safe to free). */
+ * builds the schedule in its canonical order (hy_order_default), the one
+ * the uniform costs call for. On failure *s is left empty (safe to free). */
 int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err);
+
+/* How an order is made: the knobs a cost-aware choice among orders tries
+ * (order.h), each giving a valid order.
+ *   hanayo's merge (see schedule.c): rank r holds at most 2WP + cap_extra
+ *   activations (+ r with cap_rises), a forward may overtake `window`
+ *   entries of its stream, a tie between a forward and a backward that
+ *   can start at once goes to the forward (to the backward with
+ *   backward_first), and the merge replays the pipeline under the costs
+ *   it is given;
+ *   split backward: rank r keeps up to defer_slope * r + defer_base weight
+ *   passes back while it still has forwards to run, and runs one after
+ *   each input-gradient pass afterwards (the rest at its end), so they
+ *   fill the drain; with zbv (hanayo, W = 1) the ZB-V order instead. */
+typedef struct {
+    int cap_extra, cap_rises, window;
+    int backward_first;   /* the merge breaks a tie between a ready F and B for B */
+    int defer_slope, defer_base;
+    int zbv;
+} hy_order;
+
+/* The canonical knobs for p. */
+void hy_order_default(const hy_sched_params *p, hy_order *o);
+
+/* Builds p's schedule in the order o, hanayo's merge replayed under costs
+ * c (NULL: the uniform ones, hy_costs_uniform or, split, _uniform_split).
+ * As hy_schedule_build otherwise. */
+int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
+                            const hy_order *o, hy_error *err);
 void hy_schedule_free(hy_schedule *s);
 
 /* Index of stage s among the stages its rank holds (0..chunks-1), in the
@@ -82,8 +121,8 @@ int hy_schedule_transfers(const hy_schedule *s);
 /* The dependencies, the one statement of them that the validator, the
  * simulator (sim.h) and the runtime's mailboxes share: F(m, s) needs
  * F(m, s-1); B(m, S-1) needs F(m, S-1); B(m, s) needs F(m, s) and
- * B(m, s+1). Writes the actions whose outputs a takes to in and returns
- * how many (0 for F(m, 0)). */
+ * B(m, s+1); W(m, s) needs B(m, s). Writes the actions whose outputs a
+ * takes to in and returns how many (0 for F(m, 0)). */
 #define HY_MAX_INPUTS 2
 int hy_action_inputs(const hy_schedule *s, const hy_action *a, hy_action in[HY_MAX_INPUTS]);
 
@@ -92,10 +131,11 @@ int hy_action_inputs(const hy_schedule *s, const hy_action *a, hy_action in[HY_M
 size_t hy_action_key(const hy_schedule *s, const hy_action *a);
 size_t hy_action_keys(const hy_schedule *s);
 
-/* Checks that every F and B appears exactly once and that the lists run to
- * completion when each rank executes its list in order and blocks until
- * the inputs of its next action exist (so no dependency is violated and
- * nothing deadlocks). On failure, err names the rank and the action. */
+/* Checks that every F and B (and W, split) appears exactly once and that
+ * the lists run to completion when each rank executes its list in order
+ * and blocks until the inputs of its next action exist (so no dependency
+ * is violated and nothing deadlocks). On failure, err names the rank and
+ * the action. */
 int hy_schedule_validate(const hy_schedule *s, hy_error *err);
 
 /* The error of lists that stop short: HY_ERR_INPUT, "the schedule
@@ -103,7 +143,7 @@ int hy_schedule_validate(const hy_schedule *s, hy_error *err);
  * whose list is not done (next[r]: the index of its next action). */
 int hy_schedule_deadlock(const hy_schedule *s, const int *next, const char *why, hy_error *err);
 
-/* "F m3 s5" style label, for messages and traces. */
+/* "F m3 s5" style label ("B ...", "W ..."), for messages and traces. */
 void hy_action_label(const hy_action *a, char *buf, int len);
 
 #endif

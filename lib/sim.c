@@ -14,8 +14,48 @@
 #include <string.h>
 
 double hy_ideal_bubble(const hy_schedule *s) {
-    double P = s->ranks, work = (double)s->chunks * s->micro_batches;
+    double P = s->ranks, work = (double)s->chunks * s->micro_batches * (s->split ? 3 : 1);
     return (P - 1) / (work + P - 1);
+}
+
+/* The cost of a transfer from stage a to stage b: c when they are on two
+ * ranks. */
+static double hop(const hy_schedule *s, const hy_costs *c, int a, int b) {
+    return s->placement[a] != s->placement[b] ? c->comm : 0;
+}
+
+double hy_makespan_bound(const hy_schedule *s, const hy_costs *c) {
+    int S = s->stages;
+    double *est = malloc(sizeof(double) * (size_t)S), *tail = malloc(sizeof(double) * (size_t)S);
+    double bound = 0;
+    if (!est || !tail) goto out;
+    /* est[st]: the earliest F(m, st) can start. tail[st]: the least work
+     * and transfer time that must follow the end of B(m, st) before
+     * micro-batch m is done (on every rank its last action is a B, or a
+     * W, which nothing follows). */
+    est[0] = 0;
+    for (int st = 1; st < S; st++)
+        est[st] = est[st - 1] + hy_costs_fwd(c, st - 1) + hop(s, c, st - 1, st);
+    tail[0] = 0;
+    for (int st = 1; st < S; st++)
+        tail[st] = hop(s, c, st, st - 1) + hy_costs_bwd(c, st - 1) + tail[st - 1];
+    for (int r = 0; r < s->ranks; r++) {
+        double first = -1, last = -1, work = 0;
+        for (int st = 0; st < S; st++) {
+            if (s->placement[st] != r) continue;
+            double after = s->split ? 0 : tail[st];
+            if (first < 0 || est[st] < first) first = est[st];
+            if (last < 0 || after < last) last = after;
+            work += hy_costs_fwd(c, st) + hy_costs_bwd(c, st) + (s->split ? hy_costs_wgrad(c, st) : 0);
+        }
+        if (first < 0) continue;   /* a rank without stages */
+        double b = first + work * s->micro_batches + last;
+        if (b > bound) bound = b;
+    }
+out:
+    free(est);
+    free(tail);
+    return bound;
 }
 
 void hy_sim_limits_free(hy_sim_limits *l) {
@@ -112,7 +152,9 @@ static int run_next(sim_state *g, int k) {
     double t = inputs_ready(s, g->c, g->ends, a, k);
     if (t < 0) return 0;
     if (t < g->free_at[k]) t = g->free_at[k];
-    double d = a->op == HY_FWD ? hy_costs_fwd(g->c, a->stage) : hy_costs_bwd(g->c, a->stage);
+    double d = a->op == HY_FWD   ? hy_costs_fwd(g->c, a->stage)
+             : a->op == HY_BWD   ? hy_costs_bwd(g->c, a->stage)
+                                 : hy_costs_wgrad(g->c, a->stage);
     double done = t + d;
     const hy_action *f = g->limits ? &g->limits->freed_by[k][i] : NULL;
     if (f && f->op >= 0) {
@@ -125,7 +167,9 @@ static int run_next(sim_state *g, int k) {
     g->r->end[k][i] = done;
     g->r->busy[k] += d;   /* waiting for the slot is not work */
     g->free_at[k] = done;
-    g->live[k] += a->op == HY_FWD ? 1 : -1;
+    /* An activation is held from its forward until the last pass that
+     * reads it: B, or W when the backward is split. */
+    g->live[k] += a->op == HY_FWD ? 1 : a->op == (s->split ? HY_WGRAD : HY_BWD) ? -1 : 0;
     if (g->live[k] > g->r->peak_activations[k]) g->r->peak_activations[k] = g->live[k];
     g->next[k]++;
     return 1;
@@ -167,6 +211,7 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *li
     }
     r->bubble = r->makespan > 0 ? 1.0 - busy / (s->ranks * r->makespan) : 0.0;
     r->transfers = hy_schedule_transfers(s);
+    r->bound = hy_makespan_bound(s, c);
 out:
     if (rc) hy_sim_result_free(r);
     free(g.ends); free(g.next); free(g.live); free(g.free_at);

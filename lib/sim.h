@@ -10,7 +10,7 @@
  *   makespan     = the last finish
  *   bubble ratio = 1 - (sum of busy time over ranks) / (P * makespan)
  *   peak_activations[r] = the most (m, s) pairs on rank r whose F has run
- *                         and whose B has not
+ *                         and whose B (split: W) has not
  *
  * Flow control (hy_sim_limits, optional): without limits an output goes
  * whenever its producer is done. The runtime's mailboxes hold K slots per
@@ -49,6 +49,7 @@ typedef struct {
     double makespan;
     double bubble;             /* as defined above */
     int transfers;             /* cross-rank transfers per iteration */
+    double bound;              /* hy_makespan_bound: no order of these costs is shorter */
     double *busy;              /* [ranks] total compute time */
     int *peak_activations;     /* [ranks] */
     double **start, **end;     /* [ranks][n_actions]: each action's times */
@@ -63,8 +64,21 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *li
                 hy_sim_result *r, hy_error *err);
 void hy_sim_result_free(hy_sim_result *r);
 
-/* The uniform-cost ideal: (P-1) / (chunks*M + P-1). Exact for gpipe,
- * 1f1b and interleaved; the target for hanayo (chunks = 2W). */
+/* The uniform-cost ideal: (P-1) / (chunks*M + P-1), and with split
+ * backward (f = B = W = 1) (P-1) / (3 chunks M + P-1). Exact for gpipe,
+ * 1f1b and interleaved unsplit; the target for hanayo (chunks = 2W) and
+ * for split orders. */
 double hy_ideal_bubble(const hy_schedule *s);
+
+/* A lower bound on the makespan of any order of s's placement under costs
+ * c (DESIGN §1.1 "The uniform-cost model and the ideal"): for every rank,
+ * the earliest any of its actions can start (the shortest chain of
+ * forwards and transfers that reaches it), plus all its work, plus the
+ * least that must still run after its last action (the backwards still to
+ * travel to stage 0; nothing after a split's W), the largest over the
+ * ranks. With c = 0
+ * and uniform costs it is the ideal's makespan; with transfer time it
+ * counts each hop the fill and the drain cannot avoid. */
+double hy_makespan_bound(const hy_schedule *s, const hy_costs *c);
 
 #endif

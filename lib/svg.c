@@ -87,13 +87,14 @@ static void svg_action(FILE *f, const hy_svg_timeline *t, int r, int i, double u
     double x = SVG_LEFT + t0 * u, w = (t1 - t0) * u;
     double y = SVG_TOP + r * (SVG_ROW + SVG_GAP);
     double l = shade(a->mb);
-    rgb c = a->op == HY_FWD ? hsl(212, 0.65, l) : hsl(28, 0.85, l);
+    rgb c = a->op == HY_FWD ? hsl(212, 0.65, l) : a->op == HY_BWD ? hsl(28, 0.85, l)
+                                                  : hsl(128, 0.55, l);
     char name[64];
     hy_action_label(a, name, sizeof name);
-    fprintf(f, "<rect class=\"%c\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+    fprintf(f, "<rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
                "height=\"%d\" fill=\"#%02x%02x%02x\" stroke=\"#fff\" "
                "stroke-width=\"0.5\"><title>%s: %g to %g</title></rect>\n",
-            a->op == HY_FWD ? 'F' : 'B', x, y, w, SVG_ROW, c.r, c.g, c.b,
+            hy_op_name(a->op), x, y, w, SVG_ROW, c.r, c.g, c.b,
             name, t0, t1);
     char lab[16];
     int n = snprintf(lab, sizeof lab, "%d", a->mb);

@@ -27,9 +27,9 @@
 #include "schedule.h"
 
 /* ---- The timeline ------------------------------------------------------
- * One row per rank, time left to right: one <rect> per action (class "F"
- * or "B", a <title> naming it and its times, the micro-batch written
- * inside when it fits), F blue and B orange shaded by micro-batch, rank
+ * One row per rank, time left to right: one <rect> per action (class "F",
+ * "B" or "W", a <title> naming it and its times, the micro-batch written
+ * inside when it fits), F blue, B orange and W green shaded by micro-batch, rank
  * labels and a time axis. No other <rect> is drawn, so rects count
  * actions. */
 typedef struct {

@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "model.h"
+#include "order.h"
 #include "plan.h"
 #include "runtime.h"
 #include "schedule.h"
@@ -70,14 +71,17 @@ static void hy_print_header(const hy_config *c, FILE *out) {
     hy_sched_params sp;
     hy_sched_params_from_config(c, &sp);
     hy_plan pl;
-    hy_costs uc = hy_costs_uniform();
+    /* The order the runtime runs: chosen for the config's transfer time. */
+    hy_costs uc = hy_order_costs(&sp, c->schedule.comm_cost);
     if (hy_plan_build(&pl, &sp, &uc, &err) == HY_OK) {
         fprintf(out, "schedule: %s, P = %d, M = %d", hy_sched_name(sp.kind), sp.ranks,
                 sp.micro_batches);
         if (sp.kind == HY_SCHED_HANAYO) fprintf(out, ", W = %d", sp.waves);
         if (sp.kind == HY_SCHED_INTERLEAVED) fprintf(out, ", v = %d", sp.chunks);
-        fprintf(out, ", %d stages, bubble %.4f (uniform costs), peak activations %d\n",
-                pl.sched.stages, pl.sim.bubble, hy_plan_peak_max(&pl));
+        if (sp.split_backward) fprintf(out, ", split backward");
+        fprintf(out, ", %d stages, bubble %.4f (uniform costs", pl.sched.stages, pl.sim.bubble);
+        if (uc.comm > 0) fprintf(out, ", c = %g", uc.comm);
+        fprintf(out, "), peak activations %d\n", hy_plan_peak_max(&pl));
         hy_plan_free(&pl);
     }
     fprintf(out, "batch: %d micro-batches x %d sequences x %d tokens = %d tokens per step\n",

@@ -2,8 +2,9 @@
  * transformer.c — see transformer.h.
  *
  * A stash slot of stage s holds, in this order: each of its blocks'
- * activations (tf_layer_acts), then on stage 0 the embedding's output,
- * then on the last stage the head's activations (tf_head_acts). Every
+ * activations (tf_layer_acts, with split backward the gradients B keeps
+ * for W too), then on stage 0 the embedding's output (split: and d of
+ * it), then on the last stage the head's activations (tf_head_acts). Every
  * piece starts on a 256-byte boundary, so a bf16 array of odd length never
  * misaligns the next one (vector loads on a GPU need 16-byte alignment).
  */
@@ -15,6 +16,11 @@
 typedef struct {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
     void *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg, *res3;
+    /* Split backward: d of what each product and LayerNorm gave out, kept
+     * by B for W (NULL unsplit): the MLP's projection (dproj), its fc
+     * before GELU (dfc), ln_2 (dln2), the attention's projection (dattn),
+     * qkv (dqkv) and ln_1 (dln1). */
+    void *dproj, *dfc, *dln2, *dattn, *dqkv, *dln1;
 } tf_layer_acts;
 
 /* The head's pieces on the last stage: ln_f's output, its statistics, and
@@ -65,6 +71,15 @@ static tf_layer_acts tf_layer_carve(const hy_transformer *t, unsigned char *base
     a.fch = tf_carve(p, used, 4 * N * C * A);
     a.fchg = tf_carve(p, used, 4 * N * C * A);
     a.res3 = tf_carve(p, used, N * C * A);
+    a.dproj = a.dfc = a.dln2 = a.dattn = a.dqkv = a.dln1 = NULL;
+    if (t->split) {
+        a.dproj = tf_carve(p, used, N * C * A);
+        a.dfc = tf_carve(p, used, 4 * N * C * A);
+        a.dln2 = tf_carve(p, used, N * C * A);
+        a.dattn = tf_carve(p, used, N * C * A);
+        a.dqkv = tf_carve(p, used, 3 * N * C * A);
+        a.dln1 = tf_carve(p, used, N * C * A);
+    }
     return a;
 }
 
@@ -86,7 +101,7 @@ size_t hy_boundary_bytes(const hy_transformer *t) { return tf_acts(t, tf_N(t) * 
 
 size_t hy_stash_bytes(const hy_transformer *t, int stage) {
     size_t n = (size_t)t->model->n_layers[stage] * tf_layer_bytes(t);
-    if (stage == 0) n += tf_align(hy_boundary_bytes(t));   /* the embedding's output */
+    if (stage == 0) n += (t->split ? 2 : 1) * tf_align(hy_boundary_bytes(t));   /* the embedding's */
     if (tf_last(t, stage))
         n += 2 * tf_align(hy_boundary_bytes(t)) + 2 * tf_align(tf_N(t) * sizeof(float));
     return n;
@@ -100,10 +115,17 @@ static unsigned char *tf_extra(const hy_transformer *t, int stage, void *slot) {
 
 void *hy_stash_embedding(const hy_transformer *t, void *slot) { return tf_extra(t, 0, slot); }
 
+/* Split backward, stage 0: d(stage input), which W turns into the
+ * embeddings' gradients. */
+static void *tf_stash_dembedding(const hy_transformer *t, void *slot) {
+    return tf_extra(t, 0, slot) + tf_align(hy_boundary_bytes(t));
+}
+
 static tf_head_acts tf_head_of(const hy_transformer *t, void *slot) {
     size_t used = 0;
     unsigned char *p = tf_extra(t, t->model->stages - 1, slot);
-    if (t->model->stages == 1) p += tf_align(hy_boundary_bytes(t));   /* after the embedding's */
+    if (t->model->stages == 1)   /* after the embedding's */
+        p += (t->split ? 2 : 1) * tf_align(hy_boundary_bytes(t));
     tf_head_acts h;
     h.mean = tf_carve(&p, &used, tf_N(t) * sizeof(float));
     h.rstd = tf_carve(&p, &used, tf_N(t) * sizeof(float));
@@ -194,36 +216,72 @@ static int tf_layer_forward(const hy_transformer *t, hy_stream *st, int l, const
     return rc;
 }
 
+/* The gradient a block's backward adds a weight's into as it goes: none
+ * under split backward, whose W pass adds them later. */
+static float *tf_g_now(const hy_transformer *t, const hy_param *p) {
+    return t->split ? NULL : tf_g(t, p);
+}
+
 /* dres holds d(block output) and becomes d(block input): each branch's
- * backward adds its part into it (the ops accumulate). */
+ * backward adds its part into it (the ops accumulate). Unsplit, every
+ * product and LayerNorm adds its weights' gradient on the way and d of its
+ * output is scratch; split, they compute the input's gradient alone and d
+ * of each output is kept in the slot for W. */
 static int tf_layer_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
                              const void *in, const tf_layer_acts *a, void *dres, hy_error *err) {
     const hy_backend_ops *o = t->ops;
-    int N = (int)tf_N(t), C = (int)tf_C(t), rc;
+    int N = (int)tf_N(t), C = (int)tf_C(t), split = t->split, rc = HY_OK;
     size_t NC = (size_t)N * C;
     const hy_param *pmp = tf_p(t, HY_P_MLP_PROJ_W, l), *pfc = tf_p(t, HY_P_FC_W, l);
     const hy_param *pap = tf_p(t, HY_P_ATTN_PROJ_W, l), *pqkv = tf_p(t, HY_P_QKV_W, l);
     const hy_param *pln2 = tf_p(t, HY_P_LN2_W, l), *pln1 = tf_p(t, HY_P_LN1_W, l);
-    rc = o->zero(st, w->dfcg, tf_acts(t, 4 * NC), err);
-    if (!rc) rc = o->matmul_bwd(st, w->dfcg, tf_g(t, pmp), tf_g(t, pmp + 1), dres, a->fchg,
+    void *dfc = split ? a->dfc : w->dfc, *dln2 = split ? a->dln2 : w->dln;
+    void *dqkv = split ? a->dqkv : w->dqkv, *dln1 = split ? a->dln1 : w->dln;
+    if (split) rc = o->copy(st, a->dproj, dres, tf_acts(t, NC), err);
+    if (!rc) rc = o->zero(st, w->dfcg, tf_acts(t, 4 * NC), err);
+    if (!rc) rc = o->matmul_bwd(st, w->dfcg, tf_g_now(t, pmp), tf_g_now(t, pmp + 1), dres, a->fchg,
                                 tf_w(t, pmp), N, 4 * C, C, err);
-    if (!rc) rc = o->zero(st, w->dfc, tf_acts(t, 4 * NC), err);
-    if (!rc) rc = o->gelu_bwd(st, w->dfc, w->dfcg, a->fch, 4 * NC, err);
-    if (!rc) rc = o->zero(st, w->dln, tf_acts(t, NC), err);
-    if (!rc) rc = o->matmul_bwd(st, w->dln, tf_g(t, pfc), tf_g(t, pfc + 1), w->dfc, a->ln2,
+    if (!rc) rc = o->zero(st, dfc, tf_acts(t, 4 * NC), err);
+    if (!rc) rc = o->gelu_bwd(st, dfc, w->dfcg, a->fch, 4 * NC, err);
+    if (!rc) rc = o->zero(st, dln2, tf_acts(t, NC), err);
+    if (!rc) rc = o->matmul_bwd(st, dln2, tf_g_now(t, pfc), tf_g_now(t, pfc + 1), dfc, a->ln2,
                                 tf_w(t, pfc), N, C, 4 * C, err);
-    if (!rc) rc = o->layernorm_bwd(st, dres, tf_g(t, pln2), tf_g(t, pln2 + 1), w->dln, a->res2,
+    if (!rc) rc = o->layernorm_bwd(st, dres, tf_g_now(t, pln2), tf_g_now(t, pln2 + 1), dln2, a->res2,
                                    tf_w(t, pln2), a->ln2_mean, a->ln2_rstd, N, C, err);
+    if (!rc && split) rc = o->copy(st, a->dattn, dres, tf_acts(t, NC), err);
     if (!rc) rc = o->zero(st, w->datty, tf_acts(t, NC), err);
-    if (!rc) rc = o->matmul_bwd(st, w->datty, tf_g(t, pap), tf_g(t, pap + 1), dres, a->atty,
+    if (!rc) rc = o->matmul_bwd(st, w->datty, tf_g_now(t, pap), tf_g_now(t, pap + 1), dres, a->atty,
                                 tf_w(t, pap), N, C, C, err);
-    if (!rc) rc = o->zero(st, w->dqkv, tf_acts(t, 3 * NC), err);
-    if (!rc) rc = o->attention_bwd(st, w->dqkv, w->attn_scratch, w->datty, a->qkv, a->att, t->B,
+    if (!rc) rc = o->zero(st, dqkv, tf_acts(t, 3 * NC), err);
+    if (!rc) rc = o->attention_bwd(st, dqkv, w->attn_scratch, w->datty, a->qkv, a->att, t->B,
                                    t->T, C, t->model->heads, err);
-    if (!rc) rc = o->zero(st, w->dln, tf_acts(t, NC), err);
-    if (!rc) rc = o->matmul_bwd(st, w->dln, tf_g(t, pqkv), tf_g(t, pqkv + 1), w->dqkv, a->ln1,
+    if (!rc) rc = o->zero(st, dln1, tf_acts(t, NC), err);
+    if (!rc) rc = o->matmul_bwd(st, dln1, tf_g_now(t, pqkv), tf_g_now(t, pqkv + 1), dqkv, a->ln1,
                                 tf_w(t, pqkv), N, C, 3 * C, err);
-    if (!rc) rc = o->layernorm_bwd(st, dres, tf_g(t, pln1), tf_g(t, pln1 + 1), w->dln, in,
+    if (!rc) rc = o->layernorm_bwd(st, dres, tf_g_now(t, pln1), tf_g_now(t, pln1 + 1), dln1, in,
+                                   tf_w(t, pln1), a->ln1_mean, a->ln1_rstd, N, C, err);
+    return rc;
+}
+
+/* W of a block: every weight's gradient from what B and F kept. */
+static int tf_layer_wgrad(const hy_transformer *t, hy_stream *st, int l, const void *in,
+                          const tf_layer_acts *a, hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    int N = (int)tf_N(t), C = (int)tf_C(t), rc;
+    const hy_param *pmp = tf_p(t, HY_P_MLP_PROJ_W, l), *pfc = tf_p(t, HY_P_FC_W, l);
+    const hy_param *pap = tf_p(t, HY_P_ATTN_PROJ_W, l), *pqkv = tf_p(t, HY_P_QKV_W, l);
+    const hy_param *pln2 = tf_p(t, HY_P_LN2_W, l), *pln1 = tf_p(t, HY_P_LN1_W, l);
+    rc = o->matmul_bwd(st, NULL, tf_g(t, pmp), tf_g(t, pmp + 1), a->dproj, a->fchg, tf_w(t, pmp),
+                       N, 4 * C, C, err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pfc), tf_g(t, pfc + 1), a->dfc, a->ln2,
+                                tf_w(t, pfc), N, C, 4 * C, err);
+    if (!rc) rc = o->layernorm_bwd(st, NULL, tf_g(t, pln2), tf_g(t, pln2 + 1), a->dln2, a->res2,
+                                   tf_w(t, pln2), a->ln2_mean, a->ln2_rstd, N, C, err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pap), tf_g(t, pap + 1), a->dattn, a->atty,
+                                tf_w(t, pap), N, C, C, err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pqkv), tf_g(t, pqkv + 1), a->dqkv, a->ln1,
+                                tf_w(t, pqkv), N, C, 3 * C, err);
+    if (!rc) rc = o->layernorm_bwd(st, NULL, tf_g(t, pln1), tf_g(t, pln1 + 1), a->dln1, in,
                                    tf_w(t, pln1), a->ln1_mean, a->ln1_rstd, N, C, err);
     return rc;
 }
@@ -252,13 +310,21 @@ static int tf_head(const hy_transformer *t, const hy_stage_work *w, hy_stream *s
     return rc;
 }
 
-int hy_head_backward(const hy_transformer *t, hy_stream *st, const void *in, void *slot, void *dres,
-                     hy_error *err) {
+/* ln_f's backward: into dres (NULL: not) and, with `weights`, into its
+ * own gradient. */
+static int tf_lnf_backward(const hy_transformer *t, hy_stream *st, const void *in, void *slot,
+                           void *dres, int weights, hy_error *err) {
     tf_head_acts ha = tf_head_of(t, slot);
     const void *h = tf_final(t, t->model->stages - 1, in, slot);
     const hy_param *pw = tf_p(t, HY_P_LNF_W, 0);
-    return t->ops->layernorm_bwd(st, dres, tf_g(t, pw), tf_g(t, pw + 1), ha.dout, h, tf_w(t, pw),
+    return t->ops->layernorm_bwd(st, dres, weights ? tf_g(t, pw) : NULL,
+                                 weights ? tf_g(t, pw + 1) : NULL, ha.dout, h, tf_w(t, pw),
                                  ha.mean, ha.rstd, (int)tf_N(t), (int)tf_C(t), err);
+}
+
+int hy_head_backward(const hy_transformer *t, hy_stream *st, const void *in, void *slot, void *dres,
+                     hy_error *err) {
+    return tf_lnf_backward(t, st, in, slot, dres, !t->split, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -294,6 +360,21 @@ int hy_stage_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream
         const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
         rc = tf_layer_backward(t, w, st, first + l, lin, &acts, dres, err);
     }
+    if (!rc && t->split && stage == 0)
+        rc = t->ops->copy(st, tf_stash_dembedding(t, slot), dres, hy_boundary_bytes(t), err);
+    return rc;
+}
+
+int hy_stage_wgrad(const hy_transformer *t, hy_stream *st, int stage, const void *in, void *slot,
+                   const int *tokens, hy_error *err) {
+    int L = t->model->n_layers[stage], first = t->model->first_layer[stage], rc = HY_OK;
+    if (tf_last(t, stage)) rc = tf_lnf_backward(t, st, in, slot, NULL, 1, err);
+    for (int l = L - 1; l >= 0 && !rc; l--) {
+        tf_layer_acts acts = tf_layer(t, slot, l);
+        const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
+        rc = tf_layer_wgrad(t, st, first + l, lin, &acts, err);
+    }
+    if (!rc && stage == 0) rc = hy_embed_backward(t, st, tf_stash_dembedding(t, slot), tokens, err);
     return rc;
 }
 

@@ -16,6 +16,14 @@
  * backward. Everything is enqueued on the stream it is given and
  * allocates nothing; every backward accumulates into the gradients (+=),
  * which the caller zeroes once per step.
+ *
+ * With split backward (schedule.h) a stage's backward is two passes. B,
+ * hy_stage_backward, computes only the gradient of the stage's input, the
+ * one the previous stage waits for, and keeps in the slot the gradient of
+ * every product's output it meets on the way; W, hy_stage_wgrad, later
+ * turns those and the forward's activations into the weights' gradients.
+ * The sums are the same; only the order micro-batches add into a weight's
+ * gradient may differ.
  */
 #ifndef HY_TRANSFORMER_H
 #define HY_TRANSFORMER_H
@@ -32,6 +40,7 @@ typedef struct {
     size_t act_size;              /* bytes per activation element: ops->act_size */
     int B, T;                     /* sequences per micro-batch, tokens per sequence */
     int micro_batches;            /* M: a training micro-batch's loss and gradient count 1/M */
+    int split;                    /* split backward: B and W passes (the slot keeps B's gradients) */
     void **weights;               /* [stages]: stage s's compute copy of its parameter block */
     float **grads;                /* [stages]: stage s's gradient block */
 } hy_transformer;
@@ -55,7 +64,8 @@ typedef struct {
 size_t hy_boundary_bytes(const hy_transformer *t);
 
 /* Bytes of one stash slot of stage s: its blocks' activations, the
- * embedding's output on stage 0, the head's on the last stage. */
+ * embedding's output on stage 0, the head's on the last stage; with split
+ * backward also the gradients B leaves for W. */
 size_t hy_stash_bytes(const hy_transformer *t, int stage);
 
 /* Stage 0's input inside a stash slot: the embedding's output. */
@@ -85,18 +95,29 @@ int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream 
 
 /* The last stage, backward, first: d(its output) from the head's d(ln_f
  * output), added into dres ([B * T, d_model], zeroed by the caller), with
- * ln_f's gradient. in: the stage's input, as its forward had it. */
+ * ln_f's gradient (split: in W). in: the stage's input, as its forward had
+ * it. */
 int hy_head_backward(const hy_transformer *t, hy_stream *st, const void *in, void *slot, void *dres,
                      hy_error *err);
 
 /* B of one micro-batch on `stage`: its blocks' backward, last to first.
- * dres holds d(stage output) and becomes d(stage input). */
+ * dres holds d(stage output) and becomes d(stage input). Unsplit it adds
+ * the weights' gradients too; split it keeps what W needs in the slot,
+ * d(stage input) as well on stage 0, for the embeddings'. */
 int hy_stage_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
                       const void *in, void *slot, void *dres, hy_error *err);
 
 /* Stage 0, backward, last: the embeddings' gradients from dres = d(stage
- * 0 input) and the micro-batch's tokens. */
+ * 0 input) and the micro-batch's tokens. Unsplit only: with split backward
+ * W does it. */
 int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, const int *tokens,
                       hy_error *err);
+
+/* W of one micro-batch on `stage` (split backward, after its B): every
+ * weight's gradient of the stage from the slot, ln_f's on the last stage,
+ * and on stage 0 the embeddings' from the tokens. in: the stage's input,
+ * as its forward had it. */
+int hy_stage_wgrad(const hy_transformer *t, hy_stream *st, int stage, const void *in, void *slot,
+                   const int *tokens, hy_error *err);
 
 #endif

@@ -17,7 +17,17 @@ and, from DESIGN §1 "The schedules" alone, re-derives what the JSON claims:
   * the closed forms DESIGN §1 "The schedules" states as exact: gpipe and 1f1b reach
     (P-1)/(M+P-1), interleaved (P-1)/(vM+P-1); hanayo's peak activations
     are no higher than interleaved's at v = 2W. How close hanayo comes to
-    its ideal is printed, not checked (tests/test_schedule pins it).
+    its ideal is printed, not checked (tests/test_schedule pins it);
+  * split backward (--split-backward): W(m,s) needs B(m,s) and costs
+    wgrad_cost, an activation is held from F to W, every W once; under
+    f = B = W = 1 and free transfers, at M = 2P, 4P, 8P, 1f1b (ZB-H1) and
+    hanayo (ZB-V at W = 1, the waves beyond) reach (P-1)/(3vM+P-1), 1f1b
+    holding P activations, hanayo W = 1 2P and W >= 2 at most 2WP + P-1;
+  * the lower bound: for every rank, the earliest its first action can
+    start, plus its work, plus what must follow its last action (the
+    backwards still to travel to stage 0; nothing after a W), the largest
+    over the ranks; the JSON's bound_makespan equals it and no makespan
+    is below it.
 
 Python 3 standard library only. Run from the repository root; the binary is
 $HANAYO (default build/hanayo). Prints "resim: N passed, N failed" and exits
@@ -58,12 +68,14 @@ def deps(op, m, s, S):
     """The (op, m, s) actions this one waits for."""
     if op == "F":
         return [("F", m, s - 1)] if s > 0 else []
+    if op == "W":
+        return [("B", m, s)]
     if s == S - 1:
         return [("F", m, s)]
     return [("B", m, s + 1), ("F", m, s)]
 
 
-def simulate(actions, S, f, b, c):
+def simulate(actions, S, f, b, c, w=0.0):
     """Runs every rank's list in order; returns (end time of each action,
     rank of each action, makespan, busy time per rank) or None on
     deadlock."""
@@ -89,7 +101,7 @@ def simulate(actions, S, f, b, c):
                 for d in ds:
                     arrive = end[d] + (c if where[d] != r else 0.0)
                     start = max(start, arrive)
-                cost = f if a[0] == "F" else b
+                cost = {"F": f, "B": b, "W": w}[a[0]]
                 end[a] = start + cost
                 free[r] = end[a]
                 busy[r] += cost
@@ -102,12 +114,13 @@ def simulate(actions, S, f, b, c):
     return end, where, makespan, busy
 
 
-def peak_activations(actions):
+def peak_activations(actions, split=False):
     peaks = []
+    last = "W" if split else "B"
     for lst in actions:
         live = peak = 0
         for op, _, _ in lst:
-            live += 1 if op == "F" else -1
+            live += 1 if op == "F" else -1 if op == last else 0
             peak = max(peak, live)
         peaks.append(peak)
     return peaks
@@ -122,13 +135,33 @@ def transfers(where, M, S):
     return n
 
 
+def bound(place, P, M, S, f, b, w, c, split):
+    """The lower bound on any order's makespan (see the top)."""
+    hop = [c if place[s] != place[s + 1] else 0.0 for s in range(S - 1)]
+    est = [0.0] * S
+    for s in range(1, S):
+        est[s] = est[s - 1] + f + hop[s - 1]
+    tail = [0.0] * S
+    for s in range(1, S):
+        tail[s] = hop[s - 1] + b + tail[s - 1]
+    most = 0.0
+    for r in range(P):
+        mine = [s for s in range(S) if place[s] == r]
+        if not mine:
+            continue
+        work = M * len(mine) * (f + b + (w if split else 0.0))
+        after = 0.0 if split else min(tail[s] for s in mine)
+        most = max(most, min(est[s] for s in mine) + work + after)
+    return most
+
+
 def run_plan(args):
     cmd = [HANAYO, "plan", "--json"] + [str(x) for x in args]
     p = subprocess.run(cmd, capture_output=True, text=True)
     return p.returncode, p.stdout, p.stderr, " ".join(cmd[1:])
 
 
-def check_plan(t, plan, kind, P, M, W, v, f, b, c, name):
+def check_plan(t, plan, kind, P, M, W, v, f, b, c, name, split=False, w=0.0):
     ok = t.check(plan.get("schedule") == kind and plan.get("ranks") == P and
                  plan.get("micro_batches") == M, name + ": echoes its input")
     chunks = {"gpipe": 1, "1f1b": 1, "interleaved": v, "hanayo": 2 * W}[kind]
@@ -139,7 +172,8 @@ def check_plan(t, plan, kind, P, M, W, v, f, b, c, name):
     t.check(plan.get("waves") == (W if kind == "hanayo" else 0),
             name + ": waves %s" % plan.get("waves"))
     t.check(abs(plan["fwd_cost"] - f) < TOL and abs(plan["bwd_cost"] - b) < TOL
-            and abs(plan["comm_cost"] - c) < TOL, name + ": costs")
+            and abs(plan["comm_cost"] - c) < TOL and abs(plan["wgrad_cost"] - w) < TOL
+            and plan["split_backward"] == split, name + ": costs")
     if not ok:
         return None
     place = plan["placement"]
@@ -148,16 +182,16 @@ def check_plan(t, plan, kind, P, M, W, v, f, b, c, name):
     acts = [[tuple(a) for a in row] for row in plan["actions"]]
     t.check(len(acts) == P, name + ": %d action lists" % len(acts))
     everything = [a for row in acts for a in row]
-    want = {(op, m, s) for op in "FB" for m in range(M) for s in range(S)}
+    want = {(op, m, s) for op in ("FBW" if split else "FB") for m in range(M) for s in range(S)}
     t.check(len(everything) == len(want) and set(everything) == want,
-            name + ": every F and B exactly once")
+            name + ": every F and B (and W) exactly once")
     misplaced = [(r, a) for r, row in enumerate(acts) for a in row
                  if not (0 <= a[2] < S) or expected_placement(kind, P, S)[a[2]] != r]
     t.check(not misplaced, name + ": actions off their stage's rank: %s"
             % misplaced[:3])
     if set(everything) != want or misplaced:
         return None
-    sim = simulate(acts, S, f, b, c)
+    sim = simulate(acts, S, f, b, c, w)
     if not t.check(sim is not None, name + ": deadlocks"):
         return None
     end, where, makespan, busy = sim
@@ -166,19 +200,22 @@ def check_plan(t, plan, kind, P, M, W, v, f, b, c, name):
             name + ": makespan %r, re-simulated %r" % (plan["makespan"], makespan))
     t.check(abs(plan["bubble_ratio"] - bubble) <= TOL,
             name + ": bubble %r, re-simulated %r" % (plan["bubble_ratio"], bubble))
-    peaks = peak_activations(acts)
+    peaks = peak_activations(acts, split)
     t.check(plan["peak_activations"] == peaks,
             name + ": peak activations %s, re-simulated %s"
             % (plan["peak_activations"], peaks))
     n = transfers(where, M, S)
     t.check(plan["transfers"] == n,
             name + ": transfers %s, re-counted %d" % (plan["transfers"], n))
-    ideal = (P - 1) / (chunks * M + P - 1)
+    ideal = (P - 1) / (chunks * M * (3 if split else 1) + P - 1)
     t.check(abs(plan.get("ideal_bubble", -1) - ideal) <= TOL,
             name + ": ideal_bubble %r, want %r" % (plan.get("ideal_bubble"), ideal))
-    if c == 0 and kind in ("gpipe", "1f1b", "interleaved"):
+    if c == 0 and not split and kind in ("gpipe", "1f1b", "interleaved"):
         t.check(abs(bubble - ideal) <= TOL,
                 name + ": bubble %r, DESIGN says exactly %r" % (bubble, ideal))
+    lb = bound(place, P, M, S, f, b, w, c, split)
+    t.check(abs(plan["bound_makespan"] - lb) <= TOL * max(1.0, lb) and makespan >= lb - TOL * max(1.0, lb),
+            name + ": bound %r, re-derived %r, makespan %r" % (plan["bound_makespan"], lb, makespan))
     return {"bubble": bubble, "ideal": ideal, "peak": max(peaks)}
 
 
@@ -196,9 +233,11 @@ def grid():
                     yield ("interleaved", P, M, 1, v)
 
 
-def plan_args(kind, P, M, W, v, f=1.0, b=2.0, c=0.0):
+def plan_args(kind, P, M, W, v, f=1.0, b=2.0, c=0.0, w=None):
     args = ["--schedule", kind, "--ranks", P, "--micro-batches", M,
             "--fwd-cost", repr(f), "--bwd-cost", repr(b), "--comm-cost", repr(c)]
+    if w is not None:
+        args += ["--split-backward", "--wgrad-cost", repr(w)]
     if kind == "hanayo":
         args += ["--waves", W]
     if kind == "interleaved":
@@ -206,8 +245,9 @@ def plan_args(kind, P, M, W, v, f=1.0, b=2.0, c=0.0):
     return args
 
 
-def one(t, kind, P, M, W, v, f=1.0, b=2.0, c=0.0):
-    rc, out, err, cmd = run_plan(plan_args(kind, P, M, W, v, f, b, c))
+def one(t, kind, P, M, W, v, f=1.0, b=2.0, c=0.0, w=None):
+    """w: split backward with W costing w of the backward b (B the rest)."""
+    rc, out, err, cmd = run_plan(plan_args(kind, P, M, W, v, f, b, c, w))
     if not t.check(rc == 0, "%s: exit %d: %s" % (cmd, rc, err.strip())):
         return None
     try:
@@ -215,7 +255,36 @@ def one(t, kind, P, M, W, v, f=1.0, b=2.0, c=0.0):
     except ValueError as e:
         t.check(False, "%s: not JSON: %s" % (cmd, e))
         return None
-    return check_plan(t, plan, kind, P, M, W, v, f, b, c, cmd)
+    if w is None:
+        return check_plan(t, plan, kind, P, M, W, v, f, b, c, cmd)
+    return check_plan(t, plan, kind, P, M, W, v, f, b - w, c, cmd, True, w)
+
+
+def split_checks(t):
+    """Split backward over a grid, its closed forms, and some costs."""
+    for P in range(1, 9):
+        for M in sorted({1, 3, 2 * P, 4 * P, 8 * P}):
+            kinds = [("gpipe", 1, 1), ("1f1b", 1, 1), ("hanayo", 1, 1), ("hanayo", 2, 1)]
+            if P <= 4:
+                kinds.append(("hanayo", 3, 1))
+            if M % P == 0:
+                kinds.append(("interleaved", 1, 2))
+            for kind, W, v in kinds:
+                r = one(t, kind, P, M, W, v, 1.0, 2.0, 0.0, 1.0)
+                if r is None or P < 2 or M not in (2 * P, 4 * P, 8 * P):
+                    continue
+                if kind == "1f1b" or kind == "hanayo" and W <= 2:
+                    t.check(abs(r["bubble"] - r["ideal"]) <= TOL,
+                            "%s W=%d P=%d M=%d split: bubble %r, ideal %r"
+                            % (kind, W, P, M, r["bubble"], r["ideal"]))
+                    most = P if kind == "1f1b" else 2 * P if W == 1 else 2 * W * P + P - 1
+                    t.check(r["peak"] <= most, "%s W=%d P=%d M=%d split: peak %d above %d"
+                            % (kind, W, P, M, r["peak"], most))
+    for kind, P, M, W, v in [("1f1b", 4, 8, 1, 1), ("interleaved", 4, 8, 1, 2),
+                             ("hanayo", 4, 8, 1, 1), ("hanayo", 4, 8, 2, 1),
+                             ("hanayo", 3, 5, 2, 1)]:
+        for f, b, c, w in [(1.0, 2.0, 0.5, 0.5), (1.5, 2.5, 0.25, 1.5), (1.0, 3.0, 0.0, 1.0)]:
+            one(t, kind, P, M, W, v, f, b, c, w)
 
 
 def main():
@@ -244,6 +313,7 @@ def main():
             t.check(r["peak"] <= other["peak"],
                     "hanayo P=%d M=%d W=%d: peak %d above interleaved v=%d's %d"
                     % (P, M, W, r["peak"], 2 * W, other["peak"]))
+    split_checks(t)
     gaps = [(r["bubble"] - r["ideal"], k) for k, r in results.items()
             if k[0] == "hanayo" and r is not None]
     if gaps:

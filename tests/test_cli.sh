@@ -269,11 +269,13 @@ expect_out '^interleaved v=2  *8 '
 expect_out '^hanayo W=1  *8 '
 run plan --compare --ranks 4 --micro-batches 6 --waves 2
 expect_rc 0
-expect_out '^interleaved v=4   skipped: '
+expect_out '^interleaved v=4  *skipped: '
+expect_out '^interleaved v=4 +split  *skipped: '
 expect_out '^hanayo W=2  *16 '
 run plan --compare --ranks 2 --micro-batches 4 --chunks 3 --json
 expect_rc 0
-expect_json "[r['schedule'] for r in p]" "['gpipe', '1f1b', 'interleaved', 'hanayo']"
+expect_json "[r['schedule'] for r in p]" "['gpipe', '1f1b', 'interleaved', 'hanayo', 'gpipe', '1f1b', 'interleaved', 'hanayo']"
+expect_json "[r['split_backward'] for r in p]" "[False, False, False, False, True, True, True, True]"
 expect_json "p[2]['chunks_per_rank']" 3
 expect_input_error plan --compare --svg "$tmp/never.svg"
 if [ -e "$tmp/never.svg" ]; then bad "$last: wrote the SVG"; else ok; fi

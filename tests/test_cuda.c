@@ -208,6 +208,24 @@ static void test_matmul(hy_rng *r, int N, int C, int OC, int bias) {
     compare(what, dinp[1], dinp[0], (size_t)N * C, 1e-2);
     compare(what, dw[1], dw[0], (size_t)C * OC, 1e-3);
     compare(what, db[1], db[0], OC, 1e-3);
+    /* The two passes of a split backward on the GPU: dinp alone, then the
+     * weights alone, give what one call gave (the same kernels). */
+    {
+        dev *d = &D[1];
+        const hy_backend_ops *o = d->be->ops;
+        void *pi = put_act(d, inp, (size_t)N * C), *pw = put_act(d, w, (size_t)C * OC);
+        void *pdo = put_act(d, dout, (size_t)N * OC), *pdi = put_act(d, dinp0, (size_t)N * C);
+        float *pdw = put_f32(d, dw0, (size_t)C * OC), *pdb = put_f32(d, db0, OC);
+        CHECK(o->matmul_bwd(d->st, pdi, NULL, NULL, pdo, pi, pw, N, C, OC, &d->err) == HY_OK);
+        CHECK(o->matmul_bwd(d->st, NULL, pdw, bias ? pdb : NULL, pdo, pi, pw, N, C, OC, &d->err) == HY_OK);
+        size_t most = (size_t)N * C > (size_t)C * OC ? (size_t)N * C : (size_t)C * OC;
+        float *two = malloc(most * sizeof(float));
+        get_act(d, two, pdi, (size_t)N * C);
+        CHECK(memcmp(two, dinp[1], (size_t)N * C * sizeof(float)) == 0);
+        get_f32(d, two, pdw, (size_t)C * OC);
+        CHECK(memcmp(two, dw[1], (size_t)C * OC * sizeof(float)) == 0);
+        free(two);
+    }
     BOTH { free(out[k]); free(dinp[k]); free(dw[k]); free(db[k]); }
     free(inp); free(w); free(b); free(dout); free(dinp0); free(dw0); free(db0);
 }
@@ -613,12 +631,15 @@ static int train(const char *backend, const char *const *extra, int n_extra, int
 
 static void test_training(void) {
     if (hy_test_shard_make(shard, sizeof shard, "cuda", 256, 60000)) { CHECK(0); return; }
-    static const char *const layouts[][4] = {
+    static const char *const layouts[][5] = {
         { "schedule.kind=gpipe", "schedule.ranks=1" },
         { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "devices=[0,0]" },
+        /* Split backward: the input-gradient and weight passes apart. */
+        { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "devices=[0,0]",
+          "schedule.split_backward=true" },
     };
-    for (int v = 0; v < 2; v++) {
-        int n = v == 0 ? 2 : 4;
+    for (int v = 0; v < 3; v++) {
+        int n = v == 0 ? 2 : v == 1 ? 4 : 5;
         run cpu, gpu;
         if (train("cpu", layouts[v], n, 6, &cpu) || train("cuda", layouts[v], n, 6, &gpu)) {
             CHECK(0);

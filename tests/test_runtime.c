@@ -127,16 +127,62 @@ static void pipelined_equals_sequential(const char *kind) {
     free(ref[1].w);
 }
 
+/* Split backward (B and W passes) leaves the same weights as one rank
+ * running the whole backward at once: every schedule at P = 2 and 4, GPT
+ * and BERT, replayed and eager, M = 4 and 8 (so every order of the weight
+ * passes the generators make runs: ZB-H1, ZB-V, the deferred waves). */
+static void split_equals_sequential(const char *kind) {
+    static const char *const variants[][6] = {
+        { "model.layers=4", "schedule.kind=1f1b", "schedule.ranks=2" },
+        { "model.layers=4", "schedule.kind=1f1b", "schedule.ranks=4", "schedule.micro_batches=8" },
+        { "model.layers=4", "schedule.kind=gpipe", "schedule.ranks=4", "graph=false" },
+        { "model.layers=4", "schedule.kind=interleaved", "schedule.ranks=2", "schedule.chunks=2" },
+        { "model.layers=8", "schedule.kind=interleaved", "schedule.ranks=4", "schedule.chunks=2",
+          "schedule.micro_batches=8" },
+        { "model.layers=4", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1" },
+        { "model.layers=4", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1",
+          "graph=false" },
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=2",
+          "schedule.micro_batches=8" },
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=4", "schedule.waves=1",
+          "schedule.micro_batches=8" },
+        { "model.layers=4", "schedule.kind=hanayo", "schedule.ranks=1", "schedule.waves=2" },
+    };
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        const char *sets[8];
+        int n = 0;
+        while (n < 6 && variants[v][n]) { sets[n] = variants[v][n]; n++; }
+        const char *mb = "schedule.micro_batches=4";
+        for (int i = 0; i < n; i++)
+            if (strncmp(sets[i], "schedule.micro_batches=", 23) == 0) mb = sets[i];
+        const char *one[] = { sets[0], "schedule.kind=gpipe", "schedule.ranks=1", mb };
+        run_result r0, r;
+        if (train(kind, one, 4, 3, &r0)) { CHECK(0); continue; }
+        sets[n++] = "schedule.split_backward=true";
+        if (train(kind, sets, n, 3, &r)) { CHECK(0); free(r0.w); continue; }
+        CHECK(r.n == r0.n);
+        double d = rel_diff(&r0, &r);
+        CHECKF(d <= 1e-5, "split %s %s %s %s %s: max |dw| / max |w| = %.3g", kind, sets[0], sets[1],
+               sets[2], n > 4 ? sets[3] : "", d);
+        CHECK(fabs(r.last_loss - r0.last_loss) <= 1e-4 * fabs(r0.last_loss));
+        free(r.w);
+        free(r0.w);
+    }
+}
+
 /* The recorded and replayed iteration does exactly what the eager one does. */
 static void replay_equals_eager(void) {
-    const char *eager[] = { "schedule.kind=hanayo", "schedule.ranks=2", "graph=false" };
-    const char *replay[] = { "schedule.kind=hanayo", "schedule.ranks=2", "graph=true" };
-    run_result a, b;
-    if (train("gpt", eager, 3, 4, &a) || train("gpt", replay, 3, 4, &b)) { CHECK(0); return; }
-    CHECK(a.n == b.n && memcmp(a.w, b.w, a.n * sizeof(float)) == 0);
-    CHECK(a.last_loss == b.last_loss);
-    free(a.w);
-    free(b.w);
+    for (int split = 0; split <= 1; split++) {
+        const char *sp = split ? "schedule.split_backward=true" : "schedule.split_backward=false";
+        const char *eager[] = { "schedule.kind=hanayo", "schedule.ranks=2", "graph=false", sp };
+        const char *replay[] = { "schedule.kind=hanayo", "schedule.ranks=2", "graph=true", sp };
+        run_result a, b;
+        if (train("gpt", eager, 4, 4, &a) || train("gpt", replay, 4, 4, &b)) { CHECK(0); return; }
+        CHECK(a.n == b.n && memcmp(a.w, b.w, a.n * sizeof(float)) == 0);
+        CHECK(a.last_loss == b.last_loss);
+        free(a.w);
+        free(b.w);
+    }
 }
 
 /* 80 steps on the synthetic corpus take the loss well below ln(64) = 4.16. */
@@ -250,6 +296,8 @@ int main(void) {
     if (hy_test_shard_make(shard, sizeof shard, "rt", 64, 40000) != 0) { CHECK(0); return TEST_END("runtime"); }
     pipelined_equals_sequential("gpt");
     pipelined_equals_sequential("bert");
+    split_equals_sequential("gpt");
+    split_equals_sequential("bert");
     replay_equals_eager();
     loss_falls();
     first_failure_is_reported();

@@ -5,8 +5,12 @@
  * dependency and does not deadlock (hy_schedule_validate); gpipe, 1f1b and
  * interleaved reach their closed-form bubble and peak memory exactly;
  * hanayo's placement, transfers, bubble and peak memory are pinned at
- * every grid point, and it beats 1F1B everywhere. The validator itself is
- * shown to catch broken lists, and the dependencies it replays are pinned.
+ * every grid point, and it beats 1F1B everywhere. With split backward
+ * (B and W passes) every schedule stays valid for any M, and the canonical
+ * orders reach the split ideal with the memory the issue's goals name:
+ * 1F1B as ZB-H1 at 1F1B's P, hanayo W = 1 as ZB-V at 2P, W >= 2 within
+ * unsplit hanayo's 2WP + P - 1. The validator itself is shown to catch
+ * broken lists, and the dependencies it replays are pinned.
  */
 #include "schedule.h"
 #include "sim.h"
@@ -16,7 +20,7 @@
 #include <string.h>
 
 static int build(hy_schedule *s, hy_sched_kind kind, int P, int wv, int M) {
-    hy_sched_params p = { kind, P, M, wv, wv };
+    hy_sched_params p = { kind, P, M, wv, wv, 0 };
     hy_error err;
     int rc = hy_schedule_build(s, &p, &err);
     if (rc) fprintf(stderr, "build %s P=%d W|v=%d M=%d: %s\n", hy_sched_name(kind), P, wv, M, err.msg);
@@ -119,6 +123,97 @@ static void test_hanayo_grid(void) {
     }
 }
 
+static int build_split(hy_schedule *s, hy_sched_kind kind, int P, int wv, int M) {
+    hy_sched_params p = { kind, P, M, wv, wv, 1 };
+    hy_error err;
+    int rc = hy_schedule_build(s, &p, &err);
+    if (rc) fprintf(stderr, "build split %s P=%d W|v=%d M=%d: %s\n", hy_sched_name(kind), P, wv,
+                    M, err.msg);
+    return rc;
+}
+
+/* Every schedule with split backward, any M up to 2P + 3 and some larger:
+ * complete (every F, B and W once), each W after its B on the same rank,
+ * no deadlock; the same work as unsplit, so under f = B = W = 1 never
+ * slower than the unsplit order under f = 1, b = 2. */
+static void test_split_valid(void) {
+    hy_costs split = hy_costs_uniform_split(), whole = hy_costs_uniform();
+    for (int kind = 0; kind < HY_SCHED_COUNT; kind++)
+    for (int P = 1; P <= 8; P++)
+    for (int wv = 1; wv <= 3; wv++)
+    for (int M = 1; M <= 2 * P + 3 || M == 8 * P; M = M <= 2 * P + 3 ? M + 1 : 8 * P) {
+        if (kind == HY_SCHED_INTERLEAVED && M % P) continue;
+        if ((kind == HY_SCHED_GPIPE || kind == HY_SCHED_1F1B) && wv > 1) continue;
+        hy_schedule s, u;
+        if (build_split(&s, (hy_sched_kind)kind, P, wv, M)) { CHECK(0); continue; }
+        if (build(&u, (hy_sched_kind)kind, P, wv, M)) { CHECK(0); hy_schedule_free(&s); continue; }
+        hy_error err;
+        CHECKF(s.split && hy_schedule_validate(&s, &err) == HY_OK, "%s P=%d W|v=%d M=%d: %s",
+               hy_sched_name(kind), P, wv, M, err.msg);
+        int counts = 1;
+        for (int r = 0; r < P; r++) counts &= s.n_actions[r] == 3 * s.chunks * M;
+        CHECK(counts);
+        hy_sim_result r, q;
+        if (hy_simulate(&s, &split, NULL, &r, &err) == HY_OK) {
+            if (hy_simulate(&u, &whole, NULL, &q, &err) == HY_OK) {
+                CHECKF(r.makespan <= q.makespan + 1e-9, "%s P=%d W|v=%d M=%d: split %.2f, "
+                       "unsplit %.2f", hy_sched_name(kind), P, wv, M, r.makespan, q.makespan);
+                hy_sim_result_free(&q);
+            }
+            CHECKF(r.makespan >= r.bound - 1e-9, "below its bound");
+            hy_sim_result_free(&r);
+        } else {
+            CHECKF(0, "%s", err.msg);
+        }
+        hy_schedule_free(&s);
+        hy_schedule_free(&u);
+    }
+}
+
+/* The goals under f = B = W = 1, c = 0, M in {2P, 4P, 8P}, P in {2, 4, 8}:
+ * the split ideal (P-1)/(3vM + P-1), reached by 1F1B (ZB-H1) holding P
+ * activations on every rank, by hanayo W = 1 (ZB-V) holding 2P, and by
+ * hanayo W = 2 within unsplit hanayo's 2WP + P - 1, below ZB-V's bubble.
+ * E.g. 0.0680 at P = 8, M = 16 for ZB-V, where unsplit hanayo W = 1 has
+ * 0.1795. */
+static void test_split_goals(void) {
+    hy_costs c = hy_costs_uniform_split();
+    for (int P = 2; P <= 8; P *= 2)
+    for (int k = 2; k <= 8; k *= 2) {
+        int M = k * P;
+        struct { hy_sched_kind kind; int wv, chunks, peak; } want[] = {
+            { HY_SCHED_1F1B, 1, 1, P },
+            { HY_SCHED_HANAYO, 1, 2, 2 * P },
+            { HY_SCHED_HANAYO, 2, 4, 4 * P + P - 1 },
+        };
+        double zbv = 0;
+        for (int i = 0; i < 3; i++) {
+            hy_schedule s;
+            if (build_split(&s, want[i].kind, P, want[i].wv, M)) { CHECK(0); continue; }
+            hy_sim_result r;
+            hy_error err;
+            if (hy_simulate(&s, &c, NULL, &r, &err) != HY_OK) { CHECK(0); hy_schedule_free(&s); continue; }
+            double ideal = (P - 1.0) / (3.0 * want[i].chunks * M + P - 1.0);
+            CHECKF(fabs(r.bubble - ideal) < 1e-12 && fabs(r.bubble - hy_ideal_bubble(&s)) < 1e-12,
+                   "%s W|v=%d P=%d M=%d split: bubble %.4f, ideal %.4f", hy_sched_name(want[i].kind),
+                   want[i].wv, P, M, r.bubble, ideal);
+            CHECKF(fabs(r.makespan - r.bound) < 1e-9, "at its bound");
+            CHECKF(max_peak(&r) <= want[i].peak, "%s W|v=%d P=%d M=%d split: peak %d, goal %d",
+                   hy_sched_name(want[i].kind), want[i].wv, P, M, max_peak(&r), want[i].peak);
+            if (want[i].kind == HY_SCHED_HANAYO && want[i].wv == 1) {
+                zbv = r.bubble;
+                for (int rk = 0; rk < P; rk++) CHECK(r.peak_activations[rk] == 2 * P);
+            }
+            if (want[i].kind == HY_SCHED_HANAYO && want[i].wv == 2) CHECK(r.bubble < zbv);
+            if (want[i].kind == HY_SCHED_1F1B)
+                for (int rk = 0; rk < P; rk++) CHECK(r.peak_activations[rk] == P);
+            hy_sim_result_free(&r);
+            hy_schedule_free(&s);
+        }
+        if (P == 8 && M == 16) CHECK(fabs(zbv - 7.0 / 103.0) < 1e-12);
+    }
+}
+
 /* Outside that regime (any M, P = 1) hanayo is still valid and never
  * worse than 1F1B. */
 static void test_hanayo_any_m(void) {
@@ -217,12 +312,12 @@ static void test_dependencies(void) {
 static void test_bad_params(void) {
     hy_schedule s;
     hy_error err;
-    hy_sched_params p = { HY_SCHED_INTERLEAVED, 4, 6, 1, 2 };
+    hy_sched_params p = { HY_SCHED_INTERLEAVED, 4, 6, 1, 2, 0 };
     CHECK(hy_schedule_build(&s, &p, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "multiple of ranks") != NULL);
-    p = (hy_sched_params){ HY_SCHED_HANAYO, 0, 8, 1, 1 };
+    p = (hy_sched_params){ HY_SCHED_HANAYO, 0, 8, 1, 1, 0 };
     CHECK(hy_schedule_build(&s, &p, &err) == HY_ERR_INPUT);
-    p = (hy_sched_params){ HY_SCHED_HANAYO, 4, 8, 0, 1 };
+    p = (hy_sched_params){ HY_SCHED_HANAYO, 4, 8, 0, 1, 0 };
     CHECK(hy_schedule_build(&s, &p, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "waves") != NULL);
     hy_sched_kind k;
@@ -232,6 +327,8 @@ static void test_bad_params(void) {
 }
 
 int main(void) {
+    test_split_valid();
+    test_split_goals();
     test_published_closed_forms();
     test_hanayo_placement();
     test_hanayo_grid();

@@ -50,6 +50,7 @@
 #include "config.h"
 #include "data.h"
 #include "error.h"
+#include "order.h"
 #include "plan.h"
 #include "profile.h"
 #include "rng.h"
@@ -111,14 +112,18 @@ static const bench_model BENCH_MODELS[] = {
 typedef struct {
     hy_sched_kind kind;
     int waves, chunks;
+    int split;             /* split backward (B and W passes) */
 } bench_sched;
 
 static const bench_sched BENCH_SCHEDS[] = {
-    { HY_SCHED_GPIPE, 1, 1 },
-    { HY_SCHED_1F1B, 1, 1 },
-    { HY_SCHED_INTERLEAVED, 1, 2 },
-    { HY_SCHED_HANAYO, 1, 2 },
-    { HY_SCHED_HANAYO, 2, 2 },
+    { HY_SCHED_GPIPE, 1, 1, 0 },
+    { HY_SCHED_1F1B, 1, 1, 0 },
+    { HY_SCHED_INTERLEAVED, 1, 2, 0 },
+    { HY_SCHED_HANAYO, 1, 2, 0 },
+    { HY_SCHED_HANAYO, 2, 2, 0 },
+    { HY_SCHED_1F1B, 1, 1, 1 },
+    { HY_SCHED_HANAYO, 1, 2, 1 },
+    { HY_SCHED_HANAYO, 2, 2, 1 },
 };
 #define BENCH_N_SCHEDS ((int)(sizeof BENCH_SCHEDS / sizeof BENCH_SCHEDS[0]))
 
@@ -174,6 +179,10 @@ static const char *sched_label(const bench_sched *s, char *buf, size_t len) {
         snprintf(buf, len, "interleaved v=%d", s->chunks);
     else
         snprintf(buf, len, "%s", hy_sched_name(s->kind));
+    if (s->split) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, " +split");
+    }
     return buf;
 }
 
@@ -280,7 +289,7 @@ static void data_remove(bench_data *d) {
 
 static int config_make(hy_config *c, const bench_model *m, const bench_sched *s,
                        const char *shard, hy_error *err) {
-    char sets[16][PATH_MAX + 32];
+    char sets[20][PATH_MAX + 32];
     int n = 0;
     snprintf(sets[n++], sizeof sets[0], "model.kind=gpt");
     snprintf(sets[n++], sizeof sets[0], "model.layers=%d", m->layers);
@@ -292,13 +301,14 @@ static int config_make(hy_config *c, const bench_model *m, const bench_sched *s,
     snprintf(sets[n++], sizeof sets[0], "schedule.ranks=%d", BENCH_RANKS);
     snprintf(sets[n++], sizeof sets[0], "schedule.waves=%d", s->waves);
     snprintf(sets[n++], sizeof sets[0], "schedule.chunks=%d", s->chunks);
+    snprintf(sets[n++], sizeof sets[0], "schedule.split_backward=%s", s->split ? "true" : "false");
     snprintf(sets[n++], sizeof sets[0], "schedule.micro_batches=%d", m->micro_batches);
     snprintf(sets[n++], sizeof sets[0], "schedule.micro_batch_size=%d", m->micro_batch_size);
     snprintf(sets[n++], sizeof sets[0], "data.train=%s", shard);
     snprintf(sets[n++], sizeof sets[0], "data.val=null");
     snprintf(sets[n++], sizeof sets[0], "checkpoint.dir=null");
     snprintf(sets[n++], sizeof sets[0], "backend=cpu");
-    const char *ptrs[16];
+    const char *ptrs[20];
     for (int i = 0; i < n; i++) ptrs[i] = sets[i];
     return hy_config_load(c, NULL, ptrs, n, err);
 }
@@ -307,7 +317,7 @@ static int config_make(hy_config *c, const bench_model *m, const bench_sched *s,
 static int plan_bubble(const hy_config *c, double *bubble, hy_error *err) {
     hy_sched_params p;
     hy_sched_params_from_config(c, &p);
-    hy_costs costs = hy_costs_uniform();
+    hy_costs costs = hy_order_costs(&p, c->schedule.comm_cost);
     hy_plan pl;
     int rc = hy_plan_build(&pl, &p, &costs, err);
     if (!rc) *bubble = pl.sim.bubble;
@@ -406,7 +416,7 @@ static int model_run(bench_run *runs, int n, const char *shard, hy_error *err) {
 static int bubble_check(const bench_run *runs, int n, const char *shard, hy_error *err) {
     printf("  measured vs predicted bubble (hanayo profile: %d warm-up + %d measured steps each)\n",
            HY_PROFILE_WARMUP, BENCH_PROFILE_STEPS);
-    printf("  %-16s %10s %10s %10s %12s %12s\n", "schedule", "measured", "predicted", "ideal",
+    printf("  %-18s %10s %10s %10s %12s %12s\n", "schedule", "measured", "predicted", "ideal",
            "makespan ms", "predicted ms");
     int rc = HY_OK;
     for (int i = 0; i < n && !rc; i++) {
@@ -419,7 +429,7 @@ static int bubble_check(const bench_run *runs, int n, const char *shard, hy_erro
         o.steps = BENCH_PROFILE_STEPS;
         if (!rc) rc = hy_profile_run(&p, &c, &o, err);
         if (!rc) {
-            printf("  %-16s %9.1f%% %9.1f%% %9.1f%% %12.1f %12.1f\n", runs[i].label,
+            printf("  %-18s %9.1f%% %9.1f%% %9.1f%% %12.1f %12.1f\n", runs[i].label,
                    100 * p.bubble, 100 * p.pred_bubble, 100 * p.ideal_bubble, p.makespan,
                    p.pred_makespan);
             hy_profile_free(&p);
@@ -675,11 +685,11 @@ static void print_throughput(const bench_run *runs, int n) {
     printf("\n%s GPT: %d layers, d %d, %d heads, T %d, V %d; M %d x B %d = %d tokens/step\n",
            m->name, m->layers, m->d_model, m->heads, m->seq_len, m->vocab, m->micro_batches,
            m->micro_batch_size, m->micro_batches * m->micro_batch_size * m->seq_len);
-    printf("  %-16s %6s %6s %10s %7s %10s %8s %12s %12s\n", "schedule", "stages", "steps",
+    printf("  %-18s %6s %6s %10s %7s %10s %8s %12s %12s\n", "schedule", "stages", "steps",
            "ms/step", "spread", "tokens/s", "vs 1f1b", "plan bubble", "wait (meas)");
     for (int i = 0; i < n; i++) {
         const bench_run *r = &runs[i];
-        printf("  %-16s %6d %6d %10.1f %6.0f%% %10.0f %7.2fx %11.1f%% %11.1f%%\n", r->label,
+        printf("  %-18s %6d %6d %10.1f %6.0f%% %10.0f %7.2fx %11.1f%% %11.1f%%\n", r->label,
                r->stages, r->steps, r->ms, 100 * r->spread, r->tokens_per_s, r->vs_1f1b,
                100 * r->plan_bubble, 100 * wait_share(r));
     }
@@ -737,14 +747,14 @@ static void print_breakdown(const bench_run *runs, int n) {
     const bench_model *m = runs[0].model;
     printf("\nwhere each rank's step time goes, %s GPT (%d steps with op timing on; %% of the "
            "rank's wall time)\n", m->name, BENCH_STATS_STEPS);
-    printf("  %-16s %4s %9s %7s %9s %9s %6s %6s %9s\n", "schedule", "rank", "ms/step", "GEMM",
+    printf("  %-18s %4s %9s %7s %9s %9s %6s %6s %9s\n", "schedule", "rank", "ms/step", "GEMM",
            "attention", "other ops", "copy", "wait", "untracked");
     for (int i = 0; i < n; i++) {
         const bench_run *r = &runs[i];
         double wall = r->stats_wall_s;
         for (int k = 0; k < BENCH_RANKS; k++) {
             bench_groups g = groups_of(r->stats[k]);
-            printf("  %-16s %4d %9.1f %6.1f%% %8.1f%% %8.1f%% %5.1f%% %5.1f%% %8.1f%%\n",
+            printf("  %-18s %4d %9.1f %6.1f%% %8.1f%% %8.1f%% %5.1f%% %5.1f%% %8.1f%%\n",
                    k ? "" : r->label, k, wall * 1e3 / BENCH_STATS_STEPS, 100 * g.gemm / wall,
                    100 * g.attention / wall, 100 * g.other / wall, 100 * g.copy / wall,
                    100 * g.wait / wall, 100 * (wall - g.total) / wall);
@@ -921,7 +931,7 @@ int main(int argc, char **argv) {
             sched_label(s, r->label, sizeof r->label);
             r->step_s = calloc((size_t)r->steps, sizeof *r->step_s);
             if (!r->step_s) rc = hy_fail(&err, HY_ERR_RUNTIME, "out of memory");
-            if (s->kind == HY_SCHED_1F1B) base = n_runs;
+            if (s->kind == HY_SCHED_1F1B && !s->split) base = n_runs;
             n_runs++;
         }
         if (!rc) rc = model_run(&runs[first], n_runs - first, data.path[i], &err);
@@ -943,8 +953,8 @@ int main(int argc, char **argv) {
         while (first < n_runs && runs[first].model != big) first++;
         print_breakdown(&runs[first], n_runs - first);
         for (int i = first; i < n_runs; i++)
-            if (runs[i].sched.kind == HY_SCHED_1F1B ||
-                (runs[i].sched.kind == HY_SCHED_HANAYO && runs[i].sched.waves == 1))
+            if (!runs[i].sched.split && (runs[i].sched.kind == HY_SCHED_1F1B ||
+                (runs[i].sched.kind == HY_SCHED_HANAYO && runs[i].sched.waves == 1)))
                 print_ops(&runs[i]);
     }
     mc.load[1] = load_average();

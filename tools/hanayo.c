@@ -79,15 +79,21 @@ static const char usage_plan[] =
     "  --chunks V          interleaved: stages per rank, 1..64\n"
     "  --fwd-cost F        time of one stage's forward (default 1)\n"
     "  --bwd-cost B        time of one stage's backward (default 2)\n"
-    "  --comm-cost C       time of one cross-rank transfer (default 0)\n"
+    "  --comm-cost C       time of one cross-rank transfer (default: the\n"
+    "                      config's schedule.comm_cost, 0)\n"
+    "  --split-backward    split every backward in B (input gradient) and W\n"
+    "                      (weights), as schedule.split_backward does\n"
+    "  --wgrad-cost W      with a split, what W, the weight pass, costs of the\n"
+    "                      backward's --bwd-cost (default: half); B costs the rest\n"
     "  --costs FILE        measured costs (ms) from hanayo profile's summary.json:\n"
     "                      its per-stage F and B and transfer cost; with\n"
     "                      --compare every schedule priced from its per-layer\n"
     "                      costs, each with the split the runtime would use\n"
     "  --json              print the plan as JSON instead of the timeline\n"
     "  --svg FILE          also draw the timeline as an SVG into FILE\n"
-    "  --compare           one table of all four schedules at this P and M\n"
-    "                      (interleaved with v = 2W unless --chunks is given)\n"
+    "  --compare           one table of all four schedules at this P and M,\n"
+    "                      whole and split backward (interleaved with v = 2W\n"
+    "                      unless --chunks is given)\n"
     "  --set key=value     override a config key, e.g. schedule.waves=2\n"
     "  --width N           timeline width in columns, 40..100000 (default 120)\n"
     "  --color WHEN        auto (colour on a terminal), always or never\n";
@@ -283,6 +289,9 @@ static const hy_flag plan_flags[] = {
       .lo = 0, .hi = 1e12 },
     { .name = "--comm-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.comm_cost),
       .example = "0.5", .lo = 0, .hi = 1e12 },
+    { .name = "--split-backward", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.split_backward) },
+    { .name = "--wgrad-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.wgrad_cost),
+      .example = "1", .lo = 0, .hi = 1e12 },
     { .name = "--json", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.json) },
     { .name = "--svg", .kind = HY_FLAG_STRING, .off = PLAN(rq.svg), .example = "plan.svg" },
     { .name = "--compare", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.compare) },
