@@ -33,8 +33,8 @@
  * The memory estimate
  * ------------------------------------------------------------------------ */
 
-/* The most micro-batches whose F has run and whose B has not, per stage:
- * how many stash slots the runtime gives it. */
+/* The most micro-batches whose F has run and whose B (split: W) has not,
+ * per stage: how many stash slots the runtime gives it. */
 static void peak_in_flight(const hy_schedule *s, int *peak) {
     int *live = calloc((size_t)s->stages, sizeof *live);
     memset(peak, 0, (size_t)s->stages * sizeof *peak);
@@ -45,7 +45,7 @@ static void peak_in_flight(const hy_schedule *s, int *peak) {
     for (int r = 0; r < s->ranks; r++)
         for (int i = 0; i < s->n_actions[r]; i++) {
             const hy_action *a = &s->actions[r][i];
-            live[a->stage] += a->op == HY_FWD ? 1 : -1;
+            live[a->stage] += a->op == HY_FWD ? 1 : a->op == (s->split ? HY_WGRAD : HY_BWD) ? -1 : 0;
             if (live[a->stage] > peak[a->stage]) peak[a->stage] = live[a->stage];
         }
     free(live);
@@ -60,6 +60,9 @@ void hy_tune_memory(const hy_config *c, const hy_schedule *s, const int *split, 
      * output, residual, ln2, fc x4, gelu x4, residual) and the attention
      * weights, B x heads x T x T. */
     double layer = 4 * N * 4 + 16 * N * C * A + B * NH * T * T * A;
+    /* Split backward: what B keeps for W (transformer.c), 11 arrays of
+     * N x C per layer, and d(stage input) on stage 0. */
+    if (s->split) layer += 11 * N * C * A;
     double per_layer_params = 12 * C * C + 13 * C;
     /* Parameters, gradients and AdamW's two moments in fp32, and a compute
      * copy when activations are narrower. */
@@ -79,7 +82,7 @@ void hy_tune_memory(const hy_config *c, const hy_schedule *s, const int *split, 
         int r = s->placement[st];
         double stash = split[st] * layer, params = split[st] * per_layer_params;
         if (st == 0) {
-            stash += N * C * A;
+            stash += (s->split ? 2 : 1) * N * C * A;
             params += V * C + T * C;
         }
         if (st == S - 1) {
@@ -145,17 +148,24 @@ static void greedy_split(const hy_cost_model *m, int L, int S, int *n) {
  * mailbox slots (lim: mailbox.h, hy_mailbox_sim_limits), since a split
  * that lets one rank run ahead makes it wait for slots there. */
 static int simulate_split(const hy_schedule *s, const hy_sim_limits *lim, const hy_cost_model *m,
-                          const int *n, double *fwd, double *bwd, hy_sim_result *res,
-                          hy_error *err) {
-    hy_cost_model_stages(m, n, s->stages, fwd, bwd);
-    hy_costs c = { .comm = m->comm, .fwd_stage = fwd, .bwd_stage = bwd };
+                          const int *n, double wgrad_share, double *fwd, double *bwd,
+                          hy_sim_result *res, hy_error *err) {
+    hy_cost_model_stages(m, n, s->stages, fwd, bwd);   /* bwd: a whole backward */
+    double *wgrad = bwd + s->stages;
+    for (int st = 0; s->split && st < s->stages; st++) {
+        wgrad[st] = bwd[st] * wgrad_share;
+        bwd[st] -= wgrad[st];
+    }
+    hy_costs c = { .comm = m->comm, .fwd_stage = fwd, .bwd_stage = bwd,
+                   .wgrad_stage = s->split ? wgrad : NULL };
     return hy_simulate(s, &c, lim, res, err);
 }
 
 static int makespan_of(const hy_schedule *s, const hy_sim_limits *lim, const hy_cost_model *m,
-                       const int *n, double *fwd, double *bwd, double *makespan, hy_error *err) {
+                       const int *n, double wgrad_share, double *fwd, double *bwd,
+                       double *makespan, hy_error *err) {
     hy_sim_result res;
-    int rc = simulate_split(s, lim, m, n, fwd, bwd, &res, err);
+    int rc = simulate_split(s, lim, m, n, wgrad_share, fwd, bwd, &res, err);
     if (!rc) {
         *makespan = res.makespan;
         hy_sim_result_free(&res);
@@ -166,18 +176,19 @@ static int makespan_of(const hy_schedule *s, const hy_sim_limits *lim, const hy_
 /* From split n, moves one layer at a time from one stage to another while
  * some move shortens the simulated makespan (the best move each round;
  * the first found on a tie, so the result is deterministic). */
-static int improve_split(const hy_schedule *s, const hy_cost_model *m, int *n, hy_error *err) {
+static int improve_split(const hy_schedule *s, const hy_cost_model *m, double wgrad_share, int *n,
+                         hy_error *err) {
     int S = s->stages;
     hy_sim_limits lim;
     int rc = hy_mailbox_sim_limits(s, &lim, err);   /* the schedule's, whatever the split */
     if (rc) return rc;
-    double *fwd = malloc(2 * (size_t)S * sizeof(double)), best;
+    double *fwd = malloc(3 * (size_t)S * sizeof(double)), best;
     if (!fwd) {
         hy_sim_limits_free(&lim);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory tuning");
     }
     double *bwd = fwd + S;
-    rc = makespan_of(s, &lim, m, n, fwd, bwd, &best, err);
+    rc = makespan_of(s, &lim, m, n, wgrad_share, fwd, bwd, &best, err);
     for (int round = 0; !rc && round < 4 * S + 64; round++) {
         int from = -1, to = -1;
         double top = best;
@@ -188,7 +199,7 @@ static int improve_split(const hy_schedule *s, const hy_cost_model *m, int *n, h
                 double t;
                 n[i]--;
                 n[j]++;
-                rc = makespan_of(s, &lim, m, n, fwd, bwd, &t, err);
+                rc = makespan_of(s, &lim, m, n, wgrad_share, fwd, bwd, &t, err);
                 n[i]++;
                 n[j]--;
                 if (!rc && t < top * (1 - 1e-9)) {
@@ -232,6 +243,7 @@ void hy_tune_result_free(hy_tune_result *r) {
 
 static int same_candidate(const hy_tune_candidate *a, const hy_tune_candidate *b) {
     return a->kind == b->kind && a->chunks == b->chunks && a->micro_batches == b->micro_batches &&
+           a->split_backward == b->split_backward &&
            memcmp(a->split, b->split, (size_t)a->stages * sizeof(int)) == 0;
 }
 
@@ -244,16 +256,17 @@ static int evaluate(const hy_config *c, const hy_cost_model *m, const hy_tune_op
     int rc = hy_schedule_build(&s, p, err);
     if (rc) return rc;
     int S = s.stages;
-    double *fwd = malloc(2 * (size_t)S * sizeof(double));
+    double *fwd = malloc(3 * (size_t)S * sizeof(double));
     out->split = malloc((size_t)S * sizeof(int));
     hy_sim_result res;
     hy_sim_limits lim;
     memset(&lim, 0, sizeof lim);
     if (!fwd || !out->split) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory tuning");
     if (!rc) rc = hy_mailbox_sim_limits(&s, &lim, err);
-    if (!rc) rc = simulate_split(&s, &lim, m, split, fwd, fwd + S, &res, err);
+    if (!rc) rc = simulate_split(&s, &lim, m, split, o->wgrad_share, fwd, fwd + S, &res, err);
     if (!rc) {
         out->kind = p->kind;
+        out->split_backward = s.split;
         out->waves = p->kind == HY_SCHED_HANAYO ? p->waves : 0;
         out->chunks = s.chunks;
         out->micro_batches = p->micro_batches;
@@ -343,7 +356,7 @@ static int search_one(const hy_config *c, const hy_cost_model *m, const hy_tune_
     for (int i = 0, starts = n_splits; !rc && i < starts; i++) {
         int *n = splits + (size_t)n_splits * S;
         memcpy(n, splits + (size_t)i * S, (size_t)S * sizeof(int));
-        rc = improve_split(&s, m, n, err);
+        rc = improve_split(&s, m, o->wgrad_share, n, err);
         if (!rc) n_splits++;
     }
     hy_schedule_free(&s);
@@ -384,13 +397,15 @@ int hy_tune_search(const hy_config *c, const hy_cost_model *m, const hy_tune_opt
          * warm-up, and 1f1b stands for it. */
         int w0 = k == HY_SCHED_INTERLEAVED ? 2 : 1;
         int ws = k == HY_SCHED_HANAYO || k == HY_SCHED_INTERLEAVED ? TUNE_MAX_WAVES : 1;
-        for (int w = w0; !rc && w <= ws; w++) {
-            hy_sched_params q = base;
-            q.kind = (hy_sched_kind)k;
-            q.waves = w;
-            q.chunks = w;
-            rc = search_one(c, m, o, q, m_ref, &all, err);
-        }
+        for (int w = w0; !rc && w <= ws; w++)
+            for (int split = 0; !rc && split <= (o->wgrad_share >= 0); split++) {
+                hy_sched_params q = base;
+                q.kind = (hy_sched_kind)k;
+                q.waves = w;
+                q.chunks = w;
+                q.split_backward = split;
+                rc = search_one(c, m, o, q, m_ref, &all, err);
+            }
     }
     /* The config as it is, for comparison. */
     if (!rc) {
@@ -428,7 +443,8 @@ int hy_tune_search(const hy_config *c, const hy_cost_model *m, const hy_tune_opt
     for (int i = 0; i < r->n_best; i++) {
         int seen = 0;
         for (int j = 0; j < kept && !seen; j++)
-            seen = r->best[j].kind == r->best[i].kind && r->best[j].chunks == r->best[i].chunks;
+            seen = r->best[j].kind == r->best[i].kind && r->best[j].chunks == r->best[i].chunks &&
+                   r->best[j].split_backward == r->best[i].split_backward;
         if (seen) candidate_free(&r->best[i]);
         else r->best[kept++] = r->best[i];
     }
@@ -475,6 +491,7 @@ int hy_tune_apply(const char *config, const char *const *sets, int n_sets,
         bad |= json_object_set_new(sc, "chunks", json_integer(cand->chunks));
     bad |= json_object_set_new(sc, "micro_batches", json_integer(cand->micro_batches));
     bad |= json_object_set_new(sc, "split", split);
+    bad |= json_object_set_new(sc, "split_backward", json_boolean(cand->split_backward));
     char *text = bad ? NULL : json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(2));
     json_decref(root);
     if (!text) return hy_fail(err, HY_ERR_RUNTIME, "out of memory writing the tuned config");
@@ -527,17 +544,49 @@ static void budget(const hy_tune_request *rq, const hy_config *c, const hy_backe
         snprintf(why, n, "the host's memory over %d rank%s; --memory-gb sets it", P, P == 1 ? "" : "s");
 }
 
+/* W's share of a whole backward in profile p, as measured. */
+static double profile_wgrad_share(const hy_profile *p) {
+    double w = 0, whole = 0;
+    for (int s = 0; s < p->sched.stages; s++) {
+        w += p->stage[s].wgrad;
+        whole += p->stage[s].bwd + p->stage[s].wgrad;
+    }
+    return whole > 0 ? w / whole : 0;
+}
+
+/* What W costs of a backward: from the profile when the config splits it,
+ * else from a second, equally long profile of the same run with split
+ * backward, so that split candidates are priced from a measurement. */
+static int wgrad_share(const hy_config *c, const hy_tune_request *rq, const hy_profile *p,
+                       double *share, hy_error *err) {
+    if (p->sched.split) {
+        *share = profile_wgrad_share(p);
+        return HY_OK;
+    }
+    hy_config k = *c;   /* a shallow copy, only read: never freed */
+    k.schedule.split_backward = 1;
+    hy_profile q;
+    int rc = hy_profile_run(&q, &k, &rq->profile, err);
+    if (!rc) *share = profile_wgrad_share(&q);
+    hy_profile_free(&q);
+    return rc;
+}
+
 static void write_candidate(FILE *f, const char *tag, const hy_tune_candidate *x) {
-    char name[32], split[160];
+    char name[40], split[160];
     if (x->kind == HY_SCHED_HANAYO) snprintf(name, sizeof name, "hanayo W=%d", x->waves);
     else if (x->kind == HY_SCHED_INTERLEAVED) snprintf(name, sizeof name, "interleaved v=%d", x->chunks);
     else snprintf(name, sizeof name, "%s", hy_sched_name(x->kind));
+    if (x->split_backward) {
+        size_t n = strlen(name);
+        snprintf(name + n, sizeof name - n, " +split");
+    }
     size_t used = 0;
     split[0] = '\0';
     for (int i = 0; i < x->stages && used + 8 < sizeof split; i++)
         used += (size_t)snprintf(split + used, sizeof split - used, "%s%d", i ? " " : "", x->split[i]);
     if (used + 8 >= sizeof split) snprintf(split + used, sizeof split - used, " ...");
-    fprintf(f, "  %4s  %-16s %4d  %-24s %9.2f %9.0f %8.4f %8.2f %8.2f\n", tag, name,
+    fprintf(f, "  %4s  %-22s %4d  %-24s %9.2f %9.0f %8.4f %8.2f %8.2f\n", tag, name,
             x->micro_batches, split, x->step_ms, x->tokens / (x->step_ms / 1e3), x->bubble,
             x->act_bytes / 1048576.0, x->mem_bytes / 1048576.0);
 }
@@ -565,7 +614,8 @@ int hy_tune_cmd(const hy_tune_request *rq, FILE *out, hy_error *err) {
     hy_tune_result res;
     memset(&res, 0, sizeof res);
     if (!rc) rc = hy_profile_run(&p, &c, &rq->profile, err);
-    hy_tune_opts o = { rq->kinds, bytes, 0, chosen.cuda ? 2 : 4 };
+    hy_tune_opts o = { rq->kinds, bytes, 0, chosen.cuda ? 2 : 4, -1 };
+    if (!rc) rc = wgrad_share(&c, rq, &p, &o.wgrad_share, err);
     if (!rc) {
         o.overhead_ms = fmax(0, p.wall_ms - p.makespan);
         rc = hy_tune_search(&c, &p.model, &o, &res, err);
@@ -586,13 +636,16 @@ int hy_tune_cmd(const hy_tune_request *rq, FILE *out, hy_error *err) {
                 m->layer_bwd, m->first_fwd, m->first_bwd, m->last_fwd, m->last_bwd, m->comm);
         fprintf(out, "the rest of the step (exchange, clip, optimizer, batch loading): %.2f ms, "
                 "taken as fixed\n", o.overhead_ms);
+        fprintf(out, "split backward: W measured at %.0f%% of a backward%s\n",
+                100 * o.wgrad_share, s->split ? "" : " (a second profile, with split backward)");
         fprintf(out, "memory budget: %.2f GiB per rank (%s)\n", bytes / 1073741824.0, why);
-        fprintf(out, "searched %d candidates (schedule, W 1..4 or v 2..4, M = %d..%d, layer splits); "
+        fprintf(out, "searched %d candidates (schedule, W 1..4 or v 2..4, whole or split backward, "
+                "M = %d..%d, layer splits); "
                 "%d over the memory budget\n", res.searched, s->ranks, TUNE_MAX_M_FACTOR * s->ranks,
                 res.over_budget);
         fprintf(out, "ranked by predicted time per token (M changes the tokens per step); each "
                 "schedule by its best M and split\n\n");
-        fprintf(out, "  %4s  %-16s %4s  %-24s %9s %9s %8s %8s %8s\n", "#", "schedule", "M",
+        fprintf(out, "  %4s  %-22s %4s  %-24s %9s %9s %8s %8s %8s\n", "#", "schedule", "M",
                 "split", "step ms", "tokens/s", "bubble", "act MiB", "mem MiB");
         int top = rq->top < res.n_best ? rq->top : res.n_best;
         for (int i = 0; i < top; i++) {

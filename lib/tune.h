@@ -8,7 +8,10 @@
  * hy_mailbox_sim_limits) turns prices into a step time for each candidate:
  *
  *   kind     gpipe, 1f1b, interleaved (v = 2..4: with v = 1 it is 1f1b
- *            with a deeper warm-up), hanayo (W = 1..4);
+ *            with a deeper warm-up), hanayo (W = 1..4), each with its
+ *            backward whole and split in B and W (schedule.h), the split
+ *            one priced with the W share of a backward a profile of the
+ *            split run measured;
  *   M        P, 2P, ..., 8P micro-batches (B, the micro-batch size, stays);
  *   split    for each kind and W or v: the balanced split the runtime
  *            makes by default (model.h), a greedy balance by the measured
@@ -45,6 +48,7 @@ typedef struct {
     int waves;             /* W for hanayo, else 0 */
     int chunks;            /* stages per rank: 1, v, or 2W */
     int micro_batches, stages;
+    int split_backward;    /* B and W passes */
     int *split;            /* [stages]: layers per stage */
     double makespan_ms, bubble;
     double step_ms;        /* makespan + the fixed rest of the step */
@@ -59,6 +63,9 @@ typedef struct {
     double budget_bytes;   /* memory per rank */
     double overhead_ms;    /* the step beyond the pipeline's makespan */
     int act_size;          /* bytes per activation: 4 (fp32, CPU), 2 (bf16, CUDA) */
+    /* What W costs of a whole backward (0..1), as a profile of the split
+     * run measured it; < 0: unknown, no split candidates. */
+    double wgrad_share;
 } hy_tune_opts;
 
 typedef struct {
@@ -84,7 +91,8 @@ void hy_tune_memory(const hy_config *c, const hy_schedule *s, const int *split, 
                     double *act, double *mem);
 
 /* Writes config file `config` with the candidate's schedule keys set
- * (kind, waves or chunks, micro_batches, split) to out_path, atomically,
+ * (kind, waves or chunks, micro_batches, split, split_backward) to
+ * out_path, atomically,
  * after checking that the result loads (with `sets` applied, as it was
  * measured). */
 int hy_tune_apply(const char *config, const char *const *sets, int n_sets,

@@ -245,7 +245,7 @@ static void test_slow_stage(void) {
      * 12 ms and a layer at well under one, moving a layer off it gains
      * about 1%, less than tune's margin for leaving the default split:
      * test_tune_moves_layers has a delay the layers can make up for.) */
-    hy_tune_opts to = { 0, 1e12, fmax(0, p.wall_ms - p.makespan), 4 };
+    hy_tune_opts to = { 0, 1e12, fmax(0, p.wall_ms - p.makespan), 4, -1 };
     hy_tune_result res;
     rc = hy_tune_search(&c, &p.model, &to, &res, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
@@ -258,6 +258,7 @@ static void test_slow_stage(void) {
                res.best[0].split[0]);
         CHECK(res.current.split[0] == 2);
         CHECK(res.best[0].us_per_token <= res.current.us_per_token);
+        for (int i = 0; i < res.n_best; i++) CHECK(!res.best[i].split_backward);
         for (int i = 1; i < res.n_best; i++)
             CHECK(res.best[i - 1].us_per_token <= res.best[i].us_per_token);
         int total = 0;
@@ -291,6 +292,53 @@ static void test_slow_stage(void) {
         remove_path("tuned.json");
         hy_tune_result_free(&res);
     }
+    /* With W's share of a backward known, every schedule is searched whole
+     * and split too: both kinds of row come back, a split row holds more
+     * activations than the same schedule whole (W keeps its inputs), and
+     * the tuned config says which it is. None without the share. */
+    to.wgrad_share = 0.5;
+    rc = hy_tune_search(&c, &p.model, &to, &res, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    if (!rc) {
+        int splits = 0, wholes = 0;
+        const hy_tune_candidate *one = NULL, *other = NULL;
+        for (int i = 0; i < res.n_best; i++) {
+            const hy_tune_candidate *x = &res.best[i];
+            splits += x->split_backward;
+            wholes += !x->split_backward;
+            if (x->kind == HY_SCHED_1F1B && x->split_backward) one = x;
+            if (x->kind == HY_SCHED_1F1B && !x->split_backward) other = x;
+        }
+        CHECK(splits > 0 && wholes > 0);
+        if (one && other && one->micro_batches == other->micro_batches &&
+            memcmp(one->split, other->split, (size_t)one->stages * sizeof(int)) == 0)
+            CHECK(one->act_bytes > other->act_bytes);
+        const hy_tune_candidate *best_split = NULL;
+        for (int i = 0; i < res.n_best && !best_split; i++)
+            if (res.best[i].split_backward) best_split = &res.best[i];
+        char src[160], out[160];
+        snprintf(src, sizeof src, "%s/base.json", dir);
+        snprintf(out, sizeof out, "%s/tuned.json", dir);
+        FILE *f = fopen(src, "w");
+        if (f) {
+            fprintf(f, "{\"model\": {\"layers\": 4, \"d_model\": 32, \"heads\": 4, \"seq_len\": 16,"
+                       " \"vocab\": 64}, \"schedule\": {\"kind\": \"1f1b\", \"ranks\": 2}}\n");
+            fclose(f);
+        }
+        if (best_split && hy_tune_apply(src, NULL, 0, best_split, out, &err) == HY_OK) {
+            hy_config t;
+            hy_config_init(&t);
+            CHECK(hy_config_load(&t, out, NULL, 0, &err) == HY_OK && t.schedule.split_backward);
+            hy_config_free(&t);
+        } else {
+            CHECK(0);
+        }
+        remove_path("base.json");
+        remove_path("tuned.json");
+        hy_tune_result_free(&res);
+    }
+    to.wgrad_share = -1;
+
     /* No candidate fits a tiny budget: an input error saying so. */
     to.budget_bytes = 1000;
     rc = hy_tune_search(&c, &p.model, &to, &res, &err);
@@ -350,7 +398,7 @@ static void test_tune_moves_layers(void) {
     if (!rc) rc = hy_profile_run(&p, &c, &o, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
     if (!rc) {
-        hy_tune_opts to = { 1u << HY_SCHED_1F1B, 1e12, fmax(0, p.wall_ms - p.makespan), 4 };
+        hy_tune_opts to = { 1u << HY_SCHED_1F1B, 1e12, fmax(0, p.wall_ms - p.makespan), 4, -1 };
         hy_tune_result res;
         rc = hy_tune_search(&c, &p.model, &to, &res, &err);
         CHECKF(rc == HY_OK, "%s", err.msg);
