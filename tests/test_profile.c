@@ -223,6 +223,18 @@ static int slow_profile(hy_profile *p, const hy_config *c) {
     return HY_OK;
 }
 
+/* The test config as a file (src) and where a tuned copy goes (out). */
+static void write_base_config(char *src, char *out, size_t n) {
+    snprintf(src, n, "%s/base.json", dir);
+    snprintf(out, n, "%s/tuned.json", dir);
+    FILE *f = fopen(src, "w");
+    if (f) {
+        fprintf(f, "{\"model\": {\"layers\": 4, \"d_model\": 32, \"heads\": 4, \"seq_len\": 16,"
+                   " \"vocab\": 64}, \"schedule\": {\"kind\": \"1f1b\", \"ranks\": 2}}\n");
+        fclose(f);
+    }
+}
+
 static void test_slow_hanayo(void) {
     const char *sched[] = {"schedule.kind=hanayo", "schedule.waves=1", "schedule.micro_batches=4"};
     hy_config c;
@@ -267,14 +279,7 @@ static void test_slow_stage(void) {
 
         /* The tuned config, written over a file copy of the test config. */
         char src[160], out[160];
-        snprintf(src, sizeof src, "%s/base.json", dir);
-        snprintf(out, sizeof out, "%s/tuned.json", dir);
-        FILE *f = fopen(src, "w");
-        if (f) {
-            fprintf(f, "{\"model\": {\"layers\": 4, \"d_model\": 32, \"heads\": 4, \"seq_len\": 16,"
-                       " \"vocab\": 64}, \"schedule\": {\"kind\": \"1f1b\", \"ranks\": 2}}\n");
-            fclose(f);
-        }
+        write_base_config(src, out, sizeof src);
         rc = hy_tune_apply(src, NULL, 0, &res.best[0], out, &err);
         CHECKF(rc == HY_OK, "%s", err.msg);
         hy_config t;
@@ -317,14 +322,7 @@ static void test_slow_stage(void) {
         for (int i = 0; i < res.n_best && !best_split; i++)
             if (res.best[i].split_backward) best_split = &res.best[i];
         char src[160], out[160];
-        snprintf(src, sizeof src, "%s/base.json", dir);
-        snprintf(out, sizeof out, "%s/tuned.json", dir);
-        FILE *f = fopen(src, "w");
-        if (f) {
-            fprintf(f, "{\"model\": {\"layers\": 4, \"d_model\": 32, \"heads\": 4, \"seq_len\": 16,"
-                       " \"vocab\": 64}, \"schedule\": {\"kind\": \"1f1b\", \"ranks\": 2}}\n");
-            fclose(f);
-        }
+        write_base_config(src, out, sizeof src);
         if (best_split && hy_tune_apply(src, NULL, 0, best_split, out, &err) == HY_OK) {
             hy_config t;
             hy_config_init(&t);
