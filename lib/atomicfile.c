@@ -162,6 +162,7 @@ int hy_atomic_open(hy_atomic_file *af, const char *path, int path_status,
 int hy_atomic_write(hy_atomic_file *af, const void *buf, size_t n,
                     hy_error *err) {
     if (!af->path) return not_open(err);
+    if (af->sum) hy_file_sum_add(af->sum, buf, n);
     if (af->stream) {
         errno = 0;
         return fwrite(buf, 1, n, af->stream) == n
@@ -377,4 +378,28 @@ void hy_atomic_dir_abort(hy_atomic_dir *ad) {
     if (!ad->path) return;
     remove_tree(AT_FDCWD, ad->tmp);
     dir_release(ad);
+}
+
+int hy_atomic_dir_remove(const char *path, hy_error *err) {
+    char *tmp = NULL;
+    int fd = -1;
+    /* An empty hidden directory beside it, which the rename replaces: the
+     * name goes in one step, and a crash while the files go leaves only a
+     * hidden temporary behind, never a part of the tree under its name. */
+    int st = make_temp(path, 1, HY_ERR_RUNTIME, &tmp, &fd, err);
+    if (st) return st;
+    if (rename(path, tmp) != 0) {
+        int e = errno;
+        rmdir(tmp);
+        free(tmp);
+        return hy_fail(err, hy_errno_status(e, HY_ERR_RUNTIME), "%s: cannot remove (rename "
+                       "aside): %s", path, strerror(e));
+    }
+    st = sync_parent(path, err);
+    int e = remove_tree(AT_FDCWD, tmp);
+    if (e && !st)
+        st = hy_fail(err, HY_ERR_RUNTIME, "%s: taken away, but its files at %s could not be "
+                     "removed: %s", path, tmp, strerror(e));
+    free(tmp);
+    return st;
 }

@@ -43,6 +43,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "checksum.h"
 #include "error.h"
 
 /* ---- A file ------------------------------------------------------------ */
@@ -53,6 +54,10 @@ typedef struct {
     int fd;              /* the temporary's descriptor, -1 once closed */
     FILE *stream;        /* over fd, once hy_atomic_stream made one */
     int path_status;     /* the status of errors that are the path's fault */
+    /* When the caller sets it (after open): every byte hy_atomic_write
+     * writes is summed here as it goes (checksum.h), so a checkpoint's
+     * files get their checksums with no second pass. */
+    hy_file_sum *sum;
 } hy_atomic_file;
 
 /* Creates "PATH.tmp.XXXXXX" beside path (O_EXCL: never someone else's
@@ -113,6 +118,11 @@ typedef struct {
 
 int hy_atomic_dir_open(hy_atomic_dir *ad, const char *path, int path_status,
                        hy_error *err);
+/* Removes the directory at path and all below it: first renamed to a
+ * hidden temporary beside it (the name disappears in one step), then the
+ * files removed, so a crash never leaves part of the tree under its name
+ * (an old checkpoint pruned: checkpoint.keep). */
+int hy_atomic_dir_remove(const char *path, hy_error *err);
 int hy_atomic_dir_commit(hy_atomic_dir *ad, hy_error *err);
 int hy_atomic_dir_replace(hy_atomic_dir *ad, hy_error *err);
 void hy_atomic_dir_abort(hy_atomic_dir *ad);

@@ -1,22 +1,38 @@
 /*
- * checkpoint.h — saving and resuming training
- * (DESIGN §5 "Model, numerics, data, files").
+ * checkpoint.h — saving and resuming training, and keeping what was saved
+ * honest (DESIGN §5 "Model, numerics, data, files").
  *
  * A checkpoint is a directory per step, <checkpoint.dir>/step_%06d/:
  *   model.safetensors      the weights, Hugging Face GPT-2 names, F32,
  *                          the vocabulary unpadded
  *   optimizer.safetensors  AdamW's moments, "m.<name>" and "v.<name>"
- *   state.json             step, training-data position, resolved config
  *   config.json            (GPT) a Hugging Face GPT2Config, so the
  *                          directory opens with GPT2LMHeadModel
+ *   state.json             step, loss, time, training-data position and
+ *                          what it was read from (the shard's size and
+ *                          the CRC-32C of its first 64 KiB, the
+ *                          micro-batch layout), the resolved config, and each other
+ *                          file's size and CRC-32C (checksum.h, summed as
+ *                          it was written); its last line is the CRC-32C
+ *                          of the text before it
  * It is written under a temporary name, fsync'd and renamed into place
  * (atomicfile.h): a crash at any moment leaves the previous checkpoints
  * intact and never a partial one under a final name. Resuming restores
  * weights, moments, step and data position, so the continued run equals
  * an uninterrupted one bit for bit on the same backend and rank layout.
+ *
+ * Every load checks first: state.json against its own checksum, then each
+ * file's size and checksum, so a flipped bit or a truncated file is
+ * refused (HY_ERR_INPUT, naming the file, the checksums and the previous
+ * checkpoint to resume from) instead of trained on. Checkpoints written
+ * before checksums (format 1) still load, reported as unverified.
  */
 #ifndef HY_CHECKPOINT_H
 #define HY_CHECKPOINT_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include "config.h"
 #include "error.h"
@@ -28,8 +44,80 @@
 int hy_checkpoint_save(hy_runtime *rt, const hy_config *c, const char *dir, char *saved,
                        hy_error *err);
 
-/* Loads checkpoint directory `path` into rt, whose config must describe
- * the same model (the keys model.* must match; errors name the key). */
-int hy_checkpoint_load(hy_runtime *rt, const hy_config *c, const char *path, hy_error *err);
+/* Checks checkpoint directory `path` (see the top) and loads it into rt,
+ * whose config must describe the same model (the keys model.* must match;
+ * errors name the key) and read the same data the same way (the shard's
+ * size and first 64 KiB, micro_batches and micro_batch_size: else the
+ * data position would mean other tokens). *unverified: 1 for a
+ * checkpoint without checksums (loaded, but nothing could be checked). */
+int hy_checkpoint_load(hy_runtime *rt, const hy_config *c, const char *path, int *unverified,
+                       hy_error *err);
+
+/* The checks of a load without loading: state.json's own checksum and
+ * every file's size and checksum. HY_ERR_INPUT naming what is wrong;
+ * *unverified as above. */
+int hy_checkpoint_verify(const char *path, int *unverified, hy_error *err);
+
+/* When `file` (a weights file to start from: config key init, eval
+ * --init) lies in a checkpoint directory, checks it against the
+ * directory's state.json; a file elsewhere is not a checkpoint's and
+ * passes (*unverified 0). */
+int hy_checkpoint_verify_file(const char *file, int *unverified, hy_error *err);
+
+/* What --resume PATH means: PATH itself when it is a checkpoint (holds a
+ * state.json) or not a directory (the load then says what is wrong);
+ * else the newest step_NNNNNN checkpoint in it. Into resolved, PATH_MAX
+ * bytes. */
+int hy_checkpoint_resolve(const char *path, char *resolved, hy_error *err);
+
+/* One checkpoint, as `hanayo checkpoint list` shows it. */
+typedef struct {
+    char path[PATH_MAX];
+    int step;
+    double loss;          /* NaN when it was not recorded */
+    char time[32];        /* UTC, "2026-12-03T13:05:00Z"; "" when not recorded */
+    uint64_t bytes;       /* its files together */
+    int format;
+} hy_checkpoint_info;
+
+/* The checkpoints in dir (its step_NNNNNN directories; or dir itself when
+ * it is one), by step ascending, into a malloc'd *out. */
+int hy_checkpoint_find(const char *dir, hy_checkpoint_info **out, int *n, hy_error *err);
+
+/* One writer per checkpoint.dir: an exclusive flock on dir/.lock (dir is
+ * created), which holds the writer's pid while it runs. The kernel releases it when the
+ * process ends however it ends, so a killed run never leaves it stuck. A
+ * second run is refused (HY_ERR_INPUT) naming the directory and the pid
+ * that holds it. Once it holds the lock, it removes the hidden
+ * temporaries a writer killed mid-save left (leftovers: how many). */
+typedef struct {
+    int fd;              /* -1: not held */
+    int leftovers;
+    size_t made;         /* dir[0..made) was the first directory it made; 0: none */
+    char dir[PATH_MAX];
+} hy_checkpoint_lock;
+
+int hy_checkpoint_lock_dir(const char *dir, hy_checkpoint_lock *lk, hy_error *err);
+/* Removes the lock file, lets go, and removes the directories taking the
+ * lock made if they are still empty: a run that ends leaves only its
+ * checkpoints, and a run refused or failed before its first save leaves
+ * nothing. (A killed run leaves the file, which the next run takes.) */
+void hy_checkpoint_unlock(hy_checkpoint_lock *lk);
+
+/* Retention: with keep > 0, removes the checkpoints of dir beyond the
+ * newest keep (by step), except those whose directory holds a file named
+ * `keep` and the one of saved_step (just written: never its own victim,
+ * even when an older run left higher steps in dir; -1: none). Each goes
+ * whole (atomicfile.h's hy_atomic_dir_remove). Called only after the new
+ * checkpoint is complete and synced. *removed: how many went. */
+int hy_checkpoint_prune(const char *dir, int keep, int saved_step, int *removed,
+                        hy_error *err);
+
+/* `hanayo checkpoint verify DIR`: every checkpoint in DIR checked, one
+ * line each; HY_ERR_INPUT when any is bad (after checking them all). */
+int hy_checkpoint_verify_cmd(const char *dir, FILE *out, hy_error *err);
+
+/* `hanayo checkpoint list DIR`: step, loss, time and size of each. */
+int hy_checkpoint_list_cmd(const char *dir, FILE *out, hy_error *err);
 
 #endif

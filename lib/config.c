@@ -230,12 +230,17 @@ static const key_spec KEYS[] = {
       .flags = F_NULLABLE, .def_str = "checkpoints",
       .def_doc = "`checkpoints/` and the config's file name without "
       "its extension (`checkpoints` with no file)",
-      .doc = "directory that receives one sub-directory per saved step; null: never "
-             "save" },
+      .doc = "directory that receives one sub-directory per saved step; one run at a "
+             "time may write it (a lock on its .lock file); null: never save" },
     { .name = "checkpoint.every", .type = K_INT, .off = OFF(checkpoint.every),
       .lo = 0, .hi = INT_ANY, .def = 0,
       .doc = "save every this many steps; 0: no periodic saves. With a dir set, the "
              "last step is always saved" },
+    { .name = "checkpoint.keep", .type = K_INT, .off = OFF(checkpoint.keep),
+      .lo = 0, .hi = INT_ANY, .def = 0,
+      .doc = "keep the newest this many checkpoints in the dir, and any whose directory "
+             "holds a file named `keep`; older ones are removed only after a new one is "
+             "complete and synced. 0: keep all" },
 
     { .name = "backend", .type = K_ENUM, .off = OFF(backend),
       .enum_name = backend_name, .n_enum = HY_BACKEND_COUNT, .def = HY_BACKEND_AUTO,

@@ -40,7 +40,8 @@ typedef struct {
              unsigned long long seed; int log_every; hy_nonfinite_policy on_nonfinite; } train;
     struct { char *train, *val; } data;                /* val may be NULL: no validation */
     char *init;                                        /* NULL: random init from train.seed */
-    struct { char *dir; int every; } checkpoint;       /* dir NULL: never checkpoint; every 0: only at the end */
+    struct { char *dir; int every, keep; } checkpoint; /* dir NULL: never checkpoint; every 0: only at
+                                                          the end; keep 0: keep all */
     hy_backend_kind backend;
     int *devices; int n_devices;   /* rank r -> devices[r]; empty = r mod device count */
     int graph;                     /* bool */

@@ -93,6 +93,7 @@ struct hy_runtime {
     int generation, done, quit;
     int eval_count;                /* > 0: the next round is an evaluation of that many batches */
     int step;
+    double last_loss;              /* of the last step, NaN before the first */
 };
 
 /* The tied embedding's parameter: in stage 0's block, and replicated on
@@ -605,6 +606,7 @@ int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err) {
     hy_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     rt->cfg = c;
+    rt->last_loss = NAN;
     pthread_mutex_init(&rt->lock, NULL);
     pthread_cond_init(&rt->cv, NULL);
     int rc = rt_build(rt, err);
@@ -709,6 +711,7 @@ int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err)
     if (!rc) rc = o->download(rt->be, 0, &norm, rt->ranks[0].norm, sizeof norm, err);
     if (rc) return rc;
     st->step = rt->step;
+    rt->last_loss = loss;
     st->loss = loss;
     st->grad_norm = norm;
     st->nonfinite = !isfinite(loss) || !isfinite(norm);
@@ -835,6 +838,8 @@ int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error 
 }
 
 struct hy_backend *hy_runtime_backend(hy_runtime *rt) { return rt->be; }
+
+double hy_runtime_last_loss(const hy_runtime *rt) { return rt->last_loss; }
 
 const hy_schedule *hy_runtime_schedule(const hy_runtime *rt) { return &rt->sched; }
 

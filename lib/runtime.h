@@ -93,6 +93,10 @@ int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n
 int hy_runtime_get_progress(hy_runtime *rt, int *step, size_t *data_pos, hy_error *err);
 int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error *err);
 
+/* The loss of the last step taken (hy_runtime_step), NaN before the
+ * first: what a checkpoint records beside its step. */
+double hy_runtime_last_loss(const hy_runtime *rt);
+
 /* The backend the runtime runs on (for benchmarks and profiling). */
 struct hy_backend *hy_runtime_backend(hy_runtime *rt);
 

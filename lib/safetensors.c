@@ -770,13 +770,19 @@ static int write_body(hy_atomic_file *af, const char *header, size_t hlen,
 }
 
 int hy_st_write(const hy_st_writer *w, const char *path, hy_error *err) {
+    return hy_st_write_sum(w, path, NULL, err);
+}
+
+int hy_st_write_sum(const hy_st_writer *w, const char *path, hy_file_sum *sum, hy_error *err) {
     const hy_st_entry **order = NULL;
     char *header = NULL;
     size_t hlen = 0;
     hy_atomic_file af;
+    if (sum) *sum = (hy_file_sum){ 0, 0 };
     int rc = layout_order(w, path, &order, err);
     if (!rc) rc = build_header(w, order, &header, &hlen, err);
     if (!rc) rc = hy_atomic_open(&af, path, HY_ERR_RUNTIME, err);
+    if (!rc) af.sum = sum;
     if (!rc) rc = write_body(&af, header, hlen, order, w->n, err);
     if (!rc) rc = hy_atomic_commit(&af, err);
     free(header);

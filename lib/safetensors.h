@@ -40,6 +40,7 @@
 #ifndef HY_SAFETENSORS_H
 #define HY_SAFETENSORS_H
 
+#include "checksum.h"
 #include "error.h"
 
 #include <stddef.h>
@@ -155,6 +156,8 @@ int hy_st_writer_set_meta(hy_st_writer *w, const char *key, const char *value,
 /* Writes the file atomically (see the top). Errors are HY_ERR_RUNTIME
  * naming the path and the system call. */
 int hy_st_write(const hy_st_writer *w, const char *path, hy_error *err);
+/* The same, summing the bytes written into *sum (checksum.h). */
+int hy_st_write_sum(const hy_st_writer *w, const char *path, hy_file_sum *sum, hy_error *err);
 
 void hy_st_writer_free(hy_st_writer *w);
 

@@ -4,6 +4,7 @@
 #include "train.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -18,9 +19,20 @@
 #include "schedule.h"
 #include "weights.h"
 
-int hy_train_runtime(hy_runtime **out, const hy_config *c, hy_error *err) {
+/* Says, on warn, that a checkpoint was loaded that could not be checked. */
+static void hy_warn_unverified(FILE *warn, const char *what) {
+    if (warn)
+        fprintf(warn, "warning: %s was written without checksums (checkpoint format 1); loaded "
+                "unverified\n", what);
+}
+
+int hy_train_runtime(hy_runtime **out, const hy_config *c, FILE *warn, hy_error *err) {
+    int unverified = 0;
     int rc = hy_runtime_create(out, c, err);
+    /* A checkpoint's weights are checked like a resume's (checkpoint.h). */
+    if (!rc && c->init) rc = hy_checkpoint_verify_file(c->init, &unverified, err);
     if (!rc && c->init) rc = hy_weights_load(*out, c->init, err);
+    if (!rc && unverified) hy_warn_unverified(warn, c->init);
     if (rc) {
         hy_runtime_destroy(*out);
         *out = NULL;
@@ -134,16 +146,32 @@ static const char *hy_stop_cause(int sig, char *buf, size_t n) {
     return buf;
 }
 
+/* Saves rt's last step into checkpoint.dir, says so, then applies
+ * checkpoint.keep: only now, with the new checkpoint complete and synced,
+ * may older ones go. A failed removal is a warning, not the end of a run
+ * whose newest state is safe. The path goes to path (PATH_MAX bytes). */
+static int hy_save(hy_runtime *rt, const hy_config *c, char *path, FILE *out, hy_error *err) {
+    int rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, path, err);
+    if (rc) return rc;
+    fprintf(out, "checkpoint: %s\n", path);
+    int step = 0, removed = 0;
+    size_t pos = 0;
+    hy_error e;
+    if (hy_runtime_get_progress(rt, &step, &pos, &e) ||
+        hy_checkpoint_prune(c->checkpoint.dir, c->checkpoint.keep, step, &removed, &e))
+        fprintf(out, "warning: checkpoint.keep: older checkpoints not all removed: %s\n", e.msg);
+    return HY_OK;
+}
+
 /* A run asked to stop after step `step`: save that step unless `saved`
  * (its checkpoint, just written) is given or the step was not finite
  * (`bad`), and say where the run stopped and how to go on. */
 static int hy_stop(hy_runtime *rt, const hy_config *c, int step, const char *saved, int bad,
                    int sig, FILE *out, hy_error *err) {
-    char path[4096] = "", cause[32];
+    char path[PATH_MAX] = "", cause[32];
     if (c->checkpoint.dir && !saved && !bad) {
-        int rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, path, err);
+        int rc = hy_save(rt, c, path, out, err);
         if (rc) return rc;
-        fprintf(out, "checkpoint: %s\n", path);
         saved = path;
     }
     fprintf(out, "stopped at step %d because of %s; ", step, hy_stop_cause(sig, cause, sizeof cause));
@@ -196,13 +224,20 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
      * is printed or any file is opened for writing. */
     int rc = hy_pick_backend(c, NULL, err);
     hy_runtime *rt = NULL;
-    int first = 1, steps = c->train.steps, done = 0, val_batches = 0;
+    int first = 1, steps = c->train.steps, done = 0, val_batches = 0, unverified = 0;
     size_t pos = 0;
-    if (!rc) rc = hy_train_runtime(&rt, c, err);
-    if (!rc && o && o->resume) rc = hy_checkpoint_load(rt, c, o->resume, err);
+    char resume[PATH_MAX] = "";
+    hy_checkpoint_lock lock = { .fd = -1 };
+    if (!rc) rc = hy_train_runtime(&rt, c, out, err);
+    if (!rc && o && o->resume) rc = hy_checkpoint_resolve(o->resume, resume, err);
+    if (!rc && *resume) rc = hy_checkpoint_load(rt, c, resume, &unverified, err);
     /* Opens data.train and checks that one batch fits. */
     if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);
     if (!rc && c->data.val) rc = hy_shard_batches(c, c->data.val, &val_batches, err);
+    /* After the other checks, so a run refused for them leaves no
+     * directory behind; before the log, so a refused one leaves no log:
+     * one writer per checkpoint.dir (checkpoint.h). */
+    if (!rc && c->checkpoint.dir) rc = hy_checkpoint_lock_dir(c->checkpoint.dir, &lock, err);
     FILE *log = NULL;
     if (!rc && o && o->log_json) {
         log = fopen(o->log_json, "w");
@@ -211,19 +246,24 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
                          "--log-json %s: cannot open for writing: %s", o->log_json, strerror(errno));
     }
     if (rc) {
+        hy_checkpoint_unlock(&lock);
         hy_runtime_destroy(rt);
         return rc;
     }
     hy_pick_backend(c, out, err);
     hy_print_header(c, out);
-    if (o && o->resume) {
-        fprintf(out, "resumed from %s after step %d\n", o->resume, done);
+    if (lock.leftovers)
+        fprintf(out, "removed %d temporar%s an interrupted save left in %s\n", lock.leftovers,
+                lock.leftovers == 1 ? "y" : "ies", c->checkpoint.dir);
+    if (*resume) {
+        if (unverified) hy_warn_unverified(out, resume);
+        fprintf(out, "resumed from %s after step %d\n", resume, done);
         first = done + 1;
     }
     double total_ms = 0;
     int stopped = 0, saved = 0;   /* the step a stop request ended the run at; the last saved */
     int bad = 0, n_bad = 0, bad_in_row = 0;   /* this step, all steps, in a row: not finite */
-    char saved_path[4096] = "";
+    char saved_path[PATH_MAX] = "";
     for (int i = first; i <= steps && !rc; i++) {
         hy_step_stats st;
         if (o && o->before_step) rc = o->before_step(rt, i, o->before_step_ctx, err);
@@ -260,8 +300,7 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
             if (bad) {
                 fprintf(out, "checkpoint of step %d not written: the step was not finite\n", i);
             } else {
-                rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, saved_path, err);
-                if (!rc) fprintf(out, "checkpoint: %s\n", saved_path);
+                rc = hy_save(rt, c, saved_path, out, err);
                 if (!rc) saved = i;
             }
         }
@@ -281,13 +320,15 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
         rc = hy_stop(rt, c, last, saved == last ? saved_path : NULL, bad,
                      *o->stop, out, err);
     hy_runtime_destroy(rt);
+    hy_checkpoint_unlock(&lock);
     if (log && fclose(log) != 0 && !rc)
         rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,
                      strerror(errno));
     return rc;
 }
 
-int hy_eval(const hy_config *c, const char *shard, int batches, FILE *out, hy_error *err) {
+int hy_eval(const hy_config *c, const char *shard, int batches, FILE *out, FILE *warn,
+            hy_error *err) {
     if (!shard) shard = c->data.val ? c->data.val : c->data.train;
     int rc = hy_pick_backend(c, NULL, err);   /* stdout is one JSON line */
     if (rc) return rc;
@@ -297,7 +338,7 @@ int hy_eval(const hy_config *c, const char *shard, int batches, FILE *out, hy_er
     }
     hy_runtime *rt = NULL;
     double loss = 0, tokens = 0;
-    rc = hy_train_runtime(&rt, c, err);
+    rc = hy_train_runtime(&rt, c, warn, err);
     if (!rc) rc = hy_runtime_eval(rt, shard, batches, &loss, &tokens, err);
     hy_runtime_destroy(rt);
     if (!rc) fprintf(out, "{\"loss\": %.7f, \"batches\": %d, \"tokens\": %.0f}\n", loss, batches, tokens);

@@ -9,7 +9,10 @@
  * gradient norm, tokens/s, ms/step and the time left. With a JSON log file
  * it also writes one JSON object per step. Checkpoints go to
  * checkpoint.dir every checkpoint.every steps and after the last step;
- * `resume` continues a run from one (checkpoint.h). A stop request (the
+ * `resume` continues a run from one (checkpoint.h), checked first. A run
+ * with a checkpoint.dir holds its lock (one writer per directory) and,
+ * with checkpoint.keep, removes older checkpoints after each new one is
+ * complete. A stop request (the
  * CLI's SIGINT/SIGTERM) ends the run cleanly after the current step.
  */
 #ifndef HY_TRAIN_H
@@ -24,7 +27,8 @@
 
 typedef struct {
     const char *log_json;   /* path of the per-step JSON log, or NULL */
-    const char *resume;     /* checkpoint directory to continue from, or NULL */
+    const char *resume;     /* checkpoint to continue from (or a checkpoint.dir: its
+                               newest, hy_checkpoint_resolve), or NULL */
     /* A request to stop, or NULL (never). Read after every step; once it is
      * non-zero the run stops there: it saves a checkpoint of that step
      * (when checkpoint.dir is set and none was just saved), skips the
@@ -44,8 +48,11 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
 
 /* The runtime of config c with the weights it starts from: hy_runtime_create's
  * seeded initialization, then the file config key `init` names, when it
- * does (weights.h). On failure *out is NULL. */
-int hy_train_runtime(hy_runtime **out, const hy_config *c, hy_error *err);
+ * does (weights.h), checked first when it is a checkpoint's
+ * (hy_checkpoint_verify_file: a damaged one is refused). A checkpoint
+ * without checksums loads with a one-line warning on warn (NULL: none).
+ * On failure *out is NULL. */
+int hy_train_runtime(hy_runtime **out, const hy_config *c, FILE *warn, hy_error *err);
 
 /* The learning rate at step (1-based): linear warm-up to train.lr over
  * warmup_steps, then cosine decay to train.min_lr at the last step. */
@@ -60,7 +67,9 @@ int hy_train_step(hy_runtime *rt, const hy_config *c, hy_step_stats *st, hy_erro
 /* `hanayo eval`: the mean loss of the model of c (with c->init's weights)
  * over `batches` batches read in order from the start of `shard` (NULL:
  * data.val, else data.train; batches <= 0: every batch the shard holds),
- * printed as one JSON line {"loss": x, "batches": n, "tokens": t}. */
-int hy_eval(const hy_config *c, const char *shard, int batches, FILE *out, hy_error *err);
+ * printed as one JSON line {"loss": x, "batches": n, "tokens": t}. A
+ * warning (weights from a checkpoint without checksums) goes to warn. */
+int hy_eval(const hy_config *c, const char *shard, int batches, FILE *out, FILE *warn,
+            hy_error *err);
 
 #endif

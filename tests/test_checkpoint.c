@@ -18,6 +18,8 @@
 #include "test.h"
 
 #include <dirent.h>
+#include <jansson.h>
+#include <limits.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,7 +37,7 @@ static int load(hy_config *c, const char *ckdir, const char *const *extra, int n
     char data_set[200], ck_set[200];
     snprintf(data_set, sizeof data_set, "data.train=%s", shard);
     snprintf(ck_set, sizeof ck_set, "checkpoint.dir=%s", ckdir);
-    const char *sets[16] = { "model.layers=2", "model.d_model=32", "model.heads=4",
+    const char *sets[24] = { "model.layers=2", "model.d_model=32", "model.heads=4",
                              "model.seq_len=16", "model.vocab=64", "schedule.micro_batch_size=2",
                              "schedule.micro_batches=4", "train.steps=6", "data.val=null",
                              "backend=cpu", data_set, ck_set };
@@ -88,6 +90,7 @@ static void resume_is_exact(const char *const *extra, int n_extra) {
     snprintf(ckdir, sizeof ckdir, "%s/ck-%s", dir, extra[0] + 14);
     hy_config c;
     hy_error err;
+    int unverified = 0;
     if (load(&c, ckdir, extra, n_extra)) { CHECK(0); return; }
     /* Uninterrupted: 6 steps. */
     hy_runtime *a = NULL;
@@ -105,7 +108,7 @@ static void resume_is_exact(const char *const *extra, int n_extra) {
     hy_runtime_destroy(b);
     CHECK(strstr(saved, "step_000003") != NULL);
     CHECK(hy_runtime_create(&b2, &c, &err) == HY_OK);
-    CHECKF(hy_checkpoint_load(b2, &c, saved, &err) == HY_OK, "%s", err.msg);
+    CHECKF(hy_checkpoint_load(b2, &c, saved, &unverified, &err) == HY_OK, "%s", err.msg);
     CHECK(run_steps(b2, &c, 3) == 0);
     float *wb = snapshot(b2, &c, &nb);
     CHECKF(wa && wb && na == nb && memcmp(wa, wb, na * sizeof(float)) == 0,
@@ -128,7 +131,7 @@ static void resume_is_exact(const char *const *extra, int n_extra) {
     if (load(&other, ckdir, bigger, n_extra + 1) == 0) {
         hy_runtime *o = NULL;
         CHECK(hy_runtime_create(&o, &other, &err) == HY_OK);
-        CHECK(hy_checkpoint_load(o, &other, saved, &err) == HY_ERR_INPUT);
+        CHECK(hy_checkpoint_load(o, &other, saved, &unverified, &err) == HY_ERR_INPUT);
         CHECK(strstr(err.msg, "model.d_model") != NULL);
         hy_runtime_destroy(o);
         hy_config_free(&other);
@@ -139,11 +142,12 @@ static void resume_is_exact(const char *const *extra, int n_extra) {
 static void bad_checkpoints(void) {
     hy_config c;
     hy_error err;
+    int unverified = 0;
     const char *one[] = { "schedule.kind=gpipe", "schedule.ranks=1" };
     if (load(&c, dir, one, 2)) { CHECK(0); return; }
     hy_runtime *rt = NULL;
     CHECK(hy_runtime_create(&rt, &c, &err) == HY_OK);
-    CHECK(hy_checkpoint_load(rt, &c, "/nonexistent/step_000001", &err) == HY_ERR_INPUT);
+    CHECK(hy_checkpoint_load(rt, &c, "/nonexistent/step_000001", &unverified, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "not a checkpoint") != NULL);
     char path[160];
     snprintf(path, sizeof path, "%s/fake", dir);
@@ -152,7 +156,7 @@ static void bad_checkpoints(void) {
     FILE *f = fopen(path, "w");
     if (f) { fputs("{\"format\": 1, \"step\": -4, \"data_position\": 0}", f); fclose(f); }
     snprintf(path, sizeof path, "%s/fake", dir);
-    CHECK(hy_checkpoint_load(rt, &c, path, &err) == HY_ERR_INPUT);
+    CHECK(hy_checkpoint_load(rt, &c, path, &unverified, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "step") != NULL);
     hy_runtime_destroy(rt);
     hy_config_free(&c);
@@ -168,6 +172,7 @@ static void killed_writer(void) {
                            "model.d_model=64" };
     hy_config c;
     hy_error err;
+    int unverified = 0;
     if (load(&c, ckdir, sets, 4)) { CHECK(0); return; }
     int survived = 0;
     for (int trial = 0; trial < 12; trial++) {
@@ -208,7 +213,7 @@ static void killed_writer(void) {
             snprintf(path, sizeof path, "%s/%s", ckdir, e->d_name);
             hy_runtime *rt = NULL;
             CHECK(hy_runtime_create(&rt, &c, &err) == HY_OK);
-            CHECKF(hy_checkpoint_load(rt, &c, path, &err) == HY_OK, "%s: %s", path, err.msg);
+            CHECKF(hy_checkpoint_load(rt, &c, path, &unverified, &err) == HY_OK, "%s: %s", path, err.msg);
             hy_runtime_destroy(rt);
             survived++;
         }
@@ -256,6 +261,7 @@ static void disk_full(void) {
     const char *one[] = { "schedule.kind=gpipe", "schedule.ranks=1" };
     hy_config c;
     hy_error err;
+    int unverified = 0;
     if (load(&c, ckdir, one, 2)) { CHECK(0); return; }
     hy_runtime *rt = NULL, *back = NULL;
     CHECK(hy_runtime_create(&rt, &c, &err) == HY_OK);
@@ -301,7 +307,7 @@ static void disk_full(void) {
 
     /* The earlier checkpoint is whole: it loads, with the weights of step 1. */
     CHECK(hy_runtime_create(&back, &c, &err) == HY_OK);
-    CHECKF(hy_checkpoint_load(back, &c, first, &err) == HY_OK, "%s", err.msg);
+    CHECKF(hy_checkpoint_load(back, &c, first, &unverified, &err) == HY_OK, "%s", err.msg);
     float *loaded = snapshot(back, &c, &n_back);
     CHECK(saved && loaded && n_saved == n_back &&
           memcmp(saved, loaded, n_saved * sizeof(float)) == 0);
@@ -315,6 +321,366 @@ static void disk_full(void) {
     free(loaded);
     hy_runtime_destroy(rt);
     hy_config_free(&c);
+}
+
+/* ---- Integrity, one writer, retention ------------------------------------ */
+
+/* A fresh one-rank run of `steps` steps saving each into ckdir. */
+static int save_steps(const hy_config *c, const char *ckdir, int steps) {
+    hy_runtime *rt = NULL;
+    hy_error err;
+    int rc = hy_runtime_create(&rt, c, &err);
+    for (int i = 0; i < steps && !rc; i++) {
+        rc = run_steps(rt, c, 1);
+        if (!rc) rc = hy_checkpoint_save(rt, c, ckdir, NULL, &err);
+    }
+    if (rc) fprintf(stderr, "save_steps: %s\n", err.msg);
+    hy_runtime_destroy(rt);
+    return rc;
+}
+
+/* Loads checkpoint path into a new runtime of c: its status, the error in
+ * err, *unverified. */
+static int try_load(const hy_config *c, const char *path, int *unverified, hy_error *err) {
+    hy_runtime *rt = NULL;
+    int rc = hy_runtime_create(&rt, c, err);
+    if (!rc) rc = hy_checkpoint_load(rt, c, path, unverified, err);
+    hy_runtime_destroy(rt);
+    return rc;
+}
+
+static long file_bytes(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static void flip_byte(const char *path, long at) {
+    FILE *f = fopen(path, "r+b");
+    int b = f && fseek(f, at, SEEK_SET) == 0 ? fgetc(f) : EOF;
+    CHECKF(b != EOF, "%s: cannot read byte %ld", path, at);
+    if (b != EOF && fseek(f, at, SEEK_SET) == 0) fputc(b ^ 0x10, f);
+    if (f) fclose(f);
+}
+
+/* A flipped byte anywhere in any file of a checkpoint is refused, by load
+ * and by verify, with the file named and the previous checkpoint offered;
+ * flipped back, the checkpoint loads again. */
+static void flipped_bytes(const hy_config *c, const char *ckdir) {
+    static const char *const files[] = { "model.safetensors", "optimizer.safetensors",
+                                         "config.json", "state.json" };
+    char path[300];
+    hy_error err;
+    int unverified = -1;
+    for (int f = 0; f < 4; f++) {
+        snprintf(path, sizeof path, "%s/step_000002/%s", ckdir, files[f]);
+        long n = file_bytes(path);
+        CHECKF(n > 16, "%s: %ld bytes", path, n);
+        /* The first byte, one inside (the tensor data of a safetensors
+         * file: past its header), the last. */
+        const long at[3] = { 0, n - n / 3, n - 1 };
+        for (int k = 0; k < 3 && n > 16; k++) {
+            flip_byte(path, at[k]);
+            snprintf(path, sizeof path, "%s/step_000002", ckdir);
+            int rc = try_load(c, path, &unverified, &err);
+            CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, files[f]) &&
+                       strstr(err.msg, "step_000001"),
+                   "%s byte %ld flipped: load gave %d: %s", files[f], at[k], rc, err.msg);
+            CHECKF(strstr(err.msg, "checksum mismatch") || strstr(err.msg, "not a checkpoint"),
+                   "%s byte %ld: %s", files[f], at[k], err.msg);
+            CHECK(hy_checkpoint_verify(path, &unverified, &err) == HY_ERR_INPUT);
+            snprintf(path, sizeof path, "%s/step_000002/%s", ckdir, files[f]);
+            flip_byte(path, at[k]);
+        }
+    }
+    snprintf(path, sizeof path, "%s/step_000002", ckdir);
+    CHECKF(try_load(c, path, &unverified, &err) == HY_OK && unverified == 0, "%s", err.msg);
+}
+
+/* A file cut short, or missing, is refused naming it. */
+static void truncated_files(const hy_config *c, const char *ckdir) {
+    static const char *const files[] = { "model.safetensors", "optimizer.safetensors",
+                                         "state.json" };
+    char path[300], ck[200];
+    snprintf(ck, sizeof ck, "%s/step_000002", ckdir);
+    hy_error err;
+    int unverified;
+    for (int f = 0; f < 3; f++) {
+        snprintf(path, sizeof path, "%s/%s", ck, files[f]);
+        long n = file_bytes(path);
+        char *keep = malloc((size_t)n);
+        FILE *in = fopen(path, "rb");
+        CHECK(keep && in && fread(keep, 1, (size_t)n, in) == (size_t)n);
+        if (in) fclose(in);
+        CHECK(truncate(path, n - 1) == 0);
+        int rc = try_load(c, ck, &unverified, &err);
+        CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, files[f]), "%s cut: %d: %s", files[f], rc,
+               err.msg);
+        if (f < 2) CHECKF(strstr(err.msg, "cut short") != NULL, "%s", err.msg);
+        if (f < 2) {
+            CHECK(unlink(path) == 0);
+            rc = try_load(c, ck, &unverified, &err);
+            CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, files[f]), "%s gone: %d: %s", files[f],
+                   rc, err.msg);
+        }
+        FILE *out = fopen(path, "wb");
+        CHECK(out && keep && fwrite(keep, 1, (size_t)n, out) == (size_t)n);
+        if (out) fclose(out);
+        free(keep);
+    }
+    CHECKF(try_load(c, ck, &unverified, &err) == HY_OK, "%s", err.msg);
+}
+
+/* A checkpoint of format 1 (before checksums: no files, data or checksum
+ * in state.json) still loads, flagged unverified; verify says so. */
+static void legacy_format(const hy_config *c, const char *ckdir) {
+    char state[300], ck[200];
+    snprintf(ck, sizeof ck, "%s/legacy", ckdir);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cp -r %s/step_000002 %s", ckdir, ck);
+    CHECK(system(cmd) == 0);
+    snprintf(state, sizeof state, "%s/state.json", ck);
+    json_error_t je;
+    json_t *o = json_load_file(state, 0, &je);
+    CHECK(o != NULL);
+    if (!o) return;
+    const char *gone[] = { "files", "data", "checksum", "loss", "time" };
+    for (int i = 0; i < 5; i++) json_object_del(o, gone[i]);
+    json_object_set_new(o, "format", json_integer(1));
+    CHECK(json_dump_file(o, state, JSON_INDENT(2)) == 0);
+    json_decref(o);
+    hy_error err;
+    int unverified = 0;
+    CHECKF(try_load(c, ck, &unverified, &err) == HY_OK && unverified == 1, "%s", err.msg);
+    CHECK(hy_checkpoint_verify(ck, &unverified, &err) == HY_OK && unverified == 1);
+    /* Its weights as init: checked (nothing to check) and flagged. */
+    char model[320];
+    snprintf(model, sizeof model, "%s/model.safetensors", ck);
+    CHECK(hy_checkpoint_verify_file(model, &unverified, &err) == HY_OK && unverified == 1);
+    /* A format-2 state.json without its checksum line is not taken for one. */
+    snprintf(cmd, sizeof cmd, "rm -rf %s", ck);
+    CHECK(system(cmd) == 0);
+}
+
+/* The weights file of a damaged checkpoint as init is refused; a weights
+ * file outside any checkpoint passes the check. */
+static void init_checked(const hy_config *c, const char *ckdir) {
+    char model[300];
+    snprintf(model, sizeof model, "%s/step_000002/model.safetensors", ckdir);
+    hy_error err;
+    int unverified = -1;
+    CHECK(hy_checkpoint_verify_file(model, &unverified, &err) == HY_OK && unverified == 0);
+    hy_config ci = *c;
+    ci.init = model;
+    flip_byte(model, file_bytes(model) / 2);
+    hy_runtime *rt = NULL;
+    int rc = hy_train_runtime(&rt, &ci, NULL, &err);
+    CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, "model.safetensors") &&
+               strstr(err.msg, "checksum mismatch") && rt == NULL,
+           "damaged init: %d: %s", rc, err.msg);
+    flip_byte(model, file_bytes(model) / 2);
+    CHECKF(hy_train_runtime(&rt, &ci, NULL, &err) == HY_OK, "%s", err.msg);
+    hy_runtime_destroy(rt);
+    CHECK(hy_checkpoint_verify_file(shard, &unverified, &err) == HY_OK && unverified == 0);
+}
+
+/* Another shard, or another micro-batch layout, would give the data
+ * position other tokens: refused, naming what differs. */
+static void other_data(const char *ckdir) {
+    char other[200], set[260], ck[200];
+    snprintf(other, sizeof other, "%s/other.bin", dir);
+    snprintf(ck, sizeof ck, "%s/step_000002", ckdir);
+    uint16_t *tok = malloc(30000 * sizeof *tok);
+    hy_error err;
+    CHECK(tok && hy_synth_tokens(tok, 30000, 64, 6, 0, &err) == HY_OK &&
+          hy_shard_write(other, tok, 30000, &err) == HY_OK);   /* same size, another seed */
+    free(tok);
+    snprintf(set, sizeof set, "data.train=%s", other);
+    const char *shard_sets[] = { "schedule.kind=gpipe", "schedule.ranks=1", set };
+    const char *layout_sets[] = { "schedule.kind=gpipe", "schedule.ranks=1",
+                                  "schedule.micro_batches=2" };
+    const char *const *sets[2] = { shard_sets, layout_sets };
+    const char *want[2] = { "other tokens", "schedule.micro_batches" };
+    for (int i = 0; i < 2; i++) {
+        hy_config c;
+        int unverified;
+        if (load(&c, ckdir, sets[i], 3)) { CHECK(0); continue; }
+        int rc = try_load(&c, ck, &unverified, &err);
+        CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, want[i]) && strstr(err.msg, "init ="),
+               "%s: %d: %s", want[i], rc, err.msg);
+        hy_config_free(&c);
+    }
+}
+
+/* hanayo checkpoint verify and list, through their library calls. */
+static void verify_and_list(const char *ckdir) {
+    char text[4096], path[300];
+    hy_error err;
+    FILE *f = tmpfile();
+    CHECK(f && hy_checkpoint_verify_cmd(ckdir, f, &err) == HY_OK);
+    size_t n = f && fseek(f, 0, SEEK_SET) == 0 ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = '\0';
+    CHECKF(strstr(text, "ok ") && strstr(text, "step_000001") && strstr(text, "step_000002") &&
+               !strstr(text, "BAD"), "%s", text);
+    if (f) fclose(f);
+    snprintf(path, sizeof path, "%s/step_000001/optimizer.safetensors", ckdir);
+    flip_byte(path, 100);
+    f = tmpfile();
+    CHECK(f && hy_checkpoint_verify_cmd(ckdir, f, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "1 of 2") != NULL, "%s", err.msg);
+    n = f && fseek(f, 0, SEEK_SET) == 0 ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = '\0';
+    CHECKF(strstr(text, "BAD") && strstr(text, "optimizer.safetensors"), "%s", text);
+    if (f) fclose(f);
+    flip_byte(path, 100);
+    f = tmpfile();
+    CHECK(f && hy_checkpoint_list_cmd(ckdir, f, &err) == HY_OK);
+    n = f && fseek(f, 0, SEEK_SET) == 0 ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = '\0';
+    CHECKF(strstr(text, "step") && strstr(text, "loss") && strstr(text, "KiB") &&
+               strstr(text, "Z "), "%s", text);
+    if (f) fclose(f);
+    char newest[PATH_MAX];
+    CHECK(hy_checkpoint_resolve(ckdir, newest, &err) == HY_OK &&
+          strstr(newest, "step_000002") != NULL);
+}
+
+static void integrity(void) {
+    char ckdir[128];
+    snprintf(ckdir, sizeof ckdir, "%s/integrity", dir);
+    const char *one[] = { "schedule.kind=gpipe", "schedule.ranks=1" };
+    hy_config c;
+    if (load(&c, ckdir, one, 2)) { CHECK(0); return; }
+    CHECK(save_steps(&c, ckdir, 2) == 0);
+    flipped_bytes(&c, ckdir);
+    truncated_files(&c, ckdir);
+    legacy_format(&c, ckdir);
+    init_checked(&c, ckdir);
+    other_data(ckdir);
+    verify_and_list(ckdir);
+    hy_config_free(&c);
+}
+
+/* One writer per directory: a second lock is refused naming the directory
+ * and the holder's pid; a holder killed outright leaves nothing stuck. */
+static void one_writer(void) {
+    char ckdir[128], pid_text[32];
+    snprintf(ckdir, sizeof ckdir, "%s/locked", dir);
+    hy_checkpoint_lock a, b;
+    hy_error err;
+    CHECKF(hy_checkpoint_lock_dir(ckdir, &a, &err) == HY_OK, "%s", err.msg);
+    snprintf(pid_text, sizeof pid_text, "pid %ld", (long)getpid());
+    CHECK(hy_checkpoint_lock_dir(ckdir, &b, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, ckdir) && strstr(err.msg, pid_text), "%s", err.msg);
+    /* hy_train refuses at its start, before it trains or writes. */
+    const char *one[] = { "schedule.kind=gpipe", "schedule.ranks=1" };
+    hy_config c;
+    if (load(&c, ckdir, one, 2) == 0) {
+        FILE *out = tmpfile();
+        CHECK(hy_train(&c, NULL, out, &err) == HY_ERR_INPUT && strstr(err.msg, "in use"));
+        CHECK(out && ftell(out) == 0);
+        if (out) fclose(out);
+        hy_config_free(&c);
+    }
+    hy_checkpoint_unlock(&a);
+    CHECKF(hy_checkpoint_lock_dir(ckdir, &b, &err) == HY_OK, "%s", err.msg);
+    hy_checkpoint_unlock(&b);
+
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(ready[0]);
+        hy_checkpoint_lock held;
+        if (hy_checkpoint_lock_dir(ckdir, &held, &err)) _exit(3);
+        if (write(ready[1], "k", 1) != 1) _exit(4);
+        for (;;) pause();
+    }
+    close(ready[1]);
+    char k;
+    CHECK(read(ready[0], &k, 1) == 1);
+    close(ready[0]);
+    snprintf(pid_text, sizeof pid_text, "pid %ld", (long)pid);
+    CHECK(hy_checkpoint_lock_dir(ckdir, &b, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, pid_text) != NULL, "%s", err.msg);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    CHECKF(hy_checkpoint_lock_dir(ckdir, &b, &err) == HY_OK, "after the kill: %s", err.msg);
+    hy_checkpoint_unlock(&b);
+}
+
+/* hy_train to `steps` with checkpoint.every = 1 and checkpoint.keep =
+ * keep, resuming from ckdir's newest when it has one. */
+static int train_keep(const char *ckdir, int steps, const char *keep) {
+    char steps_set[32];
+    snprintf(steps_set, sizeof steps_set, "train.steps=%d", steps);
+    const char *sets[] = { "schedule.kind=gpipe", "schedule.ranks=1", "checkpoint.every=1",
+                           keep, steps_set };
+    hy_config c;
+    if (load(&c, ckdir, sets, 5)) return -1;
+    hy_error err;
+    hy_checkpoint_info *found = NULL;
+    int n_found = 0;
+    hy_train_opts o = { .resume = NULL };
+    if (hy_checkpoint_find(ckdir, &found, &n_found, &err) == HY_OK && n_found > 0)
+        o.resume = ckdir;
+    free(found);
+    FILE *out = tmpfile();
+    int rc = hy_train(&c, &o, out, &err);
+    if (out) fclose(out);
+    if (rc && rc != HY_ERR_RUNTIME) fprintf(stderr, "train_keep: %s\n", err.msg);
+    hy_config_free(&c);
+    return rc;
+}
+
+/* checkpoint.keep: the newest N stay, and any marked `keep`; a save that
+ * fails removes nothing; the one just saved is never removed, even below
+ * an older run's higher steps. */
+static void retention(void) {
+    char ckdir[128], mark[200], names[512];
+    snprintf(ckdir, sizeof ckdir, "%s/keep", dir);
+    CHECK(train_keep(ckdir, 3, "checkpoint.keep=0") == 0);
+    listing(ckdir, names, sizeof names);
+    CHECKF(strcmp(names, "step_000001 step_000002 step_000003") == 0, "%s", names);
+    snprintf(mark, sizeof mark, "%s/step_000001/keep", ckdir);
+    FILE *f = fopen(mark, "w");
+    CHECK(f != NULL);
+    if (f) fclose(f);
+    CHECK(train_keep(ckdir, 6, "checkpoint.keep=2") == 0);
+    listing(ckdir, names, sizeof names);
+    CHECKF(strcmp(names, "step_000001 step_000005 step_000006") == 0, "%s", names);
+    /* The next save fails (no room): nothing is removed. */
+    struct rlimit old_lim, lim;
+    struct sigaction ign = { .sa_handler = SIG_IGN }, old_act;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old_lim) == 0 && sigaction(SIGXFSZ, &ign, &old_act) == 0);
+    lim = old_lim;
+    lim.rlim_cur = 4096;
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    CHECK(train_keep(ckdir, 7, "checkpoint.keep=1") == HY_ERR_RUNTIME);
+    CHECK(setrlimit(RLIMIT_FSIZE, &old_lim) == 0 && sigaction(SIGXFSZ, &old_act, NULL) == 0);
+    listing(ckdir, names, sizeof names);
+    CHECKF(strcmp(names, "step_000001 step_000005 step_000006") == 0, "%s", names);
+    CHECK(train_keep(ckdir, 7, "checkpoint.keep=1") == 0);
+    listing(ckdir, names, sizeof names);
+    CHECKF(strcmp(names, "step_000001 step_000007") == 0, "%s", names);
+    /* An older run's step 100 outranks step 7, which still stays. */
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "cp -r %s/step_000007 %s/step_000100", ckdir, ckdir);
+    CHECK(system(cmd) == 0);
+    int removed = -1;
+    hy_error err;
+    CHECK(hy_checkpoint_prune(ckdir, 1, 7, &removed, &err) == HY_OK && removed == 0);
+    CHECK(hy_checkpoint_prune(ckdir, 1, -1, &removed, &err) == HY_OK && removed == 1);
+    listing(ckdir, names, sizeof names);
+    CHECKF(strcmp(names, "step_000001 step_000100") == 0, "%s", names);
+    /* What a save killed midway leaves (a hidden temporary) goes when the
+     * next writer takes the lock. */
+    snprintf(cmd, sizeof cmd, "cp -r %s/step_000100 %s/.step_000101.tmp.abc123", ckdir, ckdir);
+    CHECK(system(cmd) == 0);
+    hy_checkpoint_lock lk;
+    CHECK(hy_checkpoint_lock_dir(ckdir, &lk, &err) == HY_OK && lk.leftovers == 1);
+    hy_checkpoint_unlock(&lk);
+    listing(ckdir, names, sizeof names);
+    CHECKF(strcmp(names, "step_000001 step_000100") == 0, "%s", names);
 }
 
 int main(void) {
@@ -335,6 +701,9 @@ int main(void) {
     bad_checkpoints();
     disk_full();
     killed_writer();
+    integrity();
+    one_writer();
+    retention();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -122,6 +122,42 @@ run eval configs/tiny-gpt.json "${small[@]}" --init "$tmp/none.safetensors"
 expect_rc 2
 expect_err "$tmp/none.safetensors"
 
+# ---- checkpoint verify and list ---------------------------------------------------
+ckd=$tmp/own/checkpoints/mine
+run checkpoint verify "$ckd"
+expect_rc 0
+expect_out "^ok  *$ckd/step_000002 ("
+run checkpoint list "$ckd"
+expect_rc 0
+expect_out '^    step       loss  time (UTC)'
+expect_out "^       2  *[0-9.]*  20[0-9-]*T[0-9:]*Z  *[0-9.]* KiB  $ckd/step_000002\$"
+run checkpoint verify "$ckd/step_000002"
+expect_rc 0
+# A flipped byte: verify says BAD naming the file, exit 2; resuming and
+# evaluating its weights are refused the same way.
+python3 -c 'import sys
+f = open(sys.argv[1], "r+b"); f.seek(-100, 2); b = f.read(1); f.seek(-100, 2)
+f.write(bytes([b[0] ^ 1]))' "$ckd/step_000002/model.safetensors"
+run checkpoint verify "$ckd"
+expect_rc 2
+expect_out "^BAD  *$ckd/step_000002: .*model.safetensors: checksum mismatch"
+expect_err "1 of 1 checkpoint in $ckd failed the check"
+expect_input_error train configs/tiny-gpt.json "${small[@]}" --resume "$ckd"
+expect_err 'model.safetensors: checksum mismatch: state.json records crc32c [0-9a-f]*, the file has [0-9a-f]*'
+expect_input_error eval configs/tiny-gpt.json "${small[@]}" --init "$ckd/step_000002/model.safetensors"
+expect_err 'checksum mismatch'
+expect_input_error checkpoint
+expect_err 'checkpoint needs a subcommand: verify or list'
+expect_input_error checkpoint lst "$ckd"
+expect_err "did you mean 'list'"
+expect_input_error checkpoint verify
+expect_input_error checkpoint verify "$tmp/nothing"
+expect_input_error checkpoint list "$tmp"
+expect_err 'no checkpoints'
+run checkpoint --help
+expect_rc 0
+expect_out '^usage: hanayo checkpoint verify DIR'
+
 # ---- check --------------------------------------------------------------------
 if [ -f configs/tiny-gpt.json ]; then
     run check configs/tiny-gpt.json

@@ -25,6 +25,10 @@
  *      op_stats) over extra steps: per rank, the share of its time in
  *      GEMMs, attention, the other ops, copies, flag waits, and what no
  *      command accounts for (the host's batch loading and the hand-off).
+ *   4. Checkpoints. A save of the small model (every file's CRC-32C
+ *      summed as it is written, everything fsync'd) and a verify (state.json
+ *      and every file read back and summed), in MB/s; and CRC-32C's own
+ *      speed beside memcpy's over the same 64 MiB.
  *
  * Data is synthesized into a temporary directory and removed at the end;
  * configs are built in code through hy_config_load's `sets`. Tables go to
@@ -46,7 +50,10 @@
 #include <cblas.h>
 #include <jansson.h>
 
+#include "atomicfile.h"
 #include "backend.h"
+#include "checkpoint.h"
+#include "checksum.h"
 #include "config.h"
 #include "data.h"
 #include "error.h"
@@ -823,11 +830,125 @@ static json_t *json_gemm(const bench_gemm *g) {
                      g->flops / g->bare_s * 1e-9, "op_over_bare", g->bare_s / g->op_s);
 }
 
+// ----------------------------------------------------------------------------
+// Checkpoints: what the checksums cost
+
+typedef struct {
+    double mib;                  /* the checkpoint on disk */
+    double save_ms, verify_ms;   /* medians */
+    double crc_gbs, copy_gbs;    /* best of BENCH_ROUNDS over BENCH_CRC_BYTES */
+    int done;
+} bench_ckpt;
+
+#define BENCH_CKPT_REPS 3
+#define BENCH_CRC_BYTES ((size_t)64 << 20)
+
+static double median3(double *t) {
+    qsort(t, BENCH_CKPT_REPS, sizeof t[0], cmp_double);
+    return t[BENCH_CKPT_REPS / 2];
+}
+
+/* CRC-32C and memcpy over the same buffer, each the best of a few rounds. */
+static int crc_speed(bench_ckpt *out, hy_error *err) {
+    unsigned char *a = malloc(BENCH_CRC_BYTES), *b = malloc(BENCH_CRC_BYTES);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    }
+    for (size_t i = 0; i < BENCH_CRC_BYTES; i++) a[i] = (unsigned char)(i * 2654435761u >> 24);
+    double crc_s = 1e30, copy_s = 1e30;
+    volatile uint32_t sink = 0;
+    for (int r = 0; r < BENCH_ROUNDS; r++) {
+        double t0 = now_s();
+        sink ^= hy_crc32c(0, a, BENCH_CRC_BYTES);
+        double t1 = now_s();
+        memcpy(b, a, BENCH_CRC_BYTES);
+        sink ^= b[r];
+        double t2 = now_s();
+        if (t1 - t0 < crc_s) crc_s = t1 - t0;
+        if (t2 - t1 < copy_s) copy_s = t2 - t1;
+    }
+    (void)sink;
+    out->crc_gbs = (double)BENCH_CRC_BYTES / crc_s * 1e-9;
+    out->copy_gbs = (double)BENCH_CRC_BYTES / copy_s * 1e-9;
+    free(a);
+    free(b);
+    return HY_OK;
+}
+
+/* Saves the model's checkpoint (1F1B, after one step) into dir/ck a few
+ * times, verifies it as often, and removes it. */
+static int ckpt_check(const bench_model *m, const char *shard, const char *dir, bench_ckpt *out,
+                      hy_error *err) {
+    memset(out, 0, sizeof *out);
+    bench_run r;
+    memset(&r, 0, sizeof r);
+    r.model = m;
+    r.sched = (bench_sched){ HY_SCHED_1F1B, 1, 1, 0 };
+    char ckdir[PATH_MAX], saved[PATH_MAX] = "";
+    snprintf(ckdir, sizeof ckdir, "%.*s/ck", PATH_MAX - 8, dir);
+    int rc = config_make(&r.cfg, m, &r.sched, shard, err);
+    r.cfg_loaded = 1;
+    if (!rc) rc = hy_runtime_create(&r.rt, &r.cfg, err);
+    if (!rc) rc = steps_run(&r, 1, err);
+    double save[BENCH_CKPT_REPS], verify[BENCH_CKPT_REPS];
+    for (int i = 0; i < BENCH_CKPT_REPS && !rc; i++) {
+        double t0 = now_s();
+        rc = hy_checkpoint_save(r.rt, &r.cfg, ckdir, saved, err);
+        save[i] = now_s() - t0;
+    }
+    int unverified = 0;
+    for (int i = 0; i < BENCH_CKPT_REPS && !rc; i++) {
+        double t0 = now_s();
+        rc = hy_checkpoint_verify(saved, &unverified, err);
+        verify[i] = now_s() - t0;
+    }
+    hy_checkpoint_info *info = NULL;
+    int n = 0;
+    if (!rc) rc = hy_checkpoint_find(saved, &info, &n, err);
+    if (!rc && n == 1) out->mib = (double)info[0].bytes / (1 << 20);
+    free(info);
+    if (*saved) {
+        hy_error e;
+        if (hy_atomic_dir_remove(saved, &e) != HY_OK || rmdir(ckdir) != 0)
+            fprintf(stderr, "hanayo-bench: could not remove %s\n", ckdir);
+    }
+    run_close(&r);
+    if (!rc) {
+        out->save_ms = median3(save) * 1e3;
+        out->verify_ms = median3(verify) * 1e3;
+        rc = crc_speed(out, err);
+    }
+    out->done = !rc;
+    if (rc) hy_error_prefix(err, "checkpoint of the %s GPT: ", m->name);
+    return rc;
+}
+
+static void print_ckpt(const bench_model *m, const bench_ckpt *k) {
+    printf("\ncheckpoint of the %s GPT (%.1f MiB: weights, AdamW moments, config, state)\n",
+           m->name, k->mib);
+    printf("  save    %8.1f ms  %7.0f MB/s  every file's CRC-32C summed as it is written, "
+           "all fsync'd\n", k->save_ms, k->mib * 1.048576 / (k->save_ms * 1e-3));
+    printf("  verify  %8.1f ms  %7.0f MB/s  state.json and every file read back and summed "
+           "(page cache)\n", k->verify_ms, k->mib * 1.048576 / (k->verify_ms * 1e-3));
+    printf("  CRC-32C %6.2f GB/s against memcpy %.2f GB/s over 64 MiB: %.2fx\n", k->crc_gbs,
+           k->copy_gbs, k->crc_gbs / k->copy_gbs);
+}
+
+static json_t *json_ckpt(const bench_ckpt *k) {
+    return json_pack("{s:f, s:f, s:f, s:f, s:f}", "mib", k->mib, "save_ms", k->save_ms,
+                     "verify_ms", k->verify_ms, "crc32c_gbs", k->crc_gbs, "memcpy_gbs",
+                     k->copy_gbs);
+}
+
 static int json_write(const char *path, const bench_machine *mc, bench_run *runs, int n_runs,
-                      const bench_gemm *gemms, int n_gemms, hy_error *err) {
+                      const bench_gemm *gemms, int n_gemms, const bench_ckpt *ck,
+                      hy_error *err) {
     json_t *root = json_object(), *jr = json_array(), *jg = json_array();
     json_t *jm = json_machine(mc);
     int bad = !root || !jr || !jg || !jm;
+    if (!bad && ck->done) bad = json_object_set_new(root, "checkpoint", json_ckpt(ck)) != 0;
     for (int i = 0; i < n_runs && !bad; i++)
         bad = json_array_append_new(jr, json_run(&runs[i])) != 0;
     for (int i = 0; i < n_gemms && !bad; i++)
@@ -911,6 +1032,7 @@ int main(int argc, char **argv) {
     int n_runs = 0;
     bench_gemm gemms[BENCH_N_GEMMS];
     bench_data data;
+    bench_ckpt ckpt = { 0 };
     rc = data_make(&data, &err);
     int last = 0;   /* the last (largest) model run */
     for (int i = 0; i < BENCH_N_MODELS && !rc; i++) {
@@ -943,9 +1065,10 @@ int main(int argc, char **argv) {
         rc = bubble_check(&runs[first], n_runs - first, data.path[i], &err);
         fflush(stdout);
     }
+    const bench_model *big = &BENCH_MODELS[last];
+    if (!rc) rc = ckpt_check(big, data.path[last], data.dir, &ckpt, &err);
     data_remove(&data);
 
-    const bench_model *big = &BENCH_MODELS[last];
     if (!rc) rc = gemm_check(big, gemms, &err);
     if (!rc) {
         print_gemms(big, gemms, BENCH_N_GEMMS);
@@ -956,10 +1079,11 @@ int main(int argc, char **argv) {
             if (!runs[i].sched.split && (runs[i].sched.kind == HY_SCHED_1F1B ||
                 (runs[i].sched.kind == HY_SCHED_HANAYO && runs[i].sched.waves == 1)))
                 print_ops(&runs[i]);
+        print_ckpt(big, &ckpt);
     }
     mc.load[1] = load_average();
     if (!rc) printf("\nload average at the end: %.2f\n", mc.load[1]);
-    if (!rc && json) rc = json_write(json, &mc, runs, n_runs, gemms, BENCH_N_GEMMS, &err);
+    if (!rc && json) rc = json_write(json, &mc, runs, n_runs, gemms, BENCH_N_GEMMS, &ckpt, &err);
     for (int i = 0; i < n_runs; i++) free(runs[i].step_s);
     if (rc) {
         fprintf(stderr, "hanayo-bench: %s\n", err.msg);

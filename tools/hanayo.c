@@ -22,6 +22,7 @@
 
 #include "args.h"
 #include "backend.h"
+#include "checkpoint.h"
 #include "config.h"
 #include "data.h"
 #include "error.h"
@@ -54,6 +55,8 @@ static const char usage_main[] =
     "          validate a config and print it resolved, as JSON\n"
     "  data    synth --out F --tokens N --vocab V [--seed S] | info SHARD\n"
     "          write a synthetic token shard, or inspect one\n"
+    "  checkpoint verify DIR | list DIR\n"
+    "          check checkpoints against their checksums, or list them\n"
     "  help [COMMAND | config]\n"
     "          this text, one command's, or every config key with its default\n"
     "          and allowed values\n"
@@ -108,10 +111,14 @@ static const char usage_train[] =
     "  --set key=value   override a config key, e.g. train.steps=50\n"
     "  --log-json FILE   also write one JSON object per step to FILE\n"
     "                    (step, loss, lr, grad_norm, tokens_per_s, ms)\n"
-    "  --resume DIR      continue from a checkpoint directory (step_NNNNNN)\n"
+    "  --resume DIR      continue from a checkpoint (a step_NNNNNN directory,\n"
+    "                    or a checkpoint.dir: its newest), checked first\n"
     "\n"
     "Checkpoints go to checkpoint.dir every checkpoint.every steps and after\n"
     "the last step; resuming continues bit for bit on the same rank layout.\n"
+    "Each file's CRC-32C is in state.json and checked on every load; one run\n"
+    "at a time may write a checkpoint.dir; checkpoint.keep: N keeps the\n"
+    "newest N. `hanayo checkpoint verify|list DIR` checks and lists them.\n"
     "\n"
     "SIGINT (Ctrl-C) or SIGTERM stops the run after the current step: it\n"
     "saves a checkpoint (with a checkpoint.dir), says where it stopped and\n"
@@ -131,6 +138,19 @@ static const char usage_eval[] =
     "  --batches N       batches of micro_batch_size x seq_len tokens\n"
     "                    (default: every whole batch in the shard)\n"
     "  --set key=value   override a config key\n";
+
+static const char usage_checkpoint[] =
+    "usage: hanayo checkpoint verify DIR\n"
+    "       hanayo checkpoint list DIR\n"
+    "\n"
+    "DIR is one checkpoint (a step_NNNNNN directory) or a checkpoint.dir.\n"
+    "\n"
+    "verify checks each checkpoint's state.json against its own checksum and\n"
+    "every file against the size and CRC-32C recorded for it, and prints one\n"
+    "line each: ok, BAD (what is wrong) or unverified (written before\n"
+    "checksums). Exit 2 when any is bad.\n"
+    "\n"
+    "list prints each checkpoint's step, loss, time (UTC) and size.\n";
 
 static const char usage_check[] =
     "usage: hanayo check CONFIG [--set key=value]...\n"
@@ -445,22 +465,69 @@ static const command data_commands[] = {
 };
 static const char *const data_subcommands[] = {"synth", "info", NULL};
 
-static int cmd_data(const command *cmd, int argc, char **argv, hy_error *err) {
+/* A command made of subcommands (data, checkpoint): runs the one argv[0]
+ * names from subs[0..n), whose names are `names` (NULL-terminated). */
+static int run_subcommand(const command *cmd, const command *subs, size_t n,
+                          const char *const *names, int argc, char **argv, hy_error *err) {
     const char *sub = argc > 0 ? argv[0] : NULL;
+    char choices[64] = "";
+    for (int i = 0; names[i]; i++)
+        snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s",
+                 i == 0 ? "" : names[i + 1] ? ", " : " or ", names[i]);
     if (!sub)
-        return hy_fail(err, HY_ERR_INPUT, "data needs a subcommand: synth or "
-                       "info (hanayo data --help)");
+        return hy_fail(err, HY_ERR_INPUT, "%s needs a subcommand: %s (hanayo %s --help)",
+                       cmd->name, choices, cmd->name);
     if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help"))
         return (fputs(cmd->usage, stdout), HY_OK);
-    for (size_t i = 0; i < sizeof data_commands / sizeof data_commands[0]; i++)
-        if (!strcmp(sub, data_commands[i].name))
-            return data_commands[i].run(&data_commands[i], argc - 1, argv + 1, err);
-    const char *near = hy_closest(sub, data_subcommands);
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(sub, subs[i].name)) return subs[i].run(&subs[i], argc - 1, argv + 1, err);
+    const char *near = hy_closest(sub, names);
     if (near)
-        return hy_fail(err, HY_ERR_INPUT, "unknown data subcommand '%s'; did "
-                       "you mean '%s'? (hanayo data --help)", sub, near);
-    return hy_fail(err, HY_ERR_INPUT, "unknown data subcommand '%s'; give "
-                   "synth or info (hanayo data --help)", sub);
+        return hy_fail(err, HY_ERR_INPUT, "unknown %s subcommand '%s'; did you mean '%s'? "
+                       "(hanayo %s --help)", cmd->name, sub, near, cmd->name);
+    return hy_fail(err, HY_ERR_INPUT, "unknown %s subcommand '%s'; give %s (hanayo %s --help)",
+                   cmd->name, sub, choices, cmd->name);
+}
+
+static int cmd_data(const command *cmd, int argc, char **argv, hy_error *err) {
+    return run_subcommand(cmd, data_commands, sizeof data_commands / sizeof data_commands[0],
+                          data_subcommands, argc, argv, err);
+}
+
+/* ---- hanayo checkpoint -------------------------------------------------------- */
+
+static const hy_flag no_flags[] = { { .name = NULL } };
+static const hy_args_spec ckpt_verify_spec = {
+    .command = "checkpoint verify", .flags = no_flags, .operand = "directory",
+    .synopsis = "hanayo checkpoint verify DIR",
+    .second_operand = "checkpoint verify takes one directory" };
+static const hy_args_spec ckpt_list_spec = {
+    .command = "checkpoint list", .flags = no_flags, .operand = "directory",
+    .synopsis = "hanayo checkpoint list DIR",
+    .second_operand = "checkpoint list takes one directory" };
+
+static int ckpt_verify(const command *cmd, int argc, char **argv, hy_error *err) {
+    hy_args_result got;
+    int st = read_args(cmd, argc, argv, NULL, &got, err);
+    return st != HY_OK || got.help ? st : hy_checkpoint_verify_cmd(got.operand, stdout, err);
+}
+
+static int ckpt_list(const command *cmd, int argc, char **argv, hy_error *err) {
+    hy_args_result got;
+    int st = read_args(cmd, argc, argv, NULL, &got, err);
+    return st != HY_OK || got.help ? st : hy_checkpoint_list_cmd(got.operand, stdout, err);
+}
+
+static const command checkpoint_commands[] = {
+    {"verify", ckpt_verify, usage_checkpoint, &ckpt_verify_spec},
+    {"list", ckpt_list, usage_checkpoint, &ckpt_list_spec},
+};
+static const char *const checkpoint_subcommands[] = {"verify", "list", NULL};
+
+static int cmd_checkpoint(const command *cmd, int argc, char **argv, hy_error *err) {
+    return run_subcommand(cmd, checkpoint_commands,
+                          sizeof checkpoint_commands / sizeof checkpoint_commands[0],
+                          checkpoint_subcommands, argc, argv, err);
 }
 
 /* ---- hanayo profile and hanayo tune ------------------------------------------ */
@@ -681,7 +748,7 @@ static int cmd_eval(const command *cmd, int argc, char **argv, hy_error *err) {
     if (st == HY_OK && !got.help) {
         hy_config c;
         st = load_config(&c, got.operand, &a.sets, err);
-        if (st == HY_OK) st = hy_eval(&c, a.data, a.batches, stdout, err);
+        if (st == HY_OK) st = hy_eval(&c, a.data, a.batches, stdout, stderr, err);
         hy_config_free(&c);
     }
     free(init_set);
@@ -710,6 +777,7 @@ static const command commands[] = {
     {"tune", cmd_tune, usage_tune, &tune_spec},
     {"check", cmd_check, usage_check, &check_spec},
     {"data", cmd_data, usage_data, NULL},
+    {"checkpoint", cmd_checkpoint, usage_checkpoint, NULL},
     {"help", cmd_help, usage_main, NULL},
     {"--help", cmd_help, usage_main, NULL},
     {"-h", cmd_help, usage_main, NULL},
@@ -718,7 +786,8 @@ static const command commands[] = {
 
 /* What a mistyped command is matched against (not the spellings of help). */
 static const char *const command_names[] = {
-    "train", "eval", "plan", "profile", "tune", "check", "data", "help", "--version",
+    "train", "eval", "plan", "profile", "tune", "check", "data", "checkpoint", "help",
+    "--version",
     NULL};
 
 static const command *find_command(const char *name) {
