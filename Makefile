@@ -34,6 +34,10 @@
 #
 # Variables (set on the command line: `make NO_CUDA=1 CC=clang`)
 #   NO_CUDA=1         do not build the CUDA backend even if nvcc is there
+#   NO_MPI=1          do not compile MPI in even if mpicc is there (data
+#                     parallelism across processes, lib/dp.c)
+#   MPICC=path        the MPI compiler wrapper whose flags are used (default:
+#                     mpicc on PATH)
 #   NVCC=path         the CUDA compiler (default: found as above)
 #   CUDA_GENCODE      GPU targets (default: sm_90 code + compute_90 PTX, so
 #                     Hopper runs native code and newer GPUs JIT the PTX)
@@ -126,6 +130,23 @@ HY_CUDA_LIBS = $(CUDA_LIBDIR)/libcudart_static.a -ldl -lrt -lpthread \
 endif
 
 # ---------------------------------------------------------------------------
+# Is MPI compiled in (data parallelism across processes, lib/dp.c)? Not
+# with NO_MPI (any value but 0), else exactly when mpicc is found (Debian:
+# libopenmpi-dev): its compile flags go to lib/dp.c alone, its link flags
+# to every program. libmpi is linked dynamically: it is the cluster's own.
+
+ifneq ($(filter-out 0,$(strip $(NO_MPI))),)
+HY_MPI :=
+else
+MPICC ?= $(shell command -v mpicc 2>/dev/null)
+HY_MPI := $(if $(strip $(MPICC)),1,)
+endif
+ifeq ($(HY_MPI),1)
+HY_MPI_CFLAGS := $(or $(shell $(MPICC) --showme:compile 2>/dev/null),$(shell pkg-config --cflags mpich 2>/dev/null))
+HY_MPI_LIBS := $(or $(shell $(MPICC) --showme:link 2>/dev/null),$(shell pkg-config --libs mpich 2>/dev/null))
+endif
+
+# ---------------------------------------------------------------------------
 # jansson, statically: libjansson.a from libjansson-dev.
 
 HY_JANSSON_DIR := $(shell pkg-config --variable=libdir jansson 2>/dev/null)
@@ -145,7 +166,7 @@ HY_SAN_FLAGS := $(if $(strip $(SANITIZE)),-fsanitize=$(SANITIZE) -fno-omit-frame
 HY_CPPFLAGS = -D_GNU_SOURCE -Ilib $(HY_JANSSON_CFLAGS) $(if $(HY_CUDA),-DHY_HAVE_CUDA=1) $(CPPFLAGS)
 HY_CFLAGS = -std=c11 -Wall -Wextra -Werror $(CFLAGS) $(HY_SAN_FLAGS)
 HY_LDFLAGS = $(LDFLAGS) $(HY_SAN_FLAGS)
-HY_LDLIBS = $(JANSSON_LIB) $(BLAS_LIBS) $(HY_CUDA_LIBS) -lm -lpthread $(LDLIBS)
+HY_LDLIBS = $(JANSSON_LIB) $(BLAS_LIBS) $(HY_CUDA_LIBS) $(HY_MPI_LIBS) -lm -lpthread $(LDLIBS)
 HY_NVCCFLAGS = -std=c++17 $(CUDA_GENCODE) $(NVCCFLAGS) -Werror all-warnings \
     -Xcompiler -Wall,-Wextra,-Werror -DHY_HAVE_CUDA=1 -Ilib -Ikernels/cuda -Igraphs $(CPPFLAGS)
 
@@ -192,7 +213,8 @@ HY_FLAGS_STAMP := $(BUILD)/flags.stamp
 HY_MEMBERS_STAMP := $(BUILD)/members.stamp
 
 $(HY_FLAGS_STAMP): FORCE
-	@$(call hy_stamp,$@,$(CC) $(HY_CPPFLAGS) $(HY_CFLAGS) | $(NVCC) $(HY_NVCCFLAGS) | $(HY_LDFLAGS) $(HY_LDLIBS))
+	@$(call hy_stamp,$@,$(CC) $(HY_CPPFLAGS) $(HY_CFLAGS) | $(NVCC) $(HY_NVCCFLAGS) | $(HY_LDFLAGS) $(HY_LDLIBS) | mpi $(HY_MPI_CFLAGS))
+
 
 $(HY_MEMBERS_STAMP): FORCE
 	@$(call hy_stamp,$@,$(HY_LIB_OBJS))
@@ -200,6 +222,11 @@ $(HY_MEMBERS_STAMP): FORCE
 $(HY_OBJ)/%.o: %.c $(HY_FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(HY_CPPFLAGS) $(HY_CFLAGS) -MMD -MP -c -o $@ $<
+
+# lib/dp.c alone sees mpi.h.
+$(HY_OBJ)/lib/dp.o: lib/dp.c $(HY_FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(HY_CPPFLAGS) $(if $(HY_MPI),$(HY_MPI_CFLAGS) -DHY_HAVE_MPI=1) $(HY_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(HY_OBJ)/%.o: %.cu $(HY_FLAGS_STAMP)
 	@mkdir -p $(@D)

@@ -107,6 +107,19 @@ typedef struct {
     int step;   /* 1-based, for the bias corrections */
 } hy_adamw_hparams;
 
+/* Sums a rank's gradients over its replicas in other processes (data
+ * parallelism, dp.h), which made it. A backend whose rank memory is host
+ * memory calls start and wait from the rank's stream when the commands
+ * run: start begins summing n floats at buf in place, as sum number
+ * `bucket` of the step; wait returns once that sum is complete. Neither
+ * can fail back to the stream: a failing sum ends the whole job (MPI's
+ * fatal error handler), as a lost peer would anyway. */
+typedef struct hy_reducer hy_reducer;
+struct hy_reducer {
+    void (*start)(hy_reducer *r, int bucket, float *buf, size_t n);
+    void (*wait)(hy_reducer *r, int bucket);
+};
+
 /* Who waits, for the watchdog's report. */
 typedef struct {
     int rank;
@@ -137,6 +150,7 @@ typedef enum {
     HY_OPK_OTHER,          /* zero, add, sumsq, clip, scale, write_flag, test ops */
     HY_OPK_COPY,           /* copy (mailbox sends) */
     HY_OPK_WAIT,           /* wait_flag: blocked on another rank */
+    HY_OPK_REDUCE,         /* reduce_start and reduce_wait: gradients summed across processes */
     HY_OPK_COUNT
 } hy_op_kind;
 
@@ -145,7 +159,7 @@ static inline const char *hy_op_kind_name(int kind) {
     static const char *const names[HY_OPK_COUNT] = {
         "matmul_fwd", "matmul_bwd", "lm_head_fwd", "lm_head_bwd", "attention_fwd",
         "attention_bwd", "layernorm", "gelu", "embedding", "classifier", "adamw", "other",
-        "copy", "wait",
+        "copy", "wait", "reduce",
     };
     return kind >= 0 && kind < HY_OPK_COUNT ? names[kind] : "?";
 }
@@ -287,6 +301,14 @@ typedef struct {
     /* Writes recorded graph g as Graphviz DOT to path and counts its nodes
      * (hanayo profile); NULL in a backend whose graphs are not CUDA graphs. */
     int (*graph_dot)(hy_graph *g, const char *path, hy_graph_nodes *nodes, hy_error *err);
+
+    /* Data parallelism (hy_reducer above): enqueue the start of sum
+     * `bucket` over n floats at buf, and the wait for it. NULL in a
+     * backend that cannot sum across processes (the runtime then refuses
+     * a run of more than one replica). */
+    int (*reduce_start)(hy_stream *s, hy_reducer *r, int bucket, float *buf, size_t n,
+                        hy_error *err);
+    int (*reduce_wait)(hy_stream *s, hy_reducer *r, int bucket, hy_error *err);
 } hy_backend_ops;
 
 /* The test ops (backend_test.h): kept out of hy_backend_ops, since only

@@ -136,12 +136,15 @@ static json_t *ck_hf_config(const hy_model *m) {
 typedef struct {
     long long bytes;
     uint32_t head_crc;
-    int micro_batches, micro_batch_size, seq_len;
+    int micro_batches;     /* of the step's global batch: replicas x schedule.micro_batches */
+    int replicas;          /* data-parallel (dp.h) */
+    int micro_batch_size, seq_len;
 } ck_data_id;
 
-static int ck_data_of(const hy_config *c, ck_data_id *d, hy_error *err) {
+static int ck_data_of(const hy_config *c, int replicas, ck_data_id *d, hy_error *err) {
     memset(d, 0, sizeof *d);
-    d->micro_batches = c->schedule.micro_batches;
+    d->replicas = replicas;
+    d->micro_batches = replicas * c->schedule.micro_batches;
     d->micro_batch_size = c->schedule.micro_batch_size;
     d->seq_len = c->model.seq_len;
     FILE *f = fopen(c->data.train, "rb");
@@ -189,10 +192,10 @@ static char *ck_state_text(const hy_config *c, int step, double loss, size_t pos
     free(cfg);
     json_t *o = json_object(), *files = json_object();
     hy_crc32c_text(d->head_crc, hex);
-    json_t *data = json_pack("{s:s, s:I, s:s, s:i, s:i, s:i}", "shard", c->data.train,
+    json_t *data = json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:i}", "shard", c->data.train,
                              "shard_bytes", (json_int_t)d->bytes, "head_crc32c", hex,
-                             "micro_batches", d->micro_batches, "micro_batch_size",
-                             d->micro_batch_size, "seq_len", d->seq_len);
+                             "micro_batches", d->micro_batches, "replicas", d->replicas,
+                             "micro_batch_size", d->micro_batch_size, "seq_len", d->seq_len);
     int bad = !o || !files || !cfg_obj || !data;
     ck_now(when, sizeof when);
     if (!bad) {
@@ -358,7 +361,7 @@ int hy_checkpoint_save(hy_runtime *rt, const hy_config *c, const char *dir, char
     ck_data_id d;
     int rc = hy_runtime_get_progress(rt, &step, &pos, err);
     if (!rc) rc = ck_mkdirs(dir, NULL, err);
-    if (!rc) rc = ck_data_of(c, &d, err);
+    if (!rc) rc = ck_data_of(c, hy_runtime_replicas(rt), &d, err);
     if (rc) return rc;
     char target[PATH_MAX];
     if (snprintf(target, sizeof target, "%s/step_%06d", dir, step) >= (int)sizeof target)
@@ -716,7 +719,8 @@ int hy_checkpoint_resolve(const char *path, char *resolved, hy_error *err) {
 
 /* The data the checkpoint's position counts into must be what the config
  * reads now, the same way. */
-static int ck_check_data(const char *path, json_t *state, const hy_config *c, hy_error *err) {
+static int ck_check_data(const char *path, json_t *state, const hy_config *c, int replicas,
+                         hy_error *err) {
     json_t *data = json_object_get(state, "data");
     json_t *bytes = json_object_get(data, "shard_bytes");
     const char *crc_text = json_string_value(json_object_get(data, "head_crc32c"));
@@ -727,7 +731,7 @@ static int ck_check_data(const char *path, json_t *state, const hy_config *c, hy
         !json_is_integer(mb) || !json_is_integer(bs))
         return hy_fail(err, HY_ERR_INPUT, "%s/state.json: no valid \"data\" section", path);
     ck_data_id now;
-    int rc = ck_data_of(c, &now, err);
+    int rc = ck_data_of(c, replicas, &now, err);
     if (rc) return rc;
     char hex[9];
     hy_crc32c_text(now.head_crc, hex);
@@ -738,17 +742,24 @@ static int ck_check_data(const char *path, json_t *state, const hy_config *c, hy
                        "start a new run from its weights (init = \"%s/model.safetensors\")",
                        path, shard ? shard : "?", (long long)json_integer_value(bytes), crc_text,
                        c->data.train, now.bytes, hex, path);
-    static const char *const keys[2] = { "micro_batches", "micro_batch_size" };
-    const long long saved[2] = { (long long)json_integer_value(mb),
-                                 (long long)json_integer_value(bs) };
-    const int cur[2] = { now.micro_batches, now.micro_batch_size };
-    for (int i = 0; i < 2; i++)
-        if (saved[i] != cur[i])
-            return hy_fail(err, HY_ERR_INPUT, "%s was saved with schedule.%s = %lld, the config "
-                           "has %d: the same position would cut the data into other batches "
-                           "and the run would not continue as it was. Resume with the same "
-                           "layout, or start a new run from its weights (init = "
-                           "\"%s/model.safetensors\")", path, keys[i], saved[i], cur[i], path);
+    /* The global batch is what must stay: replicas x micro_batches may
+     * be split otherwise (2 x 4 resumes as 1 x 8). */
+    json_t *rp = json_object_get(data, "replicas");
+    long long saved_rep = json_is_integer(rp) ? (long long)json_integer_value(rp) : 1;
+    long long saved_mb = (long long)json_integer_value(mb);
+    const char *how = "the same position would cut the data into other batches and the run "
+                      "would not continue as it was. Resume with the same global batch, or "
+                      "start a new run from its weights";
+    if (saved_mb != now.micro_batches)
+        return hy_fail(err, HY_ERR_INPUT, "%s was saved with %lld micro-batches a step (%lld "
+                       "replica%s x schedule.micro_batches %lld), the run has %d (%d x %d): "
+                       "%s (init = \"%s/model.safetensors\")", path, saved_mb, saved_rep,
+                       saved_rep == 1 ? "" : "s", saved_rep ? saved_mb / saved_rep : 0,
+                       now.micro_batches, now.replicas, c->schedule.micro_batches, how, path);
+    if ((long long)json_integer_value(bs) != now.micro_batch_size)
+        return hy_fail(err, HY_ERR_INPUT, "%s was saved with schedule.micro_batch_size = %lld, "
+                       "the config has %d: %s (init = \"%s/model.safetensors\")", path,
+                       (long long)json_integer_value(bs), now.micro_batch_size, how, path);
     return HY_OK;
 }
 
@@ -763,7 +774,7 @@ int hy_checkpoint_load(hy_runtime *rt, const hy_config *c, const char *path, int
         rc = hy_fail(err, HY_ERR_INPUT, "%s/state.json: step and data_position must be integers "
                      ">= 0", path);
     if (!rc) rc = ck_check_model(path, state, c, err);
-    if (!rc && !*unverified) rc = ck_check_data(path, state, c, err);
+    if (!rc && !*unverified) rc = ck_check_data(path, state, c, hy_runtime_replicas(rt), err);
     char file[PATH_MAX + 64];
     ck_path(file, sizeof file, path, CK_FILES[0]);
     if (!rc) rc = hy_weights_load(rt, file, err);

@@ -373,7 +373,7 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
     step_times *steps = NULL;
     if (!rc) rc = hy_model_build(&m, c, 1, err);
     if (!rc) rc = hy_schedule_for_config(&p->sched, c, err);
-    if (!rc) rc = hy_train_runtime(&rt, c, NULL, err);
+    if (!rc) rc = hy_train_runtime(&rt, c, NULL, NULL, err);
     if (!rc && !same_schedule(&p->sched, hy_runtime_schedule(rt)))
         rc = hy_fail(err, HY_ERR_RUNTIME, "profile: the runtime's action lists differ from "
                      "the schedule generator's (a bug)");

@@ -16,6 +16,7 @@
  */
 #include "runtime.h"
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -26,6 +27,7 @@
 
 #include "backend.h"
 #include "data.h"
+#include "dp.h"
 #include "mailbox.h"
 #include "model.h"
 #include "order.h"
@@ -60,6 +62,11 @@ typedef struct {
     /* the replica of wte on the last stage's rank, when it is not rank 0 */
     float *wte, *dwte, *wte_m, *wte_v;
     void *wte_c;                   /* its compute copy */
+    /* data parallelism: the sums of this rank's gradients over the
+     * replicas (NULL: one replica), and per action the stage whose
+     * gradients it completes (-1: none), where that stage's sum starts */
+    hy_reducer *reducer;
+    int *reduce_after;
     /* profiling (hy_runtime_profile): stamps[RT_STAMPS(n_actions)] */
     uint64_t *stamps;
     int status;
@@ -82,6 +89,8 @@ struct hy_runtime {
     hy_channel wte_ch[2];          /* rank 0 -> last rank, last rank -> rank 0 */
     int replica_rank;              /* rank holding the wte replica, or -1 */
     int B, T, N, M, V, S, P;
+    hy_dp *dp;                     /* the replicas in other processes, or NULL */
+    int replicas, replica;         /* their number, this one's index */
     int *batch_in, *batch_tg;      /* host staging for one micro-batch [N] */
     /* test and profiling hooks, fixed before the first step */
     int profile;                   /* timestamps around every action */
@@ -309,6 +318,33 @@ static int rt_optimize(rt_ctx *x) {
     return rc;
 }
 
+/* Data parallelism: the sum over the replicas of stage s's gradients (its
+ * bucket is s), and of the wte replica's with the last stage's (bucket S),
+ * started once the action that completes them has run. */
+static int rt_reduce_start(rt_ctx *x, int s) {
+    hy_runtime *rt = x->rt;
+    rt_rank *rk = x->rk;
+    int rc = x->o->reduce_start(x->st, rk->reducer, s, rt->stages[s].grad,
+                                rt->model.stage_numel[s], x->err);
+    if (!rc && s == rt->S - 1 && rk->dwte)
+        rc = x->o->reduce_start(x->st, rk->reducer, rt->S, rk->dwte, rt_wte(rt)->numel, x->err);
+    return rc;
+}
+
+/* ... and every sum this rank started, waited for before the tied
+ * embedding's exchange and the norm read the gradients. */
+static int rt_reduce_wait(rt_ctx *x) {
+    hy_runtime *rt = x->rt;
+    rt_rank *rk = x->rk;
+    int rc = HY_OK;
+    for (int s = 0; s < rt->S && !rc; s++) {
+        if (rt->stages[s].rank != rk->rank) continue;
+        rc = x->o->reduce_wait(x->st, rk->reducer, s, x->err);
+        if (!rc && s == rt->S - 1 && rk->dwte) rc = x->o->reduce_wait(x->st, rk->reducer, rt->S, x->err);
+    }
+    return rc;
+}
+
 static int rt_iteration(rt_ctx *x) {
     hy_runtime *rt = x->rt;
     rt_rank *rk = x->rk;
@@ -328,9 +364,11 @@ static int rt_iteration(rt_ctx *x) {
         rc = a->op == HY_FWD ? rt_forward(x, a, label, 1, i)
            : a->op == HY_BWD ? rt_backward(x, a, label, i)
                              : rt_wgrad(x, a, i);
+        if (!rc && rk->reducer && rk->reduce_after[i] >= 0) rc = rt_reduce_start(x, rk->reduce_after[i]);
         if (rc) hy_error_prefix(x->err, "rank %d, %s: ", me, label);
     }
     size_t tail = 1 + 4 * (size_t)n;
+    if (!rc && rk->reducer) rc = rt_reduce_wait(x);
     if (!rc) rc = rt_exchange_wte(x);
     if (!rc) rc = rt_stamp(x, tail);
     if (!rc) rc = rt_clip(x);
@@ -522,6 +560,53 @@ static int rt_init_params(hy_runtime *rt, hy_error *err) {
     return HY_OK;
 }
 
+/* Data parallelism: which action of each rank completes each of its
+ * stages' gradients (the last B, or with a split backward the last W, of
+ * the stage), so that stage's sum over the replicas starts right after it
+ * while the rank goes on with its other stages' backwards. */
+static int rt_plan_reduces(hy_runtime *rt, hy_error *err) {
+    if (rt->replicas == 1) return HY_OK;
+    const hy_backend_ops *o = rt->be->ops;
+    if (!o->reduce_start || !o->reduce_wait)
+        return hy_fail(err, HY_ERR_INPUT, "%d data-parallel replicas: the %s backend cannot sum "
+                       "gradients across processes yet; use backend \"cpu\" or one process",
+                       rt->replicas, o->name);
+    for (int s = 0; s < rt->S; s++)
+        if (rt->model.stage_numel[s] > (size_t)INT_MAX || rt_wte(rt)->numel > (size_t)INT_MAX)
+            return hy_fail(err, HY_ERR_INPUT, "stage %d has %zu parameters: a data-parallel sum "
+                           "takes at most %d; use more stages", s, rt->model.stage_numel[s],
+                           INT_MAX);
+    const hy_schedule *sc = &rt->sched;
+    int last_op = sc->split ? HY_WGRAD : HY_BWD, rc = HY_OK;
+    for (int r = 0; r < rt->P && !rc; r++) {
+        rt_rank *rk = &rt->ranks[r];
+        int n = sc->n_actions[r];
+        rk->reduce_after = malloc(sizeof(int) * (size_t)(n ? n : 1));
+        if (!rk->reduce_after) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        for (int i = 0; i < n; i++) rk->reduce_after[i] = -1;
+        /* From the end: the first last_op met of each stage is its last. */
+        char *met = calloc((size_t)rt->S, 1);
+        if (!met) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        for (int i = n - 1; i >= 0; i--) {
+            const hy_action *a = &sc->actions[r][i];
+            if (a->op != last_op || met[a->stage]) continue;
+            met[a->stage] = 1;
+            rk->reduce_after[i] = a->stage;
+        }
+        free(met);
+    }
+    return rc;
+}
+
+/* The ranks' reducers, at the first step: making them is a collective,
+ * which every replica reaches only once all are past their checks. */
+static int rt_attach_reducers(hy_runtime *rt, hy_error *err) {
+    if (rt->replicas == 1 || rt->ranks[0].reducer) return HY_OK;
+    int rc = hy_dp_open_ranks(rt->dp, rt->P, rt->S + 1, err);
+    for (int r = 0; r < rt->P && !rc; r++) rt->ranks[r].reducer = hy_dp_reducer(rt->dp, r);
+    return rc;
+}
+
 static int rt_build(hy_runtime *rt, hy_error *err) {
     const hy_config *c = rt->cfg;
     int rc = hy_schedule_for_config(&rt->sched, c, err);
@@ -546,7 +631,9 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     /* The math's view of the run; each stage's weights and gradients are
      * filled in as they are allocated below. */
     rt->tf = (hy_transformer){ .model = &rt->model, .ops = rt->be->ops, .act_size = rt->A,
-                               .B = rt->B, .T = rt->T, .micro_batches = rt->M,
+                               .B = rt->B, .T = rt->T,
+                               /* a micro-batch counts 1/(N M) of the global batch */
+                               .micro_batches = rt->M * rt->replicas,
                                .split = rt->sched.split,
                                .weights = calloc((size_t)rt->S, sizeof(void *)),
                                .grads = calloc((size_t)rt->S, sizeof(float *)) };
@@ -597,15 +684,23 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     }
     for (int r = 0; r < rt->P && !rc; r++)
         rc = rt->be->ops->stream_create(rt->be, r, &rt->ranks[r].stream, err);
+    if (!rc) rc = rt_plan_reduces(rt, err);
     if (!rc) rc = rt_init_params(rt, err);
     return rc;
 }
 
 int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err) {
+    return hy_runtime_create_dp(out, c, NULL, err);
+}
+
+int hy_runtime_create_dp(hy_runtime **out, const hy_config *c, hy_dp *dp, hy_error *err) {
     *out = NULL;
     hy_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     rt->cfg = c;
+    rt->dp = dp;
+    rt->replicas = hy_dp_size(dp);
+    rt->replica = hy_dp_rank(dp);
     rt->last_loss = NAN;
     pthread_mutex_init(&rt->lock, NULL);
     pthread_cond_init(&rt->cv, NULL);
@@ -627,19 +722,35 @@ int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err) {
 /* ------------------------------------------------------------------------ */
 /* Steps */
 
-static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, hy_error *err) {
+/* Reads `count` micro-batches from sh onto the ranks that need them. For
+ * training with replicas, this replica's share of the step's global
+ * batch: it passes over the batches of the replicas before it, reads its
+ * own M and passes over the rest, so the shard's position moves on by
+ * the whole global batch and every replica agrees on it. */
+static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, int train, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     size_t N = (size_t)rt->N;
     int first = rt->sched.placement[0], last = rt->sched.placement[rt->S - 1];
+    int before = train ? rt->replica * count : 0;
+    int after = train ? (rt->replicas - 1 - rt->replica) * count : 0;
+    for (int k = 0; k < before; k++) {
+        int rc = hy_batch_next(sh, rt->B, rt->T, NULL, NULL, err);
+        if (rc) return rc;
+    }
     for (int m = 0; m < count; m++) {
         int rc = hy_batch_next(sh, rt->B, rt->T, rt->batch_in, rt->batch_tg, err);
         if (rc) return rc;
+        /* BERT's masks are drawn per micro-batch of the global batch. */
         if (rt->model.kind == HY_MODEL_BERT)
             hy_mask_tokens(rt->batch_in, rt->batch_tg, rt->N, rt->V, rt->cfg->train.seed, rt->step,
-                           rt->M, m);
+                           rt->M * (train ? rt->replicas : 1), before + m);
         rc = o->upload(rt->be, first, rt->ranks[first].tokens + m * N, rt->batch_in, N * sizeof(int), err);
         if (!rc) rc = o->upload(rt->be, last, rt->ranks[last].targets + m * N, rt->batch_tg,
                                 N * sizeof(int), err);
+        if (rc) return rc;
+    }
+    for (int k = 0; k < after; k++) {
+        int rc = hy_batch_next(sh, rt->B, rt->T, NULL, NULL, err);
         if (rc) return rc;
     }
     return HY_OK;
@@ -697,7 +808,8 @@ int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err)
     hy_adamw_hparams hp = { (float)lr, (float)rt->cfg->train.beta1, (float)rt->cfg->train.beta2,
                             (float)rt->cfg->train.eps, (float)rt->cfg->train.weight_decay, rt->step };
     int rc = rt_open_train(rt, err);
-    if (!rc) rc = rt_load_batches(rt, &rt->train, rt->M, err);
+    if (!rc) rc = rt_attach_reducers(rt, err);
+    if (!rc) rc = rt_load_batches(rt, &rt->train, rt->M, 1, err);
     for (int r = 0; r < rt->P && !rc; r++)
         rc = o->upload(rt->be, r, rt->ranks[r].hp, &hp, sizeof hp, err);
     if (rc) return rc;
@@ -709,7 +821,11 @@ int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err)
     float loss = 0, norm = 0;
     rc = o->download(rt->be, last, &loss, rt->ranks[last].work.loss, sizeof loss, err);
     if (!rc) rc = o->download(rt->be, 0, &norm, rt->ranks[0].norm, sizeof norm, err);
+    /* Each replica's loss is its share of the global batch's mean. */
+    double total = loss;
+    if (!rc) rc = hy_dp_sum(rt->dp, &total, 1, err);
     if (rc) return rc;
+    loss = (float)total;
     st->step = rt->step;
     rt->last_loss = loss;
     st->loss = loss;
@@ -718,7 +834,7 @@ int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err)
     st->updated = isfinite(norm);
     st->lr = lr;
     st->ms = (rt_now() - t0) * 1e3;
-    st->tokens = (double)rt->M * rt->N;
+    st->tokens = (double)rt->M * rt->N * rt->replicas;
     return HY_OK;
 }
 
@@ -731,7 +847,7 @@ int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss
     double sum = 0;
     for (int done = 0; done < batches && !rc;) {
         int count = batches - done < rt->M ? batches - done : rt->M;
-        rc = rt_load_batches(rt, &sh, count, err);
+        rc = rt_load_batches(rt, &sh, count, 0, err);
         if (!rc) rc = rt_round(rt, count, err);
         float part = 0;
         if (!rc) rc = rt->be->ops->download(rt->be, last, &part, rt->ranks[last].work.loss, sizeof part, err);
@@ -840,6 +956,8 @@ int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error 
 struct hy_backend *hy_runtime_backend(hy_runtime *rt) { return rt->be; }
 
 double hy_runtime_last_loss(const hy_runtime *rt) { return rt->last_loss; }
+
+int hy_runtime_replicas(const hy_runtime *rt) { return rt->replicas; }
 
 const hy_schedule *hy_runtime_schedule(const hy_runtime *rt) { return &rt->sched; }
 
@@ -953,6 +1071,7 @@ void hy_runtime_destroy(hy_runtime *rt) {
         free(rt->stages[s].stash);
         free(rt->stages[s].stash_of);
     }
+    for (int r = 0; rt->ranks && r < rt->P; r++) free(rt->ranks[r].reduce_after);
     free(rt->stages);
     free(rt->tf.weights);
     free(rt->tf.grads);

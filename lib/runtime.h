@@ -48,6 +48,13 @@ typedef struct {
  * hy_train_runtime, through weights.h). `c` must outlive the runtime. */
 int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err);
 
+/* hy_runtime_create as one of the data-parallel replicas of dp (dp.h;
+ * NULL: the only one): the runtime reads its share of each step's global
+ * batch, counts every micro-batch as 1/(N M) of it, and sums its ranks'
+ * gradients and its loss over the replicas. */
+struct hy_dp;
+int hy_runtime_create_dp(hy_runtime **out, const hy_config *c, struct hy_dp *dp, hy_error *err);
+
 /* One optimizer step over all ranks at learning rate lr (the caller's
  * schedule: train.h's hy_train_lr, through hy_train_step). */
 int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err);
@@ -96,6 +103,9 @@ int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error 
 /* The loss of the last step taken (hy_runtime_step), NaN before the
  * first: what a checkpoint records beside its step. */
 double hy_runtime_last_loss(const hy_runtime *rt);
+
+/* The number of data-parallel replicas the runtime is one of (1: none). */
+int hy_runtime_replicas(const hy_runtime *rt);
 
 /* The backend the runtime runs on (for benchmarks and profiling). */
 struct hy_backend *hy_runtime_backend(hy_runtime *rt);

@@ -7,11 +7,15 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "checkpoint.h"
+#include "checksum.h"
 #include "data.h"
+#include "dp.h"
 #include "model.h"
 #include "order.h"
 #include "plan.h"
@@ -26,9 +30,10 @@ static void hy_warn_unverified(FILE *warn, const char *what) {
                 "unverified\n", what);
 }
 
-int hy_train_runtime(hy_runtime **out, const hy_config *c, FILE *warn, hy_error *err) {
+int hy_train_runtime(hy_runtime **out, const hy_config *c, struct hy_dp *dp, FILE *warn,
+                     hy_error *err) {
     int unverified = 0;
-    int rc = hy_runtime_create(out, c, err);
+    int rc = hy_runtime_create_dp(out, c, dp, err);
     /* A checkpoint's weights are checked like a resume's (checkpoint.h). */
     if (!rc && c->init) rc = hy_checkpoint_verify_file(c->init, &unverified, err);
     if (!rc && c->init) rc = hy_weights_load(*out, c->init, err);
@@ -68,7 +73,7 @@ static int hy_pick_backend(const hy_config *c, FILE *out, hy_error *err) {
     return rc;
 }
 
-static void hy_print_header(const hy_config *c, FILE *out) {
+static void hy_print_header(const hy_config *c, int replicas, FILE *out) {
     hy_model m;
     hy_error err;
     if (hy_model_build(&m, c, 1, &err) == HY_OK) {
@@ -96,9 +101,13 @@ static void hy_print_header(const hy_config *c, FILE *out) {
         fprintf(out, "), peak activations %d\n", hy_plan_peak_max(&pl));
         hy_plan_free(&pl);
     }
+    int per = c->schedule.micro_batches * c->schedule.micro_batch_size * c->model.seq_len;
+    if (replicas > 1)
+        fprintf(out, "data parallel: %d replicas (MPI), each %d micro-batches of the step's %d\n",
+                replicas, c->schedule.micro_batches, replicas * c->schedule.micro_batches);
     fprintf(out, "batch: %d micro-batches x %d sequences x %d tokens = %d tokens per step\n",
-            c->schedule.micro_batches, c->schedule.micro_batch_size, c->model.seq_len,
-            c->schedule.micro_batches * c->schedule.micro_batch_size * c->model.seq_len);
+            replicas * c->schedule.micro_batches, c->schedule.micro_batch_size, c->model.seq_len,
+            replicas * per);
 }
 
 static void hy_print_eta(FILE *out, double seconds) {
@@ -146,12 +155,64 @@ static const char *hy_stop_cause(int sig, char *buf, size_t n) {
     return buf;
 }
 
+/* The CRC-32C of every weight of rt, in the model's parameter order. */
+static int hy_weights_crc(hy_runtime *rt, uint32_t *crc, hy_error *err) {
+    const hy_model *m = hy_runtime_model(rt);
+    float *buf = malloc(hy_model_max_numel(m) * sizeof(float) + 1);
+    if (!buf) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    int rc = HY_OK;
+    *crc = 0;
+    for (int i = 0; i < m->n_params && !rc; i++) {
+        size_t n = hy_model_real_numel(m, &m->params[i]);
+        rc = hy_runtime_get(rt, HY_T_PARAM, &m->params[i], buf, n, err);
+        if (!rc) *crc = hy_crc32c(*crc, buf, n * sizeof(float));
+    }
+    free(buf);
+    return rc;
+}
+
+/* Data parallelism: every replica must hold the same weights, since the
+ * summed gradients are the same everywhere. Checked at each checkpoint
+ * (a collective: every replica saves at the same steps), so a divergence
+ * is caught before replica 0's checkpoint stands for all of them. */
+static int hy_replicas_agree(hy_runtime *rt, hy_dp *dp, hy_error *err) {
+    if (hy_dp_size(dp) == 1) return HY_OK;
+    uint32_t crc = 0;
+    int same = 0, rc = hy_weights_crc(rt, &crc, err);
+    rc = hy_dp_agree(dp, rc, err);
+    if (!rc) rc = hy_dp_same(dp, crc, &same, err);
+    if (!rc && !same)
+        rc = hy_dp_agree(dp, hy_fail(err, HY_ERR_RUNTIME, "the data-parallel replicas' weights "
+                                     "differ (their gradient sums disagreed): the run cannot "
+                                     "go on; resume from the last checkpoint"), err);
+    return rc;
+}
+
+/* Data parallelism: the replicas must run one config (the data position,
+ * the schedule and the sums all assume it), compared by the CRC-32C of
+ * each one's resolved config. */
+static int hy_same_config(const hy_config *c, hy_dp *dp, hy_error *err) {
+    if (hy_dp_size(dp) == 1) return HY_OK;
+    char *text = hy_config_to_json(c);
+    uint32_t crc = text ? hy_crc32c(0, text, strlen(text)) : 0;
+    free(text);
+    int same = 0, rc = hy_dp_same(dp, crc, &same, err);
+    if (!rc && !same)
+        rc = hy_dp_agree(dp, hy_fail(err, HY_ERR_INPUT, "the data-parallel replicas were given "
+                                     "different configs (compare `hanayo check` of each): give "
+                                     "every process the same config and --set flags"), err);
+    return rc;
+}
+
 /* Saves rt's last step into checkpoint.dir, says so, then applies
  * checkpoint.keep: only now, with the new checkpoint complete and synced,
  * may older ones go. A failed removal is a warning, not the end of a run
  * whose newest state is safe. The path goes to path (PATH_MAX bytes). */
-static int hy_save(hy_runtime *rt, const hy_config *c, char *path, FILE *out, hy_error *err) {
-    int rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, path, err);
+static int hy_save(hy_runtime *rt, const hy_config *c, hy_dp *dp, char *path, FILE *out,
+                   hy_error *err) {
+    int rc = hy_replicas_agree(rt, dp, err);
+    if (rc || hy_dp_rank(dp) != 0) return rc;   /* replica 0 writes */
+    rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, path, err);
     if (rc) return rc;
     fprintf(out, "checkpoint: %s\n", path);
     int step = 0, removed = 0;
@@ -166,11 +227,11 @@ static int hy_save(hy_runtime *rt, const hy_config *c, char *path, FILE *out, hy
 /* A run asked to stop after step `step`: save that step unless `saved`
  * (its checkpoint, just written) is given or the step was not finite
  * (`bad`), and say where the run stopped and how to go on. */
-static int hy_stop(hy_runtime *rt, const hy_config *c, int step, const char *saved, int bad,
-                   int sig, FILE *out, hy_error *err) {
+static int hy_stop(hy_runtime *rt, const hy_config *c, hy_dp *dp, int step, const char *saved,
+                   int bad, int sig, FILE *out, hy_error *err) {
     char path[PATH_MAX] = "", cause[32];
     if (c->checkpoint.dir && !saved && !bad) {
-        int rc = hy_save(rt, c, path, out, err);
+        int rc = hy_save(rt, c, dp, path, out, err);
         if (rc) return rc;
         saved = path;
     }
@@ -222,36 +283,48 @@ static void hy_json_real(FILE *f, const char *fmt, double x) {
 int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *err) {
     /* Everything that can be wrong with the input is found before anything
      * is printed or any file is opened for writing. */
+    hy_dp *dp = o ? o->dp : NULL;
+    int writer = hy_dp_rank(dp) == 0;   /* replica 0 writes the checkpoints and the log */
     int rc = hy_pick_backend(c, NULL, err);
     hy_runtime *rt = NULL;
     int first = 1, steps = c->train.steps, done = 0, val_batches = 0, unverified = 0;
     size_t pos = 0;
     char resume[PATH_MAX] = "";
     hy_checkpoint_lock lock = { .fd = -1 };
-    if (!rc) rc = hy_train_runtime(&rt, c, out, err);
+    if (!rc) rc = hy_train_runtime(&rt, c, dp, out, err);
     if (!rc && o && o->resume) rc = hy_checkpoint_resolve(o->resume, resume, err);
     if (!rc && *resume) rc = hy_checkpoint_load(rt, c, resume, &unverified, err);
     /* Opens data.train and checks that one batch fits. */
     if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);
     if (!rc && c->data.val) rc = hy_shard_batches(c, c->data.val, &val_batches, err);
+    /* Data parallelism: one replica's bad input ends them all, with its
+     * error; and they must all run the same config. */
+    rc = hy_dp_agree(dp, rc, err);
+    if (!rc) rc = hy_same_config(c, dp, err);
     /* After the other checks, so a run refused for them leaves no
      * directory behind; before the log, so a refused one leaves no log:
      * one writer per checkpoint.dir (checkpoint.h). */
-    if (!rc && c->checkpoint.dir) rc = hy_checkpoint_lock_dir(c->checkpoint.dir, &lock, err);
+    if (!rc && writer && c->checkpoint.dir)
+        rc = hy_checkpoint_lock_dir(c->checkpoint.dir, &lock, err);
     FILE *log = NULL;
-    if (!rc && o && o->log_json) {
+    if (!rc && writer && o && o->log_json) {
         log = fopen(o->log_json, "w");
         if (!log)
             rc = hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT),
                          "--log-json %s: cannot open for writing: %s", o->log_json, strerror(errno));
     }
+    if (!hy_dp_agreed(dp)) rc = hy_dp_agree(dp, rc, err);
     if (rc) {
+        if (log) {
+            fclose(log);
+            unlink(o->log_json);   /* it was made by this run, which never started */
+        }
         hy_checkpoint_unlock(&lock);
         hy_runtime_destroy(rt);
         return rc;
     }
     hy_pick_backend(c, out, err);
-    hy_print_header(c, out);
+    hy_print_header(c, hy_dp_size(dp), out);
     if (lock.leftovers)
         fprintf(out, "removed %d temporar%s an interrupted save left in %s\n", lock.leftovers,
                 lock.leftovers == 1 ? "y" : "ies", c->checkpoint.dir);
@@ -262,6 +335,7 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
     }
     double total_ms = 0;
     int stopped = 0, saved = 0;   /* the step a stop request ended the run at; the last saved */
+    int stop_sig = 0;             /* the signal that asked (the largest of the replicas') */
     int bad = 0, n_bad = 0, bad_in_row = 0;   /* this step, all steps, in a row: not finite */
     char saved_path[PATH_MAX] = "";
     for (int i = first; i <= steps && !rc; i++) {
@@ -293,6 +367,9 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
         bad = st.nonfinite;
         if (!bad) bad_in_row = 0;
         else if (!rc) rc = hy_nonfinite(rt, c, i, &st, &n_bad, &bad_in_row, out, err);
+        /* Every replica saw the same loss and norm, so they all stop here
+         * alike: one error, reported once. */
+        if (bad && hy_dp_size(dp) > 1) rc = hy_dp_agree(dp, rc, err);
         /* Never a checkpoint right after a step that was not finite: what
          * made it so may sit in the weights. The next good one is saved. */
         if (!rc && c->checkpoint.dir &&
@@ -300,12 +377,17 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
             if (bad) {
                 fprintf(out, "checkpoint of step %d not written: the step was not finite\n", i);
             } else {
-                rc = hy_save(rt, c, saved_path, out, err);
+                rc = hy_save(rt, c, dp, saved_path, out, err);
                 if (!rc) saved = i;
             }
         }
-        /* Only between steps: a step is never cut in half. */
-        if (!rc && o && o->stop && *o->stop) stopped = i;
+        /* Only between steps: a step is never cut in half. Replicas stop
+         * together, at the first step after any of them was asked to. */
+        if (!rc && o && o->stop) {
+            stop_sig = *o->stop;
+            rc = hy_dp_max(dp, &stop_sig, err);
+            if (!rc && stop_sig) stopped = i;
+        }
         if (stopped) break;
     }
     if (!rc && n_bad)
@@ -316,9 +398,13 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
      * gets its answer (the last step was saved already, when there is a
      * checkpoint.dir, unless the run resumed at its end and took none). */
     int last = stopped ? stopped : first <= steps ? steps : done;
-    if (!rc && o && o->stop && *o->stop)
-        rc = hy_stop(rt, c, last, saved == last ? saved_path : NULL, bad,
-                     *o->stop, out, err);
+    if (!rc && o && o->stop && !stopped) {
+        stop_sig = *o->stop;
+        rc = hy_dp_max(dp, &stop_sig, err);
+    }
+    if (!rc && stop_sig)
+        rc = hy_stop(rt, c, dp, last, saved == last ? saved_path : NULL, bad, stop_sig, out, err);
+    if (o && o->stopped_by) *o->stopped_by = stop_sig;
     hy_runtime_destroy(rt);
     hy_checkpoint_unlock(&lock);
     if (log && fclose(log) != 0 && !rc)
@@ -338,7 +424,7 @@ int hy_eval(const hy_config *c, const char *shard, int batches, FILE *out, FILE 
     }
     hy_runtime *rt = NULL;
     double loss = 0, tokens = 0;
-    rc = hy_train_runtime(&rt, c, warn, err);
+    rc = hy_train_runtime(&rt, c, NULL, warn, err);
     if (!rc) rc = hy_runtime_eval(rt, shard, batches, &loss, &tokens, err);
     hy_runtime_destroy(rt);
     if (!rc) fprintf(out, "{\"loss\": %.7f, \"batches\": %d, \"tokens\": %.0f}\n", loss, batches, tokens);

@@ -42,6 +42,15 @@ typedef struct {
      * through it (hy_runtime_write) to exercise train.on_nonfinite. */
     int (*before_step)(hy_runtime *rt, int step, void *ctx, hy_error *err);
     void *before_step_ctx;
+    /* Where the signal the run stopped on goes (0: none), or NULL. Under
+     * data parallelism the replicas agree on it: every one stops at the
+     * same step, though only one got the signal. */
+    int *stopped_by;
+    /* The data-parallel replicas this process is one of (dp.h), or NULL:
+     * the only one. Replica 0 alone writes checkpoints and the JSON log;
+     * one replica's bad input, or a step all found non-finite, ends every
+     * replica with one error (hy_dp_agreed). */
+    struct hy_dp *dp;
 } hy_train_opts;
 
 int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *err);
@@ -49,10 +58,13 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
 /* The runtime of config c with the weights it starts from: hy_runtime_create's
  * seeded initialization, then the file config key `init` names, when it
  * does (weights.h), checked first when it is a checkpoint's
- * (hy_checkpoint_verify_file: a damaged one is refused). A checkpoint
+ * (hy_checkpoint_verify_file: a damaged one is refused). dp: the
+ * data-parallel replicas it is one of (NULL: none; hy_runtime_create_dp). A checkpoint
  * without checksums loads with a one-line warning on warn (NULL: none).
  * On failure *out is NULL. */
-int hy_train_runtime(hy_runtime **out, const hy_config *c, FILE *warn, hy_error *err);
+struct hy_dp;
+int hy_train_runtime(hy_runtime **out, const hy_config *c, struct hy_dp *dp, FILE *warn,
+                     hy_error *err);
 
 /* The learning rate at step (1-based): linear warm-up to train.lr over
  * warmup_steps, then cosine decay to train.min_lr at the last step. */

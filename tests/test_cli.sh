@@ -16,7 +16,7 @@ HY_TEST_NAME=cli
 # ---- version, help, commands ------------------------------------------------
 run --version
 expect_rc 0
-if grep -qE '^hanayo [0-9][^ ]* \(backends: [a-z ]+\)$' "$tmp/out"; then ok; else
+if grep -qE '^hanayo [0-9][^ ]* \(backends: [a-z ]+; data parallel: (mpi|none)\)$' "$tmp/out"; then ok; else
     bad "--version printed: $(cat "$tmp/out")"
 fi
 for h in help --help -h; do

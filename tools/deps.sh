@@ -4,7 +4,9 @@
 #
 #   bash tools/deps.sh build   a C compiler, pkg-config, jansson's static
 #                              library, OpenBLAS (cblas): `make`, `make run`
-#   bash tools/deps.sh test    build's, and python3 with numpy (tests/*.py)
+#   bash tools/deps.sh test    build's, python3 with numpy (tests/*.py), and
+#                              an MPI with mpicc and mpirun (data parallelism
+#                              across processes, tests/test_dp.sh)
 #   bash tools/deps.sh fuzz    build's, and clang with its libFuzzer runtime
 #                              (`make fuzz`)
 #
@@ -57,6 +59,13 @@ probe_python() {
     need python3-numpy
 }
 
+# MPI is optional for a build (the Makefile compiles it in when mpicc is
+# there) but the tests run `mpirun -np 2 hanayo train`.
+probe_mpi() {
+    command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && return
+    need libopenmpi-dev openmpi-bin
+}
+
 probe_fuzz() {
     local fcc=${FUZZ_CC:-clang}
     if ! command -v "$fcc" >/dev/null 2>&1; then
@@ -72,7 +81,7 @@ probe_fuzz() {
 
 case "${1:-}" in
 build) probe_build ;;
-test) probe_build; probe_python ;;
+test) probe_build; probe_python; probe_mpi ;;
 fuzz) probe_build; probe_fuzz ;;
 *) echo "usage: bash tools/deps.sh build|test|fuzz" >&2; exit 2 ;;
 esac

@@ -25,6 +25,7 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "data.h"
+#include "dp.h"
 #include "error.h"
 #include "plan.h"
 #include "profile.h"
@@ -695,19 +696,55 @@ static int load_config(hy_config *c, const char *path, const hy_flag_list *sets,
     return hy_config_load(c, path, sets->items, sets->n, err);
 }
 
+/* One data-parallel replica's end (dp.h), when it failed: an error all
+ * replicas share is printed once, by replica 0 (the others return with an
+ * empty message, which main does not print); a replica's own error is
+ * printed with its index, then the whole job is ended, since the others
+ * may be waiting for this one in a collective. */
+static int train_replica_failed(hy_dp *dp, int st, hy_error *err) {
+    if (hy_dp_agreed(dp)) {
+        if (hy_dp_rank(dp) != 0) err->msg[0] = '\0';
+        return st;
+    }
+    fprintf(stderr, "hanayo: replica %d: %s\n", hy_dp_rank(dp), err->msg);
+    fflush(stderr);
+    hy_dp_abort(dp, st);
+    return st;
+}
+
 static int cmd_train(const command *cmd, int argc, char **argv, hy_error *err) {
-    train_args a = { .opts = { .log_json = NULL, .resume = NULL, .stop = &stop_signal },
+    int stopped_by = 0;
+    train_args a = { .opts = { .log_json = NULL, .resume = NULL, .stop = &stop_signal,
+                               .stopped_by = &stopped_by },
                      .sets = { 0 } };
     hy_args_result got;
     int st = read_args(cmd, argc, argv, &a, &got, err);
+    hy_dp *dp = NULL;
+    FILE *out = stdout;
+    /* Under mpirun or srun, one of the data-parallel replicas: only
+     * replica 0 prints progress and writes the log. */
+    if (st == HY_OK && !got.help) st = hy_dp_start(&dp, NULL, NULL, err);
+    if (st == HY_OK && hy_dp_rank(dp) != 0) {
+        a.opts.log_json = NULL;
+        if (!(out = fopen("/dev/null", "w")))
+            st = hy_fail(err, HY_ERR_RUNTIME, "cannot open /dev/null: %s", strerror(errno));
+    }
+    a.opts.dp = dp;
     if (st == HY_OK && !got.help) {
         hy_config c;
         st = load_config(&c, got.operand, &a.sets, err);
+        /* A config that fails on one replica: the others learn it in
+         * hy_train's first agreement, which this one meets here. */
+        if (st != HY_OK && dp) st = hy_dp_agree(dp, st, err);
         if (st == HY_OK) catch_stop_signals();
-        if (st == HY_OK) st = hy_train(&c, &a.opts, stdout, err);
+        if (st == HY_OK) st = hy_train(&c, &a.opts, out, err);
         hy_config_free(&c);
+        if (dp) st = st != HY_OK ? train_replica_failed(dp, st, err) : HY_OK;
     }
+    if (out != stdout && out) fclose(out);
+    hy_dp_finish(dp);
     hy_flag_list_free(&a.sets);
+    if (st == HY_OK && stopped_by) stop_signal = stopped_by;   /* main's exit status */
     return st;
 }
 
@@ -765,7 +802,8 @@ static int cmd_version(const command *cmd, int argc, char **argv, hy_error *err)
     (void)argc;
     (void)argv;
     (void)err;
-    printf("hanayo %s (backends: %s)\n", HY_VERSION, hy_backends_compiled());
+    printf("hanayo %s (backends: %s; data parallel: %s)\n", HY_VERSION, hy_backends_compiled(),
+           hy_dp_compiled());
     return HY_OK;
 }
 
@@ -836,7 +874,8 @@ int main(int argc, char **argv) {
     if (status == HY_OK && (fflush(stdout) != 0 || ferror(stdout)))
         status = hy_fail(&err, HY_ERR_RUNTIME, "cannot write to standard "
                          "output: %s", strerror(errno ? errno : EIO));
-    if (status != HY_OK) fprintf(stderr, "hanayo: %s\n", err.msg);
+    /* (An empty message: another data-parallel replica reports it.) */
+    if (status != HY_OK && err.msg[0]) fprintf(stderr, "hanayo: %s\n", err.msg);
     /* train stopped early on a signal and said so on stdout. */
     else if (stop_signal) status = 128 + stop_signal;
     return status;

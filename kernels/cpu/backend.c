@@ -330,6 +330,36 @@ int hy_cpu_call(hy_stream *s, hy_op_kind kind, void (*fn)(const void *args), con
     return enqueue(s, &c, err);
 }
 
+/* Data parallelism: the reducer's calls, run from the stream like any
+ * command (so a replay sums again), timed as "reduce". */
+typedef struct {
+    hy_reducer *r;
+    int bucket;
+    float *buf;
+    size_t n;
+} cpu_reduce_args;
+
+static void run_reduce_start(const void *args) {
+    const cpu_reduce_args *a = args;
+    a->r->start(a->r, a->bucket, a->buf, a->n);
+}
+
+static void run_reduce_wait(const void *args) {
+    const cpu_reduce_args *a = args;
+    a->r->wait(a->r, a->bucket);
+}
+
+static int cpu_reduce_start(hy_stream *s, hy_reducer *r, int bucket, float *buf, size_t n,
+                            hy_error *err) {
+    cpu_reduce_args a = { r, bucket, buf, n };
+    return HY_CALL(s, HY_OPK_REDUCE, run_reduce_start, a, err);
+}
+
+static int cpu_reduce_wait(hy_stream *s, hy_reducer *r, int bucket, hy_error *err) {
+    cpu_reduce_args a = { r, bucket, NULL, 0 };
+    return HY_CALL(s, HY_OPK_REDUCE, run_reduce_wait, a, err);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Streams, capture, replay */
 
@@ -454,6 +484,8 @@ static hy_backend_ops cpu_ops_init(void) {
     .timestamp = cpu_timestamp,
     .sleep = cpu_sleep,
     .op_stats = cpu_op_stats,
+    .reduce_start = cpu_reduce_start,
+    .reduce_wait = cpu_reduce_wait,
     };
     hy_cpu_math_ops(&o);
     return o;

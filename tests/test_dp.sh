@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# test_dp.sh — data parallelism across processes (docs/design.md §9):
+# `mpirun -np 2 hanayo train` against one process.
+#
+#   - 2 processes x P = 2 ranks x M = 4 micro-batches leave the weights of
+#     one process with M = 8 after 3 steps (within 1e-5 of the largest
+#     weight: only the order of the float sums differs), for 1f1b, hanayo,
+#     hanayo with split backward, and BERT; the logged losses agree too,
+#     and only replica 0 prints;
+#   - a 2-process checkpoint resumes in one process with M = 8 (the same
+#     global batch) and goes on as the one-process run does; with another
+#     global batch it is refused;
+#   - one replica given a missing shard ends both with one error line, and
+#     leaves no checkpoint directory or log behind;
+#   - SIGTERM to one replica stops both at the same step, with one
+#     checkpoint and exit 143.
+# Needs an MPI build (hanayo --version: "data parallel: mpi") and mpirun
+# (Debian: libopenmpi-dev, openmpi-bin; tools/deps.sh test installs them);
+# without them it says so and fails, so a machine meant to test it cannot
+# pass quietly. OpenMPI's own allocations are not freed at exit and its
+# plugins are unloaded before LeakSanitizer could name them, so the ASan
+# build runs these processes with leak detection off (every other ASan and
+# UBSan check stays on). Prints "dp: N passed, N failed".
+set -u
+
+HY_TEST_NAME=dp
+. "$(dirname "$0")/lib/cli.sh"
+
+if ! "$HANAYO" --version | grep -q 'data parallel: mpi' || ! command -v mpirun >/dev/null; then
+    bad "no MPI: hanayo --version says '$("$HANAYO" --version)', mpirun: $(command -v mpirun || echo missing)"
+    hy_finish
+    exit 1
+fi
+
+# mpirun as root needs these; processes on one machine over shared memory
+# only, without the cross-memory attach that containers often forbid.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+mpi=(mpirun --oversubscribe -x ASAN_OPTIONS -x UBSAN_OPTIONS)
+
+run data synth --out "$tmp/t.bin" --tokens 20000 --vocab 512 --seed 3
+expect_rc 0
+small=(configs/tiny-gpt.json --set "data.train=$tmp/t.bin" --set data.val=null
+       --set model.layers=4 --set model.d_model=32 --set model.seq_len=16
+       --set schedule.micro_batch_size=2 --set train.log_every=1 --set schedule.ranks=2)
+
+# mpirun_train NAME N ARGS...: N processes of hanayo train; output in
+# $tmp/NAME.out and .err, status in $rc.
+mpirun_train() {
+    local name=$1 n=$2
+    shift 2
+    "${mpi[@]}" -np "$n" "$HANAYO" train "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null
+    rc=$?
+    last="mpirun -np $n hanayo train ($name); stderr $(head -c 300 "$tmp/$name.err")"
+}
+
+# close A B: the largest difference of two safetensors files' tensors, over
+# the largest magnitude, is at most 1e-5 (plain Python: no numpy needed).
+close() {
+    if python3 - "$1" "$2" <<'EOF'; then ok; else bad "$1 and $2 differ by more than 1e-5"; fi
+import json, struct, sys
+def load(path):
+    b = open(path, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == '__metadata__':
+            continue
+        s, e = v['data_offsets']
+        out[k] = struct.unpack('<%df' % ((e - s) // 4), b[8 + n + s:8 + n + e])
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+diff = max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
+big = max(abs(y) for k in b for y in b[k])
+print('max difference %.3g of %.3g' % (diff, big), file=sys.stderr)
+sys.exit(0 if diff <= 1e-5 * big else 1)
+EOF
+}
+
+# ---- 2 x 4 micro-batches = 1 x 8 ---------------------------------------------
+for kind in 1f1b hanayo hanayo-split bert; do
+    cfg=("${small[@]}")
+    extra=(--set "schedule.kind=${kind%-split}")
+    [ "$kind" = hanayo-split ] && extra+=(--set schedule.split_backward=true)
+    [ "$kind" = bert ] && cfg=(configs/tiny-bert.json "${small[@]:1}") extra=(--set schedule.kind=1f1b)
+    mpirun_train "dp-$kind" 2 "${cfg[@]}" "${extra[@]}" --set train.steps=3 \
+        --set schedule.micro_batches=4 --set "checkpoint.dir=$tmp/dp-$kind"
+    expect_rc 0
+    run train "${cfg[@]}" "${extra[@]}" --set train.steps=3 --set schedule.micro_batches=8 \
+        --set "checkpoint.dir=$tmp/one-$kind"
+    expect_rc 0
+    close "$tmp/dp-$kind/step_000003/model.safetensors" "$tmp/one-$kind/step_000003/model.safetensors"
+    # The losses printed agree to the printed digits; one replica printed.
+    if [ "$(grep -c '^step 3/3' "$tmp/dp-$kind.out")" = 1 ] &&
+        [ "$(grep -o 'loss [0-9.]*' "$tmp/dp-$kind.out")" = "$(grep -o 'loss [0-9.]*' "$tmp/out")" ]; then
+        ok
+    else
+        bad "$kind: the losses differ or more than one replica printed: $(grep '^step' "$tmp/dp-$kind.out") against $(grep '^step' "$tmp/out")"
+    fi
+done
+if grep -q '^data parallel: 2 replicas (MPI), each 4 micro-batches of the step.s 8$' "$tmp/dp-1f1b.out"; then ok; else
+    bad "no data-parallel line: $(head -8 "$tmp/dp-1f1b.out")"
+fi
+
+# ---- resume with another number of replicas ------------------------------------
+run train "${small[@]}" --set train.steps=5 --set schedule.micro_batches=8 \
+    --set "checkpoint.dir=$tmp/dp-1f1b" --set schedule.kind=1f1b --resume "$tmp/dp-1f1b"
+expect_rc 0
+expect_out "resumed from $tmp/dp-1f1b/step_000003 after step 3"
+run train "${small[@]}" --set train.steps=5 --set schedule.micro_batches=8 \
+    --set "checkpoint.dir=$tmp/one-1f1b" --set schedule.kind=1f1b --resume "$tmp/one-1f1b"
+expect_rc 0
+close "$tmp/dp-1f1b/step_000005/model.safetensors" "$tmp/one-1f1b/step_000005/model.safetensors"
+expect_input_error train "${small[@]}" --set train.steps=5 --set schedule.micro_batches=4 \
+    --set "checkpoint.dir=$tmp/x" --set schedule.kind=1f1b --resume "$tmp/dp-1f1b/step_000003"
+expect_err '8 micro-batches a step (2 replicas x schedule.micro_batches 4), the run has 4 (1 x 4)'
+
+# ---- one replica's bad input ends both --------------------------------------------
+"${mpi[@]}" -np 1 "$HANAYO" train "${small[@]}" --set train.steps=3 --set schedule.micro_batches=4 \
+    --set "checkpoint.dir=$tmp/bad" --log-json "$tmp/bad.jsonl" : \
+    -np 1 "$HANAYO" train "${small[@]}" --set train.steps=3 --set schedule.micro_batches=4 \
+    --set "checkpoint.dir=$tmp/bad" --set "data.train=$tmp/missing.bin" \
+    >"$tmp/bad.out" 2>"$tmp/bad.err" </dev/null
+rc=$?
+last="mpirun: replica 1 with a missing shard"
+if [ "$rc" -ne 0 ]; then ok; else bad "$last: exit 0"; fi
+if [ "$(grep -c '^hanayo: ' "$tmp/bad.err")" = 1 ] &&
+    grep -q "^hanayo: replica 1: $tmp/missing.bin: cannot open token shard" "$tmp/bad.err"; then ok; else
+    bad "$last: want one 'hanayo: replica 1: ...' line, got: $(grep '^hanayo' "$tmp/bad.err")"
+fi
+if [ ! -e "$tmp/bad" ] && [ ! -e "$tmp/bad.jsonl" ]; then ok; else bad "$last: left $(ls -d "$tmp"/bad*)"; fi
+if grep -q '^step ' "$tmp/bad.out"; then bad "$last: trained: $(head -3 "$tmp/bad.out")"; else ok; fi
+
+# ---- SIGTERM to one replica stops both at one step -----------------------------------
+# Sent to replica 1 alone (mpirun forwards its own SIGTERM but follows it
+# with SIGKILL within a second, which a slow wind-down may not beat); the
+# replicas agree after every step, so both stop at the same one and
+# replica 0 saves it.
+"${mpi[@]}" -np 2 "$HANAYO" train "${small[@]}" --set train.steps=1000000 \
+    --set schedule.micro_batches=4 --set checkpoint.every=0 --set "checkpoint.dir=$tmp/sig" \
+    >"$tmp/sig.out" 2>"$tmp/sig.err" </dev/null &
+pid=$!
+for _ in $(seq 600); do   # up to 60 s: the ASan build starts slowly
+    grep -q '^step ' "$tmp/sig.out" && break
+    sleep 0.1
+done
+replica1=$(pgrep -P "$pid" | tail -n 1)
+[ -n "$replica1" ] && kill -TERM "$replica1"
+wait "$pid"
+rc=$?
+last="SIGTERM to replica 1"
+expect_rc 143
+step=$(sed -n 's/^stopped at step \([0-9]*\) because of SIGTERM.*/\1/p' "$tmp/sig.out")
+if [ -n "$step" ] && [ "$(ls "$tmp/sig")" = "$(printf 'step_%06d' "$step")" ]; then ok; else
+    bad "$last: want one stop line and its checkpoint: $(tail -2 "$tmp/sig.out"); $(ls "$tmp/sig" 2>&1)"
+fi
+
+hy_finish
