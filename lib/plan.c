@@ -22,6 +22,7 @@
 #include "measured.h"
 #include "model.h"
 #include "order.h"
+#include "scale.h"
 #include "svg.h"
 
 #define DEFAULT_WIDTH 120
@@ -749,6 +750,7 @@ char *hy_compare_json(const hy_compare_row *rows, int n) {
 void hy_plan_request_init(hy_plan_request *rq) {
     memset(rq, 0, sizeof *rq);
     rq->fwd_cost = rq->bwd_cost = rq->comm_cost = rq->wgrad_cost = -1;
+    rq->link_latency_us = -1;
     rq->timeline.width = DEFAULT_WIDTH;
 }
 
@@ -819,6 +821,87 @@ static int run_compare(const hy_plan_request *rq, hy_sched_params p,
     return HY_OK;
 }
 
+/* Config c's model with schedule p's stages: c's schedule.split when it
+ * has p's stage count, else the balanced one (model.h). */
+static int model_for(const hy_config *c, const hy_sched_params *p, hy_model *m, hy_error *err) {
+    hy_config k = *c;   /* a shallow copy, only read: never freed */
+    k.schedule.kind = p->kind;
+    k.schedule.ranks = p->ranks;
+    k.schedule.waves = p->waves;
+    k.schedule.chunks = p->chunks;
+    k.schedule.micro_batches = p->micro_batches;
+    if (k.schedule.n_split != hy_config_stages(&k)) {
+        k.schedule.split = NULL;
+        k.schedule.n_split = 0;
+    }
+    return hy_model_build(m, &k, 1, err);
+}
+
+/* Bytes of fp32 gradients each stage of plan p sums across replicas: its
+ * parameters, and on the last stage the tied embedding's replica when it
+ * sits on another rank than stage 0 (both copies are summed). */
+static int grad_bytes_of(const hy_plan_request *rq, const hy_schedule *sc, double *bytes,
+                         hy_error *err) {
+    hy_config cfg;
+    hy_config_init(&cfg);
+    int st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
+    hy_sched_params p = { sc->kind, sc->ranks, sc->micro_batches, sc->waves, sc->chunks,
+                          sc->split };
+    hy_model m;
+    if (st == HY_OK) st = model_for(&cfg, &p, &m, err);
+    if (st == HY_OK) {
+        for (int s = 0; s < sc->stages; s++) bytes[s] = 4.0 * (double)m.stage_numel[s];
+        if (sc->placement[sc->stages - 1] != sc->placement[0])
+            bytes[sc->stages - 1] += 4.0 * (double)hy_model_param(&m, HY_P_WTE, 0)->numel;
+        hy_model_free(&m);
+    }
+    hy_config_free(&cfg);
+    return st;
+}
+
+/* `--replicas`: the plan's step on N data-parallel replicas (scale.h),
+ * as a table under the summary, or a JSON line after the plan's. */
+static int scale_table(const hy_plan_request *rq, const hy_plan *pl, const hy_costs *c,
+                       FILE *out, hy_error *err) {
+    int counts[HY_SCALE_MAX_ROWS], n = 0;
+    int measured = c->fwd_stage != NULL;   /* per-stage costs only come from --costs: ms */
+    int st = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
+    double *bytes = malloc(sizeof(double) * (size_t)pl->sched.stages);
+    if (st == HY_OK && !bytes) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    if (st == HY_OK) st = grad_bytes_of(rq, &pl->sched, bytes, err);
+    hy_scale_link link = {
+        .gbps = rq->link_gbps > 0 ? rq->link_gbps : 400,
+        .latency_us = rq->link_latency_us >= 0 ? rq->link_latency_us : 5,
+        .ms_per_unit = rq->step_ms > 0 ? rq->step_ms / pl->sim.makespan : 1,
+    };
+    hy_config cfg;
+    hy_config_init(&cfg);
+    if (st == HY_OK) st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
+    link.tokens_per_replica = (double)pl->sched.micro_batches * cfg.schedule.micro_batch_size *
+                              cfg.model.seq_len;
+    hy_config_free(&cfg);
+    hy_scale_row rows[HY_SCALE_MAX_ROWS];
+    if (st == HY_OK) st = hy_scale_rows(&pl->sched, &pl->sim, bytes, &link, counts, n, rows, err);
+    double total = 0;
+    for (int s = 0; st == HY_OK && s < pl->sched.stages; s++) total += bytes[s];
+    free(bytes);
+    if (st != HY_OK) return st;
+    if (rq->json) {
+        char *rows_json = hy_scale_json(rows, n);
+        if (!rows_json) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        fprintf(out, "{\"link_gbps\": %g, \"link_latency_us\": %g, \"ms_per_unit\": %.9g, "
+                "\"grad_bytes\": %.0f, \"replicas\": %s}\n", link.gbps, link.latency_us,
+                link.ms_per_unit, total, rows_json);
+        free(rows_json);
+        return HY_OK;
+    }
+    fprintf(out, "\ndata parallel: the gradients (%.1f MB) summed over the replicas as each "
+            "stage's backward ends,\nring all-reduce on each rank's %g Gb/s link, %g us a step; "
+            "one server's step %.2f ms%s\n", total / 1e6, link.gbps, link.latency_us,
+            pl->sim.makespan * link.ms_per_unit, measured ? " (measured costs)" : " (--step-ms)");
+    return hy_scale_write_table(out, rows, n) ? out_error(err) : HY_OK;
+}
+
 static int run_one(const hy_plan_request *rq, const hy_sched_params *p,
                    const hy_costs *c, FILE *out, hy_error *err) {
     hy_plan pl;
@@ -837,6 +920,7 @@ static int run_one(const hy_plan_request *rq, const hy_sched_params *p,
         hy_plan_write_summary(out, &pl);
         if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
     }
+    if (st == HY_OK && rq->replicas) st = scale_table(rq, &pl, c, out, err);
     hy_plan_free(&pl);
     return st;
 }
@@ -847,18 +931,8 @@ static int run_one(const hy_plan_request *rq, const hy_sched_params *p,
  * model: c's schedule.split when it has p's stage count, else the
  * balanced one (model.h). n holds p's stage count. */
 static int split_of(const hy_config *c, const hy_sched_params *p, int *n, hy_error *err) {
-    hy_config k = *c;   /* a shallow copy, only read: never freed */
-    k.schedule.kind = p->kind;
-    k.schedule.ranks = p->ranks;
-    k.schedule.waves = p->waves;
-    k.schedule.chunks = p->chunks;
-    k.schedule.micro_batches = p->micro_batches;
-    if (k.schedule.n_split != hy_config_stages(&k)) {
-        k.schedule.split = NULL;
-        k.schedule.n_split = 0;
-    }
     hy_model m;
-    int st = hy_model_build(&m, &k, 1, err);
+    int st = model_for(c, p, &m, err);
     if (st != HY_OK) return st;
     memcpy(n, m.n_layers, (size_t)m.stages * sizeof(int));
     hy_model_free(&m);
@@ -1019,6 +1093,22 @@ static int run_measured(const hy_plan_request *rq, FILE *out, hy_error *err) {
 }
 
 int hy_plan_run(const hy_plan_request *rq, FILE *out, hy_error *err) {
+    if (rq->replicas && rq->compare)
+        return hy_fail(err, HY_ERR_INPUT, "--replicas prices one schedule at scale and "
+                       "--compare shows four at one server; drop one of them");
+    if (!rq->replicas && (rq->link_gbps > 0 || rq->link_latency_us >= 0 || rq->step_ms > 0))
+        return hy_fail(err, HY_ERR_INPUT, "--link-gbps, --link-latency-us and --step-ms price "
+                       "data parallelism; add --replicas N,N,... (e.g. 1,4,16,64)");
+    /* Checked before anything is printed. */
+    if (rq->replicas) {
+        int counts[HY_SCALE_MAX_ROWS], n = 0;
+        int st = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
+        if (st != HY_OK) return st;
+        if (!rq->costs && !(rq->step_ms > 0))
+            return hy_fail(err, HY_ERR_INPUT, "--replicas needs the time of one step on one "
+                           "server (--step-ms MS: `hanayo train` prints ms per step), or "
+                           "measured costs (--costs SUMMARY.json from hanayo profile)");
+    }
     if (rq->costs) {
         int st = run_measured(rq, out, err);
         if (st == HY_OK && (fflush(out) != 0 || ferror(out))) st = out_error(err);

@@ -158,6 +158,13 @@ typedef struct {
      * the runtime would use. NULL: uniform costs. */
     const char *costs;
     hy_timeline_opts timeline;
+    /* Data parallelism on paper (scale.h): replica counts "1,4,16,64" to
+     * price, or NULL; each rank's link in Gb/s and per-step latency in us
+     * (0 and < 0: 400 and 5); step_ms, the one-server step the uniform
+     * costs are scaled to (with --costs the measured ms are used). The
+     * model's gradients come from the config. */
+    const char *replicas;
+    double link_gbps, link_latency_us, step_ms;
 } hy_plan_request;
 
 /* Every field "not given", no output options, timeline width 120. */

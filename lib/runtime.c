@@ -577,25 +577,23 @@ static int rt_plan_reduces(hy_runtime *rt, hy_error *err) {
                            "takes at most %d; use more stages", s, rt->model.stage_numel[s],
                            INT_MAX);
     const hy_schedule *sc = &rt->sched;
-    int last_op = sc->split ? HY_WGRAD : HY_BWD, rc = HY_OK;
-    for (int r = 0; r < rt->P && !rc; r++) {
+    int *last = malloc(sizeof(int) * (size_t)rt->S);
+    if (!last) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    for (int r = 0; r < rt->P; r++) {
         rt_rank *rk = &rt->ranks[r];
         int n = sc->n_actions[r];
         rk->reduce_after = malloc(sizeof(int) * (size_t)(n ? n : 1));
-        if (!rk->reduce_after) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-        for (int i = 0; i < n; i++) rk->reduce_after[i] = -1;
-        /* From the end: the first last_op met of each stage is its last. */
-        char *met = calloc((size_t)rt->S, 1);
-        if (!met) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-        for (int i = n - 1; i >= 0; i--) {
-            const hy_action *a = &sc->actions[r][i];
-            if (a->op != last_op || met[a->stage]) continue;
-            met[a->stage] = 1;
-            rk->reduce_after[i] = a->stage;
+        if (!rk->reduce_after) {
+            free(last);
+            return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         }
-        free(met);
+        for (int i = 0; i < n; i++) rk->reduce_after[i] = -1;
+        hy_schedule_grads_done(sc, r, last);
+        for (int k = 0; k < rt->S; k++)
+            if (last[k] >= 0) rk->reduce_after[last[k]] = k;
     }
-    return rc;
+    free(last);
+    return HY_OK;
 }
 
 /* The ranks' reducers, at the first step: making them is a collective,

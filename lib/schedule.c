@@ -580,6 +580,13 @@ int hy_schedule_transfers(const hy_schedule *s) {
     return 2 * cross * s->micro_batches;
 }
 
+void hy_schedule_grads_done(const hy_schedule *s, int rank, int *last) {
+    int done = s->split ? HY_WGRAD : HY_BWD;
+    for (int k = 0; k < s->stages; k++) last[k] = -1;
+    for (int i = 0; i < s->n_actions[rank]; i++)
+        if (s->actions[rank][i].op == done) last[s->actions[rank][i].stage] = i;
+}
+
 int hy_action_inputs(const hy_schedule *s, const hy_action *a, hy_action in[HY_MAX_INPUTS]) {
     int n = 0;
     if (a->op == HY_FWD) {

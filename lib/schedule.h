@@ -118,6 +118,13 @@ int hy_schedule_local_chunk(const hy_schedule *s, int stage);
  * gradients backward, one per dependent pair of actions on two ranks. */
 int hy_schedule_transfers(const hy_schedule *s);
 
+/* For each stage k on rank r, the index in r's action list of the action
+ * that completes k's gradients for the step (its last B; with a split
+ * backward its last W): where data parallelism's sum of them can start
+ * (the runtime, and scale.h pricing it). -1 for stages on other ranks.
+ * last[] holds s->stages entries. */
+void hy_schedule_grads_done(const hy_schedule *s, int rank, int *last);
+
 /* The dependencies, the one statement of them that the validator, the
  * simulator (sim.h) and the runtime's mailboxes share: F(m, s) needs
  * F(m, s-1); B(m, S-1) needs F(m, S-1); B(m, s) needs F(m, s) and

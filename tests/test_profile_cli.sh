@@ -121,6 +121,18 @@ if python3 -c 'import json, sys
 p = json.load(open(sys.argv[1])); m = json.load(open(sys.argv[2]))
 assert all(abs(a - s["fwd_ms"]) < 1e-9 for a, s in zip(p["fwd_costs"], m["stages"]))
 ' "$tmp/out" "$tmp/prof/summary.json"; then ok; else bad "plan --costs --json: costs differ from summary.json"; fi
+# At scale with the measured ms: one replica's step is the measured
+# makespan, no --step-ms needed.
+run plan "$cfg" "${small[@]}" --costs "$tmp/prof/summary.json" --replicas 1,2
+expect_rc 0
+expect_out '(measured costs)$'
+if python3 -c 'import re, sys
+t = open(sys.argv[1]).read()
+span = float(re.search(r"^makespan +([0-9.]+)", t, re.M).group(1))
+one = float(re.search(r"^ +1 +[0-9]+ +([0-9.]+) ", t, re.M).group(1))
+two = float(re.search(r"^ +2 +[0-9]+ +([0-9.]+) ", t, re.M).group(1))
+assert abs(span - one) < 0.01 and two >= one, (span, one, two)
+' "$tmp/out"; then ok; else bad "plan --costs --replicas: $(tail -n 4 "$tmp/out")"; fi
 # The same stage count with another split: priced by the per-layer model.
 run plan "$cfg" "${small[@]}" --set 'schedule.split=[0,2,1,1]' --costs "$tmp/prof/summary.json"
 expect_rc 0

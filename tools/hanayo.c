@@ -98,6 +98,13 @@ static const char usage_plan[] =
     "  --compare           one table of all four schedules at this P and M,\n"
     "                      whole and split backward (interleaved with v = 2W\n"
     "                      unless --chunks is given)\n"
+    "  --replicas N,N,...  also price this plan on N data-parallel replicas\n"
+    "                      (servers), e.g. 1,4,16,64: each rank's gradients\n"
+    "                      summed as its stages' backwards end (CONFIG's model)\n"
+    "  --link-gbps G       each rank's network link for those sums (default 400)\n"
+    "  --link-latency-us L a ring step's latency (default 5)\n"
+    "  --step-ms MS        one step on one server, in ms, which the uniform\n"
+    "                      costs are scaled to (with --costs: the measured ms)\n"
     "  --set key=value     override a config key, e.g. schedule.waves=2\n"
     "  --width N           timeline width in columns, 40..100000 (default 120)\n"
     "  --color WHEN        auto (colour on a terminal), always or never\n";
@@ -325,6 +332,14 @@ static const hy_flag plan_flags[] = {
       .choices = color_names },
     { .name = "--costs", .kind = HY_FLAG_STRING, .off = PLAN(rq.costs),
       .example = "profile/tiny-gpt/summary.json" },
+    { .name = "--replicas", .kind = HY_FLAG_STRING, .off = PLAN(rq.replicas),
+      .example = "1,4,16,64" },
+    { .name = "--link-gbps", .kind = HY_FLAG_REAL, .off = PLAN(rq.link_gbps), .example = "400",
+      .lo = 0.001, .hi = 1e9 },
+    { .name = "--link-latency-us", .kind = HY_FLAG_REAL, .off = PLAN(rq.link_latency_us),
+      .example = "5", .lo = 0, .hi = 1e9 },
+    { .name = "--step-ms", .kind = HY_FLAG_REAL, .off = PLAN(rq.step_ms), .example = "120",
+      .lo = 0.001, .hi = 1e12 },
     { .name = NULL },
 };
 static const hy_args_spec plan_spec = {
