@@ -111,13 +111,19 @@ typedef struct {
  * parallelism, dp.h), which made it. A backend whose rank memory is host
  * memory calls start and wait from the rank's stream when the commands
  * run: start begins summing n floats at buf in place, as sum number
- * `bucket` of the step; wait returns once that sum is complete. Neither
- * can fail back to the stream: a failing sum ends the whole job (MPI's
- * fatal error handler), as a lost peer would anyway. */
+ * `bucket` (0 .. buckets-1) of the step; wait returns once that sum is
+ * complete. Neither can fail back to the stream: a failing sum ends the
+ * whole job (MPI's fatal error handler), as a lost peer would anyway. A
+ * GPU backend sums in device memory with its own library instead (NCCL),
+ * set up by reduce_connect: broadcast hands it replica 0's bytes (its
+ * communicator's id) on every replica, and device_comm is its state. */
 typedef struct hy_reducer hy_reducer;
 struct hy_reducer {
     void (*start)(hy_reducer *r, int bucket, float *buf, size_t n);
     void (*wait)(hy_reducer *r, int bucket);
+    int (*broadcast)(hy_reducer *r, void *buf, size_t bytes);   /* 0 on success */
+    int replicas, replica, buckets;
+    void *device_comm;   /* the backend's, between reduce_connect and reduce_disconnect */
 };
 
 /* Who waits, for the watchdog's report. */
@@ -309,6 +315,11 @@ typedef struct {
     int (*reduce_start)(hy_stream *s, hy_reducer *r, int bucket, float *buf, size_t n,
                         hy_error *err);
     int (*reduce_wait)(hy_stream *s, hy_reducer *r, int bucket, hy_error *err);
+    /* Collective over r's replicas: sets up (and takes down) what the
+     * sums of rank `rank` need on this backend; called between steps, for
+     * every rank in order on every replica. NULL: nothing to set up. */
+    int (*reduce_connect)(hy_backend *be, int rank, hy_reducer *r, hy_error *err);
+    void (*reduce_disconnect)(hy_backend *be, int rank, hy_reducer *r);
 } hy_backend_ops;
 
 /* The test ops (backend_test.h): kept out of hy_backend_ops, since only

@@ -7,6 +7,7 @@
  */
 #include "dp.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,12 @@ static void dp_wait_sum(hy_reducer *r, int bucket) {
     MPI_Wait(&d->req[bucket], MPI_STATUS_IGNORE);
 }
 
+static int dp_broadcast(hy_reducer *r, void *buf, size_t bytes) {
+    dp_reducer *d = (dp_reducer *)r;
+    if (bytes > (size_t)INT_MAX) return -1;
+    return MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, d->comm) == MPI_SUCCESS ? 0 : -1;
+}
+
 int hy_dp_open_ranks(hy_dp *dp, int ranks, int buckets, hy_error *err) {
     if (!dp || dp->size == 1) return HY_OK;
     /* A second runtime of the same shape reuses them (collectives must
@@ -186,6 +193,10 @@ int hy_dp_open_ranks(hy_dp *dp, int ranks, int buckets, hy_error *err) {
         d->buckets = buckets;
         d->base.start = dp_start_sum;
         d->base.wait = dp_wait_sum;
+        d->base.broadcast = dp_broadcast;
+        d->base.replicas = dp->size;
+        d->base.replica = dp->rank;
+        d->base.buckets = buckets;
         dp->ranks = r + 1;
     }
     return HY_OK;

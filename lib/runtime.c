@@ -569,7 +569,7 @@ static int rt_plan_reduces(hy_runtime *rt, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     if (!o->reduce_start || !o->reduce_wait)
         return hy_fail(err, HY_ERR_INPUT, "%d data-parallel replicas: the %s backend cannot sum "
-                       "gradients across processes yet; use backend \"cpu\" or one process",
+                       "gradients across processes; use backend \"cpu\" or one process",
                        rt->replicas, o->name);
     for (int s = 0; s < rt->S; s++)
         if (rt->model.stage_numel[s] > (size_t)INT_MAX || rt_wte(rt)->numel > (size_t)INT_MAX)
@@ -600,8 +600,15 @@ static int rt_plan_reduces(hy_runtime *rt, hy_error *err) {
  * which every replica reaches only once all are past their checks. */
 static int rt_attach_reducers(hy_runtime *rt, hy_error *err) {
     if (rt->replicas == 1 || rt->ranks[0].reducer) return HY_OK;
+    const hy_backend_ops *o = rt->be->ops;
     int rc = hy_dp_open_ranks(rt->dp, rt->P, rt->S + 1, err);
-    for (int r = 0; r < rt->P && !rc; r++) rt->ranks[r].reducer = hy_dp_reducer(rt->dp, r);
+    for (int r = 0; r < rt->P && !rc; r++) {
+        hy_reducer *red = hy_dp_reducer(rt->dp, r);
+        /* A GPU backend's own communicator (NCCL), one rank after the
+         * other on every replica alike. */
+        if (o->reduce_connect) rc = o->reduce_connect(rt->be, r, red, err);
+        if (!rc) rt->ranks[r].reducer = red;
+    }
     return rc;
 }
 
@@ -1056,6 +1063,8 @@ void hy_runtime_destroy(hy_runtime *rt) {
         const hy_backend_ops *o = rt->be->ops;
         for (int r = 0; rt->ranks && r < rt->P; r++) {
             o->graph_destroy(rt->ranks[r].graph);
+            if (o->reduce_disconnect && rt->ranks[r].reducer)
+                o->reduce_disconnect(rt->be, r, rt->ranks[r].reducer);
             o->stream_destroy(rt->ranks[r].stream);
         }
         for (int i = 0; rt->norm_ch && i < rt->P * rt->P; i++)

@@ -461,6 +461,10 @@ static hy_backend_ops cuda_ops_init(void) {
     o.sleep = cuda_sleep;
     o.op_stats = NULL;   /* per-op timing is the profiler's job on a GPU */
     o.graph_dot = hy_cuda_graph_dot;
+    o.reduce_start = hy_cuda_reduce_start;
+    o.reduce_wait = hy_cuda_reduce_wait;
+    o.reduce_connect = hy_cuda_reduce_connect;
+    o.reduce_disconnect = hy_cuda_reduce_disconnect;
     return o;
 }
 

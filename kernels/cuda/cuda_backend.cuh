@@ -177,4 +177,12 @@ int hy_cuda_graph_dot(hy_graph *g, const char *path, hy_graph_nodes *nodes, hy_e
 /* The test ops' table (backend_test.h), in kernels/cuda/testops.cu. */
 const hy_backend_test_ops *hy_cuda_test_ops(void);
 
+/* ---- Gradient sums across data-parallel replicas (kernels/cuda/nccl.cu) ---- */
+
+extern "C" int hy_cuda_reduce_connect(hy_backend *be, int rank, hy_reducer *r, hy_error *err);
+extern "C" void hy_cuda_reduce_disconnect(hy_backend *be, int rank, hy_reducer *r);
+extern "C" int hy_cuda_reduce_start(hy_stream *s, hy_reducer *r, int bucket, float *buf,
+                                    size_t n, hy_error *err);
+extern "C" int hy_cuda_reduce_wait(hy_stream *s, hy_reducer *r, int bucket, hy_error *err);
+
 #endif
