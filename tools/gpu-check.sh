@@ -1,35 +1,86 @@
 #!/usr/bin/env bash
-# tools/gpu-check.sh — every check that needs a GPU, in one run (< 6 min).
+# tools/gpu-check.sh — every check that needs a GPU, in one run of at most
+# eight minutes.
 #
 # Run on a machine with a CUDA GPU, from the repository root, after
-# tools/gpu-prepare.sh packed .gpu/ here and .gpu/ was carried there. It
-#   1. unpacks the carried binaries (or, if they do not start there,
-#      rebuilds from source with the carried jansson and BLAS);
-#   2. runs the CUDA tests: test_cuda (every op against the CPU backend,
-#      training CUDA vs CPU, replay = eager bit for bit), test_mailbox (the
-#      race stress test on 1, 2, 4 and 8 ranks of one GPU, graphs on and
-#      off, flags in host and device memory), test_backend;
-#   3. runs the benchmarks, each side by side in this one run:
-#      - GPT-2 124M, seq 1024, P = 1: hanayo vs PyTorch (tools/bench_torch.py:
-#        torch.compile, SDPA flash, bf16 autocast, fused AdamW), tokens/s, MFU;
-#      - graphs vs eager on a launch-bound small model;
-#      - 8 ranks on the one GPU (hanayo W = 1; 1F1B; interleaved) vs 1;
-#      - the mailbox path's bandwidth against a bare device copy, and the
-#        flag round trip, with flags in host-mapped and in device memory;
-# and writes logs and summary.txt (the figures, as ratios) into $OUT
-# (default ./gpu-out). Exit status: non-zero if a test failed.
+# tools/gpu-prepare.sh packed .gpu/ here and .gpu/ was carried there:
+#
+#     OUT=dir tools/gpu-check.sh [SECTION]...
+#
+# SECTIONs, in the order they run (default: all of them):
+#   tests    test_backend; test_cuda (every op against the CPU backend,
+#            the flash attention and the padded head included, training
+#            CUDA vs CPU, replay = eager bit for bit, each rank's graph
+#            as DOT); test_mailbox (the race stress test on 1, 2, 4 and
+#            8 ranks of one GPU, graphs on and off, flags in host and in
+#            device memory)
+#   torch    GPT-2 124M, seq 1024, P = 1: hanayo vs PyTorch
+#            (tools/bench_torch.py: torch.compile, SDPA flash, bf16
+#            autocast, fused AdamW, the same padded vocabulary and
+#            micro-batches), tokens/s and MFU
+#   profile  hanayo profile of GPT-2 124M at P = 2 on the one GPU (trace)
+#   graphs   graphs vs eager on a launch-bound small model
+#   ranks    8 ranks on the one GPU (1F1B, interleaved, hanayo W = 1) vs 1
+#   copy     the mailbox path's bandwidth against a bare device copy, and
+#            the flag round trip (hanayo-bench-copy)
+#
+# The budget: a lent GPU comes with 15 minutes in all, its start and the
+# transfers included, so everything here ends by one global deadline
+# (HY_GPU_BUDGET_S, default 480 s from the start): every program runs
+# under `timeout` with its own cap, cut to what is left; what no longer
+# fits is skipped and says so. Every hanayo run has watchdog_s = 10, so a
+# stalled rank ends its run in seconds, not minutes.
+#
+# What comes back, in $OUT (default ./gpu-out), at most three files:
+#   summary.txt     one line per check as it finishes (so a cut-short run
+#                   still says what it saw), then the figures as ratios
+#   gpu-check.log   everything printed
+#   logs.tar.gz     every program's log, the JSON lines, the profile's
+#                   files and the graphs' DOT
+# Exit status: non-zero if a test failed or a program did not start.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu-check.log") 2>&1
+
+start=$(date +%s)
+deadline=$((start + ${HY_GPU_BUDGET_S:-480}))
+reserve=15            # seconds kept for the summary and the packing
 work=/tmp/hy-gpu
+logs=$work/logs
 rm -rf "$work"
-mkdir -p "$work/bin" "$work/lib" "$work/data"
+mkdir -p "$work/bin" "$work/lib" "$work/data" "$logs"
+summary=$OUT/summary.txt
+: >"$summary"
 status=0
-step() { echo; echo "== $* ($(date +%T)) =="; }
+
+sections=${*:-tests torch profile graphs ranks copy}
+wanted() { [[ " $sections " == *" $1 "* ]]; }
+step() { echo; echo "== $* ($(date +%T), $(left) s left) =="; }
+note() { echo "$*" | tee -a "$summary"; }
+left() { echo $((deadline - $(date +%s))); }
+
+# pack: the logs into one file, whatever happens (also on a signal).
+pack() { tar -czf "$OUT/logs.tar.gz" -C "$work" logs 2>/dev/null || true; }
+trap pack EXIT
+
+# limited CAP CMD...: runs CMD under timeout, for CAP seconds or what is
+# left before the deadline (less the reserve), whichever is less; returns
+# 125 without running it when under 10 s are left.
+limited() {
+    local cap=$1; shift
+    local t=$(($(left) - reserve))
+    [ "$t" -gt "$cap" ] && t=$cap
+    if [ "$t" -lt 10 ]; then
+        echo "skipped (global deadline): $*"
+        return 125
+    fi
+    timeout -k 5 "$t" "$@"
+}
 
 step environment
+note "gpu-check $(date -u +%FT%TZ), sections: $sections, budget $((deadline - start)) s"
 nvidia-smi -L || true
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv || true
 command -v nvcc >/dev/null && nvcc --version | tail -2
@@ -38,7 +89,7 @@ nproc
 
 step "unpack the carried build"
 python3 - "$work" <<'EOF'
-import lzma, os, sys, glob, stat
+import lzma, os, sys, glob
 work = sys.argv[1]
 for src in glob.glob(".gpu/bin/*.xz") + glob.glob(".gpu/lib/*.xz"):
     dst = os.path.join(work, os.path.basename(os.path.dirname(src)), os.path.basename(src)[:-3])
@@ -49,123 +100,203 @@ print("unpacked", len(os.listdir(work + "/bin")), "programs,", len(os.listdir(wo
 EOF
 export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=$work/bin
+
+# cuBLASLt is not carried (it is large): the binaries look for it where the
+# build machine had it (/usr/local/cuda/lib64, their rpath). Where it is
+# elsewhere here (another toolkit directory, the multiarch directory, the
+# nvidia-cublas wheel beside PyTorch), that directory joins the path.
+need=$(readelf -d "$bin/hanayo" 2>/dev/null | sed -n 's/.*NEEDED.*\[\(libcublasLt[^]]*\)\].*/\1/p')
+need=${need:-libcublasLt.so.13}
+if ldd "$bin/hanayo" 2>/dev/null | grep -q "$need => not found"; then
+    found=""
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
+             /usr/local/cuda-*/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+        [ -e "$d/$need" ] && { found=$d; break; }
+    done
+    if [ -z "$found" ]; then
+        found=$(python3 - "$need" <<'EOF'
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for r in roots:
+    for p in glob.glob(os.path.join(r, "nvidia", "**", sys.argv[1]), recursive=True):
+        print(os.path.dirname(p)); sys.exit(0)
+EOF
+)
+    fi
+    if [ -z "$found" ]; then
+        found=$(timeout 20 find / -xdev -name "$need" -print -quit 2>/dev/null | xargs -r dirname)
+    fi
+    if [ -n "$found" ]; then
+        echo "$need: found in $found"
+        export LD_LIBRARY_PATH="$found:$LD_LIBRARY_PATH"
+    else
+        note "$need: not found on this machine"
+    fi
+fi
+
 if ! "$bin/hanayo" --version; then
     step "the carried binaries do not start here: rebuilding from source"
     sys=$PWD/.gpu/sysroot
     jl=$(find "$sys" -name libjansson.a | head -1)
-    make -j"$(nproc)" BUILD=build-there JANSSON_LIB="$jl" \
+    limited 240 make -j"$(nproc)" BUILD=build-there JANSSON_LIB="$jl" \
         CPPFLAGS="-I$sys/usr/include -I$sys/include" \
-        BLAS_LIBS="-L$work/lib -l:libopenblas.so.0" all tests || status=1
+        BLAS_LIBS="-L$work/lib -l:libopenblas.so.0" all tests >"$logs/rebuild.log" 2>&1 || status=1
+    tail -20 "$logs/rebuild.log"
     bin=$work/rebuilt
     mkdir -p "$bin"
     cp build-there/hanayo build-there/hanayo-bench-copy build-there/tests/test_cuda \
         build-there/tests/test_mailbox build-there/tests/test_backend "$bin"/ || status=1
-    "$bin/hanayo" --version || status=1
+    if "$bin/hanayo" --version; then note "rebuilt from source here"; else
+        note "FAILED: neither the carried nor a rebuilt hanayo starts here"; exit 1; fi
 fi
 H=$bin/hanayo
 
-step "CUDA tests"
-for t in test_backend test_cuda test_mailbox; do
-    echo "-- $t"
-    timeout 240 "$bin/$t" >"$OUT/$t.log" 2>&1
-    rc=$?
-    tail -5 "$OUT/$t.log"
-    [ $rc -eq 0 ] || { echo "$t FAILED (exit $rc)"; status=1; }
-done
+if wanted tests; then
+    step "CUDA tests"
+    export HY_TEST_DOT_DIR=$logs/dot
+    mkdir -p "$HY_TEST_DOT_DIR"
+    for t in test_backend:30 test_cuda:150 test_mailbox:150; do
+        name=${t%%:*}
+        limited "${t##*:}" "$bin/$name" >"$logs/$name.log" 2>&1
+        rc=$?
+        tail -5 "$logs/$name.log"
+        grep -E '^[a-z_]+: [0-9]+ passed, [0-9]+ failed' "$logs/$name.log" | tail -1 >"$work/tally"
+        if [ $rc -eq 0 ]; then note "$name: ok ($(cat "$work/tally"))"; else
+            note "$name: FAILED (exit $rc; $(cat "$work/tally"))"
+            grep -m 5 -E 'FAIL|error' "$logs/$name.log" | tee -a "$summary"
+            status=1
+        fi
+    done
+fi
 
-step "benchmark data"
-"$H" data synth --out "$work/data/gpt2.bin" --tokens 3000000 --vocab 50257 --seed 1
+"$H" data synth --out "$work/data/gpt2.bin" --tokens 3000000 --vocab 50257 --seed 1 >/dev/null
 
-# One training run: prints the median tokens/s of the steps after the
-# second (the eager warm-up and the capture are not steady state).
-run() {
-    local name=$1; shift
-    timeout 150 "$H" train configs/gpt2-124m.json --set data.train="$work/data/gpt2.bin" \
-        --set data.val=null --set checkpoint.dir=null --set train.log_every=1 \
-        --set train.warmup_steps=2 --log-json "$OUT/run-$name.jsonl" "$@" >"$OUT/run-$name.log" 2>&1
+# train NAME CAP ARGS...: one GPT-2 124M training run; notes the median
+# tokens/s of the steps after the second (the eager warm-up and the
+# capture are not steady state).
+train() {
+    local name=$1 cap=$2; shift 2
+    limited "$cap" "$H" train configs/gpt2-124m.json --set data.train="$work/data/gpt2.bin" \
+        --set data.val=null --set checkpoint.dir=null --set checkpoint.every=0 --set train.log_every=1 \
+        --set train.warmup_steps=2 --set watchdog_s=10 --log-json "$logs/run-$name.jsonl" \
+        "$@" >"$logs/run-$name.log" 2>&1
     local rc=$?
-    python3 - "$OUT/run-$name.jsonl" "$name" "$rc" <<'EOF'
+    python3 - "$logs/run-$name.jsonl" "$name" "$rc" <<'EOF' | tee -a "$summary"
 import json, sys, statistics
 path, name, rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rows = []
 try:
     rows = [json.loads(l) for l in open(path) if '"tokens_per_s"' in l]
-except OSError:
+except (OSError, ValueError):
     pass
 steady = [r["tokens_per_s"] for r in rows if r["step"] > 2]
 tps = statistics.median(steady) if steady else 0.0
-print("%-24s exit %d  %d steps  %.0f tok/s (median after warm-up)" % (name, rc, len(rows), tps))
+loss = " loss %.4f -> %.4f" % (rows[0]["loss"], rows[-1]["loss"]) if rows else ""
+how = {0: "ok", 124: "timed out", 125: "skipped"}.get(rc, "exit %d" % rc)
+print("%-16s %-9s %2d steps  %9.0f tok/s (median after warm-up)%s" % (name, how, len(rows), tps, loss))
 with open(path + ".tps", "w") as f:
     f.write("%.1f\n" % tps)
 EOF
+    # A run the deadline left no time for is not a failure; any other is.
+    [ $rc -eq 0 ] || [ $rc -eq 125 ] || { tail -3 "$logs/run-$name.log"; status=1; }
 }
-tps() { cat "$OUT/run-$1.jsonl.tps" 2>/dev/null || echo 0; }
 
-step "GPT-2 124M, seq 1024, P = 1: hanayo vs PyTorch"
-one=(--set schedule.kind=gpipe --set schedule.ranks=1 --set schedule.micro_batches=4
-     --set schedule.micro_batch_size=8 --set train.steps=10)
-run p1-graph "${one[@]}" --set graph=true
-timeout 240 python3 tools/bench_torch.py --micro-batch 8 --micro-batches 4 --steps 8 \
-    >"$OUT/torch.json" 2>"$OUT/torch.log" || echo "pytorch baseline failed: $(tail -3 "$OUT/torch.log")"
-cat "$OUT/torch.json"
+if wanted torch; then
+    step "GPT-2 124M, seq 1024, P = 1, 4 micro-batches of 8: hanayo vs PyTorch"
+    train p1-graph 90 --set schedule.kind=gpipe --set schedule.ranks=1 \
+        --set schedule.micro_batches=4 --set schedule.micro_batch_size=8 --set train.steps=10 \
+        --set graph=true
+    limited 200 python3 tools/bench_torch.py --micro-batch 8 --micro-batches 4 --steps 8 \
+        --warmup 3 >"$logs/torch.json" 2>"$logs/torch.log"
+    rc=$?
+    if [ $rc -ne 0 ] || ! grep -q tokens_per_s "$logs/torch.json"; then
+        note "pytorch baseline failed (exit $rc): $(tail -2 "$logs/torch.log" | tr '\n' ' ')"
+    fi
+    cat "$logs/torch.json"
+fi
 
-step "graphs vs eager, launch-bound (small model, 1 sequence of 128 per micro-batch)"
-small=(--set model.layers=8 --set model.d_model=256 --set model.heads=4 --set model.seq_len=128
-       --set schedule.kind=hanayo --set schedule.ranks=2 --set schedule.waves=1
-       --set schedule.micro_batches=8 --set schedule.micro_batch_size=1 --set devices=[0,0]
-       --set train.steps=30)
-run small-graph "${small[@]}" --set graph=true
-run small-eager "${small[@]}" --set graph=false
+if wanted profile; then
+    step "hanayo profile: GPT-2 124M, hanayo P = 2 W = 1 on the one GPU, 8 micro-batches of 4"
+    limited 90 "$H" profile configs/gpt2-124m.json --steps 3 --out "$logs/profile" \
+        --set data.train="$work/data/gpt2.bin" --set data.val=null --set checkpoint.dir=null --set checkpoint.every=0 \
+        --set watchdog_s=10 --set schedule.ranks=2 --set schedule.micro_batches=8 \
+        --set schedule.micro_batch_size=4 --set 'devices=[0,0]' >"$logs/profile.log" 2>&1
+    rc=$?
+    sed -n '1,2p;/^bubble/,/ideal/p' "$logs/profile.log"
+    if [ $rc -eq 0 ]; then note "profile: ok ($(grep -m1 'ms per step' "$logs/profile.log"))"; else
+        note "profile: FAILED (exit $rc): $(tail -2 "$logs/profile.log" | tr '\n' ' ')"; status=1; fi
+fi
 
-step "8 ranks on one GPU vs 1 (16-layer GPT-2 124M shape, 16 micro-batches of 4 x 1024)"
-# 16 layers: interleaved v = 2 and hanayo W = 1 at P = 8 have 16 stages.
-zeros='[0,0,0,0,0,0,0,0]'
-p8=(--set model.layers=16 --set schedule.ranks=8 --set schedule.micro_batches=16
-    --set schedule.micro_batch_size=4 --set devices=$zeros --set train.steps=8)
-run p1-m16 --set model.layers=16 --set schedule.kind=gpipe --set schedule.ranks=1 \
-    --set schedule.micro_batches=16 --set schedule.micro_batch_size=4 --set train.steps=8
-run p8-1f1b "${p8[@]}" --set schedule.kind=1f1b
-run p8-interleaved "${p8[@]}" --set schedule.kind=interleaved --set schedule.chunks=2
-run p8-hanayo-w1 "${p8[@]}" --set schedule.kind=hanayo --set schedule.waves=1
+if wanted graphs; then
+    step "graphs vs eager, launch-bound (small model, 1 sequence of 128 per micro-batch)"
+    small=(--set model.layers=8 --set model.d_model=256 --set model.heads=4 --set model.seq_len=128
+           --set schedule.kind=hanayo --set schedule.ranks=2 --set schedule.waves=1
+           --set schedule.micro_batches=8 --set schedule.micro_batch_size=1 --set 'devices=[0,0]'
+           --set train.steps=30)
+    train small-graph 60 "${small[@]}" --set graph=true
+    train small-eager 60 "${small[@]}" --set graph=false
+fi
 
-step "mailbox path vs bare copy (hanayo-bench-copy)"
-timeout 120 "$bin/hanayo-bench-copy" --backend cuda --mib 12 --rounds 200 | tee "$OUT/copy.txt"
+if wanted ranks; then
+    step "8 ranks on one GPU vs 1 (16-layer GPT-2 124M shape, 16 micro-batches of 4 x 1024)"
+    # 16 layers: interleaved v = 2 and hanayo W = 1 at P = 8 have 16 stages.
+    p8=(--set model.layers=16 --set schedule.ranks=8 --set schedule.micro_batches=16
+        --set schedule.micro_batch_size=4 --set 'devices=[0,0,0,0,0,0,0,0]' --set train.steps=8)
+    train p1-m16 60 --set model.layers=16 --set schedule.kind=gpipe --set schedule.ranks=1 \
+        --set schedule.micro_batches=16 --set schedule.micro_batch_size=4 --set train.steps=8
+    train p8-1f1b 60 "${p8[@]}" --set schedule.kind=1f1b
+    train p8-interleaved 60 "${p8[@]}" --set schedule.kind=interleaved --set schedule.chunks=2
+    train p8-hanayo-w1 60 "${p8[@]}" --set schedule.kind=hanayo --set schedule.waves=1
+fi
+
+if wanted copy; then
+    step "mailbox path vs bare copy (hanayo-bench-copy)"
+    limited 60 "$bin/hanayo-bench-copy" --backend cuda --mib 12 --rounds 200 >"$logs/copy.txt" 2>&1 ||
+        { note "bench-copy FAILED: $(tail -2 "$logs/copy.txt" | tr '\n' ' ')"; status=1; }
+    cat "$logs/copy.txt"
+fi
 
 step "summary"
-python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
+python3 - "$logs" <<'EOF' | tee -a "$summary"
 import json, os, sys
-out = sys.argv[1]
+logs = sys.argv[1]
 def tps(name):
     try:
-        return float(open(os.path.join(out, "run-%s.jsonl.tps" % name)).read())
+        return float(open(os.path.join(logs, "run-%s.jsonl.tps" % name)).read())
     except (OSError, ValueError):
         return 0.0
 def ratio(a, b):
     return "%.2fx" % (a / b) if a > 0 and b > 0 else "n/a"
 try:
-    torch = json.load(open(os.path.join(out, "torch.json")))
-except (OSError, ValueError):
+    torch = json.loads(open(os.path.join(logs, "torch.json")).read().strip().splitlines()[-1])
+except (OSError, ValueError, IndexError):
     torch = {}
+print()
 h1, t1 = tps("p1-graph"), torch.get("tokens_per_s", 0.0)
-print("GPT-2 124M, seq 1024, 4 x 8 sequences per step, one GPU")
-print("  hanayo   %10.0f tok/s" % h1)
-print("  pytorch  %10.0f tok/s  (torch.compile, SDPA, bf16 autocast, fused AdamW; MFU %.3f)"
-      % (t1, torch.get("mfu", 0.0)))
-print("  hanayo / pytorch: %s   (goal >= 1.1x)" % ratio(h1, t1))
-if h1 > 0 and torch.get("mfu") and t1 > 0:
-    print("  hanayo MFU: %.3f" % (torch["mfu"] * h1 / t1))
+if h1 or t1:
+    print("GPT-2 124M, seq 1024, vocabulary padded to 50304, 4 x 8 sequences per step, one GPU")
+    print("  hanayo   %10.0f tok/s" % h1)
+    print("  pytorch  %10.0f tok/s  (compiled %s, SDPA, bf16 autocast, fused AdamW; MFU %.3f)"
+          % (t1, torch.get("compiled", "?"), torch.get("mfu", 0.0)))
+    print("  hanayo / pytorch: %s   (goal >= 1.1x)" % ratio(h1, t1))
+    if h1 > 0 and torch.get("mfu") and t1 > 0:
+        print("  hanayo MFU: %.3f" % (torch["mfu"] * h1 / t1))
 g, e = tps("small-graph"), tps("small-eager")
-print("graphs vs eager, small model, P = 2 on one GPU: %.0f vs %.0f tok/s: %s   (goal >= 1.3x)"
-      % (g, e, ratio(g, e)))
+if g or e:
+    print("graphs vs eager, small model, P = 2 on one GPU: %.0f vs %.0f tok/s: %s   (goal >= 1.3x)"
+          % (g, e, ratio(g, e)))
 base = tps("p1-m16")
-print("8 ranks on one GPU vs 1 rank (same model and batch), machinery overhead (goal >= 0.9x):")
-for n in ("p8-1f1b", "p8-interleaved", "p8-hanayo-w1"):
-    print("  %-16s %10.0f tok/s  %s of P = 1 (%.0f)" % (n, tps(n), ratio(tps(n), base), base))
+if base:
+    print("8 ranks on one GPU vs 1 rank (same model and batch), machinery overhead (goal >= 0.9x):")
+    for n in ("p8-1f1b", "p8-interleaved", "p8-hanayo-w1"):
+        print("  %-16s %10.0f tok/s  %s of P = 1 (%.0f)" % (n, tps(n), ratio(tps(n), base), base))
 try:
-    print("mailbox path (12 MiB messages, two ranks on one GPU):")
-    print("".join("  " + l for l in open(os.path.join(out, "copy.txt")) if l.startswith(("bare", "mailbox"))), end="")
+    lines = [l for l in open(os.path.join(logs, "copy.txt")) if l.startswith(("bare", "mailbox"))]
+    if lines:
+        print("mailbox path (12 MiB messages, two ranks on one GPU):")
+        print("".join("  " + l for l in lines), end="")
 except OSError:
     pass
 EOF
-echo "gpu-check: exit $status"
+note "gpu-check: exit $status after $(($(date +%s) - start)) s"
 exit $status
