@@ -698,6 +698,7 @@ static void test_no_gpu(void) {
 }
 
 int main(void) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);   /* as hanayo's main, before any CUDA call */
     int gpus = 0;
     hy_error err;
     if (hy_device_count(&gpus, &err) != HY_OK) gpus = 0;

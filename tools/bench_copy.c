@@ -186,6 +186,7 @@ static int parse(int argc, char **argv, bench_opts *o, hy_error *err) {
 }
 
 int main(int argc, char **argv) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);   /* as hanayo's main, before any CUDA call */
     bench_opts o;
     hy_error err;
     if (parse(argc, argv, &o, &err)) {

@@ -882,6 +882,11 @@ static int dispatch(int argc, char **argv, hy_error *err) {
 }
 
 int main(int argc, char **argv) {
+    /* Hardware queues per GPU, read once when the CUDA driver starts, so
+     * before any CUDA call: a rank stream waiting at a flag holds its
+     * queue, and ranks sharing a GPU must not share queues (docs/cuda.md).
+     * 32 is the most the driver takes; a value the user set stays. */
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     hy_error err;
     hy_error_clear(&err);
     int status = dispatch(argc, argv, &err);

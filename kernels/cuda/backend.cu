@@ -495,6 +495,29 @@ static int map_devices(cuda_backend *cb, int ranks, const int *devices, int n_de
     return HY_OK;
 }
 
+/* A stream blocked at a wait in a graph blocks the hardware queue it is
+ * mapped to, and streams share queues once a device has more of them than
+ * CUDA_DEVICE_MAX_CONNECTIONS: one rank's wait could then hold up the work
+ * of the rank it waits for. Each device carries its ranks' streams and one
+ * io stream (cuBLASLt makes none), so that many must fit. The driver
+ * reads the variable once, when it starts, so setting it here would be
+ * too late: hanayo's main sets it to 32 before any CUDA call, and
+ * device.cu does the same before the first CUDA call of a program whose
+ * main did not. */
+static int check_connections(const cuda_backend *cb, int ranks, hy_error *err) {
+    int have = hy_cuda_connections();
+    for (int d = 0; d < cb->n_devices; d++) {
+        int streams = 1;
+        for (int r = 0; r < ranks; r++) streams += cb->dev[r] == d;
+        if (streams > 1 && streams > have)
+            return hy_fail(err, HY_ERR_INPUT, "cuda backend: %d ranks on device %d need %d hardware "
+                           "queues (a stream each, and one for copies), but CUDA_DEVICE_MAX_CONNECTIONS "
+                           "gives %d: set it (at most 32) before the program starts, or spread the "
+                           "ranks over more devices", streams - 1, d, streams, have);
+    }
+    return HY_OK;
+}
+
 /* One io stream per device in use (uploads, downloads, zero-fills, the
  * monitor's flag writes). */
 static int open_io(cuda_backend *cb, int ranks, hy_error *err) {
@@ -539,12 +562,6 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
         return hy_fail(err, HY_ERR_INPUT, "cuda backend: ranks must be in 1..1024, got %d", ranks);
     if (!(watchdog_s > 0))
         return hy_fail(err, HY_ERR_INPUT, "cuda backend: watchdog_s must be > 0, got %g", watchdog_s);
-    /* A stream blocked at a wait blocks the hardware queue it is mapped to;
-     * with up to 8 ranks and the io streams on one GPU, CUDA's default of 8
-     * queues would let one rank's wait stall an unrelated stream's work
-     * (and so, possibly, the rank it waits for). Read when a device's
-     * context is created, so before any; a value the user set stays. */
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
     if (!cb) return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory");
     if (pthread_mutex_init(&cb->lock, NULL) != 0) {
@@ -561,6 +578,7 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
     cb->lt = (hy_lt **)calloc((size_t)ranks, sizeof(hy_lt *));
     int rc = cb->dev && cb->lt ? HY_OK : hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory");
     if (!rc) rc = map_devices(cb, ranks, devices, n_devices, err);
+    if (!rc) rc = check_connections(cb, ranks, err);
     if (!rc) rc = open_io(cb, ranks, err);
     if (!rc) rc = hy_cuda_driver_load(&cb->drv, err);
     if (!rc) rc = enable_peers(cb, ranks, err);

@@ -160,6 +160,10 @@ void hy_cuda_stream_unregister(cuda_backend *cb, cuda_stream *cs);
  * stream is blocked and nothing else would end the wait. */
 void hy_cuda_stream_drain(cuda_backend *cb, cuda_stream *cs);
 
+/* How many streams a device may carry before two share a hardware queue
+ * (CUDA_DEVICE_MAX_CONNECTIONS as the driver read it, 8 when unset). */
+int hy_cuda_connections(void);
+
 /* backend.h entries implemented in graphs/. */
 int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
                       hy_error *err);

@@ -12,19 +12,40 @@
  * the first call, so a machine with no driver runs this binary fine and
  * the first call reports "insufficient driver", which we read as zero
  * devices, not as an error.
+ *
+ * The driver reads CUDA_DEVICE_MAX_CONNECTIONS (hardware queues per
+ * device; cuda_backend.cuh's hy_cuda_connections) once, when it starts at
+ * the process's first CUDA call. hanayo's main sets it to 32 before
+ * anything else. hy_device_count is the first CUDA call on every path into
+ * the backend, so for a program whose main does not (a test, a benchmark)
+ * it sets the same default just before that first call; a value already
+ * in the environment stays.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <cuda_runtime.h>
 
 #include "backend.h"
 #include "check.cuh"
+#include "cuda_backend.cuh"
+
+#define HY_CUDA_CONNECTIONS_DEFAULT 8    /* the driver's, when the variable is unset */
+#define HY_CUDA_CONNECTIONS_MAX 32       /* the driver takes no more */
 
 const char *hy_backends_compiled(void) { return "cpu cuda"; }
+
+int hy_cuda_connections(void) {
+    const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    long n = v && *v ? strtol(v, NULL, 10) : HY_CUDA_CONNECTIONS_DEFAULT;
+    if (n < 1) n = HY_CUDA_CONNECTIONS_DEFAULT;
+    return n > HY_CUDA_CONNECTIONS_MAX ? HY_CUDA_CONNECTIONS_MAX : (int)n;
+}
 
 int hy_device_count(int *count, hy_error *err) {
     *count = 0;
     int n = 0;
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);   /* before the first CUDA call: see above */
     cudaError_t rc = cudaGetDeviceCount(&n);
     if (rc == cudaErrorNoDevice || rc == cudaErrorInsufficientDriver) {
         /* No GPU, or no driver at all: a CPU machine, not a failure. */
