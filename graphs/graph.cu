@@ -4,6 +4,10 @@
  *
  * Each rank captures on its own stream in thread-local mode, so all ranks
  * capture at once without one thread's capture forbidding another's calls.
+ * capture_end instantiates the graph and uploads it to the device; a
+ * caller running several ranks launches no graph before every rank's
+ * capture_end has returned (lib/runtime.c: the instantiation of one may
+ * wait for the device while another's graph would sit at a flag).
  * The graph keeps the wait sites recorded during its capture, which the
  * watchdog reads while the graph runs (signal.cu).
  */
@@ -62,6 +66,19 @@ int hy_cuda_capture_end(hy_stream *s, hy_graph **out, hy_error *err) {
         free(g);
         return HY_CUDA_FAIL(err, e, "cudaGraphInstantiate");
     }
+    /* Uploaded now and waited for, so the first launch has nothing left to
+     * set up on the device (the runtime launches only once every rank is
+     * here). The stream holds no flag wait outside a graph, so this ends. */
+    e = cudaGraphUpload(g->exec, cs->s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cs->s);
+    if (e != cudaSuccess) {
+        cudaGraphExecDestroy(g->exec);
+        cudaGraphDestroy(graph);
+        free(g);
+        rc = HY_CUDA_FAIL(err, e, "cudaGraphUpload");
+        hy_error_prefix(err, "rank %d: ", s->rank);
+        return rc;
+    }
     pthread_mutex_lock(&cs->lock);
     g->sites = cs->capture;   /* the graph takes the recorded waits */
     memset(&cs->capture, 0, sizeof cs->capture);
@@ -75,8 +92,8 @@ int hy_cuda_graph_launch(hy_graph *g, hy_stream *s, hy_error *err) {
     int rc = enter_stream(cs, err);
     if (rc) return rc;
     /* The stream is idle (each iteration ends with sync), so the progress
-     * word can be reset from the host; sync points the stream back at its
-     * eager list, so a destroyed graph's sites are never read. */
+     * word can be reset from the host; sync clears `active` again, so a
+     * destroyed graph's sites are never read. */
     pthread_mutex_lock(&cs->lock);
     cs->active = &g->sites;
     *cs->progress = 0;

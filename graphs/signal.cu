@@ -2,27 +2,42 @@
  * signal.cu — the CUDA backend's cross-rank signals, watchdog and abort
  * (DESIGN §3 "Cross-rank movement", design 1).
  *
- * Full/free flags are waited on and written by stream memory operations
- * (cuStreamWaitValue32 / cuStreamWriteValue32), which stream capture
- * records as graph nodes, so a replayed iteration carries its handshake.
- * They are driver API calls; we get them through
+ * A flag is written by a stream memory operation (cuStreamWriteValue32),
+ * which carries the default memory barrier: everything the stream wrote
+ * before it is visible first. How a flag is waited for depends on whether
+ * the stream is being captured:
+ *
+ *   - In a capture the wait is a stream memory operation too
+ *     (cuStreamWaitValue32, EQ on a constant value), recorded as a graph
+ *     node, so a replayed iteration carries its handshake.
+ *   - Outside one (the eager warm-up iteration, graph = false, evaluation)
+ *     the rank's thread waits on the host: it polls the flag (a load from
+ *     host-mapped memory, or a 4-byte read through the device's io stream
+ *     for a flag in device memory) and only then enqueues what follows.
+ *     So no stream ever sits at a flag outside a graph, and whatever may
+ *     make the driver wait for a whole device while ranks run eagerly (the
+ *     first load of a cuBLASLt kernel, an allocation, a graph's
+ *     instantiation on another rank) waits for work that finishes, never
+ *     for a stream stuck behind a flag another rank's thread would set
+ *     only after that very call returns. The host wait has the watchdog
+ *     and abort of the CPU backend's.
+ *
+ * The stream operations are driver API calls; we get them through
  * cudaGetDriverEntryPointByVersion (the unversioned lookup is deprecated in
  * CUDA 13), so nothing links libcuda at build time and a machine without a
- * driver still runs the CPU backend. A wait is EQ on a constant value; a
- * write carries the default memory barrier (everything the stream wrote
- * before it is visible first).
+ * driver still runs the CPU backend.
  *
- * Liveness: after each wait the stream writes its running count of passed
- * waits into a host-mapped progress word. One monitor thread per backend
- * watches every live stream: while a stream has work left and its count
- * stays put for watchdog_s, the stream is stuck at its next wait, whose
- * site (rank, action, edge, slot) was recorded when the wait was enqueued;
- * the monitor reports that and aborts the backend. After an abort it
- * releases every stream's current wait by writing the value the wait
- * expects into its flag (the run is failing; the data no longer matters),
- * again and again until every stream has drained. So no rank hangs, not
- * even one whose thread is blocked inside a kernel launch because its
- * stream's queue is full behind a wait, or one that failed while
+ * Liveness of a running graph: after each wait the stream writes its
+ * running count of passed waits into a host-mapped progress word. One
+ * monitor thread per backend watches every live stream: while a stream has
+ * work left and its count stays put for watchdog_s, the stream is stuck at
+ * its next wait, whose site (rank, action, edge, slot) was recorded when
+ * the wait was captured; the monitor reports that and aborts the backend.
+ * After an abort it releases every stream's current wait by writing the
+ * value the wait expects into its flag (the run is failing; the data no
+ * longer matters), again and again until every stream has drained. So no
+ * rank hangs, not even one whose thread is blocked inside a launch because
+ * its stream's queue is full behind a wait, or one that failed while
  * enqueueing and never reached sync. `sync` itself only polls its stream
  * and reports what the monitor saw.
  */
@@ -63,9 +78,6 @@ int hy_cuda_driver_fail(const hy_driver *d, hy_error *err, CUresult rc, const ch
 /* ------------------------------------------------------------------------ */
 /* Wait sites */
 
-/* ------------------------------------------------------------------------ */
-/* Wait sites */
-
 static int sites_push(site_list *l, const cuda_site *s, hy_error *err) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 64;
@@ -82,27 +94,91 @@ static int sites_push(site_list *l, const cuda_site *s, hy_error *err) {
 /* ------------------------------------------------------------------------ */
 /* Flags */
 
+static int aborted(cuda_backend *cb) { return __atomic_load_n(&cb->aborted, __ATOMIC_SEQ_CST); }
+
+/* The flag's value as the host sees it now. A flag in device memory is
+ * read through the device's io stream, which never waits on anything. */
+static int peek_flag(cuda_backend *cb, cuda_stream *cs, const uint32_t *flag, uint32_t *v,
+                     hy_error *err) {
+    if (!cb->flags_on_device) {
+        *v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+        return HY_OK;
+    }
+    cudaStream_t io = cb->io[cs->device];
+    HY_CUDA_CHECK(cudaMemcpyAsync((void *)cs->peek, flag, sizeof *flag, cudaMemcpyDeviceToHost, io),
+                  err);
+    HY_CUDA_CHECK(cudaStreamSynchronize(io), err);
+    *v = *cs->peek;
+    return HY_OK;
+}
+
+static int stopped_at(cuda_backend *cb, const hy_wait_site *site, hy_error *err) {
+    char why[sizeof cb->why];
+    pthread_mutex_lock(&cb->lock);
+    memcpy(why, cb->why, sizeof why);
+    pthread_mutex_unlock(&cb->lock);
+    return hy_fail_cause(err, HY_ERR_RUNTIME, HY_CAUSE_STOPPED, "rank %d stopped while waiting at %s: %s",
+                         site->rank, site->what, why);
+}
+
+/* The eager wait: the calling (rank) thread polls until the flag holds
+ * value, an abort, or the watchdog. Spins briefly first (a neighbour's
+ * flag is often a few microseconds away), then naps between looks. On the
+ * watchdog it aborts the backend, as the monitor does for a graph. */
+static int host_wait(cuda_backend *cb, cuda_stream *cs, const uint32_t *flag, uint32_t value,
+                     const hy_wait_site *site, hy_error *err) {
+    double start = now_s();
+    for (long polls = 0;; polls++) {
+        uint32_t v = 0;
+        int rc = peek_flag(cb, cs, flag, &v, err);
+        if (rc) return rc;
+        if (v == value) return HY_OK;
+        if (aborted(cb)) return stopped_at(cb, site, err);
+        double waited = now_s() - start;
+        if (waited >= cb->base.watchdog_s) {
+            rc = hy_fail(err, HY_ERR_RUNTIME,
+                         "watchdog: rank %d waited %.2f s at %s (flag is %u, waiting for %u); the "
+                         "rank that should set it is stalled or failed (watchdog_s = %g)",
+                         site->rank, waited, site->what, v, value, cb->base.watchdog_s);
+            hy_cuda_abort(&cb->base, err->msg);
+            return rc;
+        }
+        if (polls >= 256) {
+            struct timespec ts = { 0, 20000 };
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* The wait of a capture: a stream memory operation, then the progress
+ * word the monitor reads (both become graph nodes). */
+static int stream_wait(cuda_backend *cb, cuda_stream *cs, uint32_t *flag, uint32_t value,
+                       const hy_wait_site *site, hy_error *err) {
+    cuda_site here = { *site, flag, value };
+    pthread_mutex_lock(&cs->lock);
+    int rc = sites_push(&cs->capture, &here, err);
+    size_t index = cs->capture.n;
+    pthread_mutex_unlock(&cs->lock);
+    if (rc) return rc;
+    int rank = cs->base.rank;
+    CUresult r = cb->drv.wait32((CUstream)cs->s, devptr(flag), value, CU_STREAM_WAIT_VALUE_EQ);
+    if (r != CUDA_SUCCESS) return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWaitValue32", rank);
+    r = cb->drv.write32((CUstream)cs->s, devptr(cs->progress), (cuuint32_t)index,
+                        CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (r != CUDA_SUCCESS)
+        return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWriteValue32 (progress)", rank);
+    return HY_OK;
+}
+
 int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
                       hy_error *err) {
     cuda_stream *cs = cs_of(s);
     cuda_backend *cb = cb_of(s->be);
     int rc = enter_stream(cs, err);
     if (rc) return rc;
-    cuda_site here = { *site, flag, value };
-    pthread_mutex_lock(&cs->lock);
-    site_list *l = cs->capturing ? &cs->capture : &cs->eager;
-    if (!cs->capturing) cs->active = &cs->eager;
-    rc = sites_push(l, &here, err);
-    size_t index = l->n;
-    pthread_mutex_unlock(&cs->lock);
-    if (rc) return rc;
-    CUresult r = cb->drv.wait32((CUstream)cs->s, devptr(flag), value, CU_STREAM_WAIT_VALUE_EQ);
-    if (r != CUDA_SUCCESS) return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWaitValue32", s->rank);
-    r = cb->drv.write32((CUstream)cs->s, devptr(cs->progress), (cuuint32_t)index,
-                        CU_STREAM_WRITE_VALUE_DEFAULT);
-    if (r != CUDA_SUCCESS)
-        return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWriteValue32 (progress)", s->rank);
-    return HY_OK;
+    /* Only this thread starts and ends captures of its stream. */
+    return cs->capturing ? stream_wait(cb, cs, flag, value, site, err)
+                         : host_wait(cb, cs, flag, value, site, err);
 }
 
 int hy_cuda_write_flag(hy_stream *s, uint32_t *flag, uint32_t value, hy_error *err) {
@@ -126,8 +202,6 @@ void hy_cuda_abort(hy_backend *be, const char *why) {
     __atomic_store_n(&cb->aborted, 1, __ATOMIC_SEQ_CST);
     *cb->abort_word = 1;
 }
-
-static int aborted(cuda_backend *cb) { return __atomic_load_n(&cb->aborted, __ATOMIC_SEQ_CST); }
 
 /* The wait the stream is blocked at, or NULL when it is past them all.
  * Under cs->lock. */
@@ -279,8 +353,7 @@ int hy_cuda_sync(hy_stream *s, hy_error *err) {
     memcpy(stalled, cs->stalled, sizeof stalled);
     memcpy(released, cs->released, sizeof released);
     cs->stalled[0] = cs->released[0] = '\0';
-    cs->eager.n = 0;
-    cs->active = &cs->eager;
+    cs->active = NULL;   /* no graph runs until the next launch */
     *cs->progress = 0;
     cs->seen = 0;
     cs->since = now_s();

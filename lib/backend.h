@@ -284,6 +284,12 @@ typedef struct {
     int (*to_act)(hy_stream *s, void *dst, const float *src, size_t n, hy_error *err);
     /* Bytes of the `scratch` attention_bwd needs for one call. */
     size_t (*attention_scratch)(int B, int T, int C, int NH);
+    /* Sizes stream s's own scratch, before its first op, for every op on
+     * at most `rows` rows (tokens: B * T) of at most `width` values (the
+     * widest dense layer or LayerNorm, 4 * d_model), so that no op
+     * allocates once ranks run (on a GPU an allocation may wait for the
+     * whole device). NULL in a backend whose ops take no scratch. */
+    int (*reserve)(hy_stream *s, size_t rows, size_t width, hy_error *err);
 
     /* Profiling and test hooks. timestamp stores, when it runs, a clock in
      * nanoseconds (CLOCK_MONOTONIC on the CPU, %globaltimer on a GPU: one

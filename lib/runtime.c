@@ -100,6 +100,7 @@ struct hy_runtime {
     pthread_mutex_t lock;
     pthread_cond_t cv;
     int generation, done, quit;
+    int recorded, record_failed;   /* ranks past capture_end, and whether one failed there */
     int eval_count;                /* > 0: the next round is an evaluation of that many batches */
     int step;
     double last_loss;              /* of the last step, NaN before the first */
@@ -402,6 +403,25 @@ static int rt_eval_iteration(rt_ctx *x, int count) {
 /* ------------------------------------------------------------------------ */
 /* Rank threads */
 
+/* Every rank calls this once, right after recording its graph (rc: how
+ * that went), and it returns when all have: no graph is launched while
+ * another rank is still capturing or instantiating, since a launched graph
+ * sits at flags on the device and an instantiation may wait for the whole
+ * device (docs/cuda.md, "The warm-up"). A rank whose own recording went
+ * well but another's failed gets a stopped error and launches nothing. */
+static int rt_all_recorded(hy_runtime *rt, rt_rank *rk, int rc) {
+    pthread_mutex_lock(&rt->lock);
+    rt->recorded++;
+    if (rc) rt->record_failed = 1;
+    pthread_cond_broadcast(&rt->cv);
+    while (rt->recorded < rt->P && !rt->record_failed) pthread_cond_wait(&rt->cv, &rt->lock);
+    int failed = rt->record_failed;
+    pthread_mutex_unlock(&rt->lock);
+    if (rc || !failed) return rc;
+    return hy_fail_cause(&rk->err, HY_ERR_RUNTIME, HY_CAUSE_STOPPED,
+                         "rank %d: another rank failed to record its graph", rk->rank);
+}
+
 static int rt_run_iteration(hy_runtime *rt, rt_rank *rk, int eval_count) {
     rt_ctx x = { rt, rk, rk->stream, rt->be->ops, &rk->err };
     const hy_backend_ops *o = rt->be->ops;
@@ -420,6 +440,7 @@ static int rt_run_iteration(hy_runtime *rt, rt_rank *rk, int eval_count) {
             if (!rc) rc = rt_iteration(&x);
             int end = o->capture_end(rk->stream, &rk->graph, rc ? NULL : &rk->err);
             if (!rc) rc = end;
+            rc = rt_all_recorded(rt, rk, rc);
         }
         if (!rc) rc = o->graph_launch(rk->graph, rk->stream, &rk->err);
     }
@@ -689,6 +710,10 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     }
     for (int r = 0; r < rt->P && !rc; r++)
         rc = rt->be->ops->stream_create(rt->be, r, &rt->ranks[r].stream, err);
+    /* The backend's scratch for every op, before any rank runs. */
+    for (int r = 0; r < rt->P && !rc && rt->be->ops->reserve; r++)
+        rc = rt->be->ops->reserve(rt->ranks[r].stream, (size_t)rt->N,
+                                  4 * (size_t)rt->model.d_model, err);
     if (!rc) rc = rt_plan_reduces(rt, err);
     if (!rc) rc = rt_init_params(rt, err);
     return rc;

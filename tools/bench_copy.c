@@ -48,6 +48,7 @@ typedef struct {
     hy_channel *to1, *to0;     /* 0 -> 1 (the payload), 1 -> 0 (the pong) */
     void *src;
     int rank, rounds, graph, pingpong;
+    pthread_barrier_t *recorded;   /* both sides' graphs made before either is launched */
     double seconds;
     int status;
     hy_error err;
@@ -79,11 +80,17 @@ static void *side_main(void *arg) {
     int rc = o->stream_create(sd->be, sd->rank, &st, &sd->err);
     if (!rc) rc = enqueue_side(sd, st);            /* warm-up, eager */
     if (!rc) rc = o->sync(st, &sd->err);
-    if (!rc && sd->graph) {
-        rc = o->capture_begin(st, &sd->err);
-        if (!rc) rc = enqueue_side(sd, st);
-        int end = o->capture_end(st, &g, rc ? NULL : &sd->err);
-        if (!rc) rc = end;
+    if (sd->graph) {
+        /* Both sides pass the barrier exactly once, failed or not, and
+         * neither launches while the other may still be instantiating (a
+         * launched graph sits at flags; see lib/runtime.c). */
+        int capturing = !rc && (rc = o->capture_begin(st, &sd->err)) == HY_OK;
+        if (capturing) {
+            rc = enqueue_side(sd, st);
+            int end = o->capture_end(st, &g, rc ? NULL : &sd->err);
+            if (!rc) rc = end;
+        }
+        pthread_barrier_wait(sd->recorded);
         if (!rc) rc = o->graph_launch(g, st, &sd->err);   /* first replay: warm-up */
         if (!rc) rc = o->sync(st, &sd->err);
     }
@@ -117,6 +124,8 @@ static int run_channel(const bench_opts *op, int flags_on_device, size_t bytes, 
     }
     side sd[2];
     pthread_t th[2];
+    pthread_barrier_t recorded;
+    pthread_barrier_init(&recorded, NULL, 2);
     for (int r = 0; r < 2; r++) {
         memset(&sd[r], 0, sizeof sd[r]);
         sd[r].be = be;
@@ -127,9 +136,11 @@ static int run_channel(const bench_opts *op, int flags_on_device, size_t bytes, 
         sd[r].rounds = op->rounds;
         sd[r].graph = graph;
         sd[r].pingpong = pingpong;
+        sd[r].recorded = &recorded;
     }
     for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, side_main, &sd[r]);
     for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&recorded);
     for (int r = 0; r < 2 && !rc; r++)
         if (sd[r].status) rc = hy_fail(err, sd[r].status, "%s", sd[r].err.msg);
     *seconds = sd[0].seconds > sd[1].seconds ? sd[0].seconds : sd[1].seconds;

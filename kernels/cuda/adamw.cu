@@ -255,3 +255,17 @@ int hy_k_to_bf16(cudaStream_t s, hy_bf16 *dst, const float *src, size_t n, hy_er
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }
+
+// ----------------------------------------------------------------------------
+// Preload (kernels.cuh)
+
+int hy_k_adamw_preload(hy_error *err) {
+    HY_CUDA_PRELOAD(adamw_kernel, err);
+    HY_CUDA_PRELOAD(sumsq_partial_kernel, err);
+    HY_CUDA_PRELOAD(sumsq_finish_kernel, err);
+    HY_CUDA_PRELOAD(clip_kernel, err);
+    HY_CUDA_PRELOAD(add_bf16_kernel, err);
+    HY_CUDA_PRELOAD(add_f32_kernel, err);
+    HY_CUDA_PRELOAD(to_bf16_kernel, err);
+    return HY_OK;
+}

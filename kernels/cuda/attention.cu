@@ -242,3 +242,12 @@ int hy_k_attention_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dqkv, void *scratch,
     }
     return HY_OK;
 }
+
+// ----------------------------------------------------------------------------
+// Preload (kernels.cuh)
+
+int hy_k_attention_preload(hy_error *err) {
+    HY_CUDA_PRELOAD(att_softmax_fwd_kernel, err);
+    HY_CUDA_PRELOAD(att_softmax_bwd_kernel, err);
+    return HY_OK;
+}

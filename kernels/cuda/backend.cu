@@ -16,10 +16,19 @@
  * copy over NVLink, or device-to-device on a shared GPU.
  *
  * Scratch memory the math ops need (kernels.cuh's *_scratch sizes) comes
- * from one buffer per stream, grown during the eager warm-up iteration, so
- * a capture never allocates.
+ * from one buffer per stream, sized by `reserve` before any rank runs (an
+ * allocation while ranks run could make the driver wait for the whole
+ * device); an op that still finds it too small grows it outside a capture
+ * only, where no stream sits at a flag (signal.cu), so that stays safe.
+ *
+ * Before the first iteration the backend also loads every kernel of ours
+ * onto each device in use (kernels.cuh's hy_k_preload): CUDA 13 loads a
+ * kernel at its first launch by default, and a load is another thing that
+ * may wait for the whole device.
  */
+#include <limits.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,9 +158,9 @@ static int cuda_copy(hy_stream *s, void *dst, const void *src, size_t bytes, hy_
     return HY_OK;
 }
 
-/* The stream's scratch, at least `bytes`. It only grows outside capture:
- * the eager warm-up iteration meets every size first. The old buffer stays
- * allocated (work already enqueued may use it) until destroy. */
+/* The stream's scratch, at least `bytes`. It grows only outside a capture
+ * (normally never: `reserve` sized it). The old buffer stays allocated
+ * (work already enqueued may use it) until destroy. */
 static int scratch(cuda_stream *cs, size_t bytes, void **out, hy_error *err) {
     *out = cs->scratch;
     if (bytes <= cs->scratch_bytes) return HY_OK;
@@ -181,7 +190,6 @@ static int cuda_stream_create(hy_backend *be, int rank, hy_stream **out, hy_erro
     cs->base.be = be;
     cs->base.rank = rank;
     cs->device = cb->dev[rank];
-    cs->active = &cs->eager;
     void *words = NULL;
     cudaError_t e = cudaStreamCreateWithFlags(&cs->s, cudaStreamNonBlocking);
     if (e != cudaSuccess) rc = HY_CUDA_FAIL(err, e, "cudaStreamCreateWithFlags");
@@ -195,6 +203,7 @@ static int cuda_stream_create(hy_backend *be, int rank, hy_stream **out, hy_erro
     }
     cs->progress = (volatile uint32_t *)words;
     cs->bad = (volatile int *)((char *)words + 32);
+    cs->peek = (volatile uint32_t *)((char *)words + 48);
     hy_cuda_stream_register(cb, cs);
     *out = &cs->base;
     return HY_OK;
@@ -210,7 +219,6 @@ static void cuda_stream_destroy(hy_stream *s) {
     hy_cuda_stream_unregister(cb, cs);
     cudaStreamDestroy(cs->s);
     pthread_mutex_destroy(&cs->lock);
-    free(cs->eager.v);
     free(cs->capture.v);
     free(cs);
 }
@@ -332,6 +340,28 @@ static int cuda_attention_bwd(hy_stream *s, void *dqkv, void *scr, const void *d
 
 static size_t cuda_attention_scratch(int B, int T, int C, int NH) {
     return hy_k_attention_scratch(B, T, C, NH);
+}
+
+/* The most scratch any op of ours takes on at most `rows` rows of at most
+ * `width` values: every *_scratch grows with both, and sumsq's is bounded
+ * whatever its length. */
+static size_t scratch_bound(size_t rows, size_t width) {
+    int N = rows > (size_t)INT_MAX ? INT_MAX : (int)rows;
+    int W = width > (size_t)INT_MAX ? INT_MAX : (int)width;
+    size_t most = hy_k_matmul_bwd_scratch(N, W, W);
+    size_t k = hy_k_layernorm_bwd_scratch(N, W);
+    if (k > most) most = k;
+    if ((k = hy_k_embedding_bwd_scratch(1, N, W)) > most) most = k;
+    if ((k = hy_k_classifier_scratch(N)) > most) most = k;
+    if ((k = hy_k_sumsq_scratch(SIZE_MAX / 2)) > most) most = k;
+    return most;
+}
+
+static int cuda_reserve(hy_stream *s, size_t rows, size_t width, hy_error *err) {
+    void *p = NULL;
+    int rc = scratch(cs_of(s), scratch_bound(rows, width), &p, err);
+    if (rc) hy_error_prefix(err, "reserving scratch: ");
+    return rc;
 }
 
 static int cuda_lm_head_fwd(hy_stream *s, void *logits, const void *inp, const void *wte, int N,
@@ -457,6 +487,7 @@ static hy_backend_ops cuda_ops_init(void) {
     o.adamw = cuda_adamw;
     o.to_act = cuda_to_act;
     o.attention_scratch = cuda_attention_scratch;
+    o.reserve = cuda_reserve;
     o.timestamp = cuda_timestamp;
     o.sleep = cuda_sleep;
     o.op_stats = NULL;   /* per-op timing is the profiler's job on a GPU */
@@ -518,8 +549,37 @@ static int check_connections(const cuda_backend *cb, int ranks, hy_error *err) {
     return HY_OK;
 }
 
+int hy_k_preload(hy_error *err) {
+    int rc = hy_k_matmul_preload(err);
+    if (!rc) rc = hy_k_layernorm_preload(err);
+    if (!rc) rc = hy_k_gelu_preload(err);
+    if (!rc) rc = hy_k_attention_preload(err);
+    if (!rc) rc = hy_k_embedding_preload(err);
+    if (!rc) rc = hy_k_classifier_preload(err);
+    if (!rc) rc = hy_k_adamw_preload(err);
+    if (!rc) rc = hy_k_testops_preload(err);
+    return rc;
+}
+
+/* Every kernel of ours loaded onto every device in use, before any rank
+ * runs (the file comment says why). */
+static int preload(const cuda_backend *cb, int ranks, hy_error *err) {
+    for (int d = 0; d < cb->n_devices; d++) {
+        int used = 0;
+        for (int r = 0; r < ranks; r++) used |= cb->dev[r] == d;
+        if (!used) continue;
+        HY_CUDA_CHECK(cudaSetDevice(d), err);
+        int rc = hy_k_preload(err);
+        if (rc) {
+            hy_error_prefix(err, "device %d: loading the kernels: ", d);
+            return rc;
+        }
+    }
+    return HY_OK;
+}
+
 /* One io stream per device in use (uploads, downloads, zero-fills, the
- * monitor's flag writes). */
+ * monitor's flag writes, the host's reads of device-memory flags). */
 static int open_io(cuda_backend *cb, int ranks, hy_error *err) {
     cb->io = (cudaStream_t *)calloc((size_t)cb->n_devices, sizeof(cudaStream_t));
     if (!cb->io) return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory");
@@ -580,6 +640,7 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
     if (!rc) rc = map_devices(cb, ranks, devices, n_devices, err);
     if (!rc) rc = check_connections(cb, ranks, err);
     if (!rc) rc = open_io(cb, ranks, err);
+    if (!rc) rc = preload(cb, ranks, err);
     if (!rc) rc = hy_cuda_driver_load(&cb->drv, err);
     if (!rc) rc = enable_peers(cb, ranks, err);
     void *word = NULL;

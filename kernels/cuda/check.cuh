@@ -44,4 +44,12 @@ static inline int hy_cuda_fail(hy_error *err, cudaError_t rc, const char *call,
         return hy_cuda_fail((err), hy_cuda_rc_, #call, __FILE__, __LINE__); \
 } while (0)
 
+/* Loads kernel k onto the current device now, not at its first launch
+ * (CUDA 13's default, lazy loading): asking for its attributes makes the
+ * runtime fetch it. For the *_preload functions of kernels.cuh. */
+#define HY_CUDA_PRELOAD(k, err) do { \
+    cudaFuncAttributes hy_attr_; \
+    HY_CUDA_CHECK(cudaFuncGetAttributes(&hy_attr_, (const void *)(k)), err); \
+} while (0)
+
 #endif

@@ -187,3 +187,13 @@ int hy_k_classifier(cudaStream_t s, hy_bf16 *logits, float *loss_acc, const int 
     }
     return HY_OK;
 }
+
+// ----------------------------------------------------------------------------
+// Preload (kernels.cuh)
+
+int hy_k_classifier_preload(hy_error *err) {
+    HY_CUDA_PRELOAD(cls_count_kernel, err);
+    HY_CUDA_PRELOAD(cls_row_kernel, err);
+    HY_CUDA_PRELOAD(cls_loss_kernel, err);
+    return HY_OK;
+}

@@ -94,11 +94,12 @@ struct cuda_stream {
     int device;
     pthread_mutex_t lock;        /* guards the fields below it against the monitor */
     int capturing;
-    site_list eager;             /* waits enqueued since the last sync */
     site_list capture;           /* waits of the graph being captured */
-    const site_list *active;     /* the waits the stream is running now */
-    volatile uint32_t *progress; /* host-mapped: waits passed in the running list */
+    const site_list *active;     /* the waits of the graph running now; NULL: none (eager
+                                    waits are the host's, signal.cu) */
+    volatile uint32_t *progress; /* host-mapped: waits passed in the running graph */
     volatile int *bad;           /* host-mapped: the classifier saw a bad target */
+    volatile uint32_t *peek;     /* host-mapped: a device-memory flag read by the host */
     /* the monitor's view (signal.cu) */
     uint32_t seen;               /* progress when last seen moving */
     double since;                /* ... and when */

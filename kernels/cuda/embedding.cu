@@ -171,3 +171,14 @@ int hy_k_embedding_bwd(cudaStream_t s, float *dwte, float *dwpe, const hy_bf16 *
     }
     return HY_OK;
 }
+
+// ----------------------------------------------------------------------------
+// Preload (kernels.cuh)
+
+int hy_k_embedding_preload(hy_error *err) {
+    HY_CUDA_PRELOAD(emb_fwd_kernel, err);
+    HY_CUDA_PRELOAD(emb_dwpe_kernel, err);
+    HY_CUDA_PRELOAD(emb_sort_kernel, err);
+    HY_CUDA_PRELOAD(emb_dwte_kernel, err);
+    return HY_OK;
+}

@@ -117,3 +117,12 @@ int hy_k_gelu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_b
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }
+
+// ----------------------------------------------------------------------------
+// Preload (kernels.cuh)
+
+int hy_k_gelu_preload(hy_error *err) {
+    HY_CUDA_PRELOAD(gelu_fwd_kernel, err);
+    HY_CUDA_PRELOAD(gelu_bwd_kernel, err);
+    return HY_OK;
+}

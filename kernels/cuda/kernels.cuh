@@ -24,6 +24,9 @@
  *   - Errors (a launch failure, a cuBLASLt status) return HY_ERR_RUNTIME
  *     with a message naming the op and the failed call (check.cuh); no
  *     function prints or aborts.
+ *   - Every kernel a file launches is listed in its hy_k_*_preload, which
+ *     loads them onto the current device (check.cuh's HY_CUDA_PRELOAD);
+ *     hy_k_preload runs them all, before any rank runs (backend.cu).
  */
 #ifndef HY_CUDA_KERNELS_CUH
 #define HY_CUDA_KERNELS_CUH
@@ -37,6 +40,17 @@
 #include "backend.h"   /* hy_error, hy_adamw_hparams */
 
 typedef __nv_bfloat16 hy_bf16;
+
+/* Loads every kernel below onto the current device (backend.cu). */
+int hy_k_preload(hy_error *err);
+int hy_k_matmul_preload(hy_error *err);
+int hy_k_layernorm_preload(hy_error *err);
+int hy_k_gelu_preload(hy_error *err);
+int hy_k_attention_preload(hy_error *err);
+int hy_k_embedding_preload(hy_error *err);
+int hy_k_classifier_preload(hy_error *err);
+int hy_k_adamw_preload(hy_error *err);
+int hy_k_testops_preload(hy_error *err);
 
 /* ---- matmul.cu: dense layers and the tied LM head through cuBLASLt ----
  *

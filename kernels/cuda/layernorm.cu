@@ -185,3 +185,14 @@ int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, cons
     }
     return HY_OK;
 }
+
+// ----------------------------------------------------------------------------
+// Preload (kernels.cuh)
+
+int hy_k_layernorm_preload(hy_error *err) {
+    HY_CUDA_PRELOAD(ln_fwd_kernel, err);
+    HY_CUDA_PRELOAD(ln_bwd_dinp_kernel, err);
+    HY_CUDA_PRELOAD(ln_bwd_partial_kernel, err);
+    HY_CUDA_PRELOAD(ln_bwd_finish_kernel, err);
+    return HY_OK;
+}

@@ -472,3 +472,13 @@ int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte,
     }
     return HY_OK;
 }
+
+// ----------------------------------------------------------------------------
+// Preload (kernels.cuh)
+
+int hy_k_matmul_preload(hy_error *err) {
+    HY_CUDA_PRELOAD(mm_bias_broadcast_kernel, err);
+    HY_CUDA_PRELOAD(mm_dbias_partial_kernel, err);
+    HY_CUDA_PRELOAD(mm_dbias_finish_kernel, err);
+    return HY_OK;
+}

@@ -137,3 +137,16 @@ int hy_k_sleep(cudaStream_t s, uint64_t ns, const volatile uint32_t *abort_word,
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }
+
+// ----------------------------------------------------------------------------
+// Preload (kernels.cuh)
+
+int hy_k_testops_preload(hy_error *err) {
+    HY_CUDA_PRELOAD(test_fill_kernel, err);
+    HY_CUDA_PRELOAD(test_check_kernel, err);
+    HY_CUDA_PRELOAD(test_delay_kernel, err);
+    HY_CUDA_PRELOAD(test_add_kernel, err);
+    HY_CUDA_PRELOAD(timestamp_kernel, err);
+    HY_CUDA_PRELOAD(sleep_kernel, err);
+    return HY_OK;
+}
