@@ -83,16 +83,27 @@ static void hy_add_block(hy_model *m, int l, int stage) {
     hy_add_param(m, HY_P_MLP_PROJ_B, l, "mlp.c_proj.bias", C, 0, stage, 0);
 }
 
+/* The least common multiple of HY_VOCAB_ALIGN and k >= 1. */
+static long hy_vocab_multiple(int k) {
+    long a = HY_VOCAB_ALIGN, b = k;
+    while (b) {
+        long t = a % b;
+        a = b;
+        b = t;
+    }
+    return (long)HY_VOCAB_ALIGN / a * k;
+}
+
 int hy_model_build(hy_model *m, const hy_config *c, int vocab_multiple, hy_error *err) {
     memset(m, 0, sizeof *m);
-    if (vocab_multiple < 1) vocab_multiple = 1;
+    long multiple = hy_vocab_multiple(vocab_multiple < 1 ? 1 : vocab_multiple);
     m->kind = c->model.kind;
     m->layers = c->model.layers;
     m->d_model = c->model.d_model;
     m->heads = c->model.heads;
     m->seq_len = c->model.seq_len;
     m->vocab = c->model.vocab;
-    m->vocab_padded = (c->model.vocab + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
+    m->vocab_padded = (int)((c->model.vocab + multiple - 1) / multiple * multiple);
     m->stages = hy_config_stages(c);
     int S = m->stages, L = m->layers;
     m->first_layer = calloc((size_t)S, sizeof(int));

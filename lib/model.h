@@ -48,7 +48,9 @@ typedef struct {
     hy_model_kind kind;
     int layers, d_model, heads, seq_len;
     int vocab;          /* V: the real vocabulary */
-    int vocab_padded;   /* Vp >= V: rows of wte; the extra rows stay zero */
+    int vocab_padded;   /* Vp >= V, a multiple of HY_VOCAB_ALIGN: rows of wte and columns
+                           of the logits; the extra rows stay zero, the extra logits are
+                           masked out of the loss */
     int stages;
     int *first_layer;   /* [stages] */
     int *n_layers;      /* [stages] */
@@ -57,10 +59,21 @@ typedef struct {
     size_t *stage_numel;/* [stages]: floats in each stage's block */
 } hy_model;
 
+/* Every model pads its vocabulary to a multiple of this (GPT-2: 50257 ->
+ * 50304, as llm.c does): the LM head's GEMMs then have a leading dimension
+ * that is a multiple of 16 bytes, which a GPU's fast matrix kernels need,
+ * and the logits' rows stay aligned. The padding rows of wte are zero and
+ * never trained (their logits are masked, so their gradient is 0);
+ * checkpoints and weight files hold only the real vocabulary's rows
+ * (hy_model_real_numel), so they open in Hugging Face's GPT-2 as they are. */
+#define HY_VOCAB_ALIGN 128
+
 /* Builds the model of config c: shapes, the partition into
  * hy_config_stages(c) stages (c->schedule.split if given, else balanced by
  * estimated cost with the head counted on the last stage) and the
- * parameter table. vocab_multiple pads the vocabulary (1: no padding). */
+ * parameter table. The vocabulary is padded to a multiple of both
+ * HY_VOCAB_ALIGN and vocab_multiple (1: no multiple beyond the first),
+ * so every caller sees the same padded model. */
 int hy_model_build(hy_model *m, const hy_config *c, int vocab_multiple, hy_error *err);
 void hy_model_free(hy_model *m);
 

@@ -36,8 +36,9 @@ static int wt_load_tensor(hy_runtime *rt, const hy_model *m, const hy_st_file *f
     const hy_st_tensor *t = hy_st_find(f, p->name);
     if (!t) t = hy_st_find(f, prefixed);
     char want[48], have[160];
-    wt_shape_text(want, sizeof want, p->ndim, (const size_t[2]){ (size_t)p->shape[0],
-                                                                 (size_t)p->shape[1] });
+    /* What a file holds: wte's real rows, not its padding (model.h). */
+    size_t rows = p->kind == HY_P_WTE ? (size_t)m->vocab : (size_t)p->shape[0];
+    wt_shape_text(want, sizeof want, p->ndim, (const size_t[2]){ rows, (size_t)p->shape[1] });
     if (!t)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is missing (the config's model has "
                        "it, shape %s)", f->path, p->name, want);
