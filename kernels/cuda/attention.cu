@@ -1,45 +1,51 @@
 /*
  * attention.cu — the multi-head self-attention core, CUDA backend (what
- * sits between c_attn and c_proj; kernels/cpu/attention.c on the CPU).
+ * sits between c_attn and c_proj; kernels/cpu/attention.c on the CPU): a
+ * fused, flash-style attention, forward and backward, on the tensor cores
+ * (mma.sync m16n8k16, bf16 in, fp32 accumulate).
  *
  * qkv[b,t,:] = [q | k | v], each C = NH·hd wide, head h at columns
- * h·hd .. h·hd+hd−1. For one (b, h), Q, K and V are T×hd matrices inside
- * qkv with row stride 3C, and consecutive heads are hd elements apart; so
- * for one b the NH heads are one strided-batched cuBLASLt GEMM (batch NH,
- * batch stride hd) reading qkv in place: no permute, no copies. The loop
- * runs over b (B GEMMs per product).
+ * h·hd .. h·hd+hd−1; out[b,t,h·hd+d]. Scores s = q·k / sqrt(hd) over keys
+ * s ≤ t (causal) or all keys. Nothing T×T is ever stored: a block of 64
+ * queries walks the key tiles of 64 once, keeping per row a running max m
+ * and sum l of exp (the online softmax), in fp32, and the scores never
+ * pass through bf16; tiles wholly above the diagonal are skipped. What the
+ * backward needs from the forward is per row L = m + log2 l (the log-sum-
+ * exp, in the base-2 units the kernels use) and the output O itself:
  *
- * Forward, scale = 1/sqrt(hd):
- *   att  ← Q Kᵀ                  (raw scores, bf16, written into att itself)
- *   att  ← softmax(scale · att)  per row, in place; over s ≤ t when causal,
- *                                masked entries stored as exactly 0
- *   out  = att · V               [T,hd] per head, into out[b,:,h·hd..] (ld C)
- * The scores pass through bf16 once (att is the only buffer the forward
- * has, and it is bf16): a relative error of 2⁻⁹ on each score before the
- * softmax, as llm.c's and PyTorch's bf16 attention have. The softmax itself
- * is computed in fp32 (scale applied in fp32, online max/sum per warp).
- * The causal GEMMs compute the full T×T and the zeros of the mask make
- * att·V exact; skipping the upper triangle is future work.
+ *   P = exp2(s·log2e − L),  D = rowsum(dO ∘ O)
+ *   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ = dS K / √hd,  dK = dSᵀ Q / √hd
  *
- * Backward (the mask lives in att's zeros, so no causal flag is needed):
- *   dV += attᵀ · dO                       (bf16, beta = 1 into dqkv)
- *   dA  = dO · Vᵀ                         (fp32, scratch)
- *   dS  = scale · att ⊙ (dA − rowsum(att ⊙ dA))   (bf16, scratch)
- *   dQ += dS · K,   dK += dSᵀ · Q          (bf16, beta = 1 into dqkv)
- * dA is kept in fp32 (the softmax backward subtracts nearly equal numbers);
- * dS is bf16 because it is a GEMM input. Scratch holds one b's worth:
- * NH·T·T fp32 (dA) then NH·T·T bf16 (dS), i.e. hy_k_attention_scratch =
- * round_up(4·NH·T², 256) + 2·NH·T² bytes.
+ * The backward is two kernels so that each gradient element has one owner
+ * (no atomics, hence deterministic): one per block of 64 keys walks the
+ * query tiles at or below the diagonal for dK and dV, one per block of 64
+ * queries walks the key tiles for dQ; both recompute S and P from L.
  *
- * Column-major mapping (lt.cuh) of each product, per b, batched over h:
- *   scoresᵀ[s,t] = K[s,:]·Q[t,:]  A = K (T, ld 3C), B = Q (N, ld 3C), D = att (ld T)
- *   outᵀ[d,t]    = Vᵀ · attᵀ      A = V (N, ld 3C), B = att (N, ld T), D = out (ld C)
- *   dvᵀ[d,s]     = dOᵀ · att      A = dO (N, ld C), B = att (T, ld T), D = dv (ld 3C)
- *   dAᵀ[s,t]     = V[s,:]·dO[t,:] A = V (T, ld 3C), B = dO (N, ld C), D = dA (ld T)
- *   dqᵀ[d,t]     = Kᵀ · dSᵀ       A = K (N, ld 3C), B = dS (N, ld T), D = dq (ld 3C)
- *   dkᵀ[d,s]     = Qᵀ · dS        A = Q (N, ld 3C), B = dS (T, ld T), D = dk (ld 3C)
- * Everything is deterministic: fixed GEMM algorithms and warp reductions
- * in a fixed order.
+ * What the backward needs from the forward lives in the `att` buffer that
+ * backend.h gives the forward (B·NH·T·T activations, meant for the
+ * probabilities): in its last two bytes whether the attention was causal
+ * (the backward is not told), and from its start L (B·NH·T floats) and a
+ * copy of O (B·T·C bf16, written beside `out`) whenever those fit before
+ * the flag, which is T ≥ hd + 3 or so: every real model. Where they do not
+ * (short test sequences), the backward reruns the forward into its
+ * scratch first. Either way the scratch also holds D.
+ *
+ * Fragments (PTX ISA, "matrix fragments for mma.m16n8k16"): in a warp,
+ * lane = 4g + t. A (16×16, row-major) regs {A[g][2t..+1], A[g+8][2t..+1],
+ * A[g][2t+8..+9], A[g+8][2t+8..+9]}; B (16×8, k × n) regs {B[2t..+1][g],
+ * B[2t+8..+9][g]}; the accumulator C (16×8) {C[g][2t], C[g][2t+1],
+ * C[g+8][2t], C[g+8][2t+1]}. Two accumulators side by side (n 0..7 and
+ * 8..15) are, rounded to bf16, exactly the A fragment of the next product
+ * (P·V, dS·K, ...), so P and dS never leave registers. Each warp owns 16
+ * rows of the block; tiles are staged in shared memory with rows padded by
+ * 16 bytes (conflict-free fragment loads). The head size is padded with
+ * zeros to HD = 32, 64 or 128 (one instantiation each); hd > 128 is
+ * refused.
+ *
+ * Rounding: q, k, v, dO are bf16 inputs; every product accumulates in fp32;
+ * P (into P·V and dV) and dS (into dQ, dK) are rounded to bf16 once as
+ * tensor-core inputs, as in FlashAttention; the outputs are bf16. The
+ * backward adds into dqkv (+=, kernels.cuh), each element by one thread.
  */
 #include <math.h>
 #include <stdint.h>
@@ -47,207 +53,584 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <math_constants.h>
 
 #include "check.cuh"
 #include "kernels.cuh"
-#include "lt.cuh"
 
-#define ATT_WARPS 8   /* rows (one warp each) per block of the softmax kernels */
+#define FA_ROWS 64                  /* queries (or keys) per block, and per tile */
+#define FA_WARPS 4                  /* 16 rows each */
+#define FA_THREADS (32 * FA_WARPS)
+#define FA_DOT_WARPS 8              /* rows per block of the D kernel */
+#define FA_ALIGN 256
+#define FA_LOG2E 1.4426950408889634f
+
+static size_t fa_align(size_t n) { return (n + FA_ALIGN - 1) / FA_ALIGN * FA_ALIGN; }
+
+/* What every kernel is told. Row r of head h of sequence b: q at
+ * qkv + (b·T + r)·3C + h·hd, k C further, v 2C further; dO and O at
+ * (b·T + r)·C + h·hd; L and D at (b·NH + h)·T + r. */
+typedef struct {
+    const hy_bf16 *qkv;
+    const hy_bf16 *dout;     /* backward: dO; forward: unused */
+    const hy_bf16 *o;        /* backward: the forward's output (for D) */
+    hy_bf16 *out;            /* forward: out */
+    hy_bf16 *ocopy;          /* forward: a second copy of out, or NULL */
+    float *lse;              /* forward writes, backward reads: L */
+    float *dsum;             /* backward: D */
+    hy_bf16 *dqkv;           /* backward: += into it */
+    uint16_t *flag_out;      /* forward: where to record `causal`, or NULL */
+    const uint16_t *flag_in; /* when not NULL, `causal` is read from here */
+    int T, C, NH, hd, BH, nblocks;
+    int causal;
+    int vec_qkv, vec_do;     /* rows can be read 16 bytes at a time */
+    float scale, scale_log2; /* 1/sqrt(hd), and times log2(e) */
+} fa_args;
 
 // ----------------------------------------------------------------------------
-// Softmax forward and backward, one warp per row
+// Tensor-core pieces
 
-/* Row r of att (r = ((b·NH + h)·T + t)) in place: the raw score x becomes
- * softmax_s(scale·x) over s < len (len = t+1 when causal, else T), and 0
- * beyond. Each lane keeps a running (max, sum of exp) over its columns;
- * the lanes are merged by an xor butterfly, which gives every lane the
- * same bits (each merge adds the same two terms, commutatively). */
-static __global__ void att_softmax_fwd_kernel(hy_bf16 *att, size_t rows, int T, float scale, int causal) {
-    int lane = threadIdx.x & 31;
-    size_t r = (size_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
-    if (r >= rows) return;
-    int t = (int)(r % (size_t)T);
-    int len = causal ? t + 1 : T;
-    hy_bf16 *row = att + r * (size_t)T;
+static __device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
 
-    float m = -CUDART_INF_F, sum = 0.0f;
-    for (int i = lane; i < len; i += 32) {
-        float x = __bfloat162float(row[i]) * scale;
-        if (x > m) {
-            sum = sum * expf(m - x) + 1.0f;
-            m = x;
-        } else {
-            sum += expf(x - m);
+/* Two values as one register of bf16 pairs, the first in the low half. */
+static __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+static __device__ __forceinline__ uint32_t fa_pack_bf(hy_bf16 lo, hy_bf16 hi) {
+    uint16_t a, b;
+    memcpy(&a, &lo, 2);
+    memcpy(&b, &hi, 2);
+    return (uint32_t)a | ((uint32_t)b << 16);
+}
+
+static __device__ __forceinline__ uint32_t fa_word(const hy_bf16 *p) { return *(const uint32_t *)p; }
+
+/* The A fragment of rows r0.., columns c0.. of a row-major tile (ld). */
+static __device__ __forceinline__ void fa_frag_a(uint32_t a[4], const hy_bf16 *s, int ld, int r0, int c0) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const hy_bf16 *p = s + (r0 + g) * ld + c0 + 2 * t;
+    a[0] = fa_word(p);
+    a[1] = fa_word(p + 8 * ld);
+    a[2] = fa_word(p + 8);
+    a[3] = fa_word(p + 8 * ld + 8);
+}
+
+/* The B fragment B[k][n] = s[n0 + n][k0 + k]: the tile's rows are B's
+ * columns (Kᵀ from K, for instance). */
+static __device__ __forceinline__ void fa_frag_b_rows_n(uint32_t b[2], const hy_bf16 *s, int ld, int n0,
+                                                        int k0) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const hy_bf16 *p = s + (n0 + g) * ld + k0 + 2 * t;
+    b[0] = fa_word(p);
+    b[1] = fa_word(p + 8);
+}
+
+/* The B fragment B[k][n] = s[k0 + k][n0 + n]: the tile's rows are B's rows
+ * (V as it is, for instance); each register pairs two rows. */
+static __device__ __forceinline__ void fa_frag_b_rows_k(uint32_t b[2], const hy_bf16 *s, int ld, int k0,
+                                                        int n0) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const hy_bf16 *p = s + (k0 + 2 * t) * ld + n0 + g;
+    b[0] = fa_pack_bf(p[0], p[ld]);
+    b[1] = fa_pack_bf(p[8 * ld], p[9 * ld]);
+}
+
+/* Two accumulators (columns 0..7 and 8..15) as the A fragment of 16 rows
+ * by those 16 columns, rounded to bf16. */
+static __device__ __forceinline__ void fa_acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
+    a[0] = fa_pack(lo[0], lo[1]);
+    a[1] = fa_pack(lo[2], lo[3]);
+    a[2] = fa_pack(hi[0], hi[1]);
+    a[3] = fa_pack(hi[2], hi[3]);
+}
+
+/* Rows r0 .. r0+63 (those < T) of a [*, stride] array from g, columns
+ * 0 .. hd−1, into a tile of HD columns (ld HD + 8); everything else 0. */
+template <int HD>
+static __device__ void fa_load_tile(hy_bf16 *s, const hy_bf16 *g, size_t stride, int r0, int T, int hd,
+                                    int vec) {
+    const int ld = HD + 8;
+    if (vec) {   /* hd, stride and g all multiples of 8 elements */
+        const int chunks = HD / 8;
+        for (int i = threadIdx.x; i < FA_ROWS * chunks; i += FA_THREADS) {
+            int r = i / chunks, c = (i % chunks) * 8;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (r0 + r < T && c < hd) v = *(const uint4 *)(g + (size_t)(r0 + r) * stride + c);
+            *(uint4 *)(s + r * ld + c) = v;
+        }
+    } else {
+        for (int i = threadIdx.x; i < FA_ROWS * HD; i += FA_THREADS) {
+            int r = i / HD, c = i % HD;
+            hy_bf16 v = __float2bfloat16(0.0f);
+            if (r0 + r < T && c < hd) v = g[(size_t)(r0 + r) * stride + c];
+            s[r * ld + c] = v;
         }
     }
-    for (int off = 16; off > 0; off >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, off);
-        float s2 = __shfl_xor_sync(0xffffffffu, sum, off);
-        float mm = fmaxf(m, m2);
-        /* A lane that saw no column has sum 0 (and m = -inf): it adds 0. */
-        float a = sum == 0.0f ? 0.0f : sum * expf(m - mm);
-        float b = s2 == 0.0f ? 0.0f : s2 * expf(m2 - mm);
-        sum = a + b;
-        m = mm;
-    }
-    float inv = 1.0f / sum;   /* sum >= 1: the max term is exp(0) */
-    for (int i = lane; i < T; i += 32) {
-        float p = 0.0f;
-        if (i < len) p = expf(__bfloat162float(row[i]) * scale - m) * inv;
-        row[i] = __float2bfloat16(p);
+}
+
+/* A warp's 16 rows (warp·16 ..) of a tile as A fragments over all HD
+ * columns: the operand it keeps in registers for a whole walk. */
+template <int HD>
+static __device__ __forceinline__ void fa_tile_rows(uint32_t f[HD / 16][4], const hy_bf16 *s) {
+    int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++) fa_frag_a(f[ks], s, HD + 8, warp * 16, ks * 16);
+}
+
+template <int N>
+static __device__ __forceinline__ void fa_zero(float acc[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+}
+
+/* acc = f · sᵀ: the warp's 16 rows (f, over HD) against each of the 64
+ * rows of tile s, 16 × 64 (S = Q Kᵀ, dP = dO Vᵀ, and their transposes). */
+template <int HD>
+static __device__ __forceinline__ void fa_times_rows(float acc[FA_ROWS / 8][4],
+                                                     const uint32_t f[HD / 16][4], const hy_bf16 *s) {
+    fa_zero<FA_ROWS / 8>(acc);
+#pragma unroll
+    for (int nt = 0; nt < FA_ROWS / 8; nt++)
+#pragma unroll
+        for (int ks = 0; ks < HD / 16; ks++) {
+            uint32_t bf[2];
+            fa_frag_b_rows_n(bf, s, HD + 8, nt * 8, ks * 16);
+            fa_mma(acc[nt], f[ks], bf);
+        }
+}
+
+/* acc += p · s: 16 × 64 values in the accumulator layout (P, Pᵀ, dS, dSᵀ),
+ * rounded to bf16, times the 64 × HD tile s (V, dO, K, Q). */
+template <int HD>
+static __device__ __forceinline__ void fa_acc_times_tile(float acc[HD / 8][4],
+                                                         const float p[FA_ROWS / 8][4],
+                                                         const hy_bf16 *s) {
+#pragma unroll
+    for (int kk = 0; kk < FA_ROWS / 16; kk++) {
+        uint32_t pa[4];
+        fa_acc_to_a(pa, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++) {
+            uint32_t bf[2];
+            fa_frag_b_rows_k(bf, s, HD + 8, kk * 16, dt * 8);
+            fa_mma(acc[dt], pa, bf);
+        }
     }
 }
 
-/* Row r of one b's heads (r = h·T + t): ds = scale · a ⊙ (da − Σ_s a·da).
- * Masked entries have a = 0 and get ds = 0 with no test. */
-static __global__ void att_softmax_bwd_kernel(hy_bf16 *ds, const float *da, const hy_bf16 *att,
-                                       size_t rows, int T, float scale) {
-    int lane = threadIdx.x & 31;
-    size_t r = (size_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
-    if (r >= rows) return;
-    const hy_bf16 *a = att + r * (size_t)T;
-    const float *d = da + r * (size_t)T;
-    hy_bf16 *o = ds + r * (size_t)T;
+/* One block's place: its (b, h), its block of 64 rows, whether the
+ * attention is causal, and where the head's q, k, v and dO rows begin (row
+ * r at + r·3C, and + r·C for dO). Blocks are numbered heaviest first (the
+ * longest walk starts first), heads inner. */
+typedef struct {
+    int bh, b, h, blk, causal;
+    size_t ld3;
+    const hy_bf16 *q, *k, *v, *dO;
+} fa_where;
 
-    float dot = 0.0f;
-    for (int i = lane; i < T; i += 32) dot += __bfloat162float(a[i]) * d[i];
-    for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    for (int i = lane; i < T; i += 32)
-        o[i] = __float2bfloat16(scale * (__bfloat162float(a[i]) * (d[i] - dot)));
+static __device__ __forceinline__ fa_where fa_where_of(const fa_args &a, int heavy_first_desc) {
+    fa_where w;
+    int i = (int)blockIdx.x;
+    w.bh = i % a.BH;
+    w.blk = heavy_first_desc ? a.nblocks - 1 - i / a.BH : i / a.BH;
+    w.b = w.bh / a.NH;
+    w.h = w.bh % a.NH;
+    w.causal = a.flag_in ? *a.flag_in : a.causal;
+    w.ld3 = 3 * (size_t)a.C;
+    w.q = a.qkv + (size_t)w.b * a.T * w.ld3 + (size_t)w.h * a.hd;
+    w.k = w.q + a.C;
+    w.v = w.q + 2 * (size_t)a.C;
+    w.dO = a.dout ? a.dout + (size_t)w.b * a.T * a.C + (size_t)w.h * a.hd : NULL;
+    return w;
 }
 
-static unsigned att_blocks(size_t rows) { return (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS); }
+/* dqkv += factor · acc, rounded to bf16: the warp's 16 rows (rows[0] for
+ * accumulator values 0 and 1, rows[1] for 2 and 3) of the q, k or v part
+ * (`part` = 0, C or 2C), columns below hd. One thread owns each element. */
+template <int HD>
+static __device__ __forceinline__ void fa_add_rows(const fa_args &a, const fa_where &w, const int rows[2],
+                                                   size_t part, const float acc[HD / 8][4], float factor) {
+    int t = threadIdx.x & 3;
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; dt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = rows[e >> 1], d = dt * 8 + 2 * t + (e & 1);
+            if (row >= a.T || d >= a.hd) continue;
+            hy_bf16 *p = a.dqkv + ((size_t)w.b * a.T + row) * w.ld3 + part + (size_t)w.h * a.hd + d;
+            *p = __float2bfloat16(__bfloat162float(*p) + acc[dt][e] * factor);
+        }
+}
 
 // ----------------------------------------------------------------------------
-// The per-head GEMMs of one b (batch NH)
+// Forward: one block per 64 queries of one (b, h)
 
-/* One strided-batched product over the NH heads of one b. */
-static int att_gemm(hy_lt *lt, cudaStream_t s, const char *op, cublasOperation_t ta,
-                    cublasOperation_t tb, int m, int n, int k, int NH,
-                    const hy_bf16 *A, int64_t lda, int64_t sa,
-                    const hy_bf16 *B, int64_t ldb, int64_t sb,
-                    void *D, cudaDataType_t tD, int64_t ldd, int64_t sd, float beta,
-                    hy_error *err) {
-    hy_lt_gemm g;
-    memset(&g, 0, sizeof g);
-    g.op = op;
-    g.ta = ta;
-    g.tb = tb;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.batch = NH;
-    g.A = A;
-    g.lda = lda;
-    g.sa = sa;
-    g.B = B;
-    g.ldb = ldb;
-    g.sb = sb;
-    g.D = D;
-    g.tD = tD;
-    g.ldd = ldd;
-    g.sd = sd;
-    g.bias = NULL;
-    g.alpha = 1.0f;
-    g.beta = beta;
-    return hy_lt_run(lt, s, &g, err);
+template <int HD>
+static __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
+    __shared__ __align__(16) hy_bf16 sk[FA_ROWS * (HD + 8)];
+    __shared__ __align__(16) hy_bf16 sv[FA_ROWS * (HD + 8)];
+    fa_where w = fa_where_of(a, 1);
+    int T = a.T, C = a.C, qb = w.blk, q0 = qb * FA_ROWS, causal = w.causal;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (a.flag_out && blockIdx.x == 0 && threadIdx.x == 0) *a.flag_out = (uint16_t)causal;
+
+    /* This warp's 16 query rows as A fragments, staged through sk. */
+    uint32_t qf[HD / 16][4];
+    fa_load_tile<HD>(sk, w.q, w.ld3, q0, T, a.hd, a.vec_qkv);
+    __syncthreads();
+    fa_tile_rows<HD>(qf, sk);
+    __syncthreads();
+
+    float o[HD / 8][4];
+    fa_zero<HD / 8>(o);
+    float m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
+    const int rows[2] = { q0 + warp * 16 + g, q0 + warp * 16 + g + 8 };
+    int last = causal ? qb : (T - 1) / FA_ROWS;
+    for (int kb = 0; kb <= last; kb++) {
+        int k0 = kb * FA_ROWS;
+        fa_load_tile<HD>(sk, w.k, w.ld3, k0, T, a.hd, a.vec_qkv);
+        fa_load_tile<HD>(sv, w.v, w.ld3, k0, T, a.hd, a.vec_qkv);
+        __syncthreads();
+        /* S = Q Kᵀ, 16 rows × 64 keys, in the log2 domain; masked -inf. */
+        float s[FA_ROWS / 8][4];
+        float mx[2] = { m[0], m[1] };
+        fa_times_rows<HD>(s, qf, sk);
+#pragma unroll
+        for (int nt = 0; nt < FA_ROWS / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = k0 + nt * 8 + 2 * t + (e & 1);
+                float x = s[nt][e] * a.scale_log2;
+                if (key >= T || (causal && key > rows[e >> 1])) x = -INFINITY;
+                s[nt][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        }
+        /* The row's four lanes agree on its max; key 0 is in the first
+         * tile of every row, so the max is finite from then on. */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        }
+        float alpha[2] = { exp2f(m[0] - mx[0]), exp2f(m[1] - mx[1]) };
+        m[0] = mx[0];
+        m[1] = mx[1];
+        l[0] *= alpha[0];
+        l[1] *= alpha[1];
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++) {
+            o[dt][0] *= alpha[0];
+            o[dt][1] *= alpha[0];
+            o[dt][2] *= alpha[1];
+            o[dt][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int nt = 0; nt < FA_ROWS / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = exp2f(s[nt][e] - m[e >> 1]);
+                s[nt][e] = p;
+                l[e >> 1] += p;
+            }
+        fa_acc_times_tile<HD>(o, s, sv);   /* O += P V */
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    float inv[2] = { 1.0f / l[0], 1.0f / l[1] };   /* l >= 1: the max term is exp2(0) */
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; dt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = rows[e >> 1], d = dt * 8 + 2 * t + (e & 1);
+            if (row >= T || d >= a.hd) continue;
+            size_t at = ((size_t)w.b * T + row) * C + (size_t)w.h * a.hd + d;
+            hy_bf16 val = __float2bfloat16(o[dt][e] * inv[e >> 1]);
+            a.out[at] = val;
+            if (a.ocopy) a.ocopy[at] = val;
+        }
+    if (a.lse && t == 0)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (rows[r] < T) a.lse[(size_t)w.bh * T + rows[r]] = m[r] + log2f(l[r]);
+}
+
+// ----------------------------------------------------------------------------
+// Backward
+
+/* D = rowsum(dO ∘ O), one warp per row (b, h, t), lanes over d, a fixed
+ * xor tree. */
+static __global__ void fa_dot_kernel(fa_args a, size_t rows) {
+    int lane = threadIdx.x & 31;
+    size_t r = (size_t)blockIdx.x * FA_DOT_WARPS + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    size_t bh = r / (size_t)a.T, t = r % (size_t)a.T;
+    size_t b = bh / (size_t)a.NH, h = bh % (size_t)a.NH;
+    size_t at = (b * a.T + t) * a.C + h * a.hd;
+    float acc = 0.0f;
+    for (int d = lane; d < a.hd; d += 32)
+        acc += __bfloat162float(a.dout[at + d]) * __bfloat162float(a.o[at + d]);
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) a.dsum[r] = acc;
+}
+
+/* dK and dV of 64 keys of one (b, h): the query tiles from the diagonal
+ * down. Each warp owns 16 keys; the products are taken transposed (keys as
+ * rows), so Pᵀ and dSᵀ are A fragments straight from the accumulators. */
+template <int HD>
+static __global__ void __launch_bounds__(FA_THREADS) fa_bwd_kv_kernel(fa_args a) {
+    __shared__ __align__(16) hy_bf16 sq[FA_ROWS * (HD + 8)];
+    __shared__ __align__(16) hy_bf16 sdo[FA_ROWS * (HD + 8)];
+    __shared__ float slse[FA_ROWS], sdsum[FA_ROWS];
+    fa_where w = fa_where_of(a, 0);
+    int T = a.T, C = a.C, kb = w.blk, k0 = kb * FA_ROWS, causal = w.causal;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+    /* This warp's 16 keys of K and of V as A fragments, staged. */
+    uint32_t kf[HD / 16][4], vf[HD / 16][4];
+    fa_load_tile<HD>(sq, w.k, w.ld3, k0, T, a.hd, a.vec_qkv);
+    fa_load_tile<HD>(sdo, w.v, w.ld3, k0, T, a.hd, a.vec_qkv);
+    __syncthreads();
+    fa_tile_rows<HD>(kf, sq);
+    fa_tile_rows<HD>(vf, sdo);
+    __syncthreads();
+
+    float dk[HD / 8][4], dv[HD / 8][4];
+    fa_zero<HD / 8>(dk);
+    fa_zero<HD / 8>(dv);
+    const int keys[2] = { k0 + warp * 16 + g, k0 + warp * 16 + g + 8 };
+    int nq = (T + FA_ROWS - 1) / FA_ROWS;
+    for (int qb = causal ? kb : 0; qb < nq; qb++) {
+        int q0 = qb * FA_ROWS;
+        fa_load_tile<HD>(sq, w.q, w.ld3, q0, T, a.hd, a.vec_qkv);
+        fa_load_tile<HD>(sdo, w.dO, (size_t)C, q0, T, a.hd, a.vec_do);
+        for (int i = threadIdx.x; i < FA_ROWS; i += FA_THREADS) {
+            int r = q0 + i;
+            slse[i] = r < T ? a.lse[(size_t)w.bh * T + r] : 0.0f;
+            sdsum[i] = r < T ? a.dsum[(size_t)w.bh * T + r] : 0.0f;
+        }
+        __syncthreads();
+        /* Pᵀ: 16 keys × 64 queries, from Sᵀ = K Qᵀ. */
+        float pt[FA_ROWS / 8][4];
+        fa_times_rows<HD>(pt, kf, sq);
+#pragma unroll
+        for (int nt = 0; nt < FA_ROWS / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qi = nt * 8 + 2 * t + (e & 1), query = q0 + qi, key = keys[e >> 1];
+                float p = exp2f(pt[nt][e] * a.scale_log2 - slse[qi]);
+                if (query >= T || key >= T || (causal && key > query)) p = 0.0f;
+                pt[nt][e] = p;
+            }
+        }
+        fa_acc_times_tile<HD>(dv, pt, sdo);   /* dV += Pᵀ dO */
+        /* dSᵀ = Pᵀ ∘ (dPᵀ − D), dPᵀ = V dOᵀ */
+        float ds[FA_ROWS / 8][4];
+        fa_times_rows<HD>(ds, vf, sdo);
+#pragma unroll
+        for (int nt = 0; nt < FA_ROWS / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qi = nt * 8 + 2 * t + (e & 1);
+                ds[nt][e] = pt[nt][e] * (ds[nt][e] - sdsum[qi]);
+            }
+        fa_acc_times_tile<HD>(dk, ds, sq);   /* dK += dSᵀ Q */
+        __syncthreads();
+    }
+    fa_add_rows<HD>(a, w, keys, (size_t)C, dk, a.scale);
+    fa_add_rows<HD>(a, w, keys, 2 * (size_t)C, dv, 1.0f);
+}
+
+/* dQ of 64 queries of one (b, h): the key tiles up to the diagonal. */
+template <int HD>
+static __global__ void __launch_bounds__(FA_THREADS) fa_bwd_q_kernel(fa_args a) {
+    __shared__ __align__(16) hy_bf16 sk[FA_ROWS * (HD + 8)];
+    __shared__ __align__(16) hy_bf16 sv[FA_ROWS * (HD + 8)];
+    fa_where w = fa_where_of(a, 1);
+    int T = a.T, C = a.C, qb = w.blk, q0 = qb * FA_ROWS, causal = w.causal;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+    /* This warp's 16 rows of Q and of dO as A fragments, staged. */
+    uint32_t qf[HD / 16][4], dof[HD / 16][4];
+    fa_load_tile<HD>(sk, w.q, w.ld3, q0, T, a.hd, a.vec_qkv);
+    fa_load_tile<HD>(sv, w.dO, (size_t)C, q0, T, a.hd, a.vec_do);
+    __syncthreads();
+    fa_tile_rows<HD>(qf, sk);
+    fa_tile_rows<HD>(dof, sv);
+    __syncthreads();
+
+    const int rows[2] = { q0 + warp * 16 + g, q0 + warp * 16 + g + 8 };
+    float L[2], D[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        L[r] = rows[r] < T ? a.lse[(size_t)w.bh * T + rows[r]] : 0.0f;
+        D[r] = rows[r] < T ? a.dsum[(size_t)w.bh * T + rows[r]] : 0.0f;
+    }
+    float dq[HD / 8][4];
+    fa_zero<HD / 8>(dq);
+    int last = causal ? qb : (T - 1) / FA_ROWS;
+    for (int kb = 0; kb <= last; kb++) {
+        int k0 = kb * FA_ROWS;
+        fa_load_tile<HD>(sk, w.k, w.ld3, k0, T, a.hd, a.vec_qkv);
+        fa_load_tile<HD>(sv, w.v, w.ld3, k0, T, a.hd, a.vec_qkv);
+        __syncthreads();
+        /* dS = P ∘ (dP − D): 16 rows × 64 keys, P from S = Q Kᵀ, dP = dO Vᵀ */
+        float s[FA_ROWS / 8][4], ds[FA_ROWS / 8][4];
+        fa_times_rows<HD>(s, qf, sk);
+        fa_times_rows<HD>(ds, dof, sv);
+#pragma unroll
+        for (int nt = 0; nt < FA_ROWS / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = k0 + nt * 8 + 2 * t + (e & 1), row = rows[e >> 1];
+                float p = exp2f(s[nt][e] * a.scale_log2 - L[e >> 1]);
+                if (key >= T || row >= T || (causal && key > row)) p = 0.0f;
+                ds[nt][e] = p * (ds[nt][e] - D[e >> 1]);
+            }
+        fa_acc_times_tile<HD>(dq, ds, sk);   /* dQ += dS K */
+        __syncthreads();
+    }
+    fa_add_rows<HD>(a, w, rows, 0, dq, a.scale);
 }
 
 // ----------------------------------------------------------------------------
 // Launchers
 
-size_t hy_k_attention_scratch(int B, int T, int C, int NH) {
-    (void)B;
-    (void)C;
-    if (T <= 0 || NH <= 0) return 0;
-    size_t tt = (size_t)NH * (size_t)T * (size_t)T;
-    size_t da = (tt * sizeof(float) + 255) / 256 * 256;
-    return da + tt * sizeof(hy_bf16);
+/* The padded head size of the instantiation for hd, or 0 when none fits. */
+static int fa_hd(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 0; }
+
+/* Bytes of L, of D: one float per (b, h, t). */
+static size_t fa_rows_bytes(int B, int T, int NH) { return fa_align((size_t)B * NH * T * sizeof(float)); }
+
+/* att as the forward's stash (the file comment): its size, where the
+ * causal flag is, and whether L and the copy of O fit before it. */
+static size_t fa_att_bytes(int B, int T, int NH) { return (size_t)B * NH * T * T * sizeof(hy_bf16); }
+
+static uint16_t *fa_flag(const void *att, int B, int T, int NH) {
+    return (uint16_t *)((char *)att + fa_att_bytes(B, T, NH) - sizeof(uint16_t));
 }
 
-int hy_k_attention_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, hy_bf16 *att,
-                       const hy_bf16 *qkv, int B, int T, int C, int NH, int causal,
+static int fa_stash_fits(int B, int T, int C, int NH) {
+    size_t need = fa_rows_bytes(B, T, NH) + (size_t)B * T * C * sizeof(hy_bf16) + sizeof(uint16_t);
+    return need <= fa_att_bytes(B, T, NH);
+}
+
+size_t hy_k_attention_scratch(int B, int T, int C, int NH) {
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return 0;
+    /* D, then (when att is too small for them) L and O */
+    return 2 * fa_rows_bytes(B, T, NH) + (size_t)B * T * C * sizeof(hy_bf16);
+}
+
+static int fa_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* The shape fields of a, checked. */
+static int fa_args_make(fa_args *a, const hy_bf16 *qkv, int B, int T, int C, int NH, const char *op,
+                        hy_error *err) {
+    memset(a, 0, sizeof *a);
+    int hd = C / NH;
+    if (fa_hd(hd) == 0)
+        return hy_fail(err, HY_ERR_RUNTIME, "%s: head size %d (d_model %d / %d heads) is over the "
+                       "128 the CUDA attention supports", op, hd, C, NH);
+    int nblocks = (T + FA_ROWS - 1) / FA_ROWS;
+    if ((size_t)B * NH * nblocks > (size_t)INT32_MAX)
+        return hy_fail(err, HY_ERR_RUNTIME, "%s: %d x %d heads of %d tokens are too many blocks", op,
+                       B, NH, T);
+    a->qkv = qkv;
+    a->T = T;
+    a->C = C;
+    a->NH = NH;
+    a->hd = hd;
+    a->BH = B * NH;
+    a->nblocks = nblocks;
+    a->vec_qkv = hd % 8 == 0 && C % 8 == 0 && fa_aligned16(qkv);
+    a->scale = 1.0f / sqrtf((float)hd);
+    a->scale_log2 = a->scale * FA_LOG2E;
+    return HY_OK;
+}
+
+/* One kernel per (b, h, block of 64 rows). */
+static int fa_run(void (*const k[3])(fa_args), const fa_args *a, cudaStream_t s, const char *what,
+                  hy_error *err) {
+    int i = fa_hd(a->hd) == 32 ? 0 : fa_hd(a->hd) == 64 ? 1 : 2;
+    k[i]<<<(unsigned)((size_t)a->BH * a->nblocks), FA_THREADS, 0, s>>>(*a);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? HY_OK : HY_CUDA_FAIL(err, e, what);
+}
+
+static void (*const fa_fwd[3])(fa_args) = { fa_fwd_kernel<32>, fa_fwd_kernel<64>, fa_fwd_kernel<128> };
+static void (*const fa_kv[3])(fa_args) = { fa_bwd_kv_kernel<32>, fa_bwd_kv_kernel<64>,
+                                           fa_bwd_kv_kernel<128> };
+static void (*const fa_q[3])(fa_args) = { fa_bwd_q_kernel<32>, fa_bwd_q_kernel<64>, fa_bwd_q_kernel<128> };
+
+int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, hy_bf16 *att, const hy_bf16 *qkv, int B, int T,
+                       int C, int NH, int causal, hy_error *err) {
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return HY_OK;
+    fa_args a;
+    int rc = fa_args_make(&a, qkv, B, T, C, NH, "attention_fwd", err);
+    if (rc) return rc;
+    a.causal = causal != 0;
+    a.out = out;
+    a.flag_out = fa_flag(att, B, T, NH);
+    if (fa_stash_fits(B, T, C, NH)) {
+        a.lse = (float *)att;
+        a.ocopy = (hy_bf16 *)((char *)att + fa_rows_bytes(B, T, NH));
+    }
+    return fa_run(fa_fwd, &a, s, "attention_fwd (kernel launch)", err);
+}
+
+int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf16 *dout,
+                       const hy_bf16 *qkv, const hy_bf16 *att, int B, int T, int C, int NH,
                        hy_error *err) {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return HY_OK;
-    int hd = C / NH;
-    int64_t ld = 3 * (int64_t)C, tt = (int64_t)T * T;
-    float scale = 1.0f / sqrtf((float)hd);
-    int rc;
-
-    /* scores: att[b,h] (col-major [T(s), T(t)]) = K · Qᵀ */
-    for (int b = 0; b < B; b++) {
-        const hy_bf16 *q = qkv + (size_t)b * T * ld, *k = q + C;
-        hy_bf16 *a = att + (size_t)b * NH * tt;
-        rc = att_gemm(lt, s, "attention_fwd (scores)", CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, NH,
-                      k, ld, hd, q, ld, hd, a, CUDA_R_16BF, T, tt, 0.0f, err);
-        if (rc) return rc;
+    fa_args a;
+    int rc = fa_args_make(&a, qkv, B, T, C, NH, "attention_bwd", err);
+    if (rc) return rc;
+    a.flag_in = fa_flag(att, B, T, NH);
+    size_t rows = fa_rows_bytes(B, T, NH);
+    if (fa_stash_fits(B, T, C, NH)) {
+        a.lse = (float *)att;
+        a.o = (const hy_bf16 *)((const char *)att + rows);
+    } else {
+        /* The forward again, into the scratch, for L and O. */
+        fa_args f = a;
+        f.lse = (float *)((char *)scratch + rows);
+        f.out = (hy_bf16 *)((char *)scratch + 2 * rows);
+        if ((rc = fa_run(fa_fwd, &f, s, "attention_bwd (forward again)", err))) return rc;
+        a.lse = f.lse;
+        a.o = f.out;
     }
-
-    size_t rows = (size_t)B * NH * T;
-    att_softmax_fwd_kernel<<<att_blocks(rows), ATT_WARPS * 32, 0, s>>>(att, rows, T, scale, causal);
+    a.dout = dout;
+    a.vec_do = a.hd % 8 == 0 && C % 8 == 0 && fa_aligned16(dout);
+    a.dsum = (float *)scratch;
+    a.dqkv = dqkv;
+    size_t n = (size_t)a.BH * T;
+    fa_dot_kernel<<<(unsigned)((n + FA_DOT_WARPS - 1) / FA_DOT_WARPS), 32 * FA_DOT_WARPS, 0, s>>>(a, n);
     HY_CUDA_CHECK(cudaGetLastError(), err);
-
-    /* out[b,:,h] (col-major [hd, T], ld C) = Vᵀ · attᵀ */
-    for (int b = 0; b < B; b++) {
-        const hy_bf16 *v = qkv + (size_t)b * T * ld + 2 * (size_t)C;
-        const hy_bf16 *a = att + (size_t)b * NH * tt;
-        hy_bf16 *o = out + (size_t)b * T * C;
-        rc = att_gemm(lt, s, "attention_fwd (att·v)", CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, NH,
-                      v, ld, hd, a, T, tt, o, CUDA_R_16BF, C, hd, 0.0f, err);
-        if (rc) return rc;
-    }
-    return HY_OK;
-}
-
-int hy_k_attention_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dqkv, void *scratch,
-                       const hy_bf16 *dout, const hy_bf16 *qkv, const hy_bf16 *att, int B, int T,
-                       int C, int NH, hy_error *err) {
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return HY_OK;
-    int hd = C / NH;
-    int64_t ld = 3 * (int64_t)C, tt = (int64_t)T * T;
-    float scale = 1.0f / sqrtf((float)hd);
-    size_t da_bytes = ((size_t)NH * tt * sizeof(float) + 255) / 256 * 256;
-    float *da = (float *)scratch;
-    hy_bf16 *ds = (hy_bf16 *)((char *)scratch + da_bytes);
-    size_t rows = (size_t)NH * T;
-    int rc;
-
-    for (int b = 0; b < B; b++) {
-        size_t qoff = (size_t)b * T * ld;
-        const hy_bf16 *q = qkv + qoff, *k = q + C, *v = q + 2 * (size_t)C;
-        hy_bf16 *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * (size_t)C;
-        const hy_bf16 *a = att + (size_t)b * NH * tt;
-        const hy_bf16 *dO = dout + (size_t)b * T * C;
-
-        /* dv += attᵀ · dO:  dvᵀ[hd, T] = dOᵀ · att */
-        rc = att_gemm(lt, s, "attention_bwd (dv)", CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, NH,
-                      dO, C, hd, a, T, tt, dv, CUDA_R_16BF, ld, hd, 1.0f, err);
-        if (rc) return rc;
-        /* dA = dO · Vᵀ:  col-major [T(s), T(t)] = V · dOᵀ, fp32 */
-        rc = att_gemm(lt, s, "attention_bwd (datt)", CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, NH,
-                      v, ld, hd, dO, C, hd, da, CUDA_R_32F, T, tt, 0.0f, err);
-        if (rc) return rc;
-        att_softmax_bwd_kernel<<<att_blocks(rows), ATT_WARPS * 32, 0, s>>>(ds, da, a, rows, T,
-                                                                          scale);
-        HY_CUDA_CHECK(cudaGetLastError(), err);
-        /* dq += dS · K:  dqᵀ[hd, T] = Kᵀ · dSᵀ */
-        rc = att_gemm(lt, s, "attention_bwd (dq)", CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, NH,
-                      k, ld, hd, ds, T, tt, dq, CUDA_R_16BF, ld, hd, 1.0f, err);
-        if (rc) return rc;
-        /* dk += dSᵀ · Q:  dkᵀ[hd, T] = Qᵀ · dS */
-        rc = att_gemm(lt, s, "attention_bwd (dk)", CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, NH,
-                      q, ld, hd, ds, T, tt, dk, CUDA_R_16BF, ld, hd, 1.0f, err);
-        if (rc) return rc;
-    }
-    return HY_OK;
+    if ((rc = fa_run(fa_kv, &a, s, "attention_bwd (dk, dv)", err))) return rc;
+    return fa_run(fa_q, &a, s, "attention_bwd (dq)", err);
 }
 
 // ----------------------------------------------------------------------------
 // Preload (kernels.cuh)
 
 int hy_k_attention_preload(hy_error *err) {
-    HY_CUDA_PRELOAD(att_softmax_fwd_kernel, err);
-    HY_CUDA_PRELOAD(att_softmax_bwd_kernel, err);
+    for (int i = 0; i < 3; i++) {
+        HY_CUDA_PRELOAD(fa_fwd[i], err);
+        HY_CUDA_PRELOAD(fa_kv[i], err);
+        HY_CUDA_PRELOAD(fa_q[i], err);
+    }
+    HY_CUDA_PRELOAD(fa_dot_kernel, err);
     return HY_OK;
 }

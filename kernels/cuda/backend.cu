@@ -327,15 +327,15 @@ static int cuda_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void 
 static int cuda_attention_fwd(hy_stream *s, void *out, void *att, const void *qkv, int B, int T,
                               int C, int NH, int causal, hy_error *err) {
     int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_attention_fwd(lt_of(s), cs_of(s)->s, HY_BF(out), HY_BF(att), HY_CBF(qkv),
-                                        B, T, C, NH, causal, err);
+    return rc ? rc : hy_k_attention_fwd(cs_of(s)->s, HY_BF(out), HY_BF(att), HY_CBF(qkv), B, T, C, NH,
+                                        causal, err);
 }
 
 static int cuda_attention_bwd(hy_stream *s, void *dqkv, void *scr, const void *dout, const void *qkv,
                               const void *att, int B, int T, int C, int NH, hy_error *err) {
     int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_attention_bwd(lt_of(s), cs_of(s)->s, HY_BF(dqkv), scr, HY_CBF(dout),
-                                        HY_CBF(qkv), HY_CBF(att), B, T, C, NH, err);
+    return rc ? rc : hy_k_attention_bwd(cs_of(s)->s, HY_BF(dqkv), scr, HY_CBF(dout), HY_CBF(qkv),
+                                        HY_CBF(att), B, T, C, NH, err);
 }
 
 static size_t cuda_attention_scratch(int B, int T, int C, int NH) {

@@ -93,17 +93,19 @@ int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, hy
 int hy_k_gelu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
                   size_t n, hy_error *err);
 
-/* ---- attention.cu ---- qkv [B,T,3C], att [B,NH,T,T] (the softmax, masked
- * entries exactly 0), out [B,T,C]; scratch for the backward:
+/* ---- attention.cu ---- fused (flash-style) attention: qkv [B,T,3C], out
+ * [B,T,C], head size C/NH at most 128. att is the B·NH·T·T-activation
+ * buffer backend.h gives the forward; here it is the forward's stash for
+ * the backward (its log-sum-exps, a copy of out and the causal flag; see
+ * attention.cu), not the probabilities. Scratch for the backward:
  * hy_k_attention_scratch bytes (also what backend.h's attention_scratch
  * reports, and what the runtime allocates). */
 size_t hy_k_attention_scratch(int B, int T, int C, int NH);
-int hy_k_attention_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, hy_bf16 *att,
-                       const hy_bf16 *qkv, int B, int T, int C, int NH, int causal,
+int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, hy_bf16 *att, const hy_bf16 *qkv, int B, int T,
+                       int C, int NH, int causal, hy_error *err);
+int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf16 *dout,
+                       const hy_bf16 *qkv, const hy_bf16 *att, int B, int T, int C, int NH,
                        hy_error *err);
-int hy_k_attention_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dqkv, void *scratch,
-                       const hy_bf16 *dout, const hy_bf16 *qkv, const hy_bf16 *att, int B, int T,
-                       int C, int NH, hy_error *err);
 
 /* ---- embedding.cu ---- tokens [B,T] in [0, V) */
 int hy_k_embedding_fwd(cudaStream_t s, hy_bf16 *out, const int *tokens, const hy_bf16 *wte,

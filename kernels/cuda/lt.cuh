@@ -1,12 +1,12 @@
 /*
- * lt.cuh — the one cuBLASLt GEMM call of the CUDA backend, shared by
- * matmul.cu (dense layers, LM head) and attention.cu (per-head products).
+ * lt.cuh — the one cuBLASLt GEMM call of the CUDA backend, used by
+ * matmul.cu (dense layers, LM head; attention.cu has its own kernels).
  * Internal to kernels/cuda: backend.cu needs only kernels.cuh.
  *
  * cuBLASLt is column-major. A row-major array X[R, K] with row stride ld is,
  * read column-major, the matrix Xᵀ [K, R] with the same ld; so every
  * row-major product of the model is written as the column-major product of
- * the transposes, with no copies (see matmul.cu and attention.cu for each
+ * the transposes, with no copies (see matmul.cu for each
  * mapping). In the terms of one call, column-major throughout:
  *
  *   D[m,n] = alpha · op(A)[m,k] · op(B)[k,n] + beta · D  (+ bias[m] per column)
