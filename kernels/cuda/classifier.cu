@@ -26,11 +26,13 @@
  *   3. loss: one block sums the row losses in a fixed order (double) and
  *      adds loss_scale · (float)(sum/count) to *loss_acc.
  * Scratch: 16 bytes (count) + N doubles (row losses).
- * Cost: the row is read twice and written once (bf16), two expf per
+ * Cost: the row is read twice and written once (bf16, 16 bytes per access
+ * when Vp is a multiple of 8, as the padded vocabulary is), two expf per
  * element; for GPT-2 (N = 8192, Vp = 50304) about 0.8 GB of traffic.
  */
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -89,28 +91,67 @@ static __device__ __forceinline__ void cls_merge(float &m, float &s, float m2, f
     s = a + b;
 }
 
+/* 8 bf16: one 16-byte access. */
+struct __align__(16) cls_pack {
+    __nv_bfloat162 h[4];
+};
+
+/* Folds one column's logit, or (VEC) a pack of 8 of which the first `valid`
+ * are real columns, into the thread's online (max, Σ exp). */
+static __device__ __forceinline__ void cls_fold(float &m, float &s, const float *x, int valid) {
+    float cm = x[0];
+    for (int j = 1; j < valid; j++) cm = fmaxf(cm, x[j]);
+    if (cm > m) {
+        s *= expf(m - cm);   /* 0 while s is: no NaN from -inf - -inf, cm is finite */
+        m = cm;
+    }
+    for (int j = 0; j < valid; j++) s += expf(x[j] - m);
+}
+
+/* x[0..8) from a pack at p (VEC), or x[0] from the one logit at p. */
+template <int VEC>
+static __device__ __forceinline__ void cls_read(float x[8], const hy_bf16 *p) {
+    if (VEC) {
+        cls_pack k = *(const cls_pack *)p;
+        for (int j = 0; j < 4; j++) {
+            float2 v = __bfloat1622float2(k.h[j]);
+            x[2 * j] = v.x;
+            x[2 * j + 1] = v.y;
+        }
+    } else {
+        x[0] = __bfloat162float(*p);
+    }
+}
+
+/* One block per row. VEC: Vp a multiple of 8 and the rows 16-byte aligned
+ * (the padded vocabulary always is), 8 logits per access. */
+template <int VEC>
 static __global__ void cls_row_kernel(hy_bf16 *logits, double *losses, const int *count_p,
-                               const int *targets, int V, int Vp, float grad_scale) {
+                                      const int *targets, int V, int Vp, float grad_scale) {
     __shared__ float s_m[32], s_s[32];
+    const int W = VEC ? 8 : 1, step = W * blockDim.x;
     int n = blockIdx.x;
     hy_bf16 *z = logits + (size_t)n * Vp;
     int y = targets[n];
     if (y < 0 || y >= V) {   /* ignored (-1) or bad: the row does not count */
-        for (int i = threadIdx.x; i < Vp; i += blockDim.x) z[i] = __float2bfloat16(0.0f);
+        for (int c = threadIdx.x * W; c < Vp; c += step) {
+            if (VEC) {
+                cls_pack p;
+                for (int j = 0; j < 4; j++) p.h[j] = __floats2bfloat162_rn(0.0f, 0.0f);
+                *(cls_pack *)(z + c) = p;
+            } else {
+                z[c] = __float2bfloat16(0.0f);
+            }
+        }
         if (threadIdx.x == 0) losses[n] = 0.0;
         return;
     }
     float zy = __bfloat162float(z[y]);   /* before the barrier below, so before any write */
 
-    float m = -CUDART_INF_F, s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float x = __bfloat162float(z[i]);
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;
-            m = x;
-        } else {
-            s += expf(x - m);
-        }
+    float m = -CUDART_INF_F, s = 0.0f, x[8];
+    for (int c = threadIdx.x * W; c < V; c += step) {
+        cls_read<VEC>(x, z + c);
+        cls_fold(m, s, x, min(W, V - c));
     }
     for (int off = 16; off > 0; off >>= 1) {
         float m2 = __shfl_xor_sync(0xffffffffu, m, off);
@@ -133,10 +174,20 @@ static __global__ void cls_row_kernel(hy_bf16 *logits, double *losses, const int
     float gs = (float)(g / sum);
     double ey = (double)expf(zy - mx);
     float gy = (float)(g * ((ey - sum) / sum));
-    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
-        float v = 0.0f;
-        if (i < V) v = i == y ? gy : expf(__bfloat162float(z[i]) - mx) * gs;
-        z[i] = __float2bfloat16(v);
+    for (int c = threadIdx.x * W; c < Vp; c += step) {
+        float v[8];
+        cls_read<VEC>(x, z + c);
+        for (int j = 0; j < W; j++) {
+            int i = c + j;
+            v[j] = i >= V ? 0.0f : i == y ? gy : expf(x[j] - mx) * gs;
+        }
+        if (VEC) {
+            cls_pack p;
+            for (int j = 0; j < 4; j++) p.h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+            *(cls_pack *)(z + c) = p;
+        } else {
+            z[c] = __float2bfloat16(v[0]);
+        }
     }
 }
 
@@ -178,8 +229,12 @@ int hy_k_classifier(cudaStream_t s, hy_bf16 *logits, float *loss_acc, const int 
     double *losses = (double *)((char *)scratch + CLS_HEADER);
     cls_count_kernel<<<1, CLS_ONE_THREADS, 0, s>>>(count, bad, targets, N, V);
     HY_CUDA_CHECK(cudaGetLastError(), err);
-    cls_row_kernel<<<(unsigned)N, CLS_ROW_THREADS, 0, s>>>(logits, losses, count, targets, V, Vp,
-                                                           grad_scale);
+    if (Vp % 8 == 0 && ((uintptr_t)logits & 15) == 0)
+        cls_row_kernel<1><<<(unsigned)N, CLS_ROW_THREADS, 0, s>>>(logits, losses, count, targets, V,
+                                                                  Vp, grad_scale);
+    else
+        cls_row_kernel<0><<<(unsigned)N, CLS_ROW_THREADS, 0, s>>>(logits, losses, count, targets, V,
+                                                                  Vp, grad_scale);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     if (loss_acc != NULL) {
         cls_loss_kernel<<<1, CLS_ONE_THREADS, 0, s>>>(loss_acc, losses, count, N, loss_scale);
@@ -193,7 +248,8 @@ int hy_k_classifier(cudaStream_t s, hy_bf16 *logits, float *loss_acc, const int 
 
 int hy_k_classifier_preload(hy_error *err) {
     HY_CUDA_PRELOAD(cls_count_kernel, err);
-    HY_CUDA_PRELOAD(cls_row_kernel, err);
+    HY_CUDA_PRELOAD(cls_row_kernel<0>, err);
+    HY_CUDA_PRELOAD(cls_row_kernel<1>, err);
     HY_CUDA_PRELOAD(cls_loss_kernel, err);
     return HY_OK;
 }
