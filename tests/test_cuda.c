@@ -328,15 +328,18 @@ static void test_gelu_add(hy_rng *r, size_t n) {
 }
 
 /* One forward and backward of attention on d: out and dqkv (which starts
- * at dqkv0) into host arrays. */
+ * at dqkv0, or NULL: zeroed by the backend's zero, which the GPU fuses into
+ * the backward) into host arrays. */
 static void attention_on(dev *d, const float *qkv, const float *dout, const float *dqkv0, int B,
                          int T, int C, int NH, int causal, float *out, float *dqkv) {
     const hy_backend_ops *o = d->be->ops;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     void *pq = put_act(d, qkv, nqkv), *po = put_act(d, dout, nout), *pdo = put_act(d, dout, nout);
-    void *pa = dev_alloc(d, natt * o->act_size), *pdq = put_act(d, dqkv0, nqkv);
+    void *pa = dev_alloc(d, natt * o->act_size);
+    void *pdq = dqkv0 ? put_act(d, dqkv0, nqkv) : dev_alloc(d, nqkv * o->act_size);
     void *scr = dev_alloc(d, o->attention_scratch(B, T, C, NH));
     CHECK(o->attention_fwd(d->st, po, pa, pq, B, T, C, NH, causal, &d->err) == HY_OK);
+    if (!dqkv0) CHECK(o->zero(d->st, pdq, nqkv * o->act_size, &d->err) == HY_OK);
     CHECK(o->attention_bwd(d->st, pdq, scr, pdo, pq, pa, B, T, C, NH, &d->err) == HY_OK);
     get_act(d, out, po, nout);
     get_act(d, dqkv, pdq, nqkv);
@@ -355,11 +358,11 @@ static void attention_on(dev *d, const float *qkv, const float *dout, const floa
 static void test_attention(hy_rng *r, int B, int T, int C, int NH, int causal) {
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
     float *qkv = rnd(r, nqkv, 1), *dout = rnd(r, nout, 1), *dqkv0 = rnd(r, nqkv, 1);
-    float *zero = calloc(nqkv, sizeof(float)), *out[5], *dqkv[5];
+    float *out[5], *dqkv[5];
     for (int k = 0; k < 5; k++) {   /* cpu, gpu from dqkv0; cpu, gpu, gpu again from zero */
         out[k] = malloc(nout * sizeof(float));
         dqkv[k] = malloc(nqkv * sizeof(float));
-        attention_on(&D[k == 0 || k == 2 ? 0 : 1], qkv, dout, k < 2 ? dqkv0 : zero, B, T, C, NH,
+        attention_on(&D[k == 0 || k == 2 ? 0 : 1], qkv, dout, k < 2 ? dqkv0 : NULL, B, T, C, NH,
                      causal, out[k], dqkv[k]);
     }
     char what[96];
@@ -370,7 +373,7 @@ static void test_attention(hy_rng *r, int B, int T, int C, int NH, int causal) {
     CHECKF(memcmp(out[3], out[4], nout * sizeof(float)) == 0, "%s: out differs between runs", what);
     CHECKF(memcmp(dqkv[3], dqkv[4], nqkv * sizeof(float)) == 0, "%s: dqkv differs between runs", what);
     for (int k = 0; k < 5; k++) { free(out[k]); free(dqkv[k]); }
-    free(qkv); free(dout); free(dqkv0); free(zero);
+    free(qkv); free(dout); free(dqkv0);
 }
 
 static void test_embedding(hy_rng *r, int B, int T, int C, int V) {
@@ -480,6 +483,94 @@ static void test_optimizer(hy_rng *r, size_t n) {
     free(p0); free(g); free(m0); free(v0); free(wc);
 }
 
+/* The fused paths of the GPU (kernels/cuda/fuse.cu): an op that adds
+ * into a buffer zeroed just before stores instead (matmul_bwd's and
+ * lm_head_bwd's dinp, gelu_bwd; attention_bwd in test_attention), add then
+ * layernorm_fwd of the same buffer is one kernel, consecutive adamw calls
+ * are one launch. Run three ways: the CPU, the GPU as the runtime calls
+ * it (fused), and the GPU with a sync after every call, which flushes
+ * each op on its own (unfused). Fused against the CPU within the
+ * tolerances above (1e-2 for bf16 outputs, 1e-4 for the statistics, 1e-5
+ * for AdamW); fused against unfused bit for bit where the fused kernel
+ * rounds exactly as the separate ones (the residual and its LayerNorm,
+ * AdamW). */
+#define FUSED_TENSORS 8
+static void test_fused(hy_rng *r, int N, int C) {
+    /* AdamW's tensors; a gap of 16 before the last two makes them a
+     * second block. */
+    const size_t sizes[FUSED_TENSORS] = { 1, 7, 1000, 33, 4096, 5, 640, 3 }, gap = 16;
+    size_t NC = (size_t)N * C, n = gap;
+    for (int i = 0; i < FUSED_TENSORS; i++) n += sizes[i];
+    float *a = rnd(r, 4 * NC, 1), *b = rnd(r, 4 * NC, 1), *w = rnd(r, 4 * NC, 0.5f), *x = rnd(r, NC, 1);
+    float *lw = rnd(r, C, 1), *lb = rnd(r, C, 1);
+    float *p0 = rnd(r, n, 1), *g0 = rnd(r, n, 1), *m0 = rnd(r, n, 0.1f), *v0 = rnd(r, n, 0.01f);
+    for (size_t i = 0; i < n; i++) v0[i] = fabsf(v0[i]);
+    hy_adamw_hparams hp = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3 };
+    float half = 0.5f;
+    float *got[3][8];
+    for (int k = 0; k < 3; k++) {
+        dev *d = &D[k > 0];
+        const hy_backend_ops *o = d->be->ops;
+        int unfused = k == 2;
+        void *pa = put_act(d, a, 4 * NC), *pb = put_act(d, b, 4 * NC), *pw = put_act(d, w, 4 * NC);
+        void *d1 = put_act(d, x, NC), *d2 = put_act(d, a, 4 * NC), *d3 = put_act(d, x, NC);
+        void *acc = put_act(d, x, NC), *lout = put_act(d, x, NC);
+        void *plw = put_act(d, lw, C), *plb = put_act(d, lb, C);
+        float *mean = dev_alloc(d, N * sizeof(float)), *rstd = dev_alloc(d, N * sizeof(float));
+        float *pp = put_f32(d, p0, n), *pg = put_f32(d, g0, n), *pm = put_f32(d, m0, n);
+        float *pv = put_f32(d, v0, n), *pf = put_f32(d, &half, 1);
+        void *pc = o->act_size == sizeof(float) ? NULL : dev_alloc(d, n * o->act_size);
+        hy_adamw_hparams *php = dev_alloc(d, sizeof hp);
+        CHECK(o->upload(d->be, 0, php, &hp, sizeof hp, &d->err) == HY_OK);
+#define FUSED_STEP(call) do { CHECK((call) == HY_OK); if (unfused) CHECK(o->sync(d->st, &d->err) == HY_OK); } while (0)
+        FUSED_STEP(o->zero(d->st, d1, NC * o->act_size, &d->err));
+        FUSED_STEP(o->matmul_bwd(d->st, d1, NULL, NULL, pb, pa, pw, N, C, 4 * C, &d->err));
+        FUSED_STEP(o->zero(d->st, d2, 4 * NC * o->act_size, &d->err));
+        FUSED_STEP(o->gelu_bwd(d->st, d2, pb, pa, 4 * NC, &d->err));
+        FUSED_STEP(o->zero(d->st, d3, NC * o->act_size, &d->err));
+        FUSED_STEP(o->lm_head_bwd(d->st, d3, NULL, pb, pa, pw, N, C, 4 * C, &d->err));
+        FUSED_STEP(o->add(d->st, acc, pa, NC, &d->err));
+        FUSED_STEP(o->layernorm_fwd(d->st, lout, mean, rstd, acc, plw, plb, N, C, &d->err));
+        size_t at = 0;
+        for (int i = 0; i < FUSED_TENSORS; i++) {
+            size_t off = at + (i >= FUSED_TENSORS - 2 ? gap : 0);
+            void *c = pc ? (char *)pc + off * o->act_size : NULL;
+            FUSED_STEP(o->adamw(d->st, pp + off, c, pg + off, pm + off, pv + off, sizes[i], php, pf,
+                                i % 2, &d->err));
+            at += sizes[i];
+        }
+#undef FUSED_STEP
+        size_t len[8] = { NC, 4 * NC, NC, NC, NC, (size_t)N, (size_t)N, n };
+        for (int j = 0; j < 8; j++) got[k][j] = malloc(len[j] * sizeof(float));
+        get_act(d, got[k][0], d1, NC);
+        get_act(d, got[k][1], d2, 4 * NC);
+        get_act(d, got[k][2], d3, NC);
+        get_act(d, got[k][3], acc, NC);
+        get_act(d, got[k][4], lout, NC);
+        get_f32(d, got[k][5], mean, N);
+        get_f32(d, got[k][6], rstd, N);
+        get_f32(d, got[k][7], pp, n);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "fused ops N=%d C=%d", N, C);
+    compare(what, got[1][0], got[0][0], NC, 1e-2);
+    compare(what, got[1][1], got[0][1], 4 * NC, 1e-2);
+    compare(what, got[1][2], got[0][2], NC, 1e-2);
+    compare(what, got[1][3], got[0][3], NC, 1e-2);
+    compare(what, got[1][4], got[0][4], NC, 1e-2);
+    compare(what, got[1][5], got[0][5], N, 1e-4);
+    compare(what, got[1][6], got[0][6], N, 1e-4);
+    compare(what, got[1][7], got[0][7], n, 1e-5);
+    static const char *const same[] = { "residual", "layernorm out", "mean", "rstd", "adamw" };
+    size_t len[5] = { NC, NC, (size_t)N, (size_t)N, n };
+    for (int j = 0; j < 5; j++)
+        CHECKF(memcmp(got[1][3 + j], got[2][3 + j], len[j] * sizeof(float)) == 0,
+               "%s: %s fused differs from unfused", what, same[j]);
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < 8; j++) free(got[k][j]);
+    free(a); free(b); free(w); free(x); free(lw); free(lb); free(p0); free(g0); free(m0); free(v0);
+}
+
 /* A non-finite norm: factor NaN, and AdamW leaves everything as it was. */
 static void test_nonfinite(void) {
     dev *d = &D[1];
@@ -586,6 +677,8 @@ static void test_ops(void) {
     test_classifier(&r, 256, 50257, 50304);
     test_optimizer(&r, 1);
     test_optimizer(&r, 1000003);
+    test_fused(&r, 64, 96);
+    test_fused(&r, 33, 36);
     test_nonfinite();
     test_conversions_and_patterns(&r);
     dev_close(&D[0]);

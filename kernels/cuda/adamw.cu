@@ -8,7 +8,11 @@
  *   g = f · grad
  *   m ← β1 m + (1−β1) g,   v ← β2 v + (1−β2) g²
  *   p ← p − lr · (m/(1−β1^t) / (sqrt(v/(1−β2^t)) + eps) + λ p)
- * then the bf16 compute copy ← p (round to nearest even). hp and factor
+ * then the bf16 compute copy ← p (round to nearest even). One launch
+ * takes a batch of tensors (kernels.cuh's hy_adamw_batch: fuse.cu gathers
+ * a rank's consecutive adamw calls into one), each element finding its
+ * tensor, hence its block and weight decay, by a binary search over the
+ * batch's table (in shared memory). hp and factor
  * live in device memory and are read when the kernel runs, so a replayed
  * graph uses this step's lr, t and clip factor. A non-finite factor (the
  * norm overflowed, or some gradient is NaN) makes every thread return
@@ -32,6 +36,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -54,45 +59,93 @@ static unsigned ew_blocks(size_t work) {
 static int ew_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 // ----------------------------------------------------------------------------
-// AdamW
+// AdamW, many tensors per launch (kernels.cuh's hy_adamw_batch)
 
-static __global__ void adamw_kernel(float *param, hy_bf16 *param_compute, const float *grad, float *m,
-                             float *v, size_t n, const hy_adamw_hparams *hp, const float *factor,
-                             int decay) {
+/* The tensor of batch element i: the last k with start[k] <= i. */
+static __device__ __forceinline__ int adamw_tensor(const size_t *start, int tensors, size_t i) {
+    int lo = 0, hi = tensors - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (start[mid] <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static __global__ void adamw_kernel(const hy_adamw_batch b) {
     __shared__ float bc[2];
-    float f = *factor;
+    __shared__ size_t s_start[HY_ADAMW_TENSORS];
+    __shared__ unsigned char s_decay[HY_ADAMW_TENSORS], s_block[HY_ADAMW_TENSORS];
+    float f = *b.factor;
     if (!isfinite(f)) return;   /* the same for every thread: nothing is written */
     if (threadIdx.x == 0) {
-        double t = (double)hp->step;
-        bc[0] = (float)(1.0 - pow((double)hp->beta1, t));
-        bc[1] = (float)(1.0 - pow((double)hp->beta2, t));
+        double t = (double)b.hp->step;
+        bc[0] = (float)(1.0 - pow((double)b.hp->beta1, t));
+        bc[1] = (float)(1.0 - pow((double)b.hp->beta2, t));
+    }
+    for (int k = threadIdx.x; k < b.tensors; k += blockDim.x) {
+        s_start[k] = b.start[k];
+        s_decay[k] = b.decay[k];
+        s_block[k] = b.in_block[k];
     }
     __syncthreads();
-    float lr = hp->lr, b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps;
-    float wd = decay ? hp->weight_decay : 0.0f;
+    float lr = b.hp->lr, b1 = b.hp->beta1, b2 = b.hp->beta2, eps = b.hp->eps, wd = b.hp->weight_decay;
     float bc1 = bc[0], bc2 = bc[1];
 
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float g = grad[i] * f;
-        float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < b.n; i += stride) {
+        int k = adamw_tensor(s_start, b.tensors, i);
+        const hy_adamw_block *blk = &b.block[s_block[k]];
+        size_t j = i - blk->start;
+        float g = blk->grad[j] * f;
+        float mi = b1 * blk->m[j] + (1.0f - b1) * g;
+        float vi = b2 * blk->v[j] + (1.0f - b2) * g * g;
+        blk->m[j] = mi;
+        blk->v[j] = vi;
         float mhat = mi / bc1, vhat = vi / bc2;
-        float p = param[i];
-        p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
-        param[i] = p;
-        if (param_compute != NULL) param_compute[i] = __float2bfloat16(p);
+        float p = blk->param[j];
+        p -= lr * (mhat / (sqrtf(vhat) + eps) + (s_decay[k] ? wd : 0.0f) * p);
+        blk->param[j] = p;
+        if (blk->param_compute != NULL) blk->param_compute[j] = __float2bfloat16(p);
     }
 }
 
-int hy_k_adamw(cudaStream_t s, float *param, hy_bf16 *param_compute, const float *grad, float *m,
-               float *v, size_t n, const hy_adamw_hparams *hp, const float *factor, int decay,
-               hy_error *err) {
-    if (n == 0) return HY_OK;
-    adamw_kernel<<<ew_blocks(n), EW_THREADS, 0, s>>>(param, param_compute, grad, m, v, n, hp,
-                                                     factor, decay);
+/* Whether x .. x+n continues the range that starts at base and is len long. */
+#define ADAMW_FOLLOWS(x, base, len) ((base) != NULL && (x) == (base) + (len))
+
+int hy_k_adamw_batch_add(hy_adamw_batch *b, float *param, hy_bf16 *param_compute,
+                         const float *grad, float *m, float *v, size_t n,
+                         const hy_adamw_hparams *hp, const float *factor, int decay) {
+    if (b->tensors == 0) {
+        memset(b, 0, sizeof *b);
+        b->hp = hp;
+        b->factor = factor;
+    } else if (b->hp != hp || b->factor != factor || b->tensors == HY_ADAMW_TENSORS) {
+        return 0;
+    }
+    hy_adamw_block *last = b->blocks ? &b->block[b->blocks - 1] : NULL;
+    int follows = last && ADAMW_FOLLOWS(param, last->param, last->n) &&
+                  ADAMW_FOLLOWS(grad, last->grad, last->n) && ADAMW_FOLLOWS(m, last->m, last->n) &&
+                  ADAMW_FOLLOWS(v, last->v, last->n) &&
+                  (param_compute == NULL ? last->param_compute == NULL
+                                         : ADAMW_FOLLOWS(param_compute, last->param_compute, last->n));
+    if (!follows) {
+        if (b->blocks == HY_ADAMW_BLOCKS) return 0;
+        last = &b->block[b->blocks++];
+        *last = (hy_adamw_block){ param, param_compute, grad, m, v, b->n, 0 };
+    }
+    b->start[b->tensors] = b->n;
+    b->decay[b->tensors] = decay != 0;
+    b->in_block[b->tensors] = (unsigned char)(last - b->block);
+    b->tensors++;
+    last->n += n;
+    b->n += n;
+    return 1;
+}
+
+int hy_k_adamw(cudaStream_t s, const hy_adamw_batch *b, hy_error *err) {
+    if (b->n == 0) return HY_OK;
+    adamw_kernel<<<ew_blocks(b->n), EW_THREADS, 0, s>>>(*b);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }

@@ -45,7 +45,8 @@
  * Rounding: q, k, v, dO are bf16 inputs; every product accumulates in fp32;
  * P (into P·V and dV) and dS (into dQ, dK) are rounded to bf16 once as
  * tensor-core inputs, as in FlashAttention; the outputs are bf16. The
- * backward adds into dqkv (+=, kernels.cuh), each element by one thread.
+ * backward adds into dqkv (+=, kernels.cuh), or stores when it was just
+ * zeroed (fuse.cu), each element by one thread.
  */
 #include <math.h>
 #include <stdint.h>
@@ -82,6 +83,7 @@ typedef struct {
     const uint16_t *flag_in; /* when not NULL, `causal` is read from here */
     int T, C, NH, hd, BH, nblocks;
     int causal;
+    int overwrite;           /* backward: store into dqkv instead of adding */
     int vec_qkv, vec_do;     /* rows can be read 16 bytes at a time */
     float scale, scale_log2; /* 1/sqrt(hd), and times log2(e) */
 } fa_args;
@@ -252,7 +254,7 @@ static __device__ __forceinline__ fa_where fa_where_of(const fa_args &a, int hea
     return w;
 }
 
-/* dqkv += factor · acc, rounded to bf16: the warp's 16 rows (rows[0] for
+/* dqkv += factor · acc (or = when a.overwrite), rounded to bf16: the warp's 16 rows (rows[0] for
  * accumulator values 0 and 1, rows[1] for 2 and 3) of the q, k or v part
  * (`part` = 0, C or 2C), columns below hd. One thread owns each element. */
 template <int HD>
@@ -266,7 +268,8 @@ static __device__ __forceinline__ void fa_add_rows(const fa_args &a, const fa_wh
             int row = rows[e >> 1], d = dt * 8 + 2 * t + (e & 1);
             if (row >= a.T || d >= a.hd) continue;
             hy_bf16 *p = a.dqkv + ((size_t)w.b * a.T + row) * w.ld3 + part + (size_t)w.h * a.hd + d;
-            *p = __float2bfloat16(__bfloat162float(*p) + acc[dt][e] * factor);
+            float old = a.overwrite ? 0.0f : __bfloat162float(*p);
+            *p = __float2bfloat16(old + acc[dt][e] * factor);
         }
 }
 
@@ -592,7 +595,7 @@ int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, hy_bf16 *att, const hy_bf16
 
 int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf16 *dout,
                        const hy_bf16 *qkv, const hy_bf16 *att, int B, int T, int C, int NH,
-                       hy_error *err) {
+                       int overwrite, hy_error *err) {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return HY_OK;
     fa_args a;
     int rc = fa_args_make(&a, qkv, B, T, C, NH, "attention_bwd", err);
@@ -615,6 +618,7 @@ int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf
     a.vec_do = a.hd % 8 == 0 && C % 8 == 0 && fa_aligned16(dout);
     a.dsum = (float *)scratch;
     a.dqkv = dqkv;
+    a.overwrite = overwrite != 0;
     size_t n = (size_t)a.BH * T;
     fa_dot_kernel<<<(unsigned)((n + FA_DOT_WARPS - 1) / FA_DOT_WARPS), 32 * FA_DOT_WARPS, 0, s>>>(a, n);
     HY_CUDA_CHECK(cudaGetLastError(), err);

@@ -244,17 +244,16 @@ static int cuda_sleep(hy_stream *s, uint64_t ns, hy_error *err) {
 
 static hy_lt *lt_of(hy_stream *s) { return cb_of(s->be)->lt[s->rank]; }
 
+/* zero, add and adamw are held back for the next op to fuse with
+ * (fuse.cu); the ops that can take them enter with enter_stream_holding. */
 static int cuda_zero(hy_stream *s, void *p, size_t bytes, hy_error *err) {
-    cuda_stream *cs = cs_of(s);
-    int rc = enter_stream(cs, err);
-    if (rc) return rc;
-    HY_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cs->s), err);
-    return HY_OK;
+    int rc = enter_stream_holding(cs_of(s), err);
+    return rc ? rc : hy_cuda_hold_zero(cs_of(s), p, bytes, err);
 }
 
 static int cuda_add(hy_stream *s, void *acc, const void *x, size_t n, hy_error *err) {
-    int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_add_bf16(cs_of(s)->s, HY_BF(acc), HY_CBF(x), n, err);
+    int rc = enter_stream_holding(cs_of(s), err);
+    return rc ? rc : hy_cuda_hold_add(cs_of(s), HY_BF(acc), HY_CBF(x), n, err);
 }
 
 static int cuda_add_f32(hy_stream *s, float *acc, const float *x, size_t n, hy_error *err) {
@@ -278,11 +277,27 @@ static int cuda_embedding_bwd(hy_stream *s, float *dwte, float *dwpe, const void
     return rc ? rc : hy_k_embedding_bwd(cs->s, dwte, dwpe, HY_CBF(dout), tokens, B, T, C, scr, err);
 }
 
+/* Takes a held add into exactly inp: the residual and the norm in one pass. */
 static int cuda_layernorm_fwd(hy_stream *s, void *out, float *mean, float *rstd, const void *inp,
                               const void *w, const void *b, int N, int C, hy_error *err) {
-    int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_layernorm_fwd(cs_of(s)->s, HY_BF(out), mean, rstd, HY_CBF(inp), HY_CBF(w),
-                                        HY_CBF(b), N, C, err);
+    cuda_stream *cs = cs_of(s);
+    const hy_bf16 *x = NULL;
+    int rc = enter_stream_holding(cs, err);
+    if (!rc) rc = hy_cuda_take_add(cs, inp, (size_t)N * (size_t)C, &x, err);
+    if (rc) return rc;
+    if (x != NULL)
+        return hy_k_add_layernorm_fwd(cs->s, HY_BF(out), mean, rstd, (hy_bf16 *)inp, x, HY_CBF(w),
+                                      HY_CBF(b), N, C, err);
+    return hy_k_layernorm_fwd(cs->s, HY_BF(out), mean, rstd, HY_CBF(inp), HY_CBF(w), HY_CBF(b), N, C,
+                              err);
+}
+
+/* For the ops that add into a buffer the runtime has just zeroed: takes
+ * the held zero of exactly that buffer, and says to store instead. */
+static int enter_first_writer(cuda_stream *cs, const void *p, size_t elems, int *overwrite,
+                              hy_error *err) {
+    int rc = enter_stream_holding(cs, err);
+    return rc ? rc : hy_cuda_take_zero(cs, p, elems * sizeof(hy_bf16), overwrite, err);
 }
 
 static int cuda_layernorm_bwd(hy_stream *s, void *dinp, float *dw, float *db, const void *dout,
@@ -307,10 +322,11 @@ static int cuda_matmul_bwd(hy_stream *s, void *dinp, float *dw, float *dbias, co
                            const void *inp, const void *w, int N, int C, int OC, hy_error *err) {
     cuda_stream *cs = cs_of(s);
     void *scr = NULL;
-    int rc = enter_stream(cs, err);
+    int overwrite = 0;
+    int rc = enter_first_writer(cs, dinp, (size_t)N * (size_t)C, &overwrite, err);
     if (!rc) rc = scratch(cs, hy_k_matmul_bwd_scratch(N, C, OC), &scr, err);
     return rc ? rc : hy_k_matmul_bwd(lt_of(s), cs->s, HY_BF(dinp), dw, dbias, HY_CBF(dout),
-                                     HY_CBF(inp), HY_CBF(w), N, C, OC, scr, err);
+                                     HY_CBF(inp), HY_CBF(w), N, C, OC, overwrite, scr, err);
 }
 
 static int cuda_gelu_fwd(hy_stream *s, void *out, const void *inp, size_t n, hy_error *err) {
@@ -320,8 +336,10 @@ static int cuda_gelu_fwd(hy_stream *s, void *out, const void *inp, size_t n, hy_
 
 static int cuda_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void *inp, size_t n,
                          hy_error *err) {
-    int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_gelu_bwd(cs_of(s)->s, HY_BF(dinp), HY_CBF(dout), HY_CBF(inp), n, err);
+    int overwrite = 0;
+    int rc = enter_first_writer(cs_of(s), dinp, n, &overwrite, err);
+    return rc ? rc : hy_k_gelu_bwd(cs_of(s)->s, HY_BF(dinp), HY_CBF(dout), HY_CBF(inp), n, overwrite,
+                                   err);
 }
 
 static int cuda_attention_fwd(hy_stream *s, void *out, void *att, const void *qkv, int B, int T,
@@ -333,9 +351,10 @@ static int cuda_attention_fwd(hy_stream *s, void *out, void *att, const void *qk
 
 static int cuda_attention_bwd(hy_stream *s, void *dqkv, void *scr, const void *dout, const void *qkv,
                               const void *att, int B, int T, int C, int NH, hy_error *err) {
-    int rc = enter_stream(cs_of(s), err);
+    int overwrite = 0;
+    int rc = enter_first_writer(cs_of(s), dqkv, (size_t)B * T * 3 * C, &overwrite, err);
     return rc ? rc : hy_k_attention_bwd(cs_of(s)->s, HY_BF(dqkv), scr, HY_CBF(dout), HY_CBF(qkv),
-                                        HY_CBF(att), B, T, C, NH, err);
+                                        HY_CBF(att), B, T, C, NH, overwrite, err);
 }
 
 static size_t cuda_attention_scratch(int B, int T, int C, int NH) {
@@ -373,9 +392,10 @@ static int cuda_lm_head_fwd(hy_stream *s, void *logits, const void *inp, const v
 
 static int cuda_lm_head_bwd(hy_stream *s, void *dinp, float *dwte, const void *dlogits,
                             const void *inp, const void *wte, int N, int C, int V, hy_error *err) {
-    int rc = enter_stream(cs_of(s), err);
+    int overwrite = 0;
+    int rc = enter_first_writer(cs_of(s), dinp, (size_t)N * (size_t)C, &overwrite, err);
     return rc ? rc : hy_k_lm_head_bwd(lt_of(s), cs_of(s)->s, HY_BF(dinp), dwte, HY_CBF(dlogits),
-                                      HY_CBF(inp), HY_CBF(wte), N, C, V, err);
+                                      HY_CBF(inp), HY_CBF(wte), N, C, V, overwrite, err);
 }
 
 static int cuda_classifier(hy_stream *s, void *logits, float *loss_acc, const int *targets, int N,
@@ -405,9 +425,9 @@ static int cuda_clip(hy_stream *s, float *factor, float *norm, const double *par
 static int cuda_adamw(hy_stream *s, float *param, void *param_compute, const float *grad, float *m,
                       float *v, size_t n, const hy_adamw_hparams *hp, const float *factor, int decay,
                       hy_error *err) {
-    int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_adamw(cs_of(s)->s, param, HY_BF(param_compute), grad, m, v, n, hp, factor,
-                                decay, err);
+    int rc = enter_stream_holding(cs_of(s), err);
+    return rc ? rc : hy_cuda_hold_adamw(cs_of(s), param, HY_BF(param_compute), grad, m, v, n, hp,
+                                        factor, decay, err);
 }
 
 static int cuda_to_act(hy_stream *s, void *dst, const float *src, size_t n, hy_error *err) {

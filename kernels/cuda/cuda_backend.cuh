@@ -68,6 +68,19 @@ typedef struct {
 
 typedef struct cuda_stream cuda_stream;
 
+/* The op a stream holds back for the next call to fuse with (fuse.cu). */
+typedef enum { HOLD_NONE, HOLD_ZERO, HOLD_ADD, HOLD_ADAMW } hold_kind;
+
+typedef struct {
+    hold_kind kind;
+    void *p;                     /* zero: p[0, bytes) */
+    size_t bytes;
+    hy_bf16 *acc;                /* add: acc[0, n) += x[0, n) */
+    const hy_bf16 *x;
+    size_t n;
+    hy_adamw_batch adamw;        /* adamw: the tensors so far */
+} cuda_hold;
+
 typedef struct {
     hy_backend base;
     hy_backend_ops ops;
@@ -108,6 +121,7 @@ struct cuda_stream {
     cuda_stream *next;           /* in the backend's list */
     void *scratch;
     size_t scratch_bytes;
+    cuda_hold hold;              /* fuse.cu; touched by the stream's thread only */
 };
 
 struct hy_graph {
@@ -141,8 +155,34 @@ static inline int enter_rank(hy_backend *be, int rank, hy_error *err) {
 
 static inline CUdeviceptr devptr(const volatile void *p) { return (CUdeviceptr)(uintptr_t)p; }
 
-/* Makes the stream's device current on the calling thread. */
+/* ---- Fusing adjacent ops (fuse.cu) ---- */
+
+/* Enqueues the op the stream holds back, if any. */
+int hy_cuda_flush(cuda_stream *cs, hy_error *err);
+/* Hold back zero(p, bytes), add(acc, x, n) and adamw (which joins the
+ * held batch when it can); each first flushes what it cannot join. */
+int hy_cuda_hold_zero(cuda_stream *cs, void *p, size_t bytes, hy_error *err);
+int hy_cuda_hold_add(cuda_stream *cs, hy_bf16 *acc, const hy_bf16 *x, size_t n, hy_error *err);
+int hy_cuda_hold_adamw(cuda_stream *cs, float *param, hy_bf16 *param_compute, const float *grad,
+                       float *m, float *v, size_t n, const hy_adamw_hparams *hp,
+                       const float *factor, int decay, hy_error *err);
+/* For an op about to write p[0, bytes) or read acc[0, n): *taken = 1 (and
+ * the held zero is dropped) when the stream holds exactly that zero; *x =
+ * the held add's x (and the add is dropped) when it holds exactly that add.
+ * Anything else held is flushed first. */
+int hy_cuda_take_zero(cuda_stream *cs, const void *p, size_t bytes, int *taken, hy_error *err);
+int hy_cuda_take_add(cuda_stream *cs, const void *acc, size_t n, const hy_bf16 **x, hy_error *err);
+
+/* Makes the stream's device current on the calling thread and enqueues
+ * what the stream holds back: every entry point that takes a stream
+ * starts here, except the ops that may fuse with it. */
 static inline int enter_stream(cuda_stream *cs, hy_error *err) {
+    HY_CUDA_CHECK(cudaSetDevice(cs->device), err);
+    return hy_cuda_flush(cs, err);
+}
+
+/* The device only: for the ops that may take what the stream holds. */
+static inline int enter_stream_holding(cuda_stream *cs, hy_error *err) {
     HY_CUDA_CHECK(cudaSetDevice(cs->device), err);
     return HY_OK;
 }

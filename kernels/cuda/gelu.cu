@@ -63,6 +63,8 @@ static __global__ void gelu_fwd_kernel(hy_bf16 *out, const hy_bf16 *inp, size_t 
         out[i] = __float2bfloat16(gelu_f(__bfloat162float(inp[i])));
 }
 
+/* dinp = (ADD ? dinp : 0) + dout · gelu'(inp); without ADD dinp is never read. */
+template <int ADD>
 static __global__ void gelu_bwd_kernel(hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp, size_t n,
                                 size_t nvec) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -70,11 +72,12 @@ static __global__ void gelu_bwd_kernel(hy_bf16 *dinp, const hy_bf16 *dout, const
     for (size_t v = gid; v < nvec; v += stride) {
         gelu_pack x = reinterpret_cast<const gelu_pack *>(inp)[v];
         gelu_pack d = reinterpret_cast<const gelu_pack *>(dout)[v];
-        gelu_pack a = reinterpret_cast<const gelu_pack *>(dinp)[v], y;
+        gelu_pack a, y;
+        if (ADD) a = reinterpret_cast<const gelu_pack *>(dinp)[v];
         for (int j = 0; j < 4; j++) {
             float2 fx = __bfloat1622float2(x.h[j]);
             float2 fd = __bfloat1622float2(d.h[j]);
-            float2 fa = __bfloat1622float2(a.h[j]);
+            float2 fa = ADD ? __bfloat1622float2(a.h[j]) : make_float2(0.0f, 0.0f);
             y.h[j] = __floats2bfloat162_rn(fa.x + fd.x * gelu_slope(fx.x),
                                            fa.y + fd.y * gelu_slope(fx.y));
         }
@@ -82,8 +85,8 @@ static __global__ void gelu_bwd_kernel(hy_bf16 *dinp, const hy_bf16 *dout, const
     }
     for (size_t i = nvec * 8 + gid; i < n; i += stride) {
         float x = __bfloat162float(inp[i]);
-        dinp[i] = __float2bfloat16(__bfloat162float(dinp[i]) +
-                                   __bfloat162float(dout[i]) * gelu_slope(x));
+        float a = ADD ? __bfloat162float(dinp[i]) : 0.0f;
+        dinp[i] = __float2bfloat16(a + __bfloat162float(dout[i]) * gelu_slope(x));
     }
 }
 
@@ -110,10 +113,13 @@ int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, hy
 }
 
 int hy_k_gelu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
-                  size_t n, hy_error *err) {
+                  size_t n, int overwrite, hy_error *err) {
     if (n == 0) return HY_OK;
     size_t nvec = gelu_aligned(dinp) && gelu_aligned(dout) && gelu_aligned(inp) ? n / 8 : 0;
-    gelu_bwd_kernel<<<gelu_blocks(n, nvec), GELU_THREADS, 0, s>>>(dinp, dout, inp, n, nvec);
+    if (overwrite)
+        gelu_bwd_kernel<0><<<gelu_blocks(n, nvec), GELU_THREADS, 0, s>>>(dinp, dout, inp, n, nvec);
+    else
+        gelu_bwd_kernel<1><<<gelu_blocks(n, nvec), GELU_THREADS, 0, s>>>(dinp, dout, inp, n, nvec);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }
@@ -123,6 +129,7 @@ int hy_k_gelu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_b
 
 int hy_k_gelu_preload(hy_error *err) {
     HY_CUDA_PRELOAD(gelu_fwd_kernel, err);
-    HY_CUDA_PRELOAD(gelu_bwd_kernel, err);
+    HY_CUDA_PRELOAD(gelu_bwd_kernel<0>, err);
+    HY_CUDA_PRELOAD(gelu_bwd_kernel<1>, err);
     return HY_OK;
 }

@@ -20,7 +20,8 @@
  *     floating-point atomics; reductions in a fixed order), so a replayed
  *     graph equals the eager iteration bit for bit.
  *   - Every backward ACCUMULATES into the gradients it writes (+=), as on
- *     the CPU; the classifier overwrites its logits with their gradient.
+ *     the CPU (those with an `overwrite` flag store instead when asked);
+ *     the classifier overwrites its logits with their gradient.
  *   - Errors (a launch failure, a cuBLASLt status) return HY_ERR_RUNTIME
  *     with a message naming the op and the failed call (check.cuh); no
  *     function prints or aborts.
@@ -66,23 +67,31 @@ void hy_lt_destroy(hy_lt *lt);
 int hy_k_matmul_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp,
                     const hy_bf16 *w, const hy_bf16 *bias, int N, int C, int OC, hy_error *err);
 /* dinp[N,C] += dout · wᵀ;  dw[C,OC] += inpᵀ · dout;  dbias[OC] += Σ_n dout
- * (each output may be NULL). scratch: hy_k_matmul_bwd_scratch bytes. */
+ * (each output may be NULL). scratch: hy_k_matmul_bwd_scratch bytes.
+ * overwrite: dinp = dout · wᵀ instead, its old contents never read (the
+ * backend knows it was just zeroed: fuse.cu). */
 size_t hy_k_matmul_bwd_scratch(int N, int C, int OC);
 int hy_k_matmul_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dw, float *dbias,
                     const hy_bf16 *dout, const hy_bf16 *inp, const hy_bf16 *w, int N, int C,
-                    int OC, void *scratch, hy_error *err);
+                    int OC, int overwrite, void *scratch, hy_error *err);
 /* logits[N,V] = inp[N,C] · wteᵀ (wte [V,C]) */
 int hy_k_lm_head_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *logits, const hy_bf16 *inp,
                      const hy_bf16 *wte, int N, int C, int V, hy_error *err);
-/* dinp[N,C] += dlogits · wte;  dwte[V,C] += dlogitsᵀ · inp (either may be NULL) */
+/* dinp[N,C] += dlogits · wte;  dwte[V,C] += dlogitsᵀ · inp (either may be
+ * NULL); overwrite as in matmul_bwd */
 int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte,
                      const hy_bf16 *dlogits, const hy_bf16 *inp, const hy_bf16 *wte, int N,
-                     int C, int V, hy_error *err);
+                     int C, int V, int overwrite, hy_error *err);
 
 /* ---- layernorm.cu ---- (eps = 1e-5; w, b: the bf16 compute copy) */
 int hy_k_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd,
                        const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
                        hy_error *err);
+/* The residual add and the LayerNorm after it in one pass: acc ← acc + x
+ * (rounded to bf16, as hy_k_add_bf16 does), then out = LayerNorm(acc). */
+int hy_k_add_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
+                           const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
+                           hy_error *err);
 size_t hy_k_layernorm_bwd_scratch(int N, int C);
 int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
                        const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
@@ -90,8 +99,9 @@ int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, cons
 
 /* ---- gelu.cu ---- (tanh approximation; out may alias inp) */
 int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, hy_error *err);
+/* dinp += dout · gelu'(inp); overwrite: dinp = dout · gelu'(inp) */
 int hy_k_gelu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
-                  size_t n, hy_error *err);
+                  size_t n, int overwrite, hy_error *err);
 
 /* ---- attention.cu ---- fused (flash-style) attention: qkv [B,T,3C], out
  * [B,T,C], head size C/NH at most 128. att is the B·NH·T·T-activation
@@ -103,9 +113,10 @@ int hy_k_gelu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_b
 size_t hy_k_attention_scratch(int B, int T, int C, int NH);
 int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, hy_bf16 *att, const hy_bf16 *qkv, int B, int T,
                        int C, int NH, int causal, hy_error *err);
+/* dqkv += the gradients; overwrite: dqkv = them */
 int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf16 *dout,
                        const hy_bf16 *qkv, const hy_bf16 *att, int B, int T, int C, int NH,
-                       hy_error *err);
+                       int overwrite, hy_error *err);
 
 /* ---- embedding.cu ---- tokens [B,T] in [0, V) */
 int hy_k_embedding_fwd(cudaStream_t s, hy_bf16 *out, const int *tokens, const hy_bf16 *wte,
@@ -127,10 +138,43 @@ int hy_k_classifier(cudaStream_t s, hy_bf16 *logits, float *loss_acc, const int 
                     hy_error *err);
 
 /* ---- adamw.cu ---- AdamW, the gradient norm, clipping, small elementwise
- * ops. hp and factor are device pointers read when the kernel runs. */
-int hy_k_adamw(cudaStream_t s, float *param, hy_bf16 *param_compute, const float *grad, float *m,
-               float *v, size_t n, const hy_adamw_hparams *hp, const float *factor, int decay,
-               hy_error *err);
+ * ops. hp and factor are device pointers read when the kernel runs.
+ *
+ * AdamW takes many tensors in one launch: up to HY_ADAMW_TENSORS tensors,
+ * each a range of one of up to HY_ADAMW_BLOCKS contiguous blocks (a
+ * stage's parameters, gradients and moments are one block each), all with
+ * the same hp and factor. Element i of the batch (0 <= i < n) is element
+ * i - block.start of its block; tensor k covers [start[k], start[k+1]).
+ * The whole batch travels as the kernel's parameter (under 4 KB). */
+#define HY_ADAMW_TENSORS 256
+#define HY_ADAMW_BLOCKS 8
+
+typedef struct {
+    float *param;
+    hy_bf16 *param_compute;   /* NULL: no compute copy */
+    const float *grad;
+    float *m, *v;
+    size_t start, n;          /* its first element in the batch, and its length */
+} hy_adamw_block;
+
+typedef struct {
+    const hy_adamw_hparams *hp;
+    const float *factor;
+    size_t n;                 /* elements in all */
+    int blocks, tensors;
+    hy_adamw_block block[HY_ADAMW_BLOCKS];
+    size_t start[HY_ADAMW_TENSORS];           /* tensor k's first element in the batch */
+    unsigned char decay[HY_ADAMW_TENSORS];    /* weight decay applies to tensor k */
+    unsigned char in_block[HY_ADAMW_TENSORS];
+} hy_adamw_batch;
+
+/* Adds one tensor (n elements at param, param_compute, grad, m, v) to b,
+ * which holds none when b->tensors is 0. Returns 0, and changes nothing,
+ * when it does not fit: another hp or factor, or no room. */
+int hy_k_adamw_batch_add(hy_adamw_batch *b, float *param, hy_bf16 *param_compute,
+                         const float *grad, float *m, float *v, size_t n,
+                         const hy_adamw_hparams *hp, const float *factor, int decay);
+int hy_k_adamw(cudaStream_t s, const hy_adamw_batch *b, hy_error *err);
 /* *acc += Σ x², in double, fixed order. */
 size_t hy_k_sumsq_scratch(size_t n);
 int hy_k_sumsq(cudaStream_t s, double *acc, const float *x, size_t n, void *scratch,

@@ -7,8 +7,11 @@
  *   dinp_i += rstd · (g_i − mean(g) − xhat_i · mean(g ⊙ xhat))
  *   dw_i   += Σ_rows dout_i · xhat_i,   db_i += Σ_rows dout_i
  *
- * Forward and dinp: one warp per row (8 rows per block). The row is read
- * from global memory once per pass (L1 keeps it between passes): the
+ * Forward and dinp: one warp per row (8 rows per block), 16 bytes per
+ * access when C is a multiple of 8 and the rows are aligned (else one
+ * element). The forward can take the residual add before it (acc ← acc +
+ * x, then the norm of acc: fuse.cu), one read of each for both. The row is
+ * read from global memory once per pass (L1 keeps it between passes): the
  * statistics in fp32 with the variance taken about the mean (two passes,
  * never E[x²] − mean²), reduced by an xor butterfly so every lane holds the
  * same bits. x, w, b, dout are bf16; mean, rstd and all sums fp32.
@@ -22,6 +25,7 @@
  * would need per-column accumulators for every row a warp visits.
  */
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -38,29 +42,95 @@ static __device__ __forceinline__ float ln_warp_sum(float v) {
     return v;
 }
 
+/* 8 bf16: one 16-byte access. */
+struct __align__(16) ln_pack {
+    __nv_bfloat162 h[4];
+};
+
+static __device__ __forceinline__ ln_pack ln_load(const hy_bf16 *p) { return *(const ln_pack *)p; }
+
+static __device__ __forceinline__ void ln_floats(const ln_pack &p, float f[8]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float2 v = __bfloat1622float2(p.h[j]);
+        f[2 * j] = v.x;
+        f[2 * j + 1] = v.y;
+    }
+}
+
+/* The elements of a row a lane owns: with VEC, packs of 8 at 8·lane,
+ * 8·lane + 256, ... (C a multiple of 8, rows 16-byte aligned); else single
+ * elements at lane, lane + 32, ... The passes over a row visit them in
+ * the same order, so each lane reads back only what it wrote. */
+#define LN_FOR_EACH(VEC, c, C) \
+    for (int c = (VEC) ? lane * 8 : lane; c < (C); c += (VEC) ? 256 : 32)
+#define LN_WIDTH(VEC) ((VEC) ? 8 : 1)
+
 // ----------------------------------------------------------------------------
 // Forward
 
-static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, const hy_bf16 *inp,
-                              const hy_bf16 *w, const hy_bf16 *b, int N, int C) {
+/* One warp per row. With ADD the row is first inp ← inp + addend, rounded
+ * to bf16 exactly as hy_k_add_bf16 rounds, and stored: the residual add
+ * fused into the norm that follows it (fuse.cu). */
+template <int ADD, int VEC>
+static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_bf16 *inp,
+                                     const hy_bf16 *addend, const hy_bf16 *w, const hy_bf16 *b, int N,
+                                     int C) {
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     if (row >= N) return;
-    const hy_bf16 *x = inp + (size_t)row * C;
+    hy_bf16 *x = inp + (size_t)row * C;
     hy_bf16 *o = out + (size_t)row * C;
+    const hy_bf16 *y = ADD ? addend + (size_t)row * C : NULL;
 
-    float sum = 0.0f;
-    for (int i = lane; i < C; i += 32) sum += __bfloat162float(x[i]);
+    float sum = 0.0f, f[8], g[8];
+    LN_FOR_EACH(VEC, c, C) {
+        if (VEC) {
+            ln_pack p = ln_load(x + c);
+            if (ADD) {
+                ln_pack q = ln_load(y + c);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float2 a = __bfloat1622float2(p.h[j]), d = __bfloat1622float2(q.h[j]);
+                    p.h[j] = __floats2bfloat162_rn(a.x + d.x, a.y + d.y);
+                }
+                *(ln_pack *)(x + c) = p;
+            }
+            ln_floats(p, f);
+        } else {
+            f[0] = __bfloat162float(x[c]);
+            if (ADD) {
+                hy_bf16 r = __float2bfloat16(f[0] + __bfloat162float(y[c]));
+                x[c] = r;
+                f[0] = __bfloat162float(r);
+            }
+        }
+        for (int j = 0; j < LN_WIDTH(VEC); j++) sum += f[j];
+    }
     float m = ln_warp_sum(sum) / (float)C;
     float sq = 0.0f;
-    for (int i = lane; i < C; i += 32) {
-        float d = __bfloat162float(x[i]) - m;
-        sq += d * d;
+    LN_FOR_EACH(VEC, c, C) {
+        if (VEC) ln_floats(ln_load(x + c), f);
+        else f[0] = __bfloat162float(x[c]);
+        for (int j = 0; j < LN_WIDTH(VEC); j++) sq += (f[j] - m) * (f[j] - m);
     }
     float r = 1.0f / sqrtf(ln_warp_sum(sq) / (float)C + LN_EPS);
-    for (int i = lane; i < C; i += 32) {
-        float xhat = (__bfloat162float(x[i]) - m) * r;
-        o[i] = __float2bfloat16(xhat * __bfloat162float(w[i]) + __bfloat162float(b[i]));
+    LN_FOR_EACH(VEC, c, C) {
+        if (VEC) {
+            float wv[8], bv[8];
+            ln_floats(ln_load(x + c), f);
+            ln_floats(ln_load(w + c), wv);
+            ln_floats(ln_load(b + c), bv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) g[j] = (f[j] - m) * r * wv[j] + bv[j];
+            ln_pack p;
+#pragma unroll
+            for (int j = 0; j < 4; j++) p.h[j] = __floats2bfloat162_rn(g[2 * j], g[2 * j + 1]);
+            *(ln_pack *)(o + c) = p;
+        } else {
+            float xhat = (__bfloat162float(x[c]) - m) * r;
+            o[c] = __float2bfloat16(xhat * __bfloat162float(w[c]) + __bfloat162float(b[c]));
+        }
     }
     if (lane == 0) {
         if (mean != NULL) mean[row] = m;
@@ -72,9 +142,10 @@ static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, con
 // Backward
 
 /* dinp[row] += rstd · (g − mean(g) − xhat · mean(g ⊙ xhat)), one warp per row. */
+template <int VEC>
 static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
-                                   const hy_bf16 *w, const float *mean, const float *rstd,
-                                   int N, int C) {
+                                          const hy_bf16 *w, const float *mean, const float *rstd,
+                                          int N, int C) {
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -82,19 +153,50 @@ static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, co
     const hy_bf16 *x = inp + off, *dy = dout + off;
     hy_bf16 *dx = dinp + off;
     float m = mean[row], r = rstd[row];
+    float xv[8], dv[8], wv[8], av[8];
 
     float sg = 0.0f, sgx = 0.0f;
-    for (int i = lane; i < C; i += 32) {
-        float xhat = (__bfloat162float(x[i]) - m) * r;
-        float g = __bfloat162float(dy[i]) * __bfloat162float(w[i]);
-        sg += g;
-        sgx += g * xhat;
+    LN_FOR_EACH(VEC, c, C) {
+        if (VEC) {
+            ln_floats(ln_load(x + c), xv);
+            ln_floats(ln_load(dy + c), dv);
+            ln_floats(ln_load(w + c), wv);
+        } else {
+            xv[0] = __bfloat162float(x[c]);
+            dv[0] = __bfloat162float(dy[c]);
+            wv[0] = __bfloat162float(w[c]);
+        }
+        for (int j = 0; j < LN_WIDTH(VEC); j++) {
+            float g = dv[j] * wv[j];
+            sg += g;
+            sgx += g * ((xv[j] - m) * r);
+        }
     }
     float mg = ln_warp_sum(sg) / (float)C, mgx = ln_warp_sum(sgx) / (float)C;
-    for (int i = lane; i < C; i += 32) {
-        float xhat = (__bfloat162float(x[i]) - m) * r;
-        float g = __bfloat162float(dy[i]) * __bfloat162float(w[i]);
-        dx[i] = __float2bfloat16(__bfloat162float(dx[i]) + r * (g - mg - xhat * mgx));
+    LN_FOR_EACH(VEC, c, C) {
+        if (VEC) {
+            ln_floats(ln_load(x + c), xv);
+            ln_floats(ln_load(dy + c), dv);
+            ln_floats(ln_load(w + c), wv);
+            ln_floats(ln_load(dx + c), av);
+            ln_pack p;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float v[2];
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    int e = 2 * j + k;
+                    float g = dv[e] * wv[e], xhat = (xv[e] - m) * r;
+                    v[k] = av[e] + r * (g - mg - xhat * mgx);
+                }
+                p.h[j] = __floats2bfloat162_rn(v[0], v[1]);
+            }
+            *(ln_pack *)(dx + c) = p;
+        } else {
+            float xhat = (__bfloat162float(x[c]) - m) * r;
+            float g = __bfloat162float(dy[c]) * __bfloat162float(w[c]);
+            dx[c] = __float2bfloat16(__bfloat162float(dx[c]) + r * (g - mg - xhat * mgx));
+        }
     }
 }
 
@@ -151,13 +253,44 @@ static unsigned ln_row_blocks(int N) { return (unsigned)((N + LN_WARPS - 1) / LN
 // ----------------------------------------------------------------------------
 // Launchers
 
+static int ln_aligned(const void *p) { return p == NULL || ((uintptr_t)p & 15) == 0; }
+
+/* Whether rows of C values at these arrays can be read 8 at a time. */
+static int ln_vec(int C, const void *a, const void *b, const void *c, const void *d, const void *e) {
+    return C % 8 == 0 && ln_aligned(a) && ln_aligned(b) && ln_aligned(c) && ln_aligned(d) &&
+           ln_aligned(e);
+}
+
+#define LN_FWD(ADD, VEC) ln_fwd_kernel<ADD, VEC><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>( \
+    out, mean, rstd, acc, x, w, b, N, C)
+
+static int ln_forward(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
+                      const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
+                      hy_error *err) {
+    if (N <= 0 || C <= 0) return HY_OK;
+    int vec = ln_vec(C, out, acc, x, w, b);
+    if (x != NULL) {
+        if (vec) LN_FWD(1, 1);
+        else LN_FWD(1, 0);
+    } else {
+        if (vec) LN_FWD(0, 1);
+        else LN_FWD(0, 0);
+    }
+    HY_CUDA_CHECK(cudaGetLastError(), err);
+    return HY_OK;
+}
+
 int hy_k_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd,
                        const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
                        hy_error *err) {
-    if (N <= 0 || C <= 0) return HY_OK;
-    ln_fwd_kernel<<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
-    HY_CUDA_CHECK(cudaGetLastError(), err);
-    return HY_OK;
+    /* Without an addend the kernel only reads inp. */
+    return ln_forward(s, out, mean, rstd, (hy_bf16 *)inp, NULL, w, b, N, C, err);
+}
+
+int hy_k_add_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
+                           const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
+                           hy_error *err) {
+    return ln_forward(s, out, mean, rstd, acc, x, w, b, N, C, err);
 }
 
 size_t hy_k_layernorm_bwd_scratch(int N, int C) {
@@ -170,8 +303,12 @@ int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, cons
                        int N, int C, void *scratch, hy_error *err) {
     if (N <= 0 || C <= 0) return HY_OK;
     if (dinp != NULL) {
-        ln_bwd_dinp_kernel<<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(dinp, dout, inp, w, mean,
-                                                                     rstd, N, C);
+        if (ln_vec(C, dinp, dout, inp, w, NULL))
+            ln_bwd_dinp_kernel<1><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(dinp, dout, inp, w, mean,
+                                                                            rstd, N, C);
+        else
+            ln_bwd_dinp_kernel<0><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(dinp, dout, inp, w, mean,
+                                                                            rstd, N, C);
         HY_CUDA_CHECK(cudaGetLastError(), err);
     }
     if (dw != NULL || db != NULL) {
@@ -190,8 +327,12 @@ int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, cons
 // Preload (kernels.cuh)
 
 int hy_k_layernorm_preload(hy_error *err) {
-    HY_CUDA_PRELOAD(ln_fwd_kernel, err);
-    HY_CUDA_PRELOAD(ln_bwd_dinp_kernel, err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 0>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 1>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 0>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 1>), err);
+    HY_CUDA_PRELOAD(ln_bwd_dinp_kernel<0>, err);
+    HY_CUDA_PRELOAD(ln_bwd_dinp_kernel<1>, err);
     HY_CUDA_PRELOAD(ln_bwd_partial_kernel, err);
     HY_CUDA_PRELOAD(ln_bwd_finish_kernel, err);
     return HY_OK;

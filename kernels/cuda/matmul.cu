@@ -3,7 +3,8 @@
  * backend (kernels/cpu/matmul.c is the same family on the CPU).
  *
  *   forward   out[N,OC] = inp[N,C] · W[C,OC] + bias[OC]       (Conv1D layout)
- *   backward  dinp += dout · Wᵀ,  dW += inpᵀ · dout,  dbias += Σ_n dout
+ *   backward  dinp += dout · Wᵀ (= when the buffer was just zeroed: beta 0,
+ *             fuse.cu),  dW += inpᵀ · dout,  dbias += Σ_n dout
  *   LM head   logits[N,V] = inp · wteᵀ,  dinp += dlogits · wte,
  *             dwte[V,C] += dlogitsᵀ · inp
  *
@@ -422,12 +423,12 @@ size_t hy_k_matmul_bwd_scratch(int N, int C, int OC) {
 
 int hy_k_matmul_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dw, float *dbias,
                     const hy_bf16 *dout, const hy_bf16 *inp, const hy_bf16 *w, int N, int C,
-                    int OC, void *scratch, hy_error *err) {
+                    int OC, int overwrite, void *scratch, hy_error *err) {
     if (N <= 0 || OC <= 0 || C <= 0) return HY_OK;
     int rc;
     if (dinp != NULL) {
         hy_lt_gemm g = hy_lt_single("matmul_bwd (dinp)", CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC,
-                                    w, OC, dout, OC, dinp, CUDA_R_16BF, C, 1.0f);
+                                    w, OC, dout, OC, dinp, CUDA_R_16BF, C, overwrite ? 0.0f : 1.0f);
         if ((rc = hy_lt_run(lt, s, &g, err))) return rc;
     }
     if (dw != NULL) {
@@ -457,12 +458,12 @@ int hy_k_lm_head_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *logits, const hy_bf16 *
 
 int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte,
                      const hy_bf16 *dlogits, const hy_bf16 *inp, const hy_bf16 *wte, int N,
-                     int C, int V, hy_error *err) {
+                     int C, int V, int overwrite, hy_error *err) {
     if (N <= 0 || C <= 0 || V <= 0) return HY_OK;
     int rc;
     if (dinp != NULL) {
         hy_lt_gemm g = hy_lt_single("lm_head_bwd (dinp)", CUBLAS_OP_N, CUBLAS_OP_N, C, N, V,
-                                    wte, C, dlogits, V, dinp, CUDA_R_16BF, C, 1.0f);
+                                    wte, C, dlogits, V, dinp, CUDA_R_16BF, C, overwrite ? 0.0f : 1.0f);
         if ((rc = hy_lt_run(lt, s, &g, err))) return rc;
     }
     if (dwte != NULL) {
