@@ -696,7 +696,34 @@ typedef struct {
     double loss[8];
 } run;
 
-static int train(const char *backend, const char *const *extra, int n_extra, int steps, run *res) {
+/* Each rank's recorded graph as DOT into dir (rank<r>.dot): it has kernels
+ * and, with P >= 2, the flag waits and writes (stream memory operations). */
+static void graph_dots(hy_runtime *rt, int P, const char *dir) {
+    for (int r = 0; r < P; r++) {
+        char path[400];
+        snprintf(path, sizeof path, "%s/rank%d.dot", dir, r);
+        hy_graph_nodes nodes;
+        hy_error err;
+        int rc = hy_runtime_graph_dot(rt, r, path, &nodes, &err);
+        CHECKF(rc == HY_OK, "graph of rank %d: %s", r, err.msg);
+        if (rc) continue;
+        CHECKF(nodes.kernels > 0 && (P < 2 || nodes.memops > 0) &&
+               nodes.nodes == nodes.kernels + nodes.memcpys + nodes.memsets + nodes.memops + nodes.others,
+               "graph of rank %d: %d nodes, %d kernels, %d copies, %d memsets, %d memory operations", r,
+               nodes.nodes, nodes.kernels, nodes.memcpys, nodes.memsets, nodes.memops);
+        FILE *f = fopen(path, "r");
+        CHECKF(f && fgetc(f) != EOF, "%s is missing or empty", path);
+        if (f) fclose(f);
+        printf("cuda: rank %d's graph: %d nodes (%d kernels, %d copies, %d memsets, %d memory "
+               "operations) in %s\n", r, nodes.nodes, nodes.kernels, nodes.memcpys, nodes.memsets,
+               nodes.memops, path);
+    }
+}
+
+/* Trains `steps` steps of the small GPT on backend with extra settings;
+ * dot_dir: also draw each rank's graph there (NULL: not). */
+static int train(const char *backend, const char *const *extra, int n_extra, int steps,
+                 const char *dot_dir, run *res) {
     const char *base[24] = {
         "model.layers=4", "model.d_model=64", "model.heads=4", "model.seq_len=64",
         "model.vocab=250", "schedule.micro_batch_size=4", "schedule.micro_batches=4",
@@ -721,6 +748,7 @@ static int train(const char *backend, const char *const *extra, int n_extra, int
         rc = hy_train_step(rt, &c, &st, &err);
         if (!rc) res->loss[s] = st.loss;
     }
+    if (!rc && dot_dir) graph_dots(rt, hy_runtime_schedule(rt)->ranks, dot_dir);
     hy_model m;
     if (!rc) rc = hy_model_build(&m, &c, 1, &err);
     if (!rc) {
@@ -755,7 +783,7 @@ static void test_training(void) {
     for (int v = 0; v < 3; v++) {
         int n = v == 0 ? 2 : v == 1 ? 4 : 5;
         run cpu, gpu;
-        if (train("cpu", layouts[v], n, 6, &cpu) || train("cuda", layouts[v], n, 6, &gpu)) {
+        if (train("cpu", layouts[v], n, 6, NULL, &cpu) || train("cuda", layouts[v], n, 6, NULL, &gpu)) {
             CHECK(0);
             continue;
         }
@@ -771,14 +799,29 @@ static void test_training(void) {
     /* Replay = eager on the GPU, bit for bit. */
     const char *eager[] = { "schedule.kind=hanayo", "schedule.ranks=2", "devices=[0,0]", "graph=false" };
     const char *replay[] = { "schedule.kind=hanayo", "schedule.ranks=2", "devices=[0,0]", "graph=true" };
+    /* The replayed run also draws its graphs: into HY_TEST_DOT_DIR when
+     * that is set (tools/gpu-check.sh keeps them), else a directory of
+     * its own that goes again. */
+    char tmp[] = "/tmp/hy-cuda-dot-XXXXXX";
+    const char *dots = getenv("HY_TEST_DOT_DIR");
+    int own = !(dots && *dots);
+    if (own) dots = mkdtemp(tmp);
     run a, b;
-    if (train("cuda", eager, 4, 4, &a) || train("cuda", replay, 4, 4, &b)) {
+    if (!dots || train("cuda", eager, 4, 4, NULL, &a) || train("cuda", replay, 4, 4, dots, &b)) {
         CHECK(0);
     } else {
         CHECK(a.n == b.n && memcmp(a.w, b.w, a.n * sizeof(float)) == 0);
         CHECK(memcmp(a.loss, b.loss, sizeof a.loss) == 0);
         free(a.w);
         free(b.w);
+    }
+    if (own && dots) {
+        for (int r = 0; r < 2; r++) {
+            char path[400];
+            snprintf(path, sizeof path, "%s/rank%d.dot", dots, r);
+            remove(path);
+        }
+        rmdir(dots);
     }
     hy_test_shard_remove(shard);
 }
