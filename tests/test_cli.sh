@@ -161,15 +161,15 @@ expect_out '^usage: hanayo checkpoint verify DIR'
 # ---- plan at scale: --replicas ------------------------------------------------------
 run plan configs/gpt2-124m.json --replicas 1,4,16 --step-ms 500 --link-gbps 100
 expect_rc 0
-expect_out '^data parallel: the gradients (497.8 MB) summed over the replicas'
+expect_out '^data parallel: the gradients (497.9 MB) summed over the replicas'
 expect_out '^         1        1048576     500.00         0.00       1.000$'
-expect_out '^         4 .* 525.74 .* 25.74 .* 0.951$'
+expect_out '^         4 .* 525.76 .* 25.76 .* 0.951$'
 run plan configs/gpt2-124m.json --replicas 1,4 --step-ms 500 --json
 expect_rc 0
 if tail -n 1 "$tmp/out" | python3 -c 'import json,sys
 d = json.load(sys.stdin)
 r = d["replicas"]
-assert d["link_gbps"] == 400 and d["grad_bytes"] == 497759232, d
+assert d["link_gbps"] == 400 and d["grad_bytes"] == 4 * (124439808 + (50304 - 50257) * 768), d  # padded vocabulary rows are summed too
 assert [x["replicas"] for x in r] == [1, 4] and abs(r[0]["step_ms"] - 500) < 1e-9, r
 assert r[1]["step_ms"] > 500 and r[1]["efficiency"] < 1, r'; then ok; else
     bad "plan --replicas --json: $(tail -n 1 "$tmp/out")"; fi
