@@ -28,6 +28,12 @@ static int dp_launched(int *size) {
     return rank_only && *rank_only;
 }
 
+int hy_dp_launched_size(void) {
+    int size;
+    dp_launched(&size);
+    return size;
+}
+
 #ifdef HY_HAVE_MPI
 
 #include <mpi.h>

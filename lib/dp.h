@@ -38,6 +38,11 @@ typedef struct hy_dp hy_dp;
 /* "mpi" when MPI is compiled in, else "none". */
 const char *hy_dp_compiled(void);
 
+/* The number of processes the launcher (mpirun, srun) started this one
+ * among, read from its environment without joining the job: 0 when not
+ * launched by one, or when it does not say. */
+int hy_dp_launched_size(void);
+
 /* Joins the MPI job this process was launched in (MPI_Init_thread with
  * MPI_THREAD_MULTIPLE: each rank thread sums its own gradients), or sets
  * *out = NULL when it was not launched in one. Launched by an MPI

@@ -158,6 +158,16 @@ run checkpoint --help
 expect_rc 0
 expect_out '^usage: hanayo checkpoint verify DIR'
 
+# ---- only train runs under an MPI launcher of several processes ----------------
+# (the launcher's environment is all hanayo reads before joining a job)
+OMPI_COMM_WORLD_SIZE=2 expect_input_error profile configs/tiny-gpt.json --out "$tmp/mpi-prof"
+expect_err "only 'train' runs as data-parallel replicas"
+if [ -e "$tmp/mpi-prof" ]; then bad "profile under mpirun left $tmp/mpi-prof"; else ok; fi
+PMI_SIZE=4 expect_input_error tune configs/tiny-gpt.json
+expect_err 'one of 4 MPI processes'
+OMPI_COMM_WORLD_SIZE=1 run plan configs/tiny-gpt.json --json
+expect_rc 0
+
 # ---- plan at scale: --replicas ------------------------------------------------------
 run plan configs/gpt2-124m.json --replicas 1,4,16 --step-ms 500 --link-gbps 100
 expect_rc 0

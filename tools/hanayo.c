@@ -872,6 +872,13 @@ static int dispatch(int argc, char **argv, hy_error *err) {
         return hy_fail(err, HY_ERR_INPUT, "no command given; run 'hanayo "
                        "help' for the list");
     const command *cmd = find_command(argv[1]);
+    /* Only train runs as replicas; N copies of any other command would
+     * race on the same files (profile's directory, tune's output). */
+    int job = hy_dp_launched_size();
+    if (cmd && job > 1 && strcmp(cmd->name, "train") != 0)
+        return hy_fail(err, HY_ERR_INPUT, "hanayo %s: launched as one of %d MPI processes, but only "
+                       "'train' runs as data-parallel replicas; run it once, without mpirun/srun "
+                       "(it profiles, plans or checks one server's pipeline)", cmd->name, job);
     if (cmd) return cmd->run(cmd, argc - 2, argv + 2, err);
     const char *near = hy_closest(argv[1], command_names);
     if (near)
