@@ -50,6 +50,7 @@ typedef struct {
     int micro_batches, stages;
     int split_backward;    /* B and W passes */
     int *split;            /* [stages]: layers per stage */
+    double comm_cost;      /* the measured transfer in stage forwards (schedule.comm_cost) */
     double makespan_ms, bubble;
     double step_ms;        /* makespan + the fixed rest of the step */
     double tokens;         /* per step */
@@ -91,7 +92,7 @@ void hy_tune_memory(const hy_config *c, const hy_schedule *s, const int *split, 
                     double *act, double *mem);
 
 /* Writes config file `config` with the candidate's schedule keys set
- * (kind, waves or chunks, micro_batches, split, split_backward) to
+ * (kind, waves or chunks, micro_batches, split, split_backward, comm_cost) to
  * out_path, atomically,
  * after checking that the result loads (with `sets` applied, as it was
  * measured). */

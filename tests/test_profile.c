@@ -18,10 +18,12 @@
  */
 #include "config.h"
 #include "data.h"
+#include "mailbox.h"
 #include "measured.h"
 #include "profile.h"
 #include "runtime.h"
 #include "schedule.h"
+#include "sim.h"
 #include "test.h"
 #include "lib/shard.h"
 #include "tune.h"
@@ -434,6 +436,61 @@ static void test_default_dir(void) {
     CHECK(hy_profile_check_dir(below, &err) == HY_ERR_INPUT);
 }
 
+/* Tune prices each candidate in the order the runtime will run for the
+ * measured transfer time, and writes that time as schedule.comm_cost (in
+ * stage forwards) so the tuned run gets the same order: here a transfer
+ * costs half a one-layer stage's forward. */
+static void test_tune_comm_cost(void) {
+    const char *sched[] = {"schedule.kind=hanayo", "schedule.waves=1", "schedule.micro_batches=4"};
+    hy_config c;
+    if (load_config(&c, sched, 3)) { CHECK(0); return; }
+    hy_cost_model m = { .layer_fwd = 1, .layer_bwd = 2, .comm = 0.5 };
+    hy_tune_opts to = { 1u << HY_SCHED_HANAYO, 1e12, 0, 4, -1 };
+    hy_tune_result res;
+    hy_error err;
+    int rc = hy_tune_search(&c, &m, &to, &res, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    if (rc) { hy_config_free(&c); return; }
+    const hy_tune_candidate *b = &res.best[0];
+    double fwd = 0;
+    for (int st = 0; st < b->stages; st++) fwd += b->split[st] * m.layer_fwd;
+    CHECK_NEAR(b->comm_cost, m.comm / (fwd / b->stages), 1e-12);
+    /* No slower than the canonical order under the same costs. */
+    hy_sched_params p = { b->kind, 2, b->micro_batches, b->waves, b->chunks, b->split_backward };
+    hy_schedule s;
+    double f[64], bw[64];
+    if (hy_schedule_build(&s, &p, &err) == HY_OK) {
+        hy_cost_model_stages(&m, b->split, b->stages, f, bw);
+        hy_costs cc = { .comm = m.comm, .fwd_stage = f, .bwd_stage = bw };
+        hy_sim_limits lim;
+        hy_sim_result r;
+        if (hy_mailbox_sim_limits(&s, &lim, &err) == HY_OK) {
+            if (hy_simulate(&s, &cc, &lim, &r, &err) == HY_OK) {
+                CHECKF(b->makespan_ms <= r.makespan + 1e-9, "%g vs canonical %g", b->makespan_ms,
+                       r.makespan);
+                hy_sim_result_free(&r);
+            }
+            hy_sim_limits_free(&lim);
+        }
+        hy_schedule_free(&s);
+    }
+    char src[160], out[160];
+    write_base_config(src, out, sizeof src);
+    rc = hy_tune_apply(src, NULL, 0, b, out, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    hy_config t;
+    hy_config_init(&t);
+    if (!rc && hy_config_load(&t, out, NULL, 0, &err) == HY_OK)
+        CHECK_NEAR(t.schedule.comm_cost, b->comm_cost, 1e-4);
+    else
+        CHECK(0);
+    hy_config_free(&t);
+    remove_path("base.json");
+    remove_path("tuned.json");
+    hy_tune_result_free(&res);
+    hy_config_free(&c);
+}
+
 int main(void) {
     if (hy_test_shard_make(shard, sizeof shard, "profile", 64, 20000) != 0) {
         printf("profile: 0 passed, 1 failed\n");
@@ -445,6 +502,7 @@ int main(void) {
     test_slow_stage();
     test_slow_hanayo();
     test_tune_moves_layers();
+    test_tune_comm_cost();
     hy_test_shard_remove(shard);
     return TEST_END("profile");
 }
