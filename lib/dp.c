@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Whether the launcher put this process in a job of more than one
  * process (*size > 1), or in one at all (return 1). */
@@ -43,6 +44,8 @@ typedef struct {
     MPI_Comm comm;
     MPI_Request *req;      /* [buckets] */
     int buckets;
+    struct hy_dp *dp;      /* for the watchdog */
+    int rank;              /* the pipeline rank that sums through it */
 } dp_reducer;
 
 struct hy_dp {
@@ -51,7 +54,49 @@ struct hy_dp {
     dp_reducer *reducers;  /* [ranks] */
     int ranks;
     int agreed;
+    double watchdog_s;     /* the longest wait for the other replicas */
 };
+
+/* Waits for req without blocking in MPI: polling, so that a wait for a
+ * replica that stalled or vanished ends. Past dp->watchdog_s it reports
+ * (what: the collective, for the message) and ends the whole job, since
+ * the other replicas are waiting in the same collective and none of them
+ * can go on (DESIGN §9 "Data parallelism across processes"). */
+static void dp_wait(const struct hy_dp *dp, MPI_Request *req, const char *what, int rank) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long pause_ns = 1000;
+    for (;;) {
+        int done = 0;
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double waited = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+        if (dp->watchdog_s > 0 && waited >= dp->watchdog_s) {
+            char who[48] = "";
+            if (rank >= 0) snprintf(who, sizeof who, " (pipeline rank %d)", rank);
+            fprintf(stderr, "hanayo: replica %d: watchdog: waited %.1f s in %s%s for the other "
+                    "replicas; one of them is stalled or gone (watchdog_s = %g)\n", dp->rank,
+                    waited, what, who, dp->watchdog_s);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, HY_ERR_RUNTIME);
+        }
+        /* From a microsecond up to a millisecond: quick for the sums that
+         * are nearly done, cheap for a long wait. */
+        struct timespec ts = { 0, pause_ns };
+        nanosleep(&ts, NULL);
+        if (pause_ns < 1000000) pause_ns *= 2;
+    }
+}
+
+/* A blocking-looking collective on the world communicator, watched. */
+static int dp_allreduce(const struct hy_dp *dp, const void *in, void *out, int n, MPI_Datatype type,
+                        MPI_Op op, const char *what) {
+    MPI_Request req;
+    int rc = MPI_Iallreduce(in, out, n, type, op, dp->world, &req);
+    if (rc == MPI_SUCCESS) dp_wait(dp, &req, what, -1);
+    return rc;
+}
 
 const char *hy_dp_compiled(void) { return "mpi"; }
 
@@ -83,6 +128,7 @@ int hy_dp_start(hy_dp **out, int *argc, char ***argv, hy_error *err) {
     MPI_Comm_rank(MPI_COMM_WORLD, &dp->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &dp->size);
     MPI_Comm_dup(MPI_COMM_WORLD, &dp->world);
+    dp->watchdog_s = 60;   /* the config's default, until hy_dp_set_watchdog */
     *out = dp;
     return HY_OK;
 }
@@ -113,8 +159,9 @@ int hy_dp_agree(hy_dp *dp, int status, hy_error *err) {
     /* The first failing replica (the least index of those failing), and
      * how many failed. */
     int mine = status ? dp->rank : dp->size, first = dp->size, failing = status != 0, all = 0;
-    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, dp->world);
-    if (rc == MPI_SUCCESS) rc = MPI_Allreduce(&failing, &all, 1, MPI_INT, MPI_SUM, dp->world);
+    int rc = dp_allreduce(dp, &mine, &first, 1, MPI_INT, MPI_MIN, "agreeing on the step's outcome");
+    if (rc == MPI_SUCCESS)
+        rc = dp_allreduce(dp, &failing, &all, 1, MPI_INT, MPI_SUM, "agreeing on the step's outcome");
     if (rc != MPI_SUCCESS) return dp_mpi_error(err, "MPI_Allreduce", rc);
     if (first == dp->size) return HY_OK;
     /* Its status and message, to everyone. */
@@ -123,8 +170,10 @@ int hy_dp_agree(hy_dp *dp, int status, hy_error *err) {
         char msg[sizeof err->msg];
     } what = { status, "" };
     if (dp->rank == first) snprintf(what.msg, sizeof what.msg, "%s", err->msg);
-    rc = MPI_Bcast(&what, (int)sizeof what, MPI_BYTE, first, dp->world);
-    if (rc != MPI_SUCCESS) return dp_mpi_error(err, "MPI_Bcast", rc);
+    MPI_Request req;
+    rc = MPI_Ibcast(&what, (int)sizeof what, MPI_BYTE, first, dp->world, &req);
+    if (rc != MPI_SUCCESS) return dp_mpi_error(err, "MPI_Ibcast", rc);
+    dp_wait(dp, &req, "passing on a replica's error", -1);
     dp->agreed = 1;
     hy_error_clear(err);
     /* Every replica failing alike (the same input, a step every replica
@@ -135,13 +184,13 @@ int hy_dp_agree(hy_dp *dp, int status, hy_error *err) {
 
 int hy_dp_max(hy_dp *dp, int *v, hy_error *err) {
     if (!dp) return HY_OK;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, dp->world);
+    int rc = dp_allreduce(dp, MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, "a maximum over replicas");
     return rc == MPI_SUCCESS ? HY_OK : dp_mpi_error(err, "MPI_Allreduce", rc);
 }
 
 int hy_dp_sum(hy_dp *dp, double *x, int n, hy_error *err) {
     if (!dp) return HY_OK;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, dp->world);
+    int rc = dp_allreduce(dp, MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, "a sum over replicas");
     return rc == MPI_SUCCESS ? HY_OK : dp_mpi_error(err, "MPI_Allreduce", rc);
 }
 
@@ -149,9 +198,11 @@ int hy_dp_same(hy_dp *dp, uint64_t v, int *same, hy_error *err) {
     *same = 1;
     if (!dp) return HY_OK;
     unsigned long long lo = v, hi = v, mine = v;
-    int rc = MPI_Allreduce(&mine, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, dp->world);
+    int rc = dp_allreduce(dp, &mine, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN,
+                          "comparing the replicas");
     if (rc == MPI_SUCCESS)
-        rc = MPI_Allreduce(&mine, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, dp->world);
+        rc = dp_allreduce(dp, &mine, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
+                          "comparing the replicas");
     if (rc != MPI_SUCCESS) return dp_mpi_error(err, "MPI_Allreduce", rc);
     *same = lo == hi;
     return HY_OK;
@@ -167,13 +218,16 @@ static void dp_start_sum(hy_reducer *r, int bucket, float *buf, size_t n) {
 
 static void dp_wait_sum(hy_reducer *r, int bucket) {
     dp_reducer *d = (dp_reducer *)r;
-    MPI_Wait(&d->req[bucket], MPI_STATUS_IGNORE);
+    dp_wait(d->dp, &d->req[bucket], "the gradient sum", d->rank);
 }
 
 static int dp_broadcast(hy_reducer *r, void *buf, size_t bytes) {
     dp_reducer *d = (dp_reducer *)r;
     if (bytes > (size_t)INT_MAX) return -1;
-    return MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, d->comm) == MPI_SUCCESS ? 0 : -1;
+    MPI_Request req;
+    if (MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, d->comm, &req) != MPI_SUCCESS) return -1;
+    dp_wait(d->dp, &req, "setting up the gradient sums", d->rank);
+    return 0;
 }
 
 int hy_dp_open_ranks(hy_dp *dp, int ranks, int buckets, hy_error *err) {
@@ -197,6 +251,8 @@ int hy_dp_open_ranks(hy_dp *dp, int ranks, int buckets, hy_error *err) {
         if (!d->req) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         for (int b = 0; b < buckets; b++) d->req[b] = MPI_REQUEST_NULL;
         d->buckets = buckets;
+        d->dp = dp;
+        d->rank = r;
         d->base.start = dp_start_sum;
         d->base.wait = dp_wait_sum;
         d->base.broadcast = dp_broadcast;
@@ -206,6 +262,10 @@ int hy_dp_open_ranks(hy_dp *dp, int ranks, int buckets, hy_error *err) {
         dp->ranks = r + 1;
     }
     return HY_OK;
+}
+
+void hy_dp_set_watchdog(hy_dp *dp, double seconds) {
+    if (dp) dp->watchdog_s = seconds;
 }
 
 hy_reducer *hy_dp_reducer(hy_dp *dp, int rank) {
@@ -234,6 +294,7 @@ int hy_dp_start(hy_dp **out, int *argc, char ***argv, hy_error *err) {
 }
 
 void hy_dp_finish(hy_dp *dp) { (void)dp; }
+void hy_dp_set_watchdog(hy_dp *dp, double seconds) { (void)dp; (void)seconds; }
 void hy_dp_abort(hy_dp *dp, int status) { (void)dp; (void)status; }
 int hy_dp_size(const hy_dp *dp) { (void)dp; return 1; }
 int hy_dp_rank(const hy_dp *dp) { (void)dp; return 0; }

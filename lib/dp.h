@@ -50,6 +50,13 @@ int hy_dp_launched_size(void);
  * HY_ERR_INPUT, since N copies would each train alone. */
 int hy_dp_start(hy_dp **out, int *argc, char ***argv, hy_error *err);
 
+/* Every wait for the other replicas (each collective below, and the
+ * gradient sums) polls, and one longer than `seconds` (the config's
+ * watchdog_s; 60 until set) reports the replica and the collective and
+ * ends the whole job: a stalled or vanished replica never hangs the rest.
+ * seconds <= 0: no limit. NULL: nothing. */
+void hy_dp_set_watchdog(hy_dp *dp, double seconds);
+
 /* Leaves the job (MPI_Finalize); NULL: nothing. */
 void hy_dp_finish(hy_dp *dp);
 

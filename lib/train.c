@@ -208,11 +208,9 @@ static int hy_same_config(const hy_config *c, hy_dp *dp, hy_error *err) {
  * checkpoint.keep: only now, with the new checkpoint complete and synced,
  * may older ones go. A failed removal is a warning, not the end of a run
  * whose newest state is safe. The path goes to path (PATH_MAX bytes). */
-static int hy_save(hy_runtime *rt, const hy_config *c, hy_dp *dp, char *path, FILE *out,
-                   hy_error *err) {
-    int rc = hy_replicas_agree(rt, dp, err);
-    if (rc || hy_dp_rank(dp) != 0) return rc;   /* replica 0 writes */
-    rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, path, err);
+static int hy_save_here(hy_runtime *rt, const hy_config *c, char *path, FILE *out,
+                        hy_error *err) {
+    int rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, path, err);
     if (rc) return rc;
     fprintf(out, "checkpoint: %s\n", path);
     int step = 0, removed = 0;
@@ -222,6 +220,23 @@ static int hy_save(hy_runtime *rt, const hy_config *c, hy_dp *dp, char *path, FI
         hy_checkpoint_prune(c->checkpoint.dir, c->checkpoint.keep, step, &removed, &e))
         fprintf(out, "warning: checkpoint.keep: older checkpoints not all removed: %s\n", e.msg);
     return HY_OK;
+}
+
+/* Replica 0 writes; the others wait for it to finish, so that none waits
+ * for it inside the next step, where the watchdog would take a long save
+ * for a stalled replica. That one wait is not watched: replica 0 is busy
+ * writing, and if it dies the launcher ends the job. */
+static int hy_save(hy_runtime *rt, const hy_config *c, hy_dp *dp, char *path, FILE *out,
+                   hy_error *err) {
+    int rc = hy_replicas_agree(rt, dp, err);
+    if (rc) return rc;
+    if (hy_dp_rank(dp) == 0) rc = hy_save_here(rt, c, path, out, err);
+    if (hy_dp_size(dp) > 1) {
+        hy_dp_set_watchdog(dp, 0);
+        rc = hy_dp_agree(dp, rc, err);
+        hy_dp_set_watchdog(dp, c->watchdog_s);
+    }
+    return rc;
 }
 
 /* A run asked to stop after step `step`: save that step unless `saved`
@@ -284,6 +299,7 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
     /* Everything that can be wrong with the input is found before anything
      * is printed or any file is opened for writing. */
     hy_dp *dp = o ? o->dp : NULL;
+    hy_dp_set_watchdog(dp, c->watchdog_s);
     int writer = hy_dp_rank(dp) == 0;   /* replica 0 writes the checkpoints and the log */
     int rc = hy_pick_backend(c, NULL, err);
     hy_runtime *rt = NULL;

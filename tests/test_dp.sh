@@ -166,6 +166,34 @@ if [ -n "$step" ] && [ "$(ls "$tmp/sig")" = "$(printf 'step_%06d' "$step")" ]; t
     bad "$last: want one stop line and its checkpoint: $(tail -2 "$tmp/sig.out"); $(ls "$tmp/sig" 2>&1)"
 fi
 
+# ---- a stalled replica ends the job, not hangs it ---------------------------------
+# SIGSTOP on replica 1: replica 0 waits for it in a gradient sum or an
+# agreement, polls, and past watchdog_s reports and ends the job.
+"${mpi[@]}" -np 2 "$HANAYO" train "${small[@]}" --set train.steps=1000000 \
+    --set schedule.micro_batches=4 --set checkpoint.dir=null --set watchdog_s=2 \
+    >"$tmp/stall.out" 2>"$tmp/stall.err" </dev/null &
+pid=$!
+for _ in $(seq 600); do
+    grep -q '^step ' "$tmp/stall.out" && break
+    sleep 0.1
+done
+replica1=$(for st in /proc/[0-9]*/stat; do
+    read -r child _ _ parent _ <"$st" 2>/dev/null && [ "$parent" = "$pid" ] && echo "$child"
+done | sort -n | tail -n 1)
+[ -n "$replica1" ] && kill -STOP "$replica1"
+# A hang would outlast this by far: the test kills the job at 60 s.
+( sleep 60; kill -KILL "$pid" 2>/dev/null; [ -n "$replica1" ] && kill -KILL "$replica1" 2>/dev/null ) &
+guard=$!
+wait "$pid"
+rc=$?
+kill "$guard" 2>/dev/null
+wait "$guard" 2>/dev/null
+[ -n "$replica1" ] && kill -KILL "$replica1" 2>/dev/null
+last="SIGSTOP to replica 1 (watchdog_s 2): exit $rc; stderr $(head -c 400 "$tmp/stall.err")"
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 137 ]; then ok; else bad "$last: want a failed job, not killed by the guard"; fi
+expect_file_has() { if grep -q -e "$2" "$1"; then ok; else bad "$last: lacks '$2'"; fi; }
+expect_file_has "$tmp/stall.err" '^hanayo: replica 0: watchdog: waited [0-9.]* s in .* for the other replicas'
+
 # ---- the CUDA backend, through NCCL: only with two GPUs or more -------------------
 # NCCL puts one replica on each GPU (it refuses two on one), so each
 # process sees its own through CUDA_VISIBLE_DEVICES; the config is the
