@@ -139,23 +139,31 @@ fi
 if [ ! -e "$tmp/bad" ] && [ ! -e "$tmp/bad.jsonl" ]; then ok; else bad "$last: left $(ls -d "$tmp"/bad*)"; fi
 if grep -q '^step ' "$tmp/bad.out"; then bad "$last: trained: $(head -3 "$tmp/bad.out")"; else ok; fi
 
+# start_pair NAME ARGS...: two replicas training (near) forever in the
+# background, output in $tmp/NAME.out and .err; returns once they print a
+# step, with mpirun's pid in $pid and replica 1's in $replica1.
+start_pair() {
+    local name=$1
+    shift
+    "${mpi[@]}" -np 2 "$HANAYO" train "${small[@]}" --set train.steps=1000000 \
+        --set schedule.micro_batches=4 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null &
+    pid=$!
+    for _ in $(seq 600); do   # up to 60 s: the ASan build starts slowly
+        grep -q '^step ' "$tmp/$name.out" && break
+        sleep 0.1
+    done
+    # The newest child of mpirun, from /proc (no procps needed): replica 1.
+    replica1=$(for st in /proc/[0-9]*/stat; do
+        read -r child _ _ parent _ <"$st" 2>/dev/null && [ "$parent" = "$pid" ] && echo "$child"
+    done | sort -n | tail -n 1)
+}
+
 # ---- SIGTERM to one replica stops both at one step -----------------------------------
 # Sent to replica 1 alone (mpirun forwards its own SIGTERM but follows it
 # with SIGKILL within a second, which a slow wind-down may not beat); the
 # replicas agree after every step, so both stop at the same one and
 # replica 0 saves it.
-"${mpi[@]}" -np 2 "$HANAYO" train "${small[@]}" --set train.steps=1000000 \
-    --set schedule.micro_batches=4 --set checkpoint.every=0 --set "checkpoint.dir=$tmp/sig" \
-    >"$tmp/sig.out" 2>"$tmp/sig.err" </dev/null &
-pid=$!
-for _ in $(seq 600); do   # up to 60 s: the ASan build starts slowly
-    grep -q '^step ' "$tmp/sig.out" && break
-    sleep 0.1
-done
-# The newest child of mpirun, from /proc (no procps needed): replica 1.
-replica1=$(for st in /proc/[0-9]*/stat; do
-    read -r child _ _ parent _ <"$st" 2>/dev/null && [ "$parent" = "$pid" ] && echo "$child"
-done | sort -n | tail -n 1)
+start_pair sig --set checkpoint.every=0 --set "checkpoint.dir=$tmp/sig"
 [ -n "$replica1" ] && kill -TERM "$replica1"
 wait "$pid"
 rc=$?
@@ -169,17 +177,7 @@ fi
 # ---- a stalled replica ends the job, not hangs it ---------------------------------
 # SIGSTOP on replica 1: replica 0 waits for it in a gradient sum or an
 # agreement, polls, and past watchdog_s reports and ends the job.
-"${mpi[@]}" -np 2 "$HANAYO" train "${small[@]}" --set train.steps=1000000 \
-    --set schedule.micro_batches=4 --set checkpoint.dir=null --set watchdog_s=2 \
-    >"$tmp/stall.out" 2>"$tmp/stall.err" </dev/null &
-pid=$!
-for _ in $(seq 600); do
-    grep -q '^step ' "$tmp/stall.out" && break
-    sleep 0.1
-done
-replica1=$(for st in /proc/[0-9]*/stat; do
-    read -r child _ _ parent _ <"$st" 2>/dev/null && [ "$parent" = "$pid" ] && echo "$child"
-done | sort -n | tail -n 1)
+start_pair stall --set checkpoint.dir=null --set watchdog_s=2
 [ -n "$replica1" ] && kill -STOP "$replica1"
 # A hang would outlast this by far: the test kills the job at 60 s.
 ( sleep 60; kill -KILL "$pid" 2>/dev/null; [ -n "$replica1" ] && kill -KILL "$replica1" 2>/dev/null ) &
