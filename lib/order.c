@@ -124,8 +124,7 @@ static int search(order_search *g, hy_error *err) {
     g->peak_limit = canonical_peak(p, err);
     if (g->peak_limit < 0) return err ? err->status : HY_ERR_RUNTIME;
     int P = p->ranks, hanayo = p->kind == HY_SCHED_HANAYO;
-    long actions = (long)(p->split_backward ? 3 : 2) * P * p->micro_batches *
-                   (hanayo ? 2 * p->waves : p->kind == HY_SCHED_INTERLEAVED ? p->chunks : 1);
+    long actions = (long)(p->split_backward ? 3 : 2) * P * p->micro_batches * hy_sched_chunks(p);
     int wide = actions <= ORDER_SEARCH_ACTIONS;
     int group = hanayo ? 2 * p->waves * P : 0;
     int windows[3] = { group, 1, group / 2 };

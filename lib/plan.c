@@ -31,25 +31,18 @@
  * Building a plan
  * ------------------------------------------------------------------------ */
 
-/* Stages per rank a kind will use, before building anything. */
-static int chunks_of(const hy_sched_params *p) {
-    if (p->kind == HY_SCHED_HANAYO) return 2 * p->waves;
-    if (p->kind == HY_SCHED_INTERLEAVED) return p->chunks;
-    return 1;
-}
-
 int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
                   hy_error *err) {
     memset(pl, 0, sizeof *pl);
     /* Refuse absurd sizes before the generator tries to allocate them. */
-    double n = (double)p->ranks * (p->split_backward ? 3.0 : 2.0) * chunks_of(p) * p->micro_batches;
+    double n = (double)p->ranks * (p->split_backward ? 3.0 : 2.0) * hy_sched_chunks(p) * p->micro_batches;
     if (n > HY_PLAN_MAX_ACTIONS)
         return hy_fail(err, HY_ERR_INPUT,
                        "%s with %d ranks, %d micro-batches and %d stages per "
                        "rank is %.0f actions, more than the %d a plan may "
                        "hold; use fewer micro-batches, waves or chunks",
                        hy_sched_name(p->kind), p->ranks, p->micro_batches,
-                       chunks_of(p), n, HY_PLAN_MAX_ACTIONS);
+                       hy_sched_chunks(p), n, HY_PLAN_MAX_ACTIONS);
     int st = hy_schedule_for_costs(&pl->sched, p, c, err);
     if (st != HY_OK) return st;
     st = hy_simulate(&pl->sched, c, NULL, &pl->sim, err);
@@ -625,7 +618,7 @@ int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_COMP
         row->kind = q.kind;
         row->split = q.split_backward;
         row->waves = q.kind == HY_SCHED_HANAYO ? q.waves : 0;
-        row->chunks = chunks_of(&q);
+        row->chunks = hy_sched_chunks(&q);
         hy_plan pl;
         hy_error e;
         hy_error_clear(&e);
@@ -658,9 +651,9 @@ int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
         share[k] = *c;
         share[k].wgrad = 0;
         if (k >= HY_SCHED_COUNT) hy_costs_split(&share[k], c->wgrad);
-        share[k].fwd /= chunks_of(&q);
-        share[k].bwd /= chunks_of(&q);
-        share[k].wgrad /= chunks_of(&q);
+        share[k].fwd /= hy_sched_chunks(&q);
+        share[k].bwd /= hy_sched_chunks(&q);
+        share[k].wgrad /= hy_sched_chunks(&q);
     }
     return hy_plan_compare_costs(p, share, NULL, rows, err);
 }
@@ -960,7 +953,7 @@ static double measured_wgrad_share(const hy_measured_costs *mc) {
 static int measured_costs_for(const hy_config *cfg, const hy_measured_costs *mc,
                               const hy_sched_params *p, double **fwd, double **bwd,
                               double **wgrad, int *measured, hy_error *err) {
-    int S = chunks_of(p) * p->ranks;
+    int S = hy_sched_chunks(p) * p->ranks;
     *fwd = *bwd = *wgrad = NULL;
     if (p->split_backward && !mc->split)
         return hy_fail(err, HY_ERR_INPUT, "the profile measured whole backwards; profile a run "
@@ -1001,7 +994,7 @@ static int measured_costs_for(const hy_config *cfg, const hy_measured_costs *mc,
 static int measured_one(const hy_plan_request *rq, const hy_config *cfg,
                         const hy_measured_costs *mc, const hy_sched_params *p, FILE *out,
                         hy_error *err) {
-    int S = chunks_of(p) * p->ranks;
+    int S = hy_sched_chunks(p) * p->ranks;
     if (S != mc->stages)
         return hy_fail(err, HY_ERR_INPUT, "--costs %s: schedule.stages: the profile measured "
                        "%d stages (%s, P = %d) but this plan has %d (%s, P = %d); profile "

@@ -593,7 +593,7 @@ static int rt_plan_reduces(hy_runtime *rt, hy_error *err) {
                        "gradients across processes; use backend \"cpu\" or one process",
                        rt->replicas, o->name);
     for (int s = 0; s < rt->S; s++)
-        if (rt->model.stage_numel[s] > (size_t)INT_MAX || rt_wte(rt)->numel > (size_t)INT_MAX)
+        if (rt->model.stage_numel[s] > (size_t)INT_MAX)
             return hy_fail(err, HY_ERR_INPUT, "stage %d has %zu parameters: a data-parallel sum "
                            "takes at most %d; use more stages", s, rt->model.stage_numel[s],
                            INT_MAX);

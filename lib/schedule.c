@@ -119,14 +119,19 @@ static int hy_check_params(const hy_sched_params *p, hy_error *err) {
     return HY_OK;
 }
 
+int hy_sched_chunks(const hy_sched_params *p) {
+    if (p->kind == HY_SCHED_HANAYO) return 2 * p->waves;
+    if (p->kind == HY_SCHED_INTERLEAVED) return p->chunks;
+    return 1;
+}
+
 static int hy_schedule_alloc(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
     memset(s, 0, sizeof *s);
     s->kind = p->kind;
     s->ranks = p->ranks;
     s->micro_batches = p->micro_batches;
     s->waves = p->kind == HY_SCHED_HANAYO ? p->waves : 0;
-    s->chunks = p->kind == HY_SCHED_HANAYO ? 2 * p->waves
-              : p->kind == HY_SCHED_INTERLEAVED ? p->chunks : 1;
+    s->chunks = hy_sched_chunks(p);
     s->stages = s->chunks * s->ranks;
     s->split = p->split_backward != 0;
     s->placement = malloc(sizeof(int) * (size_t)s->stages);

@@ -81,6 +81,10 @@ int hy_sched_parse(const char *name, hy_sched_kind *kind, hy_error *err);
  * the uniform costs call for. On failure *s is left empty (safe to free). */
 int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err);
 
+/* Stages per rank p's kind uses (2W for hanayo, v for interleaved, else
+ * 1), known before anything is built: hy_schedule.chunks. */
+int hy_sched_chunks(const hy_sched_params *p);
+
 /* How an order is made: the knobs a cost-aware choice among orders tries
  * (order.h), each giving a valid order.
  *   hanayo's merge (see schedule.c): rank r holds at most 2WP + cap_extra

@@ -239,6 +239,15 @@ static int hy_save(hy_runtime *rt, const hy_config *c, hy_dp *dp, char *path, FI
     return rc;
 }
 
+/* Whether a stop was asked (*sig: the signal, 0: none), agreed by the
+ * replicas: the largest signal any of them got, so they stop together. */
+static int hy_stop_asked(const hy_train_opts *o, hy_dp *dp, int *sig, hy_error *err) {
+    *sig = 0;
+    if (!o || !o->stop) return HY_OK;
+    *sig = *o->stop;
+    return hy_dp_max(dp, sig, err);
+}
+
 /* A run asked to stop after step `step`: save that step unless `saved`
  * (its checkpoint, just written) is given or the step was not finite
  * (`bad`), and say where the run stopped and how to go on. */
@@ -399,11 +408,8 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
         }
         /* Only between steps: a step is never cut in half. Replicas stop
          * together, at the first step after any of them was asked to. */
-        if (!rc && o && o->stop) {
-            stop_sig = *o->stop;
-            rc = hy_dp_max(dp, &stop_sig, err);
-            if (!rc && stop_sig) stopped = i;
-        }
+        if (!rc) rc = hy_stop_asked(o, dp, &stop_sig, err);
+        if (!rc && stop_sig) stopped = i;
         if (stopped) break;
     }
     if (!rc && n_bad)
@@ -414,10 +420,7 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
      * gets its answer (the last step was saved already, when there is a
      * checkpoint.dir, unless the run resumed at its end and took none). */
     int last = stopped ? stopped : first <= steps ? steps : done;
-    if (!rc && o && o->stop && !stopped) {
-        stop_sig = *o->stop;
-        rc = hy_dp_max(dp, &stop_sig, err);
-    }
+    if (!rc && !stopped) rc = hy_stop_asked(o, dp, &stop_sig, err);
     if (!rc && stop_sig)
         rc = hy_stop(rt, c, dp, last, saved == last ? saved_path : NULL, bad, stop_sig, out, err);
     if (o && o->stopped_by) *o->stopped_by = stop_sig;

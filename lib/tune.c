@@ -249,13 +249,13 @@ static int same_candidate(const hy_tune_candidate *a, const hy_tune_candidate *b
 }
 
 /* The measured transfer time in the units schedule.comm_cost takes: one
- * stage's forward, here the mean of split n's measured stage forwards. */
-static double comm_units(const hy_cost_model *m, const int *split, int S) {
-    double *fwd = malloc(2 * (size_t)S * sizeof(double)), sum = 0;
-    if (!fwd) return 0;   /* the canonical order: still a valid choice */
-    hy_cost_model_stages(m, split, S, fwd, fwd + S);
+ * stage's forward, here the mean of split n's measured stage forwards
+ * (fwd, bwd: scratch of S entries each). */
+static double comm_units(const hy_cost_model *m, const int *split, int S, double *fwd,
+                         double *bwd) {
+    double sum = 0;
+    hy_cost_model_stages(m, split, S, fwd, bwd);
     for (int st = 0; st < S; st++) sum += fwd[st];
-    free(fwd);
     return sum > 0 && m->comm > 0 ? m->comm / (sum / S) : 0;
 }
 
@@ -266,19 +266,20 @@ static int evaluate(const hy_config *c, const hy_cost_model *m, const hy_tune_op
                     const hy_sched_params *p, const int *split, hy_tune_candidate *out,
                     hy_error *err) {
     memset(out, 0, sizeof *out);
-    int S = (p->kind == HY_SCHED_HANAYO       ? 2 * p->waves
-             : p->kind == HY_SCHED_INTERLEAVED ? p->chunks : 1) * p->ranks;
-    double units = comm_units(m, split, S);
-    hy_costs oc = hy_order_costs(p, units);
-    hy_schedule s;
-    int rc = hy_schedule_for_costs(&s, p, &oc, err);
-    if (rc) return rc;
-    double *fwd = malloc(3 * (size_t)S * sizeof(double));
+    int S = hy_sched_chunks(p) * p->ranks, rc = HY_OK;
+    double *fwd = malloc(3 * (size_t)S * sizeof(double)), units = 0;
     out->split = malloc((size_t)S * sizeof(int));
+    hy_schedule s;
+    memset(&s, 0, sizeof s);
     hy_sim_result res;
     hy_sim_limits lim;
     memset(&lim, 0, sizeof lim);
     if (!fwd || !out->split) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory tuning");
+    if (!rc) {
+        units = comm_units(m, split, S, fwd, fwd + S);
+        hy_costs oc = hy_order_costs(p, units);
+        rc = hy_schedule_for_costs(&s, p, &oc, err);
+    }
     if (!rc) rc = hy_mailbox_sim_limits(&s, &lim, err);
     if (!rc) rc = simulate_split(&s, &lim, m, split, o->wgrad_share, fwd, fwd + S, &res, err);
     if (!rc) {
@@ -356,7 +357,7 @@ static int by_time_per_token(const void *a, const void *b) {
 static int search_one(const hy_config *c, const hy_cost_model *m, const hy_tune_opts *o,
                       hy_sched_params q, int m_ref, cand_list *all, hy_error *err) {
     int P = q.ranks, L = c->model.layers;
-    int S = (q.kind == HY_SCHED_HANAYO ? 2 * q.waves : q.kind == HY_SCHED_INTERLEAVED ? q.chunks : 1) * P;
+    int S = hy_sched_chunks(&q) * P;
     if (S * TUNE_MIN_LAYERS > L) return HY_OK;   /* not a layer for every stage */
     /* Up to four splits: the starts (the default one, when the runtime
      * can make it, and the greedy one), then each start improved. */
