@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "atomicfile.h"
+#include "dp.h"
 #include "mailbox.h"
 #include "model.h"
 #include "order.h"
@@ -35,6 +36,7 @@ void hy_profile_opts_init(hy_profile_opts *o) {
     o->steps = 5;
     o->slow_stage = -1;
     o->slow_seconds = 0;
+    o->dp = NULL;
 }
 
 /* One measured step's times. */
@@ -42,6 +44,7 @@ typedef struct {
     hy_action_time **t;   /* [ranks][n_actions] */
     double *iter_start;   /* [ranks] */
     double *tail_at;      /* [ranks * 3] */
+    double *sum_at;       /* [ranks * 2 (stages + 1)]: hy_profile's sum_at */
 } step_times;
 
 static void step_free(step_times *st, int ranks) {
@@ -50,6 +53,7 @@ static void step_free(step_times *st, int ranks) {
     free(st->t);
     free(st->iter_start);
     free(st->tail_at);
+    free(st->sum_at);
     memset(st, 0, sizeof *st);
 }
 
@@ -58,7 +62,8 @@ static int step_alloc(step_times *st, const hy_schedule *s) {
     st->t = calloc((size_t)s->ranks, sizeof *st->t);
     st->iter_start = calloc((size_t)s->ranks, sizeof(double));
     st->tail_at = calloc(3 * (size_t)s->ranks, sizeof(double));
-    if (!st->t || !st->iter_start || !st->tail_at) return -1;
+    st->sum_at = calloc(2 * ((size_t)s->stages + 1) * (size_t)s->ranks, sizeof(double));
+    if (!st->t || !st->iter_start || !st->tail_at || !st->sum_at) return -1;
     for (int r = 0; r < s->ranks; r++) {
         st->t[r] = calloc((size_t)s->n_actions[r] + 1, sizeof **st->t);
         if (!st->t[r]) return -1;
@@ -68,8 +73,10 @@ static int step_alloc(step_times *st, const hy_schedule *s) {
 
 void hy_profile_free(hy_profile *p) {
     if (!p) return;
-    step_times last = { p->last, p->iter_start, p->tail_at };
+    step_times last = { p->last, p->iter_start, p->tail_at, p->sum_at };
     step_free(&last, p->sched.ranks);
+    free(p->n_sums);
+    free(p->sum_stage);
     free(p->copy);
     free(p->stage);
     free(p->rank);
@@ -109,12 +116,13 @@ static double arrival_of(const hy_action_time *q, const hy_action_time *t) {
 
 /* The stamps of one step (ns, per rank) → times in ms from its origin, the
  * earliest iteration start over the ranks. */
-static int take_step(const hy_schedule *s, uint64_t *const *raw, const int *at, step_times *st,
+static int take_step(const hy_profile *p, uint64_t *const *raw, const int *at, step_times *st,
                      hy_error *err) {
+    const hy_schedule *s = &p->sched;
     int P = s->ranks;
     uint64_t origin = raw[0][0];
     for (int r = 0; r < P; r++) {
-        size_t n = 1 + 4 * (size_t)s->n_actions[r] + 3;
+        size_t n = 1 + 4 * (size_t)s->n_actions[r] + 3 + 2 * (size_t)p->n_sums[r];
         for (size_t k = 0; k < n; k++)
             if (raw[r][k] == 0)
                 return hy_fail(err, HY_ERR_RUNTIME, "profile: rank %d recorded no stamp %zu "
@@ -138,6 +146,8 @@ static int take_step(const hy_schedule *s, uint64_t *const *raw, const int *at, 
         }
         size_t tail = 1 + 4 * (size_t)s->n_actions[r];
         for (int j = 0; j < 3; j++) st->tail_at[r * 3 + j] = MS(raw[r][tail + j]);
+        double *sum = &st->sum_at[(size_t)r * 2 * (s->stages + 1)];
+        for (int j = 0; j < 2 * p->n_sums[r]; j++) sum[j] = MS(raw[r][tail + 3 + j]);
     }
 #undef MS
     for (int r = 0; r < P; r++)
@@ -185,7 +195,7 @@ static int run_steps(hy_profile *p, const hy_config *c, hy_runtime *rt, const hy
         if (rc || k < HY_PROFILE_WARMUP) continue;
         for (int r = 0; !rc && r < P; r++)
             rc = hy_runtime_stamps(rt, r, raw[r], hy_runtime_stamp_count(rt, r), err);
-        if (!rc) rc = take_step(s, raw, at, &steps[k - HY_PROFILE_WARMUP], err);
+        if (!rc) rc = take_step(p, raw, at, &steps[k - HY_PROFILE_WARMUP], err);
         wall += st.ms;
         tokens = st.tokens;
     }
@@ -225,6 +235,15 @@ static void copy_times(hy_profile *p, step_times *steps) {
 
 /* Per stage and per rank means, the transfers, and each step's makespan
  * and bubble. */
+/* Where rank r's wait for its gradient sums ended (the last of them; tn,
+ * its last action's end, when it has none). sum_at: a step's. */
+static double sums_end(const hy_profile *p, const double *sum_at, int r, double tn) {
+    const double *sum = &sum_at[(size_t)r * 2 * (p->sched.stages + 1)];
+    double end = tn;
+    for (int j = 0; j < p->n_sums[r]; j++) end = fmax(end, sum[2 * j + 1]);
+    return end;
+}
+
 static int measure(hy_profile *p, step_times *steps, hy_error *err) {
     const hy_schedule *s = &p->sched;
     int P = s->ranks, S = s->stages, M = s->micro_batches, n = p->steps;
@@ -282,7 +301,10 @@ static int measure(hy_profile *p, step_times *steps, hy_error *err) {
                 }
             }
             double end = sk->tail_at[r * 3 + 2];
-            rt->tail += (end - (na > 0 ? sk->t[r][na - 1].sent : sk->iter_start[r])) / n;
+            double tn = na > 0 ? sk->t[r][na - 1].sent : sk->iter_start[r];
+            double sums = sums_end(p, sk->sum_at, r, tn) - tn;
+            rt->sums += sums / n;
+            rt->tail += (end - tn - sums) / n;
             if (end > step) step = end;
         }
         double makespan = last > first ? last - first : 0;
@@ -292,7 +314,8 @@ static int measure(hy_profile *p, step_times *steps, hy_error *err) {
     }
     for (int r = 0; r < P; r++) {
         hy_rank_time *t = &p->rank[r];
-        t->idle = fmax(0, p->step_ms - t->compute - t->copy - t->wait - t->blocked - t->tail);
+        t->idle = fmax(0, p->step_ms - t->compute - t->copy - t->wait - t->blocked - t->sums -
+                          t->tail);
     }
     for (int st = 0; st < S; st++) {
         hy_stage_cost *c = &p->stage[st];
@@ -373,7 +396,7 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
     step_times *steps = NULL;
     if (!rc) rc = hy_model_build(&m, c, 1, err);
     if (!rc) rc = hy_schedule_for_config(&p->sched, c, err);
-    if (!rc) rc = hy_train_runtime(&rt, c, NULL, NULL, err);
+    if (!rc) rc = hy_train_runtime(&rt, c, o->dp, NULL, err);
     if (!rc && !same_schedule(&p->sched, hy_runtime_schedule(rt)))
         rc = hy_fail(err, HY_ERR_RUNTIME, "profile: the runtime's action lists differ from "
                      "the schedule generator's (a bug)");
@@ -381,16 +404,27 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
     if (!rc) rc = hy_runtime_profile(rt, err);
     if (!rc) {
         int S = p->sched.stages, P = p->sched.ranks;
+        p->replicas = hy_dp_size(o->dp);
+        p->replica = hy_dp_rank(o->dp);
+        p->n_sums = calloc((size_t)P, sizeof(int));
+        p->sum_stage = calloc((size_t)P * ((size_t)S + 1), sizeof(int));
+        for (int r = 0; p->n_sums && p->sum_stage && r < P; r++)
+            p->n_sums[r] = hy_runtime_sums(rt, r, &p->sum_stage[(size_t)r * (S + 1)]);
         p->steps = o->steps;
         p->n_layers = malloc((size_t)S * sizeof(int));
         p->copy = malloc(3 * (size_t)S * sizeof(double));   /* F, B, W */
         p->stage = calloc((size_t)S, sizeof *p->stage);
         p->rank = calloc((size_t)P, sizeof *p->rank);
         steps = calloc((size_t)o->steps, sizeof *steps);
-        int bad = !p->n_layers || !p->copy || !p->stage || !p->rank || !steps;
+        int bad = !p->n_layers || !p->copy || !p->stage || !p->rank || !steps || !p->n_sums ||
+                  !p->sum_stage;
         for (int k = 0; !bad && k < o->steps; k++) bad = step_alloc(&steps[k], &p->sched) != 0;
         if (bad) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
     }
+    /* Every replica ready, or none steps: a failure here on one would
+     * leave the others waiting in the first step's sums. (A step failing
+     * on one replica ends the job: hy_profile_cmd's caller, like train's.) */
+    if (hy_dp_size(o->dp) > 1) rc = hy_dp_agree(o->dp, rc, err);
     if (!rc) {
         memcpy(p->n_layers, m.n_layers, (size_t)p->sched.stages * sizeof(int));
         p->head_units = hy_model_stage_cost(&m, m.stages - 1) - m.n_layers[m.stages - 1];
@@ -407,6 +441,7 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
         p->last = last->t;
         p->iter_start = last->iter_start;
         p->tail_at = last->tail_at;
+        p->sum_at = last->sum_at;
         memset(last, 0, sizeof *last);
     }
     for (int k = 0; steps && k < o->steps; k++) step_free(&steps[k], p->sched.ranks);
@@ -429,6 +464,30 @@ static json_t *x_event(const char *name, const char *cat, int tid, double t0, do
                      "pid", 0, "tid", tid, "ts", t0 * 1e3, "dur", fmax(0, t1 - t0) * 1e3);
 }
 
+/* Rank r's gradient sums over the replicas, on its sums track: each from
+ * its start to the end of the rank's wait for it. They overlap in any
+ * order (started as stages finish, waited for in stage order), so they
+ * are async events ("b" to "e", one id each), which need not nest. */
+static int sum_events(const hy_profile *p, json_t *ev, int r) {
+    int S = p->sched.stages, bad = 0, tid = p->sched.ranks + r;
+    const double *at = &p->sum_at[(size_t)r * 2 * (S + 1)];
+    for (int j = 0; j < p->n_sums[r]; j++) {
+        int stage = p->sum_stage[(size_t)r * (S + 1) + j];
+        char name[48], id[32];
+        if (stage == S) snprintf(name, sizeof name, "sum wte (tied embedding)");
+        else snprintf(name, sizeof name, "sum s%d", stage);
+        snprintf(id, sizeof id, "sum-%d-%d", r, stage);
+        bad |= add(ev, json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:f,s:{s:i,s:i}}", "name", name,
+                                 "cat", "gradient sum", "ph", "b", "id", id, "pid", 0, "tid", tid,
+                                 "ts", at[2 * j] * 1e3, "args", "stage", stage,
+                                 "replicas", p->replicas));
+        bad |= add(ev, json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:f}", "name", name,
+                                 "cat", "gradient sum", "ph", "e", "id", id, "pid", 0, "tid", tid,
+                                 "ts", fmax(at[2 * j + 1], at[2 * j]) * 1e3));
+    }
+    return bad;
+}
+
 static json_t *trace_events(const hy_profile *p) {
     const hy_schedule *s = &p->sched;
     json_t *ev = json_array();
@@ -446,7 +505,16 @@ static json_t *trace_events(const hy_profile *p) {
         bad |= add(ev, json_pack("{s:s,s:s,s:i,s:i,s:{s:s}}", "name", "thread_name", "ph", "M",
                                  "pid", 0, "tid", r, "args", "name", name));
         bad |= add(ev, json_pack("{s:s,s:s,s:i,s:i,s:{s:i}}", "name", "thread_sort_index",
-                                 "ph", "M", "pid", 0, "tid", r, "args", "sort_index", r));
+                                 "ph", "M", "pid", 0, "tid", r, "args", "sort_index", 2 * r));
+        if (p->n_sums[r] == 0) continue;
+        /* Its gradient sums overlap its later actions: a track of their
+         * own, right below the rank's. */
+        snprintf(name, sizeof name, "rank %d: gradient sums", r);
+        bad |= add(ev, json_pack("{s:s,s:s,s:i,s:i,s:{s:s}}", "name", "thread_name", "ph", "M",
+                                 "pid", 0, "tid", s->ranks + r, "args", "name", name));
+        bad |= add(ev, json_pack("{s:s,s:s,s:i,s:i,s:{s:i}}", "name", "thread_sort_index",
+                                 "ph", "M", "pid", 0, "tid", s->ranks + r, "args", "sort_index",
+                                 2 * r + 1));
     }
     int *at = action_index(s);
     if (!at) bad = 1;
@@ -494,7 +562,10 @@ static json_t *trace_events(const hy_profile *p) {
         const double *tail = &p->tail_at[r * 3];
         if (t0 - p->iter_start[r] > 1e-3)
             bad |= add(ev, x_event("zero gradients", "step", r, p->iter_start[r], t0));
-        bad |= add(ev, x_event("tied-embedding exchange", "step", r, tn, tail[0]));
+        bad |= sum_events(p, ev, r);
+        double summed = sums_end(p, p->sum_at, r, tn);
+        if (summed - tn > 1e-3) bad |= add(ev, x_event("wait for gradient sums", "wait", r, tn, summed));
+        bad |= add(ev, x_event("tied-embedding exchange", "step", r, summed, tail[0]));
         bad |= add(ev, x_event("norm+clip", "step", r, tail[0], tail[1]));
         bad |= add(ev, x_event("optimizer", "step", r, tail[1], tail[2]));
     }
@@ -538,11 +609,11 @@ static json_t *summary(const hy_profile *p) {
     int bad = 0;
     for (int r = 0; r < s->ranks; r++) {
         const hy_rank_time *t = &p->rank[r];
-        bad |= add(ranks, json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "rank", r,
+        bad |= add(ranks, json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "rank", r,
                                     "busy_ms", t->compute + t->copy, "compute_ms", t->compute,
                                     "copy_ms", t->copy, "wait_ms", t->wait,
-                                    "blocked_ms", t->blocked, "tail_ms", t->tail,
-                                    "idle_ms", t->idle));
+                                    "blocked_ms", t->blocked, "sums_wait_ms", t->sums,
+                                    "tail_ms", t->tail, "idle_ms", t->idle));
     }
     for (int st = 0; st < s->stages; st++) {
         const hy_stage_cost *c = &p->stage[st];
@@ -569,6 +640,8 @@ static json_t *summary(const hy_profile *p) {
         "micro_batches", s->micro_batches, "waves", s->kind == HY_SCHED_HANAYO ? s->waves : 0,
         "chunks", s->chunks, "stages", s->stages, "split_backward", s->split));
     bad |= json_object_set_new(o, "split", split);
+    bad |= json_object_set_new(o, "replicas", json_integer(p->replicas));
+    bad |= json_object_set_new(o, "replica", json_integer(p->replica));
     bad |= json_object_set_new(o, "warmup_steps", json_integer(HY_PROFILE_WARMUP));
     bad |= json_object_set_new(o, "steps", json_integer(p->steps));
     bad |= json_object_set_new(o, "tokens_per_step", json_real(p->tokens));
@@ -611,28 +684,41 @@ char *hy_profile_summary_json(const hy_profile *p) {
  * bars.svg: per rank, one stacked bar of where its step goes (svg.h)
  * ------------------------------------------------------------------------ */
 
-enum { BAR_PARTS = 6 };
+enum { BAR_PARTS = 7 };
 
-/* The bars of p; title holds 256 bytes, values HY_MAX_RANKS * BAR_PARTS. */
-static hy_svg_bars profile_bars(const hy_profile *p, char *title, size_t n, double *values) {
-    static const char *const names[BAR_PARTS] = {"compute", "copy", "wait", "blocked", "tail",
-                                                 "idle"};
-    static const char *const colors[BAR_PARTS] = {"#3b7dd8", "#9b59b6", "#e0573a", "#f0a030",
-                                                  "#3aa05a", "#c8c8c8"};
-    int P = p->sched.ranks;
+/* The bars of p into the caller's buffers: title (256 bytes), values
+ * (HY_MAX_RANKS * BAR_PARTS), names and colors (BAR_PARTS). The "sums"
+ * part only with data-parallel replicas. */
+static hy_svg_bars profile_bars(const hy_profile *p, char *title, size_t n, double *values,
+                                const char **names, const char **colors) {
+    static const char *const part[BAR_PARTS] = {"compute", "copy", "wait", "blocked", "sums",
+                                                "tail", "idle"};
+    static const char *const color[BAR_PARTS] = {"#3b7dd8", "#9b59b6", "#e0573a", "#f0a030",
+                                                 "#d04090", "#3aa05a", "#c8c8c8"};
+    int P = p->sched.ranks, dp = p->replicas > 1, parts = 0;
+    for (int k = 0; k < BAR_PARTS; k++)
+        if (dp || strcmp(part[k], "sums") != 0) {
+            names[parts] = part[k];
+            colors[parts++] = color[k];
+        }
     for (int r = 0; r < P; r++) {
         const hy_rank_time *t = &p->rank[r];
-        double *v = &values[r * BAR_PARTS];
-        v[0] = t->compute; v[1] = t->copy; v[2] = t->wait;
-        v[3] = t->blocked; v[4] = t->tail; v[5] = t->idle;
+        double *v = &values[r * parts];
+        int k = 0;
+        v[k++] = t->compute; v[k++] = t->copy; v[k++] = t->wait; v[k++] = t->blocked;
+        if (dp) v[k++] = t->sums;
+        v[k++] = t->tail; v[k] = t->idle;
     }
     snprintf(title, n, "%s P=%d M=%d: where each rank's step goes (mean of %d steps, %.2f ms)",
              hy_sched_name(p->sched.kind), P, p->sched.micro_batches, p->steps, p->step_ms);
     hy_svg_bars b = {
-        .ranks = P, .parts = BAR_PARTS, .names = names, .colors = colors, .values = values,
+        .ranks = P, .parts = parts, .names = names, .colors = colors, .values = values,
         .unit = "ms", .title = title,
-        .note = "the whole bar is the step; busy = compute + copy; blocked = a send held up "
-                "beyond its copy; tail = embedding exchange, norm and clip, optimizer",
+        .note = dp ? "the whole bar is the step; busy = compute + copy; blocked = a send held up "
+                     "beyond its copy; sums = waiting for the gradient sums over the replicas; "
+                     "tail = embedding exchange, norm and clip, optimizer"
+                   : "the whole bar is the step; busy = compute + copy; blocked = a send held up "
+                     "beyond its copy; tail = embedding exchange, norm and clip, optimizer",
     };
     return b;
 }
@@ -640,7 +726,8 @@ static hy_svg_bars profile_bars(const hy_profile *p, char *title, size_t n, doub
 int hy_profile_write_bars_svg(FILE *f, const hy_profile *p) {
     char title[256];
     double values[HY_MAX_RANKS * BAR_PARTS];
-    hy_svg_bars b = profile_bars(p, title, sizeof title, values);
+    const char *names[BAR_PARTS], *colors[BAR_PARTS];
+    hy_svg_bars b = profile_bars(p, title, sizeof title, values, names, colors);
     return hy_svg_write_bars(f, &b);
 }
 
@@ -738,7 +825,8 @@ static int save_bars(const hy_profile *p, const char *dir, hy_error *err) {
     if (!path) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     char title[256];
     double values[HY_MAX_RANKS * BAR_PARTS];
-    hy_svg_bars b = profile_bars(p, title, sizeof title, values);
+    const char *names[BAR_PARTS], *colors[BAR_PARTS];
+    hy_svg_bars b = profile_bars(p, title, sizeof title, values, names, colors);
     int rc = hy_svg_save_bars(&b, path, err);
     free(path);
     return rc;
@@ -826,25 +914,34 @@ int hy_profile_write_table(FILE *f, const hy_profile *p) {
     fprintf(f, ", %d stages (layers:", s->stages);
     for (int st = 0; st < s->stages; st++) fprintf(f, " %d", p->n_layers[st]);
     fprintf(f, "); backend %s\n", p->backend);
+    if (p->replicas > 1)
+        fprintf(f, "replica %d of %d data-parallel replicas (their gradients summed in every "
+                   "step)\n", p->replica, p->replicas);
     fprintf(f, "%d measured steps after %d warm-up: %.2f ms per step from the stamps, %.2f ms "
                "wall, %.0f tokens/s\n\n", p->steps, HY_PROFILE_WARMUP, p->step_ms, p->wall_ms,
             p->wall_ms > 0 ? p->tokens / (p->wall_ms / 1e3) : 0);
 
     fprintf(f, "per rank, ms per step and share of the step (busy = compute + copy):\n");
-    fprintf(f, "  rank %15s %15s %15s %15s %15s %15s\n", "compute", "copy", "wait", "blocked",
-            "tail", "idle");
+    int dp = p->replicas > 1;
+    fprintf(f, "  rank %15s %15s %15s %15s", "compute", "copy", "wait", "blocked");
+    if (dp) fprintf(f, " %15s", "sums");
+    fprintf(f, " %15s %15s\n", "tail", "idle");
     for (int r = 0; r < s->ranks; r++) {
         const hy_rank_time *t = &p->rank[r];
-        double all = t->compute + t->copy + t->wait + t->blocked + t->tail + t->idle;
+        double all = t->compute + t->copy + t->wait + t->blocked + t->sums + t->tail + t->idle;
         fprintf(f, "  %4d", r);
         pct_cell(f, t->compute, all);
         pct_cell(f, t->copy, all);
         pct_cell(f, t->wait, all);
         pct_cell(f, t->blocked, all);
+        if (dp) pct_cell(f, t->sums, all);
         pct_cell(f, t->tail, all);
         pct_cell(f, t->idle, all);
         fputc('\n', f);
     }
+    if (dp)
+        fprintf(f, "  sums: waiting after the last action for the gradient sums over the "
+                   "replicas, the part the remaining backwards did not hide\n");
     fprintf(f, "\nper stage, ms per action (mean over micro-batches and steps); cost = compute "
                "+ copy of the output; blocked: a send held up beyond its copy\n");
     fprintf(f, "  stage rank layers   F cost   B cost  F comp  B comp  F copy  B copy  F blkd  B blkd%s\n",
@@ -882,29 +979,51 @@ char *hy_profile_default_dir(const char *config) {
     return hy_config_derived_dir("profile", config);
 }
 
+/* The directory replica r of a data-parallel profile writes: replica-R
+ * inside the one asked for (just that one for a single process). */
+static char *replica_dir(const char *dir, const hy_dp *dp) {
+    if (hy_dp_size(dp) == 1) return strdup(dir);
+    size_t n = strlen(dir) + 32;
+    char *d = malloc(n);
+    if (d) snprintf(d, n, "%s/replica-%d", dir, hy_dp_rank(dp));
+    return d;
+}
+
 int hy_profile_cmd(const hy_profile_request *rq, FILE *out, hy_error *err) {
+    hy_dp *dp = rq->opts.dp;
+    int replicas = hy_dp_size(dp);
     hy_config c;
     hy_config_init(&c);
     int rc = hy_config_load(&c, rq->config, rq->sets, rq->n_sets, err);
-    char *dir = NULL;
+    char *top = NULL, *dir = NULL;
     if (!rc) {
-        dir = rq->out ? strdup(rq->out) : hy_profile_default_dir(rq->config);
+        top = rq->out ? strdup(rq->out) : hy_profile_default_dir(rq->config);
+        dir = top ? replica_dir(top, dp) : NULL;
         if (!dir) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     }
     /* Before the steps run: a directory that cannot be made is bad input,
      * found at once, not after the measurement. */
     if (!rc) rc = hy_profile_check_dir(dir, err);
+    if (replicas > 1) {
+        rc = hy_dp_agree(dp, rc, err);
+        if (!rc) rc = hy_train_same_config(&c, dp, err);
+        hy_dp_set_watchdog(dp, c.watchdog_s);
+    }
     hy_profile p;
     memset(&p, 0, sizeof p);
     if (!rc) rc = hy_profile_run(&p, &c, &rq->opts, err);
     if (!rc) rc = hy_profile_save(&p, dir, err);
-    if (!rc) {
+    if (!rc && hy_dp_rank(dp) == 0) {
         hy_profile_write_table(out, &p);
         fprintf(out, "\nfiles: %s/trace.json (open in https://ui.perfetto.dev or chrome://tracing), "
                      "%s/summary.json, %s/timeline.svg, %s/bars.svg\n", dir, dir, dir, dir);
+        if (replicas > 1)
+            fprintf(out, "each replica's profile is in %s/replica-R (R = 0 .. %d)\n", top,
+                    replicas - 1);
     }
     hy_profile_free(&p);
     hy_config_free(&c);
     free(dir);
+    free(top);
     return rc;
 }

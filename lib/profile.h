@@ -71,12 +71,18 @@
  * recorded; only replays are measured, as a real run spends its time. */
 #define HY_PROFILE_WARMUP 2
 
+struct hy_dp;
+
 typedef struct {
     int steps;            /* measured steps, >= 1 (default 5) */
     /* Test hook (runtime.h, hy_runtime_slow_stage): every action of this
      * stage first holds its rank for slow_seconds. -1: none. */
     int slow_stage;
     double slow_seconds;
+    /* The data-parallel replicas this process is one of (dp.h), each
+     * profiling its own pipeline with the gradient sums over them in its
+     * steps; NULL: one process. */
+    struct hy_dp *dp;
 } hy_profile_opts;
 
 void hy_profile_opts_init(hy_profile_opts *o);
@@ -104,14 +110,17 @@ typedef struct {
 } hy_stage_cost;
 
 /* Per rank, ms per step (means over measured steps). compute + copy +
- * wait + blocked + tail + idle = the step; busy is compute + copy. */
+ * wait + blocked + sums + tail + idle = the step; busy is compute + copy. */
 typedef struct {
     double compute;   /* its actions' own work */
     double copy;      /* handing outputs over */
     double wait;      /* blocked on another rank for an input */
     double blocked;   /* blocked handing an output over */
-    double tail;      /* after its last action: embedding exchange, norm and clip,
-                         optimizer (and waiting for the other ranks in them) */
+    double sums;      /* with data-parallel replicas: after its last action, waiting
+                         for its gradient sums over them (what the backwards did not
+                         hide) */
+    double tail;      /* after that: embedding exchange, norm and clip, optimizer
+                         (and waiting for the other ranks in them) */
     double idle;      /* the rest: before its first action (zeroing gradients),
                          between actions, after its tail */
 } hy_rank_time;
@@ -128,6 +137,13 @@ typedef struct {
     double *iter_start;         /* [ranks]: the last step's iteration starts */
     double *tail_at;            /* [ranks * 3]: the last step's tail stamps */
     double *copy;               /* [2 * stages]: the copy time of (op, stage)'s output */
+    int replicas, replica;      /* data parallelism: how many, and which this is */
+    int *n_sums;                /* [ranks]: the gradient sums over the replicas each rank
+                                   starts per step (runtime.h, hy_runtime_sums; 0: one) */
+    int *sum_stage;             /* [ranks * (stages + 1)]: the stage of each (stages: the
+                                   tied embedding's replica) */
+    double *sum_at;             /* [ranks * 2 (stages + 1)]: the last step's, each sum's
+                                   start and the end of the rank's wait for it */
 
     hy_stage_cost *stage;       /* [stages] */
     hy_rank_time *rank;         /* [ranks] */
@@ -158,7 +174,11 @@ void hy_profile_free(hy_profile *p);
  *              action ("F m3 s5": start to sent, args mb, stage, wait_us,
  *              compute_us, send_us = the copy, blocked_us), "wait" and
  *              "blocked send" events inside them, the tail's phases, and
- *              a flow arrow from each cross-rank send to its receiver.
+ *              a flow arrow from each cross-rank send to its receiver;
+ *              with replicas, a track per rank of its gradient sums ("sum
+ *              s3": started to waited for) and the rank's wait for them.
+ *              Under mpirun each replica writes its own directory,
+ *              replica-R inside the one asked for (hy_profile_cmd).
  * summary.json every measured figure, the per-stage costs and the cost
  *              model; `hanayo plan --costs` reads it back (measured.h).
  * timeline.svg the last measured step drawn as `hanayo plan --svg` draws
@@ -193,7 +213,11 @@ typedef struct {
 
 /* Loads the config, checks the output directory, profiles, writes the
  * files and prints the table and where the files are. Nothing is written
- * unless the whole profile ran. */
+ * unless the whole profile ran. As one of several data-parallel replicas
+ * (rq->opts.dp) every replica profiles, in the same steps, and writes
+ * replica-R/ inside the directory; replica 0 prints (out of the others
+ * is not written to), and a failure on any replica is every replica's
+ * (dp.h, hy_dp_agree). */
 int hy_profile_cmd(const hy_profile_request *rq, FILE *out, hy_error *err);
 
 /* The default output directory of a config path: "profile/" and its file

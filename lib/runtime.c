@@ -67,7 +67,7 @@ typedef struct {
      * gradients it completes (-1: none), where that stage's sum starts */
     hy_reducer *reducer;
     int *reduce_after;
-    /* profiling (hy_runtime_profile): stamps[RT_STAMPS(n_actions)] */
+    /* profiling (hy_runtime_profile): stamps[rt_stamp_count] */
     uint64_t *stamps;
     int status;
     hy_error err;
@@ -114,6 +114,38 @@ static const hy_param *rt_wte(const hy_runtime *rt) { return hy_model_param(&rt-
  * action (start, input received, computed, sent), three for the tail
  * (tied-embedding exchange, norm and clip, optimizer). */
 #define RT_STAMPS(n_actions) (1 + 4 * (size_t)(n_actions) + 3)
+
+/* The gradient sums over the replicas rank r starts, in the order its
+ * stamps keep them: its stages ascending, then the tied embedding's
+ * replica (bucket S) on the rank holding it. Writes them to buckets
+ * (room for S + 1) when not NULL; 0 with one replica. */
+static int rt_rank_buckets(const hy_runtime *rt, int r, int *buckets) {
+    if (rt->replicas == 1) return 0;
+    int n = 0;
+    for (int s = 0; s < rt->S; s++)
+        if (rt->sched.placement[s] == r) {
+            if (buckets) buckets[n] = s;
+            n++;
+        }
+    if (r == rt->replica_rank) {
+        if (buckets) buckets[n] = rt->S;
+        n++;
+    }
+    return n;
+}
+
+/* Two more stamps per sum: just before it started, after it was waited
+ * for (hy_runtime_profile). */
+static size_t rt_stamp_count(const hy_runtime *rt, int r) {
+    return RT_STAMPS(rt->sched.n_actions[r]) + 2 * (size_t)rt_rank_buckets(rt, r, NULL);
+}
+
+/* The index of bucket b among rank r's (rt_rank_buckets). */
+static int rt_bucket_index(const hy_runtime *rt, int r, int b) {
+    int j = 0;
+    for (int s = 0; s < b && s < rt->S; s++) j += rt->sched.placement[s] == r;
+    return j;
+}
 
 /* ------------------------------------------------------------------------ */
 /* One iteration of one rank, enqueued on its stream */
@@ -319,16 +351,27 @@ static int rt_optimize(rt_ctx *x) {
     return rc;
 }
 
+/* The stamp of bucket b's sum: its start (end = 0) or its wait's end. */
+static size_t rt_sum_stamp(rt_ctx *x, int b, int end) {
+    int r = x->rk->rank;
+    return RT_STAMPS(x->rt->sched.n_actions[r]) + 2 * (size_t)rt_bucket_index(x->rt, r, b) +
+           (size_t)end;
+}
+
 /* Data parallelism: the sum over the replicas of stage s's gradients (its
  * bucket is s), and of the wte replica's with the last stage's (bucket S),
  * started once the action that completes them has run. */
 static int rt_reduce_start(rt_ctx *x, int s) {
     hy_runtime *rt = x->rt;
     rt_rank *rk = x->rk;
-    int rc = x->o->reduce_start(x->st, rk->reducer, s, rt->stages[s].grad,
-                                rt->model.stage_numel[s], x->err);
-    if (!rc && s == rt->S - 1 && rk->dwte)
-        rc = x->o->reduce_start(x->st, rk->reducer, rt->S, rk->dwte, rt_wte(rt)->numel, x->err);
+    int rc = rt_stamp(x, rt_sum_stamp(x, s, 0));
+    if (!rc) rc = x->o->reduce_start(x->st, rk->reducer, s, rt->stages[s].grad,
+                                     rt->model.stage_numel[s], x->err);
+    if (!rc && s == rt->S - 1 && rk->dwte) {
+        rc = rt_stamp(x, rt_sum_stamp(x, rt->S, 0));
+        if (!rc) rc = x->o->reduce_start(x->st, rk->reducer, rt->S, rk->dwte, rt_wte(rt)->numel,
+                                         x->err);
+    }
     return rc;
 }
 
@@ -341,7 +384,11 @@ static int rt_reduce_wait(rt_ctx *x) {
     for (int s = 0; s < rt->S && !rc; s++) {
         if (rt->stages[s].rank != rk->rank) continue;
         rc = x->o->reduce_wait(x->st, rk->reducer, s, x->err);
-        if (!rc && s == rt->S - 1 && rk->dwte) rc = x->o->reduce_wait(x->st, rk->reducer, rt->S, x->err);
+        if (!rc) rc = rt_stamp(x, rt_sum_stamp(x, s, 1));
+        if (!rc && s == rt->S - 1 && rk->dwte) {
+            rc = x->o->reduce_wait(x->st, rk->reducer, rt->S, x->err);
+            if (!rc) rc = rt_stamp(x, rt_sum_stamp(x, rt->S, 1));
+        }
     }
     return rc;
 }
@@ -526,7 +573,7 @@ static int rt_alloc_rank(hy_runtime *rt, rt_rank *rk, hy_error *err) {
     if (!rc) rc = rt_alloc(rt, r, 2 * f, &rk->clip_factor, err);
     if (!rc) rk->norm = rk->clip_factor + 1;
     if (!rc) rc = rt_alloc(rt, r, sizeof(hy_adamw_hparams), &rk->hp, err);
-    if (!rc) rc = rt_alloc(rt, r, RT_STAMPS(rt->sched.n_actions[r]) * sizeof(uint64_t), &rk->stamps, err);
+    if (!rc) rc = rt_alloc(rt, r, rt_stamp_count(rt, r) * sizeof(uint64_t), &rk->stamps, err);
     if (!rc && rt->sched.placement[0] == r) rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->tokens, err);
     if (!rc && head) rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->targets, err);
     if (!rc && r == rt->replica_rank) {
@@ -1007,7 +1054,11 @@ int hy_runtime_profile(hy_runtime *rt, hy_error *err) {
 }
 
 size_t hy_runtime_stamp_count(const hy_runtime *rt, int rank) {
-    return rank < 0 || rank >= rt->P ? 0 : RT_STAMPS(rt->sched.n_actions[rank]);
+    return rank < 0 || rank >= rt->P ? 0 : rt_stamp_count(rt, rank);
+}
+
+int hy_runtime_sums(const hy_runtime *rt, int rank, int *buckets) {
+    return rank < 0 || rank >= rt->P ? 0 : rt_rank_buckets(rt, rank, buckets);
 }
 
 int hy_runtime_stamps(hy_runtime *rt, int rank, uint64_t *dst, size_t n, hy_error *err) {

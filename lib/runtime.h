@@ -127,10 +127,19 @@ int hy_runtime_nonfinite_where(hy_runtime *rt, char *buf, size_t n, hy_error *er
  *                     its compute done, its output sent
  *   [1 + 4n + 0..2]   after the tied-embedding exchange, after the norm
  *                     and clip, after the optimizer (n = its action count)
+ *   [1 + 4n + 3 + 2j + 0..1]
+ *                     with data-parallel replicas, the rank's gradient sum
+ *                     j (hy_runtime_sums): just before it started, and
+ *                     after the rank's wait for it ended
  * hy_runtime_stamps copies the last step's stamps of one rank (n must be
  * hy_runtime_stamp_count(rt, rank)). */
 int hy_runtime_profile(hy_runtime *rt, hy_error *err);
 size_t hy_runtime_stamp_count(const hy_runtime *rt, int rank);
+/* The gradient sums over the replicas that rank starts each step, in the
+ * order of its stamps: the stage of each (S: the tied embedding's replica
+ * on the last stage's rank) into buckets (room for stages + 1; NULL: only
+ * count). 0 with one replica. */
+int hy_runtime_sums(const hy_runtime *rt, int rank, int *buckets);
 int hy_runtime_stamps(hy_runtime *rt, int rank, uint64_t *dst, size_t n, hy_error *err);
 
 /* Writes rank's recorded iteration as Graphviz DOT to path and counts its

@@ -188,10 +188,7 @@ static int hy_replicas_agree(hy_runtime *rt, hy_dp *dp, hy_error *err) {
     return rc;
 }
 
-/* Data parallelism: the replicas must run one config (the data position,
- * the schedule and the sums all assume it), compared by the CRC-32C of
- * each one's resolved config. */
-static int hy_same_config(const hy_config *c, hy_dp *dp, hy_error *err) {
+int hy_train_same_config(const hy_config *c, hy_dp *dp, hy_error *err) {
     if (hy_dp_size(dp) == 1) return HY_OK;
     char *text = hy_config_to_json(c);
     uint32_t crc = text ? hy_crc32c(0, text, strlen(text)) : 0;
@@ -325,7 +322,7 @@ int hy_train(const hy_config *c, const hy_train_opts *o, FILE *out, hy_error *er
     /* Data parallelism: one replica's bad input ends them all, with its
      * error; and they must all run the same config. */
     rc = hy_dp_agree(dp, rc, err);
-    if (!rc) rc = hy_same_config(c, dp, err);
+    if (!rc) rc = hy_train_same_config(c, dp, err);
     /* After the other checks, so a run refused for them leaves no
      * directory behind; before the log, so a refused one leaves no log:
      * one writer per checkpoint.dir (checkpoint.h). */

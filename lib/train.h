@@ -66,6 +66,12 @@ struct hy_dp;
 int hy_train_runtime(hy_runtime **out, const hy_config *c, struct hy_dp *dp, FILE *warn,
                      hy_error *err);
 
+/* Data parallelism: the replicas must run one config (the data position,
+ * the schedule and the sums all assume it). Collective: compares the
+ * CRC-32C of each one's resolved config, and when they differ every
+ * replica gets one HY_ERR_INPUT saying so. One replica: HY_OK. */
+int hy_train_same_config(const hy_config *c, struct hy_dp *dp, hy_error *err);
+
 /* The learning rate at step (1-based): linear warm-up to train.lr over
  * warmup_steps, then cosine decay to train.min_lr at the last step. */
 double hy_train_lr(const hy_config *c, int step);

@@ -158,12 +158,12 @@ run checkpoint --help
 expect_rc 0
 expect_out '^usage: hanayo checkpoint verify DIR'
 
-# ---- only train runs under an MPI launcher of several processes ----------------
+# ---- only train and profile run under an MPI launcher of several processes ------
 # (the launcher's environment is all hanayo reads before joining a job)
-OMPI_COMM_WORLD_SIZE=2 expect_input_error profile configs/tiny-gpt.json --out "$tmp/mpi-prof"
-expect_err "only 'train' runs as data-parallel replicas"
-if [ -e "$tmp/mpi-prof" ]; then bad "profile under mpirun left $tmp/mpi-prof"; else ok; fi
-PMI_SIZE=4 expect_input_error tune configs/tiny-gpt.json
+OMPI_COMM_WORLD_SIZE=2 expect_input_error tune configs/tiny-gpt.json --out "$tmp/mpi-tune.json"
+expect_err "only 'train' and 'profile' run as data-parallel replicas"
+if [ -e "$tmp/mpi-tune.json" ]; then bad "tune under mpirun left $tmp/mpi-tune.json"; else ok; fi
+PMI_SIZE=4 expect_input_error eval configs/tiny-gpt.json
 expect_err 'one of 4 MPI processes'
 OMPI_COMM_WORLD_SIZE=1 run plan configs/tiny-gpt.json --json
 expect_rc 0

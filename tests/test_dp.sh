@@ -13,7 +13,11 @@
 #   - one replica given a missing shard ends both with one error line, and
 #     leaves no checkpoint directory or log behind;
 #   - SIGTERM to one replica stops both at the same step, with one
-#     checkpoint and exit 143.
+#     checkpoint and exit 143;
+#   - a stalled replica (SIGSTOP) ends the job past watchdog_s;
+#   - `mpirun -np 2 hanayo profile`: each replica's trace shows its ranks'
+#     gradient sums where they run, replica 0 alone prints, and one
+#     replica's bad --out ends both with one error and nothing written.
 #   - on the CUDA backend (NCCL), where the machine has two GPUs: the same
 #     equality within 1e-3 (bf16); said to be skipped otherwise.
 # Needs an MPI build (hanayo --version: "data parallel: mpi") and mpirun
@@ -191,6 +195,69 @@ last="SIGSTOP to replica 1 (watchdog_s 2): exit $rc; stderr $(head -c 400 "$tmp/
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 137 ]; then ok; else bad "$last: want a failed job, not killed by the guard"; fi
 expect_file_has() { if grep -q -e "$2" "$1"; then ok; else bad "$last: lacks '$2'"; fi; }
 expect_file_has "$tmp/stall.err" '^hanayo: replica 0: watchdog: waited [0-9.]* s in .* for the other replicas'
+
+# ---- profile: each replica its own, the gradient sums in its trace -----------------
+# Both replicas profile the same steps and write replica-R/; only replica 0
+# prints. In each trace, every stage of a rank has one gradient sum on the
+# rank's sums track (and the tied embedding's on the last stage's rank,
+# when that is not rank 0), starting no earlier than that stage's last
+# backward ended and ending no later than the rank's tail begins; the
+# summary says which replica it is.
+for kind in hanayo 1f1b; do
+    prof=$tmp/prof-$kind
+    "${mpi[@]}" -np 2 "$HANAYO" profile "${small[@]}" --set schedule.micro_batches=4 \
+        --set schedule.kind=$kind --steps 2 --out "$prof" >"$prof.out" 2>"$prof.err" </dev/null
+    rc=$?
+    last="mpirun -np 2 hanayo profile ($kind); stderr $(head -c 300 "$prof.err")"
+    expect_rc 0
+    if [ "$(grep -c '^profile: ' "$prof.out")" = 1 ] &&
+        grep -q '^replica 0 of 2 data-parallel replicas' "$prof.out" &&
+        grep -q "^each replica's profile is in $prof/replica-R (R = 0 .. 1)" "$prof.out"; then ok; else
+        bad "$last: want replica 0's table once: $(head -3 "$prof.out")"
+    fi
+    for r in 0 1; do
+        if python3 - "$prof/replica-$r" "$r" <<'EOF'; then ok; else bad "$last: replica $r's trace or summary"; fi
+import json, sys
+d, replica = sys.argv[1], int(sys.argv[2])
+s = json.load(open(d + '/summary.json'))
+assert (s['replicas'], s['replica']) == (2, replica), (s['replicas'], s['replica'])
+P, S = s['schedule']['ranks'], s['schedule']['stages']
+assert all(r['sums_wait_ms'] >= 0 for r in s['ranks'])
+assert 'sums' in open(d + '/bars.svg').read()
+place = {st['stage']: st['rank'] for st in s['stages']}
+ev = json.load(open(d + '/trace.json'))['traceEvents']
+begin = {e['id']: e for e in ev if e.get('cat') == 'gradient sum' and e['ph'] == 'b'}
+end = {e['id']: e for e in ev if e.get('cat') == 'gradient sum' and e['ph'] == 'e'}
+assert begin.keys() == end.keys() and begin, (sorted(begin), sorted(end))
+want = {(place[k], k) for k in range(S)}
+if place[S - 1] != place[0]:
+    want.add((place[S - 1], S))            # the tied embedding's replica
+got = {(e['tid'] - P, e['args']['stage']) for e in begin.values()}
+assert got == want, (sorted(got), sorted(want))
+for i, b in begin.items():
+    r, st = b['tid'] - P, b['args']['stage']
+    k = min(st, S - 1)
+    acts = [e for e in ev if e['ph'] == 'X' and e['tid'] == r and e.get('cat') in ('backward', 'weights')
+            and e['args']['stage'] == k]
+    done = max(e['ts'] + e['dur'] for e in acts)
+    assert b['ts'] >= done - 1e-3, (i, b['ts'], done)
+    assert end[i]['ts'] >= b['ts'], i
+    tail = [e for e in ev if e['ph'] == 'X' and e['tid'] == r and e['name'] == 'tied-embedding exchange']
+    assert len(tail) == 1 and end[i]['ts'] <= tail[0]['ts'] + 1e-3, (i, end[i]['ts'], tail)
+EOF
+    done
+done
+# One replica's bad --out: both end with its one error, nothing measured.
+: >"$tmp/file"
+"${mpi[@]}" -np 1 "$HANAYO" profile "${small[@]}" --out "$tmp/prof-bad" : \
+    -np 1 "$HANAYO" profile "${small[@]}" --out "$tmp/file/x" >"$tmp/prof-bad.out" 2>"$tmp/prof-bad.err" </dev/null
+rc=$?
+last="mpirun: profile, replica 1 with a bad --out"
+if [ "$rc" -ne 0 ]; then ok; else bad "$last: exit 0"; fi
+if [ "$(grep -c '^hanayo: ' "$tmp/prof-bad.err")" = 1 ] && grep -q '^hanayo: replica 1: ' "$tmp/prof-bad.err"; then ok; else
+    bad "$last: want one 'hanayo: replica 1: ...' line, got: $(grep '^hanayo' "$tmp/prof-bad.err")"
+fi
+if [ ! -e "$tmp/prof-bad" ]; then ok; else bad "$last: left $tmp/prof-bad"; fi
 
 # ---- the CUDA backend, through NCCL: only with two GPUs or more -------------------
 # NCCL puts one replica on each GPU (it refuses two on one), so each

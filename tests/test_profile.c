@@ -165,7 +165,7 @@ static void test_trace(void) {
             const hy_rank_time *t = &p.rank[r];
             CHECK(t->compute > 0 && t->copy >= 0 && t->wait >= 0 && t->blocked >= 0 &&
                   t->tail >= 0 && t->idle >= 0);
-            CHECK_NEAR(t->compute + t->copy + t->wait + t->blocked + t->tail + t->idle, p.step_ms,
+            CHECK_NEAR(t->compute + t->copy + t->wait + t->blocked + t->sums + t->tail + t->idle, p.step_ms,
                        1e-6 * p.step_ms + 1e-9);
         }
         CHECK(p.makespan > 0 && p.makespan <= p.step_ms);

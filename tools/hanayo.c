@@ -590,15 +590,24 @@ static const hy_args_spec profile_spec = {
     .command = "profile", .flags = profile_flags, .operand = "config file",
     .synopsis = "hanayo profile CONFIG [--steps N] [--out DIR]" };
 
+static int replica_failed(hy_dp *dp, int st, hy_error *err);
+
+/* Under mpirun or srun each data-parallel replica profiles its own
+ * pipeline, the gradient sums over the replicas in its steps. */
 static int cmd_profile(const command *cmd, int argc, char **argv, hy_error *err) {
     profile_args a = { .rq = { .config = NULL, .out = NULL }, .sets = { 0 } };
     hy_profile_opts_init(&a.rq.opts);
     hy_args_result got;
     int st = read_args(cmd, argc, argv, &a, &got, err);
+    hy_dp *dp = NULL;
+    if (st == HY_OK && !got.help) st = hy_dp_start(&dp, NULL, NULL, err);
     if (st == HY_OK && !got.help) {
         hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
+        a.rq.opts.dp = dp;
         st = hy_profile_cmd(&a.rq, stdout, err);
+        if (dp) st = st != HY_OK ? replica_failed(dp, st, err) : HY_OK;
     }
+    hy_dp_finish(dp);
     hy_flag_list_free(&a.sets);
     return st;
 }
@@ -716,7 +725,7 @@ static int load_config(hy_config *c, const char *path, const hy_flag_list *sets,
  * empty message, which main does not print); a replica's own error is
  * printed with its index, then the whole job is ended, since the others
  * may be waiting for this one in a collective. */
-static int train_replica_failed(hy_dp *dp, int st, hy_error *err) {
+static int replica_failed(hy_dp *dp, int st, hy_error *err) {
     if (hy_dp_agreed(dp)) {
         if (hy_dp_rank(dp) != 0) err->msg[0] = '\0';
         return st;
@@ -754,7 +763,7 @@ static int cmd_train(const command *cmd, int argc, char **argv, hy_error *err) {
         if (st == HY_OK) catch_stop_signals();
         if (st == HY_OK) st = hy_train(&c, &a.opts, out, err);
         hy_config_free(&c);
-        if (dp) st = st != HY_OK ? train_replica_failed(dp, st, err) : HY_OK;
+        if (dp) st = st != HY_OK ? replica_failed(dp, st, err) : HY_OK;
     }
     if (out != stdout && out) fclose(out);
     hy_dp_finish(dp);
@@ -872,13 +881,15 @@ static int dispatch(int argc, char **argv, hy_error *err) {
         return hy_fail(err, HY_ERR_INPUT, "no command given; run 'hanayo "
                        "help' for the list");
     const command *cmd = find_command(argv[1]);
-    /* Only train runs as replicas; N copies of any other command would
-     * race on the same files (profile's directory, tune's output). */
+    /* Only train and profile run as replicas; N copies of any other
+     * command would race on the same files (tune's output, a converted
+     * checkpoint). */
     int job = hy_dp_launched_size();
-    if (cmd && job > 1 && strcmp(cmd->name, "train") != 0)
+    if (cmd && job > 1 && strcmp(cmd->name, "train") != 0 && strcmp(cmd->name, "profile") != 0)
         return hy_fail(err, HY_ERR_INPUT, "hanayo %s: launched as one of %d MPI processes, but only "
-                       "'train' runs as data-parallel replicas; run it once, without mpirun/srun "
-                       "(it profiles, plans or checks one server's pipeline)", cmd->name, job);
+                       "'train' and 'profile' run as data-parallel replicas; run it once, without "
+                       "mpirun/srun (it tunes, plans or checks one server's pipeline)", cmd->name,
+                       job);
     if (cmd) return cmd->run(cmd, argc - 2, argv + 2, err);
     const char *near = hy_closest(argv[1], command_names);
     if (near)
