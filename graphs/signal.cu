@@ -154,7 +154,7 @@ static int host_wait(cuda_backend *cb, cuda_stream *cs, const uint32_t *flag, ui
  * word the monitor reads (both become graph nodes). */
 static int stream_wait(cuda_backend *cb, cuda_stream *cs, uint32_t *flag, uint32_t value,
                        const hy_wait_site *site, hy_error *err) {
-    cuda_site here = { *site, flag, value };
+    cuda_site here = { *site, flag, value, NULL, NULL };
     pthread_mutex_lock(&cs->lock);
     int rc = sites_push(&cs->capture, &here, err);
     size_t index = cs->capture.n;
@@ -179,6 +179,67 @@ int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wai
     /* Only this thread starts and ends captures of its stream. */
     return cs->capturing ? stream_wait(cb, cs, flag, value, site, err)
                          : host_wait(cb, cs, flag, value, site, err);
+}
+
+/* The eager wait for an event: polled by the rank's thread, as host_wait
+ * polls a flag, so the stream is never left waiting for work that may
+ * never end. */
+static int host_wait_event(cuda_backend *cb, cuda_stream *cs, cudaEvent_t done,
+                           const hy_wait_site *site, hy_cuda_release_fn release, void *ctx,
+                           hy_error *err) {
+    double start = now_s();
+    for (long polls = 0;; polls++) {
+        cudaError_t q = cudaEventQuery(done);
+        if (q == cudaSuccess) return HY_OK;
+        if (q != cudaErrorNotReady)
+            return hy_fail(err, HY_ERR_RUNTIME, "rank %d (device %d): %s (%s) at %s", site->rank,
+                           cs->device, cudaGetErrorName(q), cudaGetErrorString(q), site->what);
+        if (aborted(cb)) {
+            release(ctx);
+            return stopped_at(cb, site, err);
+        }
+        double waited = now_s() - start;
+        if (waited >= cb->base.watchdog_s) {
+            int rc = hy_fail(err, HY_ERR_RUNTIME, "watchdog: rank %d waited %.2f s at %s; a replica "
+                             "is stalled or failed (watchdog_s = %g)", site->rank, waited,
+                             site->what, cb->base.watchdog_s);
+            release(ctx);
+            hy_cuda_abort(&cb->base, err->msg);
+            return rc;
+        }
+        if (polls >= 256) {
+            struct timespec ts = { 0, 20000 };
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* The captured wait for an event: the edge, then the progress word. */
+static int stream_wait_event(cuda_backend *cb, cuda_stream *cs, cudaEvent_t done,
+                             const hy_wait_site *site, hy_cuda_release_fn release, void *ctx,
+                             hy_error *err) {
+    cuda_site here = { *site, NULL, 0, release, ctx };
+    pthread_mutex_lock(&cs->lock);
+    int rc = sites_push(&cs->capture, &here, err);
+    size_t index = cs->capture.n;
+    pthread_mutex_unlock(&cs->lock);
+    if (rc) return rc;
+    HY_CUDA_CHECK(cudaStreamWaitEvent(cs->s, done, 0), err);
+    CUresult r = cb->drv.write32((CUstream)cs->s, devptr(cs->progress), (cuuint32_t)index,
+                                 CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (r != CUDA_SUCCESS)
+        return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWriteValue32 (progress)", cs->base.rank);
+    return HY_OK;
+}
+
+int hy_cuda_wait_event(hy_stream *s, cudaEvent_t done, const hy_wait_site *site,
+                       hy_cuda_release_fn release, void *ctx, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    cuda_backend *cb = cb_of(s->be);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    return cs->capturing ? stream_wait_event(cb, cs, done, site, release, ctx, err)
+                         : host_wait_event(cb, cs, done, site, release, ctx, err);
 }
 
 int hy_cuda_write_flag(hy_stream *s, uint32_t *flag, uint32_t value, hy_error *err) {
@@ -214,6 +275,10 @@ static const cuda_site *current_wait(const cuda_stream *cs) {
 /* Writes the value the wait expects into its flag: a store into host-mapped
  * memory, or a write on the device's io stream, which holds no waits. */
 static void release_wait(cuda_backend *cb, const cuda_stream *cs, const cuda_site *at) {
+    if (!at->flag) {   /* an event of another library's work */
+        at->release(at->ctx);
+        return;
+    }
     if (!cb->flags_on_device) {
         __atomic_store_n(at->flag, at->value, __ATOMIC_SEQ_CST);
         return;
@@ -251,6 +316,14 @@ static int watch(cuda_backend *cb, cuda_stream *cs, double now, char *why, size_
     }
     if (!at || now - cs->since < cb->base.watchdog_s) return 0;
     char value[48] = "";
+    if (!at->flag) {
+        snprintf(cs->stalled, sizeof cs->stalled,
+                 "watchdog: rank %d waited %.2f s at %s; a replica is stalled or failed "
+                 "(watchdog_s = %g)", cs->base.rank, now - cs->since, at->site.what,
+                 cb->base.watchdog_s);
+        snprintf(why, n, "%s", cs->stalled);
+        return 1;
+    }
     if (!cb->flags_on_device)   /* device-memory flags cannot be read from here */
         snprintf(value, sizeof value, "flag is %u, ", *(volatile uint32_t *)at->flag);
     snprintf(cs->stalled, sizeof cs->stalled,

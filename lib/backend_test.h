@@ -14,6 +14,13 @@
  *   check: counts i with buf[i] != hy_pattern(key, *iter, i) into *errors
  *   delay: sleeps (spins, on a GPU) hy_pattern(key, *iter, 0) % max_ns ns
  *   add:   *counter += 1
+ *   foreign_wait (CUDA only; NULL on the CPU): work no stream of the
+ *          backend owns, as NCCL's sums are: a side stream of the op's
+ *          spins up to stall_s seconds, then records an event, and the
+ *          stream waits for that event through the backend's watched
+ *          event wait (graphs/signal.cu, hy_cuda_wait_event); an abort
+ *          (the watchdog's) ends the spin, and the wait's release adds 1
+ *          to *released (host memory, read after a sync)
  * The index passed to the pattern is the element index cut to 32 bits.
  */
 #ifndef HY_BACKEND_TEST_H
@@ -35,6 +42,7 @@ struct hy_backend_test_ops {
                  uint32_t *errors, hy_error *err);
     int (*delay)(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns, hy_error *err);
     int (*add)(hy_stream *s, uint32_t *counter, hy_error *err);
+    int (*foreign_wait)(hy_stream *s, double stall_s, int *released, hy_error *err);
 };
 
 /* The test ops of backend be. */

@@ -1139,9 +1139,11 @@ void hy_runtime_destroy(hy_runtime *rt) {
         const hy_backend_ops *o = rt->be->ops;
         for (int r = 0; rt->ranks && r < rt->P; r++) {
             o->graph_destroy(rt->ranks[r].graph);
+            /* The stream first: draining it may need the reducer's abort
+             * (a sum that never ends is released through it). */
+            o->stream_destroy(rt->ranks[r].stream);
             if (o->reduce_disconnect && rt->ranks[r].reducer)
                 o->reduce_disconnect(rt->be, r, rt->ranks[r].reducer);
-            o->stream_destroy(rt->ranks[r].stream);
         }
         for (int i = 0; rt->norm_ch && i < rt->P * rt->P; i++)
             if (rt->norm_ch[i].full) hy_channel_close(&rt->norm_ch[i], rt->be);

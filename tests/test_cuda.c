@@ -686,6 +686,51 @@ static void test_ops(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Work the backend does not own (NCCL's sums): watched like a flag */
+
+/* A stream waiting for another stream's work that never ends (a replica
+ * gone, as NCCL would see it) is ended by the watchdog, eagerly and in a
+ * replayed graph: the error names the wait, the release ran, and sync
+ * returns instead of hanging. Also: work that ends in time passes. */
+static void test_foreign_wait(int graph) {
+    hy_backend *be = NULL;
+    hy_stream *st = NULL;
+    hy_error err;
+    hy_error_clear(&err);
+    int zero = 0;
+    CHECK(hy_backend_cuda_create(&be, 1, &zero, 1, 0, 1.0, &err) == HY_OK);
+    if (!be) return;
+    const hy_backend_ops *o = be->ops;
+    const hy_backend_test_ops *t = hy_backend_test_ops_of(be);
+    CHECK(o->stream_create(be, 0, &st, &err) == HY_OK);
+    int released = 0;
+    /* 10 ms of foreign work: waited for, not released. */
+    CHECK(t->foreign_wait(st, 0.01, &released, &err) == HY_OK);
+    CHECK(o->sync(st, &err) == HY_OK);
+    CHECK(released == 0);
+    /* An hour of it, with watchdog_s = 1. */
+    hy_graph *g = NULL;
+    int rc;
+    if (graph) {
+        rc = o->capture_begin(st, &err);
+        if (!rc) rc = t->foreign_wait(st, 3600, &released, &err);
+        if (!rc) rc = o->capture_end(st, &g, &err);
+        CHECK(rc == HY_OK);
+        if (!rc) rc = o->graph_launch(g, st, &err);
+        if (!rc) rc = o->sync(st, &err);
+    } else {
+        rc = t->foreign_wait(st, 3600, &released, &err);
+        if (!rc) rc = o->sync(st, &err);
+    }
+    CHECKF(rc != HY_OK && strstr(err.msg, "watchdog: rank 0 waited") &&
+           strstr(err.msg, "the test's foreign work"), "%s: %s", graph ? "graph" : "eager", err.msg);
+    CHECKF(released >= 1, "%s: the release did not run", graph ? "graph" : "eager");
+    if (g) o->graph_destroy(g);
+    o->stream_destroy(st);
+    o->destroy(be);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Training */
 
 static char shard[256];
@@ -866,6 +911,8 @@ int main(void) {
         return TEST_END("cuda");
     }
     test_ops();
+    test_foreign_wait(0);
+    test_foreign_wait(1);
     test_training();
     return TEST_END("cuda");
 }

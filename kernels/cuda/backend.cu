@@ -442,6 +442,7 @@ static void cuda_destroy(hy_backend *be) {
     if (!be) return;
     cuda_backend *cb = cb_of(be);
     hy_cuda_monitor_stop(cb);   /* the runtime destroyed its streams first */
+    hy_cuda_foreign_free(cb);
     for (int r = 0; cb->lt && r < be->ranks; r++) {
         if (!cb->lt[r]) continue;
         cudaSetDevice(cb->dev[r]);

@@ -54,11 +54,16 @@ typedef struct mem_block {
     struct mem_block *next;
 } mem_block;
 
-/* A wait as the watchdog and abort need it. */
+/* A wait as the watchdog and abort need it: for a flag, or (flag NULL)
+ * for an event of work the backend does not own (NCCL's sums), which an
+ * abort ends by release(ctx) instead of writing a flag. */
+typedef void (*hy_cuda_release_fn)(void *ctx);
 typedef struct {
     hy_wait_site site;
     uint32_t *flag;
     uint32_t value;
+    hy_cuda_release_fn release;
+    void *ctx;
 } cuda_site;
 
 typedef struct {
@@ -92,6 +97,7 @@ typedef struct {
     int flags_on_device;
     hy_lt **lt;                  /* [ranks]: cuBLASLt state per rank */
     volatile uint32_t *abort_word;   /* host-mapped: sleep kernels stop when set */
+    struct cuda_foreign *foreign;    /* the foreign_wait test op's work (testops.cu) */
     int aborted;                 /* atomics */
     pthread_mutex_t lock;        /* guards why, blocks and streams */
     char why[sizeof(((hy_error *)0)->msg)];   /* the first failure, as reported */
@@ -205,10 +211,22 @@ void hy_cuda_stream_drain(cuda_backend *cb, cuda_stream *cs);
  * (CUDA_DEVICE_MAX_CONNECTIONS as the driver read it, 8 when unset). */
 int hy_cuda_connections(void);
 
+/* Frees what the foreign_wait test op made (testops.cu); at destroy. */
+void hy_cuda_foreign_free(cuda_backend *cb);
+
 /* backend.h entries implemented in graphs/. */
 int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
                       hy_error *err);
 int hy_cuda_write_flag(hy_stream *s, uint32_t *flag, uint32_t value, hy_error *err);
+/* Makes the stream wait for `done`, recorded by work the backend does not
+ * own (NCCL's sums on their side stream), under the same watchdog and
+ * abort as a flag: eagerly the rank's thread polls the event first; in a
+ * capture the wait is a graph edge followed by a progress write, so the
+ * monitor names `site` when the stream stalls there. An abort, or the
+ * watchdog, calls release(ctx), which must end the work (ncclCommAbort),
+ * at most once. */
+int hy_cuda_wait_event(hy_stream *s, cudaEvent_t done, const hy_wait_site *site,
+                       hy_cuda_release_fn release, void *ctx, hy_error *err);
 int hy_cuda_sync(hy_stream *s, hy_error *err);
 void hy_cuda_abort(hy_backend *be, const char *why);
 int hy_cuda_capture_begin(hy_stream *s, hy_error *err);

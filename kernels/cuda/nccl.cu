@@ -46,6 +46,7 @@ typedef struct {
     int (*all_reduce)(const void *send, void *recv, size_t count, int type, int op,
                       nccl_comm_t comm, cudaStream_t stream);
     int (*comm_destroy)(nccl_comm_t comm);
+    int (*comm_abort)(nccl_comm_t comm);
     const char *(*error_string)(int result);
 } nccl_api;
 
@@ -56,6 +57,8 @@ typedef struct {
     cudaStream_t side;
     cudaEvent_t *ready, *done;   /* [buckets] */
     int buckets;
+    int rank;
+    int aborted;                 /* ncclCommAbort ran: the communicator is gone */
 } nccl_rank;
 
 /* Tries one candidate file; 1 when it loaded. */
@@ -124,14 +127,15 @@ static int nccl_load(nccl_api *a, hy_error *err) {
     a->all_reduce = (int (*)(const void *, void *, size_t, int, int, nccl_comm_t, cudaStream_t))
         dlsym(a->lib, "ncclAllReduce");
     a->comm_destroy = (int (*)(nccl_comm_t))dlsym(a->lib, "ncclCommDestroy");
+    a->comm_abort = (int (*)(nccl_comm_t))dlsym(a->lib, "ncclCommAbort");
     a->error_string = (const char *(*)(int))dlsym(a->lib, "ncclGetErrorString");
     if (!a->get_unique_id || !a->comm_init_rank || !a->all_reduce || !a->comm_destroy ||
-        !a->error_string) {
+        !a->comm_abort || !a->error_string) {
         dlclose(a->lib);
         a->lib = NULL;
         return hy_fail(err, HY_ERR_INPUT, "the NCCL found lacks ncclGetUniqueId, "
-                       "ncclCommInitRank, ncclAllReduce, ncclCommDestroy or ncclGetErrorString: "
-                       "not NCCL 2");
+                       "ncclCommInitRank, ncclAllReduce, ncclCommDestroy, ncclCommAbort or "
+                       "ncclGetErrorString: not NCCL 2.4 or later");
     }
     return HY_OK;
 }
@@ -151,7 +155,9 @@ static void nccl_rank_free(nccl_rank *nr) {
     free(nr->ready);
     free(nr->done);
     if (nr->side) cudaStreamDestroy(nr->side);
-    if (nr->comm) nr->api.comm_destroy(nr->comm);
+    /* An aborted communicator is freed already; destroying one whose
+     * peers are gone would wait for them. */
+    if (nr->comm && !__atomic_load_n(&nr->aborted, __ATOMIC_SEQ_CST)) nr->api.comm_destroy(nr->comm);
     if (nr->api.lib) dlclose(nr->api.lib);
     free(nr);
 }
@@ -176,6 +182,7 @@ extern "C" int hy_cuda_reduce_connect(hy_backend *be, int rank, hy_reducer *r, h
     if (!nr) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     nr->device = cb->dev[rank];
     nr->buckets = r->buckets;
+    nr->rank = rank;
     int rc = nccl_load(&nr->api, err);
     nccl_unique_id id;
     memset(&id, 0, sizeof id);
@@ -240,9 +247,30 @@ extern "C" int hy_cuda_reduce_start(hy_stream *s, hy_reducer *r, int bucket, flo
     return HY_OK;
 }
 
+/* The watchdog's and abort's way out of a sum whose peers never come: a
+ * replica stalled or gone leaves NCCL's kernel spinning, which only
+ * ncclCommAbort ends (then the side stream, and the rank's after it,
+ * drain). Once per communicator; called from the monitor thread or the
+ * rank's own. */
+static void nccl_release(void *ctx) {
+    nccl_rank *nr = (nccl_rank *)ctx;
+    if (__atomic_exchange_n(&nr->aborted, 1, __ATOMIC_SEQ_CST)) return;
+    nr->api.comm_abort(nr->comm);
+}
+
 extern "C" int hy_cuda_reduce_wait(hy_stream *s, hy_reducer *r, int bucket, hy_error *err) {
     nccl_rank *nr = nccl_of(r, bucket, err);
     if (!nr) return HY_ERR_RUNTIME;
-    HY_CUDA_CHECK(cudaStreamWaitEvent(cs_of(s)->s, nr->done[bucket], 0), err);
-    return HY_OK;
+    if (__atomic_load_n(&nr->aborted, __ATOMIC_SEQ_CST))
+        return hy_fail(err, HY_ERR_RUNTIME, "rank %d: the gradient sums' NCCL communicator was "
+                       "aborted after a stall; the run cannot go on", s->rank);
+    hy_wait_site site;
+    site.rank = s->rank;
+    if (bucket == nr->buckets - 1)   /* the runtime's last bucket (runtime.c) */
+        snprintf(site.what, sizeof site.what, "the tied embedding's gradient sum over %d "
+                 "replicas (NCCL)", r->replicas);
+    else
+        snprintf(site.what, sizeof site.what, "the gradient sum of stage %d over %d replicas "
+                 "(NCCL)", bucket, r->replicas);
+    return hy_cuda_wait_event(s, nr->done[bucket], &site, nccl_release, nr, err);
 }

@@ -10,6 +10,9 @@
  *   add:       *counter += 1
  *   timestamp: *dst = %globaltimer (ns; one clock for every GPU's ranks)
  *   sleep:     spin ns nanoseconds, or until *abort_word != 0
+ *   foreign_wait: sleep on a side stream of its own (forked from the
+ *              rank's), then an event the rank's stream waits for through
+ *              hy_cuda_wait_event
  * *iter is read when the kernel runs, so a replayed graph sees the current
  * iteration. The index passed to the pattern is the element index cut to
  * 32 bits, as on the CPU. check counts with an integer atomicAdd per warp
@@ -18,6 +21,8 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <cuda_runtime.h>
 
@@ -117,9 +122,68 @@ static int cuda_test_add(hy_stream *s, uint32_t *counter, hy_error *err) {
     return HY_OK;
 }
 
+/* One foreign_wait's work, kept on the backend's list until it is
+ * destroyed: a graph may replay the wait as long as the backend lives.
+ * Its spin stops on the backend's abort word, which an abort (the
+ * release's cause) sets. */
+struct cuda_foreign {
+    cudaStream_t side;
+    cudaEvent_t ready, done;
+    int *released;
+    int device;
+    struct cuda_foreign *next;
+};
+
+static void foreign_release(void *ctx) {
+    struct cuda_foreign *f = (struct cuda_foreign *)ctx;
+    __atomic_add_fetch(f->released, 1, __ATOMIC_SEQ_CST);
+}
+
+void hy_cuda_foreign_free(cuda_backend *cb) {
+    while (cb->foreign) {
+        struct cuda_foreign *f = cb->foreign;
+        cb->foreign = f->next;
+        cudaSetDevice(f->device);
+        if (f->side) cudaStreamDestroy(f->side);
+        if (f->ready) cudaEventDestroy(f->ready);
+        if (f->done) cudaEventDestroy(f->done);
+        free(f);
+    }
+}
+
+/* Forked from the rank's stream and joined back through the event, as
+ * nccl.cu's sums are, so a capture records the spin as a branch of the
+ * rank's graph. */
+static int cuda_test_foreign_wait(hy_stream *s, double stall_s, int *released, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    cuda_backend *cb = cb_of(s->be);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    struct cuda_foreign *f = (struct cuda_foreign *)calloc(1, sizeof *f);
+    if (!f) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    f->device = cs->device;
+    f->released = released;
+    pthread_mutex_lock(&cb->lock);
+    f->next = cb->foreign;
+    cb->foreign = f;
+    pthread_mutex_unlock(&cb->lock);
+    HY_CUDA_CHECK(cudaStreamCreateWithFlags(&f->side, cudaStreamNonBlocking), err);
+    HY_CUDA_CHECK(cudaEventCreateWithFlags(&f->ready, cudaEventDisableTiming), err);
+    HY_CUDA_CHECK(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), err);
+    HY_CUDA_CHECK(cudaEventRecord(f->ready, cs->s), err);
+    HY_CUDA_CHECK(cudaStreamWaitEvent(f->side, f->ready, 0), err);
+    sleep_kernel<<<1, 1, 0, f->side>>>((uint64_t)(stall_s * 1e9), cb->abort_word);
+    HY_CUDA_CHECK(cudaGetLastError(), err);
+    HY_CUDA_CHECK(cudaEventRecord(f->done, f->side), err);
+    hy_wait_site site;
+    site.rank = s->rank;
+    snprintf(site.what, sizeof site.what, "the test's foreign work (%.1f s)", stall_s);
+    return hy_cuda_wait_event(s, f->done, &site, foreign_release, f, err);
+}
+
 const hy_backend_test_ops *hy_cuda_test_ops(void) {
     static const hy_backend_test_ops ops = { cuda_test_fill, cuda_test_check, cuda_test_delay,
-                                             cuda_test_add };
+                                             cuda_test_add, cuda_test_foreign_wait };
     return &ops;
 }
 
