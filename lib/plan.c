@@ -90,12 +90,15 @@ int hy_plan_peak_max(const hy_plan *pl) {
     return peak;
 }
 
-double hy_plan_bound_bubble(const hy_plan *pl) {
+static double bubble_at(const hy_plan *pl, double makespan) {
     double busy = 0;
     for (int r = 0; r < pl->sched.ranks; r++) busy += pl->sim.busy[r];
-    double b = pl->sim.bound;
-    return b > 0 ? 1.0 - busy / (pl->sched.ranks * b) : 0.0;
+    return makespan > 0 ? 1.0 - busy / (pl->sched.ranks * makespan) : 0.0;
 }
+
+double hy_plan_bound_bubble(const hy_plan *pl) { return bubble_at(pl, pl->sim.bound); }
+
+double hy_plan_memory_bound_bubble(const hy_plan *pl) { return bubble_at(pl, pl->sim.bound_memory); }
 
 static double duration(const hy_plan *pl, int r, int i) {
     return pl->sim.end[r][i] - pl->sim.start[r][i];
@@ -202,6 +205,8 @@ static json_t *plan_json(const hy_plan *pl) {
     bad |= json_object_set_new(o, "wgrad_cost", json_real(s->split ? pl->costs.wgrad : 0));
     bad |= json_object_set_new(o, "bound_makespan", json_real(pl->sim.bound));
     bad |= json_object_set_new(o, "bound_bubble", json_real(hy_plan_bound_bubble(pl)));
+    bad |= json_object_set_new(o, "memory_bound_makespan", json_real(pl->sim.bound_memory));
+    bad |= json_object_set_new(o, "memory_bound_bubble", json_real(hy_plan_memory_bound_bubble(pl)));
     /* Per-stage costs (measured ones: --costs). */
     if (pl->fwd_stage) {
         bad |= json_object_set_new(o, "fwd_costs", real_array(pl->fwd_stage, s->stages));
@@ -536,6 +541,9 @@ int hy_plan_write_summary(FILE *f, const hy_plan *pl) {
             pl->ideal_bubble);
     fprintf(f, "%-18s%g, bubble %.4f: no order of these costs does better\n", "lower bound",
             pl->sim.bound, hy_plan_bound_bubble(pl));
+    fprintf(f, "%-18s%g, bubble %.4f: nor any holding at most %d activations on a rank\n",
+            "at its memory", pl->sim.bound_memory, hy_plan_memory_bound_bubble(pl),
+            hy_plan_peak_max(pl));
     fprintf(f, "%-18s[", "peak activations");
     for (int r = 0; r < s->ranks; r++)
         fprintf(f, "%s%d", r ? ", " : "", pl->sim.peak_activations[r]);
@@ -599,6 +607,7 @@ static void compare_row(hy_compare_row *row, const hy_plan *pl) {
     row->bubble = pl->sim.bubble;
     row->ideal_bubble = pl->ideal_bubble;
     row->bound_bubble = hy_plan_bound_bubble(pl);
+    row->memory_bound_bubble = hy_plan_memory_bound_bubble(pl);
     row->peak_max = hy_plan_peak_max(pl);
     row->transfers = pl->sim.transfers;
 }
@@ -675,8 +684,9 @@ int hy_compare_write_table(FILE *f, const hy_compare_row *rows, int n) {
     /* "peak act" counts stage activations; "act mem" divides by the chunks
      * per rank, giving memory in units of one micro-batch's activations
      * through a whole rank share, comparable across schedules. */
-    fprintf(f, "%-22s %6s %10s %8s %8s %8s %9s %8s %10s\n", "schedule", "stages",
-            "makespan", "bubble", "ideal", "bound", "peak act", "act mem", "transfers");
+    fprintf(f, "%-22s %6s %10s %8s %8s %8s %9s %9s %8s %10s\n", "schedule", "stages",
+            "makespan", "bubble", "ideal", "bound", "mem bound", "peak act", "act mem",
+            "transfers");
     for (int i = 0; i < n; i++) {
         char name[64];
         row_name(&rows[i], name, sizeof name);
@@ -684,9 +694,10 @@ int hy_compare_write_table(FILE *f, const hy_compare_row *rows, int n) {
             fprintf(f, "%-22s skipped: %s\n", name, rows[i].note);
             continue;
         }
-        fprintf(f, "%-22s %6d %10g %8.4f %8.4f %8.4f %9d %8.2f %10d\n", name,
+        fprintf(f, "%-22s %6d %10g %8.4f %8.4f %8.4f %9.4f %9d %8.2f %10d\n", name,
                 rows[i].stages, rows[i].makespan, rows[i].bubble,
-                rows[i].ideal_bubble, rows[i].bound_bubble, rows[i].peak_max,
+                rows[i].ideal_bubble, rows[i].bound_bubble, rows[i].memory_bound_bubble,
+                rows[i].peak_max,
                 (double)rows[i].peak_max / rows[i].chunks, rows[i].transfers);
     }
     return ferror(f) ? -1 : 0;
@@ -716,6 +727,7 @@ static json_t *compare_row_json(const hy_compare_row *row) {
         bad |= json_object_set_new(o, "bubble_ratio", json_real(row->bubble));
         bad |= json_object_set_new(o, "ideal_bubble", json_real(row->ideal_bubble));
         bad |= json_object_set_new(o, "bound_bubble", json_real(row->bound_bubble));
+        bad |= json_object_set_new(o, "memory_bound_bubble", json_real(row->memory_bound_bubble));
         bad |= json_object_set_new(o, "peak_activations_max", json_integer(row->peak_max));
         bad |= json_object_set_new(o, "transfers", json_integer(row->transfers));
     }

@@ -49,10 +49,14 @@ int hy_plan_peak_max(const hy_plan *pl);
 /* The bubble a plan would have at its lower bound (sim.h,
  * hy_makespan_bound): 1 - busy / (P x bound). */
 double hy_plan_bound_bubble(const hy_plan *pl);
+/* ... and at its bound for its memory (hy_makespan_bound_memory with the
+ * plan's own peak activations). */
+double hy_plan_memory_bound_bubble(const hy_plan *pl);
 
 /* ---- JSON (DESIGN §1.3 "The plan as JSON, a stable contract") ----------
  * One line, keys in the documented order, then "ideal_bubble", then
- * "split_backward", "wgrad_cost", "bound_makespan" and "bound_bubble" (and,
+ * "split_backward", "wgrad_cost", "bound_makespan", "bound_bubble",
+ * "memory_bound_makespan" and "memory_bound_bubble" (and,
  * with per-stage costs, "fwd_costs", "bwd_costs" and, split, "wgrad_costs":
  * one per stage). "waves" is W for hanayo and 0 for the other schedules (an
  * integer in every plan, so readers never meet a null). Returns NULL only
@@ -110,6 +114,7 @@ typedef struct {
     int stages;
     double makespan, bubble, ideal_bubble;
     double bound_bubble;   /* hy_plan_bound_bubble: no order does better */
+    double memory_bound_bubble;   /* no order within its peak activations does better */
     int peak_max;          /* peak activations, max over ranks */
     int transfers;
 } hy_compare_row;

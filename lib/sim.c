@@ -24,38 +24,60 @@ static double hop(const hy_schedule *s, const hy_costs *c, int a, int b) {
     return s->placement[a] != s->placement[b] ? c->comm : 0;
 }
 
-double hy_makespan_bound(const hy_schedule *s, const hy_costs *c) {
+double hy_makespan_bound_memory(const hy_schedule *s, const hy_costs *c, int limit) {
     int S = s->stages;
-    double *est = malloc(sizeof(double) * (size_t)S), *tail = malloc(sizeof(double) * (size_t)S);
+    double *est = malloc(sizeof(double) * 3 * (size_t)S), *tail = est + S, *est_b = est + 2 * S;
     double bound = 0;
-    if (!est || !tail) goto out;
+    if (!est) return 0;
     /* est[st]: the earliest F(m, st) can start. tail[st]: the least work
      * and transfer time that must follow the end of B(m, st) before
      * micro-batch m is done (on every rank its last action is a B, or a
-     * W, which nothing follows). */
+     * W, which nothing follows). est_b[st]: the earliest B(m, st) can
+     * start: after F(m, st) and after B(m, st + 1) has come back. */
     est[0] = 0;
     for (int st = 1; st < S; st++)
         est[st] = est[st - 1] + hy_costs_fwd(c, st - 1) + hop(s, c, st - 1, st);
     tail[0] = 0;
     for (int st = 1; st < S; st++)
         tail[st] = hop(s, c, st, st - 1) + hy_costs_bwd(c, st - 1) + tail[st - 1];
+    est_b[S - 1] = est[S - 1] + hy_costs_fwd(c, S - 1);
+    for (int st = S - 2; st >= 0; st--) {
+        double back = est_b[st + 1] + hy_costs_bwd(c, st + 1) + hop(s, c, st + 1, st);
+        double own = est[st] + hy_costs_fwd(c, st);
+        est_b[st] = back > own ? back : own;
+    }
     for (int r = 0; r < s->ranks; r++) {
-        double first = -1, last = -1, work = 0;
+        double first = -1, last = -1, work = 0, first_b = -1, max_f = 0;
+        int stages = 0;
         for (int st = 0; st < S; st++) {
             if (s->placement[st] != r) continue;
             double after = s->split ? 0 : tail[st];
             if (first < 0 || est[st] < first) first = est[st];
             if (last < 0 || after < last) last = after;
+            if (first_b < 0 || est_b[st] < first_b) first_b = est_b[st];
+            if (hy_costs_fwd(c, st) > max_f) max_f = hy_costs_fwd(c, st);
             work += hy_costs_fwd(c, st) + hy_costs_bwd(c, st) + (s->split ? hy_costs_wgrad(c, st) : 0);
+            stages++;
         }
         if (first < 0) continue;   /* a rank without stages */
-        double b = first + work * s->micro_batches + last;
+        /* Before its first backward a rank runs forwards only, each one
+         * holding an activation: at most `limit` of them, so it is idle
+         * for all of that wait their work does not fill. */
+        double idle = first;
+        if (limit > 0) {
+            double most = (double)limit < (double)stages * s->micro_batches
+                              ? (double)limit : (double)stages * s->micro_batches;
+            if (first_b - most * max_f > idle) idle = first_b - most * max_f;
+        }
+        double b = idle + work * s->micro_batches + last;
         if (b > bound) bound = b;
     }
-out:
     free(est);
-    free(tail);
     return bound;
+}
+
+double hy_makespan_bound(const hy_schedule *s, const hy_costs *c) {
+    return hy_makespan_bound_memory(s, c, 0);
 }
 
 void hy_sim_limits_free(hy_sim_limits *l) {
@@ -212,6 +234,10 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *li
     r->bubble = r->makespan > 0 ? 1.0 - busy / (s->ranks * r->makespan) : 0.0;
     r->transfers = hy_schedule_transfers(s);
     r->bound = hy_makespan_bound(s, c);
+    int most = 0;
+    for (int k = 0; k < s->ranks; k++)
+        if (r->peak_activations[k] > most) most = r->peak_activations[k];
+    r->bound_memory = hy_makespan_bound_memory(s, c, most);
 out:
     if (rc) hy_sim_result_free(r);
     free(g.ends); free(g.next); free(g.live); free(g.free_at);

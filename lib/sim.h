@@ -50,6 +50,8 @@ typedef struct {
     double bubble;             /* as defined above */
     int transfers;             /* cross-rank transfers per iteration */
     double bound;              /* hy_makespan_bound: no order of these costs is shorter */
+    double bound_memory;       /* hy_makespan_bound_memory at this order's peak: no order
+                                  holding no more on any rank is shorter */
     double *busy;              /* [ranks] total compute time */
     int *peak_activations;     /* [ranks] */
     double **start, **end;     /* [ranks][n_actions]: each action's times */
@@ -80,5 +82,15 @@ double hy_ideal_bubble(const hy_schedule *s);
  * and uniform costs it is the ideal's makespan; with transfer time it
  * counts each hop the fill and the drain cannot avoid. */
 double hy_makespan_bound(const hy_schedule *s, const hy_costs *c);
+
+/* The same bound for the orders that hold at most `limit` activations on
+ * every rank (limit <= 0: any number, hy_makespan_bound): before its first
+ * backward can start (the chain of forwards to the last stage and of
+ * backwards and hops back to the rank's deepest stage) a rank runs only
+ * forwards, at most `limit` of them, so it waits at least for what their
+ * work cannot fill. It tells a schedule whose placement needs more memory
+ * to hide a latency (hanayo's high ranks wait for a backward that has
+ * travelled the whole wave) from an order that could do better. */
+double hy_makespan_bound_memory(const hy_schedule *s, const hy_costs *c, int limit);
 
 #endif

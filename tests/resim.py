@@ -27,7 +27,13 @@ and, from DESIGN §1 "The schedules" alone, re-derives what the JSON claims:
     start, plus its work, plus what must follow its last action (the
     backwards still to travel to stage 0; nothing after a W), the largest
     over the ranks; the JSON's bound_makespan equals it and no makespan
-    is below it.
+    is below it;
+  * the bound at the plan's memory: the same, but a rank cannot be busy
+    before its first backward can start (the forward chain to the last
+    stage, then backwards and hops down to the rank's deepest stage) for
+    longer than L forwards take, L the plan's largest peak activations
+    (or all its forwards when fewer): memory_bound_makespan equals it, it
+    is no lower than bound_makespan, and no makespan is below it.
 
 Python 3 standard library only. Run from the repository root; the binary is
 $HANAYO (default build/hanayo). Prints "resim: N passed, N failed" and exits
@@ -137,6 +143,12 @@ def transfers(where, M, S):
 
 def bound(place, P, M, S, f, b, w, c, split):
     """The lower bound on any order's makespan (see the top)."""
+    return memory_bound(place, P, M, S, f, b, w, c, split, None)
+
+
+def memory_bound(place, P, M, S, f, b, w, c, split, limit):
+    """The lower bound for orders holding at most `limit` activations per
+    rank (None: any number)."""
     hop = [c if place[s] != place[s + 1] else 0.0 for s in range(S - 1)]
     est = [0.0] * S
     for s in range(1, S):
@@ -144,6 +156,10 @@ def bound(place, P, M, S, f, b, w, c, split):
     tail = [0.0] * S
     for s in range(1, S):
         tail[s] = hop[s - 1] + b + tail[s - 1]
+    est_b = [0.0] * S
+    est_b[S - 1] = est[S - 1] + f
+    for s in range(S - 2, -1, -1):
+        est_b[s] = max(est[s] + f, est_b[s + 1] + b + hop[s])
     most = 0.0
     for r in range(P):
         mine = [s for s in range(S) if place[s] == r]
@@ -151,7 +167,11 @@ def bound(place, P, M, S, f, b, w, c, split):
             continue
         work = M * len(mine) * (f + b + (w if split else 0.0))
         after = 0.0 if split else min(tail[s] for s in mine)
-        most = max(most, min(est[s] for s in mine) + work + after)
+        idle = min(est[s] for s in mine)
+        if limit is not None:
+            forwards = min(limit, M * len(mine))
+            idle = max(idle, min(est_b[s] for s in mine) - forwards * f)
+        most = max(most, idle + work + after)
     return most
 
 
@@ -216,6 +236,11 @@ def check_plan(t, plan, kind, P, M, W, v, f, b, c, name, split=False, w=0.0):
     lb = bound(place, P, M, S, f, b, w, c, split)
     t.check(abs(plan["bound_makespan"] - lb) <= TOL * max(1.0, lb) and makespan >= lb - TOL * max(1.0, lb),
             name + ": bound %r, re-derived %r, makespan %r" % (plan["bound_makespan"], lb, makespan))
+    mb = memory_bound(place, P, M, S, f, b, w, c, split, max(peaks))
+    t.check(abs(plan["memory_bound_makespan"] - mb) <= TOL * max(1.0, mb) and mb >= lb - TOL * max(1.0, lb)
+            and makespan >= mb - TOL * max(1.0, mb),
+            name + ": memory bound %r, re-derived %r, bound %r, makespan %r"
+            % (plan["memory_bound_makespan"], mb, lb, makespan))
     return {"bubble": bubble, "ideal": ideal, "peak": max(peaks)}
 
 

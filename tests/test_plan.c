@@ -44,7 +44,8 @@ static const char *const json_keys[] = {
     "schedule", "ranks", "micro_batches", "waves", "chunks_per_rank",
     "stages", "fwd_cost", "bwd_cost", "comm_cost", "placement", "actions",
     "makespan", "bubble_ratio", "peak_activations", "transfers",
-    "ideal_bubble", "split_backward", "wgrad_cost", "bound_makespan", "bound_bubble"};
+    "ideal_bubble", "split_backward", "wgrad_cost", "bound_makespan", "bound_bubble",
+    "memory_bound_makespan", "memory_bound_bubble"};
 #define N_JSON_KEYS ((int)(sizeof json_keys / sizeof json_keys[0]))
 
 static void check_json_keys_in_order(json_t *o) {

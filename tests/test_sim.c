@@ -4,7 +4,8 @@
  * 1F1B with P = 2, M = 2 is small enough to write out every action's start
  * and end: with uniform costs, with a transfer cost, and with per-stage
  * costs, and held back by a slot limit. Plus the bubble and peak
- * definitions, deadlock reports and bad costs.
+ * definitions, the lower bound at a memory, deadlock reports and bad
+ * costs.
  */
 #include "schedule.h"
 #include "sim.h"
@@ -165,8 +166,49 @@ static void test_limits(void) {
     hy_schedule_free(&s);
 }
 
+/* The bound at a memory, worked by hand for hanayo P = 8, W = 2 (32
+ * stages; a rank share f = 1, b = 2, so 0.25 and 0.5 a stage), M = 32,
+ * c = 0.05. Rank 7 holds stages 7, 8, 23, 24: its first input can come at
+ * 7 x (0.25 + 0.05) = 2.1; its first backward, B(0, 24), after the 32
+ * forwards and 28 hops to stage 31 (9.4) and seven backwards and hops
+ * back (3.85): 13.25. Holding 39 activations it can fill 39 x 0.25 = 9.75
+ * of the 11.15 between, so it waits 3.5 in all before that backward; then
+ * its work, 96, and the seven backwards and hops to stage 0 after its
+ * last one, 3.85: 103.35. Without a memory limit: 2.1 + 96 + 3.85. A
+ * larger memory never raises the bound, and 1F1B (P = 2, M = 2) holding
+ * its own peak is bound as without a limit. */
+static void test_memory_bound(void) {
+    hy_schedule s;
+    hy_sched_params p = { HY_SCHED_HANAYO, 8, 32, 2, 1, 0 };
+    hy_error err;
+    CHECK(hy_schedule_build(&s, &p, &err) == HY_OK);
+    hy_costs c = hy_costs_uniform();
+    c.fwd = 0.25;
+    c.bwd = 0.5;
+    c.comm = 0.05;
+    CHECK_NEAR(hy_makespan_bound(&s, &c), 2.1 + 96 + 3.85, 1e-9);
+    CHECK_NEAR(hy_makespan_bound_memory(&s, &c, 0), 2.1 + 96 + 3.85, 1e-9);
+    CHECK_NEAR(hy_makespan_bound_memory(&s, &c, 39), 3.5 + 96 + 3.85, 1e-9);
+    double prev = hy_makespan_bound_memory(&s, &c, 1);
+    for (int L = 2; L <= 64; L++) {
+        double b = hy_makespan_bound_memory(&s, &c, L);
+        CHECKF(b <= prev + 1e-12 && b >= hy_makespan_bound(&s, &c) - 1e-12, "L = %d: %g", L, b);
+        prev = b;
+    }
+    hy_schedule_free(&s);
+    hy_schedule t = one_f_one_b(2, 2);
+    hy_costs u = hy_costs_uniform();
+    hy_sim_result r;
+    CHECK(hy_simulate(&t, &u, NULL, &r, NULL) == HY_OK);
+    CHECK_NEAR(r.bound_memory, r.bound, 1e-12);
+    CHECK(r.makespan >= r.bound_memory - 1e-12);
+    hy_sim_result_free(&r);
+    hy_schedule_free(&t);
+}
+
 int main(void) {
     test_uniform();
+    test_memory_bound();
     test_comm();
     test_per_stage();
     test_gpipe_peak();
