@@ -254,6 +254,9 @@ typedef struct {
     char **ftaken;               /* [P][n] */
     int *fhead, *bhead, *live;   /* [P] */
     double *free_at;             /* [P] */
+    int split_w;                 /* > 0: the merge places the W's too (hy_order.w_in_merge) */
+    hy_stream_item **wq;         /* [P][n]: each rank's B's whose W has not run, in order */
+    int *whead, *wtail;          /* [P] */
 } hy_merge;
 
 /* When an input made on rank `from` is there for rank r. */
@@ -280,13 +283,15 @@ static double hy_b_ready(const hy_merge *g, int m, int st, int r) {
 }
 
 /* Earliest start of rank r's next forward: scans up to `window` untaken
- * stream entries (1 = strict stream order). Returns -1 if none is ready. */
-static double hy_next_forward(const hy_merge *g, int r, int window, int *pick) {
+ * stream entries (1 = strict stream order), of stage `only` alone when it
+ * is >= 0. Returns -1 if none is ready. */
+static double hy_next_forward(const hy_merge *g, int r, int window, int only, int *pick) {
     double best = -1;
     int seen = 0;
     for (int i = g->fhead[r]; i < g->n && seen < window; i++) {
         if (g->ftaken[r][i]) continue;
         seen++;
+        if (only >= 0 && g->fs[r][i].stage != only) continue;
         double t = hy_f_ready(g, g->fs[r][i].mb, g->fs[r][i].stage, r);
         if (t < 0) continue;
         if (t < g->free_at[r]) t = g->free_at[r];
@@ -296,18 +301,20 @@ static double hy_next_forward(const hy_merge *g, int r, int window, int *pick) {
     return best;
 }
 
-/* Replays the merge and writes the F and B order into s. Rank r holds at
- * most cap[r] activations (no limit when cap is NULL); `window` is how
+/* Replays the merge and writes the F and B order into s (and with
+ * split_w the W's: an activation is then held until its W). Rank r holds
+ * at most cap[r] activations (no limit when cap is NULL); `window` is how
  * far a forward may overtake in its stream. Returns 0 if it ran to
  * completion, -1 if a cap starved it. */
 static int hy_merge_run(hy_merge *g, hy_schedule *s, const int *cap, int window, int b_first) {
-    int P = g->P, total = 2 * g->n * P;
+    int P = g->P, total = (g->split_w ? 3 : 2) * g->n * P;
     for (int i = 0; i < s->micro_batches * g->S; i++) g->fend[i] = g->bend[i] = -1;
     for (int r = 0; r < P; r++) {
         memset(g->ftaken[r], 0, (size_t)g->n);
         g->fhead[r] = g->bhead[r] = g->live[r] = 0;
         g->free_at[r] = 0;
         s->n_actions[r] = 0;
+        if (g->split_w) g->whead[r] = g->wtail[r] = 0;
     }
     for (int done = 0; done < total; done++) {
         int best_r = -1, best_op = 0, best_i = 0;
@@ -320,11 +327,26 @@ static int hy_merge_run(hy_merge *g, hy_schedule *s, const int *cap, int window,
                 tb = hy_b_ready(g, b->mb, b->stage, r);
                 if (tb >= 0 && tb < g->free_at[r]) tb = g->free_at[r];
             }
-            if (!cap || g->live[r] < cap[r]) tf = hy_next_forward(g, r, window, &fi);
+            /* At its cap a rank may still run a last-stage forward when
+             * the merge places the W's: that forward starts the backward
+             * that frees memory, and with activations held until their W
+             * the rank holding the last stage could otherwise starve. */
+            if (!cap || g->live[r] < cap[r]) tf = hy_next_forward(g, r, window, -1, &fi);
+            else if (g->split_w) tf = hy_next_forward(g, r, window, g->S - 1, &fi);
             int op = -1;
             double t = 0;
             if (tf >= 0 && (tb < 0 || tf < tb || (tf == tb && !b_first))) { op = HY_FWD; t = tf; }
             else if (tb >= 0) { op = HY_BWD; t = tb; }
+            /* A weight pass, always ready once its B has run, fills a
+             * wait for the next F or B longer than (split_w - 1) halves of
+             * it (hy_order.w_in_merge), and frees an activation. */
+            double gap = (g->split_w - 1) * 0.5;
+            if (g->split_w && g->wtail[r] > g->whead[r] &&
+                (op < 0 ||
+                 t > g->free_at[r] + gap * hy_costs_wgrad(g->c, g->wq[r][g->whead[r]].stage))) {
+                op = HY_WGRAD;
+                t = g->free_at[r];
+            }
             if (op >= 0 && (best_r < 0 || t < best_t)) {
                 best_r = r; best_op = op; best_t = t; best_i = fi;
             }
@@ -340,13 +362,19 @@ static int hy_merge_run(hy_merge *g, hy_schedule *s, const int *cap, int window,
             g->free_at[r] = end;
             g->live[r]++;
             hy_push(s, r, HY_FWD, f->mb, f->stage);
-        } else {
+        } else if (best_op == HY_BWD) {
             const hy_stream_item *b = &g->bs[r][g->bhead[r]++];
             double end = best_t + hy_costs_bwd(g->c, b->stage);
             g->bend[b->mb * g->S + b->stage] = end;
             g->free_at[r] = end;
-            g->live[r]--;
+            if (g->split_w) g->wq[r][g->wtail[r]++] = *b;
+            else g->live[r]--;
             hy_push(s, r, HY_BWD, b->mb, b->stage);
+        } else {
+            const hy_stream_item *w = &g->wq[r][g->whead[r]++];
+            g->free_at[r] = best_t + hy_costs_wgrad(g->c, w->stage);
+            g->live[r]--;
+            hy_push(s, r, HY_WGRAD, w->mb, w->stage);
         }
     }
     return 0;
@@ -361,10 +389,13 @@ static void hy_merge_free(hy_merge *g) {
     free(g->fs); free(g->bs); free(g->ftaken);
     free(g->fend); free(g->bend);
     free(g->fhead); free(g->bhead); free(g->live); free(g->free_at);
+    for (int r = 0; g->wq && r < g->P; r++) free(g->wq[r]);
+    free(g->wq); free(g->whead); free(g->wtail);
 }
 
-static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c) {
+static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, int split_w) {
     memset(g, 0, sizeof *g);
+    g->split_w = split_w;
     g->P = s->ranks;
     g->S = s->stages;
     g->n = s->chunks * s->micro_batches;
@@ -391,6 +422,14 @@ static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c) {
         hy_wave_stream(s, r, 0, g->fs[r]);
         hy_wave_stream(s, r, 1, g->bs[r]);
     }
+    if (g->split_w) {
+        g->wq = calloc(P, sizeof *g->wq);
+        g->whead = malloc(P * sizeof(int));
+        g->wtail = malloc(P * sizeof(int));
+        if (!g->wq || !g->whead || !g->wtail) return -1;
+        for (int r = 0; r < g->P; r++)
+            if (!(g->wq[r] = malloc(n * sizeof(hy_stream_item)))) return -1;
+    }
     return 0;
 }
 
@@ -405,7 +444,7 @@ static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c) {
 static int hy_build_hanayo(hy_schedule *s, const hy_costs *c, const hy_order *o, hy_error *err) {
     hy_merge g;
     int P = s->ranks, group = s->chunks * P, cap[HY_MAX_RANKS];
-    if (hy_merge_init(&g, s, c) != 0) {
+    if (hy_merge_init(&g, s, c, s->split ? o->w_in_merge : 0) != 0) {
         hy_merge_free(&g);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the hanayo order");
     }
@@ -567,7 +606,8 @@ int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_c
         break;
     default: break;
     }
-    if (!rc && s->split && !(p->kind == HY_SCHED_HANAYO && o->zbv)) rc = hy_defer_wgrad(s, o, err);
+    if (!rc && s->split && !(p->kind == HY_SCHED_HANAYO && (o->zbv || o->w_in_merge)))
+        rc = hy_defer_wgrad(s, o, err);
     if (rc) hy_schedule_free(s);
     return rc;
 }

@@ -96,12 +96,16 @@ int hy_sched_chunks(const hy_sched_params *p);
  *   split backward: rank r keeps up to defer_slope * r + defer_base weight
  *   passes back while it still has forwards to run, and runs one after
  *   each input-gradient pass afterwards (the rest at its end), so they
- *   fill the drain; with zbv (hanayo, W = 1) the ZB-V order instead. */
+ *   fill the drain; with zbv (hanayo, W = 1) the ZB-V order instead; with
+ *   w_in_merge (hanayo) the merge places them as it replays. */
 typedef struct {
     int cap_extra, cap_rises, window;
     int backward_first;   /* the merge breaks a tie between a ready F and B for B */
     int defer_slope, defer_base;
     int zbv;
+    int w_in_merge;       /* hanayo split, k > 0: the merge places the W's itself, one
+                             filling any wait for the next F or B longer than
+                             (k - 1)/2 of a W (instead of the deferral) */
 } hy_order;
 
 /* The canonical knobs for p. */

@@ -1,0 +1,158 @@
+/*
+ * test_order.c — lib/order: the orders chosen for a transfer time against
+ * the goals of docs/design.md §1.5 "Orders chosen for their costs".
+ *
+ * Each rank's share of the model costs f = 1 and b = 2 (f/v and b/v a
+ * stage for v stages per rank; split, B = W = b/2), a transfer c, as
+ * `hanayo plan --compare` prices them. Over P = 2, 4, 8, M = 2P, 4P, 8P
+ * and c = 0.05, 0.2:
+ *   - every chosen order is valid and holds no more activations on a
+ *     rank than the memory rule allows (hanayo W = 2: 2WP + P - 1,
+ *     interleaved v = 4's);
+ *   - hanayo W = 2 is strictly below 1F1B, whole and split backward;
+ *   - split, hanayo W = 2 is no higher than interleaved v = 4 split at
+ *     every point but one (P = 8, M = 16, c = 0.2: 57.3 against 57.05,
+ *     held to within 0.5% here); whole, where it stays above interleaved
+ *     (P >= 4) it is within 4% (the most, 3.5%, at P = 8, M = 2P), and
+ *     test_wave_bound_at_memory shows why it can stay there; at P = 2 it
+ *     is below.
+ * And at c = 0 the choice is the canonical order (nothing to choose), and
+ * the choice is a function of its inputs.
+ */
+#include "order.h"
+#include "schedule.h"
+#include "sim.h"
+#include "test.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    double makespan;
+    int peak;
+} priced;
+
+/* The order chosen for c of (kind, P, W|v, M, split), simulated. */
+static int choose(hy_sched_kind kind, int P, int wv, int M, int split, double comm, priced *out,
+                  hy_schedule *keep) {
+    hy_sched_params p = { kind, P, M, wv, wv, split };
+    int v = hy_sched_chunks(&p);
+    hy_costs c = hy_costs_uniform();
+    c.fwd = 1.0 / v;
+    c.bwd = (split ? 1.0 : 2.0) / v;
+    c.wgrad = split ? 1.0 / v : 0;
+    c.comm = comm;
+    hy_schedule s;
+    hy_error err;
+    int rc = hy_schedule_for_costs(&s, &p, &c, &err);
+    if (!rc) rc = hy_schedule_validate(&s, &err);
+    hy_sim_result r;
+    if (!rc) rc = hy_simulate(&s, &c, NULL, &r, &err);
+    if (rc) {
+        fprintf(stderr, "%s P=%d W|v=%d M=%d split=%d c=%g: %s\n", hy_sched_name(kind), P, wv, M,
+                split, comm, err.msg);
+        hy_schedule_free(&s);
+        return rc;
+    }
+    out->makespan = r.makespan;
+    out->peak = 0;
+    for (int k = 0; k < P; k++)
+        if (r.peak_activations[k] > out->peak) out->peak = r.peak_activations[k];
+    if (keep) *keep = s;
+    else hy_schedule_free(&s);
+    hy_sim_result_free(&r);
+    return HY_OK;
+}
+
+static void test_goals_with_transfer_time(void) {
+    static const double comms[] = { 0.05, 0.2 };
+    for (int P = 2; P <= 8; P *= 2)
+        for (int k = 2; k <= 8; k *= 2)
+            for (int ci = 0; ci < 2; ci++) {
+                int M = k * P, limit = 4 * P + P - 1;
+                double c = comms[ci];
+                for (int split = 0; split <= 1; split++) {
+                    priced f1, in, ha;
+                    if (choose(HY_SCHED_1F1B, P, 1, M, split, c, &f1, NULL) ||
+                        choose(HY_SCHED_INTERLEAVED, P, 4, M, split, c, &in, NULL) ||
+                        choose(HY_SCHED_HANAYO, P, 2, M, split, c, &ha, NULL)) {
+                        CHECK(0);
+                        continue;
+                    }
+                    const char *what = split ? "split" : "whole";
+                    CHECKF(ha.peak <= limit && in.peak <= limit,
+                           "P=%d M=%d c=%g %s: peaks hanayo %d interleaved %d, limit %d", P, M,
+                           c, what, ha.peak, in.peak, limit);
+                    CHECKF(ha.makespan < f1.makespan - 1e-9, "P=%d M=%d c=%g %s: hanayo %g, "
+                           "1f1b %g", P, M, c, what, ha.makespan, f1.makespan);
+                    int known_miss = split && P == 8 && M == 16 && c == 0.2;
+                    if (split && !known_miss)
+                        CHECKF(ha.makespan <= in.makespan + 1e-9, "P=%d M=%d c=%g split: "
+                               "hanayo %g, interleaved %g", P, M, c, ha.makespan, in.makespan);
+                    else if (split)
+                        CHECKF(ha.makespan <= 1.005 * in.makespan, "P=%d M=%d c=%g split: "
+                               "hanayo %g, interleaved %g", P, M, c, ha.makespan, in.makespan);
+                    else if (P == 2)
+                        CHECKF(ha.makespan < in.makespan, "P=2 M=%d c=%g whole: hanayo %g, "
+                               "interleaved %g", M, c, ha.makespan, in.makespan);
+                    else
+                        CHECKF(ha.makespan <= 1.04 * in.makespan, "P=%d M=%d c=%g whole: "
+                               "hanayo %g, interleaved %g", P, M, c, ha.makespan, in.makespan);
+                }
+            }
+}
+
+/* Where the whole-backward wave stays above interleaved, its own bound at
+ * that memory is above interleaved's: no order of the wave's placement
+ * holding 2WP + P - 1 activations could reach interleaved's bound. */
+static void test_wave_bound_at_memory(void) {
+    int P = 8, M = 32, limit = 39;
+    hy_sched_params ph = { HY_SCHED_HANAYO, P, M, 2, 2, 0 }, pi = { HY_SCHED_INTERLEAVED, P, M, 4, 4, 0 };
+    hy_costs c = hy_costs_uniform();
+    c.fwd = 0.25;
+    c.bwd = 0.5;
+    c.comm = 0.2;
+    hy_schedule h, in;
+    hy_error err;
+    CHECK(hy_schedule_build(&h, &ph, &err) == HY_OK);
+    CHECK(hy_schedule_build(&in, &pi, &err) == HY_OK);
+    CHECK_NEAR(hy_makespan_bound_memory(&h, &c, limit), 109.65, 1e-9);
+    CHECK_NEAR(hy_makespan_bound_memory(&in, &c, limit), 105.35, 1e-9);
+    CHECK_NEAR(hy_makespan_bound(&h, &c), 104.05, 1e-9);
+    hy_schedule_free(&h);
+    hy_schedule_free(&in);
+}
+
+/* c = 0: the canonical order; and the same inputs give the same lists. */
+static void test_canonical_and_deterministic(void) {
+    hy_sched_params p = { HY_SCHED_HANAYO, 4, 16, 2, 2, 1 };
+    hy_schedule a, b, canon;
+    hy_error err;
+    priced x, y;
+    CHECK(hy_schedule_build(&canon, &p, &err) == HY_OK);
+    hy_costs u = hy_order_costs(&p, 0);
+    CHECK(hy_schedule_for_costs(&a, &p, &u, &err) == HY_OK);
+    int same = 1;
+    for (int r = 0; r < p.ranks; r++)
+        same &= a.n_actions[r] == canon.n_actions[r] &&
+                !memcmp(a.actions[r], canon.actions[r], sizeof(hy_action) * (size_t)a.n_actions[r]);
+    CHECK(same);
+    hy_schedule_free(&a);
+    CHECK(choose(HY_SCHED_HANAYO, 4, 2, 16, 1, 0.2, &x, &a) == HY_OK);
+    CHECK(choose(HY_SCHED_HANAYO, 4, 2, 16, 1, 0.2, &y, &b) == HY_OK);
+    same = x.makespan == y.makespan;
+    for (int r = 0; r < p.ranks; r++)
+        same &= a.n_actions[r] == b.n_actions[r] &&
+                !memcmp(a.actions[r], b.actions[r], sizeof(hy_action) * (size_t)a.n_actions[r]);
+    CHECK(same);
+    hy_schedule_free(&a);
+    hy_schedule_free(&b);
+    hy_schedule_free(&canon);
+}
+
+int main(void) {
+    test_goals_with_transfer_time();
+    test_wave_bound_at_memory();
+    test_canonical_and_deterministic();
+    return TEST_END("order");
+}
