@@ -11,8 +11,10 @@
  *      the other schedules) with rank r keeping a*r + b weight passes
  *      back, a in 0..2, b in 0..2; for hanayo also the merge placing the
  *      weight passes itself (each activation counted until its W, a W
- *      filling a wait of more than 0, 1/2 or 1 W), which is what keeps
- *      memory within the bound while W's fill the latency of the hops.
+ *      filling a wait of more than 0, 1/2 or 1 W, forwards of the last
+ *      stage or the last P/2 stages passing a rank's cap), which is what
+ *      keeps memory within the bound while W's fill the latency of the
+ *      hops.
  * Each is simulated once. The search is skipped, the canonical order
  * returned, when the costs are the uniform ones it is made for, and
  * narrowed to the canonical merge's neighbours when the schedule is too
@@ -143,12 +145,15 @@ static int search(order_search *g, hy_error *err) {
                                        .defer_slope = slope, .defer_base = b };
                         rc = try_order(g, &o, err);
                         /* Split hanayo: the merge placing the W's itself,
-                         * once per F/B knob setting (no deferral to vary). */
+                         * once per F/B knob setting (no deferral to vary),
+                         * with the last stage or the last P/2 passing a cap. */
                         for (int k = 1; k <= 3 && !rc && hanayo && p->split_backward &&
-                                        slope == 0 && b == 0; k++) {
-                            o.w_in_merge = k;
-                            rc = try_order(g, &o, err);
-                        }
+                                        slope == 0 && b == 0; k++)
+                            for (int t = 0; t < (P >= 4 ? 2 : 1) && !rc; t++) {
+                                o.w_in_merge = k;
+                                o.cap_tail = t ? P / 2 : 1;
+                                rc = try_order(g, &o, err);
+                            }
                     }
     return rc;
 }

@@ -255,6 +255,7 @@ typedef struct {
     int *fhead, *bhead, *live;   /* [P] */
     double *free_at;             /* [P] */
     int split_w;                 /* > 0: the merge places the W's too (hy_order.w_in_merge) */
+    int cap_tail;                /* then, forwards of the last cap_tail stages pass a cap */
     hy_stream_item **wq;         /* [P][n]: each rank's B's whose W has not run, in order */
     int *whead, *wtail;          /* [P] */
 } hy_merge;
@@ -283,15 +284,15 @@ static double hy_b_ready(const hy_merge *g, int m, int st, int r) {
 }
 
 /* Earliest start of rank r's next forward: scans up to `window` untaken
- * stream entries (1 = strict stream order), of stage `only` alone when it
- * is >= 0. Returns -1 if none is ready. */
-static double hy_next_forward(const hy_merge *g, int r, int window, int only, int *pick) {
+ * stream entries (1 = strict stream order), of stages `from` and above.
+ * Returns -1 if none is ready. */
+static double hy_next_forward(const hy_merge *g, int r, int window, int from, int *pick) {
     double best = -1;
     int seen = 0;
     for (int i = g->fhead[r]; i < g->n && seen < window; i++) {
         if (g->ftaken[r][i]) continue;
         seen++;
-        if (only >= 0 && g->fs[r][i].stage != only) continue;
+        if (g->fs[r][i].stage < from) continue;
         double t = hy_f_ready(g, g->fs[r][i].mb, g->fs[r][i].stage, r);
         if (t < 0) continue;
         if (t < g->free_at[r]) t = g->free_at[r];
@@ -327,12 +328,13 @@ static int hy_merge_run(hy_merge *g, hy_schedule *s, const int *cap, int window,
                 tb = hy_b_ready(g, b->mb, b->stage, r);
                 if (tb >= 0 && tb < g->free_at[r]) tb = g->free_at[r];
             }
-            /* At its cap a rank may still run a last-stage forward when
-             * the merge places the W's: that forward starts the backward
-             * that frees memory, and with activations held until their W
-             * the rank holding the last stage could otherwise starve. */
-            if (!cap || g->live[r] < cap[r]) tf = hy_next_forward(g, r, window, -1, &fi);
-            else if (g->split_w) tf = hy_next_forward(g, r, window, g->S - 1, &fi);
+            /* At its cap a rank may still run a forward of the last
+             * cap_tail stages when the merge places the W's: such a
+             * forward leads to the backward that frees memory, and with
+             * activations held until their W the rank holding the last
+             * stage could otherwise starve. */
+            if (!cap || g->live[r] < cap[r]) tf = hy_next_forward(g, r, window, 0, &fi);
+            else if (g->split_w) tf = hy_next_forward(g, r, window, g->S - g->cap_tail, &fi);
             int op = -1;
             double t = 0;
             if (tf >= 0 && (tb < 0 || tf < tb || (tf == tb && !b_first))) { op = HY_FWD; t = tf; }
@@ -393,9 +395,11 @@ static void hy_merge_free(hy_merge *g) {
     free(g->wq); free(g->whead); free(g->wtail);
 }
 
-static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, int split_w) {
+static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, int split_w,
+                         int cap_tail) {
     memset(g, 0, sizeof *g);
     g->split_w = split_w;
+    g->cap_tail = cap_tail > 1 ? cap_tail : 1;
     g->P = s->ranks;
     g->S = s->stages;
     g->n = s->chunks * s->micro_batches;
@@ -444,7 +448,7 @@ static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, i
 static int hy_build_hanayo(hy_schedule *s, const hy_costs *c, const hy_order *o, hy_error *err) {
     hy_merge g;
     int P = s->ranks, group = s->chunks * P, cap[HY_MAX_RANKS];
-    if (hy_merge_init(&g, s, c, s->split ? o->w_in_merge : 0) != 0) {
+    if (hy_merge_init(&g, s, c, s->split ? o->w_in_merge : 0, o->cap_tail) != 0) {
         hy_merge_free(&g);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the hanayo order");
     }

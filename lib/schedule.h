@@ -105,7 +105,10 @@ typedef struct {
     int zbv;
     int w_in_merge;       /* hanayo split, k > 0: the merge places the W's itself, one
                              filling any wait for the next F or B longer than
-                             (k - 1)/2 of a W (instead of the deferral) */
+                             (k - 1)/2 of a W (instead of the deferral), and a rank
+                             at its cap may still run forwards of the last
+                             cap_tail stages (at least 1) */
+    int cap_tail;
 } hy_order;
 
 /* The canonical knobs for p. */
