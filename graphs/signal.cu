@@ -121,25 +121,62 @@ static int stopped_at(cuda_backend *cb, const hy_wait_site *site, hy_error *err)
                          site->rank, site->what, why);
 }
 
-/* The eager wait: the calling (rank) thread polls until the flag holds
- * value, an abort, or the watchdog. Spins briefly first (a neighbour's
- * flag is often a few microseconds away), then naps between looks. On the
- * watchdog it aborts the backend, as the monitor does for a graph. */
-static int host_wait(cuda_backend *cb, cuda_stream *cs, const uint32_t *flag, uint32_t value,
-                     const hy_wait_site *site, hy_error *err) {
+/* Whether the wait at `at` is over: its flag holds the value (*seen: what
+ * it holds), or its event has completed. */
+static int site_ready(cuda_backend *cb, cuda_stream *cs, const cuda_site *at, int *ready,
+                      uint32_t *seen, hy_error *err) {
+    if (at->flag) {
+        int rc = peek_flag(cb, cs, at->flag, seen, err);
+        *ready = !rc && *seen == at->value;
+        return rc;
+    }
+    cudaError_t q = cudaEventQuery(at->event);
+    *ready = q == cudaSuccess;
+    if (q == cudaSuccess || q == cudaErrorNotReady) return HY_OK;
+    return hy_fail(err, HY_ERR_RUNTIME, "rank %d (device %d): %s (%s) at %s", at->site.rank,
+                   cs->device, cudaGetErrorName(q), cudaGetErrorString(q), at->site.what);
+}
+
+/* The watchdog's report of a wait at `at` that lasted `waited` seconds;
+ * seen: the flag's value when it could be read, else NULL. */
+static void site_stalled(const cuda_backend *cb, const cuda_site *at, double waited,
+                         const uint32_t *seen, char *buf, size_t n) {
+    if (!at->flag) {
+        snprintf(buf, n, "watchdog: rank %d waited %.2f s at %s; the work it waits for is "
+                 "stalled, or a peer of it (another replica) is gone (watchdog_s = %g)",
+                 at->site.rank, waited, at->site.what, cb->base.watchdog_s);
+        return;
+    }
+    char value[48] = "";
+    if (seen) snprintf(value, sizeof value, "flag is %u, ", *seen);
+    snprintf(buf, n, "watchdog: rank %d waited %.2f s at %s (%swaiting for %u); the rank that "
+             "should set it is stalled or failed (watchdog_s = %g)", at->site.rank, waited,
+             at->site.what, value, at->value, cb->base.watchdog_s);
+}
+
+/* The eager wait: the calling (rank) thread polls until the wait is over,
+ * an abort, or the watchdog, so no stream is left waiting for what may
+ * never come. Spins briefly first (a neighbour's flag is often a few
+ * microseconds away), then naps between looks. On the watchdog it aborts
+ * the backend, as the monitor does for a graph; work of another library's
+ * is ended through its release. */
+static int host_wait(cuda_backend *cb, cuda_stream *cs, const cuda_site *at, hy_error *err) {
     double start = now_s();
     for (long polls = 0;; polls++) {
         uint32_t v = 0;
-        int rc = peek_flag(cb, cs, flag, &v, err);
+        int ready = 0, rc = site_ready(cb, cs, at, &ready, &v, err);
         if (rc) return rc;
-        if (v == value) return HY_OK;
-        if (aborted(cb)) return stopped_at(cb, site, err);
+        if (ready) return HY_OK;
+        if (aborted(cb)) {
+            if (at->release) at->release(at->ctx);
+            return stopped_at(cb, &at->site, err);
+        }
         double waited = now_s() - start;
         if (waited >= cb->base.watchdog_s) {
-            rc = hy_fail(err, HY_ERR_RUNTIME,
-                         "watchdog: rank %d waited %.2f s at %s (flag is %u, waiting for %u); the "
-                         "rank that should set it is stalled or failed (watchdog_s = %g)",
-                         site->rank, waited, site->what, v, value, cb->base.watchdog_s);
+            char msg[sizeof err->msg];
+            site_stalled(cb, at, waited, &v, msg, sizeof msg);
+            rc = hy_fail(err, HY_ERR_RUNTIME, "%s", msg);
+            if (at->release) at->release(at->ctx);
             hy_cuda_abort(&cb->base, err->msg);
             return rc;
         }
@@ -150,96 +187,49 @@ static int host_wait(cuda_backend *cb, cuda_stream *cs, const uint32_t *flag, ui
     }
 }
 
-/* The wait of a capture: a stream memory operation, then the progress
- * word the monitor reads (both become graph nodes). */
-static int stream_wait(cuda_backend *cb, cuda_stream *cs, uint32_t *flag, uint32_t value,
-                       const hy_wait_site *site, hy_error *err) {
-    cuda_site here = { *site, flag, value, NULL, NULL };
+/* The wait of a capture: a stream memory operation on the flag, or an
+ * edge from the event, then the progress word the monitor reads (each a
+ * graph node). */
+static int stream_wait(cuda_backend *cb, cuda_stream *cs, const cuda_site *at, hy_error *err) {
     pthread_mutex_lock(&cs->lock);
-    int rc = sites_push(&cs->capture, &here, err);
+    int rc = sites_push(&cs->capture, at, err);
     size_t index = cs->capture.n;
     pthread_mutex_unlock(&cs->lock);
     if (rc) return rc;
     int rank = cs->base.rank;
-    CUresult r = cb->drv.wait32((CUstream)cs->s, devptr(flag), value, CU_STREAM_WAIT_VALUE_EQ);
-    if (r != CUDA_SUCCESS) return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWaitValue32", rank);
-    r = cb->drv.write32((CUstream)cs->s, devptr(cs->progress), (cuuint32_t)index,
-                        CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (at->flag) {
+        CUresult r = cb->drv.wait32((CUstream)cs->s, devptr(at->flag), at->value,
+                                    CU_STREAM_WAIT_VALUE_EQ);
+        if (r != CUDA_SUCCESS) return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWaitValue32", rank);
+    } else {
+        HY_CUDA_CHECK(cudaStreamWaitEvent(cs->s, at->event, 0), err);
+    }
+    CUresult r = cb->drv.write32((CUstream)cs->s, devptr(cs->progress), (cuuint32_t)index,
+                                 CU_STREAM_WRITE_VALUE_DEFAULT);
     if (r != CUDA_SUCCESS)
         return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWriteValue32 (progress)", rank);
     return HY_OK;
 }
 
-int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
-                      hy_error *err) {
+static int wait_at(hy_stream *s, const cuda_site *at, hy_error *err) {
     cuda_stream *cs = cs_of(s);
     cuda_backend *cb = cb_of(s->be);
     int rc = enter_stream(cs, err);
     if (rc) return rc;
     /* Only this thread starts and ends captures of its stream. */
-    return cs->capturing ? stream_wait(cb, cs, flag, value, site, err)
-                         : host_wait(cb, cs, flag, value, site, err);
+    return cs->capturing ? stream_wait(cb, cs, at, err) : host_wait(cb, cs, at, err);
 }
 
-/* The eager wait for an event: polled by the rank's thread, as host_wait
- * polls a flag, so the stream is never left waiting for work that may
- * never end. */
-static int host_wait_event(cuda_backend *cb, cuda_stream *cs, cudaEvent_t done,
-                           const hy_wait_site *site, hy_cuda_release_fn release, void *ctx,
-                           hy_error *err) {
-    double start = now_s();
-    for (long polls = 0;; polls++) {
-        cudaError_t q = cudaEventQuery(done);
-        if (q == cudaSuccess) return HY_OK;
-        if (q != cudaErrorNotReady)
-            return hy_fail(err, HY_ERR_RUNTIME, "rank %d (device %d): %s (%s) at %s", site->rank,
-                           cs->device, cudaGetErrorName(q), cudaGetErrorString(q), site->what);
-        if (aborted(cb)) {
-            release(ctx);
-            return stopped_at(cb, site, err);
-        }
-        double waited = now_s() - start;
-        if (waited >= cb->base.watchdog_s) {
-            int rc = hy_fail(err, HY_ERR_RUNTIME, "watchdog: rank %d waited %.2f s at %s; a replica "
-                             "is stalled or failed (watchdog_s = %g)", site->rank, waited,
-                             site->what, cb->base.watchdog_s);
-            release(ctx);
-            hy_cuda_abort(&cb->base, err->msg);
-            return rc;
-        }
-        if (polls >= 256) {
-            struct timespec ts = { 0, 20000 };
-            nanosleep(&ts, NULL);
-        }
-    }
-}
-
-/* The captured wait for an event: the edge, then the progress word. */
-static int stream_wait_event(cuda_backend *cb, cuda_stream *cs, cudaEvent_t done,
-                             const hy_wait_site *site, hy_cuda_release_fn release, void *ctx,
-                             hy_error *err) {
-    cuda_site here = { *site, NULL, 0, release, ctx };
-    pthread_mutex_lock(&cs->lock);
-    int rc = sites_push(&cs->capture, &here, err);
-    size_t index = cs->capture.n;
-    pthread_mutex_unlock(&cs->lock);
-    if (rc) return rc;
-    HY_CUDA_CHECK(cudaStreamWaitEvent(cs->s, done, 0), err);
-    CUresult r = cb->drv.write32((CUstream)cs->s, devptr(cs->progress), (cuuint32_t)index,
-                                 CU_STREAM_WRITE_VALUE_DEFAULT);
-    if (r != CUDA_SUCCESS)
-        return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWriteValue32 (progress)", cs->base.rank);
-    return HY_OK;
+int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
+                      hy_error *err) {
+    cuda_site at = { *site, flag, value, NULL, NULL, NULL };
+    return wait_at(s, &at, err);
 }
 
 int hy_cuda_wait_event(hy_stream *s, cudaEvent_t done, const hy_wait_site *site,
                        hy_cuda_release_fn release, void *ctx, hy_error *err) {
-    cuda_stream *cs = cs_of(s);
-    cuda_backend *cb = cb_of(s->be);
-    int rc = enter_stream(cs, err);
-    if (rc) return rc;
-    return cs->capturing ? stream_wait_event(cb, cs, done, site, release, ctx, err)
-                         : host_wait_event(cb, cs, done, site, release, ctx, err);
+    cuda_site at = { *site, NULL, 0, release, ctx, done };
+    return wait_at(s, &at, err);
 }
 
 int hy_cuda_write_flag(hy_stream *s, uint32_t *flag, uint32_t value, hy_error *err) {
@@ -315,21 +305,10 @@ static int watch(cuda_backend *cb, cuda_stream *cs, double now, char *why, size_
         return 0;
     }
     if (!at || now - cs->since < cb->base.watchdog_s) return 0;
-    char value[48] = "";
-    if (!at->flag) {
-        snprintf(cs->stalled, sizeof cs->stalled,
-                 "watchdog: rank %d waited %.2f s at %s; a replica is stalled or failed "
-                 "(watchdog_s = %g)", cs->base.rank, now - cs->since, at->site.what,
-                 cb->base.watchdog_s);
-        snprintf(why, n, "%s", cs->stalled);
-        return 1;
-    }
-    if (!cb->flags_on_device)   /* device-memory flags cannot be read from here */
-        snprintf(value, sizeof value, "flag is %u, ", *(volatile uint32_t *)at->flag);
-    snprintf(cs->stalled, sizeof cs->stalled,
-             "watchdog: rank %d waited %.2f s at %s (%swaiting for %u); the rank that should set "
-             "it is stalled or failed (watchdog_s = %g)", cs->base.rank, now - cs->since,
-             at->site.what, value, at->value, cb->base.watchdog_s);
+    /* Device-memory flags cannot be read from here. */
+    uint32_t seen = at->flag && !cb->flags_on_device ? *(volatile uint32_t *)at->flag : 0;
+    site_stalled(cb, at, now - cs->since, at->flag && !cb->flags_on_device ? &seen : NULL,
+                 cs->stalled, sizeof cs->stalled);
     snprintf(why, n, "%s", cs->stalled);
     return 1;
 }

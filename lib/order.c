@@ -122,6 +122,21 @@ static int canonical_peak(const hy_sched_params *p, hy_error *err) {
     return peak;
 }
 
+/* Split hanayo with o's F/B knobs, the merge placing the W's itself: a W
+ * filling waits of more than 0, 1/2 or 1 W, and the last stage or (from
+ * P = 4) the last P/2 passing a full rank's cap. */
+static int try_merged_wgrads(order_search *g, const hy_order *o, hy_error *err) {
+    int P = g->p->ranks, rc = HY_OK;
+    for (int k = 1; k <= 3 && !rc; k++)
+        for (int t = 0; t < (P >= 4 ? 2 : 1) && !rc; t++) {
+            hy_order m = *o;
+            m.w_in_merge = k;
+            m.cap_tail = t ? P / 2 : 1;
+            rc = try_order(g, &m, err);
+        }
+    return rc;
+}
+
 static int search(order_search *g, hy_error *err) {
     const hy_sched_params *p = g->p;
     int rc = try_order(g, NULL, err);   /* always kept: the first */
@@ -144,16 +159,9 @@ static int search(order_search *g, hy_error *err) {
                                        .window = hanayo ? windows[w] : 0, .backward_first = bf,
                                        .defer_slope = slope, .defer_base = b };
                         rc = try_order(g, &o, err);
-                        /* Split hanayo: the merge placing the W's itself,
-                         * once per F/B knob setting (no deferral to vary),
-                         * with the last stage or the last P/2 passing a cap. */
-                        for (int k = 1; k <= 3 && !rc && hanayo && p->split_backward &&
-                                        slope == 0 && b == 0; k++)
-                            for (int t = 0; t < (P >= 4 ? 2 : 1) && !rc; t++) {
-                                o.w_in_merge = k;
-                                o.cap_tail = t ? P / 2 : 1;
-                                rc = try_order(g, &o, err);
-                            }
+                        /* once per F/B knob setting: no deferral to vary */
+                        if (!rc && hanayo && p->split_backward && slope == 0 && b == 0)
+                            rc = try_merged_wgrads(g, &o, err);
                     }
     return rc;
 }

@@ -233,8 +233,6 @@ static void copy_times(hy_profile *p, step_times *steps) {
             }
 }
 
-/* Per stage and per rank means, the transfers, and each step's makespan
- * and bubble. */
 /* Where rank r's wait for its gradient sums ended (the last of them; tn,
  * its last action's end, when it has none). sum_at: a step's. */
 static double sums_end(const hy_profile *p, const double *sum_at, int r, double tn) {
@@ -244,6 +242,8 @@ static double sums_end(const hy_profile *p, const double *sum_at, int r, double 
     return end;
 }
 
+/* Per stage and per rank means, the transfers, and each step's makespan
+ * and bubble. */
 static int measure(hy_profile *p, step_times *steps, hy_error *err) {
     const hy_schedule *s = &p->sched;
     int P = s->ranks, S = s->stages, M = s->micro_batches, n = p->steps;

@@ -351,11 +351,12 @@ static int rt_optimize(rt_ctx *x) {
     return rc;
 }
 
-/* The stamp of bucket b's sum: its start (end = 0) or its wait's end. */
-static size_t rt_sum_stamp(rt_ctx *x, int b, int end) {
+/* Profile stamp of bucket b's sum: its start (end = 0) or its wait's end. */
+static int rt_stamp_sum(rt_ctx *x, int b, int end) {
+    if (!x->rt->profile) return HY_OK;
     int r = x->rk->rank;
-    return RT_STAMPS(x->rt->sched.n_actions[r]) + 2 * (size_t)rt_bucket_index(x->rt, r, b) +
-           (size_t)end;
+    return rt_stamp(x, RT_STAMPS(x->rt->sched.n_actions[r]) +
+                           2 * (size_t)rt_bucket_index(x->rt, r, b) + (size_t)end);
 }
 
 /* Data parallelism: the sum over the replicas of stage s's gradients (its
@@ -364,11 +365,11 @@ static size_t rt_sum_stamp(rt_ctx *x, int b, int end) {
 static int rt_reduce_start(rt_ctx *x, int s) {
     hy_runtime *rt = x->rt;
     rt_rank *rk = x->rk;
-    int rc = rt_stamp(x, rt_sum_stamp(x, s, 0));
+    int rc = rt_stamp_sum(x, s, 0);
     if (!rc) rc = x->o->reduce_start(x->st, rk->reducer, s, rt->stages[s].grad,
                                      rt->model.stage_numel[s], x->err);
     if (!rc && s == rt->S - 1 && rk->dwte) {
-        rc = rt_stamp(x, rt_sum_stamp(x, rt->S, 0));
+        rc = rt_stamp_sum(x, rt->S, 0);
         if (!rc) rc = x->o->reduce_start(x->st, rk->reducer, rt->S, rk->dwte, rt_wte(rt)->numel,
                                          x->err);
     }
@@ -384,10 +385,10 @@ static int rt_reduce_wait(rt_ctx *x) {
     for (int s = 0; s < rt->S && !rc; s++) {
         if (rt->stages[s].rank != rk->rank) continue;
         rc = x->o->reduce_wait(x->st, rk->reducer, s, x->err);
-        if (!rc) rc = rt_stamp(x, rt_sum_stamp(x, s, 1));
+        if (!rc) rc = rt_stamp_sum(x, s, 1);
         if (!rc && s == rt->S - 1 && rk->dwte) {
             rc = x->o->reduce_wait(x->st, rk->reducer, rt->S, x->err);
-            if (!rc) rc = rt_stamp(x, rt_sum_stamp(x, rt->S, 1));
+            if (!rc) rc = rt_stamp_sum(x, rt->S, 1);
         }
     }
     return rc;

@@ -54,9 +54,10 @@ typedef struct mem_block {
     struct mem_block *next;
 } mem_block;
 
-/* A wait as the watchdog and abort need it: for a flag, or (flag NULL)
- * for an event of work the backend does not own (NCCL's sums), which an
- * abort ends by release(ctx) instead of writing a flag. */
+/* A wait as the watchdog and abort need it: for a flag to hold value,
+ * or (flag NULL) for `event`, recorded by work the backend does not own
+ * (NCCL's sums), which an abort ends by release(ctx) instead of writing
+ * the flag. */
 typedef void (*hy_cuda_release_fn)(void *ctx);
 typedef struct {
     hy_wait_site site;
@@ -64,6 +65,7 @@ typedef struct {
     uint32_t value;
     hy_cuda_release_fn release;
     void *ctx;
+    cudaEvent_t event;
 } cuda_site;
 
 typedef struct {
