@@ -84,6 +84,9 @@ int hy_dp_sum(hy_dp *dp, double *x, int n, hy_error *err);
 /* Collective: *v becomes the largest of the replicas' values. */
 int hy_dp_max(hy_dp *dp, int *v, hy_error *err);
 
+/* Collective: returns once every replica has called it. */
+int hy_dp_barrier(hy_dp *dp, hy_error *err);
+
 /* Collective: *same = 1 when every replica passed the same v. */
 int hy_dp_same(hy_dp *dp, uint64_t v, int *same, hy_error *err);
 

@@ -721,13 +721,22 @@ static int load_config(hy_config *c, const char *path, const hy_flag_list *sets,
 }
 
 /* One data-parallel replica's end (dp.h), when it failed: an error all
- * replicas share is printed once, by replica 0 (the others return with an
- * empty message, which main does not print); a replica's own error is
- * printed with its index, then the whole job is ended, since the others
- * may be waiting for this one in a collective. */
+ * replicas share is printed once, by replica 0, here, and every replica
+ * returns with an empty message, which main does not print. The others
+ * wait for replica 0 to have printed it: mpirun ends the whole job as
+ * soon as one process exits with a failure, and would take replica 0
+ * down before its line. A replica's own error is printed with its index,
+ * then the whole job is ended, since the others may be waiting for this
+ * one in a collective. */
 static int replica_failed(hy_dp *dp, int st, hy_error *err) {
     if (hy_dp_agreed(dp)) {
-        if (hy_dp_rank(dp) != 0) err->msg[0] = '\0';
+        if (hy_dp_rank(dp) == 0) {
+            fprintf(stderr, "hanayo: %s\n", err->msg);
+            fflush(stderr);
+        }
+        err->msg[0] = '\0';
+        hy_error ignored;
+        (void)hy_dp_barrier(dp, &ignored);   /* a failure here has nothing left to add */
         return st;
     }
     fprintf(stderr, "hanayo: replica %d: %s\n", hy_dp_rank(dp), err->msg);
