@@ -14,6 +14,11 @@
  *     the rank's thread waits on the host: it polls the flag (a load from
  *     host-mapped memory, or a 4-byte read through the device's io stream
  *     for a flag in device memory) and only then enqueues what follows.
+ *     The thread also stores the value the wait leaves in the flag itself,
+ *     at once: it runs ahead of its stream, so a store queued there could
+ *     still be pending when the thread looks at the same flag again for
+ *     the slot's next message, and it would take the old signal for a new
+ *     one (the payload overwritten before it was read, a message lost).
  *     So no stream ever sits at a flag outside a graph, and whatever may
  *     make the driver wait for a whole device while ranks run eagerly (the
  *     first load of a cuBLASLt kernel, an allocation, a graph's
@@ -64,12 +69,15 @@ int hy_cuda_driver_load(hy_driver *d, hy_error *err) {
     int rc = hy_driver_symbol("cuStreamWaitValue32", (void **)&d->wait32, err);
     if (!rc) rc = hy_driver_symbol("cuStreamWriteValue32", (void **)&d->write32, err);
     if (!rc) rc = hy_driver_symbol("cuGetErrorName", (void **)&d->error_name, err);
+    if (!rc) rc = hy_driver_symbol("cuGraphNodeGetType", (void **)&d->node_type, err);
     return rc;
 }
 
 int hy_cuda_driver_fail(const hy_driver *d, hy_error *err, CUresult rc, const char *call, int rank) {
     const char *name = NULL;
     if (!d->error_name || d->error_name(rc, &name) != CUDA_SUCCESS) name = "?";
+    if (rank < 0)   /* not a rank's call */
+        return hy_fail(err, HY_ERR_RUNTIME, "CUDA driver error %s (%d) in %s", name, (int)rc, call);
     return hy_fail(err, HY_ERR_RUNTIME, "rank %d: CUDA driver error %s (%d) in %s", rank, name,
                    (int)rc, call);
 }
@@ -121,6 +129,22 @@ static int stopped_at(cuda_backend *cb, const hy_wait_site *site, hy_error *err)
                          site->rank, site->what, why);
 }
 
+/* Stores v into a flag from the host, at once: into host-mapped memory,
+ * or through the device's io stream, which holds no waits, for a flag in
+ * device memory. */
+static int poke_flag(cuda_backend *cb, cuda_stream *cs, uint32_t *flag, uint32_t v,
+                     hy_error *err) {
+    if (!cb->flags_on_device) {
+        __atomic_store_n(flag, v, __ATOMIC_SEQ_CST);
+        return HY_OK;
+    }
+    cudaStream_t io = cb->io[cs->device];
+    CUresult r = cb->drv.write32((CUstream)io, devptr(flag), v, CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (r != CUDA_SUCCESS) return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWriteValue32 (io)", cs->base.rank);
+    HY_CUDA_CHECK(cudaStreamSynchronize(io), err);
+    return HY_OK;
+}
+
 /* Whether the wait at `at` is over: its flag holds the value (*seen: what
  * it holds), or its event has completed. */
 static int site_ready(cuda_backend *cb, cuda_stream *cs, const cuda_site *at, int *ready,
@@ -166,7 +190,8 @@ static int host_wait(cuda_backend *cb, cuda_stream *cs, const cuda_site *at, hy_
         uint32_t v = 0;
         int ready = 0, rc = site_ready(cb, cs, at, &ready, &v, err);
         if (rc) return rc;
-        if (ready) return HY_OK;
+        if (ready) return at->flag && at->then != at->value ? poke_flag(cb, cs, at->flag, at->then, err)
+                                                            : HY_OK;
         if (aborted(cb)) {
             if (at->release) at->release(at->ctx);
             return stopped_at(cb, &at->site, err);
@@ -201,6 +226,12 @@ static int stream_wait(cuda_backend *cb, cuda_stream *cs, const cuda_site *at, h
         CUresult r = cb->drv.wait32((CUstream)cs->s, devptr(at->flag), at->value,
                                     CU_STREAM_WAIT_VALUE_EQ);
         if (r != CUDA_SUCCESS) return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWaitValue32", rank);
+        /* In a graph the stream itself is the waiter: the store follows
+         * the wait in stream order. */
+        if (at->then != at->value) {
+            r = cb->drv.write32((CUstream)cs->s, devptr(at->flag), at->then, CU_STREAM_WRITE_VALUE_DEFAULT);
+            if (r != CUDA_SUCCESS) return hy_cuda_driver_fail(&cb->drv, err, r, "cuStreamWriteValue32", rank);
+        }
     } else {
         HY_CUDA_CHECK(cudaStreamWaitEvent(cs->s, at->event, 0), err);
     }
@@ -220,15 +251,15 @@ static int wait_at(hy_stream *s, const cuda_site *at, hy_error *err) {
     return cs->capturing ? stream_wait(cb, cs, at, err) : host_wait(cb, cs, at, err);
 }
 
-int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
-                      hy_error *err) {
-    cuda_site at = { *site, flag, value, NULL, NULL, NULL };
+int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, uint32_t then,
+                      const hy_wait_site *site, hy_error *err) {
+    cuda_site at = { *site, flag, value, then, NULL, NULL, NULL };
     return wait_at(s, &at, err);
 }
 
 int hy_cuda_wait_event(hy_stream *s, cudaEvent_t done, const hy_wait_site *site,
                        hy_cuda_release_fn release, void *ctx, hy_error *err) {
-    cuda_site at = { *site, NULL, 0, release, ctx, done };
+    cuda_site at = { *site, NULL, 0, 0, release, ctx, done };
     return wait_at(s, &at, err);
 }
 

@@ -83,11 +83,16 @@ int hy_device_can_access_peer(int a, int b, int *yes, hy_error *err);
  *
  * Flags are 32-bit words that two ranks can see (host-mapped or peer
  * memory on CUDA, plain memory on the CPU). `wait_flag` blocks the stream
- * until the word equals a value; `write_flag` stores a value after all
+ * until the word equals a value and then leaves it holding another (the
+ * waiter consumes the signal); `write_flag` stores a value after all
  * earlier work of the stream. The values are constants, so recorded waits
  * and writes stay valid on every replay: this is the full/free handshake
  * of DESIGN §3 "Cross-rank movement", which cannot wait on a stale signal by
- * construction.
+ * construction. The consuming store is part of the wait, not a write
+ * queued after it, because on CUDA an eager wait is done by the rank's
+ * thread, which runs ahead of its stream: a reset queued on the stream
+ * could still be pending when the thread comes back to the same flag for
+ * the slot's next message and sees the old value.
  *
  * A wait that lasts longer than the watchdog fails with the site it was
  * given (rank, action, edge, slot), and `abort` makes every wait in the
@@ -203,8 +208,10 @@ typedef struct {
 
     /* Enqueued work. Eagerly run work reports its failure at once; in a
      * replay the failure comes back from graph_launch or sync. */
-    int (*wait_flag)(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
-                     hy_error *err);
+    /* Waits until *flag == value, then stores `then` into it (then ==
+     * value: leaves it as it is). */
+    int (*wait_flag)(hy_stream *s, uint32_t *flag, uint32_t value, uint32_t then,
+                     const hy_wait_site *site, hy_error *err);
     int (*write_flag)(hy_stream *s, uint32_t *flag, uint32_t value, hy_error *err);
     /* dst and src may belong to different ranks: a peer copy. */
     int (*copy)(hy_stream *s, void *dst, const void *src, size_t bytes, hy_error *err);

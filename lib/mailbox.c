@@ -229,8 +229,7 @@ static int hy_handshake_send(hy_stream *st, uint32_t *full, uint32_t *free_, voi
                              const void *src, size_t bytes, const hy_wait_site *site,
                              hy_error *err) {
     const hy_backend_ops *o = st->be->ops;
-    int rc = o->wait_flag(st, free_, 1, site, err);
-    if (!rc) rc = o->write_flag(st, free_, 0, err);
+    int rc = o->wait_flag(st, free_, 1, 0, site, err);
     if (!rc) rc = o->copy(st, dst, src, bytes, err);
     if (!rc) rc = o->write_flag(st, full, 1, err);
     return rc;
@@ -239,9 +238,7 @@ static int hy_handshake_send(hy_stream *st, uint32_t *full, uint32_t *free_, voi
 static int hy_handshake_receive(hy_stream *st, uint32_t *full, const hy_wait_site *site,
                                 hy_error *err) {
     const hy_backend_ops *o = st->be->ops;
-    int rc = o->wait_flag(st, full, 1, site, err);
-    if (!rc) rc = o->write_flag(st, full, 0, err);
-    return rc;
+    return o->wait_flag(st, full, 1, 0, site, err);
 }
 
 int hy_mailbox_send(hy_stream *st, const hy_edge *e, int m, const void *src, const char *action,

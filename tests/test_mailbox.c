@@ -157,10 +157,10 @@ static uint32_t checks_per_iteration(const hy_schedule *s, const hy_mailbox *mb,
  * device 0 and the flags in host memory (1) or device memory (2). */
 enum { ON_CPU, ON_CUDA_HOST_FLAGS, ON_CUDA_DEVICE_FLAGS };
 
-static int open_backend(int on, int P, hy_backend **be, hy_error *err) {
-    if (on == ON_CPU) return hy_backend_cpu_create(be, P, 30.0, err);
+static int open_backend(int on, int P, double watchdog_s, hy_backend **be, hy_error *err) {
+    if (on == ON_CPU) return hy_backend_cpu_create(be, P, watchdog_s, err);
     int zeros[HY_MAX_RANKS] = { 0 };
-    return hy_backend_cuda_create(be, P, zeros, P, on == ON_CUDA_DEVICE_FLAGS, 30.0, err);
+    return hy_backend_cuda_create(be, P, zeros, P, on == ON_CUDA_DEVICE_FLAGS, watchdog_s, err);
 }
 
 static void stress(int on, hy_sched_kind kind, int P, int wv, int M, int graph, int iterations,
@@ -172,7 +172,7 @@ static void stress(int on, hy_sched_kind kind, int P, int wv, int M, int graph, 
     hy_error err;
     if (hy_schedule_build(&s, &p, &err) != HY_OK) { CHECKF(0, "%s", err.msg); return; }
     CHECKF(hy_mailbox_plan(&mb, &s, &err) == HY_OK, "%s", err.msg);
-    if (open_backend(on, P, &be, &err) != HY_OK) {
+    if (open_backend(on, P, 30.0, &be, &err) != HY_OK) {
         CHECKF(0, "%s", err.msg);
         hy_mailbox_free(&mb);
         hy_schedule_free(&s);
@@ -281,7 +281,7 @@ static void *wait_forever(void *arg) {
     hy_wait_site site = { 1, "B m2 s3: test wait" };
     w->status = w->be->ops->stream_create(w->be, 1, &st, &w->err);
     if (w->status) return NULL;
-    w->status = w->be->ops->wait_flag(st, w->flag, 1, &site, &w->err);
+    w->status = w->be->ops->wait_flag(st, w->flag, 1, 1, &site, &w->err);
     w->be->ops->stream_destroy(st);
     return NULL;
 }
@@ -331,6 +331,40 @@ static void test_abort(void) {
     CHECK(strstr(w.err.msg, "rank 1 stopped") && strstr(w.err.msg, "rank 0 failed: injected"));
     CHECK(w.err.cause == HY_CAUSE_STOPPED);   /* what the runtime tells a stopped rank by */
     be->ops->destroy(be);
+}
+
+/* A wait consumes its signal at once, also while its stream is still busy
+ * with earlier work (a 300 ms sleep here): a second wait for the same flag
+ * finds no signal and the watchdog ends it. A consuming store queued on
+ * the stream instead would still be pending behind the sleep, and the
+ * second wait would take the old signal for a new one: the race that lost
+ * messages on a GPU whose rank threads ran ahead of their streams.
+ * then == value leaves the flag as it is. */
+static void test_consume(int on) {
+    hy_backend *be = NULL;
+    hy_stream *st = NULL;
+    hy_error err;
+    if (open_backend(on, 2, 0.3, &be, &err) != HY_OK) { CHECKF(0, "%s", err.msg); return; }
+    const hy_backend_ops *o = be->ops;
+    uint32_t *flags = NULL;
+    const uint32_t init[2] = { 1, 7 };
+    CHECK(o->alloc_shared(be, 0, 1, sizeof init, (void **)&flags, &err) == HY_OK);
+    CHECK(o->upload(be, 1, flags, init, sizeof init, &err) == HY_OK);
+    CHECK(o->stream_create(be, 0, &st, &err) == HY_OK);
+    hy_wait_site site = { 0, "F m0 s1: consume test" };
+    CHECK(o->sleep(st, 300000000ull, &err) == HY_OK);
+    CHECKF(o->wait_flag(st, &flags[1], 7, 7, &site, &err) == HY_OK, "on=%d: %s", on, err.msg);
+    CHECKF(o->wait_flag(st, &flags[0], 1, 0, &site, &err) == HY_OK, "on=%d: %s", on, err.msg);
+    int rc = o->wait_flag(st, &flags[0], 1, 0, &site, &err);
+    if (!rc) rc = o->sync(st, &err);
+    CHECKF(rc != HY_OK && strstr(err.msg, "watchdog") && strstr(err.msg, "consume test"),
+           "on=%d: the second wait took a consumed signal: %s", on, rc ? err.msg : "it passed");
+    uint32_t got[2] = { 9, 9 };
+    CHECK(o->download(be, 1, got, flags, sizeof got, &err) == HY_OK);
+    CHECKF(got[0] == 0 && got[1] == 7, "on=%d: flags %u %u, want 0 7", on, got[0], got[1]);
+    o->stream_destroy(st);
+    o->free_mem(be, flags);
+    o->destroy(be);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -409,6 +443,7 @@ int main(void) {
     test_slots();
     test_watchdog();
     test_abort();
+    test_consume(ON_CPU);
     static const struct { hy_sched_kind kind; int wv; } kinds[] = {
         { HY_SCHED_GPIPE, 1 }, { HY_SCHED_1F1B, 1 }, { HY_SCHED_INTERLEAVED, 2 },
         { HY_SCHED_HANAYO, 1 }, { HY_SCHED_HANAYO, 2 },
@@ -429,6 +464,7 @@ int main(void) {
         return TEST_END("mailbox");
     }
     const int cuda_ranks[] = { 1, 2, 4, 8 };
+    for (int on = ON_CUDA_HOST_FLAGS; on <= ON_CUDA_DEVICE_FLAGS; on++) test_consume(on);
     for (int on = ON_CUDA_HOST_FLAGS; on <= ON_CUDA_DEVICE_FLAGS; on++)
         for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
             for (int i = 0; i < 4; i++)

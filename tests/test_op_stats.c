@@ -84,7 +84,7 @@ int main(void) {
     CHECK(o->copy(s0, b, a, sizeof(float) * 64, &err) == HY_OK);
     CHECK(o->gelu_fwd(s1, b, a, 64, &err) == HY_OK);
     CHECK(o->write_flag(s1, flag, 1, &err) == HY_OK);
-    CHECK(o->wait_flag(s1, flag, 1, &site, &err) == HY_OK);
+    CHECK(o->wait_flag(s1, flag, 1, 1, &site, &err) == HY_OK);
     double wall = now_s() - t0;
     CHECK(o->op_stats(be, 1, stats, &err) == HY_OK);
     const expect eager[] = {

@@ -40,6 +40,7 @@ typedef struct {
     cpu_cmd_kind kind;
     uint32_t *flag;             /* WAIT, WRITE */
     uint32_t value;
+    uint32_t then;              /* WAIT: what the flag holds after it */
     void *dst;                  /* COPY */
     const void *src;            /* COPY */
     size_t bytes;               /* COPY */
@@ -167,11 +168,19 @@ static int cpu_aborted(cpu_backend *cb, const hy_wait_site *site, hy_error *err)
                          "rank %d stopped while waiting at %s: %s", site->rank, site->what, why);
 }
 
+static void store_flag(uint32_t *flag, uint32_t value) {
+    __atomic_store_n(flag, value, __ATOMIC_RELEASE);
+    futex_call(flag, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+}
+
 static int run_wait(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
     double start = now_s(), deadline = start + cb->base.watchdog_s;
     for (;;) {
         uint32_t v = __atomic_load_n(c->flag, __ATOMIC_ACQUIRE);
-        if (v == c->value) return HY_OK;
+        if (v == c->value) {
+            if (c->then != c->value) store_flag(c->flag, c->then);
+            return HY_OK;
+        }
         if (__atomic_load_n(&cb->aborted, __ATOMIC_ACQUIRE)) return cpu_aborted(cb, &c->site, err);
         double t = now_s();
         if (t >= deadline)
@@ -190,10 +199,7 @@ static int run_wait(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
     }
 }
 
-static void run_write(const cpu_cmd *c) {
-    __atomic_store_n(c->flag, c->value, __ATOMIC_RELEASE);
-    futex_call(c->flag, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
-}
+static void run_write(const cpu_cmd *c) { store_flag(c->flag, c->value); }
 
 static void run_stamp(const cpu_cmd *c) {
     struct timespec ts;
@@ -281,9 +287,9 @@ static int enqueue(hy_stream *s, const cpu_cmd *c, hy_error *err) {
 /* ------------------------------------------------------------------------ */
 /* The enqueue entry points */
 
-static int cpu_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
-                         hy_error *err) {
-    cpu_cmd c = { .kind = CMD_WAIT, .flag = flag, .value = value, .site = *site };
+static int cpu_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, uint32_t then,
+                         const hy_wait_site *site, hy_error *err) {
+    cpu_cmd c = { .kind = CMD_WAIT, .flag = flag, .value = value, .then = then, .site = *site };
     return enqueue(s, &c, err);
 }
 

@@ -26,6 +26,7 @@
 typedef CUresult (*hy_pfn_wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 typedef CUresult (*hy_pfn_write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 typedef CUresult (*hy_pfn_error_name)(CUresult, const char **);
+typedef CUresult (*hy_pfn_node_type)(CUgraphNode, CUgraphNodeType *);
 
 /* The CUDA version whose signatures we ask for: 12.0's stream memory
  * operations are the capturable (v2) ones. */
@@ -35,11 +36,16 @@ typedef struct {
     hy_pfn_wait32 wait32;
     hy_pfn_write32 write32;
     hy_pfn_error_name error_name;
+    /* The runtime's cudaGraphNodeGetType fails (cudaErrorUnknown) on the
+     * driver's batch memory operation nodes, which our flag waits and
+     * writes become; the driver's own call names every node. */
+    hy_pfn_node_type node_type;
 } hy_driver;
 
 /* Fills d; fails naming the entry point a too-old driver lacks. */
 int hy_cuda_driver_load(hy_driver *d, hy_error *err);
-/* A driver API failure as an error naming the call and the rank. */
+/* A driver API failure as an error naming the call and the rank (rank < 0:
+ * none). */
 int hy_cuda_driver_fail(const hy_driver *d, hy_error *err, CUresult rc, const char *call, int rank);
 
 /* ---- State ---- */
@@ -63,6 +69,7 @@ typedef struct {
     hy_wait_site site;
     uint32_t *flag;
     uint32_t value;
+    uint32_t then;               /* what the flag holds once the wait is over */
     hy_cuda_release_fn release;
     void *ctx;
     cudaEvent_t event;
@@ -99,6 +106,10 @@ typedef struct {
     int flags_on_device;
     hy_lt **lt;                  /* [ranks]: cuBLASLt state per rank */
     volatile uint32_t *abort_word;   /* host-mapped: sleep kernels stop when set */
+    /* host-mapped, beside abort_word: the test's foreign work (testops.cu)
+     * stops only when its release sets this, as NCCL's would only on
+     * ncclCommAbort, never on our abort word. */
+    volatile uint32_t *foreign_stop;
     struct cuda_foreign *foreign;    /* the foreign_wait test op's work (testops.cu) */
     int aborted;                 /* atomics */
     pthread_mutex_t lock;        /* guards why, blocks and streams */
@@ -136,6 +147,7 @@ struct hy_graph {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     site_list sites;
+    const hy_driver *drv;        /* the backend's, for the DOT dump */
 };
 
 static inline cuda_backend *cb_of(hy_backend *be) { return (cuda_backend *)be; }
@@ -217,8 +229,8 @@ int hy_cuda_connections(void);
 void hy_cuda_foreign_free(cuda_backend *cb);
 
 /* backend.h entries implemented in graphs/. */
-int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, const hy_wait_site *site,
-                      hy_error *err);
+int hy_cuda_wait_flag(hy_stream *s, uint32_t *flag, uint32_t value, uint32_t then,
+                      const hy_wait_site *site, hy_error *err);
 int hy_cuda_write_flag(hy_stream *s, uint32_t *flag, uint32_t value, hy_error *err);
 /* Makes the stream wait for `done`, recorded by work the backend does not
  * own (NCCL's sums on their side stream), under the same watchdog and
