@@ -60,6 +60,7 @@ int hy_cuda_capture_end(hy_stream *s, hy_graph **out, hy_error *err) {
         return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory finishing a graph");
     }
     g->graph = graph;
+    g->drv = &cb_of(s->be)->drv;
     cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
     if (e != cudaSuccess) {
         cudaGraphDestroy(graph);
@@ -119,22 +120,22 @@ int hy_cuda_graph_dot(hy_graph *g, const char *path, hy_graph_nodes *nodes, hy_e
     cudaGraphNode_t *all = (cudaGraphNode_t *)calloc(n ? n : 1, sizeof *all);
     if (!all) return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory listing graph nodes");
     cudaError_t e = cudaGraphGetNodes(g->graph, all, &n);
-    for (size_t i = 0; i < n && e == cudaSuccess; i++) {
-        cudaGraphNodeType type;
-        e = cudaGraphNodeGetType(all[i], &type);
-        if (e != cudaSuccess) break;
+    CUresult r = CUDA_SUCCESS;
+    for (size_t i = 0; i < n && e == cudaSuccess && r == CUDA_SUCCESS; i++) {
+        CUgraphNodeType type;
+        r = g->drv->node_type((CUgraphNode)all[i], &type);
+        if (r != CUDA_SUCCESS) break;
         nodes->nodes++;
-        if (type == cudaGraphNodeTypeKernel) nodes->kernels++;
-        else if (type == cudaGraphNodeTypeMemcpy) nodes->memcpys++;
-        else if (type == cudaGraphNodeTypeMemset) nodes->memsets++;
-        /* The runtime's enum has no name for the driver's batch memory
-         * operation node, which is what a captured stream wait or write
-         * becomes. */
-        else if ((int)type == (int)CU_GRAPH_NODE_TYPE_BATCH_MEM_OP) nodes->memops++;
+        if (type == CU_GRAPH_NODE_TYPE_KERNEL) nodes->kernels++;
+        else if (type == CU_GRAPH_NODE_TYPE_MEMCPY) nodes->memcpys++;
+        else if (type == CU_GRAPH_NODE_TYPE_MEMSET) nodes->memsets++;
+        /* What a captured stream wait or write becomes. */
+        else if (type == CU_GRAPH_NODE_TYPE_BATCH_MEM_OP) nodes->memops++;
         else nodes->others++;
     }
     free(all);
-    if (e != cudaSuccess) return HY_CUDA_FAIL(err, e, "cudaGraphGetNodes / cudaGraphNodeGetType");
+    if (e != cudaSuccess) return HY_CUDA_FAIL(err, e, "cudaGraphGetNodes");
+    if (r != CUDA_SUCCESS) return hy_cuda_driver_fail(g->drv, err, r, "cuGraphNodeGetType", -1);
     e = cudaGraphDebugDotPrint(g->graph, path, cudaGraphDebugDotFlagsVerbose);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();

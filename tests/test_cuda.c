@@ -499,9 +499,10 @@ static void test_fused(hy_rng *r, int N, int C) {
     /* AdamW's tensors; a gap of 16 before the last two makes them a
      * second block. */
     const size_t sizes[FUSED_TENSORS] = { 1, 7, 1000, 33, 4096, 5, 640, 3 }, gap = 16;
-    size_t NC = (size_t)N * C, n = gap;
+    /* w is both a layer's weight [C, 4C] and an LM head's wte [4C, C]. */
+    size_t NC = (size_t)N * C, WC = 4 * (size_t)C * C, n = gap;
     for (int i = 0; i < FUSED_TENSORS; i++) n += sizes[i];
-    float *a = rnd(r, 4 * NC, 1), *b = rnd(r, 4 * NC, 1), *w = rnd(r, 4 * NC, 0.5f), *x = rnd(r, NC, 1);
+    float *a = rnd(r, 4 * NC, 1), *b = rnd(r, 4 * NC, 1), *w = rnd(r, WC, 0.5f), *x = rnd(r, NC, 1);
     float *lw = rnd(r, C, 1), *lb = rnd(r, C, 1);
     float *p0 = rnd(r, n, 1), *g0 = rnd(r, n, 1), *m0 = rnd(r, n, 0.1f), *v0 = rnd(r, n, 0.01f);
     for (size_t i = 0; i < n; i++) v0[i] = fabsf(v0[i]);
@@ -512,7 +513,7 @@ static void test_fused(hy_rng *r, int N, int C) {
         dev *d = &D[k > 0];
         const hy_backend_ops *o = d->be->ops;
         int unfused = k == 2;
-        void *pa = put_act(d, a, 4 * NC), *pb = put_act(d, b, 4 * NC), *pw = put_act(d, w, 4 * NC);
+        void *pa = put_act(d, a, 4 * NC), *pb = put_act(d, b, 4 * NC), *pw = put_act(d, w, WC);
         void *d1 = put_act(d, x, NC), *d2 = put_act(d, a, 4 * NC), *d3 = put_act(d, x, NC);
         void *acc = put_act(d, x, NC), *lout = put_act(d, x, NC);
         void *plw = put_act(d, lw, C), *plb = put_act(d, lb, C);
@@ -558,8 +559,12 @@ static void test_fused(hy_rng *r, int N, int C) {
     compare(what, got[1][2], got[0][2], NC, 1e-2);
     compare(what, got[1][3], got[0][3], NC, 1e-2);
     compare(what, got[1][4], got[0][4], NC, 1e-2);
-    compare(what, got[1][5], got[0][5], N, 1e-4);
-    compare(what, got[1][6], got[0][6], N, 1e-4);
+    /* The residual sum is rounded to bf16 on the GPU before it is
+     * normalised and kept exact in fp32 on the CPU, so the statistics
+     * differ by that rounding (2^-9 of each element, partly cancelling in
+     * the mean): bf16's tolerance, not fp32's. */
+    compare(what, got[1][5], got[0][5], N, 1e-2);
+    compare(what, got[1][6], got[0][6], N, 1e-2);
     compare(what, got[1][7], got[0][7], n, 1e-5);
     static const char *const same[] = { "residual", "layernorm out", "mean", "rstd", "adamw" };
     size_t len[5] = { NC, NC, (size_t)N, (size_t)N, n };

@@ -89,7 +89,7 @@ def main():
                 x = b(x)
             logits = self.lm_head(self.ln_f(x))
             # The padding columns take no part in the loss (their gradient is 0).
-            return F.cross_entropy(logits[..., :V].reshape(-1, V).float(), targets.view(-1))
+            return F.cross_entropy(logits[..., :V].reshape(-1, V).float(), targets.reshape(-1))
 
     model = GPT().to(dev)
     n_params = sum(p.numel() for p in model.parameters())

@@ -76,7 +76,11 @@ limited() {
         echo "skipped (global deadline): $*"
         return 125
     fi
-    timeout -k 5 "$t" "$@"
+    # Line-buffered output: a program cut off by its cap still leaves what
+    # it had printed in its log.
+    local buf=()
+    command -v stdbuf >/dev/null && buf=(stdbuf -oL -eL)
+    timeout -k 5 "$t" ${buf[@]+"${buf[@]}"} "$@"
 }
 
 step environment
@@ -155,7 +159,7 @@ if wanted tests; then
     step "CUDA tests"
     export HY_TEST_DOT_DIR=$logs/dot
     mkdir -p "$HY_TEST_DOT_DIR"
-    for t in test_backend:30 test_cuda:150 test_mailbox:150; do
+    for t in test_backend:30 test_cuda:150 test_mailbox:90; do
         name=${t%%:*}
         limited "${t##*:}" "$bin/$name" >"$logs/$name.log" 2>&1
         rc=$?
@@ -165,6 +169,14 @@ if wanted tests; then
             note "$name: FAILED (exit $rc; $(cat "$work/tally"))"
             grep -m 5 -E 'FAIL|error' "$logs/$name.log" | tee -a "$summary"
             status=1
+            # The first bad access, named by file and line: a failing CUDA
+            # test is run once more under compute-sanitizer, briefly (not
+            # one that ran out of time: a hang has no bad access to name).
+            if [ $rc -ne 124 ] && command -v compute-sanitizer >/dev/null; then
+                limited 30 compute-sanitizer --tool memcheck --print-limit 10 "$bin/$name" \
+                    >"$logs/$name.memcheck.log" 2>&1
+                grep -m 12 -E '^=========' "$logs/$name.memcheck.log" | tee -a "$summary"
+            fi
         fi
     done
 fi

@@ -665,8 +665,9 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
     if (!rc) rc = hy_cuda_driver_load(&cb->drv, err);
     if (!rc) rc = enable_peers(cb, ranks, err);
     void *word = NULL;
-    if (!rc) rc = hy_cuda_host_alloc(cb, sizeof(uint32_t), &word, err);
+    if (!rc) rc = hy_cuda_host_alloc(cb, 2 * sizeof(uint32_t), &word, err);
     if (!rc) cb->abort_word = (volatile uint32_t *)word;
+    if (!rc) cb->foreign_stop = cb->abort_word + 1;
     for (int r = 0; r < ranks && !rc; r++) {
         rc = enter_rank(&cb->base, r, err);
         if (!rc) rc = hy_lt_create(&cb->lt[r], cb->dev[r], err);

@@ -10,9 +10,9 @@
  *   add:       *counter += 1
  *   timestamp: *dst = %globaltimer (ns; one clock for every GPU's ranks)
  *   sleep:     spin ns nanoseconds, or until *abort_word != 0
- *   foreign_wait: sleep on a side stream of its own (forked from the
- *              rank's), then an event the rank's stream waits for through
- *              hy_cuda_wait_event
+ *   foreign_wait: sleep (until the release sets foreign_stop) on a side
+ *              stream of its own (forked from the rank's), then an event
+ *              the rank's stream waits for through hy_cuda_wait_event
  * *iter is read when the kernel runs, so a replayed graph sees the current
  * iteration. The index passed to the pattern is the element index cut to
  * 32 bits, as on the CPU. check counts with an integer atomicAdd per warp
@@ -124,18 +124,21 @@ static int cuda_test_add(hy_stream *s, uint32_t *counter, hy_error *err) {
 
 /* One foreign_wait's work, kept on the backend's list until it is
  * destroyed: a graph may replay the wait as long as the backend lives.
- * Its spin stops on the backend's abort word, which an abort (the
- * release's cause) sets. */
+ * Its spin stops only when its release sets the backend's foreign_stop
+ * word (never on the abort word): the watchdog must end it through the
+ * release, as it must end NCCL's work. */
 struct cuda_foreign {
     cudaStream_t side;
     cudaEvent_t ready, done;
     int *released;
+    volatile uint32_t *stop;
     int device;
     struct cuda_foreign *next;
 };
 
 static void foreign_release(void *ctx) {
     struct cuda_foreign *f = (struct cuda_foreign *)ctx;
+    *f->stop = 1;
     __atomic_add_fetch(f->released, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -163,6 +166,8 @@ static int cuda_test_foreign_wait(hy_stream *s, double stall_s, int *released, h
     if (!f) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     f->device = cs->device;
     f->released = released;
+    f->stop = cb->foreign_stop;
+    *f->stop = 0;
     pthread_mutex_lock(&cb->lock);
     f->next = cb->foreign;
     cb->foreign = f;
@@ -172,7 +177,7 @@ static int cuda_test_foreign_wait(hy_stream *s, double stall_s, int *released, h
     HY_CUDA_CHECK(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), err);
     HY_CUDA_CHECK(cudaEventRecord(f->ready, cs->s), err);
     HY_CUDA_CHECK(cudaStreamWaitEvent(f->side, f->ready, 0), err);
-    sleep_kernel<<<1, 1, 0, f->side>>>((uint64_t)(stall_s * 1e9), cb->abort_word);
+    sleep_kernel<<<1, 1, 0, f->side>>>((uint64_t)(stall_s * 1e9), f->stop);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     HY_CUDA_CHECK(cudaEventRecord(f->done, f->side), err);
     hy_wait_site site;
