@@ -33,7 +33,14 @@ and, from DESIGN §1 "The schedules" alone, re-derives what the JSON claims:
     stage, then backwards and hops down to the rank's deepest stage) for
     longer than L forwards take, L the plan's largest peak activations
     (or all its forwards when fewer): memory_bound_makespan equals it, it
-    is no lower than bound_makespan, and no makespan is below it.
+    is no lower than bound_makespan, and no makespan is below it;
+  * the witness orders in tests/fixtures/hanayo-order-*.json (hanayo's
+    placement, unsplit, with transfer time): each is complete and runs,
+    holds no more activations than it says, ends at the makespan it says,
+    and that is below interleaved v = 2W's at the same P, M and costs:
+    better wave orders than hanayo's construction finds exist there
+    (docs/schedules.md, "With transfer time"). Its own order's makespan is
+    printed beside it.
 
 Python 3 standard library only. Run from the repository root; the binary is
 $HANAYO (default build/hanayo). Prints "resim: N passed, N failed" and exits
@@ -312,6 +319,49 @@ def split_checks(t):
             one(t, kind, P, M, W, v, f, b, c, w)
 
 
+def witness_checks(t):
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    for name in sorted(os.listdir(here)):
+        if not (name.startswith("hanayo-order-") and name.endswith(".json")):
+            continue
+        w = json.load(open(os.path.join(here, name)))
+        P, M, W = w["ranks"], w["micro_batches"], w["waves"]
+        f, b, c = w["fwd_cost"], w["bwd_cost"], w["comm_cost"]
+        S = 2 * W * P
+        place = expected_placement("hanayo", P, S)
+        actions = [[tuple(a) for a in lst] for lst in w["actions"]]
+        want = {(op, m, s) for op in "FB" for m in range(M) for s in range(S)}
+        got = [a for lst in actions for a in lst]
+        t.check(len(got) == len(want) and set(got) == want, name + ": every F and B once")
+        t.check(all(place[a[2]] == r for r, lst in enumerate(actions) for a in lst),
+                name + ": each action on the rank holding its stage")
+        sim = simulate(actions, S, f, b, c)
+        if not t.check(sim is not None, name + ": runs without deadlock"):
+            continue
+        makespan = sim[2]
+        peaks = peak_activations(actions)
+        t.check(max(peaks) <= w["activation_limit"],
+                name + ": peaks %s above %d" % (peaks, w["activation_limit"]))
+        t.check(abs(makespan - w["makespan"]) <= 1e-6,
+                name + ": makespan %r, says %r" % (makespan, w["makespan"]))
+        costs = ["--fwd-cost", f, "--bwd-cost", b, "--comm-cost", c]
+        rc, out, err, cmd = run_plan(["--schedule", "interleaved", "--ranks", P, "--micro-batches",
+                                      M, "--chunks", 2 * W] + costs)
+        if not t.check(rc == 0, cmd + ": " + err.strip()):
+            continue
+        inter = json.loads(out)
+        t.check(inter["peak_activations"] and max(inter["peak_activations"]) >= max(peaks) and
+                makespan < inter["makespan"] - TOL,
+                name + ": %r at peak %d, not below interleaved's %r at %d" %
+                (makespan, max(peaks), inter["makespan"], max(inter["peak_activations"])))
+        rc, out, err, cmd = run_plan(["--schedule", "hanayo", "--ranks", P, "--micro-batches", M,
+                                      "--waves", W] + costs)
+        if t.check(rc == 0, cmd + ": " + err.strip()):
+            print("resim: %s: %.2f at %d activations; interleaved v=%d %.2f; hanayo's own "
+                  "order %.2f" % (name, makespan, max(peaks), 2 * W, inter["makespan"],
+                                  json.loads(out)["makespan"]))
+
+
 def main():
     if not os.access(HANAYO, os.X_OK):
         print("resim: %s is not an executable; build it or set HANAYO" % HANAYO,
@@ -339,6 +389,7 @@ def main():
                     "hanayo P=%d M=%d W=%d: peak %d above interleaved v=%d's %d"
                     % (P, M, W, r["peak"], 2 * W, other["peak"]))
     split_checks(t)
+    witness_checks(t)
     gaps = [(r["bubble"] - r["ideal"], k) for k, r in results.items()
             if k[0] == "hanayo" and r is not None]
     if gaps:
