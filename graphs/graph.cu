@@ -121,7 +121,7 @@ int hy_cuda_graph_dot(hy_graph *g, const char *path, hy_graph_nodes *nodes, hy_e
     if (!all) return hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory listing graph nodes");
     cudaError_t e = cudaGraphGetNodes(g->graph, all, &n);
     CUresult r = CUDA_SUCCESS;
-    for (size_t i = 0; i < n && e == cudaSuccess && r == CUDA_SUCCESS; i++) {
+    for (size_t i = 0; i < n && e == cudaSuccess; i++) {
         CUgraphNodeType type;
         r = g->drv->node_type((CUgraphNode)all[i], &type);
         if (r != CUDA_SUCCESS) break;

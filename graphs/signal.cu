@@ -131,8 +131,8 @@ static int stopped_at(cuda_backend *cb, const hy_wait_site *site, hy_error *err)
 
 /* Stores v into a flag from the host, at once: into host-mapped memory,
  * or through the device's io stream, which holds no waits, for a flag in
- * device memory. */
-static int poke_flag(cuda_backend *cb, cuda_stream *cs, uint32_t *flag, uint32_t v,
+ * device memory (the caller has made cs's device current). */
+static int poke_flag(cuda_backend *cb, const cuda_stream *cs, uint32_t *flag, uint32_t v,
                      hy_error *err) {
     if (!cb->flags_on_device) {
         __atomic_store_n(flag, v, __ATOMIC_SEQ_CST);
@@ -293,20 +293,15 @@ static const cuda_site *current_wait(const cuda_stream *cs) {
     return l && passed < l->n ? &l->v[passed] : NULL;
 }
 
-/* Writes the value the wait expects into its flag: a store into host-mapped
- * memory, or a write on the device's io stream, which holds no waits. */
+/* Writes the value the wait expects into its flag (poke_flag). */
 static void release_wait(cuda_backend *cb, const cuda_stream *cs, const cuda_site *at) {
     if (!at->flag) {   /* an event of another library's work */
         at->release(at->ctx);
         return;
     }
-    if (!cb->flags_on_device) {
-        __atomic_store_n(at->flag, at->value, __ATOMIC_SEQ_CST);
-        return;
-    }
+    hy_error ignored;   /* the run is failing already; the monitor tries again */
     cudaSetDevice(cs->device);
-    cb->drv.write32((CUstream)cb->io[cs->device], devptr(at->flag), at->value,
-                    CU_STREAM_WRITE_VALUE_DEFAULT);
+    (void)poke_flag(cb, cs, at->flag, at->value, &ignored);
 }
 
 /* One look at one stream. Under cs->lock; returns a watchdog report to
