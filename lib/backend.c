@@ -91,3 +91,26 @@ int hy_backend_open(const hy_backend_request *rq, hy_backend **out, hy_backend_c
                                       err);
     return hy_backend_cpu_create(out, rq->ranks, rq->watchdog_s, err);
 }
+
+void hy_record_gate_init(hy_record_gate *g, int ranks) {
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->ranks = ranks;
+    g->arrived = g->failed = 0;
+}
+
+void hy_record_gate_destroy(hy_record_gate *g) {
+    pthread_mutex_destroy(&g->lock);
+    pthread_cond_destroy(&g->cv);
+}
+
+int hy_record_gate_pass(hy_record_gate *g, int rc) {
+    pthread_mutex_lock(&g->lock);
+    g->arrived++;
+    if (rc) g->failed = 1;
+    pthread_cond_broadcast(&g->cv);
+    while (g->arrived < g->ranks && !g->failed) pthread_cond_wait(&g->cv, &g->lock);
+    int failed = g->failed;
+    pthread_mutex_unlock(&g->lock);
+    return failed;
+}

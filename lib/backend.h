@@ -24,6 +24,7 @@
 #ifndef HY_BACKEND_H
 #define HY_BACKEND_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -412,6 +413,26 @@ int hy_backend_describe(const hy_backend_request *rq, hy_backend_choice *out, hy
  * hy_backend_describe, and says what it chose into *chosen when not NULL. */
 int hy_backend_open(const hy_backend_request *rq, hy_backend **out, hy_backend_choice *chosen,
                     hy_error *err);
+
+/* ---------------------------------------------------------------------- */
+/* The rule for launching recorded graphs */
+
+/* Where the rank threads meet after recording: no rank launches its graph
+ * while another is still capturing or instantiating, since a launched
+ * graph sits at flags on the device and an instantiation may wait for
+ * the whole device (docs/cuda.md, "The warm-up"). Every rank passes it
+ * once, right after its capture_end. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    int ranks, arrived, failed;
+} hy_record_gate;
+
+void hy_record_gate_init(hy_record_gate *g, int ranks);
+void hy_record_gate_destroy(hy_record_gate *g);
+/* rc: how this rank's recording went. Returns once every rank has passed,
+ * or at once when one has failed: non-zero if any rank failed. */
+int hy_record_gate_pass(hy_record_gate *g, int rc);
 
 #ifdef __cplusplus
 }

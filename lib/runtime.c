@@ -100,7 +100,7 @@ struct hy_runtime {
     pthread_mutex_t lock;
     pthread_cond_t cv;
     int generation, done, quit;
-    int recorded, record_failed;   /* ranks past capture_end, and whether one failed there */
+    hy_record_gate recorded;       /* ranks past capture_end */
     int eval_count;                /* > 0: the next round is an evaluation of that many batches */
     int step;
     double last_loss;              /* of the last step, NaN before the first */
@@ -452,19 +452,11 @@ static int rt_eval_iteration(rt_ctx *x, int count) {
 /* Rank threads */
 
 /* Every rank calls this once, right after recording its graph (rc: how
- * that went), and it returns when all have: no graph is launched while
- * another rank is still capturing or instantiating, since a launched graph
- * sits at flags on the device and an instantiation may wait for the whole
- * device (docs/cuda.md, "The warm-up"). A rank whose own recording went
- * well but another's failed gets a stopped error and launches nothing. */
+ * that went), and it returns when all have (hy_record_gate). A rank whose
+ * own recording went well but another's failed gets a stopped error and
+ * launches nothing. */
 static int rt_all_recorded(hy_runtime *rt, rt_rank *rk, int rc) {
-    pthread_mutex_lock(&rt->lock);
-    rt->recorded++;
-    if (rc) rt->record_failed = 1;
-    pthread_cond_broadcast(&rt->cv);
-    while (rt->recorded < rt->P && !rt->record_failed) pthread_cond_wait(&rt->cv, &rt->lock);
-    int failed = rt->record_failed;
-    pthread_mutex_unlock(&rt->lock);
+    int failed = hy_record_gate_pass(&rt->recorded, rc);
     if (rc || !failed) return rc;
     return hy_fail_cause(&rk->err, HY_ERR_RUNTIME, HY_CAUSE_STOPPED,
                          "rank %d: another rank failed to record its graph", rk->rank);
@@ -783,6 +775,7 @@ int hy_runtime_create_dp(hy_runtime **out, const hy_config *c, hy_dp *dp, hy_err
     pthread_mutex_init(&rt->lock, NULL);
     pthread_cond_init(&rt->cv, NULL);
     int rc = rt_build(rt, err);
+    hy_record_gate_init(&rt->recorded, rt->P);   /* P is known once rt_build has begun */
     for (int r = 0; r < rt->P && !rc; r++) {
         if (pthread_create(&rt->ranks[r].thread, NULL, rt_rank_main, &rt->ranks[r]) != 0)
             rc = hy_fail(err, HY_ERR_RUNTIME, "could not start the thread of rank %d", r);
@@ -1168,6 +1161,7 @@ void hy_runtime_destroy(hy_runtime *rt) {
     if (rt->train_open) hy_shard_close(&rt->train);
     hy_model_free(&rt->model);
     hy_schedule_free(&rt->sched);
+    hy_record_gate_destroy(&rt->recorded);
     pthread_mutex_destroy(&rt->lock);
     pthread_cond_destroy(&rt->cv);
     free(rt);

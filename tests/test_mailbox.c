@@ -39,6 +39,7 @@ typedef struct {
     uint32_t max_delay_ns;
     uint32_t *iter, *errors, *checks, *out;   /* in the rank's memory */
     hy_channel (*ch)[HY_MAX_RANKS];            /* ch[a][b]: rank a -> rank b */
+    hy_record_gate *gate;
     int status;
     hy_error err;
 } rank_ctx;
@@ -125,13 +126,29 @@ static void *rank_main(void *arg) {
     hy_graph *g = NULL;
     int rc = o->stream_create(c->be, c->rank, &st, &c->err);
     if (!rc) rc = enqueue_iteration(c, st);            /* the eager warm-up iteration */
-    if (!rc && c->graph) {
-        rc = o->capture_begin(st, &c->err);
-        if (!rc) rc = enqueue_iteration(c, st);
-        if (!rc) rc = o->capture_end(st, &g, &c->err);
+    if (c->graph) {
+        /* As the runtime does (lib/runtime.c, rt_run_iteration): the
+         * warm-up is synced, every rank records before any launches, and
+         * each replay is synced before the next (graph_launch starts on an
+         * idle stream). Eager iterations are not synced in between: the
+         * thread running ahead of its stream is what they exercise. */
+        if (!rc) rc = o->sync(st, &c->err);
+        if (!rc && !(rc = o->capture_begin(st, &c->err))) {
+            rc = enqueue_iteration(c, st);
+            int end = o->capture_end(st, &g, rc ? NULL : &c->err);   /* ended even after a failure */
+            if (!rc) rc = end;
+        }
+        if (hy_record_gate_pass(c->gate, rc) && !rc)
+            rc = hy_fail(&c->err, HY_ERR_RUNTIME, "rank %d: another rank failed to record", c->rank);
     }
-    for (int it = 1; it < c->iterations && !rc; it++)
-        rc = c->graph ? o->graph_launch(g, st, &c->err) : enqueue_iteration(c, st);
+    for (int it = 1; it < c->iterations && !rc; it++) {
+        if (!c->graph) {
+            rc = enqueue_iteration(c, st);
+            continue;
+        }
+        rc = o->graph_launch(g, st, &c->err);
+        if (!rc) rc = o->sync(st, &c->err);
+    }
     if (!rc) rc = o->sync(st, &c->err);
     if (rc) o->abort(c->be, c->err.msg);
     o->graph_destroy(g);
@@ -164,7 +181,7 @@ static int open_backend(int on, int P, double watchdog_s, hy_backend **be, hy_er
 }
 
 static void stress(int on, hy_sched_kind kind, int P, int wv, int M, int graph, int iterations,
-                   uint32_t max_delay_ns) {
+                   uint32_t max_delay_ns, double watchdog_s) {
     hy_sched_params p = { kind, P, M, wv, wv, 0 };
     hy_schedule s;
     hy_mailbox mb;
@@ -172,7 +189,7 @@ static void stress(int on, hy_sched_kind kind, int P, int wv, int M, int graph, 
     hy_error err;
     if (hy_schedule_build(&s, &p, &err) != HY_OK) { CHECKF(0, "%s", err.msg); return; }
     CHECKF(hy_mailbox_plan(&mb, &s, &err) == HY_OK, "%s", err.msg);
-    if (open_backend(on, P, 30.0, &be, &err) != HY_OK) {
+    if (open_backend(on, P, watchdog_s, &be, &err) != HY_OK) {
         CHECKF(0, "%s", err.msg);
         hy_mailbox_free(&mb);
         hy_schedule_free(&s);
@@ -182,6 +199,8 @@ static void stress(int on, hy_sched_kind kind, int P, int wv, int M, int graph, 
 
     rank_ctx ctx[HY_MAX_RANKS];
     pthread_t th[HY_MAX_RANKS];
+    hy_record_gate gate;
+    hy_record_gate_init(&gate, P);
     hy_channel (*ch)[HY_MAX_RANKS] = calloc(HY_MAX_RANKS, sizeof *ch);
     for (int a = 0; a < P; a++)
         for (int b = 0; b < P; b++)
@@ -198,6 +217,7 @@ static void stress(int on, hy_sched_kind kind, int P, int wv, int M, int graph, 
         c->graph = graph;
         c->max_delay_ns = max_delay_ns;
         c->ch = ch;
+        c->gate = &gate;
         void *mem;
         CHECK(be->ops->alloc(be, r, (3 + WORDS) * sizeof(uint32_t), &mem, &err) == HY_OK);
         c->iter = mem;
@@ -224,6 +244,7 @@ static void stress(int on, hy_sched_kind kind, int P, int wv, int M, int graph, 
         for (int b = 0; b < P; b++)
             if (a != b) hy_channel_close(&ch[a][b], be);
     free(ch);
+    hy_record_gate_destroy(&gate);
     hy_mailbox_free(&mb);
     be->ops->destroy(be);
     hy_schedule_free(&s);
@@ -452,7 +473,7 @@ int main(void) {
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (int i = 0; i < 3; i++)
             for (int graph = 0; graph <= 1; graph++)
-                stress(ON_CPU, kinds[k].kind, ranks[i], kinds[k].wv, 2 * ranks[i], graph, 12, 20000);
+                stress(ON_CPU, kinds[k].kind, ranks[i], kinds[k].wv, 2 * ranks[i], graph, 12, 20000, 30.0);
 
     /* The same on a GPU: the protocol through stream memory operations,
      * eager and as captured graphs, with delay kernels on the producers. */
@@ -463,15 +484,30 @@ int main(void) {
         printf("mailbox: no CUDA device; the CUDA stress cases are not run here\n");
         return TEST_END("mailbox");
     }
+    /* Each case says when it starts and how long it took, on stderr
+     * (unbuffered): a run cut short by its time limit still names the
+     * case it was in. A 10 s watchdog turns a lost signal into a failure
+     * well inside that limit. */
     const int cuda_ranks[] = { 1, 2, 4, 8 };
-    for (int on = ON_CUDA_HOST_FLAGS; on <= ON_CUDA_DEVICE_FLAGS; on++) test_consume(on);
+    static const char *const flags_in[] = { "", "host", "device" };
+    for (int on = ON_CUDA_HOST_FLAGS; on <= ON_CUDA_DEVICE_FLAGS; on++) {
+        fprintf(stderr, "mailbox: cuda, flags in %s memory: consume ...", flags_in[on]);
+        double t0 = seconds();
+        test_consume(on);
+        fprintf(stderr, " %.2f s\n", seconds() - t0);
+    }
     for (int on = ON_CUDA_HOST_FLAGS; on <= ON_CUDA_DEVICE_FLAGS; on++)
         for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
             for (int i = 0; i < 4; i++)
                 for (int graph = 0; graph <= 1; graph++) {
                     int P = cuda_ranks[i];
                     if (P == 1 && kinds[k].kind != HY_SCHED_GPIPE) continue;
-                    stress(on, kinds[k].kind, P, kinds[k].wv, 2 * P, graph, 50, 20000);
+                    fprintf(stderr, "mailbox: cuda, flags in %s memory: %s W=%d P=%d %s ...",
+                            flags_in[on], hy_sched_name(kinds[k].kind), kinds[k].wv, P,
+                            graph ? "graph" : "eager");
+                    double t0 = seconds();
+                    stress(on, kinds[k].kind, P, kinds[k].wv, 2 * P, graph, 50, 20000, 10.0);
+                    fprintf(stderr, " %.2f s\n", seconds() - t0);
                 }
     return TEST_END("mailbox");
 }

@@ -13,7 +13,8 @@
 #            CUDA vs CPU, replay = eager bit for bit, each rank's graph
 #            as DOT); test_mailbox (the race stress test on 1, 2, 4 and
 #            8 ranks of one GPU, graphs on and off, flags in host and in
-#            device memory)
+#            device memory); test_backend, test_cuda or
+#            test_mailbox as a section runs that test alone
 #   torch    GPT-2 124M, seq 1024, P = 1: hanayo vs PyTorch
 #            (tools/bench_torch.py: torch.compile, SDPA flash, bf16
 #            autocast, fused AdamW, the same padded vocabulary and
@@ -155,12 +156,13 @@ if ! "$bin/hanayo" --version; then
 fi
 H=$bin/hanayo
 
-if wanted tests; then
+if wanted tests || wanted test_backend || wanted test_cuda || wanted test_mailbox; then
     step "CUDA tests"
     export HY_TEST_DOT_DIR=$logs/dot
     mkdir -p "$HY_TEST_DOT_DIR"
-    for t in test_backend:30 test_cuda:150 test_mailbox:90; do
+    for t in test_backend:30 test_cuda:150 test_mailbox:120; do
         name=${t%%:*}
+        wanted tests || wanted "$name" || continue
         limited "${t##*:}" "$bin/$name" >"$logs/$name.log" 2>&1
         rc=$?
         tail -5 "$logs/$name.log"
