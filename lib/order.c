@@ -14,7 +14,12 @@
  *      filling a wait of more than 0, 1/2 or 1 W, forwards of the last
  *      stage or the last P/2 stages passing a rank's cap), which is what
  *      keeps memory within the bound while W's fill the latency of the
- *      hops.
+ *      hops;
+ *   4. unsplit hanayo: the candidates of 2 built for the time-reversed
+ *      pipeline (forward and backward costs swapped) and turned round
+ *      (hy_schedule_reverse), so the drain is as good as the merge's
+ *      fill; with a transfer time also with stream keys counting each
+ *      cross-rank hop as 1/2, 1 or 2 x c/f slots more.
  * Each is simulated once. The search is skipped, the canonical order
  * returned, when the costs are the uniform ones it is made for, and
  * narrowed to the canonical merge's neighbours when the schedule is too
@@ -47,6 +52,9 @@ static int is_uniform(const hy_sched_params *p, const hy_costs *c) {
 typedef struct {
     const hy_sched_params *p;
     const hy_costs *c;
+    const hy_costs *build;  /* what the merge replays: c, or its time reversal's */
+    int reversed;           /* 1: candidates are built for the reversal and turned round */
+    double hop_slots;       /* hy_order.hop_slots of the candidates */
     int peak_limit;         /* the most activations a candidate may hold on a rank */
     hy_schedule best;
     double makespan;        /* of best; < 0: none yet */
@@ -68,8 +76,9 @@ static int peak_of(const hy_sim_result *r, int *sum) {
  * the uniform costs); keeps it if it beats the best so far. */
 static int try_order(order_search *g, const hy_order *o, hy_error *err) {
     hy_schedule s;
-    int rc = o ? hy_schedule_build_order(&s, g->p, g->c, o, err) : hy_schedule_build(&s, g->p, err);
+    int rc = o ? hy_schedule_build_order(&s, g->p, g->build, o, err) : hy_schedule_build(&s, g->p, err);
     if (rc) return rc;
+    if (o && g->reversed) hy_schedule_reverse(&s);
     hy_sim_result r;
     rc = hy_simulate(&s, g->c, NULL, &r, err);
     if (rc) {
@@ -137,12 +146,11 @@ static int try_merged_wgrads(order_search *g, const hy_order *o, hy_error *err) 
     return rc;
 }
 
-static int search(order_search *g, hy_error *err) {
+/* Every knob setting of the candidates (the file comment), built for
+ * g->build. */
+static int search_knobs(order_search *g, hy_error *err) {
     const hy_sched_params *p = g->p;
-    int rc = try_order(g, NULL, err);   /* always kept: the first */
-    if (rc) return rc;
-    g->peak_limit = canonical_peak(p, err);
-    if (g->peak_limit < 0) return err ? err->status : HY_ERR_RUNTIME;
+    int rc = HY_OK;
     int P = p->ranks, hanayo = p->kind == HY_SCHED_HANAYO;
     long actions = (long)(p->split_backward ? 3 : 2) * P * p->micro_batches * hy_sched_chunks(p);
     int wide = actions <= ORDER_SEARCH_ACTIONS;
@@ -157,12 +165,51 @@ static int search(order_search *g, hy_error *err) {
                     for (int b = 0; b <= (p->split_backward && wide ? 2 : 0) && !rc; b++) {
                         hy_order o = { .cap_extra = extra, .cap_rises = rises,
                                        .window = hanayo ? windows[w] : 0, .backward_first = bf,
-                                       .defer_slope = slope, .defer_base = b };
+                                       .defer_slope = slope, .defer_base = b,
+                                       .hop_slots = g->hop_slots };
                         rc = try_order(g, &o, err);
                         /* once per F/B knob setting: no deferral to vary */
                         if (!rc && hanayo && p->split_backward && slope == 0 && b == 0)
                             rc = try_merged_wgrads(g, &o, err);
                     }
+    return rc;
+}
+
+/* c with the forward and backward costs swapped: what the time-reversed
+ * pipeline costs (hy_schedule_reverse). */
+static hy_costs reversed_costs(const hy_costs *c) {
+    hy_costs r = *c;
+    r.fwd = c->bwd;
+    r.bwd = c->fwd;
+    r.fwd_stage = c->bwd_stage;
+    r.bwd_stage = c->fwd_stage;
+    return r;
+}
+
+static int search(order_search *g, hy_error *err) {
+    int rc = try_order(g, NULL, err);   /* always kept: the first */
+    if (rc) return rc;
+    g->peak_limit = canonical_peak(g->p, err);
+    if (g->peak_limit < 0) return err ? err->status : HY_ERR_RUNTIME;
+    rc = search_knobs(g, err);
+    /* Unsplit hanayo: the merge fills a pipeline better than it drains
+     * one, so the same candidates again, made for the reversed pipeline
+     * and turned round (hy_schedule_reverse): a good fill of that is a
+     * good drain of this. With a transfer time this is what wins at
+     * P = 4 (docs/schedules.md). */
+    if (!rc && g->p->kind == HY_SCHED_HANAYO && !g->p->split_backward) {
+        hy_costs rev = reversed_costs(g->c);
+        g->build = &rev;
+        g->reversed = 1;
+        static const double hops[] = { 0, 0.5, 1, 2 };
+        for (int k = 0; k < (rev.comm > 0 ? 4 : 1) && !rc; k++) {
+            g->hop_slots = hops[k] * rev.comm / hy_costs_fwd(&rev, 0);
+            rc = search_knobs(g, err);
+        }
+        g->hop_slots = 0;
+        g->build = g->c;
+        g->reversed = 0;
+    }
     return rc;
 }
 
@@ -174,7 +221,7 @@ int hy_schedule_for_costs(hy_schedule *s, const hy_sched_params *p, const hy_cos
         memset(s, 0, sizeof *s);
         return rc;
     }
-    order_search g = { .p = p, .c = c, .makespan = -1, .peak_limit = 1 << 30 };
+    order_search g = { .p = p, .c = c, .build = c, .makespan = -1, .peak_limit = 1 << 30 };
     memset(&g.best, 0, sizeof g.best);
     rc = search(&g, err);
     if (rc) {

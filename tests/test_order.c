@@ -11,10 +11,11 @@
  *     interleaved v = 4's);
  *   - hanayo W = 2 is strictly below 1F1B, whole and split backward;
  *   - split, hanayo W = 2 is no higher than interleaved v = 4 split at
- *     every point; whole, where it stays above interleaved
- *     (P >= 4) it is within 4% (the most, 3.5%, at P = 8, M = 2P), and
- *     test_wave_bound_at_memory shows why it can stay there; at P = 2 it
- *     is below.
+ *     every point; whole, it is below interleaved at P = 2, and at P = 4
+ *     with c = 0.2 (the drain built as the fill of the time-reversed
+ *     pipeline); where it stays above (P = 4 with c = 0.05, P = 8) it is
+ *     within 3% (the most, 2.8%, at P = 8, M = 2P, c = 0.05), and
+ *     test_wave_bound_at_memory shows why it can stay there.
  * And at c = 0 the choice is the canonical order (nothing to choose), and
  * the choice is a function of its inputs.
  */
@@ -87,11 +88,11 @@ static void test_goals_with_transfer_time(void) {
                     if (split)
                         CHECKF(ha.makespan <= in.makespan + 1e-9, "P=%d M=%d c=%g split: "
                                "hanayo %g, interleaved %g", P, M, c, ha.makespan, in.makespan);
-                    else if (P == 2)
-                        CHECKF(ha.makespan < in.makespan, "P=2 M=%d c=%g whole: hanayo %g, "
-                               "interleaved %g", M, c, ha.makespan, in.makespan);
+                    else if (P == 2 || (P == 4 && c == 0.2))
+                        CHECKF(ha.makespan < in.makespan - 1e-9, "P=%d M=%d c=%g whole: hanayo %g, "
+                               "interleaved %g", P, M, c, ha.makespan, in.makespan);
                     else
-                        CHECKF(ha.makespan <= 1.04 * in.makespan, "P=%d M=%d c=%g whole: "
+                        CHECKF(ha.makespan <= 1.03 * in.makespan, "P=%d M=%d c=%g whole: "
                                "hanayo %g, interleaved %g", P, M, c, ha.makespan, in.makespan);
                 }
             }
