@@ -14,13 +14,11 @@
  *      filling a wait of more than 0, 1/2 or 1 W, forwards of the last
  *      stage or the last P/2 stages passing a rank's cap), which is what
  *      keeps memory within the bound while W's fill the latency of the
- *      hops;
- *   4. unsplit hanayo: the candidates of 2 built for the time-reversed
- *      pipeline (forward and backward costs swapped) and turned round
- *      (hy_schedule_reverse), so the drain is as good as the merge's
- *      fill; with a transfer time also with stream keys counting each
- *      cross-rank hop as 1/2, 1 or 2 x c/f slots more.
- * Each is simulated once. The search is skipped, the canonical order
+ *      hops.
+ * Each is simulated once. Unsplit hanayo's best is then double-justified
+ * (justify.h): its actions moved into the gaps the merge's greedy replay
+ * left, within the same memory, which is what takes it ahead of
+ * interleaved's order when a transfer takes time. The search is skipped, the canonical order
  * returned, when the costs are the uniform ones it is made for, and
  * narrowed to the canonical merge's neighbours when the schedule is too
  * large for many simulations to be cheap.
@@ -30,11 +28,15 @@
 #include <math.h>
 #include <string.h>
 
+#include "justify.h"
 #include "sim.h"
 
 /* Past this many actions over all ranks only a few candidates are tried:
  * each costs a merge and a simulation, about a microsecond per action. */
 #define ORDER_SEARCH_ACTIONS 200000
+
+/* Justification rounds at most (each two passes and a simulation). */
+#define JUSTIFY_ROUNDS 4
 
 hy_costs hy_order_costs(const hy_sched_params *p, double comm) {
     hy_costs c = p->split_backward ? hy_costs_uniform_split() : hy_costs_uniform();
@@ -52,9 +54,6 @@ static int is_uniform(const hy_sched_params *p, const hy_costs *c) {
 typedef struct {
     const hy_sched_params *p;
     const hy_costs *c;
-    const hy_costs *build;  /* what the merge replays: c, or its time reversal's */
-    int reversed;           /* 1: candidates are built for the reversal and turned round */
-    double hop_slots;       /* hy_order.hop_slots of the candidates */
     int peak_limit;         /* the most activations a candidate may hold on a rank */
     hy_schedule best;
     double makespan;        /* of best; < 0: none yet */
@@ -76,9 +75,8 @@ static int peak_of(const hy_sim_result *r, int *sum) {
  * the uniform costs); keeps it if it beats the best so far. */
 static int try_order(order_search *g, const hy_order *o, hy_error *err) {
     hy_schedule s;
-    int rc = o ? hy_schedule_build_order(&s, g->p, g->build, o, err) : hy_schedule_build(&s, g->p, err);
+    int rc = o ? hy_schedule_build_order(&s, g->p, g->c, o, err) : hy_schedule_build(&s, g->p, err);
     if (rc) return rc;
-    if (o && g->reversed) hy_schedule_reverse(&s);
     hy_sim_result r;
     rc = hy_simulate(&s, g->c, NULL, &r, err);
     if (rc) {
@@ -146,11 +144,12 @@ static int try_merged_wgrads(order_search *g, const hy_order *o, hy_error *err) 
     return rc;
 }
 
-/* Every knob setting of the candidates (the file comment), built for
- * g->build. */
-static int search_knobs(order_search *g, hy_error *err) {
+static int search(order_search *g, hy_error *err) {
     const hy_sched_params *p = g->p;
-    int rc = HY_OK;
+    int rc = try_order(g, NULL, err);   /* always kept: the first */
+    if (rc) return rc;
+    g->peak_limit = canonical_peak(p, err);
+    if (g->peak_limit < 0) return err ? err->status : HY_ERR_RUNTIME;
     int P = p->ranks, hanayo = p->kind == HY_SCHED_HANAYO;
     long actions = (long)(p->split_backward ? 3 : 2) * P * p->micro_batches * hy_sched_chunks(p);
     int wide = actions <= ORDER_SEARCH_ACTIONS;
@@ -165,51 +164,12 @@ static int search_knobs(order_search *g, hy_error *err) {
                     for (int b = 0; b <= (p->split_backward && wide ? 2 : 0) && !rc; b++) {
                         hy_order o = { .cap_extra = extra, .cap_rises = rises,
                                        .window = hanayo ? windows[w] : 0, .backward_first = bf,
-                                       .defer_slope = slope, .defer_base = b,
-                                       .hop_slots = g->hop_slots };
+                                       .defer_slope = slope, .defer_base = b };
                         rc = try_order(g, &o, err);
                         /* once per F/B knob setting: no deferral to vary */
                         if (!rc && hanayo && p->split_backward && slope == 0 && b == 0)
                             rc = try_merged_wgrads(g, &o, err);
                     }
-    return rc;
-}
-
-/* c with the forward and backward costs swapped: what the time-reversed
- * pipeline costs (hy_schedule_reverse). */
-static hy_costs reversed_costs(const hy_costs *c) {
-    hy_costs r = *c;
-    r.fwd = c->bwd;
-    r.bwd = c->fwd;
-    r.fwd_stage = c->bwd_stage;
-    r.bwd_stage = c->fwd_stage;
-    return r;
-}
-
-static int search(order_search *g, hy_error *err) {
-    int rc = try_order(g, NULL, err);   /* always kept: the first */
-    if (rc) return rc;
-    g->peak_limit = canonical_peak(g->p, err);
-    if (g->peak_limit < 0) return err ? err->status : HY_ERR_RUNTIME;
-    rc = search_knobs(g, err);
-    /* Unsplit hanayo: the merge fills a pipeline better than it drains
-     * one, so the same candidates again, made for the reversed pipeline
-     * and turned round (hy_schedule_reverse): a good fill of that is a
-     * good drain of this. With a transfer time this is what wins at
-     * P = 4 (docs/schedules.md). */
-    if (!rc && g->p->kind == HY_SCHED_HANAYO && !g->p->split_backward) {
-        hy_costs rev = reversed_costs(g->c);
-        g->build = &rev;
-        g->reversed = 1;
-        static const double hops[] = { 0, 0.5, 1, 2 };
-        for (int k = 0; k < (rev.comm > 0 ? 4 : 1) && !rc; k++) {
-            g->hop_slots = hops[k] * rev.comm / hy_costs_fwd(&rev, 0);
-            rc = search_knobs(g, err);
-        }
-        g->hop_slots = 0;
-        g->build = g->c;
-        g->reversed = 0;
-    }
     return rc;
 }
 
@@ -221,9 +181,18 @@ int hy_schedule_for_costs(hy_schedule *s, const hy_sched_params *p, const hy_cos
         memset(s, 0, sizeof *s);
         return rc;
     }
-    order_search g = { .p = p, .c = c, .build = c, .makespan = -1, .peak_limit = 1 << 30 };
+    order_search g = { .p = p, .c = c, .makespan = -1, .peak_limit = 1 << 30 };
     memset(&g.best, 0, sizeof g.best);
     rc = search(&g, err);
+    if (rc) {
+        hy_schedule_free(&g.best);
+        memset(s, 0, sizeof *s);
+        return rc;
+    }
+    /* Unsplit hanayo: the justification closes gaps the merge's greedy
+     * replay left (justify.h), within the same memory. */
+    if (p->kind == HY_SCHED_HANAYO && !p->split_backward)
+        rc = hy_schedule_justify(&g.best, c, g.peak_limit, JUSTIFY_ROUNDS, err);
     if (rc) {
         hy_schedule_free(&g.best);
         memset(s, 0, sizeof *s);

@@ -6,11 +6,10 @@
  * a transfer takes time, stages are uneven, a split backward's two passes
  * cost what they cost. hy_schedule_for_costs builds the candidates
  * schedule.h can make for the same placement (hy_order: hanayo's merge
- * replayed under the costs with other activation caps and look-aheads,
- * and, unsplit, the same built for the time-reversed pipeline and turned
- * round;
+ * replayed under the costs with other activation caps and look-aheads;
  * for a split backward other deferrals of the weight passes, and ZB-V),
- * prices each with the simulator (sim.h) and keeps the shortest, among
+ * prices each with the simulator (sim.h) and keeps the shortest (for
+ * unsplit hanayo, double-justified: justify.h), among
  * those whose peak activations stay within the memory the canonical
  * unsplit order of the same schedule needs (for hanayo, interleaved
  * v = 2W's 2WP + P - 1). Ties keep the candidate met first, the canonical

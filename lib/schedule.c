@@ -71,23 +71,6 @@ void hy_schedule_free(hy_schedule *s) {
     memset(s, 0, sizeof *s);
 }
 
-void hy_schedule_reverse(hy_schedule *s) {
-    if (s->split) return;
-    for (int r = 0; r < s->ranks; r++) {
-        hy_action *a = s->actions[r];
-        int n = s->n_actions[r];
-        for (int i = 0, j = n - 1; i < j; i++, j--) {
-            hy_action t = a[i];
-            a[i] = a[j];
-            a[j] = t;
-        }
-        for (int i = 0; i < n; i++) {
-            a[i].op = a[i].op == HY_FWD ? HY_BWD : HY_FWD;
-            a[i].mb = s->micro_batches - 1 - a[i].mb;
-        }
-    }
-}
-
 /* ------------------------------------------------------------------------ */
 /* Placement and shape */
 
@@ -236,7 +219,7 @@ static void hy_build_interleaved(hy_schedule *s) {
 
 typedef struct {
     int mb, stage;
-    double key;
+    long key;
 } hy_stream_item;
 
 static int hy_stream_cmp(const void *a, const void *b) {
@@ -245,23 +228,17 @@ static int hy_stream_cmp(const void *a, const void *b) {
     return x->mb - y->mb;
 }
 
-/* The wave streams of one rank: forward (backward = 0) or backward, each
- * cross-rank hop on the way to a stage counted as hop_slots more. */
-static void hy_wave_stream(const hy_schedule *s, int r, int backward, double hop_slots,
-                           hy_stream_item *out) {
+/* The wave streams of one rank: forward (backward = 0) or backward. */
+static void hy_wave_stream(const hy_schedule *s, int r, int backward, hy_stream_item *out) {
     int P = s->ranks, S = s->stages, n = 0;
     long group = 2L * P * s->waves;
     for (int m = 0; m < s->micro_batches; m++) {
         for (int c = 0; c < s->chunks; c++) {
             int st = hy_stage_of(s, r, c);
-            int depth = backward ? S - 1 - st : st, hops = 0;
-            for (int k = 0; k < depth; k++) {
-                int from = backward ? S - 1 - k : k, to = backward ? from - 1 : from + 1;
-                hops += s->placement[from] != s->placement[to];
-            }
+            long depth = backward ? S - 1 - st : st;
             out[n].mb = m;
             out[n].stage = st;
-            out[n].key = (double)(group * (m / P) + 2L * (m % P) + depth) + hop_slots * hops;
+            out[n].key = group * (m / P) + 2L * (m % P) + depth;
             n++;
         }
     }
@@ -419,7 +396,7 @@ static void hy_merge_free(hy_merge *g) {
 }
 
 static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, int split_w,
-                         int cap_tail, double hop_slots) {
+                         int cap_tail) {
     memset(g, 0, sizeof *g);
     g->split_w = split_w;
     g->cap_tail = cap_tail > 1 ? cap_tail : 1;
@@ -446,8 +423,8 @@ static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, i
         g->bs[r] = malloc(n * sizeof(hy_stream_item));
         g->ftaken[r] = malloc(n);
         if (!g->fs[r] || !g->bs[r] || !g->ftaken[r]) return -1;
-        hy_wave_stream(s, r, 0, hop_slots, g->fs[r]);
-        hy_wave_stream(s, r, 1, hop_slots, g->bs[r]);
+        hy_wave_stream(s, r, 0, g->fs[r]);
+        hy_wave_stream(s, r, 1, g->bs[r]);
     }
     if (g->split_w) {
         g->wq = calloc(P, sizeof *g->wq);
@@ -469,24 +446,17 @@ static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, i
  * stream entries) ahead by default. Too few micro-batches to fill the
  * pipeline starve a cap: then the merge runs uncapped. */
 static int hy_build_hanayo(hy_schedule *s, const hy_costs *c, const hy_order *o, hy_error *err) {
+    hy_merge g;
     int P = s->ranks, group = s->chunks * P, cap[HY_MAX_RANKS];
+    if (hy_merge_init(&g, s, c, s->split ? o->w_in_merge : 0, o->cap_tail) != 0) {
+        hy_merge_free(&g);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the hanayo order");
+    }
     for (int r = 0; r < P; r++) cap[r] = group + o->cap_extra + (o->cap_rises ? r : 0);
     int window = o->window > 0 ? o->window : group;
-    /* Keys that count hops (hop_slots) may order a backward stream so
-     * that no rank can go on, even uncapped; the canonical keys never do:
-     * then the order is made from those. */
-    int rc = -1;
-    for (int canonical = o->hop_slots == 0; canonical <= 1 && rc != 0; canonical++) {
-        hy_merge g;
-        if (hy_merge_init(&g, s, c, s->split ? o->w_in_merge : 0, o->cap_tail,
-                          canonical ? 0 : o->hop_slots) != 0) {
-            hy_merge_free(&g);
-            return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the hanayo order");
-        }
-        rc = hy_merge_run(&g, s, cap, window, o->backward_first);
-        if (rc != 0) rc = hy_merge_run(&g, s, NULL, window, o->backward_first);
-        hy_merge_free(&g);
-    }
+    int rc = hy_merge_run(&g, s, cap, window, o->backward_first);
+    if (rc != 0) rc = hy_merge_run(&g, s, NULL, window, o->backward_first);
+    hy_merge_free(&g);
     if (rc != 0)
         return hy_fail(err, HY_ERR_RUNTIME, "internal error: no hanayo order for P=%d W=%d M=%d",
                        P, s->waves, s->micro_batches);

@@ -109,8 +109,6 @@ typedef struct {
                              at its cap may still run forwards of the last
                              cap_tail stages (at least 1) */
     int cap_tail;
-    double hop_slots;     /* hanayo: the streams count each cross-rank hop on the way
-                             to a stage as this many slots more (0: the canonical keys) */
 } hy_order;
 
 /* The canonical knobs for p. */
@@ -122,19 +120,6 @@ void hy_order_default(const hy_sched_params *p, hy_order *o);
 int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                             const hy_order *o, hy_error *err);
 void hy_schedule_free(hy_schedule *s);
-
-/* Turns an unsplit order of the time-reversed problem into an order of
- * s's own: each rank's list backwards, F and B swapped, micro-batch m
- * renamed M - 1 - m. Reversing every dependency of an unsplit pipeline
- * gives the same pipeline again (B's chain runs up the stages as F's
- * did, and F follows B of its stage as B followed F), with the forward
- * and backward costs swapped; a schedule of that problem run backwards
- * in time is one of this, no longer, holding the same activations at
- * every instant. So a construction that fills a pipeline well also
- * drains it well, built for the swapped costs and turned round here
- * (order.h). A split order is left as it is (nothing waits on a W, so
- * its reversal is not a pipeline of the same kind). */
-void hy_schedule_reverse(hy_schedule *s);
 
 /* Index of stage s among the stages its rank holds (0..chunks-1), in the
  * order data first reaches them. */

@@ -34,6 +34,9 @@ and, from DESIGN §1 "The schedules" alone, re-derives what the JSON claims:
     longer than L forwards take, L the plan's largest peak activations
     (or all its forwards when fewer): memory_bound_makespan equals it, it
     is no lower than bound_makespan, and no makespan is below it;
+  * with transfer time (c = 0.05, 0.2 of a rank share, P = 2, 4, 8,
+    M = 2P, 4P, 8P), hanayo W = 2's chosen order is shorter than
+    interleaved v = 4's within 2WP + P - 1 activations;
   * the witness orders in tests/fixtures/hanayo-order-*.json (hanayo's
     placement, unsplit, with transfer time): each is complete and runs,
     holds no more activations than it says, ends at the makespan it says,
@@ -248,7 +251,7 @@ def check_plan(t, plan, kind, P, M, W, v, f, b, c, name, split=False, w=0.0):
             and makespan >= mb - TOL * max(1.0, mb),
             name + ": memory bound %r, re-derived %r, bound %r, makespan %r"
             % (plan["memory_bound_makespan"], mb, lb, makespan))
-    return {"bubble": bubble, "ideal": ideal, "peak": max(peaks)}
+    return {"bubble": bubble, "ideal": ideal, "peak": max(peaks), "makespan": makespan}
 
 
 def grid():
@@ -317,6 +320,25 @@ def split_checks(t):
                              ("hanayo", 3, 5, 2, 1)]:
         for f, b, c, w in [(1.0, 2.0, 0.5, 0.5), (1.5, 2.5, 0.25, 1.5), (1.0, 3.0, 0.0, 1.0)]:
             one(t, kind, P, M, W, v, f, b, c, w)
+
+
+def transfer_grid_checks(t):
+    """The goal with transfer time (docs/design.md §1.5): with each rank's
+    share costing f = 1, b = 2 (a quarter of that per stage at W = 2 and
+    v = 4) and a transfer c = 0.05 or 0.2, over P = 2, 4, 8 and M = 2P, 4P,
+    8P, the wave order hanayo chooses (re-simulated here like every plan)
+    is shorter than interleaved v = 4's and holds at most interleaved's
+    memory, 2WP + P - 1 activations."""
+    for P in (2, 4, 8):
+        for M in (2 * P, 4 * P, 8 * P):
+            for c in (0.05, 0.2):
+                h = one(t, "hanayo", P, M, 2, 1, 0.25, 0.5, c)
+                i = one(t, "interleaved", P, M, 1, 4, 0.25, 0.5, c)
+                if h is None or i is None:
+                    continue
+                t.check(h["makespan"] < i["makespan"] - TOL and h["peak"] <= 5 * P - 1,
+                        "P=%d M=%d c=%r: hanayo %r at %d activations, interleaved %r at %d"
+                        % (P, M, c, h["makespan"], h["peak"], i["makespan"], i["peak"]))
 
 
 def witness_checks(t):
@@ -389,6 +411,7 @@ def main():
                     "hanayo P=%d M=%d W=%d: peak %d above interleaved v=%d's %d"
                     % (P, M, W, r["peak"], 2 * W, other["peak"]))
     split_checks(t)
+    transfer_grid_checks(t)
     witness_checks(t)
     gaps = [(r["bubble"] - r["ideal"], k) for k, r in results.items()
             if k[0] == "hanayo" and r is not None]

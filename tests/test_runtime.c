@@ -105,8 +105,8 @@ static void pipelined_equals_sequential(const char *kind) {
         { "model.layers=4", "schedule.kind=hanayo", "schedule.ranks=1", "schedule.waves=2" },
         { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=2" },
         { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=4", "schedule.waves=1" },
-        /* the order chosen for a transfer time: built for the reversed
-         * pipeline and turned round (hy_schedule_reverse) */
+        /* the order chosen for a transfer time: double-justified
+         * (justify.h), its actions moved out of the merge's order */
         { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=2",
           "schedule.comm_cost=0.8" },
     };

@@ -9,9 +9,7 @@
  * (B and W passes) every schedule stays valid for any M, and the canonical
  * orders reach the split ideal with the memory the issue's goals name:
  * 1F1B as ZB-H1 at 1F1B's P, hanayo W = 1 as ZB-V at 2P, W >= 2 within
- * unsplit hanayo's 2WP + P - 1. An order turned round in time
- * (hy_schedule_reverse) is one of the same pipeline with the forward and
- * backward costs swapped. The validator itself is shown to catch
+ * unsplit hanayo's 2WP + P - 1. The validator itself is shown to catch
  * broken lists, and the dependencies it replays are pinned.
  */
 #include "schedule.h"
@@ -253,69 +251,6 @@ static void test_deterministic(void) {
     hy_schedule_free(&b);
 }
 
-/* hy_schedule_reverse: an order built for the swapped costs, turned
- * round, is a valid order of the original pipeline, no longer than the
- * swapped problem's makespan, with the same peak activations on every
- * rank; turning it round twice gives the lists back; a split order is
- * left alone. Over every kind, uneven stages and a transfer time. */
-static void test_reverse(void) {
-    for (int kind = 0; kind < HY_SCHED_COUNT; kind++)
-        for (int P = 2; P <= 8; P *= 2)
-            for (int M = P; M <= 4 * P; M += P) {
-                hy_sched_params p = { (hy_sched_kind)kind, P, M, 2, 2, 0 };
-                hy_schedule s, t;
-                hy_error err;
-                if (hy_schedule_build(&s, &p, &err) || hy_schedule_build(&t, &p, &err)) {
-                    CHECKF(0, "%s", err.msg);
-                    continue;
-                }
-                double *f = malloc(2 * (size_t)s.stages * sizeof(double)), *b = f + s.stages;
-                for (int i = 0; i < s.stages; i++) {
-                    f[i] = 0.5 + (double)((i * 5 + P) % 3);
-                    b[i] = 1.0 + (double)((i * 3 + M) % 4);
-                }
-                hy_costs c = hy_costs_uniform(), swapped = c;
-                c.fwd_stage = f;
-                c.bwd_stage = b;
-                c.comm = 0.3;
-                swapped.fwd_stage = b;   /* what the reversed pipeline costs */
-                swapped.bwd_stage = f;
-                swapped.comm = 0.3;
-                hy_sim_result x, y;
-                int rx = hy_simulate(&s, &swapped, NULL, &x, &err);
-                hy_schedule_reverse(&s);
-                int valid = hy_schedule_validate(&s, &err) == HY_OK;
-                CHECKF(valid, "%s P=%d M=%d reversed: %s", hy_sched_name(kind), P, M, err.msg);
-                int ry = valid ? hy_simulate(&s, &c, NULL, &y, &err) : -1;
-                if (!rx && !ry) {
-                    CHECKF(y.makespan <= x.makespan + 1e-9, "%s P=%d M=%d: reversed %g, swapped %g",
-                           hy_sched_name(kind), P, M, y.makespan, x.makespan);
-                    for (int r = 0; r < P; r++) CHECK(y.peak_activations[r] == x.peak_activations[r]);
-                    hy_sim_result_free(&y);
-                }
-                if (!rx) hy_sim_result_free(&x);
-                hy_schedule_reverse(&s);
-                int same = 1;
-                for (int r = 0; r < P; r++)
-                    same &= !memcmp(s.actions[r], t.actions[r], sizeof(hy_action) * (size_t)s.n_actions[r]);
-                CHECK(same);
-                free(f);
-                hy_schedule_free(&s);
-                hy_schedule_free(&t);
-            }
-    hy_sched_params p = { HY_SCHED_1F1B, 4, 8, 1, 1, 1 };
-    hy_schedule s, t;
-    hy_error err;
-    if (hy_schedule_build(&s, &p, &err) == HY_OK && hy_schedule_build(&t, &p, &err) == HY_OK) {
-        hy_schedule_reverse(&s);
-        CHECK(!memcmp(s.actions[0], t.actions[0], sizeof(hy_action) * (size_t)s.n_actions[0]));
-        hy_schedule_free(&s);
-        hy_schedule_free(&t);
-    } else {
-        CHECKF(0, "%s", err.msg);
-    }
-}
-
 /* The validator catches each kind of broken list. */
 static void test_validator_catches(void) {
     hy_schedule s;
@@ -399,7 +334,6 @@ int main(void) {
     test_hanayo_grid();
     test_hanayo_any_m();
     test_deterministic();
-    test_reverse();
     test_validator_catches();
     test_dependencies();
     test_bad_params();

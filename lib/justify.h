@@ -1,0 +1,37 @@
+/*
+ * justify.h — double justification of an unsplit order.
+ *
+ * An order fixes each rank's sequence; the simulator (sim.h) starts every
+ * action as early as its inputs and its rank allow. Double justification
+ * (Valls, Ballestín and Quintanilla, "Justification and RCPSP: a technique
+ * that pays", European Journal of Operational Research 165, 2005) moves
+ * the actions themselves: first every action, the last to end first, is
+ * placed as late as it can go on its rank before what follows it (into a
+ * gap if one fits, so the sequence may change), then every action, the
+ * first to start first, as early as it can go after what precedes it. Each
+ * pass keeps every dependency and transfer time and never makes the
+ * schedule longer than the one it starts from; moving into gaps is what
+ * shortens it. A rank never holds more than `limit` activations at a time
+ * (an F placed where that would be exceeded goes to a later gap).
+ *
+ * It is the last step of the cost-aware choice for unsplit hanayo
+ * (order.c): the merge builds a good order, the justification closes
+ * gaps the merge's greedy replay leaves, and with a transfer time that is
+ * what takes the wave order ahead of interleaved's (docs/schedules.md).
+ */
+#ifndef HY_JUSTIFY_H
+#define HY_JUSTIFY_H
+
+#include "costs.h"
+#include "error.h"
+#include "schedule.h"
+
+/* Replaces s's lists with their double justification under c, repeated
+ * while it shortens the makespan (at most `rounds` times), if that is
+ * shorter than s and holds at most `limit` activations on every rank;
+ * otherwise leaves s as it is. s must be unsplit (a split order is left
+ * as it is). Fails only on running out of memory or a schedule the
+ * simulator refuses. */
+int hy_schedule_justify(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err);
+
+#endif

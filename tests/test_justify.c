@@ -1,0 +1,156 @@
+/*
+ * test_justify.c — lib/justify: double justification of an unsplit order.
+ *
+ *   - Over every schedule kind, P = 2 and 4, several M, uneven stage costs
+ *     and transfer times 0, 0.3 and 1: the justified order is valid (every
+ *     action once, on its rank, runs without deadlock), never longer than
+ *     the order it starts from, and never holds more activations on a
+ *     rank than the limit it was given; on some of them it is shorter.
+ *   - The case it is there for: hanayo W = 2's canonical order at P = 4,
+ *     M = 8 with a transfer taking 0.2 of a rank share runs 34.65;
+ *     justified within interleaved's memory (19) it comes in below
+ *     interleaved v = 4's 32.25.
+ *   - Uniform costs and free transfers: the canonical hanayo order is at
+ *     its ideal already, and stays there.
+ *   - A split order, and rounds = 0, leave the lists as they are.
+ */
+#include "justify.h"
+#include "schedule.h"
+#include "sim.h"
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int same_lists(const hy_schedule *a, const hy_schedule *b) {
+    for (int r = 0; r < a->ranks; r++)
+        if (a->n_actions[r] != b->n_actions[r] ||
+            memcmp(a->actions[r], b->actions[r], sizeof(hy_action) * (size_t)a->n_actions[r]))
+            return 0;
+    return 1;
+}
+
+static int peak_of(const hy_sim_result *r) {
+    int most = 0;
+    for (int k = 0; k < r->ranks; k++)
+        if (r->peak_activations[k] > most) most = r->peak_activations[k];
+    return most;
+}
+
+static void test_valid_never_longer(void) {
+    static const struct { hy_sched_kind kind; int wv; } kinds[] = {
+        { HY_SCHED_GPIPE, 1 }, { HY_SCHED_1F1B, 1 }, { HY_SCHED_INTERLEAVED, 2 },
+        { HY_SCHED_HANAYO, 1 }, { HY_SCHED_HANAYO, 2 },
+    };
+    static const double comms[] = { 0, 0.3, 1.0 };
+    int shorter = 0, cases = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int P = 2; P <= 4; P += 2)
+            for (int M = P; M <= 3 * P; M += P)
+                for (int ci = 0; ci < 3; ci++) {
+                    hy_sched_params p = { kinds[k].kind, P, M, kinds[k].wv, kinds[k].wv, 0 };
+                    hy_schedule s;
+                    hy_error err;
+                    if (hy_schedule_build(&s, &p, &err)) { CHECKF(0, "%s", err.msg); continue; }
+                    double *f = malloc(2 * (size_t)s.stages * sizeof(double)), *b = f + s.stages;
+                    for (int i = 0; i < s.stages; i++) {
+                        f[i] = 0.5 + (double)((i * 7 + M) % 4) * 0.25;
+                        b[i] = 2 * f[i] + (double)((i + ci) % 3) * 0.25;
+                    }
+                    hy_costs c = hy_costs_uniform();
+                    c.fwd_stage = f;
+                    c.bwd_stage = b;
+                    c.comm = comms[ci];
+                    hy_sim_result before, after;
+                    CHECK(hy_simulate(&s, &c, NULL, &before, &err) == HY_OK);
+                    int limit = peak_of(&before);
+                    int rc = hy_schedule_justify(&s, &c, limit, 4, &err);
+                    CHECKF(rc == HY_OK, "%s", err.msg);
+                    int valid = hy_schedule_validate(&s, &err) == HY_OK;
+                    CHECKF(valid, "%s P=%d M=%d c=%g: %s", hy_sched_name(p.kind), P, M, c.comm, err.msg);
+                    if (valid && hy_simulate(&s, &c, NULL, &after, &err) == HY_OK) {
+                        CHECKF(after.makespan <= before.makespan + 1e-9, "%s P=%d M=%d c=%g: %g after %g",
+                               hy_sched_name(p.kind), P, M, c.comm, after.makespan, before.makespan);
+                        CHECKF(peak_of(&after) <= limit, "%s P=%d M=%d c=%g: peak %d above %d",
+                               hy_sched_name(p.kind), P, M, c.comm, peak_of(&after), limit);
+                        shorter += after.makespan < before.makespan - 1e-9;
+                        cases++;
+                        hy_sim_result_free(&after);
+                    }
+                    hy_sim_result_free(&before);
+                    free(f);
+                    hy_schedule_free(&s);
+                }
+    CHECK(cases == 5 * 2 * 3 * 3);
+    CHECKF(shorter > 0, "justification shortened none of %d orders", cases);
+}
+
+/* hanayo W = 2, P = 4, M = 8, f = 0.25 and b = 0.5 a stage, c = 0.2. */
+static void test_wave_beats_interleaved(void) {
+    hy_sched_params ph = { HY_SCHED_HANAYO, 4, 8, 2, 2, 0 }, pi = { HY_SCHED_INTERLEAVED, 4, 8, 4, 4, 0 };
+    hy_costs c = hy_costs_uniform();
+    c.fwd = 0.25;
+    c.bwd = 0.5;
+    c.comm = 0.2;
+    hy_schedule h, in;
+    hy_error err;
+    hy_sim_result r;
+    if (hy_schedule_build(&h, &ph, &err) || hy_schedule_build(&in, &pi, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return;
+    }
+    CHECK(hy_simulate(&in, &c, NULL, &r, &err) == HY_OK);
+    double inter = r.makespan;
+    hy_sim_result_free(&r);
+    CHECK_NEAR(inter, 32.25, 1e-9);
+    CHECK(hy_simulate(&h, &c, NULL, &r, &err) == HY_OK);
+    CHECK_NEAR(r.makespan, 34.65, 1e-9);
+    hy_sim_result_free(&r);
+    CHECK(hy_schedule_justify(&h, &c, 19, 4, &err) == HY_OK);
+    CHECK(hy_schedule_validate(&h, &err) == HY_OK);
+    CHECK(hy_simulate(&h, &c, NULL, &r, &err) == HY_OK);
+    CHECKF(r.makespan < inter - 1e-9 && peak_of(&r) <= 19, "justified %g at %d, interleaved %g",
+           r.makespan, peak_of(&r), inter);
+    hy_sim_result_free(&r);
+    hy_schedule_free(&h);
+    hy_schedule_free(&in);
+}
+
+static void test_left_alone(void) {
+    hy_error err;
+    hy_sim_result r;
+    /* At its ideal under uniform costs: nothing to gain. */
+    hy_sched_params p = { HY_SCHED_HANAYO, 4, 16, 2, 2, 0 };
+    hy_schedule s, t;
+    hy_costs u = hy_costs_uniform();
+    if (hy_schedule_build(&s, &p, &err) == HY_OK) {
+        CHECK(hy_schedule_justify(&s, &u, 19, 4, &err) == HY_OK);
+        CHECK(hy_simulate(&s, &u, NULL, &r, &err) == HY_OK);
+        CHECK_NEAR(r.makespan, 3.0 * (2 * 2 * 16 + 4 - 1), 1e-9);   /* (f+b)(2WM + P - 1) */
+        hy_sim_result_free(&r);
+        hy_schedule_free(&s);
+    } else {
+        CHECKF(0, "%s", err.msg);
+    }
+    /* Split, or no rounds: the lists as they were. */
+    hy_costs c = hy_costs_uniform_split();
+    c.comm = 0.5;
+    for (int split = 0; split <= 1; split++) {
+        hy_sched_params q = { HY_SCHED_HANAYO, 4, 8, 2, 2, split };
+        if (hy_schedule_build(&s, &q, &err) || hy_schedule_build(&t, &q, &err)) {
+            CHECKF(0, "%s", err.msg);
+            continue;
+        }
+        CHECK(hy_schedule_justify(&s, split ? &c : &u, 19, split ? 4 : 0, &err) == HY_OK);
+        CHECK(same_lists(&s, &t));
+        hy_schedule_free(&s);
+        hy_schedule_free(&t);
+    }
+}
+
+int main(void) {
+    test_valid_never_longer();
+    test_wave_beats_interleaved();
+    test_left_alone();
+    return TEST_END("justify");
+}
