@@ -35,8 +35,11 @@
  * each costs a merge and a simulation, about a microsecond per action. */
 #define ORDER_SEARCH_ACTIONS 200000
 
-/* Justification rounds at most (each two passes and a simulation). */
+/* Justification rounds at most (each two passes and a simulation), and
+ * the work past which it is skipped: a pass costs about (actions) x
+ * (actions per rank) steps, a tenth of a second at this many. */
 #define JUSTIFY_ROUNDS 4
+#define JUSTIFY_WORK 1e8
 
 hy_costs hy_order_costs(const hy_sched_params *p, double comm) {
     hy_costs c = p->split_backward ? hy_costs_uniform_split() : hy_costs_uniform();
@@ -191,7 +194,9 @@ int hy_schedule_for_costs(hy_schedule *s, const hy_sched_params *p, const hy_cos
     }
     /* Unsplit hanayo: the justification closes gaps the merge's greedy
      * replay left (justify.h), within the same memory. */
-    if (p->kind == HY_SCHED_HANAYO && !p->split_backward)
+    double actions = 2.0 * p->micro_batches * hy_sched_chunks(p) * p->ranks;
+    if (p->kind == HY_SCHED_HANAYO && !p->split_backward &&
+        actions * (actions / p->ranks) <= JUSTIFY_WORK)
         rc = hy_schedule_justify(&g.best, c, g.peak_limit, JUSTIFY_ROUNDS, err);
     if (rc) {
         hy_schedule_free(&g.best);
