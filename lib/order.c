@@ -18,10 +18,10 @@
  * Each is simulated once. Unsplit hanayo's best is then double-justified
  * (justify.h): its actions moved into the gaps the merge's greedy replay
  * left, within the same memory, which is what takes it ahead of
- * interleaved's order when a transfer takes time. The search is skipped, the canonical order
- * returned, when the costs are the uniform ones it is made for, and
- * narrowed to the canonical merge's neighbours when the schedule is too
- * large for many simulations to be cheap.
+ * interleaved's order when a transfer takes time. The search is skipped,
+ * the canonical order returned, when the costs are the uniform ones it is
+ * made for, and narrowed to the canonical merge's neighbours when the
+ * schedule is too large for many simulations to be cheap.
  */
 #include "order.h"
 
