@@ -1,15 +1,16 @@
 /*
  * justify.c — see justify.h.
  *
- * Every action (F or B of micro-batch m at stage s) has an index
- * (op * M + m) * S + s. A pass keeps one timeline per rank, the actions
- * placed so far in time order with their start and end, and places the
- * actions one by one in the order the previous schedule gives: each goes
- * into the first gap of its rank (the last, going right) that fits it
- * between its inputs and its outputs and where an F keeps the rank's
- * count of live activations within the limit. The count is taken over the
- * actions placed so far, so the final check is the simulation of the
- * result; an order that would not keep the limit there is not taken.
+ * Actions are indexed by hy_action_key and their dependencies are
+ * schedule.h's (hy_action_inputs); what needs each action is those turned
+ * round, once. A pass keeps one timeline per rank, the actions placed so
+ * far in time order with their start and end, and places the actions one
+ * by one in the order the previous schedule gives: each goes into the
+ * first gap of its rank (the last, going right) that fits it between its
+ * inputs and its outputs and where the rank's count of live activations
+ * stays within the limit. The count is taken over the actions placed so
+ * far, so the final check is the simulation of the result; an order that
+ * would not keep the limit there is not taken.
  */
 #include "justify.h"
 
@@ -21,7 +22,7 @@
 
 typedef struct {
     int n;
-    int *id;            /* placed actions, in time order */
+    int *id;            /* placed actions (keys), in time order */
     double *ts, *te;    /* their start and end */
     int *live, *most;   /* the activations held, as fits_memory says */
 } timeline;
@@ -29,48 +30,37 @@ typedef struct {
 typedef struct {
     const hy_schedule *s;
     const hy_costs *c;
-    int M, S, N, limit;
+    int N, limit;
+    hy_action *act;     /* [N]: the action of each key */
+    int (*out)[HY_MAX_INPUTS];   /* [N]: the keys that take each action's output, -1: none */
     double *t0, *t1;    /* [N]: start and end of every action in the current pass */
-    int *order;         /* [N]: the ids in the order they are placed */
+    int *order;         /* [N]: the keys in the order they are placed */
     timeline tl[HY_MAX_RANKS];
 } justify;
 
-static int op_of(const justify *j, int id) { return id / (j->M * j->S); }
-static int mb_of(const justify *j, int id) { return id / j->S % j->M; }
-static int stage_of(const justify *j, int id) { return id % j->S; }
-static int id_of(const justify *j, int op, int m, int st) { return (op * j->M + m) * j->S + st; }
-
-static double cost_of(const justify *j, int id) {
-    int st = stage_of(j, id);
-    return op_of(j, id) == HY_FWD ? hy_costs_fwd(j->c, st) : hy_costs_bwd(j->c, st);
+/* The transfer time from action a's rank to action b's. */
+static double hop(const justify *j, const hy_action *a, const hy_action *b) {
+    return j->s->placement[a->stage] != j->s->placement[b->stage] ? j->c->comm : 0.0;
 }
 
-static double hop(const justify *j, int a, int b) {
-    return j->s->placement[a] != j->s->placement[b] ? j->c->comm : 0.0;
-}
-
-/* The actions id depends on (up to two), with the transfer time after each. */
-static int inputs(const justify *j, int id, int *dep, double *gap) {
-    int m = mb_of(j, id), st = stage_of(j, id), n = 0;
-    if (op_of(j, id) == HY_FWD) {
-        if (st > 0) { dep[n] = id_of(j, HY_FWD, m, st - 1); gap[n++] = hop(j, st - 1, st); }
-    } else {
-        dep[n] = id_of(j, HY_FWD, m, st); gap[n++] = 0;
-        if (st < j->S - 1) { dep[n] = id_of(j, HY_BWD, m, st + 1); gap[n++] = hop(j, st + 1, st); }
-    }
-    return n;
-}
-
-/* The actions that depend on id (up to two), with the transfer time before each. */
-static int outputs(const justify *j, int id, int *dep, double *gap) {
-    int m = mb_of(j, id), st = stage_of(j, id), n = 0;
-    if (op_of(j, id) == HY_FWD) {
-        if (st < j->S - 1) { dep[n] = id_of(j, HY_FWD, m, st + 1); gap[n++] = hop(j, st, st + 1); }
-        dep[n] = id_of(j, HY_BWD, m, st); gap[n++] = 0;
-    } else if (st > 0) {
-        dep[n] = id_of(j, HY_BWD, m, st - 1); gap[n++] = hop(j, st, st - 1);
-    }
-    return n;
+/* Every key's action, and what needs it: hy_action_inputs turned round.
+ * In an unsplit schedule no action feeds more than two others (F(m, s):
+ * F(m, s+1) and B(m, s); B(m, s): B(m, s-1)). */
+static void index_actions(justify *j) {
+    const hy_schedule *s = j->s;
+    for (int k = 0; k < j->N; k++) j->out[k][0] = j->out[k][1] = -1;
+    for (int r = 0; r < s->ranks; r++)
+        for (int i = 0; i < s->n_actions[r]; i++) {
+            const hy_action *a = &s->actions[r][i];
+            int key = (int)hy_action_key(s, a);
+            j->act[key] = *a;
+            hy_action in[HY_MAX_INPUTS];
+            int n = hy_action_inputs(s, a, in);
+            for (int d = 0; d < n; d++) {
+                int *o = j->out[hy_action_key(s, &in[d])];
+                o[o[0] < 0 ? 0 : 1] = key;
+            }
+        }
 }
 
 /* The count of live activations, over the actions placed so far: going
@@ -145,16 +135,19 @@ static int pass(justify *j, int late, double horizon) {
     for (int r = 0; r < j->s->ranks; r++) j->tl[r].n = 0;
     const double eps = 1e-9;
     for (int k = 0; k < j->N; k++) {
-        int id = j->order[k], dep[2];
-        double gap[2], du = cost_of(j, id);
-        int fwd = op_of(j, id) == HY_FWD;
-        timeline *t = &j->tl[j->s->placement[stage_of(j, id)]];
+        int id = j->order[k];
+        const hy_action *a = &j->act[id];
+        double du = hy_action_cost(j->c, a);
+        int fwd = a->op == HY_FWD;
+        timeline *t = &j->tl[j->s->placement[a->stage]];
         int placed = 0;
         if (late) {
             double lft = horizon;
-            int n = outputs(j, id, dep, gap);
-            for (int d = 0; d < n; d++)
-                if (j->t0[dep[d]] - gap[d] < lft) lft = j->t0[dep[d]] - gap[d];
+            for (int d = 0; d < HY_MAX_INPUTS && j->out[id][d] >= 0; d++) {
+                int o = j->out[id][d];
+                double u = j->t0[o] - hop(j, a, &j->act[o]);
+                if (u < lft) lft = u;
+            }
             for (int i = t->n; i >= 0 && !placed; i--) {
                 double next = i < t->n ? t->ts[i] : horizon;
                 double end = lft < next ? lft : next;
@@ -168,9 +161,13 @@ static int pass(justify *j, int late, double horizon) {
             }
         } else {
             double est = 0;
-            int n = inputs(j, id, dep, gap);
-            for (int d = 0; d < n; d++)
-                if (j->t1[dep[d]] + gap[d] > est) est = j->t1[dep[d]] + gap[d];
+            hy_action in[HY_MAX_INPUTS];
+            int n = hy_action_inputs(j->s, a, in);
+            for (int d = 0; d < n; d++) {
+                int key = (int)hy_action_key(j->s, &in[d]);
+                double u = j->t1[key] + hop(j, &in[d], a);
+                if (u > est) est = u;
+            }
             for (int i = 0; i <= t->n && !placed; i++) {
                 double prev = i > 0 ? t->te[i - 1] : 0;
                 double start = est > prev ? est : prev;
@@ -188,7 +185,7 @@ static int pass(justify *j, int late, double horizon) {
     return 0;
 }
 
-/* s's simulated times into t0/t1, and its makespan and largest peak. */
+/* s's simulated times into t0/t1; its makespan and largest peak. */
 static int measure(justify *j, const hy_schedule *s, double *makespan, int *peak, hy_error *err) {
     hy_sim_result r;
     int rc = hy_simulate(s, j->c, NULL, &r, err);
@@ -198,23 +195,25 @@ static int measure(justify *j, const hy_schedule *s, double *makespan, int *peak
     for (int q = 0; q < s->ranks; q++) {
         if (r.peak_activations[q] > *peak) *peak = r.peak_activations[q];
         for (int i = 0; i < s->n_actions[q]; i++) {
-            const hy_action *a = &s->actions[q][i];
-            int id = id_of(j, a->op, a->mb, a->stage);
-            j->t0[id] = r.start[q][i];
-            j->t1[id] = r.end[q][i];
+            size_t key = hy_action_key(s, &s->actions[q][i]);
+            j->t0[key] = r.start[q][i];
+            j->t1[key] = r.end[q][i];
         }
     }
     hy_sim_result_free(&r);
     return HY_OK;
 }
 
-static void justify_free(justify *j) {
+static void justify_free(justify *j, hy_action **lists) {
+    free(j->act);
+    free(j->out);
     free(j->t0);
     free(j->t1);
     free(j->order);
     for (int r = 0; r < HY_MAX_RANKS; r++) {
         timeline *t = &j->tl[r];
         free(t->id); free(t->ts); free(t->te); free(t->live); free(t->most);
+        free(lists[r]);
     }
 }
 
@@ -224,14 +223,18 @@ int hy_schedule_justify(hy_schedule *s, const hy_costs *c, int limit, int rounds
     memset(&j, 0, sizeof j);
     j.s = s;
     j.c = c;
-    j.M = s->micro_batches;
-    j.S = s->stages;
-    j.N = 2 * j.M * j.S;
+    j.N = (int)hy_action_keys(s);
     j.limit = limit;
-    j.t0 = malloc((size_t)j.N * sizeof *j.t0);
-    j.t1 = malloc((size_t)j.N * sizeof *j.t1);
-    j.order = malloc((size_t)j.N * sizeof *j.order);
-    int ok = j.t0 && j.t1 && j.order;
+    size_t N = (size_t)j.N;
+    j.act = malloc(N * sizeof *j.act);
+    j.out = malloc(N * sizeof *j.out);
+    j.t0 = malloc(N * sizeof *j.t0);
+    j.t1 = malloc(N * sizeof *j.t1);
+    j.order = malloc(N * sizeof *j.order);
+    /* Each round's order is written here, and swapped with s's lists when
+     * it is taken. */
+    hy_action *lists[HY_MAX_RANKS] = { 0 };
+    int ok = j.act && j.out && j.t0 && j.t1 && j.order;
     for (int r = 0; ok && r < s->ranks; r++) {
         size_t n = (size_t)s->n_actions[r];
         timeline *t = &j.tl[r];
@@ -240,12 +243,14 @@ int hy_schedule_justify(hy_schedule *s, const hy_costs *c, int limit, int rounds
         t->te = malloc(n * sizeof *t->te);
         t->live = malloc(n * sizeof *t->live);
         t->most = malloc(n * sizeof *t->most);
-        ok = t->id && t->ts && t->te && t->live && t->most;
+        lists[r] = malloc(n * sizeof *lists[r]);
+        ok = t->id && t->ts && t->te && t->live && t->most && lists[r];
     }
     if (!ok) {
-        justify_free(&j);
+        justify_free(&j, lists);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory justifying a schedule");
     }
+    index_actions(&j);
     double best;
     int peak, rc = measure(&j, s, &best, &peak, err);
     for (int round = 0; round < rounds && !rc; round++) {
@@ -253,47 +258,27 @@ int hy_schedule_justify(hy_schedule *s, const hy_costs *c, int limit, int rounds
         if (p == 0) p = pass(&j, 0, 0);
         if (p == -2) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory justifying a schedule");
         if (p) break;
-        /* The early pass's timelines are the new order; priced by the
+        /* The early pass's timelines are the new order, priced by the
          * simulator, which starts each action as early as the order lets
-         * it (never later than the pass placed it). */
+         * it (never later than the pass placed it). The pass keeps every
+         * dependency in time, so the order runs; were it refused, it is
+         * simply not taken. */
+        for (int r = 0; r < s->ranks; r++)
+            for (int i = 0; i < s->n_actions[r]; i++) lists[r][i] = j.act[j.tl[r].id[i]];
         hy_schedule t = *s;
-        hy_action *lists[HY_MAX_RANKS];
-        for (int r = 0; r < s->ranks && !rc; r++) {
-            lists[r] = malloc((size_t)s->n_actions[r] * sizeof *lists[r]);
-            if (!lists[r]) {
-                for (int q = 0; q < r; q++) free(lists[q]);
-                rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory justifying a schedule");
-                break;
-            }
-            for (int i = 0; i < s->n_actions[r]; i++) {
-                int id = j.tl[r].id[i];
-                lists[r][i] = (hy_action){ op_of(&j, id), mb_of(&j, id), stage_of(&j, id) };
-            }
-        }
-        if (rc) break;
-        hy_action *old[HY_MAX_RANKS];
-        for (int r = 0; r < s->ranks; r++) old[r] = s->actions[r];
         t.actions = lists;
         double makespan;
-        int tpeak;
-        /* (The early pass keeps every dependency in time, so its order
-         * runs; were it refused, the order is simply not taken.) */
         hy_error ignored;
-        int better = measure(&j, &t, &makespan, &tpeak, &ignored) == HY_OK &&
-                     makespan < best - 1e-9 * (best > 1 ? best : 1) && tpeak <= limit;
-        for (int r = 0; r < s->ranks; r++) {
-            if (better) {
-                s->actions[r] = lists[r];
-                free(old[r]);
-            } else {
-                free(lists[r]);
-            }
-        }
+        int better = measure(&j, &t, &makespan, &peak, &ignored) == HY_OK &&
+                     makespan < best - 1e-9 * (best > 1 ? best : 1) && peak <= limit;
         if (!better) break;
-        best = makespan;
-        /* measure() left t0/t1 at the new order's times: the next round
-         * starts from them. */
+        for (int r = 0; r < s->ranks; r++) {
+            hy_action *was = s->actions[r];
+            s->actions[r] = lists[r];
+            lists[r] = was;
+        }
+        best = makespan;   /* and t0/t1 hold its times: the next round starts there */
     }
-    justify_free(&j);
+    justify_free(&j, lists);
     return rc;
 }

@@ -651,6 +651,12 @@ int hy_action_inputs(const hy_schedule *s, const hy_action *a, hy_action in[HY_M
     return n;
 }
 
+double hy_action_cost(const hy_costs *c, const hy_action *a) {
+    return a->op == HY_FWD ? hy_costs_fwd(c, a->stage)
+         : a->op == HY_BWD ? hy_costs_bwd(c, a->stage)
+                           : hy_costs_wgrad(c, a->stage);
+}
+
 size_t hy_action_key(const hy_schedule *s, const hy_action *a) {
     return ((size_t)a->op * (size_t)s->micro_batches + (size_t)a->mb) * (size_t)s->stages +
            (size_t)a->stage;

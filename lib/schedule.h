@@ -144,6 +144,9 @@ void hy_schedule_grads_done(const hy_schedule *s, int rank, int *last);
 #define HY_MAX_INPUTS 2
 int hy_action_inputs(const hy_schedule *s, const hy_action *a, hy_action in[HY_MAX_INPUTS]);
 
+/* What action a costs under c: its stage's F, B or W. */
+double hy_action_cost(const hy_costs *c, const hy_action *a);
+
 /* A dense index of every (op, micro-batch, stage) of s, for tables with
  * one entry per action: 0 <= hy_action_key(s, a) < hy_action_keys(s). */
 size_t hy_action_key(const hy_schedule *s, const hy_action *a);

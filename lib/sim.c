@@ -174,9 +174,7 @@ static int run_next(sim_state *g, int k) {
     double t = inputs_ready(s, g->c, g->ends, a, k);
     if (t < 0) return 0;
     if (t < g->free_at[k]) t = g->free_at[k];
-    double d = a->op == HY_FWD   ? hy_costs_fwd(g->c, a->stage)
-             : a->op == HY_BWD   ? hy_costs_bwd(g->c, a->stage)
-                                 : hy_costs_wgrad(g->c, a->stage);
+    double d = hy_action_cost(g->c, a);
     double done = t + d;
     const hy_action *f = g->limits ? &g->limits->freed_by[k][i] : NULL;
     if (f && f->op >= 0) {
