@@ -163,7 +163,7 @@ HY_JANSSON_CFLAGS := $(shell pkg-config --cflags jansson 2>/dev/null)
 # differing redefinition is a warning, hence an error).
 
 HY_SAN_FLAGS := $(if $(strip $(SANITIZE)),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all)
-HY_CPPFLAGS = -D_GNU_SOURCE -Ilib $(HY_JANSSON_CFLAGS) $(if $(HY_CUDA),-DHY_HAVE_CUDA=1) $(CPPFLAGS)
+HY_CPPFLAGS = -D_GNU_SOURCE -Ilib -Itools $(HY_JANSSON_CFLAGS) $(if $(HY_CUDA),-DHY_HAVE_CUDA=1) $(CPPFLAGS)
 HY_CFLAGS = -std=c11 -Wall -Wextra -Werror $(CFLAGS) $(HY_SAN_FLAGS)
 HY_LDFLAGS = $(LDFLAGS) $(HY_SAN_FLAGS)
 HY_LDLIBS = $(JANSSON_LIB) $(BLAS_LIBS) $(HY_CUDA_LIBS) $(HY_MPI_LIBS) -lm -lpthread $(LDLIBS)
@@ -182,6 +182,11 @@ HY_C_SRCS := $(wildcard lib/*.c kernels/cpu/*.c) \
 HY_CU_SRCS := $(if $(HY_CUDA),$(wildcard kernels/cuda/*.cu graphs/*.cu))
 HY_LIB_OBJS := $(HY_C_SRCS:%.c=$(HY_OBJ)/%.o) $(HY_CU_SRCS:%.cu=$(HY_OBJ)/%.o)
 HY_LIB := $(BUILD)/libhanayo.a
+# The command line's commands (tools/cli.h): every tools/*.c but the
+# programs' mains. hanayo and the tests link them above the library.
+HY_MAINS := tools/hanayo.c tools/bench.c tools/bench_copy.c
+HY_CLI_OBJS := $(patsubst %.c,$(HY_OBJ)/%.o,$(filter-out $(HY_MAINS),$(wildcard tools/*.c)))
+HY_CLI := $(BUILD)/libhanayo-cli.a
 HY_BIN := $(BUILD)/hanayo
 HY_BENCH := $(BUILD)/hanayo-bench
 HY_BENCH_COPY := $(BUILD)/hanayo-bench-copy
@@ -217,7 +222,7 @@ $(HY_FLAGS_STAMP): FORCE
 
 
 $(HY_MEMBERS_STAMP): FORCE
-	@$(call hy_stamp,$@,$(HY_LIB_OBJS))
+	@$(call hy_stamp,$@,$(HY_LIB_OBJS) | $(HY_CLI_OBJS))
 
 $(HY_OBJ)/%.o: %.c $(HY_FLAGS_STAMP)
 	@mkdir -p $(@D)
@@ -236,13 +241,17 @@ $(HY_LIB): $(HY_LIB_OBJS) $(HY_MEMBERS_STAMP)
 	@rm -f $@
 	$(AR) rcs $@ $(HY_LIB_OBJS)
 
+$(HY_CLI): $(HY_CLI_OBJS) $(HY_MEMBERS_STAMP)
+	@rm -f $@
+	$(AR) rcs $@ $(HY_CLI_OBJS)
+
 # Checked when linking, not when parsing, so that `make clean` needs neither.
 hy_link_check = $(if $(JANSSON_LIB),,$(error libjansson.a not found: run bash tools/deps.sh build (or install libjansson-dev and pkg-config), or set JANSSON_LIB=/path/to/libjansson.a)) \
     $(if $(HY_CUDA),$(if $(CUDA_LIBDIR),,$(error nvcc found at $(NVCC) but not libcudart_static.a next to it: set CUDA_LIBDIR=..., or build with NO_CUDA=1)))
 
-$(HY_BIN): $(HY_OBJ)/tools/hanayo.o $(HY_LIB)
+$(HY_BIN): $(HY_OBJ)/tools/hanayo.o $(HY_CLI) $(HY_LIB)
 	@$(hy_link_check)
-	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_LIB) $(HY_LDLIBS)
+	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_CLI) $(HY_LIB) $(HY_LDLIBS)
 
 $(HY_BENCH): $(HY_OBJ)/tools/bench.o $(HY_LIB)
 	@$(hy_link_check)
@@ -252,10 +261,10 @@ $(HY_BENCH_COPY): $(HY_OBJ)/tools/bench_copy.o $(HY_LIB)
 	@$(hy_link_check)
 	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_LIB) $(HY_LDLIBS)
 
-$(BUILD)/tests/%: $(HY_OBJ)/tests/%.o $(HY_LIB)
+$(BUILD)/tests/%: $(HY_OBJ)/tests/%.o $(HY_CLI) $(HY_LIB)
 	@mkdir -p $(@D)
 	@$(hy_link_check)
-	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_LIB) $(HY_LDLIBS)
+	$(CC) $(HY_LDFLAGS) -o $@ $< $(HY_CLI) $(HY_LIB) $(HY_LDLIBS)
 
 # Test objects come from a pattern chain; keep them (make would delete them
 # as intermediates and relink every test on the next run).

@@ -23,6 +23,7 @@
 #include "args.h"
 #include "backend.h"
 #include "checkpoint.h"
+#include "cli.h"
 #include "config.h"
 #include "data.h"
 #include "dp.h"
@@ -251,38 +252,6 @@ static const char usage_tune[] =
  * and tests/test_args.c checks that the two name the same flags.
  * ------------------------------------------------------------------------ */
 
-typedef struct command command;
-struct command {
-    const char *name;
-    /* argv: the arguments after the command's name. */
-    int (*run)(const command *cmd, int argc, char **argv, hy_error *err);
-    const char *usage;          /* hanayo help NAME, hanayo NAME --help */
-    const hy_args_spec *spec;   /* its flags; NULL: it reads its arguments itself */
-};
-
-/* Reads cmd's arguments into dest; with --help it prints cmd's usage
- * instead, and got->help tells the caller there is nothing more to do. */
-static int read_args(const command *cmd, int argc, char **argv, void *dest,
-                     hy_args_result *got, hy_error *err) {
-    int st = hy_args_parse(cmd->spec, argc, argv, dest, got, err);
-    if (st == HY_OK && got->help) fputs(cmd->usage, stdout);
-    return st;
-}
-
-/* The config file and the --set list into a library request's three
- * fields for them (plan, profile and tune requests have the same). */
-static void hand_config(const hy_args_result *got, const hy_flag_list *sets,
-                        const char **config, const char *const **rq_sets, int *n_sets) {
-    *config = got->operand;
-    *rq_sets = sets->items;
-    *n_sets = sets->n;
-}
-
-/* --set key=value, repeatable, into field `sets` (an hy_flag_list) of T;
- * the config loader checks key and value. */
-#define SET_FLAG(T, example_) \
-    { .name = "--set", .kind = HY_FLAG_LIST, .off = offsetof(T, sets), .example = (example_) }
-
 /* ---- hanayo plan ----------------------------------------------------------- */
 
 enum { COLOR_AUTO, COLOR_ALWAYS, COLOR_NEVER };
@@ -325,7 +294,7 @@ static const hy_flag plan_flags[] = {
     { .name = "--json", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.json) },
     { .name = "--svg", .kind = HY_FLAG_STRING, .off = PLAN(rq.svg), .example = "plan.svg" },
     { .name = "--compare", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.compare) },
-    SET_FLAG(plan_args, "schedule.waves=2"),
+    CLI_SET_FLAG(plan_args, "schedule.waves=2"),
     { .name = "--width", .kind = HY_FLAG_INT, .off = PLAN(rq.timeline.width),
       .example = "120", .lo = 40, .hi = 100000 },
     { .name = "--color", .kind = HY_FLAG_CHOICE, .off = PLAN(color), .example = "never",
@@ -352,13 +321,13 @@ static int want_color(int color) {
     return isatty(STDOUT_FILENO) && !getenv("NO_COLOR") && !(term && strcmp(term, "dumb") == 0);
 }
 
-static int cmd_plan(const command *cmd, int argc, char **argv, hy_error *err) {
+static int cmd_plan(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     plan_args a = { .sets = { 0 }, .color = COLOR_AUTO };
     hy_plan_request_init(&a.rq);
     hy_args_result got;
-    int st = read_args(cmd, argc, argv, &a, &got, err);
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
     if (st == HY_OK && !got.help) {
-        hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
+        cli_hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
         a.rq.timeline.color = want_color(a.color);
         st = hy_plan_run(&a.rq, stdout, err);
     }
@@ -373,7 +342,7 @@ typedef struct {
 } check_args;
 
 static const hy_flag check_flags[] = {
-    SET_FLAG(check_args, "schedule.waves=2"),
+    CLI_SET_FLAG(check_args, "schedule.waves=2"),
     { .name = NULL },
 };
 static const hy_args_spec check_spec = {
@@ -395,10 +364,10 @@ static int check_config(const char *path, const char *const *sets,
     return st;
 }
 
-static int cmd_check(const command *cmd, int argc, char **argv, hy_error *err) {
+static int cmd_check(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     check_args a = { .sets = { 0 } };
     hy_args_result got;
-    int st = read_args(cmd, argc, argv, &a, &got, err);
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
     if (st == HY_OK && !got.help) st = check_config(got.operand, a.sets.items, a.sets.n, err);
     hy_flag_list_free(&a.sets);
     return st;
@@ -430,10 +399,10 @@ static const hy_flag synth_flags[] = {
 static const hy_args_spec synth_spec = {
     .command = "data synth", .flags = synth_flags, .operand_hint = "give it as --out FILE" };
 
-static int data_synth(const command *cmd, int argc, char **argv, hy_error *err) {
+static int data_synth(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     synth_args a = { .out = NULL, .seed = 1 };
     hy_args_result got;
-    int st = read_args(cmd, argc, argv, &a, &got, err);
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
     if (st != HY_OK || got.help) return st;
     if (!a.out || !a.tokens || !a.vocab)
         return hy_fail(err, HY_ERR_INPUT, "data synth needs %s; e.g. hanayo "
@@ -465,48 +434,24 @@ static const hy_args_spec info_spec = {
     .synopsis = "hanayo data info SHARD [--vocab V] [--json]",
     .second_operand = "data info takes one shard" };
 
-static int data_info(const command *cmd, int argc, char **argv, hy_error *err) {
+static int data_info(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     info_args a = { .vocab = 0, .json = 0 };
     hy_args_result got;
-    int st = read_args(cmd, argc, argv, &a, &got, err);
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
     if (st != HY_OK || got.help) return st;
     return hy_data_info(got.operand, a.vocab, a.json, stdout, err);
 }
 
 /* The subcommands name themselves in flag errors ("unknown flag '--x' for
  * 'data synth'; run 'hanayo data synth --help'"). */
-static const command data_commands[] = {
+static const cli_command data_commands[] = {
     {"synth", data_synth, usage_data, &synth_spec},
     {"info", data_info, usage_data, &info_spec},
 };
 static const char *const data_subcommands[] = {"synth", "info", NULL};
 
-/* A command made of subcommands (data, checkpoint): runs the one argv[0]
- * names from subs[0..n), whose names are `names` (NULL-terminated). */
-static int run_subcommand(const command *cmd, const command *subs, size_t n,
-                          const char *const *names, int argc, char **argv, hy_error *err) {
-    const char *sub = argc > 0 ? argv[0] : NULL;
-    char choices[64] = "";
-    for (int i = 0; names[i]; i++)
-        snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s",
-                 i == 0 ? "" : names[i + 1] ? ", " : " or ", names[i]);
-    if (!sub)
-        return hy_fail(err, HY_ERR_INPUT, "%s needs a subcommand: %s (hanayo %s --help)",
-                       cmd->name, choices, cmd->name);
-    if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help"))
-        return (fputs(cmd->usage, stdout), HY_OK);
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(sub, subs[i].name)) return subs[i].run(&subs[i], argc - 1, argv + 1, err);
-    const char *near = hy_closest(sub, names);
-    if (near)
-        return hy_fail(err, HY_ERR_INPUT, "unknown %s subcommand '%s'; did you mean '%s'? "
-                       "(hanayo %s --help)", cmd->name, sub, near, cmd->name);
-    return hy_fail(err, HY_ERR_INPUT, "unknown %s subcommand '%s'; give %s (hanayo %s --help)",
-                   cmd->name, sub, choices, cmd->name);
-}
-
-static int cmd_data(const command *cmd, int argc, char **argv, hy_error *err) {
-    return run_subcommand(cmd, data_commands, sizeof data_commands / sizeof data_commands[0],
+static int cmd_data(const cli_command *cmd, int argc, char **argv, hy_error *err) {
+    return cli_run_subcommand(cmd, data_commands, sizeof data_commands / sizeof data_commands[0],
                           data_subcommands, argc, argv, err);
 }
 
@@ -522,26 +467,26 @@ static const hy_args_spec ckpt_list_spec = {
     .synopsis = "hanayo checkpoint list DIR",
     .second_operand = "checkpoint list takes one directory" };
 
-static int ckpt_verify(const command *cmd, int argc, char **argv, hy_error *err) {
+static int ckpt_verify(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     hy_args_result got;
-    int st = read_args(cmd, argc, argv, NULL, &got, err);
+    int st = cli_read_args(cmd, argc, argv, NULL, &got, err);
     return st != HY_OK || got.help ? st : hy_checkpoint_verify_cmd(got.operand, stdout, err);
 }
 
-static int ckpt_list(const command *cmd, int argc, char **argv, hy_error *err) {
+static int ckpt_list(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     hy_args_result got;
-    int st = read_args(cmd, argc, argv, NULL, &got, err);
+    int st = cli_read_args(cmd, argc, argv, NULL, &got, err);
     return st != HY_OK || got.help ? st : hy_checkpoint_list_cmd(got.operand, stdout, err);
 }
 
-static const command checkpoint_commands[] = {
+static const cli_command checkpoint_commands[] = {
     {"verify", ckpt_verify, usage_checkpoint, &ckpt_verify_spec},
     {"list", ckpt_list, usage_checkpoint, &ckpt_list_spec},
 };
 static const char *const checkpoint_subcommands[] = {"verify", "list", NULL};
 
-static int cmd_checkpoint(const command *cmd, int argc, char **argv, hy_error *err) {
-    return run_subcommand(cmd, checkpoint_commands,
+static int cmd_checkpoint(const cli_command *cmd, int argc, char **argv, hy_error *err) {
+    return cli_run_subcommand(cmd, checkpoint_commands,
                           sizeof checkpoint_commands / sizeof checkpoint_commands[0],
                           checkpoint_subcommands, argc, argv, err);
 }
@@ -571,7 +516,7 @@ static int parse_slow_stage(const char *name, const char *v, void *field, hy_err
 #define MEASURE_FLAGS(T, opts) \
     { .name = "--steps", .kind = HY_FLAG_INT, .off = offsetof(T, opts.steps), \
       .example = "5", .lo = 1, .hi = 1000 }, \
-    SET_FLAG(T, "schedule.micro_batches=16"), \
+    CLI_SET_FLAG(T, "schedule.micro_batches=16"), \
     { .name = "--slow-stage", .kind = HY_FLAG_CUSTOM, .off = offsetof(T, opts), \
       .example = "0:0.02", .parse = parse_slow_stage }
 
@@ -590,22 +535,20 @@ static const hy_args_spec profile_spec = {
     .command = "profile", .flags = profile_flags, .operand = "config file",
     .synopsis = "hanayo profile CONFIG [--steps N] [--out DIR]" };
 
-static int replica_failed(hy_dp *dp, int st, hy_error *err);
-
 /* Under mpirun or srun each data-parallel replica profiles its own
  * pipeline, the gradient sums over the replicas in its steps. */
-static int cmd_profile(const command *cmd, int argc, char **argv, hy_error *err) {
+static int cmd_profile(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     profile_args a = { .rq = { .config = NULL, .out = NULL }, .sets = { 0 } };
     hy_profile_opts_init(&a.rq.opts);
     hy_args_result got;
-    int st = read_args(cmd, argc, argv, &a, &got, err);
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
     hy_dp *dp = NULL;
     if (st == HY_OK && !got.help) st = hy_dp_start(&dp, NULL, NULL, err);
     if (st == HY_OK && !got.help) {
-        hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
+        cli_hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
         a.rq.opts.dp = dp;
         st = hy_profile_cmd(&a.rq, stdout, err);
-        if (dp) st = st != HY_OK ? replica_failed(dp, st, err) : HY_OK;
+        if (dp) st = st != HY_OK ? cli_replica_failed(dp, st, err) : HY_OK;
     }
     hy_dp_finish(dp);
     hy_flag_list_free(&a.sets);
@@ -642,13 +585,13 @@ static const hy_args_spec tune_spec = {
     .command = "tune", .flags = tune_flags, .operand = "config file",
     .synopsis = "hanayo tune CONFIG [--steps N] [--apply OUT.json]" };
 
-static int cmd_tune(const command *cmd, int argc, char **argv, hy_error *err) {
+static int cmd_tune(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     tune_args a = { .sets = { 0 } };
     hy_tune_request_init(&a.rq);
     hy_args_result got;
-    int st = read_args(cmd, argc, argv, &a, &got, err);
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
     if (st == HY_OK && !got.help) {
-        hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
+        cli_hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
         st = hy_tune_cmd(&a.rq, stdout, err);
     }
     hy_flag_list_free(&a.sets);
@@ -701,7 +644,7 @@ typedef struct {
 } train_args;
 
 static const hy_flag train_flags[] = {
-    SET_FLAG(train_args, "train.steps=50"),
+    CLI_SET_FLAG(train_args, "train.steps=50"),
     { .name = "--log-json", .kind = HY_FLAG_STRING, .off = offsetof(train_args, opts.log_json),
       .example = "train.jsonl" },
     { .name = "--resume", .kind = HY_FLAG_STRING, .off = offsetof(train_args, opts.resume),
@@ -712,46 +655,13 @@ static const hy_args_spec train_spec = {
     .command = "train", .flags = train_flags, .operand = "config file",
     .synopsis = "hanayo train CONFIG [--set key=value]... [--log-json FILE]" };
 
-/* Loads the config of `path` with the --set list into c (initialised
- * either way, so the caller frees it). */
-static int load_config(hy_config *c, const char *path, const hy_flag_list *sets,
-                       hy_error *err) {
-    hy_config_init(c);
-    return hy_config_load(c, path, sets->items, sets->n, err);
-}
-
-/* One data-parallel replica's end (dp.h), when it failed: an error all
- * replicas share is printed once, by replica 0, here, and every replica
- * returns with an empty message, which main does not print. The others
- * wait for replica 0 to have printed it: mpirun ends the whole job as
- * soon as one process exits with a failure, and would take replica 0
- * down before its line. A replica's own error is printed with its index,
- * then the whole job is ended, since the others may be waiting for this
- * one in a collective. */
-static int replica_failed(hy_dp *dp, int st, hy_error *err) {
-    if (hy_dp_agreed(dp)) {
-        if (hy_dp_rank(dp) == 0) {
-            fprintf(stderr, "hanayo: %s\n", err->msg);
-            fflush(stderr);
-        }
-        err->msg[0] = '\0';
-        hy_error ignored;
-        (void)hy_dp_barrier(dp, &ignored);   /* a failure here has nothing left to add */
-        return st;
-    }
-    fprintf(stderr, "hanayo: replica %d: %s\n", hy_dp_rank(dp), err->msg);
-    fflush(stderr);
-    hy_dp_abort(dp, st);
-    return st;
-}
-
-static int cmd_train(const command *cmd, int argc, char **argv, hy_error *err) {
+static int cmd_train(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     int stopped_by = 0;
     train_args a = { .opts = { .log_json = NULL, .resume = NULL, .stop = &stop_signal,
                                .stopped_by = &stopped_by },
                      .sets = { 0 } };
     hy_args_result got;
-    int st = read_args(cmd, argc, argv, &a, &got, err);
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
     hy_dp *dp = NULL;
     FILE *out = stdout;
     /* Under mpirun or srun, one of the data-parallel replicas: only
@@ -765,14 +675,14 @@ static int cmd_train(const command *cmd, int argc, char **argv, hy_error *err) {
     a.opts.dp = dp;
     if (st == HY_OK && !got.help) {
         hy_config c;
-        st = load_config(&c, got.operand, &a.sets, err);
+        st = cli_load_config(&c, got.operand, &a.sets, err);
         /* A config that fails on one replica: the others learn it in
          * hy_train's first agreement, which this one meets here. */
         if (st != HY_OK && dp) st = hy_dp_agree(dp, st, err);
         if (st == HY_OK) catch_stop_signals();
         if (st == HY_OK) st = hy_train(&c, &a.opts, out, err);
         hy_config_free(&c);
-        if (dp) st = st != HY_OK ? replica_failed(dp, st, err) : HY_OK;
+        if (dp) st = st != HY_OK ? cli_replica_failed(dp, st, err) : HY_OK;
     }
     if (out != stdout && out) fclose(out);
     hy_dp_finish(dp);
@@ -795,18 +705,18 @@ static const hy_flag eval_flags[] = {
       .example = "data/synth_val.bin" },
     { .name = "--batches", .kind = HY_FLAG_INT, .off = EVAL(batches), .example = "20",
       .lo = 1, .hi = 1000000 },
-    SET_FLAG(eval_args, "model.layers=12"),
+    CLI_SET_FLAG(eval_args, "model.layers=12"),
     { .name = NULL },
 };
 static const hy_args_spec eval_spec = {
     .command = "eval", .flags = eval_flags, .operand = "config file",
     .synopsis = "hanayo eval CONFIG [--init WEIGHTS] [--data SHARD] [--batches N]" };
 
-static int cmd_eval(const command *cmd, int argc, char **argv, hy_error *err) {
+static int cmd_eval(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     eval_args a = { .sets = { 0 }, .init = NULL, .data = NULL, .batches = 0 };
     char *init_set = NULL;
     hy_args_result got;
-    int st = read_args(cmd, argc, argv, &a, &got, err);
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
     /* --init becomes one more --set, the last, so the config's checks see
      * it and it wins over a --set init=... */
     if (st == HY_OK && !got.help && a.init) {
@@ -817,7 +727,7 @@ static int cmd_eval(const command *cmd, int argc, char **argv, hy_error *err) {
     }
     if (st == HY_OK && !got.help) {
         hy_config c;
-        st = load_config(&c, got.operand, &a.sets, err);
+        st = cli_load_config(&c, got.operand, &a.sets, err);
         if (st == HY_OK) st = hy_eval(&c, a.data, a.batches, stdout, stderr, err);
         hy_config_free(&c);
     }
@@ -828,9 +738,9 @@ static int cmd_eval(const command *cmd, int argc, char **argv, hy_error *err) {
 
 /* ---- help, --version and the command table ------------------------------------ */
 
-static int cmd_help(const command *cmd, int argc, char **argv, hy_error *err);
+static int cmd_help(const cli_command *cmd, int argc, char **argv, hy_error *err);
 
-static int cmd_version(const command *cmd, int argc, char **argv, hy_error *err) {
+static int cmd_version(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     (void)cmd;
     (void)argc;
     (void)argv;
@@ -840,7 +750,7 @@ static int cmd_version(const command *cmd, int argc, char **argv, hy_error *err)
     return HY_OK;
 }
 
-static const command commands[] = {
+static const cli_command commands[] = {
     {"train", cmd_train, usage_train, &train_spec},
     {"eval", cmd_eval, usage_eval, &eval_spec},
     {"plan", cmd_plan, usage_plan, &plan_spec},
@@ -861,16 +771,16 @@ static const char *const command_names[] = {
     "--version",
     NULL};
 
-static const command *find_command(const char *name) {
+static const cli_command *find_command(const char *name) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(name, commands[i].name)) return &commands[i];
     return NULL;
 }
 
 /* hanayo help [TOPIC]: the main usage, a command's, or the config keys. */
-static int cmd_help(const command *cmd, int argc, char **argv, hy_error *err) {
+static int cmd_help(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     const char *topic = argc > 0 ? argv[0] : NULL;
-    const command *about = topic ? find_command(topic) : cmd;
+    const cli_command *about = topic ? find_command(topic) : cmd;
     if (topic && !strcmp(topic, "config")) {
         char *keys = hy_config_reference();
         if (!keys) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
@@ -889,7 +799,7 @@ static int dispatch(int argc, char **argv, hy_error *err) {
     if (argc < 2)
         return hy_fail(err, HY_ERR_INPUT, "no command given; run 'hanayo "
                        "help' for the list");
-    const command *cmd = find_command(argv[1]);
+    const cli_command *cmd = find_command(argv[1]);
     /* Only train and profile run as replicas; N copies of any other
      * command would race on the same files (tune's output, a converted
      * checkpoint). */

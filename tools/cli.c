@@ -1,0 +1,72 @@
+/*
+ * cli.c — what the hanayo commands share (cli.h).
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "suggest.h"
+
+int cli_read_args(const cli_command *cmd, int argc, char **argv, void *dest,
+                  hy_args_result *got, hy_error *err) {
+    int st = hy_args_parse(cmd->spec, argc, argv, dest, got, err);
+    if (st == HY_OK && got->help) fputs(cmd->usage, stdout);
+    return st;
+}
+
+void cli_hand_config(const hy_args_result *got, const hy_flag_list *sets, const char **config,
+                     const char *const **rq_sets, int *n_sets) {
+    *config = got->operand;
+    *rq_sets = sets->items;
+    *n_sets = sets->n;
+}
+
+int cli_load_config(hy_config *c, const char *path, const hy_flag_list *sets, hy_error *err) {
+    hy_config_init(c);
+    return hy_config_load(c, path, sets->items, sets->n, err);
+}
+
+int cli_run_subcommand(const cli_command *cmd, const cli_command *subs, size_t n,
+                       const char *const *names, int argc, char **argv, hy_error *err) {
+    const char *sub = argc > 0 ? argv[0] : NULL;
+    char choices[64] = "";
+    for (int i = 0; names[i]; i++)
+        snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s",
+                 i == 0 ? "" : names[i + 1] ? ", " : " or ", names[i]);
+    if (!sub)
+        return hy_fail(err, HY_ERR_INPUT, "%s needs a subcommand: %s (hanayo %s --help)",
+                       cmd->name, choices, cmd->name);
+    if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help"))
+        return (fputs(cmd->usage, stdout), HY_OK);
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(sub, subs[i].name)) return subs[i].run(&subs[i], argc - 1, argv + 1, err);
+    const char *near = hy_closest(sub, names);
+    if (near)
+        return hy_fail(err, HY_ERR_INPUT, "unknown %s subcommand '%s'; did you mean '%s'? "
+                       "(hanayo %s --help)", cmd->name, sub, near, cmd->name);
+    return hy_fail(err, HY_ERR_INPUT, "unknown %s subcommand '%s'; give %s (hanayo %s --help)",
+                   cmd->name, sub, choices, cmd->name);
+}
+
+/* The others wait for replica 0 to have printed a shared error: mpirun
+ * ends the whole job as soon as one process exits with a failure, and
+ * would take replica 0 down before its line. A replica's own error ends
+ * the job, since the others may be waiting for this one in a
+ * collective. */
+int cli_replica_failed(hy_dp *dp, int st, hy_error *err) {
+    if (hy_dp_agreed(dp)) {
+        if (hy_dp_rank(dp) == 0) {
+            fprintf(stderr, "hanayo: %s\n", err->msg);
+            fflush(stderr);
+        }
+        err->msg[0] = '\0';
+        hy_error ignored;
+        (void)hy_dp_barrier(dp, &ignored);   /* a failure here has nothing left to add */
+        return st;
+    }
+    fprintf(stderr, "hanayo: replica %d: %s\n", hy_dp_rank(dp), err->msg);
+    fflush(stderr);
+    hy_dp_abort(dp, st);
+    return st;
+}

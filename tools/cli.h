@@ -1,0 +1,63 @@
+/*
+ * cli.h — what the hanayo commands share (DESIGN §7 "The command line").
+ *
+ * The command line is tools/: tools/hanayo.c finds the command and prints
+ * the one error; each command (its flags, what it does with the library,
+ * what it prints) lives in a file of its own, tools/cmd_*.c, on top of
+ * lib/, which returns values and writes files but never prints a
+ * command's output. This header is the table entry every command has and
+ * the few steps several of them take: reading their flags, loading the
+ * config with its --set list, running a subcommand, and ending a
+ * data-parallel replica that failed.
+ */
+#ifndef HY_CLI_H
+#define HY_CLI_H
+
+#include <stddef.h>
+
+#include "args.h"
+#include "config.h"
+#include "dp.h"
+#include "error.h"
+
+typedef struct cli_command cli_command;
+struct cli_command {
+    const char *name;
+    /* argv: the arguments after the command's name. */
+    int (*run)(const cli_command *cmd, int argc, char **argv, hy_error *err);
+    const char *usage;          /* hanayo help NAME, hanayo NAME --help */
+    const hy_args_spec *spec;   /* its flags; NULL: it reads its arguments itself */
+};
+
+/* Reads cmd's arguments into dest; with --help it prints cmd's usage
+ * instead, and got->help tells the caller there is nothing more to do. */
+int cli_read_args(const cli_command *cmd, int argc, char **argv, void *dest,
+                  hy_args_result *got, hy_error *err);
+
+/* --set key=value, repeatable, into field `sets` (an hy_flag_list) of T;
+ * the config loader checks key and value. */
+#define CLI_SET_FLAG(T, example_) \
+    { .name = "--set", .kind = HY_FLAG_LIST, .off = offsetof(T, sets), .example = (example_) }
+
+/* The config file and the --set list into a library request's three
+ * fields for them (plan, profile and tune requests have the same). */
+void cli_hand_config(const hy_args_result *got, const hy_flag_list *sets, const char **config,
+                     const char *const **rq_sets, int *n_sets);
+
+/* Loads the config of `path` with the --set list into c (initialised
+ * either way, so the caller frees it). */
+int cli_load_config(hy_config *c, const char *path, const hy_flag_list *sets, hy_error *err);
+
+/* A command made of subcommands (data, checkpoint): runs the one argv[0]
+ * names from subs[0..n), whose names are `names` (NULL-terminated). */
+int cli_run_subcommand(const cli_command *cmd, const cli_command *subs, size_t n,
+                       const char *const *names, int argc, char **argv, hy_error *err);
+
+/* One data-parallel replica's end (dp.h), when it failed with status st:
+ * an error all replicas share is printed once, by replica 0, and every
+ * replica returns st with an empty message, which main does not print; a
+ * replica's own error is printed with its index and the whole job is
+ * ended. */
+int cli_replica_failed(hy_dp *dp, int st, hy_error *err);
+
+#endif
