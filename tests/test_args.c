@@ -351,7 +351,7 @@ static int in_table(const hy_flag *flags, const char *name) {
 
 /* Every command that reads its flags through a table, data's subcommands
  * too. */
-static int table_commands(const command **out, int max) {
+static int table_commands(const cli_command **out, int max) {
     int n = 0;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0] && n < max; i++)
         if (commands[i].spec) out[n++] = &commands[i];
@@ -361,11 +361,11 @@ static int table_commands(const command **out, int max) {
 }
 
 static void test_tables_match_usage(void) {
-    const command *cmds[32];
+    const cli_command *cmds[32];
     int n_cmds = table_commands(cmds, 32);
     CHECK(n_cmds == 8);   /* train eval plan profile tune check, data synth and info */
     for (int c = 0; c < n_cmds; c++) {
-        const command *cmd = cmds[c];
+        const cli_command *cmd = cmds[c];
         char names[MAX_DOCUMENTED][32];
         int n = documented_flags(cmd->usage, names);
         /* Table → usage. */
@@ -395,7 +395,7 @@ static void test_tables_match_usage(void) {
 /* Each entry is well formed, and its example is a value it accepts: the
  * example is what a user is told to type. */
 static void test_tables_are_sound(void) {
-    const command *cmds[32];
+    const cli_command *cmds[32];
     int n_cmds = table_commands(cmds, 32);
     for (int c = 0; c < n_cmds; c++) {
         const hy_args_spec *spec = cmds[c]->spec;
