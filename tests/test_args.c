@@ -349,21 +349,24 @@ static int in_table(const hy_flag *flags, const char *name) {
     return 0;
 }
 
-/* Every command that reads its flags through a table, data's subcommands
- * too. */
+/* Every command that reads its flags through a table, subcommands (data's,
+ * checkpoint's) too. */
 static int table_commands(const cli_command **out, int max) {
     int n = 0;
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0] && n < max; i++)
-        if (commands[i].spec) out[n++] = &commands[i];
-    for (size_t i = 0; i < sizeof data_commands / sizeof data_commands[0] && n < max; i++)
-        out[n++] = &data_commands[i];
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0] && n < max; i++) {
+        if (commands[i]->spec) out[n++] = commands[i];
+        for (size_t k = 0; k < commands[i]->n_subs && n < max; k++)
+            out[n++] = &commands[i]->subs[k];
+    }
     return n;
 }
 
 static void test_tables_match_usage(void) {
     const cli_command *cmds[32];
     int n_cmds = table_commands(cmds, 32);
-    CHECK(n_cmds == 8);   /* train eval plan profile tune check, data synth and info */
+    /* train eval plan profile tune check, data synth and info, checkpoint
+     * verify and list */
+    CHECK(n_cmds == 10);
     for (int c = 0; c < n_cmds; c++) {
         const cli_command *cmd = cmds[c];
         char names[MAX_DOCUMENTED][32];

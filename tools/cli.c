@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,8 +28,12 @@ int cli_load_config(hy_config *c, const char *path, const hy_flag_list *sets, hy
     return hy_config_load(c, path, sets->items, sets->n, err);
 }
 
-int cli_run_subcommand(const cli_command *cmd, const cli_command *subs, size_t n,
-                       const char *const *names, int argc, char **argv, hy_error *err) {
+int cli_run_subcommand(const cli_command *cmd, int argc, char **argv, hy_error *err) {
+    const cli_command *subs = cmd->subs;
+    size_t n = cmd->n_subs;
+    const char *names[9] = { NULL };   /* NULL-terminated, as hy_closest takes them */
+    assert(n < sizeof names / sizeof names[0]);
+    for (size_t i = 0; i < n; i++) names[i] = subs[i].name;
     const char *sub = argc > 0 ? argv[0] : NULL;
     char choices[64] = "";
     for (int i = 0; names[i]; i++)

@@ -27,7 +27,15 @@ struct cli_command {
     int (*run)(const cli_command *cmd, int argc, char **argv, hy_error *err);
     const char *usage;          /* hanayo help NAME, hanayo NAME --help */
     const hy_args_spec *spec;   /* its flags; NULL: it reads its arguments itself */
+    const cli_command *subs;    /* a command made of subcommands (data, checkpoint): them */
+    size_t n_subs;
 };
+
+/* The commands, each defined in the file that runs it (tools/cmd_*.c);
+ * tools/hanayo.c's table lists them. */
+extern const cli_command cli_train_command, cli_eval_command, cli_plan_command,
+    cli_profile_command, cli_tune_command, cli_check_command, cli_data_command,
+    cli_checkpoint_command;
 
 /* Reads cmd's arguments into dest; with --help it prints cmd's usage
  * instead, and got->help tells the caller there is nothing more to do. */
@@ -48,10 +56,9 @@ void cli_hand_config(const hy_args_result *got, const hy_flag_list *sets, const 
  * either way, so the caller frees it). */
 int cli_load_config(hy_config *c, const char *path, const hy_flag_list *sets, hy_error *err);
 
-/* A command made of subcommands (data, checkpoint): runs the one argv[0]
- * names from subs[0..n), whose names are `names` (NULL-terminated). */
-int cli_run_subcommand(const cli_command *cmd, const cli_command *subs, size_t n,
-                       const char *const *names, int argc, char **argv, hy_error *err);
+/* A command made of subcommands (data, checkpoint): runs the one of
+ * cmd->subs that argv[0] names. */
+int cli_run_subcommand(const cli_command *cmd, int argc, char **argv, hy_error *err);
 
 /* One data-parallel replica's end (dp.h), when it failed with status st:
  * an error all replicas share is printed once, by replica 0, and every

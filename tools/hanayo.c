@@ -335,6 +335,8 @@ static int cmd_plan(const cli_command *cmd, int argc, char **argv, hy_error *err
     return st;
 }
 
+const cli_command cli_plan_command = {"plan", cmd_plan, usage_plan, &plan_spec, NULL, 0};
+
 /* ---- hanayo check ---------------------------------------------------------- */
 
 typedef struct {
@@ -372,6 +374,8 @@ static int cmd_check(const cli_command *cmd, int argc, char **argv, hy_error *er
     hy_flag_list_free(&a.sets);
     return st;
 }
+
+const cli_command cli_check_command = {"check", cmd_check, usage_check, &check_spec, NULL, 0};
 
 /* ---- hanayo data ----------------------------------------------------------- */
 
@@ -445,15 +449,14 @@ static int data_info(const cli_command *cmd, int argc, char **argv, hy_error *er
 /* The subcommands name themselves in flag errors ("unknown flag '--x' for
  * 'data synth'; run 'hanayo data synth --help'"). */
 static const cli_command data_commands[] = {
-    {"synth", data_synth, usage_data, &synth_spec},
-    {"info", data_info, usage_data, &info_spec},
+    {"synth", data_synth, usage_data, &synth_spec, NULL, 0},
+    {"info", data_info, usage_data, &info_spec, NULL, 0},
 };
-static const char *const data_subcommands[] = {"synth", "info", NULL};
-
 static int cmd_data(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    return cli_run_subcommand(cmd, data_commands, sizeof data_commands / sizeof data_commands[0],
-                          data_subcommands, argc, argv, err);
+    return cli_run_subcommand(cmd, argc, argv, err);
 }
+
+const cli_command cli_data_command = {"data", cmd_data, usage_data, NULL, data_commands, 2};
 
 /* ---- hanayo checkpoint -------------------------------------------------------- */
 
@@ -480,16 +483,15 @@ static int ckpt_list(const cli_command *cmd, int argc, char **argv, hy_error *er
 }
 
 static const cli_command checkpoint_commands[] = {
-    {"verify", ckpt_verify, usage_checkpoint, &ckpt_verify_spec},
-    {"list", ckpt_list, usage_checkpoint, &ckpt_list_spec},
+    {"verify", ckpt_verify, usage_checkpoint, &ckpt_verify_spec, NULL, 0},
+    {"list", ckpt_list, usage_checkpoint, &ckpt_list_spec, NULL, 0},
 };
-static const char *const checkpoint_subcommands[] = {"verify", "list", NULL};
-
 static int cmd_checkpoint(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    return cli_run_subcommand(cmd, checkpoint_commands,
-                          sizeof checkpoint_commands / sizeof checkpoint_commands[0],
-                          checkpoint_subcommands, argc, argv, err);
+    return cli_run_subcommand(cmd, argc, argv, err);
 }
+
+const cli_command cli_checkpoint_command = {"checkpoint", cmd_checkpoint, usage_checkpoint, NULL,
+                                            checkpoint_commands, 2};
 
 /* ---- hanayo profile and hanayo tune ------------------------------------------ */
 
@@ -555,6 +557,8 @@ static int cmd_profile(const cli_command *cmd, int argc, char **argv, hy_error *
     return st;
 }
 
+const cli_command cli_profile_command = {"profile", cmd_profile, usage_profile, &profile_spec, NULL, 0};
+
 typedef struct {
     hy_tune_request rq;
     hy_flag_list sets;
@@ -597,6 +601,8 @@ static int cmd_tune(const cli_command *cmd, int argc, char **argv, hy_error *err
     hy_flag_list_free(&a.sets);
     return st;
 }
+
+const cli_command cli_tune_command = {"tune", cmd_tune, usage_tune, &tune_spec, NULL, 0};
 
 /* ---- hanayo train and hanayo eval ---------------------------------------------- */
 
@@ -691,6 +697,8 @@ static int cmd_train(const cli_command *cmd, int argc, char **argv, hy_error *er
     return st;
 }
 
+const cli_command cli_train_command = {"train", cmd_train, usage_train, &train_spec, NULL, 0};
+
 typedef struct {
     hy_flag_list sets;
     const char *init, *data;
@@ -736,6 +744,8 @@ static int cmd_eval(const cli_command *cmd, int argc, char **argv, hy_error *err
     return st;
 }
 
+const cli_command cli_eval_command = {"eval", cmd_eval, usage_eval, &eval_spec, NULL, 0};
+
 /* ---- help, --version and the command table ------------------------------------ */
 
 static int cmd_help(const cli_command *cmd, int argc, char **argv, hy_error *err);
@@ -750,19 +760,17 @@ static int cmd_version(const cli_command *cmd, int argc, char **argv, hy_error *
     return HY_OK;
 }
 
-static const cli_command commands[] = {
-    {"train", cmd_train, usage_train, &train_spec},
-    {"eval", cmd_eval, usage_eval, &eval_spec},
-    {"plan", cmd_plan, usage_plan, &plan_spec},
-    {"profile", cmd_profile, usage_profile, &profile_spec},
-    {"tune", cmd_tune, usage_tune, &tune_spec},
-    {"check", cmd_check, usage_check, &check_spec},
-    {"data", cmd_data, usage_data, NULL},
-    {"checkpoint", cmd_checkpoint, usage_checkpoint, NULL},
-    {"help", cmd_help, usage_main, NULL},
-    {"--help", cmd_help, usage_main, NULL},
-    {"-h", cmd_help, usage_main, NULL},
-    {"--version", cmd_version, usage_main, NULL},
+static const cli_command help_commands[] = {
+    {"help", cmd_help, usage_main, NULL, NULL, 0},
+    {"--help", cmd_help, usage_main, NULL, NULL, 0},
+    {"-h", cmd_help, usage_main, NULL, NULL, 0},
+    {"--version", cmd_version, usage_main, NULL, NULL, 0},
+};
+
+static const cli_command *const commands[] = {
+    &cli_train_command, &cli_eval_command, &cli_plan_command, &cli_profile_command,
+    &cli_tune_command, &cli_check_command, &cli_data_command, &cli_checkpoint_command,
+    &help_commands[0], &help_commands[1], &help_commands[2], &help_commands[3],
 };
 
 /* What a mistyped command is matched against (not the spellings of help). */
@@ -773,7 +781,7 @@ static const char *const command_names[] = {
 
 static const cli_command *find_command(const char *name) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(name, commands[i].name)) return &commands[i];
+        if (!strcmp(name, commands[i]->name)) return commands[i];
     return NULL;
 }
 
