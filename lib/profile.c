@@ -4,8 +4,8 @@
  * Sections: measuring (running the steps, turning each step's stamps into
  * action times, accumulating); the results (per stage, per rank, the
  * prediction, with and without the mailbox slots); the outputs
- * (trace.json, summary.json, the two SVGs' inputs, the printed table,
- * writing them into a directory).
+ * (trace.json, summary.json, the two SVGs' inputs, writing them into a
+ * directory).
  */
 #include "profile.h"
 
@@ -423,7 +423,8 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
     }
     /* Every replica ready, or none steps: a failure here on one would
      * leave the others waiting in the first step's sums. (A step failing
-     * on one replica ends the job: hy_profile_cmd's caller, like train's.) */
+     * on one replica ends the job: the profile command's caller, like
+     * train's.) */
     if (hy_dp_size(o->dp) > 1) rc = hy_dp_agree(o->dp, rc, err);
     if (!rc) {
         memcpy(p->n_layers, m.n_layers, (size_t)p->sched.stages * sizeof(int));
@@ -895,135 +896,5 @@ int hy_profile_save(const hy_profile *p, const char *dir, hy_error *err) {
     if (!rc) rc = save_text(dir, "summary.json", hy_profile_summary_json(p), err);
     if (!rc) rc = save_timeline(p, dir, err);
     if (!rc) rc = save_bars(p, dir, err);
-    return rc;
-}
-
-/* ------------------------------------------------------------------------
- * The printed table
- * ------------------------------------------------------------------------ */
-
-static void pct_cell(FILE *f, double v, double of) {
-    fprintf(f, " %8.2f %5.1f%%", v, of > 0 ? 100 * v / of : 0);
-}
-
-int hy_profile_write_table(FILE *f, const hy_profile *p) {
-    const hy_schedule *s = &p->sched;
-    fprintf(f, "profile: %s, P = %d, M = %d", hy_sched_name(s->kind), s->ranks, s->micro_batches);
-    if (s->kind == HY_SCHED_HANAYO) fprintf(f, ", W = %d", s->waves);
-    if (s->kind == HY_SCHED_INTERLEAVED) fprintf(f, ", v = %d", s->chunks);
-    fprintf(f, ", %d stages (layers:", s->stages);
-    for (int st = 0; st < s->stages; st++) fprintf(f, " %d", p->n_layers[st]);
-    fprintf(f, "); backend %s\n", p->backend);
-    if (p->replicas > 1)
-        fprintf(f, "replica %d of %d data-parallel replicas (their gradients summed in every "
-                   "step)\n", p->replica, p->replicas);
-    fprintf(f, "%d measured steps after %d warm-up: %.2f ms per step from the stamps, %.2f ms "
-               "wall, %.0f tokens/s\n\n", p->steps, HY_PROFILE_WARMUP, p->step_ms, p->wall_ms,
-            p->wall_ms > 0 ? p->tokens / (p->wall_ms / 1e3) : 0);
-
-    fprintf(f, "per rank, ms per step and share of the step (busy = compute + copy):\n");
-    int dp = p->replicas > 1;
-    fprintf(f, "  rank %15s %15s %15s %15s", "compute", "copy", "wait", "blocked");
-    if (dp) fprintf(f, " %15s", "sums");
-    fprintf(f, " %15s %15s\n", "tail", "idle");
-    for (int r = 0; r < s->ranks; r++) {
-        const hy_rank_time *t = &p->rank[r];
-        double all = t->compute + t->copy + t->wait + t->blocked + t->sums + t->tail + t->idle;
-        fprintf(f, "  %4d", r);
-        pct_cell(f, t->compute, all);
-        pct_cell(f, t->copy, all);
-        pct_cell(f, t->wait, all);
-        pct_cell(f, t->blocked, all);
-        if (dp) pct_cell(f, t->sums, all);
-        pct_cell(f, t->tail, all);
-        pct_cell(f, t->idle, all);
-        fputc('\n', f);
-    }
-    if (dp)
-        fprintf(f, "  sums: waiting after the last action for the gradient sums over the "
-                   "replicas, the part the remaining backwards did not hide\n");
-    fprintf(f, "\nper stage, ms per action (mean over micro-batches and steps); cost = compute "
-               "+ copy of the output; blocked: a send held up beyond its copy\n");
-    fprintf(f, "  stage rank layers   F cost   B cost  F comp  B comp  F copy  B copy  F blkd  B blkd%s\n",
-            s->split ? "   W cost" : "");
-    for (int st = 0; st < s->stages; st++) {
-        const hy_stage_cost *c = &p->stage[st];
-        fprintf(f, "  %5d %4d %6d %8.3f %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f", st, c->rank,
-                c->layers, c->fwd, c->bwd, c->fwd_compute, c->bwd_compute, c->fwd_copy,
-                c->bwd_copy, c->fwd_blocked, c->bwd_blocked);
-        if (s->split) fprintf(f, " %8.3f", c->wgrad);
-        fputc('\n', f);
-    }
-    const hy_cost_model *m = &p->model;
-    fprintf(f, "  cost model: a layer F %.3f B %.3f; the first stage's extra F %.3f B %.3f; the "
-               "last stage's extra F %.3f B %.3f; c = %.3f ms (%d transfers per step)\n",
-            m->layer_fwd, m->layer_bwd, m->first_fwd, m->first_bwd, m->last_fwd, m->last_bwd,
-            p->comm, p->transfers);
-    fprintf(f, "\nbubble = 1 - busy / (P x makespan), makespan = the first action's start to "
-               "the last busy end:\n");
-    fprintf(f, "  measured   %.4f  makespan %8.2f ms\n", p->bubble, p->makespan);
-    fprintf(f, "  predicted  %.4f  makespan %8.2f ms  (simulator, measured per-stage costs "
-               "and c)\n", p->pred_bubble, p->pred_makespan);
-    fprintf(f, "  slots      %.4f  makespan %8.2f ms  (the same, a sender waiting for its "
-               "mailbox slot as the runtime does)\n", p->slots_bubble, p->slots_makespan);
-    fprintf(f, "  ideal      %.4f                     (uniform costs, no transfer time)\n",
-            p->ideal_bubble);
-    return ferror(f) ? -1 : 0;
-}
-
-/* ------------------------------------------------------------------------
- * The command
- * ------------------------------------------------------------------------ */
-
-char *hy_profile_default_dir(const char *config) {
-    return hy_config_derived_dir("profile", config);
-}
-
-/* The directory replica r of a data-parallel profile writes: replica-R
- * inside the one asked for (just that one for a single process). */
-static char *replica_dir(const char *dir, const hy_dp *dp) {
-    if (hy_dp_size(dp) == 1) return strdup(dir);
-    size_t n = strlen(dir) + 32;
-    char *d = malloc(n);
-    if (d) snprintf(d, n, "%s/replica-%d", dir, hy_dp_rank(dp));
-    return d;
-}
-
-int hy_profile_cmd(const hy_profile_request *rq, FILE *out, hy_error *err) {
-    hy_dp *dp = rq->opts.dp;
-    int replicas = hy_dp_size(dp);
-    hy_config c;
-    hy_config_init(&c);
-    int rc = hy_config_load(&c, rq->config, rq->sets, rq->n_sets, err);
-    char *top = NULL, *dir = NULL;
-    if (!rc) {
-        top = rq->out ? strdup(rq->out) : hy_profile_default_dir(rq->config);
-        dir = top ? replica_dir(top, dp) : NULL;
-        if (!dir) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    }
-    /* Before the steps run: a directory that cannot be made is bad input,
-     * found at once, not after the measurement. */
-    if (!rc) rc = hy_profile_check_dir(dir, err);
-    if (replicas > 1) {
-        rc = hy_dp_agree(dp, rc, err);
-        if (!rc) rc = hy_train_same_config(&c, dp, err);
-        hy_dp_set_watchdog(dp, c.watchdog_s);
-    }
-    hy_profile p;
-    memset(&p, 0, sizeof p);
-    if (!rc) rc = hy_profile_run(&p, &c, &rq->opts, err);
-    if (!rc) rc = hy_profile_save(&p, dir, err);
-    if (!rc && hy_dp_rank(dp) == 0) {
-        hy_profile_write_table(out, &p);
-        fprintf(out, "\nfiles: %s/trace.json (open in https://ui.perfetto.dev or chrome://tracing), "
-                     "%s/summary.json, %s/timeline.svg, %s/bars.svg\n", dir, dir, dir, dir);
-        if (replicas > 1)
-            fprintf(out, "each replica's profile is in %s/replica-R (R = 0 .. %d)\n", top,
-                    replicas - 1);
-    }
-    hy_profile_free(&p);
-    hy_config_free(&c);
-    free(dir);
-    free(top);
     return rc;
 }

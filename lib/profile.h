@@ -178,7 +178,7 @@ void hy_profile_free(hy_profile *p);
  *              with replicas, a track per rank of its gradient sums ("sum
  *              s3": started to waited for) and the rank's wait for them.
  *              Under mpirun each replica writes its own directory,
- *              replica-R inside the one asked for (hy_profile_cmd).
+ *              replica-R inside the one asked for (tools/cmd_profile.c).
  * summary.json every measured figure, the per-stage costs and the cost
  *              model; `hanayo plan --costs` reads it back (measured.h).
  * timeline.svg the last measured step drawn as `hanayo plan --svg` draws
@@ -197,31 +197,5 @@ int hy_profile_save(const hy_profile *p, const char *dir, hy_error *err);
  * every existing component a directory, the deepest existing one
  * writable. */
 int hy_profile_check_dir(const char *dir, hy_error *err);
-
-/* The printed report: steps, per rank busy/wait/send/tail/idle, per stage
- * F/B/transfer costs, measured vs predicted vs ideal bubble. */
-int hy_profile_write_table(FILE *f, const hy_profile *p);
-
-/* ---- The `hanayo profile` command ---------------------------------------- */
-typedef struct {
-    const char *config;           /* the config file */
-    const char *const *sets;      /* "key=value" overrides, like --set */
-    int n_sets;
-    const char *out;              /* the directory; NULL: profile/<config's name> */
-    hy_profile_opts opts;
-} hy_profile_request;
-
-/* Loads the config, checks the output directory, profiles, writes the
- * files and prints the table and where the files are. Nothing is written
- * unless the whole profile ran. As one of several data-parallel replicas
- * (rq->opts.dp) every replica profiles, in the same steps, and writes
- * replica-R/ inside the directory; replica 0 prints (out of the others
- * is not written to), and a failure on any replica is every replica's
- * (dp.h, hy_dp_agree). */
-int hy_profile_cmd(const hy_profile_request *rq, FILE *out, hy_error *err);
-
-/* The default output directory of a config path: "profile/" and its file
- * name without the extension. malloc'd; NULL when out of memory. */
-char *hy_profile_default_dir(const char *config);
 
 #endif

@@ -16,6 +16,7 @@
  * The runtime tests pin backend=cpu. Runs in a few seconds (the delays
  * dominate, so it stays short under the sanitizers too).
  */
+#include "cmd_profile.h"
 #include "config.h"
 #include "data.h"
 #include "mailbox.h"
@@ -419,13 +420,13 @@ static void test_tune_moves_layers(void) {
 /* ------------------------------------------------------------------------ */
 
 static void test_default_dir(void) {
-    char *d = hy_profile_default_dir("configs/tiny-gpt.json");
+    char *d = cli_profile_default_dir("configs/tiny-gpt.json");
     CHECK(d && !strcmp(d, "profile/tiny-gpt"));
     free(d);
-    d = hy_profile_default_dir("my.run.json");
+    d = cli_profile_default_dir("my.run.json");
     CHECK(d && !strcmp(d, "profile/my.run"));
     free(d);
-    d = hy_profile_default_dir(".hidden");
+    d = cli_profile_default_dir(".hidden");
     CHECK(d && !strcmp(d, "profile/.hidden"));
     free(d);
     hy_error err;

@@ -24,12 +24,12 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "cli.h"
+#include "cmd_profile.h"
 #include "config.h"
 #include "data.h"
 #include "dp.h"
 #include "error.h"
 #include "plan.h"
-#include "profile.h"
 #include "schedule.h"
 #include "suggest.h"
 #include "train.h"
@@ -193,29 +193,6 @@ static const char usage_data[] =
     "is below 4096).\n"
     "  --vocab V           also check every id is below V (exit 2 if not)\n"
     "  --json              print one JSON line instead\n";
-
-static const char usage_profile[] =
-    "usage: hanayo profile CONFIG [--steps N] [--out DIR] [--set key=value]...\n"
-    "\n"
-    "Trains 2 warm-up steps (the eager one and the recorded one), then N\n"
-    "measured steps with a clock stamp around every action of every rank:\n"
-    "its start, its input received, its compute done, its output sent. Prints\n"
-    "per rank compute / copy / wait / blocked / tail / idle time, per stage\n"
-    "the measured F and B cost, and the measured bubble beside the simulator's\n"
-    "prediction from those costs and the uniform-cost ideal.\n"
-    "Writes into DIR (default profile/<config name>; created):\n"
-    "  trace.json     Chrome trace: one track per rank, an event per action,\n"
-    "                 waits, transfers as arrows (Perfetto, chrome://tracing)\n"
-    "  summary.json   every figure, per-stage and per-layer costs; feed it to\n"
-    "                 hanayo plan --costs\n"
-    "  timeline.svg   the last measured step, drawn like hanayo plan --svg\n"
-    "  bars.svg       per rank, where the step goes\n"
-    "\n"
-    "  --steps N           measured steps, 1..1000 (default 5)\n"
-    "  --out DIR           where the files go\n"
-    "  --set key=value     override a config key, e.g. schedule.micro_batches=16\n"
-    "  --slow-stage S:SEC  test hook: every action of stage S first holds its\n"
-    "                      rank for SEC seconds (0..60), as a slower stage would\n";
 
 static const char usage_tune[] =
     "usage: hanayo tune CONFIG [--steps N] [--top K] [--apply OUT.json]\n"
@@ -493,71 +470,7 @@ static int cmd_checkpoint(const cli_command *cmd, int argc, char **argv, hy_erro
 const cli_command cli_checkpoint_command = {"checkpoint", cmd_checkpoint, usage_checkpoint, NULL,
                                             checkpoint_commands, 2};
 
-/* ---- hanayo profile and hanayo tune ------------------------------------------ */
-
-/* --slow-stage S:SECONDS, the test hook (runtime.h, hy_runtime_slow_stage),
- * into an hy_profile_opts. */
-static int parse_slow_stage(const char *name, const char *v, void *field, hy_error *err) {
-    hy_profile_opts *o = field;
-    const char *colon = strchr(v, ':');
-    char stage[32];
-    if (!colon || (size_t)(colon - v) >= sizeof stage)
-        return hy_fail(err, HY_ERR_INPUT, "%s: '%s' is not STAGE:SECONDS, e.g. 0:0.02", name, v);
-    memcpy(stage, v, (size_t)(colon - v));
-    stage[colon - v] = '\0';
-    int st = hy_args_int(name, stage, 0, 64 * HY_MAX_RANKS, &o->slow_stage, err);
-    if (st == HY_OK) st = hy_args_real(name, colon + 1, 0, 1e12, 0, &o->slow_seconds, err);
-    if (st == HY_OK && o->slow_seconds >= 60)
-        st = hy_fail(err, HY_ERR_INPUT, "%s: %s seconds is out of range; give less "
-                     "than 60", name, colon + 1);
-    return st;
-}
-
-/* The flags profile and tune share, for a struct T with a `sets` list and
- * its hy_profile_opts at field `opts`. */
-#define MEASURE_FLAGS(T, opts) \
-    { .name = "--steps", .kind = HY_FLAG_INT, .off = offsetof(T, opts.steps), \
-      .example = "5", .lo = 1, .hi = 1000 }, \
-    CLI_SET_FLAG(T, "schedule.micro_batches=16"), \
-    { .name = "--slow-stage", .kind = HY_FLAG_CUSTOM, .off = offsetof(T, opts), \
-      .example = "0:0.02", .parse = parse_slow_stage }
-
-typedef struct {
-    hy_profile_request rq;
-    hy_flag_list sets;
-} profile_args;
-
-static const hy_flag profile_flags[] = {
-    MEASURE_FLAGS(profile_args, rq.opts),
-    { .name = "--out", .kind = HY_FLAG_STRING, .off = offsetof(profile_args, rq.out),
-      .example = "profile/tiny-gpt" },
-    { .name = NULL },
-};
-static const hy_args_spec profile_spec = {
-    .command = "profile", .flags = profile_flags, .operand = "config file",
-    .synopsis = "hanayo profile CONFIG [--steps N] [--out DIR]" };
-
-/* Under mpirun or srun each data-parallel replica profiles its own
- * pipeline, the gradient sums over the replicas in its steps. */
-static int cmd_profile(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    profile_args a = { .rq = { .config = NULL, .out = NULL }, .sets = { 0 } };
-    hy_profile_opts_init(&a.rq.opts);
-    hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    hy_dp *dp = NULL;
-    if (st == HY_OK && !got.help) st = hy_dp_start(&dp, NULL, NULL, err);
-    if (st == HY_OK && !got.help) {
-        cli_hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
-        a.rq.opts.dp = dp;
-        st = hy_profile_cmd(&a.rq, stdout, err);
-        if (dp) st = st != HY_OK ? cli_replica_failed(dp, st, err) : HY_OK;
-    }
-    hy_dp_finish(dp);
-    hy_flag_list_free(&a.sets);
-    return st;
-}
-
-const cli_command cli_profile_command = {"profile", cmd_profile, usage_profile, &profile_spec, NULL, 0};
+/* ---- hanayo tune ------------------------------------------------------------- */
 
 typedef struct {
     hy_tune_request rq;
@@ -575,7 +488,7 @@ static int parse_tune_schedule(const char *name, const char *v, void *field, hy_
 
 #define TUNE(field) offsetof(tune_args, field)
 static const hy_flag tune_flags[] = {
-    MEASURE_FLAGS(tune_args, rq.profile),
+    CLI_PROFILE_MEASURE_FLAGS(tune_args, rq.profile),
     { .name = "--top", .kind = HY_FLAG_INT, .off = TUNE(rq.top), .example = "5",
       .lo = 1, .hi = 100 },
     { .name = "--apply", .kind = HY_FLAG_STRING, .off = TUNE(rq.apply), .example = "tuned.json" },
