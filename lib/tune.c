@@ -2,18 +2,14 @@
  * tune.c — see tune.h.
  *
  * Sections: the memory estimate; splits (the greedy balance and the
- * one-layer moves); the search; writing the tuned config; the command.
+ * one-layer moves); the search.
  */
 #include "tune.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "atomicfile.h"
-#include "backend.h"
 #include "mailbox.h"
 #include "model.h"
 #include "order.h"
@@ -21,7 +17,6 @@
 #include "sim.h"
 
 #define TUNE_MAX_WAVES 4        /* W (hanayo) and v (interleaved) searched: 1..4 */
-#define TUNE_MAX_M_FACTOR 8     /* M = P .. 8P */
 /* A split other than the runtime's default is proposed only when predicted
  * this much faster than the default at the same schedule and M. Predicted
  * steps came within about 4% of measured ones on the 2-core CPU machine,
@@ -379,7 +374,7 @@ static int search_one(const hy_config *c, const hy_cost_model *m, const hy_tune_
         if (!rc) n_splits++;
     }
     hy_schedule_free(&s);
-    for (int f = 1; !rc && f <= TUNE_MAX_M_FACTOR; f++) {
+    for (int f = 1; !rc && f <= HY_TUNE_MAX_M_FACTOR; f++) {
         q.micro_batches = f * P;
         double dflt = INFINITY;   /* the default split's time per token at this M */
         for (int i = 0; !rc && i < n_splits; i++) {
@@ -407,7 +402,7 @@ int hy_tune_search(const hy_config *c, const hy_cost_model *m, const hy_tune_opt
     /* The M the splits are tuned at: the config's, as a multiple of P in
      * the searched range (interleaved needs the multiple). */
     int m_ref = (base.micro_batches + P - 1) / P * P;
-    if (m_ref > TUNE_MAX_M_FACTOR * P) m_ref = TUNE_MAX_M_FACTOR * P;
+    if (m_ref > HY_TUNE_MAX_M_FACTOR * P) m_ref = HY_TUNE_MAX_M_FACTOR * P;
     cand_list all = {0};
     int rc = HY_OK;
     for (int k = 0; !rc && k < HY_SCHED_COUNT; k++) {
@@ -475,216 +470,5 @@ int hy_tune_search(const hy_config *c, const hy_cost_model *m, const hy_tune_opt
                      o->budget_bytes / 1073741824.0, least / 1073741824.0);
         hy_tune_result_free(r);
     }
-    return rc;
-}
-
-/* ------------------------------------------------------------------------
- * Writing the tuned config
- * ------------------------------------------------------------------------ */
-
-int hy_tune_apply(const char *config, const char *const *sets, int n_sets,
-                  const hy_tune_candidate *cand, const char *out_path, hy_error *err) {
-    json_error_t je;
-    json_t *root = json_load_file(config, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return hy_fail(err, HY_ERR_INPUT, "%s: cannot read it back to write the tuned config: %s",
-                       config, je.text);
-    int bad = !json_is_object(root);
-    json_t *sc = bad ? NULL : json_object_get(root, "schedule");
-    if (!bad && !sc) {
-        sc = json_object();
-        bad |= json_object_set_new(root, "schedule", sc);
-    }
-    bad |= !json_is_object(sc);
-    if (bad) {
-        json_decref(root);
-        return hy_fail(err, HY_ERR_INPUT, "%s: the top level and \"schedule\" must be objects "
-                       "to write a tuned config", config);
-    }
-    json_t *split = json_array();
-    for (int i = 0; split && i < cand->stages; i++)
-        bad |= json_array_append_new(split, json_integer(cand->split[i]));
-    bad |= json_object_set_new(sc, "kind", json_string(hy_sched_name(cand->kind)));
-    if (cand->kind == HY_SCHED_HANAYO) bad |= json_object_set_new(sc, "waves", json_integer(cand->waves));
-    if (cand->kind == HY_SCHED_INTERLEAVED)
-        bad |= json_object_set_new(sc, "chunks", json_integer(cand->chunks));
-    bad |= json_object_set_new(sc, "micro_batches", json_integer(cand->micro_batches));
-    bad |= json_object_set_new(sc, "split", split);
-    bad |= json_object_set_new(sc, "split_backward", json_boolean(cand->split_backward));
-    /* Rounded, so the file reads well; the order barely moves with the
-     * fourth digit. */
-    bad |= json_object_set_new(sc, "comm_cost", json_real(round(cand->comm_cost * 1e4) / 1e4));
-    char *text = bad ? NULL : json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(2));
-    json_decref(root);
-    if (!text) return hy_fail(err, HY_ERR_RUNTIME, "out of memory writing the tuned config");
-    hy_atomic_file af;
-    int rc = hy_atomic_open(&af, out_path, HY_ERR_INPUT, err);
-    if (!rc) rc = hy_atomic_write(&af, text, strlen(text), err);
-    if (!rc) rc = hy_atomic_write(&af, "\n", 1, err);
-    free(text);
-    /* The written file must load as it was measured before it takes the
-     * name (the temporary holds it all: no stream, nothing buffered). */
-    if (!rc) {
-        hy_config k;
-        hy_config_init(&k);
-        hy_error e;
-        if (hy_config_load(&k, af.tmp, sets, n_sets, &e) != HY_OK) {
-            hy_atomic_abort(&af);
-            rc = hy_fail(err, HY_ERR_RUNTIME, "the tuned config does not load (a bug): %s", e.msg);
-        }
-        hy_config_free(&k);
-    }
-    if (!rc) rc = hy_atomic_commit(&af, err);
-    return rc;
-}
-
-/* ------------------------------------------------------------------------
- * The command
- * ------------------------------------------------------------------------ */
-
-void hy_tune_request_init(hy_tune_request *rq) {
-    memset(rq, 0, sizeof *rq);
-    hy_profile_opts_init(&rq->profile);   /* 5 steps: fewer let one hiccup of the
-                                             machine decide the split */
-    rq->top = 5;
-}
-
-/* Memory per rank: --memory-gb, else the GPU's (shared by the ranks on
- * it), else the host's over the ranks. */
-static void budget(const hy_tune_request *rq, const hy_config *c, const hy_backend_choice *chosen,
-                   double *bytes, char *why, size_t n) {
-    int P = c->schedule.ranks;
-    if (rq->memory_gb > 0) {
-        *bytes = rq->memory_gb * 1073741824.0;
-        snprintf(why, n, "--memory-gb");
-        return;
-    }
-    *bytes = chosen->rank_bytes;   /* backend.h: the GPU's over the ranks on it, or the host's */
-    if (chosen->cuda)
-        snprintf(why, n, "the GPU's memory over the ranks on it; --memory-gb sets it");
-    else
-        snprintf(why, n, "the host's memory over %d rank%s; --memory-gb sets it", P, P == 1 ? "" : "s");
-}
-
-/* W's share of a whole backward in profile p, as measured. */
-static double profile_wgrad_share(const hy_profile *p) {
-    double w = 0, whole = 0;
-    for (int s = 0; s < p->sched.stages; s++) {
-        w += p->stage[s].wgrad;
-        whole += p->stage[s].bwd + p->stage[s].wgrad;
-    }
-    return whole > 0 ? w / whole : 0;
-}
-
-/* What W costs of a backward: from the profile when the config splits it,
- * else from a second, equally long profile of the same run with split
- * backward, so that split candidates are priced from a measurement. */
-static int wgrad_share(const hy_config *c, const hy_tune_request *rq, const hy_profile *p,
-                       double *share, hy_error *err) {
-    if (p->sched.split) {
-        *share = profile_wgrad_share(p);
-        return HY_OK;
-    }
-    hy_config k = *c;   /* a shallow copy, only read: never freed */
-    k.schedule.split_backward = 1;
-    hy_profile q;
-    int rc = hy_profile_run(&q, &k, &rq->profile, err);
-    if (!rc) *share = profile_wgrad_share(&q);
-    hy_profile_free(&q);
-    return rc;
-}
-
-static void write_candidate(FILE *f, const char *tag, const hy_tune_candidate *x) {
-    char name[40], split[160];
-    if (x->kind == HY_SCHED_HANAYO) snprintf(name, sizeof name, "hanayo W=%d", x->waves);
-    else if (x->kind == HY_SCHED_INTERLEAVED) snprintf(name, sizeof name, "interleaved v=%d", x->chunks);
-    else snprintf(name, sizeof name, "%s", hy_sched_name(x->kind));
-    if (x->split_backward) {
-        size_t n = strlen(name);
-        snprintf(name + n, sizeof name - n, " +split");
-    }
-    size_t used = 0;
-    split[0] = '\0';
-    for (int i = 0; i < x->stages && used + 8 < sizeof split; i++)
-        used += (size_t)snprintf(split + used, sizeof split - used, "%s%d", i ? " " : "", x->split[i]);
-    if (used + 8 >= sizeof split) snprintf(split + used, sizeof split - used, " ...");
-    fprintf(f, "  %4s  %-22s %4d  %-24s %9.2f %9.0f %8.4f %8.2f %8.2f\n", tag, name,
-            x->micro_batches, split, x->step_ms, x->tokens / (x->step_ms / 1e3), x->bubble,
-            x->act_bytes / 1048576.0, x->mem_bytes / 1048576.0);
-}
-
-int hy_tune_cmd(const hy_tune_request *rq, FILE *out, hy_error *err) {
-    hy_config c;
-    hy_config_init(&c);
-    int rc = hy_config_load(&c, rq->config, rq->sets, rq->n_sets, err);
-    hy_backend_request brq;
-    hy_backend_choice chosen = { 0 };
-    char why[128];
-    double bytes = 0;
-    hy_backend_request_from_config(&c, &brq);
-    if (!rc) rc = hy_backend_describe(&brq, &chosen, err);
-    if (!rc) budget(rq, &c, &chosen, &bytes, why, sizeof why);
-    /* The output's directory is checked before the measurement: opening
-     * (and dropping) the temporary file proves it can be written. */
-    if (!rc && rq->apply) {
-        hy_atomic_file af;
-        rc = hy_atomic_open(&af, rq->apply, HY_ERR_INPUT, err);
-        if (!rc) hy_atomic_abort(&af);
-    }
-    hy_profile p;
-    memset(&p, 0, sizeof p);
-    hy_tune_result res;
-    memset(&res, 0, sizeof res);
-    if (!rc) rc = hy_profile_run(&p, &c, &rq->profile, err);
-    hy_tune_opts o = { rq->kinds, bytes, 0, chosen.cuda ? 2 : 4, -1 };
-    if (!rc) rc = wgrad_share(&c, rq, &p, &o.wgrad_share, err);
-    if (!rc) {
-        o.overhead_ms = fmax(0, p.wall_ms - p.makespan);
-        rc = hy_tune_search(&c, &p.model, &o, &res, err);
-    }
-    if (!rc) {
-        const hy_schedule *s = &p.sched;
-        fprintf(out, "tune: %s, measured %s P = %d, M = %d", rq->config, hy_sched_name(s->kind),
-                s->ranks, s->micro_batches);
-        if (s->kind == HY_SCHED_HANAYO) fprintf(out, ", W = %d", s->waves);
-        if (s->kind == HY_SCHED_INTERLEAVED) fprintf(out, ", v = %d", s->chunks);
-        fprintf(out, ", split");
-        for (int i = 0; i < s->stages; i++) fprintf(out, " %d", p.n_layers[i]);
-        fprintf(out, ": %.2f ms per step, %.0f tokens/s (%d steps after %d warm-up; %s)\n",
-                p.wall_ms, p.tokens / (p.wall_ms / 1e3), p.steps, HY_PROFILE_WARMUP, chosen.why);
-        const hy_cost_model *m = &p.model;
-        fprintf(out, "cost model, ms: a layer F %.3f B %.3f; the first stage's extra F %.3f B %.3f; "
-                "the last stage's extra F %.3f B %.3f; a transfer %.3f\n", m->layer_fwd,
-                m->layer_bwd, m->first_fwd, m->first_bwd, m->last_fwd, m->last_bwd, m->comm);
-        fprintf(out, "the rest of the step (exchange, clip, optimizer, batch loading): %.2f ms, "
-                "taken as fixed\n", o.overhead_ms);
-        fprintf(out, "split backward: W measured at %.0f%% of a backward%s\n",
-                100 * o.wgrad_share, s->split ? "" : " (a second profile, with split backward)");
-        fprintf(out, "memory budget: %.2f GiB per rank (%s)\n", bytes / 1073741824.0, why);
-        fprintf(out, "searched %d candidates (schedule, W 1..4 or v 2..4, whole or split backward, "
-                "M = %d..%d, layer splits); "
-                "%d over the memory budget\n", res.searched, s->ranks, TUNE_MAX_M_FACTOR * s->ranks,
-                res.over_budget);
-        fprintf(out, "ranked by predicted time per token (M changes the tokens per step); each "
-                "schedule by its best M and split\n\n");
-        fprintf(out, "  %4s  %-22s %4s  %-24s %9s %9s %8s %8s %8s\n", "#", "schedule", "M",
-                "split", "step ms", "tokens/s", "bubble", "act MiB", "mem MiB");
-        int top = rq->top < res.n_best ? rq->top : res.n_best;
-        for (int i = 0; i < top; i++) {
-            char tag[16];
-            snprintf(tag, sizeof tag, "%d", i + 1);
-            write_candidate(out, tag, &res.best[i]);
-        }
-        write_candidate(out, "now", &res.current);
-        fprintf(out, "  (now: the config as it is, predicted the same way; measured %.2f ms)\n",
-                p.wall_ms);
-        if (rq->apply) {
-            rc = hy_tune_apply(rq->config, rq->sets, rq->n_sets, &res.best[0], rq->apply, err);
-            if (!rc) fprintf(out, "\nwrote %s: candidate 1\n", rq->apply);
-        }
-    }
-    hy_tune_result_free(&res);
-    hy_profile_free(&p);
-    hy_config_free(&c);
     return rc;
 }

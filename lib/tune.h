@@ -1,6 +1,7 @@
 /*
- * tune.h — `hanayo tune`: from a short profile to the schedule, the number
- * of micro-batches and the layer split the simulator predicts fastest.
+ * tune.h — the search behind `hanayo tune` (tools/cmd_tune.c): from a short
+ * profile to the schedule, the number of micro-batches and the layer split
+ * the simulator predicts fastest.
  *
  * The measurement is a profile (profile.h); its per-layer cost model prices
  * any split of the layers over any number of stages, and the simulator
@@ -35,13 +36,15 @@
 #ifndef HY_TUNE_H
 #define HY_TUNE_H
 
-#include <stdio.h>
-
 #include "config.h"
 #include "costs.h"
 #include "error.h"
 #include "profile.h"
 #include "schedule.h"
+
+/* M is searched from P to this many times P micro-batches (the command's
+ * report says the range). */
+#define HY_TUNE_MAX_M_FACTOR 8
 
 typedef struct {
     hy_sched_kind kind;
@@ -90,28 +93,5 @@ void hy_tune_result_free(hy_tune_result *r);
  * (*act) and of everything (*mem), in bytes. */
 void hy_tune_memory(const hy_config *c, const hy_schedule *s, const int *split, int act_size,
                     double *act, double *mem);
-
-/* Writes config file `config` with the candidate's schedule keys set
- * (kind, waves or chunks, micro_batches, split, split_backward, comm_cost) to
- * out_path, atomically,
- * after checking that the result loads (with `sets` applied, as it was
- * measured). */
-int hy_tune_apply(const char *config, const char *const *sets, int n_sets,
-                  const hy_tune_candidate *cand, const char *out_path, hy_error *err);
-
-/* ---- The `hanayo tune` command ---------------------------------------- */
-typedef struct {
-    const char *config;
-    const char *const *sets;
-    int n_sets;
-    hy_profile_opts profile;   /* as hanayo profile's (5 steps) */
-    int top;                   /* candidates printed (default 5) */
-    double memory_gb;          /* per rank; 0: the device's */
-    unsigned kinds;            /* as hy_tune_opts */
-    const char *apply;         /* write the tuned config here, or NULL */
-} hy_tune_request;
-
-void hy_tune_request_init(hy_tune_request *rq);
-int hy_tune_cmd(const hy_tune_request *rq, FILE *out, hy_error *err);
 
 #endif

@@ -11,12 +11,13 @@
  *   - tune never puts layers on the slow stage, and moves them off it when
  *     they can make up for it (the delay as large as a layer's work);
  *   - summary.json reads back (hy_measured_costs_load) to the same costs;
- *   - the tuned config written by hy_tune_apply loads.
+ *   - the tuned config written by cli_tune_apply loads.
  *
  * The runtime tests pin backend=cpu. Runs in a few seconds (the delays
  * dominate, so it stays short under the sanitizers too).
  */
 #include "cmd_profile.h"
+#include "cmd_tune.h"
 #include "config.h"
 #include "data.h"
 #include "mailbox.h"
@@ -283,7 +284,7 @@ static void test_slow_stage(void) {
         /* The tuned config, written over a file copy of the test config. */
         char src[160], out[160];
         write_base_config(src, out, sizeof src);
-        rc = hy_tune_apply(src, NULL, 0, &res.best[0], out, &err);
+        rc = cli_tune_apply(src, NULL, 0, &res.best[0], out, &err);
         CHECKF(rc == HY_OK, "%s", err.msg);
         hy_config t;
         hy_config_init(&t);
@@ -326,7 +327,7 @@ static void test_slow_stage(void) {
             if (res.best[i].split_backward) best_split = &res.best[i];
         char src[160], out[160];
         write_base_config(src, out, sizeof src);
-        if (best_split && hy_tune_apply(src, NULL, 0, best_split, out, &err) == HY_OK) {
+        if (best_split && cli_tune_apply(src, NULL, 0, best_split, out, &err) == HY_OK) {
             hy_config t;
             hy_config_init(&t);
             CHECK(hy_config_load(&t, out, NULL, 0, &err) == HY_OK && t.schedule.split_backward);
@@ -477,7 +478,7 @@ static void test_tune_comm_cost(void) {
     }
     char src[160], out[160];
     write_base_config(src, out, sizeof src);
-    rc = hy_tune_apply(src, NULL, 0, b, out, &err);
+    rc = cli_tune_apply(src, NULL, 0, b, out, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
     hy_config t;
     hy_config_init(&t);

@@ -24,7 +24,6 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "cli.h"
-#include "cmd_profile.h"
 #include "config.h"
 #include "data.h"
 #include "dp.h"
@@ -33,7 +32,6 @@
 #include "schedule.h"
 #include "suggest.h"
 #include "train.h"
-#include "tune.h"
 #include "version.h"
 
 static const char usage_main[] =
@@ -193,32 +191,6 @@ static const char usage_data[] =
     "is below 4096).\n"
     "  --vocab V           also check every id is below V (exit 2 if not)\n"
     "  --json              print one JSON line instead\n";
-
-static const char usage_tune[] =
-    "usage: hanayo tune CONFIG [--steps N] [--top K] [--apply OUT.json]\n"
-    "                   [--memory-gb G] [--schedule K] [--set key=value]...\n"
-    "\n"
-    "Profiles CONFIG briefly (as hanayo profile, writing no files), fits a\n"
-    "per-layer cost model to the measured stage costs (a layer's F and B, what\n"
-    "the first and the last stage cost beyond their layers, a transfer), and\n"
-    "searches with the simulator: schedule (gpipe, 1f1b, interleaved v = 2..4,\n"
-    "hanayo W = 1..4), its backward whole or split (W's share measured by a\n"
-    "second profile with split backward), micro-batches M = P, 2P, .. 8P, and\n"
-    "the layer split.\n"
-    "Candidates over the memory budget are dropped. M changes the tokens per\n"
-    "step, so candidates are ranked by predicted time per token; each schedule\n"
-    "is shown by its best M and split, beside the config as it is.\n"
-    "\n"
-    "  --steps N           measured steps, 1..1000 (default 5)\n"
-    "  --top K             print the best K schedules, 1..100 (default 5)\n"
-    "  --apply OUT.json    write CONFIG with the best candidate's schedule.kind,\n"
-    "                      waves or chunks, micro_batches and split (--set\n"
-    "                      values are measured with but not written)\n"
-    "  --memory-gb G       memory per rank in GiB (default: the GPU's memory,\n"
-    "                      or on the CPU the host's memory over the ranks)\n"
-    "  --schedule K        search only this schedule\n"
-    "  --set key=value     override a config key for the measurement\n"
-    "  --slow-stage S:SEC  test hook, as in hanayo profile\n";
 
 /* ------------------------------------------------------------------------
  * Commands and their flags
@@ -469,53 +441,6 @@ static int cmd_checkpoint(const cli_command *cmd, int argc, char **argv, hy_erro
 
 const cli_command cli_checkpoint_command = {"checkpoint", cmd_checkpoint, usage_checkpoint, NULL,
                                             checkpoint_commands, 2};
-
-/* ---- hanayo tune ------------------------------------------------------------- */
-
-typedef struct {
-    hy_tune_request rq;
-    hy_flag_list sets;
-} tune_args;
-
-/* --schedule K: search only that kind (a bit of hy_tune_request.kinds). */
-static int parse_tune_schedule(const char *name, const char *v, void *field, hy_error *err) {
-    (void)name;
-    hy_sched_kind k;
-    int st = hy_sched_parse(v, &k, err);
-    if (st == HY_OK) *(unsigned *)field = 1u << k;
-    return st;
-}
-
-#define TUNE(field) offsetof(tune_args, field)
-static const hy_flag tune_flags[] = {
-    CLI_PROFILE_MEASURE_FLAGS(tune_args, rq.profile),
-    { .name = "--top", .kind = HY_FLAG_INT, .off = TUNE(rq.top), .example = "5",
-      .lo = 1, .hi = 100 },
-    { .name = "--apply", .kind = HY_FLAG_STRING, .off = TUNE(rq.apply), .example = "tuned.json" },
-    { .name = "--memory-gb", .kind = HY_FLAG_REAL, .off = TUNE(rq.memory_gb), .example = "80",
-      .lo = 0, .lo_open = 1, .hi = 1e12 },
-    { .name = "--schedule", .kind = HY_FLAG_CUSTOM, .off = TUNE(rq.kinds), .example = "hanayo",
-      .parse = parse_tune_schedule },
-    { .name = NULL },
-};
-static const hy_args_spec tune_spec = {
-    .command = "tune", .flags = tune_flags, .operand = "config file",
-    .synopsis = "hanayo tune CONFIG [--steps N] [--apply OUT.json]" };
-
-static int cmd_tune(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    tune_args a = { .sets = { 0 } };
-    hy_tune_request_init(&a.rq);
-    hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (st == HY_OK && !got.help) {
-        cli_hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
-        st = hy_tune_cmd(&a.rq, stdout, err);
-    }
-    hy_flag_list_free(&a.sets);
-    return st;
-}
-
-const cli_command cli_tune_command = {"tune", cmd_tune, usage_tune, &tune_spec, NULL, 0};
 
 /* ---- hanayo train and hanayo eval ---------------------------------------------- */
 

@@ -1,0 +1,302 @@
+/*
+ * cmd_tune.c — `hanayo tune` (cmd_tune.h): its flags, the measurement,
+ * the search, the printed ranking and the tuned config --apply writes.
+ *
+ * Loads the config, profiles it briefly (lib/profile.h, hy_profile_run,
+ * writing no files; a second profile with split backward when the config
+ * does not split it, for W's share), searches with lib/tune.h's
+ * hy_tune_search under the memory budget, prints the best schedules
+ * beside the config as it is, and with --apply writes the config with the
+ * best candidate's schedule keys.
+ */
+#include "cmd_tune.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "atomicfile.h"
+#include "backend.h"
+#include "cli.h"
+#include "cmd_profile.h"
+#include "config.h"
+#include "error.h"
+#include "profile.h"
+#include "schedule.h"
+#include "tune.h"
+
+static const char usage_tune[] =
+    "usage: hanayo tune CONFIG [--steps N] [--top K] [--apply OUT.json]\n"
+    "                   [--memory-gb G] [--schedule K] [--set key=value]...\n"
+    "\n"
+    "Profiles CONFIG briefly (as hanayo profile, writing no files), fits a\n"
+    "per-layer cost model to the measured stage costs (a layer's F and B, what\n"
+    "the first and the last stage cost beyond their layers, a transfer), and\n"
+    "searches with the simulator: schedule (gpipe, 1f1b, interleaved v = 2..4,\n"
+    "hanayo W = 1..4), its backward whole or split (W's share measured by a\n"
+    "second profile with split backward), micro-batches M = P, 2P, .. 8P, and\n"
+    "the layer split.\n"
+    "Candidates over the memory budget are dropped. M changes the tokens per\n"
+    "step, so candidates are ranked by predicted time per token; each schedule\n"
+    "is shown by its best M and split, beside the config as it is.\n"
+    "\n"
+    "  --steps N           measured steps, 1..1000 (default 5)\n"
+    "  --top K             print the best K schedules, 1..100 (default 5)\n"
+    "  --apply OUT.json    write CONFIG with the best candidate's schedule.kind,\n"
+    "                      waves or chunks, micro_batches and split (--set\n"
+    "                      values are measured with but not written)\n"
+    "  --memory-gb G       memory per rank in GiB (default: the GPU's memory,\n"
+    "                      or on the CPU the host's memory over the ranks)\n"
+    "  --schedule K        search only this schedule\n"
+    "  --set key=value     override a config key for the measurement\n"
+    "  --slow-stage S:SEC  test hook, as in hanayo profile\n";
+
+typedef struct {
+    hy_profile_opts profile;   /* as hanayo profile's (5 steps) */
+    int top;                   /* candidates printed (default 5) */
+    double memory_gb;          /* per rank; 0: the device's */
+    unsigned kinds;            /* as hy_tune_opts */
+    const char *apply;         /* write the tuned config here, or NULL */
+    hy_flag_list sets;
+} tune_args;
+
+/* --schedule K: search only that kind (a bit of hy_tune_opts.kinds). */
+static int parse_tune_schedule(const char *name, const char *v, void *field, hy_error *err) {
+    (void)name;
+    hy_sched_kind k;
+    int st = hy_sched_parse(v, &k, err);
+    if (st == HY_OK) *(unsigned *)field = 1u << k;
+    return st;
+}
+
+#define TUNE(field) offsetof(tune_args, field)
+static const hy_flag tune_flags[] = {
+    CLI_PROFILE_MEASURE_FLAGS(tune_args, profile),
+    { .name = "--top", .kind = HY_FLAG_INT, .off = TUNE(top), .example = "5",
+      .lo = 1, .hi = 100 },
+    { .name = "--apply", .kind = HY_FLAG_STRING, .off = TUNE(apply), .example = "tuned.json" },
+    { .name = "--memory-gb", .kind = HY_FLAG_REAL, .off = TUNE(memory_gb), .example = "80",
+      .lo = 0, .lo_open = 1, .hi = 1e12 },
+    { .name = "--schedule", .kind = HY_FLAG_CUSTOM, .off = TUNE(kinds), .example = "hanayo",
+      .parse = parse_tune_schedule },
+    { .name = NULL },
+};
+static const hy_args_spec tune_spec = {
+    .command = "tune", .flags = tune_flags, .operand = "config file",
+    .synopsis = "hanayo tune CONFIG [--steps N] [--apply OUT.json]" };
+
+/* ---- Writing the tuned config ---------------------------------------------- */
+
+int cli_tune_apply(const char *config, const char *const *sets, int n_sets,
+                   const hy_tune_candidate *cand, const char *out_path, hy_error *err) {
+    json_error_t je;
+    json_t *root = json_load_file(config, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return hy_fail(err, HY_ERR_INPUT, "%s: cannot read it back to write the tuned config: %s",
+                       config, je.text);
+    int bad = !json_is_object(root);
+    json_t *sc = bad ? NULL : json_object_get(root, "schedule");
+    if (!bad && !sc) {
+        sc = json_object();
+        bad |= json_object_set_new(root, "schedule", sc);
+    }
+    bad |= !json_is_object(sc);
+    if (bad) {
+        json_decref(root);
+        return hy_fail(err, HY_ERR_INPUT, "%s: the top level and \"schedule\" must be objects "
+                       "to write a tuned config", config);
+    }
+    json_t *split = json_array();
+    for (int i = 0; split && i < cand->stages; i++)
+        bad |= json_array_append_new(split, json_integer(cand->split[i]));
+    bad |= json_object_set_new(sc, "kind", json_string(hy_sched_name(cand->kind)));
+    if (cand->kind == HY_SCHED_HANAYO) bad |= json_object_set_new(sc, "waves", json_integer(cand->waves));
+    if (cand->kind == HY_SCHED_INTERLEAVED)
+        bad |= json_object_set_new(sc, "chunks", json_integer(cand->chunks));
+    bad |= json_object_set_new(sc, "micro_batches", json_integer(cand->micro_batches));
+    bad |= json_object_set_new(sc, "split", split);
+    bad |= json_object_set_new(sc, "split_backward", json_boolean(cand->split_backward));
+    /* Rounded, so the file reads well; the order barely moves with the
+     * fourth digit. */
+    bad |= json_object_set_new(sc, "comm_cost", json_real(round(cand->comm_cost * 1e4) / 1e4));
+    char *text = bad ? NULL : json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(2));
+    json_decref(root);
+    if (!text) return hy_fail(err, HY_ERR_RUNTIME, "out of memory writing the tuned config");
+    hy_atomic_file af;
+    int rc = hy_atomic_open(&af, out_path, HY_ERR_INPUT, err);
+    if (!rc) rc = hy_atomic_write(&af, text, strlen(text), err);
+    if (!rc) rc = hy_atomic_write(&af, "\n", 1, err);
+    free(text);
+    /* The written file must load as it was measured before it takes the
+     * name (the temporary holds it all: no stream, nothing buffered). */
+    if (!rc) {
+        hy_config k;
+        hy_config_init(&k);
+        hy_error e;
+        if (hy_config_load(&k, af.tmp, sets, n_sets, &e) != HY_OK) {
+            hy_atomic_abort(&af);
+            rc = hy_fail(err, HY_ERR_RUNTIME, "the tuned config does not load (a bug): %s", e.msg);
+        }
+        hy_config_free(&k);
+    }
+    if (!rc) rc = hy_atomic_commit(&af, err);
+    return rc;
+}
+
+/* ---- The search and its report ---------------------------------------------- */
+
+/* Memory per rank: --memory-gb, else the GPU's (shared by the ranks on
+ * it), else the host's over the ranks. */
+static void budget(const tune_args *a, const hy_config *c, const hy_backend_choice *chosen,
+                   double *bytes, char *why, size_t n) {
+    int P = c->schedule.ranks;
+    if (a->memory_gb > 0) {
+        *bytes = a->memory_gb * 1073741824.0;
+        snprintf(why, n, "--memory-gb");
+        return;
+    }
+    *bytes = chosen->rank_bytes;   /* backend.h: the GPU's over the ranks on it, or the host's */
+    if (chosen->cuda)
+        snprintf(why, n, "the GPU's memory over the ranks on it; --memory-gb sets it");
+    else
+        snprintf(why, n, "the host's memory over %d rank%s; --memory-gb sets it", P, P == 1 ? "" : "s");
+}
+
+/* W's share of a whole backward in profile p, as measured. */
+static double profile_wgrad_share(const hy_profile *p) {
+    double w = 0, whole = 0;
+    for (int s = 0; s < p->sched.stages; s++) {
+        w += p->stage[s].wgrad;
+        whole += p->stage[s].bwd + p->stage[s].wgrad;
+    }
+    return whole > 0 ? w / whole : 0;
+}
+
+/* What W costs of a backward: from the profile when the config splits it,
+ * else from a second, equally long profile of the same run with split
+ * backward, so that split candidates are priced from a measurement. */
+static int wgrad_share(const hy_config *c, const tune_args *a, const hy_profile *p,
+                       double *share, hy_error *err) {
+    if (p->sched.split) {
+        *share = profile_wgrad_share(p);
+        return HY_OK;
+    }
+    hy_config k = *c;   /* a shallow copy, only read: never freed */
+    k.schedule.split_backward = 1;
+    hy_profile q;
+    int rc = hy_profile_run(&q, &k, &a->profile, err);
+    if (!rc) *share = profile_wgrad_share(&q);
+    hy_profile_free(&q);
+    return rc;
+}
+
+static void write_candidate(FILE *f, const char *tag, const hy_tune_candidate *x) {
+    char name[40], split[160];
+    if (x->kind == HY_SCHED_HANAYO) snprintf(name, sizeof name, "hanayo W=%d", x->waves);
+    else if (x->kind == HY_SCHED_INTERLEAVED) snprintf(name, sizeof name, "interleaved v=%d", x->chunks);
+    else snprintf(name, sizeof name, "%s", hy_sched_name(x->kind));
+    if (x->split_backward) {
+        size_t n = strlen(name);
+        snprintf(name + n, sizeof name - n, " +split");
+    }
+    size_t used = 0;
+    split[0] = '\0';
+    for (int i = 0; i < x->stages && used + 8 < sizeof split; i++)
+        used += (size_t)snprintf(split + used, sizeof split - used, "%s%d", i ? " " : "", x->split[i]);
+    if (used + 8 >= sizeof split) snprintf(split + used, sizeof split - used, " ...");
+    fprintf(f, "  %4s  %-22s %4d  %-24s %9.2f %9.0f %8.4f %8.2f %8.2f\n", tag, name,
+            x->micro_batches, split, x->step_ms, x->tokens / (x->step_ms / 1e3), x->bubble,
+            x->act_bytes / 1048576.0, x->mem_bytes / 1048576.0);
+}
+
+/* The tuning of the config file `config` as a asks, printed to out (see
+ * the top of this file). */
+static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error *err) {
+    hy_config c;
+    int rc = cli_load_config(&c, config, &a->sets, err);
+    hy_backend_request brq;
+    hy_backend_choice chosen = { 0 };
+    char why[128];
+    double bytes = 0;
+    hy_backend_request_from_config(&c, &brq);
+    if (!rc) rc = hy_backend_describe(&brq, &chosen, err);
+    if (!rc) budget(a, &c, &chosen, &bytes, why, sizeof why);
+    /* The output's directory is checked before the measurement: opening
+     * (and dropping) the temporary file proves it can be written. */
+    if (!rc && a->apply) {
+        hy_atomic_file af;
+        rc = hy_atomic_open(&af, a->apply, HY_ERR_INPUT, err);
+        if (!rc) hy_atomic_abort(&af);
+    }
+    hy_profile p;
+    memset(&p, 0, sizeof p);
+    hy_tune_result res;
+    memset(&res, 0, sizeof res);
+    if (!rc) rc = hy_profile_run(&p, &c, &a->profile, err);
+    hy_tune_opts o = { a->kinds, bytes, 0, chosen.cuda ? 2 : 4, -1 };
+    if (!rc) rc = wgrad_share(&c, a, &p, &o.wgrad_share, err);
+    if (!rc) {
+        o.overhead_ms = fmax(0, p.wall_ms - p.makespan);
+        rc = hy_tune_search(&c, &p.model, &o, &res, err);
+    }
+    if (!rc) {
+        const hy_schedule *s = &p.sched;
+        fprintf(out, "tune: %s, measured %s P = %d, M = %d", config, hy_sched_name(s->kind),
+                s->ranks, s->micro_batches);
+        if (s->kind == HY_SCHED_HANAYO) fprintf(out, ", W = %d", s->waves);
+        if (s->kind == HY_SCHED_INTERLEAVED) fprintf(out, ", v = %d", s->chunks);
+        fprintf(out, ", split");
+        for (int i = 0; i < s->stages; i++) fprintf(out, " %d", p.n_layers[i]);
+        fprintf(out, ": %.2f ms per step, %.0f tokens/s (%d steps after %d warm-up; %s)\n",
+                p.wall_ms, p.tokens / (p.wall_ms / 1e3), p.steps, HY_PROFILE_WARMUP, chosen.why);
+        const hy_cost_model *m = &p.model;
+        fprintf(out, "cost model, ms: a layer F %.3f B %.3f; the first stage's extra F %.3f B %.3f; "
+                "the last stage's extra F %.3f B %.3f; a transfer %.3f\n", m->layer_fwd,
+                m->layer_bwd, m->first_fwd, m->first_bwd, m->last_fwd, m->last_bwd, m->comm);
+        fprintf(out, "the rest of the step (exchange, clip, optimizer, batch loading): %.2f ms, "
+                "taken as fixed\n", o.overhead_ms);
+        fprintf(out, "split backward: W measured at %.0f%% of a backward%s\n",
+                100 * o.wgrad_share, s->split ? "" : " (a second profile, with split backward)");
+        fprintf(out, "memory budget: %.2f GiB per rank (%s)\n", bytes / 1073741824.0, why);
+        fprintf(out, "searched %d candidates (schedule, W 1..4 or v 2..4, whole or split backward, "
+                "M = %d..%d, layer splits); %d over the memory budget\n", res.searched, s->ranks,
+                HY_TUNE_MAX_M_FACTOR * s->ranks, res.over_budget);
+        fprintf(out, "ranked by predicted time per token (M changes the tokens per step); each "
+                "schedule by its best M and split\n\n");
+        fprintf(out, "  %4s  %-22s %4s  %-24s %9s %9s %8s %8s %8s\n", "#", "schedule", "M",
+                "split", "step ms", "tokens/s", "bubble", "act MiB", "mem MiB");
+        int top = a->top < res.n_best ? a->top : res.n_best;
+        for (int i = 0; i < top; i++) {
+            char tag[16];
+            snprintf(tag, sizeof tag, "%d", i + 1);
+            write_candidate(out, tag, &res.best[i]);
+        }
+        write_candidate(out, "now", &res.current);
+        fprintf(out, "  (now: the config as it is, predicted the same way; measured %.2f ms)\n",
+                p.wall_ms);
+        if (a->apply) {
+            rc = cli_tune_apply(config, a->sets.items, a->sets.n, &res.best[0], a->apply, err);
+            if (!rc) fprintf(out, "\nwrote %s: candidate 1\n", a->apply);
+        }
+    }
+    hy_tune_result_free(&res);
+    hy_profile_free(&p);
+    hy_config_free(&c);
+    return rc;
+}
+
+static int cmd_tune(const cli_command *cmd, int argc, char **argv, hy_error *err) {
+    tune_args a = { .top = 5, .memory_gb = 0, .kinds = 0, .apply = NULL, .sets = { 0 } };
+    hy_profile_opts_init(&a.profile);   /* 5 steps: fewer let one hiccup of the
+                                           machine decide the split */
+    hy_args_result got;
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
+    if (st == HY_OK && !got.help) st = run_tune(got.operand, &a, stdout, err);
+    hy_flag_list_free(&a.sets);
+    return st;
+}
+
+const cli_command cli_tune_command = {"tune", cmd_tune, usage_tune, &tune_spec, NULL, 0};
