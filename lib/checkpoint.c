@@ -918,7 +918,7 @@ int hy_checkpoint_prune(const char *dir, int keep, int saved_step, int *removed,
     return rc;
 }
 
-/* ---- hanayo checkpoint -------------------------------------------------- */
+/* ---- Finding checkpoints ----------------------------------------------- */
 
 /* What `list` shows of checkpoint `path`: what its state.json says (read
  * as it is, unchecked) and the size of its files. */
@@ -972,60 +972,5 @@ int hy_checkpoint_find(const char *dir, hy_checkpoint_info **out, int *n, hy_err
     }
     if (!rc) *n = k;
     free(steps);
-    return rc;
-}
-
-static void ck_size_text(uint64_t b, char *buf, size_t n) {
-    if (b >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)b / (1ull << 30));
-    else if (b >= (1ull << 20)) snprintf(buf, n, "%.1f MiB", (double)b / (1ull << 20));
-    else snprintf(buf, n, "%.1f KiB", (double)b / 1024.0);
-}
-
-static int ck_find_some(const char *dir, hy_checkpoint_info **all, int *n, hy_error *err) {
-    int rc = hy_checkpoint_find(dir, all, n, err);
-    if (!rc && *n == 0)
-        rc = hy_fail(err, HY_ERR_INPUT, "%s: no checkpoints (neither a state.json nor "
-                     "step_NNNNNN directories)", dir);
-    return rc;
-}
-
-int hy_checkpoint_verify_cmd(const char *dir, FILE *out, hy_error *err) {
-    hy_checkpoint_info *all = NULL;
-    int n = 0, bad = 0, rc = ck_find_some(dir, &all, &n, err);
-    for (int i = 0; i < n && !rc; i++) {
-        hy_error e;
-        int unverified = 0;
-        if (hy_checkpoint_verify(all[i].path, &unverified, &e) != HY_OK) {
-            fprintf(out, "BAD         %s: %s\n", all[i].path, e.msg);
-            bad++;
-        } else if (unverified) {
-            fprintf(out, "unverified  %s: format 1, written without checksums\n", all[i].path);
-        } else {
-            char size[32];
-            ck_size_text(all[i].bytes, size, sizeof size);
-            fprintf(out, "ok          %s (%s)\n", all[i].path, size);
-        }
-    }
-    free(all);
-    if (!rc && bad)
-        rc = hy_fail(err, HY_ERR_INPUT, "%d of %d checkpoint%s in %s failed the check", bad, n,
-                     n == 1 ? "" : "s", dir);
-    return rc;
-}
-
-int hy_checkpoint_list_cmd(const char *dir, FILE *out, hy_error *err) {
-    hy_checkpoint_info *all = NULL;
-    int n = 0, rc = ck_find_some(dir, &all, &n, err);
-    if (!rc) fprintf(out, "%8s  %9s  %-20s  %10s  %s\n", "step", "loss", "time (UTC)", "size",
-                     "path");
-    for (int i = 0; i < n && !rc; i++) {
-        char size[32], loss[32];
-        ck_size_text(all[i].bytes, size, sizeof size);
-        if (isfinite(all[i].loss)) snprintf(loss, sizeof loss, "%.4f", all[i].loss);
-        else snprintf(loss, sizeof loss, "-");
-        fprintf(out, "%8d  %9s  %-20s  %10s  %s\n", all[i].step, loss,
-                all[i].time[0] ? all[i].time : "-", size, all[i].path);
-    }
-    free(all);
     return rc;
 }

@@ -32,7 +32,6 @@
 
 #include <limits.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "config.h"
 #include "error.h"
@@ -112,12 +111,5 @@ void hy_checkpoint_unlock(hy_checkpoint_lock *lk);
  * checkpoint is complete and synced. *removed: how many went. */
 int hy_checkpoint_prune(const char *dir, int keep, int saved_step, int *removed,
                         hy_error *err);
-
-/* `hanayo checkpoint verify DIR`: every checkpoint in DIR checked, one
- * line each; HY_ERR_INPUT when any is bad (after checking them all). */
-int hy_checkpoint_verify_cmd(const char *dir, FILE *out, hy_error *err);
-
-/* `hanayo checkpoint list DIR`: step, loss, time and size of each. */
-int hy_checkpoint_list_cmd(const char *dir, FILE *out, hy_error *err);
 
 #endif

@@ -10,6 +10,7 @@
  * checkpoints give clear errors.
  */
 #include "checkpoint.h"
+#include "cmd_checkpoint.h"
 #include "config.h"
 #include "data.h"
 #include "model.h"
@@ -511,12 +512,12 @@ static void other_data(const char *ckdir) {
     }
 }
 
-/* hanayo checkpoint verify and list, through their library calls. */
+/* hanayo checkpoint verify and list, through cmd_checkpoint.h. */
 static void verify_and_list(const char *ckdir) {
     char text[4096], path[300];
     hy_error err;
     FILE *f = tmpfile();
-    CHECK(f && hy_checkpoint_verify_cmd(ckdir, f, &err) == HY_OK);
+    CHECK(f && cli_checkpoint_verify(ckdir, f, &err) == HY_OK);
     size_t n = f && fseek(f, 0, SEEK_SET) == 0 ? fread(text, 1, sizeof text - 1, f) : 0;
     text[n] = '\0';
     CHECKF(strstr(text, "ok ") && strstr(text, "step_000001") && strstr(text, "step_000002") &&
@@ -525,7 +526,7 @@ static void verify_and_list(const char *ckdir) {
     snprintf(path, sizeof path, "%s/step_000001/optimizer.safetensors", ckdir);
     flip_byte(path, 100);
     f = tmpfile();
-    CHECK(f && hy_checkpoint_verify_cmd(ckdir, f, &err) == HY_ERR_INPUT);
+    CHECK(f && cli_checkpoint_verify(ckdir, f, &err) == HY_ERR_INPUT);
     CHECKF(strstr(err.msg, "1 of 2") != NULL, "%s", err.msg);
     n = f && fseek(f, 0, SEEK_SET) == 0 ? fread(text, 1, sizeof text - 1, f) : 0;
     text[n] = '\0';
@@ -533,7 +534,7 @@ static void verify_and_list(const char *ckdir) {
     if (f) fclose(f);
     flip_byte(path, 100);
     f = tmpfile();
-    CHECK(f && hy_checkpoint_list_cmd(ckdir, f, &err) == HY_OK);
+    CHECK(f && cli_checkpoint_list(ckdir, f, &err) == HY_OK);
     n = f && fseek(f, 0, SEEK_SET) == 0 ? fread(text, 1, sizeof text - 1, f) : 0;
     text[n] = '\0';
     CHECKF(strstr(text, "step") && strstr(text, "loss") && strstr(text, "KiB") &&

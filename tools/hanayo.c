@@ -22,7 +22,6 @@
 
 #include "args.h"
 #include "backend.h"
-#include "checkpoint.h"
 #include "cli.h"
 #include "config.h"
 #include "data.h"
@@ -145,19 +144,6 @@ static const char usage_eval[] =
     "  --batches N       batches of micro_batch_size x seq_len tokens\n"
     "                    (default: every whole batch in the shard)\n"
     "  --set key=value   override a config key\n";
-
-static const char usage_checkpoint[] =
-    "usage: hanayo checkpoint verify DIR\n"
-    "       hanayo checkpoint list DIR\n"
-    "\n"
-    "DIR is one checkpoint (a step_NNNNNN directory) or a checkpoint.dir.\n"
-    "\n"
-    "verify checks each checkpoint's state.json against its own checksum and\n"
-    "every file against the size and CRC-32C recorded for it, and prints one\n"
-    "line each: ok, BAD (what is wrong) or unverified (written before\n"
-    "checksums). Exit 2 when any is bad.\n"
-    "\n"
-    "list prints each checkpoint's step, loss, time (UTC) and size.\n";
 
 static const char usage_check[] =
     "usage: hanayo check CONFIG [--set key=value]...\n"
@@ -406,41 +392,6 @@ static int cmd_data(const cli_command *cmd, int argc, char **argv, hy_error *err
 }
 
 const cli_command cli_data_command = {"data", cmd_data, usage_data, NULL, data_commands, 2};
-
-/* ---- hanayo checkpoint -------------------------------------------------------- */
-
-static const hy_flag no_flags[] = { { .name = NULL } };
-static const hy_args_spec ckpt_verify_spec = {
-    .command = "checkpoint verify", .flags = no_flags, .operand = "directory",
-    .synopsis = "hanayo checkpoint verify DIR",
-    .second_operand = "checkpoint verify takes one directory" };
-static const hy_args_spec ckpt_list_spec = {
-    .command = "checkpoint list", .flags = no_flags, .operand = "directory",
-    .synopsis = "hanayo checkpoint list DIR",
-    .second_operand = "checkpoint list takes one directory" };
-
-static int ckpt_verify(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, NULL, &got, err);
-    return st != HY_OK || got.help ? st : hy_checkpoint_verify_cmd(got.operand, stdout, err);
-}
-
-static int ckpt_list(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, NULL, &got, err);
-    return st != HY_OK || got.help ? st : hy_checkpoint_list_cmd(got.operand, stdout, err);
-}
-
-static const cli_command checkpoint_commands[] = {
-    {"verify", ckpt_verify, usage_checkpoint, &ckpt_verify_spec, NULL, 0},
-    {"list", ckpt_list, usage_checkpoint, &ckpt_list_spec, NULL, 0},
-};
-static int cmd_checkpoint(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    return cli_run_subcommand(cmd, argc, argv, err);
-}
-
-const cli_command cli_checkpoint_command = {"checkpoint", cmd_checkpoint, usage_checkpoint, NULL,
-                                            checkpoint_commands, 2};
 
 /* ---- hanayo train and hanayo eval ---------------------------------------------- */
 
