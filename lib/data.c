@@ -3,13 +3,12 @@
  *
  * Sections: helpers (little-endian bytes, full reads) · opening a shard ·
  * batches · writing a shard (through atomicfile.h) · entropy · the
- * synthetic corpus · the `hanayo data` commands.
+ * synthetic corpus · a shard's figures.
  */
 #include "data.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -485,92 +484,20 @@ double hy_synth_entropy_bits(int vocab) {
 }
 
 /* ------------------------------------------------------------------------
- * The `hanayo data` commands
+ * A shard's figures
  * ------------------------------------------------------------------------ */
 
-static int synth_one(const char *path, long long n, int vocab, uint64_t seed,
-                     uint32_t stream, uint16_t *buf, FILE *out, hy_error *err) {
-    int st = hy_synth_tokens(buf, (size_t)n, vocab, seed, stream, err);
-    if (st == HY_OK) st = hy_shard_write(path, buf, (size_t)n, err);
-    if (st == HY_OK)
-        fprintf(out, "wrote %s: %lld tokens (%lld bytes), vocab %d, seed %llu, "
-                "stream %u\n", path, n, HY_SHARD_HEADER_BYTES + 2 * n, vocab,
-                (unsigned long long)seed, (unsigned)stream);
-    return st;
-}
-
-int hy_data_synth(const hy_synth_request *rq, FILE *out, hy_error *err) {
-    if (!rq->out || !*rq->out)
-        return hy_fail(err, HY_ERR_INPUT, "data synth needs --out FILE");
-    if (rq->tokens < 1 || rq->tokens > (long long)HY_SHARD_MAX_TOKENS)
-        return hy_fail(err, HY_ERR_INPUT, "data synth: --tokens %lld is out of "
-                       "range; give 1 to %u", rq->tokens, HY_SHARD_MAX_TOKENS);
-    if (rq->val_out && (rq->val_tokens < 1 ||
-                        rq->val_tokens > (long long)HY_SHARD_MAX_TOKENS))
-        return hy_fail(err, HY_ERR_INPUT, "data synth: --val-tokens %lld is out "
-                       "of range; give 1 to %u", rq->val_tokens, HY_SHARD_MAX_TOKENS);
-    if (rq->val_out && strcmp(rq->out, rq->val_out) == 0)
-        return hy_fail(err, HY_ERR_INPUT, "data synth: --out and --val-out are "
-                       "both %s; give two files", rq->out);
-    long long most = rq->val_out && rq->val_tokens > rq->tokens ? rq->val_tokens
-                                                                 : rq->tokens;
-    uint16_t *buf = malloc((size_t)most * sizeof *buf);
-    if (!buf)
-        return hy_fail(err, HY_ERR_RUNTIME, "data synth: out of memory for "
-                       "%lld tokens", most);
-    int st = synth_one(rq->out, rq->tokens, rq->vocab, rq->seed, 0, buf, out, err);
-    if (st == HY_OK && rq->val_out)
-        st = synth_one(rq->val_out, rq->val_tokens, rq->vocab, rq->seed, 1, buf,
-                       out, err);
-    free(buf);
-    if (st == HY_OK) {
-        double h = hy_synth_entropy_bits(rq->vocab), u = log2(rq->vocab);
-        fprintf(out, "source entropy rate ~%.2f bits/token = %.2f nats (a "
-                "uniform guess: %.2f bits = %.2f nats); the training loss "
-                "should fall well below %.2f\n", h, h * M_LN2, u, u * M_LN2,
-                u * M_LN2);
-    }
-    return st;
-}
-
-static int info_json(const hy_shard *sh, int vocab, double uni, double bi,
-                     FILE *out, hy_error *err) {
-    json_t *o = json_pack("{s:s, s:I, s:I, s:i, s:i}", "path", sh->path,
-                          "tokens", (json_int_t)sh->n, "bytes",
-                          (json_int_t)sh->file_bytes, "max_token", sh->max_token,
-                          "vocab_seen", sh->max_token + 1);
-    int st = o ? HY_OK : hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    if (st == HY_OK) {
-        json_object_set_new(o, "vocab", vocab > 0 ? json_integer(vocab) : json_null());
-        json_object_set_new(o, "unigram_bits", json_real(uni));
-        json_object_set_new(o, "bigram_bits", isnan(bi) ? json_null() : json_real(bi));
-        char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT |
-                                JSON_REAL_PRECISION(6));
-        if (s) fprintf(out, "%s\n", s);
-        else st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-        free(s);
-    }
-    json_decref(o);
-    return st;
-}
-
-int hy_data_info(const char *path, int vocab, int json, FILE *out,
-                 hy_error *err) {
+int hy_shard_info(const char *path, int vocab, hy_shard_stats *info, hy_error *err) {
     hy_shard sh;
+    memset(info, 0, sizeof *info);
+    info->bigram_bits = NAN;
     int st = hy_shard_open(&sh, path, vocab, err);
-    double uni = 0, bi = NAN;
-    if (st == HY_OK) st = hy_tokens_entropy(sh.tokens, sh.n, &uni, &bi, err);
-    if (st == HY_OK && json) st = info_json(&sh, vocab, uni, bi, out, err);
-    else if (st == HY_OK) {
-        int range = vocab > 0 ? vocab : sh.max_token + 1;
-        fprintf(out, "shard        %s\n", sh.path);
-        fprintf(out, "tokens       %zu\n", sh.n);
-        fprintf(out, "file size    %llu bytes\n", (unsigned long long)sh.file_bytes);
-        fprintf(out, "vocab seen   %d (largest id %d)%s\n", sh.max_token + 1,
-                sh.max_token, vocab > 0 ? "; all below the vocab given" : "");
-        fprintf(out, "entropy      %.3f bits/token unigram", uni);
-        if (!isnan(bi)) fprintf(out, ", %.3f next|prev", bi);
-        fprintf(out, " (uniform over %d ids: %.3f)\n", range, log2(range));
+    if (st == HY_OK)
+        st = hy_tokens_entropy(sh.tokens, sh.n, &info->unigram_bits, &info->bigram_bits, err);
+    if (st == HY_OK) {
+        info->tokens = sh.n;
+        info->file_bytes = sh.file_bytes;
+        info->max_token = sh.max_token;
     }
     hy_shard_close(&sh);
     return st;

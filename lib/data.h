@@ -22,15 +22,14 @@
  * Errors are values (error.h): HY_ERR_INPUT for a wrong or malformed file,
  * a missing file or directory, bad sizes; HY_ERR_RUNTIME for I/O failures
  * and lack of memory. Every message starts with the file's path. Nothing
- * here prints except the two CLI entry points at the end, which write to
- * the FILE * they are given.
+ * here prints: `hanayo data` (tools/cmd_data.c) reports what these
+ * functions return.
  */
 #ifndef HY_DATA_H
 #define HY_DATA_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "error.h"
 
@@ -168,25 +167,19 @@ int hy_synth_tokens(uint16_t *out, size_t n, int vocab, uint64_t seed,
  * at log2(vocab). An estimate from above, for reports. */
 double hy_synth_entropy_bits(int vocab);
 
-/* ---- The `hanayo data` commands ---------------------------------------------- */
-
+/* ---- A shard's figures ------------------------------------------------------
+ * What `hanayo data info` reports: opens the shard at path (checked as
+ * hy_shard_open does, against vocab when > 0), measures it and closes it.
+ * The estimates are hy_tokens_entropy's, bigram_bits NAN where it computes
+ * none. Errors: hy_shard_open's, or HY_ERR_RUNTIME when out of memory. */
 typedef struct {
-    const char *out;          /* the training shard */
-    long long tokens;
-    const char *val_out;      /* NULL: none */
-    long long val_tokens;
-    int vocab;
-    uint64_t seed;
-} hy_synth_request;
+    size_t tokens;            /* token count */
+    uint64_t file_bytes;      /* 1024 + 2 * tokens */
+    int max_token;            /* the largest id: ids seen 0..max_token */
+    double unigram_bits;      /* bits/token */
+    double bigram_bits;       /* next|prev, bits/token; NAN: not computed */
+} hy_shard_stats;
 
-/* `hanayo data synth`: writes the shard(s) (train: stream 0, val: stream
- * 1) and a short report to out. */
-int hy_data_synth(const hy_synth_request *rq, FILE *out, hy_error *err);
-
-/* `hanayo data info`: opens path (checking tokens against vocab when > 0)
- * and writes token count, file size, vocab range seen and entropy
- * estimates to out, as text or as one JSON line. */
-int hy_data_info(const char *path, int vocab, int json, FILE *out,
-                 hy_error *err);
+int hy_shard_info(const char *path, int vocab, hy_shard_stats *info, hy_error *err);
 
 #endif

@@ -11,6 +11,7 @@
  * Files go to a mkdtemp directory under $TMPDIR (or /tmp), removed at the
  * end.
  */
+#include "cmd_data.h"
 #include "data.h"
 #include "test.h"
 
@@ -552,28 +553,28 @@ static void test_mask(void) {
 static void test_commands(void) {
     hy_error err = {0};
     const char *tr = in_scratch("cmd_train.bin"), *va = in_scratch("cmd_val.bin");
-    hy_synth_request rq = {tr, 5000, va, 700, 64, 3};
+    cli_data_synth_request rq = {tr, 5000, va, 700, 64, 3};
     char buf[4096] = {0};
     FILE *out = fmemopen(buf, sizeof buf - 1, "w");
-    CHECK(hy_data_synth(&rq, out, &err) == HY_OK);
+    CHECK(cli_data_synth(&rq, out, &err) == HY_OK);
     fclose(out);
     CHECK(strstr(buf, "5000 tokens") && strstr(buf, "700 tokens") && strstr(buf, "bits/token"));
     CHECK(file_size(tr) == 1024 + 10000 && file_size(va) == 1024 + 1400);
     rq.val_out = tr;
-    CHECK(hy_data_synth(&rq, stdout, &err) == HY_ERR_INPUT);
+    CHECK(cli_data_synth(&rq, stdout, &err) == HY_ERR_INPUT);
     rq.val_out = NULL;
     rq.tokens = 0;
-    CHECK(hy_data_synth(&rq, stdout, &err) == HY_ERR_INPUT);
+    CHECK(cli_data_synth(&rq, stdout, &err) == HY_ERR_INPUT);
 
     memset(buf, 0, sizeof buf);
     out = fmemopen(buf, sizeof buf - 1, "w");
-    CHECK(hy_data_info(va, 64, 1, out, &err) == HY_OK);
+    CHECK(cli_data_info(va, 64, 1, out, &err) == HY_OK);
     fclose(out);
     CHECKF(strstr(buf, "\"tokens\":700") && strstr(buf, "\"bytes\":2424") &&
            strstr(buf, "\"vocab\":64") && strstr(buf, "\"bigram_bits\":"), "%s", buf);
-    CHECK(hy_data_info(va, 10, 0, stdout, &err) == HY_ERR_INPUT);
+    CHECK(cli_data_info(va, 10, 0, stdout, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "model.vocab = 10") != NULL);
-    CHECK(hy_data_info(in_scratch("nope.bin"), 0, 0, stdout, &err) == HY_ERR_INPUT);
+    CHECK(cli_data_info(in_scratch("nope.bin"), 0, 0, stdout, &err) == HY_ERR_INPUT);
 }
 
 int main(void) {

@@ -11,10 +11,8 @@
  * stopped a training run (see catch_stop_signals).
  */
 #include <errno.h>
-#include <limits.h>
 #include <signal.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +22,6 @@
 #include "backend.h"
 #include "cli.h"
 #include "config.h"
-#include "data.h"
 #include "dp.h"
 #include "error.h"
 #include "plan.h"
@@ -151,32 +148,6 @@ static const char usage_check[] =
     "Loads CONFIG, applies the --set overrides, validates everything and\n"
     "prints the resolved configuration as JSON. Exit status 2 names the\n"
     "file, the key and the fix when something is wrong.\n";
-
-static const char usage_data[] =
-    "usage: hanayo data synth --out FILE --tokens N --vocab V [--seed S]\n"
-    "                         [--val-out FILE [--val-tokens N]]\n"
-    "       hanayo data info SHARD [--vocab V] [--json]\n"
-    "\n"
-    "Token shards are llm.c's format: a 1024-byte header (magic 20240520,\n"
-    "version 1, token count), then the token ids as uint16.\n"
-    "\n"
-    "synth writes a deterministic synthetic corpus with learnable structure\n"
-    "(a sparse random Markov chain mixed with repeated phrases: about 1.6\n"
-    "bits per token at vocab 512, against 9 for random ids), so a new model's\n"
-    "loss falls at once. The same seed gives the same bytes.\n"
-    "  --out FILE          the shard to write (atomically; the directory must exist)\n"
-    "  --tokens N          its token count, 1..2147483647\n"
-    "  --vocab V           ids 0..V-1, 2..65536: the config's model.vocab\n"
-    "  --seed S            0..2147483647 (default 1)\n"
-    "  --val-out FILE      also write a validation shard: the same language,\n"
-    "                      different text\n"
-    "  --val-tokens N      its token count (default: a tenth of --tokens)\n"
-    "\n"
-    "info checks a shard and prints its token count, file size, the ids seen\n"
-    "and entropy estimates in bits/token (unigram; next|prev when every id\n"
-    "is below 4096).\n"
-    "  --vocab V           also check every id is below V (exit 2 if not)\n"
-    "  --json              print one JSON line instead\n";
 
 /* ------------------------------------------------------------------------
  * Commands and their flags
@@ -311,87 +282,6 @@ static int cmd_check(const cli_command *cmd, int argc, char **argv, hy_error *er
 }
 
 const cli_command cli_check_command = {"check", cmd_check, usage_check, &check_spec, NULL, 0};
-
-/* ---- hanayo data ----------------------------------------------------------- */
-
-/* Read as ints (their ranges fit), then put into hy_synth_request. */
-typedef struct {
-    const char *out, *val_out;
-    int tokens, val_tokens, vocab, seed;
-} synth_args;
-
-#define SYNTH(field) offsetof(synth_args, field)
-static const hy_flag synth_flags[] = {
-    { .name = "--out", .kind = HY_FLAG_STRING, .off = SYNTH(out), .example = "data/train.bin" },
-    { .name = "--tokens", .kind = HY_FLAG_INT, .off = SYNTH(tokens), .example = "1000000",
-      .lo = 1, .hi = INT_MAX },
-    { .name = "--vocab", .kind = HY_FLAG_INT, .off = SYNTH(vocab), .example = "512",
-      .lo = 2, .hi = 65536 },
-    { .name = "--seed", .kind = HY_FLAG_INT, .off = SYNTH(seed), .example = "1",
-      .lo = 0, .hi = INT_MAX },
-    { .name = "--val-out", .kind = HY_FLAG_STRING, .off = SYNTH(val_out),
-      .example = "data/val.bin" },
-    { .name = "--val-tokens", .kind = HY_FLAG_INT, .off = SYNTH(val_tokens),
-      .example = "100000", .lo = 1, .hi = INT_MAX },
-    { .name = NULL },
-};
-static const hy_args_spec synth_spec = {
-    .command = "data synth", .flags = synth_flags, .operand_hint = "give it as --out FILE" };
-
-static int data_synth(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    synth_args a = { .out = NULL, .seed = 1 };
-    hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (st != HY_OK || got.help) return st;
-    if (!a.out || !a.tokens || !a.vocab)
-        return hy_fail(err, HY_ERR_INPUT, "data synth needs %s; e.g. hanayo "
-                       "data synth --out data/train.bin --tokens 1000000 --vocab 512",
-                       !a.out ? "--out FILE" : !a.tokens ? "--tokens N" : "--vocab V");
-    if (a.val_tokens && !a.val_out)
-        return hy_fail(err, HY_ERR_INPUT, "data synth: --val-tokens needs "
-                       "--val-out FILE for the validation shard");
-    if (a.val_out && !a.val_tokens)
-        a.val_tokens = a.tokens / 10 > 0 ? a.tokens / 10 : 1;
-    hy_synth_request rq = { .out = a.out, .tokens = a.tokens, .val_out = a.val_out,
-                            .val_tokens = a.val_tokens, .vocab = a.vocab,
-                            .seed = (uint64_t)a.seed };
-    return hy_data_synth(&rq, stdout, err);
-}
-
-typedef struct {
-    int vocab, json;
-} info_args;
-
-static const hy_flag info_flags[] = {
-    { .name = "--vocab", .kind = HY_FLAG_INT, .off = offsetof(info_args, vocab),
-      .example = "512", .lo = 1, .hi = INT_MAX },
-    { .name = "--json", .kind = HY_FLAG_SWITCH, .off = offsetof(info_args, json) },
-    { .name = NULL },
-};
-static const hy_args_spec info_spec = {
-    .command = "data info", .flags = info_flags, .operand = "shard",
-    .synopsis = "hanayo data info SHARD [--vocab V] [--json]",
-    .second_operand = "data info takes one shard" };
-
-static int data_info(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    info_args a = { .vocab = 0, .json = 0 };
-    hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (st != HY_OK || got.help) return st;
-    return hy_data_info(got.operand, a.vocab, a.json, stdout, err);
-}
-
-/* The subcommands name themselves in flag errors ("unknown flag '--x' for
- * 'data synth'; run 'hanayo data synth --help'"). */
-static const cli_command data_commands[] = {
-    {"synth", data_synth, usage_data, &synth_spec, NULL, 0},
-    {"info", data_info, usage_data, &info_spec, NULL, 0},
-};
-static int cmd_data(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    return cli_run_subcommand(cmd, argc, argv, err);
-}
-
-const cli_command cli_data_command = {"data", cmd_data, usage_data, NULL, data_commands, 2};
 
 /* ---- hanayo train and hanayo eval ---------------------------------------------- */
 
