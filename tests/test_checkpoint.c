@@ -11,6 +11,7 @@
  */
 #include "checkpoint.h"
 #include "cmd_checkpoint.h"
+#include "cmd_train.h"
 #include "config.h"
 #include "data.h"
 #include "model.h"
@@ -572,12 +573,12 @@ static void one_writer(void) {
     snprintf(pid_text, sizeof pid_text, "pid %ld", (long)getpid());
     CHECK(hy_checkpoint_lock_dir(ckdir, &b, &err) == HY_ERR_INPUT);
     CHECKF(strstr(err.msg, ckdir) && strstr(err.msg, pid_text), "%s", err.msg);
-    /* hy_train refuses at its start, before it trains or writes. */
+    /* cli_train_run refuses at its start, before it trains or writes. */
     const char *one[] = { "schedule.kind=gpipe", "schedule.ranks=1" };
     hy_config c;
     if (load(&c, ckdir, one, 2) == 0) {
         FILE *out = tmpfile();
-        CHECK(hy_train(&c, NULL, out, &err) == HY_ERR_INPUT && strstr(err.msg, "in use"));
+        CHECK(cli_train_run(&c, NULL, out, &err) == HY_ERR_INPUT && strstr(err.msg, "in use"));
         CHECK(out && ftell(out) == 0);
         if (out) fclose(out);
         hy_config_free(&c);
@@ -609,7 +610,7 @@ static void one_writer(void) {
     hy_checkpoint_unlock(&b);
 }
 
-/* hy_train to `steps` with checkpoint.every = 1 and checkpoint.keep =
+/* cli_train_run to `steps` with checkpoint.every = 1 and checkpoint.keep =
  * keep, resuming from ckdir's newest when it has one. */
 static int train_keep(const char *ckdir, int steps, const char *keep) {
     char steps_set[32];
@@ -621,12 +622,12 @@ static int train_keep(const char *ckdir, int steps, const char *keep) {
     hy_error err;
     hy_checkpoint_info *found = NULL;
     int n_found = 0;
-    hy_train_opts o = { .resume = NULL };
+    cli_train_opts o = { .resume = NULL };
     if (hy_checkpoint_find(ckdir, &found, &n_found, &err) == HY_OK && n_found > 0)
         o.resume = ckdir;
     free(found);
     FILE *out = tmpfile();
-    int rc = hy_train(&c, &o, out, &err);
+    int rc = cli_train_run(&c, &o, out, &err);
     if (out) fclose(out);
     if (rc && rc != HY_ERR_RUNTIME) fprintf(stderr, "train_keep: %s\n", err.msg);
     hy_config_free(&c);

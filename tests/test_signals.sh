@@ -14,7 +14,7 @@
 # And a second signal while the run winds down takes the default action
 # (the last case says how it catches the run in that state for sure).
 # A background job of a script starts with SIGINT ignored, which hanayo
-# keeps (see catch_stop_signals in tools/hanayo.c), so the runs start
+# keeps (see catch_stop_signals in tools/cmd_train.c), so the runs start
 # through `env --default-signal`, as from a terminal. Runs under the ASan
 # build too (make test). Prints "signals: N passed, N failed".
 set -u

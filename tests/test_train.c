@@ -1,8 +1,8 @@
 /*
  * test_train.c — the training loop's policy for steps that are not finite
- * (train.on_nonfinite), through hy_train itself.
+ * (train.on_nonfinite), through cli_train_run itself.
  *
- * A NaN is put into one weight before chosen steps (hy_train_opts'
+ * A NaN is put into one weight before chosen steps (cli_train_opts'
  * before_step hook, hy_runtime_write) and taken out again before the next
  * clean step, so non-finite steps come and go as they would after a bad
  * batch. Checked: each such step is reported with where it went wrong and
@@ -13,6 +13,7 @@
  * an error and no checkpoint of that step; the JSON log stays JSON (null,
  * not nan). And the learning-rate schedule the steps follow.
  */
+#include "cmd_train.h"
 #include "config.h"
 #include "data.h"
 #include "model.h"
@@ -90,12 +91,12 @@ static void checkpoints(const char *ckdir, char *out, size_t cap) {
 typedef struct {
     int rc;
     hy_error err;
-    char *out;                /* what hy_train printed */
+    char *out;                /* what cli_train_run printed */
     char ck[512];             /* the checkpoints it left */
     poison p;
 } result;
 
-/* hy_train over `steps` steps with policy `policy`, poisoning steps bad[]. */
+/* cli_train_run over `steps` steps with policy `policy`, poisoning steps bad[]. */
 static void train(result *r, const char *name, const char *policy, int steps, const int *bad,
                   int n_bad, const char *log_json) {
     char ckdir[128], data_set[200], ck_set[200], steps_set[40], policy_set[60];
@@ -129,9 +130,9 @@ static void train(result *r, const char *name, const char *policy, int steps, co
     r->p.now = calloc(r->p.numel + 1, sizeof(float));
     size_t len = 0;
     FILE *out = open_memstream(&r->out, &len);
-    hy_train_opts o = { .log_json = log_json, .before_step = before_step,
-                        .before_step_ctx = &r->p };
-    r->rc = out && r->p.numel ? hy_train(&c, &o, out, &r->err) : HY_ERR_RUNTIME;
+    cli_train_opts o = { .log_json = log_json, .before_step = before_step,
+                         .before_step_ctx = &r->p };
+    r->rc = out && r->p.numel ? cli_train_run(&c, &o, out, &r->err) : HY_ERR_RUNTIME;
     if (out) fclose(out);
     free(r->p.clean);
     free(r->p.now);

@@ -1,0 +1,549 @@
+/*
+ * cmd_train.c — `hanayo train` and `hanayo eval`: their flags, the
+ * training loop's orchestration and everything both print.
+ *
+ * train picks the backend (`backend: auto` → CUDA when a GPU is present
+ * and the CUDA backend is built, else the CPU, and says which), builds
+ * the runtime (lib/train.h), runs train.steps steps, and prints a
+ * progress line every train.log_every steps (and at the last): step,
+ * loss, learning rate, gradient norm, tokens/s, ms/step and the time
+ * left. With a JSON log file it also writes one JSON object per step.
+ * Checkpoints go to checkpoint.dir every checkpoint.every steps and after
+ * the last step; `resume` continues a run from one (checkpoint.h),
+ * checked first. A run with a checkpoint.dir holds its lock (one writer
+ * per directory) and, with checkpoint.keep, removes older checkpoints
+ * after each new one is complete. SIGINT or SIGTERM ends the run cleanly
+ * after the current step. eval prints a model's mean loss over a shard as
+ * one JSON line.
+ */
+#include "cmd_train.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "backend.h"
+#include "checkpoint.h"
+#include "cli.h"
+#include "dp.h"
+#include "model.h"
+#include "order.h"
+#include "plan.h"
+#include "schedule.h"
+#include "train.h"
+
+static const char usage_train[] =
+    "usage: hanayo train CONFIG [--set key=value]... [--log-json FILE] [--resume DIR]\n"
+    "\n"
+    "Trains the model of CONFIG with its pipeline schedule, one thread per\n"
+    "rank, and prints a progress line every train.log_every steps: step,\n"
+    "loss, learning rate, gradient norm, tokens/s, ms/step and time left.\n"
+    "\n"
+    "  --set key=value   override a config key, e.g. train.steps=50\n"
+    "  --log-json FILE   also write one JSON object per step to FILE\n"
+    "                    (step, loss, lr, grad_norm, tokens_per_s, ms)\n"
+    "  --resume DIR      continue from a checkpoint (a step_NNNNNN directory,\n"
+    "                    or a checkpoint.dir: its newest), checked first\n"
+    "\n"
+    "Checkpoints go to checkpoint.dir every checkpoint.every steps and after\n"
+    "the last step; resuming continues bit for bit on the same rank layout.\n"
+    "Each file's CRC-32C is in state.json and checked on every load; one run\n"
+    "at a time may write a checkpoint.dir; checkpoint.keep: N keeps the\n"
+    "newest N. `hanayo checkpoint verify|list DIR` checks and lists them.\n"
+    "\n"
+    "SIGINT (Ctrl-C) or SIGTERM stops the run after the current step: it\n"
+    "saves a checkpoint (with a checkpoint.dir), says where it stopped and\n"
+    "exits with status 130 (SIGINT) or 143 (SIGTERM). A second signal ends\n"
+    "it at once.\n";
+
+static const char usage_eval[] =
+    "usage: hanayo eval CONFIG [--init WEIGHTS.safetensors] [--data SHARD]\n"
+    "                   [--batches N] [--set key=value]...\n"
+    "\n"
+    "Prints the model's mean loss over N batches read in order from the start\n"
+    "of SHARD as one JSON line: {\"loss\": x, \"batches\": n, \"tokens\": t}.\n"
+    "\n"
+    "  --init FILE       weights to evaluate (Hugging Face GPT-2 names);\n"
+    "                    default: the config's init, else its seeded init\n"
+    "  --data SHARD      token shard (default: data.val, else data.train)\n"
+    "  --batches N       batches of micro_batch_size x seq_len tokens\n"
+    "                    (default: every whole batch in the shard)\n"
+    "  --set key=value   override a config key\n";
+
+/* ---- SIGINT and SIGTERM -------------------------------------------------------- */
+
+/* SIGINT and SIGTERM during `train`: the handler only records the signal;
+ * cli_train_run sees it after the current step, saves a checkpoint and
+ * returns, and main exits with 128 + the signal's number (130, 143), as a
+ * shell reports a process the signal ended. The handler also puts both signals
+ * back to their default action, so a second one while the run winds down
+ * (a checkpoint of a large model takes a while) ends the process at once;
+ * the checkpoint being written then is lost whole (atomicfile.h), never
+ * half-written. The only global state in the program, as a handler
+ * needs. */
+static volatile sig_atomic_t stop_signal;
+static int stop_caught[2];   /* whether SIGINT, SIGTERM got the handler; set before it runs */
+
+static void on_stop_signal(int sig) {
+    stop_signal = sig;
+    struct sigaction dfl = { .sa_handler = SIG_DFL };   /* sigaction is async-signal-safe */
+    if (stop_caught[0]) sigaction(SIGINT, &dfl, NULL);
+    if (stop_caught[1]) sigaction(SIGTERM, &dfl, NULL);
+}
+
+/* A signal ignored when we start (a script's background job ignores
+ * SIGINT; a supervisor may ignore both) stays ignored: whoever started us
+ * chose that. Both are blocked while the handler runs, so the second
+ * signal always meets the default action. SA_RESTART: the rank threads'
+ * waits and the file writes carry on as if nothing happened. */
+static void catch_stop_signals(void) {
+    const int sigs[2] = { SIGINT, SIGTERM };
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old, sa = { .sa_handler = on_stop_signal, .sa_flags = SA_RESTART };
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+        sigemptyset(&sa.sa_mask);
+        sigaddset(&sa.sa_mask, SIGINT);
+        sigaddset(&sa.sa_mask, SIGTERM);
+        stop_caught[i] = 1;
+        if (sigaction(sigs[i], &sa, NULL) != 0) stop_caught[i] = 0;
+    }
+}
+
+int cli_train_stop_signal(void) {
+    return stop_signal;
+}
+
+/* ---- hanayo train ------------------------------------------------------------ */
+
+/* The backend a run uses (backend.h decides), said on `out` when not NULL.
+ * `backend: "cuda"` without a usable GPU is an input error. */
+static int pick_backend(const hy_config *c, FILE *out, hy_error *err) {
+    hy_backend_request rq;
+    hy_backend_choice chosen;
+    hy_backend_request_from_config(c, &rq);
+    int rc = hy_backend_describe(&rq, &chosen, err);
+    if (!rc && out) fprintf(out, "backend: %s\n", chosen.why);
+    return rc;
+}
+
+/* What the run is, before its first step: model, stages, schedule, batch. */
+static void print_header(const hy_config *c, int replicas, FILE *out) {
+    hy_model m;
+    hy_error err;
+    if (hy_model_build(&m, c, 1, &err) == HY_OK) {
+        fprintf(out, "model: %s, %d layers, d_model %d, %d heads, seq_len %d, vocab %d: %.2fM parameters\n",
+                c->model.kind == HY_MODEL_GPT ? "gpt" : "bert", m.layers, m.d_model, m.heads,
+                m.seq_len, m.vocab, hy_model_param_count(&m) / 1e6);
+        fprintf(out, "stages:");
+        for (int s = 0; s < m.stages; s++) fprintf(out, " %d", m.n_layers[s]);
+        fprintf(out, " layers\n");
+        hy_model_free(&m);
+    }
+    hy_sched_params sp;
+    hy_sched_params_from_config(c, &sp);
+    hy_plan pl;
+    /* The order the runtime runs: chosen for the config's transfer time. */
+    hy_costs uc = hy_order_costs(&sp, c->schedule.comm_cost);
+    if (hy_plan_build(&pl, &sp, &uc, &err) == HY_OK) {
+        fprintf(out, "schedule: %s, P = %d, M = %d", hy_sched_name(sp.kind), sp.ranks,
+                sp.micro_batches);
+        if (sp.kind == HY_SCHED_HANAYO) fprintf(out, ", W = %d", sp.waves);
+        if (sp.kind == HY_SCHED_INTERLEAVED) fprintf(out, ", v = %d", sp.chunks);
+        if (sp.split_backward) fprintf(out, ", split backward");
+        fprintf(out, ", %d stages, bubble %.4f (uniform costs", pl.sched.stages, pl.sim.bubble);
+        if (uc.comm > 0) fprintf(out, ", c = %g", uc.comm);
+        fprintf(out, "), peak activations %d\n", hy_plan_peak_max(&pl));
+        hy_plan_free(&pl);
+    }
+    int per = c->schedule.micro_batches * c->schedule.micro_batch_size * c->model.seq_len;
+    if (replicas > 1)
+        fprintf(out, "data parallel: %d replicas (MPI), each %d micro-batches of the step's %d\n",
+                replicas, c->schedule.micro_batches, replicas * c->schedule.micro_batches);
+    fprintf(out, "batch: %d micro-batches x %d sequences x %d tokens = %d tokens per step\n",
+            replicas * c->schedule.micro_batches, c->schedule.micro_batch_size, c->model.seq_len,
+            replicas * per);
+}
+
+static void print_eta(FILE *out, double seconds) {
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600) fprintf(out, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+    else fprintf(out, "%ld:%02ld", s / 60, s % 60);
+}
+
+/* The validation loss after training: up to 20 batches of data.val. */
+static int validate(hy_runtime *rt, const hy_config *c, int step, FILE *out, FILE *log,
+                    hy_error *err) {
+    int batches = 0;
+    int rc = hy_train_shard_batches(c, c->data.val, &batches, err);
+    double loss = 0, tokens = 0;
+    if (batches > 20) batches = 20;
+    if (!rc) rc = hy_runtime_eval(rt, c->data.val, batches, &loss, &tokens, err);
+    if (rc) return rc;
+    fprintf(out, "val loss %.4f (%d batches of %s)\n", loss, batches, c->data.val);
+    if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.6f, \"val_batches\": %d}\n", step, loss,
+                     batches);
+    return HY_OK;
+}
+
+/* The stop request's signal by name (cmd_train.h: the handler stores its number). */
+static const char *stop_cause(int sig, char *buf, size_t n) {
+    if (sig == SIGINT) return "SIGINT";
+    if (sig == SIGTERM) return "SIGTERM";
+    snprintf(buf, n, "signal %d", sig);
+    return buf;
+}
+
+/* Saves rt's last step into checkpoint.dir, says so, then applies
+ * checkpoint.keep: only now, with the new checkpoint complete and synced,
+ * may older ones go. A failed removal is a warning, not the end of a run
+ * whose newest state is safe. The path goes to path (PATH_MAX bytes). */
+static int save_here(hy_runtime *rt, const hy_config *c, char *path, FILE *out, hy_error *err) {
+    int rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, path, err);
+    if (rc) return rc;
+    fprintf(out, "checkpoint: %s\n", path);
+    int step = 0, removed = 0;
+    size_t pos = 0;
+    hy_error e;
+    if (hy_runtime_get_progress(rt, &step, &pos, &e) ||
+        hy_checkpoint_prune(c->checkpoint.dir, c->checkpoint.keep, step, &removed, &e))
+        fprintf(out, "warning: checkpoint.keep: older checkpoints not all removed: %s\n", e.msg);
+    return HY_OK;
+}
+
+/* Replica 0 writes; the others wait for it to finish, so that none waits
+ * for it inside the next step, where the watchdog would take a long save
+ * for a stalled replica. That one wait is not watched: replica 0 is busy
+ * writing, and if it dies the launcher ends the job. */
+static int save(hy_runtime *rt, const hy_config *c, hy_dp *dp, char *path, FILE *out,
+                hy_error *err) {
+    int rc = hy_train_replicas_agree(rt, dp, err);
+    if (rc) return rc;
+    if (hy_dp_rank(dp) == 0) rc = save_here(rt, c, path, out, err);
+    if (hy_dp_size(dp) > 1) {
+        hy_dp_set_watchdog(dp, 0);
+        rc = hy_dp_agree(dp, rc, err);
+        hy_dp_set_watchdog(dp, c->watchdog_s);
+    }
+    return rc;
+}
+
+/* Whether a stop was asked (*sig: the signal, 0: none), agreed by the
+ * replicas: the largest signal any of them got, so they stop together. */
+static int stop_asked(const cli_train_opts *o, hy_dp *dp, int *sig, hy_error *err) {
+    *sig = 0;
+    if (!o || !o->stop) return HY_OK;
+    *sig = *o->stop;
+    return hy_dp_max(dp, sig, err);
+}
+
+/* A run asked to stop after step `step`: save that step unless `saved`
+ * (its checkpoint, just written) is given or the step was not finite
+ * (`bad`), and say where the run stopped and how to go on. */
+static int stop_run(hy_runtime *rt, const hy_config *c, hy_dp *dp, int step, const char *saved,
+                    int bad, int sig, FILE *out, hy_error *err) {
+    char path[PATH_MAX] = "", cause[32];
+    if (c->checkpoint.dir && !saved && !bad) {
+        int rc = save(rt, c, dp, path, out, err);
+        if (rc) return rc;
+        saved = path;
+    }
+    fprintf(out, "stopped at step %d because of %s; ", step, stop_cause(sig, cause, sizeof cause));
+    if (saved) fprintf(out, "continue with --resume %s\n", saved);
+    else if (c->checkpoint.dir) fprintf(out, "no checkpoint written: the step was not finite\n");
+    else fprintf(out, "no checkpoint written: no checkpoint.dir is configured\n");
+    fflush(out);
+    return HY_OK;
+}
+
+/* train.on_nonfinite: `skip` still stops after more than this many
+ * non-finite steps in a row; a run that bad is not going to recover. */
+#define NONFINITE_MAX_IN_ROW 10
+
+/* Step `step` had a NaN or infinity in its loss or gradient norm (the
+ * runtime's one fused check; a non-finite norm made every rank skip the
+ * update): say where, then per train.on_nonfinite end the run (an error,
+ * before anything is saved) or count it and go on. */
+static int nonfinite(hy_runtime *rt, const hy_config *c, int step, const hy_step_stats *st,
+                     int *total, int *in_row, FILE *out, hy_error *err) {
+    char where[512];
+    int rc = hy_runtime_nonfinite_where(rt, where, sizeof where, err);
+    if (rc) return rc;
+    const char *update = st->updated ? "the update was applied (the gradient norm was finite)"
+                                     : "the update was not applied";
+    ++*total;
+    if (c->train.on_nonfinite == HY_NONFINITE_STOP)
+        return hy_fail(err, HY_ERR_RUNTIME, "step %d: non-finite loss/gradient (%s); %s; stopping "
+                       "without a checkpoint of this step (train.on_nonfinite is \"stop\"; "
+                       "\"skip\" goes on)", step, where, update);
+    if (++*in_row > NONFINITE_MAX_IN_ROW)
+        return hy_fail(err, HY_ERR_RUNTIME, "step %d: non-finite loss/gradient (%s); %s; stopping: "
+                       "%d steps in a row were not finite, more than train.on_nonfinite "
+                       "\"skip\" allows (%d)", step, where, update, *in_row,
+                       NONFINITE_MAX_IN_ROW);
+    fprintf(out, "step %d: non-finite loss/gradient (%s); %s; skipped (%d so far)\n", step, where,
+            update, *total);
+    fflush(out);
+    return HY_OK;
+}
+
+/* A number for the JSON log: JSON has no NaN or infinity. */
+static void json_real(FILE *f, const char *fmt, double x) {
+    if (isfinite(x)) fprintf(f, fmt, x);
+    else fputs("null", f);
+}
+
+int cli_train_run(const hy_config *c, const cli_train_opts *o, FILE *out, hy_error *err) {
+    /* Everything that can be wrong with the input is found before anything
+     * is printed or any file is opened for writing. */
+    hy_dp *dp = o ? o->dp : NULL;
+    hy_dp_set_watchdog(dp, c->watchdog_s);
+    int writer = hy_dp_rank(dp) == 0;   /* replica 0 writes the checkpoints and the log */
+    int rc = pick_backend(c, NULL, err);
+    hy_runtime *rt = NULL;
+    int first = 1, steps = c->train.steps, done = 0, val_batches = 0, unverified = 0;
+    size_t pos = 0;
+    char resume[PATH_MAX] = "";
+    hy_checkpoint_lock lock = { .fd = -1 };
+    if (!rc) rc = hy_train_runtime(&rt, c, dp, out, err);
+    if (!rc && o && o->resume) rc = hy_checkpoint_resolve(o->resume, resume, err);
+    if (!rc && *resume) rc = hy_checkpoint_load(rt, c, resume, &unverified, err);
+    /* Opens data.train and checks that one batch fits. */
+    if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);
+    if (!rc && c->data.val) rc = hy_train_shard_batches(c, c->data.val, &val_batches, err);
+    /* Data parallelism: one replica's bad input ends them all, with its
+     * error; and they must all run the same config. */
+    rc = hy_dp_agree(dp, rc, err);
+    if (!rc) rc = hy_train_same_config(c, dp, err);
+    /* After the other checks, so a run refused for them leaves no
+     * directory behind; before the log, so a refused one leaves no log:
+     * one writer per checkpoint.dir (checkpoint.h). */
+    if (!rc && writer && c->checkpoint.dir)
+        rc = hy_checkpoint_lock_dir(c->checkpoint.dir, &lock, err);
+    FILE *log = NULL;
+    if (!rc && writer && o && o->log_json) {
+        log = fopen(o->log_json, "w");
+        if (!log)
+            rc = hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT),
+                         "--log-json %s: cannot open for writing: %s", o->log_json, strerror(errno));
+    }
+    if (!hy_dp_agreed(dp)) rc = hy_dp_agree(dp, rc, err);
+    if (rc) {
+        if (log) {
+            fclose(log);
+            unlink(o->log_json);   /* it was made by this run, which never started */
+        }
+        hy_checkpoint_unlock(&lock);
+        hy_runtime_destroy(rt);
+        return rc;
+    }
+    pick_backend(c, out, err);
+    print_header(c, hy_dp_size(dp), out);
+    if (lock.leftovers)
+        fprintf(out, "removed %d temporar%s an interrupted save left in %s\n", lock.leftovers,
+                lock.leftovers == 1 ? "y" : "ies", c->checkpoint.dir);
+    if (*resume) {
+        if (unverified) hy_train_warn_unverified(out, resume);
+        fprintf(out, "resumed from %s after step %d\n", resume, done);
+        first = done + 1;
+    }
+    double total_ms = 0;
+    int stopped = 0, saved = 0;   /* the step a stop request ended the run at; the last saved */
+    int stop_sig = 0;             /* the signal that asked (the largest of the replicas') */
+    int bad = 0, n_bad = 0, bad_in_row = 0;   /* this step, all steps, in a row: not finite */
+    char saved_path[PATH_MAX] = "";
+    for (int i = first; i <= steps && !rc; i++) {
+        hy_step_stats st;
+        if (o && o->before_step) rc = o->before_step(rt, i, o->before_step_ctx, err);
+        if (!rc) rc = hy_train_step(rt, c, &st, err);
+        if (rc) break;
+        total_ms += st.ms;
+        double tps = st.tokens / (st.ms / 1e3);
+        if (i % c->train.log_every == 0 || i == steps || i == first) {
+            fprintf(out, "step %*d/%d  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.1f ms  eta ",
+                    (int)snprintf(NULL, 0, "%d", steps), i, steps, st.loss, st.lr, st.grad_norm,
+                    tps, st.ms);
+            print_eta(out, total_ms / (i - first + 1) * (steps - i) / 1e3);
+            fputc('\n', out);
+            fflush(out);
+        }
+        if (log) {
+            fprintf(log, "{\"step\": %d, \"loss\": ", i);
+            json_real(log, "%.6f", st.loss);
+            fprintf(log, ", \"lr\": %.6e, \"grad_norm\": ", st.lr);
+            json_real(log, "%.6f", st.grad_norm);
+            fprintf(log, ", \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n", tps, st.ms,
+                    st.nonfinite ? ", \"nonfinite\": true" : "");
+            if (fflush(log) != 0)
+                rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,
+                             strerror(errno));
+        }
+        bad = st.nonfinite;
+        if (!bad) bad_in_row = 0;
+        else if (!rc) rc = nonfinite(rt, c, i, &st, &n_bad, &bad_in_row, out, err);
+        /* Every replica saw the same loss and norm, so they all stop here
+         * alike: one error, reported once. */
+        if (bad && hy_dp_size(dp) > 1) rc = hy_dp_agree(dp, rc, err);
+        /* Never a checkpoint right after a step that was not finite: what
+         * made it so may sit in the weights. The next good one is saved. */
+        if (!rc && c->checkpoint.dir &&
+            ((c->checkpoint.every > 0 && i % c->checkpoint.every == 0) || i == steps)) {
+            if (bad) {
+                fprintf(out, "checkpoint of step %d not written: the step was not finite\n", i);
+            } else {
+                rc = save(rt, c, dp, saved_path, out, err);
+                if (!rc) saved = i;
+            }
+        }
+        /* Only between steps: a step is never cut in half. Replicas stop
+         * together, at the first step after any of them was asked to. */
+        if (!rc) rc = stop_asked(o, dp, &stop_sig, err);
+        if (!rc && stop_sig) stopped = i;
+        if (stopped) break;
+    }
+    if (!rc && n_bad)
+        fprintf(out, "%d non-finite step%s skipped (train.on_nonfinite is \"skip\")\n", n_bad,
+                n_bad == 1 ? "" : "s");
+    if (!rc && !stopped && c->data.val) rc = validate(rt, c, steps, out, log, err);
+    /* A request that came during the last step or the validation still
+     * gets its answer (the last step was saved already, when there is a
+     * checkpoint.dir, unless the run resumed at its end and took none). */
+    int last = stopped ? stopped : first <= steps ? steps : done;
+    if (!rc && !stopped) rc = stop_asked(o, dp, &stop_sig, err);
+    if (!rc && stop_sig)
+        rc = stop_run(rt, c, dp, last, saved == last ? saved_path : NULL, bad, stop_sig, out, err);
+    if (o && o->stopped_by) *o->stopped_by = stop_sig;
+    hy_runtime_destroy(rt);
+    hy_checkpoint_unlock(&lock);
+    if (log && fclose(log) != 0 && !rc)
+        rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,
+                     strerror(errno));
+    return rc;
+}
+
+typedef struct {
+    cli_train_opts opts;
+    hy_flag_list sets;
+} train_args;
+
+static const hy_flag train_flags[] = {
+    CLI_SET_FLAG(train_args, "train.steps=50"),
+    { .name = "--log-json", .kind = HY_FLAG_STRING, .off = offsetof(train_args, opts.log_json),
+      .example = "train.jsonl" },
+    { .name = "--resume", .kind = HY_FLAG_STRING, .off = offsetof(train_args, opts.resume),
+      .example = "checkpoints/step_000100" },
+    { .name = NULL },
+};
+static const hy_args_spec train_spec = {
+    .command = "train", .flags = train_flags, .operand = "config file",
+    .synopsis = "hanayo train CONFIG [--set key=value]... [--log-json FILE]" };
+
+static int cmd_train(const cli_command *cmd, int argc, char **argv, hy_error *err) {
+    int stopped_by = 0;
+    train_args a = { .opts = { .log_json = NULL, .resume = NULL, .stop = &stop_signal,
+                               .stopped_by = &stopped_by },
+                     .sets = { 0 } };
+    hy_args_result got;
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
+    hy_dp *dp = NULL;
+    FILE *out = stdout;
+    /* Under mpirun or srun, one of the data-parallel replicas: only
+     * replica 0 prints progress and writes the log. */
+    if (st == HY_OK && !got.help) st = hy_dp_start(&dp, NULL, NULL, err);
+    if (st == HY_OK && hy_dp_rank(dp) != 0) {
+        a.opts.log_json = NULL;
+        if (!(out = fopen("/dev/null", "w")))
+            st = hy_fail(err, HY_ERR_RUNTIME, "cannot open /dev/null: %s", strerror(errno));
+    }
+    a.opts.dp = dp;
+    if (st == HY_OK && !got.help) {
+        hy_config c;
+        st = cli_load_config(&c, got.operand, &a.sets, err);
+        /* A config that fails on one replica: the others learn it in
+         * cli_train_run's first agreement, which this one meets here. */
+        if (st != HY_OK && dp) st = hy_dp_agree(dp, st, err);
+        if (st == HY_OK) catch_stop_signals();
+        if (st == HY_OK) st = cli_train_run(&c, &a.opts, out, err);
+        hy_config_free(&c);
+        if (dp) st = st != HY_OK ? cli_replica_failed(dp, st, err) : HY_OK;
+    }
+    if (out != stdout && out) fclose(out);
+    hy_dp_finish(dp);
+    hy_flag_list_free(&a.sets);
+    if (st == HY_OK && stopped_by) stop_signal = stopped_by;   /* main's exit status */
+    return st;
+}
+
+const cli_command cli_train_command = {"train", cmd_train, usage_train, &train_spec, NULL, 0};
+
+/* ---- hanayo eval ------------------------------------------------------------- */
+
+int cli_eval_run(const hy_config *c, const char *shard, int batches, FILE *out, FILE *warn,
+                 hy_error *err) {
+    if (!shard) shard = c->data.val ? c->data.val : c->data.train;
+    int rc = pick_backend(c, NULL, err);   /* stdout is one JSON line */
+    if (rc) return rc;
+    if (batches <= 0) {   /* every whole batch the shard holds, without wrapping */
+        rc = hy_train_shard_batches(c, shard, &batches, err);
+        if (rc) return rc;
+    }
+    hy_runtime *rt = NULL;
+    double loss = 0, tokens = 0;
+    rc = hy_train_runtime(&rt, c, NULL, warn, err);
+    if (!rc) rc = hy_runtime_eval(rt, shard, batches, &loss, &tokens, err);
+    hy_runtime_destroy(rt);
+    if (!rc) fprintf(out, "{\"loss\": %.7f, \"batches\": %d, \"tokens\": %.0f}\n", loss, batches, tokens);
+    return rc;
+}
+
+typedef struct {
+    hy_flag_list sets;
+    const char *init, *data;
+    int batches;        /* 0: every whole batch */
+} eval_args;
+
+#define EVAL(field) offsetof(eval_args, field)
+static const hy_flag eval_flags[] = {
+    { .name = "--init", .kind = HY_FLAG_STRING, .off = EVAL(init),
+      .example = "model.safetensors" },
+    { .name = "--data", .kind = HY_FLAG_STRING, .off = EVAL(data),
+      .example = "data/synth_val.bin" },
+    { .name = "--batches", .kind = HY_FLAG_INT, .off = EVAL(batches), .example = "20",
+      .lo = 1, .hi = 1000000 },
+    CLI_SET_FLAG(eval_args, "model.layers=12"),
+    { .name = NULL },
+};
+static const hy_args_spec eval_spec = {
+    .command = "eval", .flags = eval_flags, .operand = "config file",
+    .synopsis = "hanayo eval CONFIG [--init WEIGHTS] [--data SHARD] [--batches N]" };
+
+static int cmd_eval(const cli_command *cmd, int argc, char **argv, hy_error *err) {
+    eval_args a = { .sets = { 0 }, .init = NULL, .data = NULL, .batches = 0 };
+    char *init_set = NULL;
+    hy_args_result got;
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
+    /* --init becomes one more --set, the last, so the config's checks see
+     * it and it wins over a --set init=... */
+    if (st == HY_OK && !got.help && a.init) {
+        init_set = malloc(strlen(a.init) + sizeof "init=");
+        if (!init_set) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        else sprintf(init_set, "init=%s", a.init);
+        if (st == HY_OK) st = hy_flag_list_add(&a.sets, init_set, err);
+    }
+    if (st == HY_OK && !got.help) {
+        hy_config c;
+        st = cli_load_config(&c, got.operand, &a.sets, err);
+        if (st == HY_OK) st = cli_eval_run(&c, a.data, a.batches, stdout, stderr, err);
+        hy_config_free(&c);
+    }
+    free(init_set);
+    hy_flag_list_free(&a.sets);
+    return st;
+}
+
+const cli_command cli_eval_command = {"eval", cmd_eval, usage_eval, &eval_spec, NULL, 0};
