@@ -142,13 +142,6 @@ static const char usage_eval[] =
     "                    (default: every whole batch in the shard)\n"
     "  --set key=value   override a config key\n";
 
-static const char usage_check[] =
-    "usage: hanayo check CONFIG [--set key=value]...\n"
-    "\n"
-    "Loads CONFIG, applies the --set overrides, validates everything and\n"
-    "prints the resolved configuration as JSON. Exit status 2 names the\n"
-    "file, the key and the fix when something is wrong.\n";
-
 /* ------------------------------------------------------------------------
  * Commands and their flags
  *
@@ -242,46 +235,6 @@ static int cmd_plan(const cli_command *cmd, int argc, char **argv, hy_error *err
 }
 
 const cli_command cli_plan_command = {"plan", cmd_plan, usage_plan, &plan_spec, NULL, 0};
-
-/* ---- hanayo check ---------------------------------------------------------- */
-
-typedef struct {
-    hy_flag_list sets;
-} check_args;
-
-static const hy_flag check_flags[] = {
-    CLI_SET_FLAG(check_args, "schedule.waves=2"),
-    { .name = NULL },
-};
-static const hy_args_spec check_spec = {
-    .command = "check", .flags = check_flags, .operand = "config file",
-    .synopsis = "hanayo check CONFIG [--set key=value]..." };
-
-static int check_config(const char *path, const char *const *sets,
-                        int n_sets, hy_error *err) {
-    hy_config cfg;
-    hy_config_init(&cfg);
-    int st = hy_config_load(&cfg, path, sets, n_sets, err);
-    if (st == HY_OK) {
-        char *json = hy_config_to_json(&cfg);
-        if (json) printf("%s\n", json);
-        else st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-        free(json);
-    }
-    hy_config_free(&cfg);
-    return st;
-}
-
-static int cmd_check(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    check_args a = { .sets = { 0 } };
-    hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (st == HY_OK && !got.help) st = check_config(got.operand, a.sets.items, a.sets.n, err);
-    hy_flag_list_free(&a.sets);
-    return st;
-}
-
-const cli_command cli_check_command = {"check", cmd_check, usage_check, &check_spec, NULL, 0};
 
 /* ---- hanayo train and hanayo eval ---------------------------------------------- */
 
