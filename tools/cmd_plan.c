@@ -5,7 +5,8 @@
  * DESIGN §8 "Measured costs"); and what it prints: lib/plan.h's timeline
  * and summary, its JSON or SVG, or the comparison of the schedules, and
  * with --replicas the plan priced on data-parallel replicas
- * (lib/scale.h).
+ * (lib/scale.h). The config is loaded once, at the start of cli_plan_run,
+ * and handed to every part that reads it.
  */
 #include "cmd_plan.h"
 
@@ -172,16 +173,10 @@ static void apply_flags(const cli_plan_request *rq, hy_sched_params *p) {
     if (rq->split_backward) p->split_backward = 1;
 }
 
-/* Config file, then --set, then the flags: the later one wins. */
-static int resolve(const cli_plan_request *rq, hy_sched_params *p,
+/* Config file (with --set, in cfg), then the flags: the later one wins. */
+static int resolve(const cli_plan_request *rq, const hy_config *cfg, hy_sched_params *p,
                    hy_costs *c, hy_error *err) {
-    hy_config cfg;
-    hy_config_init(&cfg);
-    int st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
-    double comm = cfg.schedule.comm_cost;
-    if (st == HY_OK) hy_sched_params_from_config(&cfg, p);
-    hy_config_free(&cfg);
-    if (st != HY_OK) return st;
+    hy_sched_params_from_config(cfg, p);
     apply_flags(rq, p);
     if (rq->wgrad_cost >= 0 && !p->split_backward && !rq->compare)
         return hy_fail(err, HY_ERR_INPUT, "--wgrad-cost is the cost of a split backward's "
@@ -189,7 +184,7 @@ static int resolve(const cli_plan_request *rq, hy_sched_params *p,
     *c = hy_costs_uniform();
     if (rq->fwd_cost >= 0) c->fwd = rq->fwd_cost;
     if (rq->bwd_cost >= 0) c->bwd = rq->bwd_cost;
-    c->comm = rq->comm_cost >= 0 ? rq->comm_cost : comm;
+    c->comm = rq->comm_cost >= 0 ? rq->comm_cost : cfg->schedule.comm_cost;
     /* For --compare, W's share is what its split rows give W (< 0: half). */
     c->wgrad = rq->wgrad_cost;
     if (!rq->compare && p->split_backward) hy_costs_split(c, rq->wgrad_cost);
@@ -248,46 +243,38 @@ static int model_for(const hy_config *c, const hy_sched_params *p, hy_model *m, 
 /* Bytes of fp32 gradients each stage of plan p sums across replicas: its
  * parameters, and on the last stage the tied embedding's replica when it
  * sits on another rank than stage 0 (both copies are summed). */
-static int grad_bytes_of(const cli_plan_request *rq, const hy_schedule *sc, double *bytes,
+static int grad_bytes_of(const hy_config *cfg, const hy_schedule *sc, double *bytes,
                          hy_error *err) {
-    hy_config cfg;
-    hy_config_init(&cfg);
-    int st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
     hy_sched_params p = { sc->kind, sc->ranks, sc->micro_batches, sc->waves, sc->chunks,
                           sc->split };
     hy_model m;
-    if (st == HY_OK) st = model_for(&cfg, &p, &m, err);
+    int st = model_for(cfg, &p, &m, err);
     if (st == HY_OK) {
         for (int s = 0; s < sc->stages; s++) bytes[s] = 4.0 * (double)m.stage_numel[s];
         if (sc->placement[sc->stages - 1] != sc->placement[0])
             bytes[sc->stages - 1] += 4.0 * (double)hy_model_param(&m, HY_P_WTE, 0)->numel;
         hy_model_free(&m);
     }
-    hy_config_free(&cfg);
     return st;
 }
 
 /* `--replicas`: the plan's step on N data-parallel replicas (scale.h),
  * as a table under the summary, or a JSON line after the plan's. */
-static int scale_table(const cli_plan_request *rq, const hy_plan *pl, const hy_costs *c,
-                       FILE *out, hy_error *err) {
+static int scale_table(const cli_plan_request *rq, const hy_config *cfg, const hy_plan *pl,
+                       const hy_costs *c, FILE *out, hy_error *err) {
     int counts[HY_SCALE_MAX_ROWS], n = 0;
     int measured = c->fwd_stage != NULL;   /* per-stage costs only come from --costs: ms */
     int st = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
     double *bytes = malloc(sizeof(double) * (size_t)pl->sched.stages);
     if (st == HY_OK && !bytes) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    if (st == HY_OK) st = grad_bytes_of(rq, &pl->sched, bytes, err);
+    if (st == HY_OK) st = grad_bytes_of(cfg, &pl->sched, bytes, err);
     hy_scale_link link = {
         .gbps = rq->link_gbps > 0 ? rq->link_gbps : 400,
         .latency_us = rq->link_latency_us >= 0 ? rq->link_latency_us : 5,
         .ms_per_unit = rq->step_ms > 0 ? rq->step_ms / pl->sim.makespan : 1,
+        .tokens_per_replica = (double)pl->sched.micro_batches * cfg->schedule.micro_batch_size *
+                              cfg->model.seq_len,
     };
-    hy_config cfg;
-    hy_config_init(&cfg);
-    if (st == HY_OK) st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
-    link.tokens_per_replica = (double)pl->sched.micro_batches * cfg.schedule.micro_batch_size *
-                              cfg.model.seq_len;
-    hy_config_free(&cfg);
     hy_scale_row rows[HY_SCALE_MAX_ROWS];
     if (st == HY_OK) st = hy_scale_rows(&pl->sched, &pl->sim, bytes, &link, counts, n, rows, err);
     double total = 0;
@@ -310,7 +297,7 @@ static int scale_table(const cli_plan_request *rq, const hy_plan *pl, const hy_c
     return hy_scale_write_table(out, rows, n) ? out_error(err) : HY_OK;
 }
 
-static int run_one(const cli_plan_request *rq, const hy_sched_params *p,
+static int run_one(const cli_plan_request *rq, const hy_config *cfg, const hy_sched_params *p,
                    const hy_costs *c, FILE *out, hy_error *err) {
     hy_plan pl;
     int st = hy_plan_build(&pl, p, c, err);
@@ -328,7 +315,7 @@ static int run_one(const cli_plan_request *rq, const hy_sched_params *p,
         hy_plan_write_summary(out, &pl);
         if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
     }
-    if (st == HY_OK && rq->replicas) st = scale_table(rq, &pl, c, out, err);
+    if (st == HY_OK && rq->replicas) st = scale_table(rq, cfg, &pl, c, out, err);
     hy_plan_free(&pl);
     return st;
 }
@@ -418,7 +405,7 @@ static int measured_one(const cli_plan_request *rq, const hy_config *cfg,
     int st = measured_costs_for(cfg, mc, p, &fwd, &bwd, &wgrad, &measured, err);
     if (st != HY_OK) return st;
     hy_costs c = { .comm = mc->comm, .fwd_stage = fwd, .bwd_stage = bwd, .wgrad_stage = wgrad };
-    st = run_one(rq, p, &c, out, err);
+    st = run_one(rq, cfg, p, &c, out, err);
     if (st == HY_OK && !rq->json)
         fprintf(out, "%-18s%s, ms per stage %s\n", "measured costs", rq->costs,
                 measured ? "as profiled" : "from the per-layer model (this split differs "
@@ -475,36 +462,36 @@ static int measured_compare(const cli_plan_request *rq, const hy_config *cfg,
     return st;
 }
 
-static int run_measured(const cli_plan_request *rq, FILE *out, hy_error *err) {
-    if (rq->fwd_cost >= 0 || rq->bwd_cost >= 0 || rq->comm_cost >= 0)
-        return hy_fail(err, HY_ERR_INPUT, "--costs takes every cost from the profile; drop "
-                       "--fwd-cost, --bwd-cost and --comm-cost");
-    hy_measured_costs mc;
-    int st = hy_measured_costs_load(&mc, rq->costs, err);
-    if (st != HY_OK) return st;
-    hy_config cfg;
-    hy_config_init(&cfg);
-    st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
-    if (st == HY_OK) {
-        hy_sched_params p;
-        hy_sched_params_from_config(&cfg, &p);
-        apply_flags(rq, &p);
-        st = rq->compare ? measured_compare(rq, &cfg, &mc, p, out, err)
-                         : measured_one(rq, &cfg, &mc, &p, out, err);
-    }
-    hy_config_free(&cfg);
-    hy_measured_costs_free(&mc);
-    return st;
+/* With the profile's measured costs: one plan, or every schedule priced. */
+static int run_measured(const cli_plan_request *rq, const hy_config *cfg,
+                        const hy_measured_costs *mc, FILE *out, hy_error *err) {
+    hy_sched_params p;
+    hy_sched_params_from_config(cfg, &p);
+    apply_flags(rq, &p);
+    return rq->compare ? measured_compare(rq, cfg, mc, p, out, err)
+                       : measured_one(rq, cfg, mc, &p, out, err);
 }
 
-int cli_plan_run(const cli_plan_request *rq, FILE *out, hy_error *err) {
+/* With uniform costs: one plan, or the four schedules side by side. */
+static int run_uniform(const cli_plan_request *rq, const hy_config *cfg, FILE *out,
+                       hy_error *err) {
+    hy_sched_params p;
+    hy_costs c;
+    int st = resolve(rq, cfg, &p, &c, err);
+    if (st != HY_OK) return st;
+    return rq->compare ? run_compare(rq, p, &c, out, err)
+                       : run_one(rq, cfg, &p, &c, out, err);
+}
+
+/* The flags that do not go together, refused before any file is read or
+ * anything printed. */
+static int check_request(const cli_plan_request *rq, hy_error *err) {
     if (rq->replicas && rq->compare)
         return hy_fail(err, HY_ERR_INPUT, "--replicas prices one schedule at scale and "
                        "--compare shows four at one server; drop one of them");
     if (!rq->replicas && (rq->link_gbps > 0 || rq->link_latency_us >= 0 || rq->step_ms > 0))
         return hy_fail(err, HY_ERR_INPUT, "--link-gbps, --link-latency-us and --step-ms price "
                        "data parallelism; add --replicas N,N,... (e.g. 1,4,16,64)");
-    /* Checked before anything is printed. */
     if (rq->replicas) {
         int counts[HY_SCALE_MAX_ROWS], n = 0;
         int st = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
@@ -514,17 +501,26 @@ int cli_plan_run(const cli_plan_request *rq, FILE *out, hy_error *err) {
                            "server (--step-ms MS: `hanayo train` prints ms per step), or "
                            "measured costs (--costs SUMMARY.json from hanayo profile)");
     }
-    if (rq->costs) {
-        int st = run_measured(rq, out, err);
-        if (st == HY_OK && (fflush(out) != 0 || ferror(out))) st = out_error(err);
-        return st;
-    }
-    hy_sched_params p;
-    hy_costs c;
-    int st = resolve(rq, &p, &c, err);
+    if (rq->costs && (rq->fwd_cost >= 0 || rq->bwd_cost >= 0 || rq->comm_cost >= 0))
+        return hy_fail(err, HY_ERR_INPUT, "--costs takes every cost from the profile; drop "
+                       "--fwd-cost, --bwd-cost and --comm-cost");
+    return HY_OK;
+}
+
+int cli_plan_run(const cli_plan_request *rq, FILE *out, hy_error *err) {
+    int st = check_request(rq, err);
     if (st != HY_OK) return st;
-    st = rq->compare ? run_compare(rq, p, &c, out, err)
-                     : run_one(rq, &p, &c, out, err);
+    /* The profile before the config: when both are at fault, the
+     * profile's is the error reported. */
+    hy_measured_costs mc;
+    if (rq->costs && (st = hy_measured_costs_load(&mc, rq->costs, err)) != HY_OK) return st;
+    hy_config cfg;
+    hy_config_init(&cfg);
+    st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
+    if (st == HY_OK)
+        st = rq->costs ? run_measured(rq, &cfg, &mc, out, err) : run_uniform(rq, &cfg, out, err);
     if (st == HY_OK && (fflush(out) != 0 || ferror(out))) st = out_error(err);
+    hy_config_free(&cfg);
+    if (rq->costs) hy_measured_costs_free(&mc);
     return st;
 }

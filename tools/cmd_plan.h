@@ -47,10 +47,11 @@ typedef struct {
  * width. */
 void cli_plan_request_init(cli_plan_request *rq);
 
-/* Resolves the request (config, sets, flags), builds what it asks for and
- * writes it to out. For --compare, v is --chunks when given, else the
- * config's chunks when its kind is interleaved, else 2W, so that the
- * comparison is like-for-like with hanayo by default. */
+/* Loads the config once, resolves the request (config, sets, flags),
+ * builds what it asks for and writes it to out. For --compare, v is
+ * --chunks when given, else the config's chunks when its kind is
+ * interleaved, else 2W, so that the comparison is like-for-like with
+ * hanayo by default. */
 int cli_plan_run(const cli_plan_request *rq, FILE *out, hy_error *err);
 
 #endif
