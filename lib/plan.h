@@ -10,7 +10,8 @@
  * measured times), and a table comparing the four schedules at one (P, M).
  * Every renderer writes to a FILE * or returns a malloc'd string; nothing
  * here prints an error — the errors come back as hy_error values to the
- * CLI.
+ * CLI, whose `hanayo plan` (tools/cmd_plan.c) resolves the config and the
+ * flags into a plan and prints it.
  */
 #ifndef HY_PLAN_H
 #define HY_PLAN_H
@@ -138,47 +139,5 @@ char *hy_compare_table(const hy_compare_row *rows, int n);
 /* A JSON array of row objects (skipped rows carry "skipped": reason).
  * NULL only when out of memory. */
 char *hy_compare_json(const hy_compare_row *rows, int n);
-
-/* ---- The `hanayo plan` command -------------------------------------------
- * Everything the CLI parsed, already checked for syntax and range. Numeric
- * fields at 0 (costs at a negative value) were not given: the config file,
- * then --set, then these flags decide, in that order. */
-typedef struct {
-    const char *config;           /* config file, or NULL for defaults */
-    const char *const *sets;      /* "key=value" overrides, like --set */
-    int n_sets;
-    int has_kind;
-    hy_sched_kind kind;
-    int ranks, micro_batches, waves, chunks;
-    double fwd_cost, bwd_cost, comm_cost;
-    int split_backward;           /* 1: split, else the config decides */
-    double wgrad_cost;            /* W's share of bwd_cost when split; < 0: half */
-    int json;                     /* print the JSON instead of the timeline */
-    int compare;                  /* print the comparison table instead */
-    const char *svg;              /* also write the SVG here, or NULL */
-    /* A profile's summary.json (measured.h): simulate with its measured
-     * costs (ms) instead of f, b, c. One plan takes its per-stage costs
-     * and needs the profiled stage count; --compare prices every
-     * schedule from its per-layer cost model, each with the layer split
-     * the runtime would use. NULL: uniform costs. */
-    const char *costs;
-    hy_timeline_opts timeline;
-    /* Data parallelism on paper (scale.h): replica counts "1,4,16,64" to
-     * price, or NULL; each rank's link in Gb/s and per-step latency in us
-     * (0 and < 0: 400 and 5); step_ms, the one-server step the uniform
-     * costs are scaled to (with --costs the measured ms are used). The
-     * model's gradients come from the config. */
-    const char *replicas;
-    double link_gbps, link_latency_us, step_ms;
-} hy_plan_request;
-
-/* Every field "not given", no output options, timeline width 120. */
-void hy_plan_request_init(hy_plan_request *rq);
-
-/* Resolves the request (config, sets, flags), builds what it asks for and
- * writes it to out. For --compare, v is --chunks when given, else the
- * config's chunks when its kind is interleaved, else 2W, so that the
- * comparison is like-for-like with hanayo by default. */
-int hy_plan_run(const hy_plan_request *rq, FILE *out, hy_error *err);
 
 #endif

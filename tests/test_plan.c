@@ -1,7 +1,8 @@
 /*
  * test_plan.c — tests of lib/plan: the JSON contract of DESIGN §1 "The schedules", the
  * ASCII timeline, the SVG and its atomic save, the comparison table, and
- * the `hanayo plan` entry point with config, --set and flags.
+ * the `hanayo plan` entry point (tools/cmd_plan.c) with config, --set and
+ * flags.
  *
  * The JSON is parsed back with jansson and checked key by key against the
  * plan it came from; the renderings are checked for what a reader relies
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cmd_plan.h"
 #include "plan.h"
 #include "test.h"
 
@@ -421,17 +423,17 @@ static void test_compare_skip(void) {
 /* ---- the command entry point ------------------------------------------------ */
 
 /* Runs a request into a string; returns the status. */
-static int run(const hy_plan_request *rq, char **out, hy_error *err) {
+static int run(const cli_plan_request *rq, char **out, hy_error *err) {
     size_t len = 0;
     *out = NULL;
     FILE *f = open_memstream(out, &len);
     hy_error_clear(err);
-    int st = hy_plan_run(rq, f, err);
+    int st = cli_plan_run(rq, f, err);
     fclose(f);
     return st;
 }
 
-static json_t *run_json(const hy_plan_request *rq) {
+static json_t *run_json(const cli_plan_request *rq) {
     char *out;
     hy_error err;
     int st = run(rq, &out, &err);
@@ -442,8 +444,8 @@ static json_t *run_json(const hy_plan_request *rq) {
 }
 
 static void test_run(void) {
-    hy_plan_request rq;
-    hy_plan_request_init(&rq);
+    cli_plan_request rq;
+    cli_plan_request_init(&rq);
     rq.json = 1;
     rq.has_kind = 1;
     rq.kind = HY_SCHED_INTERLEAVED;
@@ -461,7 +463,7 @@ static void test_run(void) {
 
     /* --set applies to the defaults; a flag beats a --set. */
     const char *sets[] = {"schedule.kind=gpipe", "schedule.ranks=3"};
-    hy_plan_request_init(&rq);
+    cli_plan_request_init(&rq);
     rq.json = 1;
     rq.sets = sets;
     rq.n_sets = 2;
@@ -480,7 +482,7 @@ static void test_run(void) {
     char *out;
     hy_error err;
     /* Invalid parameters are input errors, and nothing is printed. */
-    hy_plan_request_init(&rq);
+    cli_plan_request_init(&rq);
     rq.has_kind = 1;
     rq.kind = HY_SCHED_INTERLEAVED;
     rq.ranks = 4;
@@ -494,19 +496,19 @@ static void test_run(void) {
     free(out);
     /* An unknown --set key is the config's input error. */
     const char *bad_set[] = {"schedule.wavez=2"};
-    hy_plan_request_init(&rq);
+    cli_plan_request_init(&rq);
     rq.sets = bad_set;
     rq.n_sets = 1;
     CHECK(run(&rq, &out, &err) == HY_ERR_INPUT && strstr(err.msg, "wavez"));
     free(out);
     /* A missing config file is an error naming it. */
-    hy_plan_request_init(&rq);
+    cli_plan_request_init(&rq);
     rq.config = "no-such-config.json";
     CHECK(run(&rq, &out, &err) != HY_OK && strstr(err.msg, "no-such-config.json"));
     free(out);
 
     /* --compare: v follows 2W unless --chunks is given. */
-    hy_plan_request_init(&rq);
+    cli_plan_request_init(&rq);
     rq.compare = 1;
     rq.ranks = 2;
     rq.micro_batches = 4;
@@ -519,7 +521,7 @@ static void test_run(void) {
     free(out);
 
     /* The default output: the timeline, then the summary. */
-    hy_plan_request_init(&rq);
+    cli_plan_request_init(&rq);
     rq.ranks = 3;
     CHECK(run(&rq, &out, &err) == HY_OK);
     CHECK(strstr(out, "rank 2 |") && !strstr(out, "rank 3 |"));

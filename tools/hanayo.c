@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "args.h"
 #include "backend.h"
@@ -24,8 +23,6 @@
 #include "config.h"
 #include "dp.h"
 #include "error.h"
-#include "plan.h"
-#include "schedule.h"
 #include "suggest.h"
 #include "version.h"
 
@@ -61,54 +58,6 @@ static const char usage_main[] =
     "Exit status: 0 success, 1 runtime failure, 2 bad input; train stopped\n"
     "by SIGINT or SIGTERM: 130 or 143.\n";
 
-static const char usage_plan[] =
-    "usage: hanayo plan [CONFIG] [options]\n"
-    "\n"
-    "Builds a pipeline schedule, simulates it (each rank runs its actions in\n"
-    "order; an action starts when its rank is free and its inputs arrived)\n"
-    "and shows a timeline per rank with a summary, the plan as JSON, an SVG,\n"
-    "or the four schedules side by side. Values come from CONFIG (or the\n"
-    "defaults), then --set, then the flags.\n"
-    "\n"
-    "  --schedule K        gpipe, 1f1b, interleaved or hanayo\n"
-    "  --ranks P           pipeline ranks, 1..64\n"
-    "  --micro-batches M   micro-batches per iteration, 1..65536\n"
-    "  --waves W           hanayo: waves (2W stages per rank), 1..16\n"
-    "  --chunks V          interleaved: stages per rank, 1..64\n"
-    "  --fwd-cost F        time of one stage's forward (default 1)\n"
-    "  --bwd-cost B        time of one stage's backward (default 2)\n"
-    "  --comm-cost C       time of one cross-rank transfer (default: the\n"
-    "                      config's schedule.comm_cost, 0)\n"
-    "  --split-backward    split every backward in B (input gradient) and W\n"
-    "                      (weights), as schedule.split_backward does\n"
-    "  --wgrad-cost W      with a split, what W, the weight pass, costs of the\n"
-    "                      backward's --bwd-cost (default: half); B costs the rest\n"
-    "  --costs FILE        measured costs (ms) from hanayo profile's summary.json:\n"
-    "                      its per-stage F and B and transfer cost; with\n"
-    "                      --compare every schedule priced from its per-layer\n"
-    "                      costs, each with the split the runtime would use\n"
-    "  --json              print the plan as JSON instead of the timeline\n"
-    "  --svg FILE          also draw the timeline as an SVG into FILE\n"
-    "  --compare           one table of all four schedules at this P and M,\n"
-    "                      whole and split backward (interleaved with v = 2W\n"
-    "                      unless --chunks is given)\n"
-    "  --replicas N,N,...  also price this plan on N data-parallel replicas\n"
-    "                      (servers), e.g. 1,4,16,64: each rank's gradients\n"
-    "                      summed as its stages' backwards end (CONFIG's model)\n"
-    "  --link-gbps G       each rank's network link for those sums (default 400)\n"
-    "  --link-latency-us L a ring step's latency (default 5)\n"
-    "  --step-ms MS        one step on one server, in ms, which the uniform\n"
-    "                      costs are scaled to (with --costs: the measured ms)\n"
-    "  --set key=value     override a config key, e.g. schedule.waves=2\n"
-    "  --width N           timeline width in columns, 40..100000 (default 120)\n"
-    "  --color WHEN        auto (colour on a terminal), always or never\n";
-
-static const char usage_check[] =
-    "usage: hanayo check CONFIG [--set key=value]...\n"
-    "\n"
-    "Loads CONFIG, applies the --set overrides, validates everything and\n"
-    "prints the resolved configuration as JSON. Exit status 2 names the\n"
-    "file, the key and the fix when something is wrong.\n";
 
 /* ------------------------------------------------------------------------
  * Commands and their flags
@@ -119,130 +68,6 @@ static const char usage_check[] =
  * and tests/test_args.c checks that the two name the same flags.
  * ------------------------------------------------------------------------ */
 
-/* ---- hanayo plan ----------------------------------------------------------- */
-
-enum { COLOR_AUTO, COLOR_ALWAYS, COLOR_NEVER };
-static const char *const color_names[] = {"auto", "always", "never", NULL};
-
-typedef struct {
-    hy_plan_request rq;
-    hy_flag_list sets;
-    int color;          /* COLOR_* */
-} plan_args;
-
-static int parse_plan_schedule(const char *name, const char *v, void *field, hy_error *err) {
-    (void)name;
-    hy_plan_request *rq = field;
-    rq->has_kind = 1;
-    return hy_sched_parse(v, &rq->kind, err);
-}
-
-#define PLAN(field) offsetof(plan_args, field)
-static const hy_flag plan_flags[] = {
-    { .name = "--schedule", .kind = HY_FLAG_CUSTOM, .off = PLAN(rq), .example = "hanayo",
-      .parse = parse_plan_schedule },
-    { .name = "--ranks", .kind = HY_FLAG_INT, .off = PLAN(rq.ranks), .example = "4",
-      .lo = 1, .hi = HY_MAX_RANKS },
-    { .name = "--micro-batches", .kind = HY_FLAG_INT, .off = PLAN(rq.micro_batches),
-      .example = "8", .lo = 1, .hi = 65536 },
-    { .name = "--waves", .kind = HY_FLAG_INT, .off = PLAN(rq.waves), .example = "2",
-      .lo = 1, .hi = 16 },
-    { .name = "--chunks", .kind = HY_FLAG_INT, .off = PLAN(rq.chunks), .example = "2",
-      .lo = 1, .hi = 64 },
-    { .name = "--fwd-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.fwd_cost), .example = "1",
-      .lo = 0, .hi = 1e12 },
-    { .name = "--bwd-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.bwd_cost), .example = "2",
-      .lo = 0, .hi = 1e12 },
-    { .name = "--comm-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.comm_cost),
-      .example = "0.5", .lo = 0, .hi = 1e12 },
-    { .name = "--split-backward", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.split_backward) },
-    { .name = "--wgrad-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.wgrad_cost),
-      .example = "1", .lo = 0, .hi = 1e12 },
-    { .name = "--json", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.json) },
-    { .name = "--svg", .kind = HY_FLAG_STRING, .off = PLAN(rq.svg), .example = "plan.svg" },
-    { .name = "--compare", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.compare) },
-    CLI_SET_FLAG(plan_args, "schedule.waves=2"),
-    { .name = "--width", .kind = HY_FLAG_INT, .off = PLAN(rq.timeline.width),
-      .example = "120", .lo = 40, .hi = 100000 },
-    { .name = "--color", .kind = HY_FLAG_CHOICE, .off = PLAN(color), .example = "never",
-      .choices = color_names },
-    { .name = "--costs", .kind = HY_FLAG_STRING, .off = PLAN(rq.costs),
-      .example = "profile/tiny-gpt/summary.json" },
-    { .name = "--replicas", .kind = HY_FLAG_STRING, .off = PLAN(rq.replicas),
-      .example = "1,4,16,64" },
-    { .name = "--link-gbps", .kind = HY_FLAG_REAL, .off = PLAN(rq.link_gbps), .example = "400",
-      .lo = 0.001, .hi = 1e9 },
-    { .name = "--link-latency-us", .kind = HY_FLAG_REAL, .off = PLAN(rq.link_latency_us),
-      .example = "5", .lo = 0, .hi = 1e9 },
-    { .name = "--step-ms", .kind = HY_FLAG_REAL, .off = PLAN(rq.step_ms), .example = "120",
-      .lo = 0.001, .hi = 1e12 },
-    { .name = NULL },
-};
-static const hy_args_spec plan_spec = {
-    .command = "plan", .flags = plan_flags, .operand = "config file" };
-
-/* --color auto: colour only for a person at a terminal that can show it. */
-static int want_color(int color) {
-    if (color != COLOR_AUTO) return color == COLOR_ALWAYS;
-    const char *term = getenv("TERM");
-    return isatty(STDOUT_FILENO) && !getenv("NO_COLOR") && !(term && strcmp(term, "dumb") == 0);
-}
-
-static int cmd_plan(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    plan_args a = { .sets = { 0 }, .color = COLOR_AUTO };
-    hy_plan_request_init(&a.rq);
-    hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (st == HY_OK && !got.help) {
-        cli_hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
-        a.rq.timeline.color = want_color(a.color);
-        st = hy_plan_run(&a.rq, stdout, err);
-    }
-    hy_flag_list_free(&a.sets);
-    return st;
-}
-
-const cli_command cli_plan_command = {"plan", cmd_plan, usage_plan, &plan_spec, NULL, 0};
-
-/* ---- hanayo check ---------------------------------------------------------- */
-
-typedef struct {
-    hy_flag_list sets;
-} check_args;
-
-static const hy_flag check_flags[] = {
-    CLI_SET_FLAG(check_args, "schedule.waves=2"),
-    { .name = NULL },
-};
-static const hy_args_spec check_spec = {
-    .command = "check", .flags = check_flags, .operand = "config file",
-    .synopsis = "hanayo check CONFIG [--set key=value]..." };
-
-static int check_config(const char *path, const char *const *sets,
-                        int n_sets, hy_error *err) {
-    hy_config cfg;
-    hy_config_init(&cfg);
-    int st = hy_config_load(&cfg, path, sets, n_sets, err);
-    if (st == HY_OK) {
-        char *json = hy_config_to_json(&cfg);
-        if (json) printf("%s\n", json);
-        else st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-        free(json);
-    }
-    hy_config_free(&cfg);
-    return st;
-}
-
-static int cmd_check(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    check_args a = { .sets = { 0 } };
-    hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (st == HY_OK && !got.help) st = check_config(got.operand, a.sets.items, a.sets.n, err);
-    hy_flag_list_free(&a.sets);
-    return st;
-}
-
-const cli_command cli_check_command = {"check", cmd_check, usage_check, &check_spec, NULL, 0};
 
 /* ---- help, --version and the command table ------------------------------------ */
 

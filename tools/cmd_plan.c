@@ -1,0 +1,526 @@
+/*
+ * cmd_plan.c — `hanayo plan` (DESIGN §7 "The command line"): its flags;
+ * the config, --set and the flags resolved into a schedule and its costs,
+ * uniform or a profile's measured ones (--costs,
+ * DESIGN §8 "Measured costs"); and what it prints: lib/plan.h's timeline
+ * and summary, its JSON or SVG, or the comparison of the schedules, and
+ * with --replicas the plan priced on data-parallel replicas
+ * (lib/scale.h). The config is loaded once, at the start of cli_plan_run,
+ * and handed to every part that reads it.
+ */
+#include "cmd_plan.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "cli.h"
+#include "config.h"
+#include "costs.h"
+#include "measured.h"
+#include "model.h"
+#include "scale.h"
+
+static const char usage_plan[] =
+    "usage: hanayo plan [CONFIG] [options]\n"
+    "\n"
+    "Builds a pipeline schedule, simulates it (each rank runs its actions in\n"
+    "order; an action starts when its rank is free and its inputs arrived)\n"
+    "and shows a timeline per rank with a summary, the plan as JSON, an SVG,\n"
+    "or the four schedules side by side. Values come from CONFIG (or the\n"
+    "defaults), then --set, then the flags.\n"
+    "\n"
+    "  --schedule K        gpipe, 1f1b, interleaved or hanayo\n"
+    "  --ranks P           pipeline ranks, 1..64\n"
+    "  --micro-batches M   micro-batches per iteration, 1..65536\n"
+    "  --waves W           hanayo: waves (2W stages per rank), 1..16\n"
+    "  --chunks V          interleaved: stages per rank, 1..64\n"
+    "  --fwd-cost F        time of one stage's forward (default 1)\n"
+    "  --bwd-cost B        time of one stage's backward (default 2)\n"
+    "  --comm-cost C       time of one cross-rank transfer (default: the\n"
+    "                      config's schedule.comm_cost, 0)\n"
+    "  --split-backward    split every backward in B (input gradient) and W\n"
+    "                      (weights), as schedule.split_backward does\n"
+    "  --wgrad-cost W      with a split, what W, the weight pass, costs of the\n"
+    "                      backward's --bwd-cost (default: half); B costs the rest\n"
+    "  --costs FILE        measured costs (ms) from hanayo profile's summary.json:\n"
+    "                      its per-stage F and B and transfer cost; with\n"
+    "                      --compare every schedule priced from its per-layer\n"
+    "                      costs, each with the split the runtime would use\n"
+    "  --json              print the plan as JSON instead of the timeline\n"
+    "  --svg FILE          also draw the timeline as an SVG into FILE\n"
+    "  --compare           one table of all four schedules at this P and M,\n"
+    "                      whole and split backward (interleaved with v = 2W\n"
+    "                      unless --chunks is given)\n"
+    "  --replicas N,N,...  also price this plan on N data-parallel replicas\n"
+    "                      (servers), e.g. 1,4,16,64: each rank's gradients\n"
+    "                      summed as its stages' backwards end (CONFIG's model)\n"
+    "  --link-gbps G       each rank's network link for those sums (default 400)\n"
+    "  --link-latency-us L a ring step's latency (default 5)\n"
+    "  --step-ms MS        one step on one server, in ms, which the uniform\n"
+    "                      costs are scaled to (with --costs: the measured ms)\n"
+    "  --set key=value     override a config key, e.g. schedule.waves=2\n"
+    "  --width N           timeline width in columns, 40..100000 (default 120)\n"
+    "  --color WHEN        auto (colour on a terminal), always or never\n";
+
+/* ------------------------------------------------------------------------
+ * The flags
+ * ------------------------------------------------------------------------ */
+
+enum { COLOR_AUTO, COLOR_ALWAYS, COLOR_NEVER };
+static const char *const color_names[] = {"auto", "always", "never", NULL};
+
+typedef struct {
+    cli_plan_request rq;
+    hy_flag_list sets;
+    int color;          /* COLOR_* */
+} plan_args;
+
+static int parse_plan_schedule(const char *name, const char *v, void *field, hy_error *err) {
+    (void)name;
+    cli_plan_request *rq = field;
+    rq->has_kind = 1;
+    return hy_sched_parse(v, &rq->kind, err);
+}
+
+#define PLAN(field) offsetof(plan_args, field)
+static const hy_flag plan_flags[] = {
+    { .name = "--schedule", .kind = HY_FLAG_CUSTOM, .off = PLAN(rq), .example = "hanayo",
+      .parse = parse_plan_schedule },
+    { .name = "--ranks", .kind = HY_FLAG_INT, .off = PLAN(rq.ranks), .example = "4",
+      .lo = 1, .hi = HY_MAX_RANKS },
+    { .name = "--micro-batches", .kind = HY_FLAG_INT, .off = PLAN(rq.micro_batches),
+      .example = "8", .lo = 1, .hi = 65536 },
+    { .name = "--waves", .kind = HY_FLAG_INT, .off = PLAN(rq.waves), .example = "2",
+      .lo = 1, .hi = 16 },
+    { .name = "--chunks", .kind = HY_FLAG_INT, .off = PLAN(rq.chunks), .example = "2",
+      .lo = 1, .hi = 64 },
+    { .name = "--fwd-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.fwd_cost), .example = "1",
+      .lo = 0, .hi = 1e12 },
+    { .name = "--bwd-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.bwd_cost), .example = "2",
+      .lo = 0, .hi = 1e12 },
+    { .name = "--comm-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.comm_cost),
+      .example = "0.5", .lo = 0, .hi = 1e12 },
+    { .name = "--split-backward", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.split_backward) },
+    { .name = "--wgrad-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.wgrad_cost),
+      .example = "1", .lo = 0, .hi = 1e12 },
+    { .name = "--json", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.json) },
+    { .name = "--svg", .kind = HY_FLAG_STRING, .off = PLAN(rq.svg), .example = "plan.svg" },
+    { .name = "--compare", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.compare) },
+    CLI_SET_FLAG(plan_args, "schedule.waves=2"),
+    { .name = "--width", .kind = HY_FLAG_INT, .off = PLAN(rq.timeline.width),
+      .example = "120", .lo = 40, .hi = 100000 },
+    { .name = "--color", .kind = HY_FLAG_CHOICE, .off = PLAN(color), .example = "never",
+      .choices = color_names },
+    { .name = "--costs", .kind = HY_FLAG_STRING, .off = PLAN(rq.costs),
+      .example = "profile/tiny-gpt/summary.json" },
+    { .name = "--replicas", .kind = HY_FLAG_STRING, .off = PLAN(rq.replicas),
+      .example = "1,4,16,64" },
+    { .name = "--link-gbps", .kind = HY_FLAG_REAL, .off = PLAN(rq.link_gbps), .example = "400",
+      .lo = 0.001, .hi = 1e9 },
+    { .name = "--link-latency-us", .kind = HY_FLAG_REAL, .off = PLAN(rq.link_latency_us),
+      .example = "5", .lo = 0, .hi = 1e9 },
+    { .name = "--step-ms", .kind = HY_FLAG_REAL, .off = PLAN(rq.step_ms), .example = "120",
+      .lo = 0.001, .hi = 1e12 },
+    { .name = NULL },
+};
+static const hy_args_spec plan_spec = {
+    .command = "plan", .flags = plan_flags, .operand = "config file" };
+
+/* --color auto: colour only for a person at a terminal that can show it. */
+static int want_color(int color) {
+    if (color != COLOR_AUTO) return color == COLOR_ALWAYS;
+    const char *term = getenv("TERM");
+    return isatty(STDOUT_FILENO) && !getenv("NO_COLOR") && !(term && strcmp(term, "dumb") == 0);
+}
+
+static int cmd_plan(const cli_command *cmd, int argc, char **argv, hy_error *err) {
+    plan_args a = { .sets = { 0 }, .color = COLOR_AUTO };
+    cli_plan_request_init(&a.rq);
+    hy_args_result got;
+    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
+    if (st == HY_OK && !got.help) {
+        cli_hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
+        a.rq.timeline.color = want_color(a.color);
+        st = cli_plan_run(&a.rq, stdout, err);
+    }
+    hy_flag_list_free(&a.sets);
+    return st;
+}
+
+const cli_command cli_plan_command = {"plan", cmd_plan, usage_plan, &plan_spec, NULL, 0};
+
+/* ------------------------------------------------------------------------
+ * The request: resolved, built and printed
+ * ------------------------------------------------------------------------ */
+
+void cli_plan_request_init(cli_plan_request *rq) {
+    memset(rq, 0, sizeof *rq);
+    rq->fwd_cost = rq->bwd_cost = rq->comm_cost = rq->wgrad_cost = -1;
+    rq->link_latency_us = -1;
+}
+
+/* The schedule flags over what the config says. */
+static void apply_flags(const cli_plan_request *rq, hy_sched_params *p) {
+    if (rq->has_kind) p->kind = rq->kind;
+    if (rq->ranks > 0) p->ranks = rq->ranks;
+    if (rq->micro_batches > 0) p->micro_batches = rq->micro_batches;
+    if (rq->waves > 0) p->waves = rq->waves;
+    if (rq->chunks > 0) p->chunks = rq->chunks;
+    if (rq->split_backward) p->split_backward = 1;
+}
+
+/* Config file (with --set, in cfg), then the flags: the later one wins. */
+static int resolve(const cli_plan_request *rq, const hy_config *cfg, hy_sched_params *p,
+                   hy_costs *c, hy_error *err) {
+    hy_sched_params_from_config(cfg, p);
+    apply_flags(rq, p);
+    if (rq->wgrad_cost >= 0 && !p->split_backward && !rq->compare)
+        return hy_fail(err, HY_ERR_INPUT, "--wgrad-cost is the cost of a split backward's "
+                       "weight pass; add --split-backward (or schedule.split_backward=true)");
+    *c = hy_costs_uniform();
+    if (rq->fwd_cost >= 0) c->fwd = rq->fwd_cost;
+    if (rq->bwd_cost >= 0) c->bwd = rq->bwd_cost;
+    c->comm = rq->comm_cost >= 0 ? rq->comm_cost : cfg->schedule.comm_cost;
+    /* For --compare, W's share is what its split rows give W (< 0: half). */
+    c->wgrad = rq->wgrad_cost;
+    if (!rq->compare && p->split_backward) hy_costs_split(c, rq->wgrad_cost);
+    if (!rq->compare && !p->split_backward) c->wgrad = 0;
+    return HY_OK;
+}
+
+static int out_error(hy_error *err) {
+    return hy_fail(err, HY_ERR_RUNTIME, "cannot write the output: %s",
+                   strerror(errno ? errno : EIO));
+}
+
+static int run_compare(const cli_plan_request *rq, hy_sched_params p,
+                       const hy_costs *c, FILE *out, hy_error *err) {
+    if (rq->svg)
+        return hy_fail(err, HY_ERR_INPUT, "--svg draws one schedule and "
+                       "--compare shows four; drop one of them");
+    /* Like-for-like by default: interleaved with as many chunks per rank
+     * as hanayo's 2W, unless v was asked for. */
+    if (rq->chunks <= 0 && p.kind != HY_SCHED_INTERLEAVED) p.chunks = 2 * p.waves;
+    hy_compare_row rows[HY_COMPARE_ROWS];
+    int st = hy_plan_compare(&p, c, rows, err);
+    if (st != HY_OK) return st;
+    if (rq->json) {
+        char *s = hy_compare_json(rows, HY_COMPARE_ROWS);
+        if (!s) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        fprintf(out, "%s\n", s);
+        free(s);
+    } else {
+        double w = c->wgrad >= 0 ? c->wgrad : c->bwd / 2;
+        fprintf(out, "P = %d, M = %d; one rank's share of the model costs f = %g forward, "
+                "b = %g backward (f/v and b/v per stage for v chunks per rank; +split: "
+                "B = %g, W = %g); a transfer costs c = %g\n\n",
+                p.ranks, p.micro_batches, c->fwd, c->bwd, c->bwd - w, w, c->comm);
+        hy_compare_write_table(out, rows, HY_COMPARE_ROWS);
+    }
+    return HY_OK;
+}
+
+/* Config c's model with schedule p's stages: c's schedule.split when it
+ * has p's stage count, else the balanced one (model.h). */
+static int model_for(const hy_config *c, const hy_sched_params *p, hy_model *m, hy_error *err) {
+    hy_config k = *c;   /* a shallow copy, only read: never freed */
+    k.schedule.kind = p->kind;
+    k.schedule.ranks = p->ranks;
+    k.schedule.waves = p->waves;
+    k.schedule.chunks = p->chunks;
+    k.schedule.micro_batches = p->micro_batches;
+    if (k.schedule.n_split != hy_config_stages(&k)) {
+        k.schedule.split = NULL;
+        k.schedule.n_split = 0;
+    }
+    return hy_model_build(m, &k, 1, err);
+}
+
+/* Bytes of fp32 gradients each stage of plan p sums across replicas: its
+ * parameters, and on the last stage the tied embedding's replica when it
+ * sits on another rank than stage 0 (both copies are summed). */
+static int grad_bytes_of(const hy_config *cfg, const hy_schedule *sc, double *bytes,
+                         hy_error *err) {
+    hy_sched_params p = { sc->kind, sc->ranks, sc->micro_batches, sc->waves, sc->chunks,
+                          sc->split };
+    hy_model m;
+    int st = model_for(cfg, &p, &m, err);
+    if (st == HY_OK) {
+        for (int s = 0; s < sc->stages; s++) bytes[s] = 4.0 * (double)m.stage_numel[s];
+        if (sc->placement[sc->stages - 1] != sc->placement[0])
+            bytes[sc->stages - 1] += 4.0 * (double)hy_model_param(&m, HY_P_WTE, 0)->numel;
+        hy_model_free(&m);
+    }
+    return st;
+}
+
+/* `--replicas`: the plan's step on N data-parallel replicas (scale.h),
+ * as a table under the summary, or a JSON line after the plan's. */
+static int scale_table(const cli_plan_request *rq, const hy_config *cfg, const hy_plan *pl,
+                       const hy_costs *c, FILE *out, hy_error *err) {
+    int counts[HY_SCALE_MAX_ROWS], n = 0;
+    int measured = c->fwd_stage != NULL;   /* per-stage costs only come from --costs: ms */
+    int st = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
+    double *bytes = malloc(sizeof(double) * (size_t)pl->sched.stages);
+    if (st == HY_OK && !bytes) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    if (st == HY_OK) st = grad_bytes_of(cfg, &pl->sched, bytes, err);
+    hy_scale_link link = {
+        .gbps = rq->link_gbps > 0 ? rq->link_gbps : 400,
+        .latency_us = rq->link_latency_us >= 0 ? rq->link_latency_us : 5,
+        .ms_per_unit = rq->step_ms > 0 ? rq->step_ms / pl->sim.makespan : 1,
+        .tokens_per_replica = (double)pl->sched.micro_batches * cfg->schedule.micro_batch_size *
+                              cfg->model.seq_len,
+    };
+    hy_scale_row rows[HY_SCALE_MAX_ROWS];
+    if (st == HY_OK) st = hy_scale_rows(&pl->sched, &pl->sim, bytes, &link, counts, n, rows, err);
+    double total = 0;
+    for (int s = 0; st == HY_OK && s < pl->sched.stages; s++) total += bytes[s];
+    free(bytes);
+    if (st != HY_OK) return st;
+    if (rq->json) {
+        char *rows_json = hy_scale_json(rows, n);
+        if (!rows_json) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        fprintf(out, "{\"link_gbps\": %g, \"link_latency_us\": %g, \"ms_per_unit\": %.9g, "
+                "\"grad_bytes\": %.0f, \"replicas\": %s}\n", link.gbps, link.latency_us,
+                link.ms_per_unit, total, rows_json);
+        free(rows_json);
+        return HY_OK;
+    }
+    fprintf(out, "\ndata parallel: the gradients (%.1f MB) summed over the replicas as each "
+            "stage's backward ends,\nring all-reduce on each rank's %g Gb/s link, %g us a step; "
+            "one server's step %.2f ms%s\n", total / 1e6, link.gbps, link.latency_us,
+            pl->sim.makespan * link.ms_per_unit, measured ? " (measured costs)" : " (--step-ms)");
+    return hy_scale_write_table(out, rows, n) ? out_error(err) : HY_OK;
+}
+
+static int run_one(const cli_plan_request *rq, const hy_config *cfg, const hy_sched_params *p,
+                   const hy_costs *c, FILE *out, hy_error *err) {
+    hy_plan pl;
+    int st = hy_plan_build(&pl, p, c, err);
+    if (st != HY_OK) return st;
+    /* The SVG first: if it cannot be written, nothing else is printed. */
+    if (rq->svg) st = hy_plan_save_svg(&pl, rq->svg, err);
+    if (st == HY_OK && rq->json) {
+        char *s = hy_plan_json(&pl);
+        if (s) fprintf(out, "%s\n", s);
+        else st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        free(s);
+    } else if (st == HY_OK) {
+        if (hy_plan_write_timeline(out, &pl, &rq->timeline) != 0) st = out_error(err);
+        fputc('\n', out);
+        hy_plan_write_summary(out, &pl);
+        if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
+    }
+    if (st == HY_OK && rq->replicas) st = scale_table(rq, cfg, &pl, c, out, err);
+    hy_plan_free(&pl);
+    return st;
+}
+
+/* ---- Measured costs (--costs) ------------------------------------------- */
+
+/* The layer split the runtime would use for schedule p on config c's
+ * model: c's schedule.split when it has p's stage count, else the
+ * balanced one (model.h). n holds p's stage count. */
+static int split_of(const hy_config *c, const hy_sched_params *p, int *n, hy_error *err) {
+    hy_model m;
+    int st = model_for(c, p, &m, err);
+    if (st != HY_OK) return st;
+    memcpy(n, m.n_layers, (size_t)m.stages * sizeof(int));
+    hy_model_free(&m);
+    return HY_OK;
+}
+
+/* What the profile measured W to be of a whole backward, over all its
+ * stages: how a re-priced split backward is cut in two. */
+static double measured_wgrad_share(const hy_measured_costs *mc) {
+    double w = 0, whole = 0;
+    for (int s = 0; s < mc->stages; s++) {
+        w += mc->wgrad[s];
+        whole += mc->bwd[s] + mc->wgrad[s];
+    }
+    return whole > 0 ? w / whole : 0.5;
+}
+
+/* Per-stage costs of schedule p from the measured ones: as measured when
+ * p has the profiled split of the layers, else priced by the per-layer
+ * model. bwd is the whole backward, or B's with p split (wgrad then W's:
+ * the profile must have split too, for B and W to be known). */
+static int measured_costs_for(const hy_config *cfg, const hy_measured_costs *mc,
+                              const hy_sched_params *p, double **fwd, double **bwd,
+                              double **wgrad, int *measured, hy_error *err) {
+    int S = hy_sched_chunks(p) * p->ranks;
+    *fwd = *bwd = *wgrad = NULL;
+    if (p->split_backward && !mc->split)
+        return hy_fail(err, HY_ERR_INPUT, "the profile measured whole backwards; profile a run "
+                       "with schedule.split_backward to price the split passes");
+    int *n = malloc((size_t)S * sizeof(int));
+    *fwd = malloc((size_t)S * sizeof(double));
+    *bwd = malloc((size_t)S * sizeof(double));
+    *wgrad = malloc((size_t)S * sizeof(double));
+    int st = n && *fwd && *bwd && *wgrad ? split_of(cfg, p, n, err)
+                                         : hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    if (st == HY_OK) {
+        *measured = S == mc->stages && memcmp(n, mc->n_layers, (size_t)S * sizeof(int)) == 0;
+        double share = measured_wgrad_share(mc);
+        for (int s = 0; s < S; s++) {
+            double f, b, w;
+            if (*measured) {
+                f = mc->fwd[s], b = mc->bwd[s], w = mc->wgrad[s];
+            } else {
+                hy_cost_model_stage(&mc->model, s, S, n[s], &f, &b);   /* b: whole */
+                w = b * share;
+                b -= w;
+            }
+            (*fwd)[s] = f;
+            (*bwd)[s] = p->split_backward ? b : b + w;
+            (*wgrad)[s] = p->split_backward ? w : 0;
+        }
+    }
+    free(n);
+    if (st != HY_OK) {
+        free(*fwd);
+        free(*bwd);
+        free(*wgrad);
+        *fwd = *bwd = *wgrad = NULL;
+    }
+    return st;
+}
+
+static int measured_one(const cli_plan_request *rq, const hy_config *cfg,
+                        const hy_measured_costs *mc, const hy_sched_params *p, FILE *out,
+                        hy_error *err) {
+    int S = hy_sched_chunks(p) * p->ranks;
+    if (S != mc->stages)
+        return hy_fail(err, HY_ERR_INPUT, "--costs %s: schedule.stages: the profile measured "
+                       "%d stages (%s, P = %d) but this plan has %d (%s, P = %d); profile "
+                       "this schedule, or add --compare to price every schedule from the "
+                       "measured per-layer costs", rq->costs, mc->stages, hy_sched_name(mc->kind),
+                       mc->ranks, S, hy_sched_name(p->kind), p->ranks);
+    double *fwd = NULL, *bwd = NULL, *wgrad = NULL;
+    int measured = 0;
+    int st = measured_costs_for(cfg, mc, p, &fwd, &bwd, &wgrad, &measured, err);
+    if (st != HY_OK) return st;
+    hy_costs c = { .comm = mc->comm, .fwd_stage = fwd, .bwd_stage = bwd, .wgrad_stage = wgrad };
+    st = run_one(rq, cfg, p, &c, out, err);
+    if (st == HY_OK && !rq->json)
+        fprintf(out, "%-18s%s, ms per stage %s\n", "measured costs", rq->costs,
+                measured ? "as profiled" : "from the per-layer model (this split differs "
+                "from the profiled one)");
+    free(fwd);
+    free(bwd);
+    free(wgrad);
+    return st;
+}
+
+static int measured_compare(const cli_plan_request *rq, const hy_config *cfg,
+                            const hy_measured_costs *mc, hy_sched_params p, FILE *out,
+                            hy_error *err) {
+    if (rq->svg)
+        return hy_fail(err, HY_ERR_INPUT, "--svg draws one schedule and "
+                       "--compare shows four; drop one of them");
+    if (rq->chunks <= 0 && p.kind != HY_SCHED_INTERLEAVED) p.chunks = 2 * p.waves;
+    hy_costs costs[HY_COMPARE_ROWS];
+    hy_error notes[HY_COMPARE_ROWS];
+    const char *skip[HY_COMPARE_ROWS];
+    double *arrays[3 * HY_COMPARE_ROWS] = {0};
+    int st = HY_OK;
+    for (int k = 0; k < HY_COMPARE_ROWS && st == HY_OK; k++) {
+        hy_sched_params q = p;
+        q.kind = (hy_sched_kind)(k % HY_SCHED_COUNT);
+        q.split_backward = k >= HY_SCHED_COUNT;
+        int measured = 0;
+        double **a = &arrays[3 * k];
+        hy_error_clear(&notes[k]);
+        skip[k] = NULL;
+        int kst = measured_costs_for(cfg, mc, &q, &a[0], &a[1], &a[2], &measured, &notes[k]);
+        if (kst == HY_ERR_RUNTIME) st = hy_fail(err, kst, "%s", notes[k].msg);
+        else if (kst != HY_OK) skip[k] = notes[k].msg;
+        costs[k] = (hy_costs){ .comm = mc->comm, .fwd_stage = a[0], .bwd_stage = a[1],
+                               .wgrad_stage = q.split_backward ? a[2] : NULL };
+    }
+    hy_compare_row rows[HY_COMPARE_ROWS];
+    if (st == HY_OK) st = hy_plan_compare_costs(&p, costs, skip, rows, err);
+    if (st == HY_OK && rq->json) {
+        char *s = hy_compare_json(rows, HY_COMPARE_ROWS);
+        if (!s) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        else fprintf(out, "%s\n", s);
+        free(s);
+    } else if (st == HY_OK) {
+        const hy_cost_model *m = &mc->model;
+        fprintf(out, "P = %d, M = %d; measured costs from %s, in ms: per layer F %.4g, B %.4g; "
+                "first stage extra F %.4g, B %.4g; last stage extra F %.4g, B %.4g; a transfer "
+                "c = %.4g. Each schedule with the layer split the runtime would use.\n\n",
+                p.ranks, p.micro_batches, rq->costs, m->layer_fwd, m->layer_bwd, m->first_fwd,
+                m->first_bwd, m->last_fwd, m->last_bwd, mc->comm);
+        hy_compare_write_table(out, rows, HY_COMPARE_ROWS);
+    }
+    for (int i = 0; i < 3 * HY_COMPARE_ROWS; i++) free(arrays[i]);
+    return st;
+}
+
+/* With the profile's measured costs: one plan, or every schedule priced. */
+static int run_measured(const cli_plan_request *rq, const hy_config *cfg,
+                        const hy_measured_costs *mc, FILE *out, hy_error *err) {
+    hy_sched_params p;
+    hy_sched_params_from_config(cfg, &p);
+    apply_flags(rq, &p);
+    return rq->compare ? measured_compare(rq, cfg, mc, p, out, err)
+                       : measured_one(rq, cfg, mc, &p, out, err);
+}
+
+/* With uniform costs: one plan, or the four schedules side by side. */
+static int run_uniform(const cli_plan_request *rq, const hy_config *cfg, FILE *out,
+                       hy_error *err) {
+    hy_sched_params p;
+    hy_costs c;
+    int st = resolve(rq, cfg, &p, &c, err);
+    if (st != HY_OK) return st;
+    return rq->compare ? run_compare(rq, p, &c, out, err)
+                       : run_one(rq, cfg, &p, &c, out, err);
+}
+
+/* The flags that do not go together, refused before any file is read or
+ * anything printed. */
+static int check_request(const cli_plan_request *rq, hy_error *err) {
+    if (rq->replicas && rq->compare)
+        return hy_fail(err, HY_ERR_INPUT, "--replicas prices one schedule at scale and "
+                       "--compare shows four at one server; drop one of them");
+    if (!rq->replicas && (rq->link_gbps > 0 || rq->link_latency_us >= 0 || rq->step_ms > 0))
+        return hy_fail(err, HY_ERR_INPUT, "--link-gbps, --link-latency-us and --step-ms price "
+                       "data parallelism; add --replicas N,N,... (e.g. 1,4,16,64)");
+    if (rq->replicas) {
+        int counts[HY_SCALE_MAX_ROWS], n = 0;
+        int st = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
+        if (st != HY_OK) return st;
+        if (!rq->costs && !(rq->step_ms > 0))
+            return hy_fail(err, HY_ERR_INPUT, "--replicas needs the time of one step on one "
+                           "server (--step-ms MS: `hanayo train` prints ms per step), or "
+                           "measured costs (--costs SUMMARY.json from hanayo profile)");
+    }
+    if (rq->costs && (rq->fwd_cost >= 0 || rq->bwd_cost >= 0 || rq->comm_cost >= 0))
+        return hy_fail(err, HY_ERR_INPUT, "--costs takes every cost from the profile; drop "
+                       "--fwd-cost, --bwd-cost and --comm-cost");
+    return HY_OK;
+}
+
+int cli_plan_run(const cli_plan_request *rq, FILE *out, hy_error *err) {
+    int st = check_request(rq, err);
+    if (st != HY_OK) return st;
+    /* The profile before the config: when both are at fault, the
+     * profile's is the error reported. */
+    hy_measured_costs mc;
+    if (rq->costs && (st = hy_measured_costs_load(&mc, rq->costs, err)) != HY_OK) return st;
+    hy_config cfg;
+    hy_config_init(&cfg);
+    st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
+    if (st == HY_OK)
+        st = rq->costs ? run_measured(rq, &cfg, &mc, out, err) : run_uniform(rq, &cfg, out, err);
+    if (st == HY_OK && (fflush(out) != 0 || ferror(out))) st = out_error(err);
+    hy_config_free(&cfg);
+    if (rq->costs) hy_measured_costs_free(&mc);
+    return st;
+}
