@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -83,7 +84,11 @@ typedef enum {
 enum {
     F_NULLABLE = 1,  /* JSON null is allowed (strings: NULL; reals: derived) */
     F_LO_OPEN = 2,   /* reals: lo itself is excluded */
-    F_HI_OPEN = 4    /* reals: hi itself is excluded */
+    F_HI_OPEN = 4,   /* reals: hi itself is excluded */
+    /* Reals the optimizer uses as a 32-bit float: the value as a float
+     * must be in range too (0.99999999 is 1 as a float), and finite and
+     * normal unless 0 (1e-46 is 0 as a float, 1e-40 loses its digits). */
+    F_FLOAT = 8
 };
 
 typedef struct {
@@ -172,11 +177,12 @@ static const key_spec KEYS[] = {
     { .name = "train.steps", .type = K_INT, .off = OFF(train.steps),
       .lo = 1, .hi = INT_ANY, .def = 200, .doc = "optimizer steps" },
     { .name = "train.lr", .type = K_REAL, .off = OFF(train.lr),
-      .lo = 0, .hi = HUGE_VAL, .def = 1e-3,
+      .lo = 0, .hi = 1e3, .flags = F_FLOAT, .def = 1e-3,
       .doc = "peak learning rate (AdamW): linear warm-up to it, then cosine decay "
-             "to `train.min_lr` at the last step" },
+             "to `train.min_lr` at the last step. At most 1000: AdamW moves each "
+             "weight by about the rate a step, so a larger one only wrecks the weights" },
     { .name = "train.min_lr", .type = K_REAL, .off = OFF(train.min_lr),
-      .lo = 0, .hi = HUGE_VAL, .flags = F_NULLABLE, .def_doc = "train.lr / 10",
+      .lo = 0, .hi = 1e3, .flags = F_NULLABLE | F_FLOAT, .def_doc = "train.lr / 10",
       .doc = "learning rate at the last step, <= `train.lr`; absent or null means "
              "train.lr / 10 (the resolved value is what `hanayo check` prints)" },
     { .name = "train.warmup_steps", .type = K_INT, .off = OFF(train.warmup_steps),
@@ -184,19 +190,24 @@ static const key_spec KEYS[] = {
       .doc = "steps of linear warm-up from 0 to `train.lr`; may exceed train.steps "
              "(the run then ends still warming up)" },
     { .name = "train.weight_decay", .type = K_REAL, .off = OFF(train.weight_decay),
-      .lo = 0, .hi = HUGE_VAL, .def = 0.1, .doc = "AdamW decoupled weight decay" },
+      .lo = 0, .hi = 1e3, .flags = F_FLOAT, .def = 0.1,
+      .doc = "AdamW decoupled weight decay: each step takes lr x weight_decay of every "
+             "weight off it (at most 1000, where that is the whole weight even at "
+             "lr = 0.001)" },
     { .name = "train.beta1", .type = K_REAL, .off = OFF(train.beta1),
-      .lo = 0, .hi = 1, .flags = F_HI_OPEN, .def = 0.9,
+      .lo = 0, .hi = 1, .flags = F_HI_OPEN | F_FLOAT, .def = 0.9,
       .doc = "AdamW first-moment decay (0 is allowed: no momentum)" },
     { .name = "train.beta2", .type = K_REAL, .off = OFF(train.beta2),
-      .lo = 0, .hi = 1, .flags = F_HI_OPEN, .def = 0.95,
+      .lo = 0, .hi = 1, .flags = F_HI_OPEN | F_FLOAT, .def = 0.95,
       .doc = "AdamW second-moment decay" },
     { .name = "train.eps", .type = K_REAL, .off = OFF(train.eps),
-      .lo = 0, .hi = HUGE_VAL, .flags = F_LO_OPEN, .def = 1e-8,
-      .doc = "AdamW epsilon" },
+      .lo = 0, .hi = 1e3, .flags = F_LO_OPEN | F_FLOAT, .def = 1e-8,
+      .doc = "AdamW epsilon, added to the root of the second moment below each update "
+             "(at most 1000: far above the gradients' size every update is about 0)" },
     { .name = "train.grad_clip", .type = K_REAL, .off = OFF(train.grad_clip),
-      .lo = 0, .hi = HUGE_VAL, .def = 1.0,
-      .doc = "clip the global gradient norm to this; 0 turns clipping off" },
+      .lo = 0, .hi = 1e30, .flags = F_FLOAT, .def = 1.0,
+      .doc = "clip the global gradient norm to this; 0 turns clipping off (at most "
+             "1e30, inside a 32-bit float's range)" },
     { .name = "train.seed", .type = K_SEED, .off = OFF(train.seed),
       .lo = 0, .hi = 9223372036854775807.0, .def = 1234,
       .doc = "seeds initialization, data order and BERT masking" },
@@ -420,6 +431,10 @@ static void describe_range(const key_spec *k, char *buf, size_t n) {
         else
             snprintf(buf, n, "a number in %c%s, %s%c", (k->flags & F_LO_OPEN) ? '(' : '[',
                      lo, hi, (k->flags & F_HI_OPEN) ? ')' : ']');
+        if (k->flags & F_FLOAT) {
+            size_t used = strlen(buf);
+            snprintf(buf + used, n - used, " as a 32-bit float (if not 0, at least 1.2e-38)");
+        }
         break;
     case K_BOOL:
         snprintf(buf, n, "true or false");
@@ -797,6 +812,20 @@ static int apply_set(json_t *root, load_ctx *ctx, int i, hy_error *err) {
  * Reading each key: type and range
  */
 
+static int in_real_range(const key_spec *k, double x) {
+    if ((k->flags & F_LO_OPEN) ? !(x > k->lo) : !(x >= k->lo)) return 0;
+    if ((k->flags & F_HI_OPEN) ? !(x < k->hi) : !(x <= k->hi)) return 0;
+    return 1;
+}
+
+/* F_FLOAT: x as the float it becomes is finite, normal unless 0 (and 0
+ * only when x is), and in range. */
+static int in_float_range(const key_spec *k, double x) {
+    float f = (float)x;
+    if (!isfinite(f) || (f == 0) != (x == 0) || (f != 0 && fabsf(f) < FLT_MIN)) return 0;
+    return in_real_range(k, (double)f);
+}
+
 static int bad_value(const key_spec *k, const char *index, const json_t *v,
                      const load_ctx *ctx, hy_error *err) {
     char want[256], got[96], where[320];
@@ -808,6 +837,14 @@ static int bad_value(const key_spec *k, const char *index, const json_t *v,
         snprintf(want, sizeof want, "an integer in %s..%s", lo, hi);
     }
     describe_json(v, got, sizeof got);
+    /* In range as a double but not as a float: say what the float is. */
+    if (k->type == K_REAL && (k->flags & F_FLOAT) && json_is_number(v) &&
+        in_real_range(k, json_number_value(v))) {
+        char as[32];
+        fmt_real((double)(float)json_number_value(v), as, sizeof as);
+        size_t used = strlen(got);
+        snprintf(got + used, sizeof got - used, " (%s as a 32-bit float)", as);
+    }
     /* 4.0 is a JSON real, not an integer: say what to write instead. */
     int integral = k->type == K_INT || k->type == K_SEED || k->type == K_INTS;
     double x = json_is_real(v) ? json_real_value(v) : 0.5;
@@ -818,12 +855,6 @@ static int bad_value(const key_spec *k, const char *index, const json_t *v,
     where_key(ctx, k, where, sizeof where);
     return hy_fail(err, HY_ERR_INPUT, "%s%s in %s must be %s, got %s", k->name, index, where,
                    want, got);
-}
-
-static int in_real_range(const key_spec *k, double x) {
-    if ((k->flags & F_LO_OPEN) ? !(x > k->lo) : !(x >= k->lo)) return 0;
-    if ((k->flags & F_HI_OPEN) ? !(x < k->hi) : !(x <= k->hi)) return 0;
-    return 1;
 }
 
 static int int_in_range(const key_spec *k, const json_t *v) {
@@ -904,7 +935,8 @@ static int read_key(hy_config *c, const key_spec *k, const json_t *v, const load
         return HY_OK;
     case K_REAL:
         if (json_is_null(v) && (k->flags & F_NULLABLE)) { *(double *)f = NAN; return HY_OK; }
-        if (!json_is_number(v) || !in_real_range(k, json_number_value(v)))
+        if (!json_is_number(v) || !in_real_range(k, json_number_value(v)) ||
+            ((k->flags & F_FLOAT) && !in_float_range(k, json_number_value(v))))
             return bad_value(k, "", v, ctx, err);
         *(double *)f = json_number_value(v);
         return HY_OK;

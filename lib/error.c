@@ -6,11 +6,43 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Copies text (len bytes) into msg (n bytes), cut in the middle when it
+ * is too long: its start (the context) and its end (the reason, which a
+ * long path in between would otherwise push off) both stay, joined by
+ * "...". The cuts fall between UTF-8 characters. */
+static void hy_fit(char *msg, size_t n, const char *text, size_t len) {
+    if (len < n) {
+        memcpy(msg, text, len + 1);
+        return;
+    }
+    size_t head = (n - 4) / 2, tail = len - (n - 4 - head);
+    while (head > 0 && (text[head] & 0xc0) == 0x80) head--;
+    while (tail < len && (text[tail] & 0xc0) == 0x80) tail++;
+    memcpy(msg, text, head);
+    memcpy(msg + head, "...", 3);
+    memcpy(msg + head + 3, text + tail, len - tail + 1);
+}
+
+/* fmt with ap into msg (n bytes), through hy_fit. */
+static void hy_vformat(char *msg, size_t n, const char *fmt, va_list ap) {
+    va_list again;
+    va_copy(again, ap);
+    int len = vsnprintf(msg, n, fmt, ap);
+    char *whole = len >= (int)n ? malloc((size_t)len + 1) : NULL;
+    if (whole) {   /* without memory, the message stays cut at its end */
+        vsnprintf(whole, (size_t)len + 1, fmt, again);
+        hy_fit(msg, n, whole, (size_t)len);
+        free(whole);
+    }
+    va_end(again);
+}
 
 static int hy_vfail(hy_error *err, int status, int cause, const char *fmt, va_list ap) {
     if (err) {
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        hy_vformat(err->msg, sizeof err->msg, fmt, ap);
         err->status = status;
         err->cause = cause;
     }
@@ -35,17 +67,18 @@ int hy_fail_cause(hy_error *err, int status, int cause, const char *fmt, ...) {
 
 void hy_error_prefix(hy_error *err, const char *fmt, ...) {
     if (!err) return;
-    char head[512], old[sizeof err->msg];
+    char head[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(head, sizeof head, fmt, ap);
+    hy_vformat(head, sizeof head, fmt, ap);
     va_end(ap);
-    memcpy(old, err->msg, sizeof old);
-    /* A message longer than msg is cut at its end, on purpose: the context
-     * in front matters most. Using the result tells gcc the cut is meant
-     * (-Wformat-truncation warns only when it is ignored). */
-    if (snprintf(err->msg, sizeof err->msg, "%s%s", head, old) >= (int)sizeof err->msg)
-        return;
+    size_t h = strlen(head), m = strlen(err->msg);
+    char *both = malloc(h + m + 1);
+    if (!both) return;   /* without memory, the message stays without its context */
+    memcpy(both, head, h);
+    memcpy(both + h, err->msg, m + 1);
+    hy_fit(err->msg, sizeof err->msg, both, h + m);
+    free(both);
 }
 
 void hy_error_clear(hy_error *err) {

@@ -27,6 +27,9 @@ enum {
                               (backend.h, abort): another rank failed first */
 };
 
+/* A message longer than msg is cut in the middle ("..."), not at its
+ * end: the context in front and the reason at the end both stay, however
+ * long a path between them. */
 typedef struct {
     int status;           /* HY_OK, HY_ERR_RUNTIME or HY_ERR_INPUT */
     char msg[1024];

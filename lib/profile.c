@@ -380,6 +380,48 @@ static int predict(hy_profile *p, hy_error *err) {
     return rc;
 }
 
+/* p's tables for its schedule (p->sched, with p->n_sums set) and `steps`
+ * measured steps' times; the split and the head's cost from model m. */
+static int profile_alloc(hy_profile *p, const hy_model *m, int steps, step_times **out,
+                         hy_error *err) {
+    int S = p->sched.stages, P = p->sched.ranks;
+    p->steps = steps;
+    p->n_layers = malloc((size_t)S * sizeof(int));
+    p->copy = malloc(3 * (size_t)S * sizeof(double));   /* F, B, W */
+    p->stage = calloc((size_t)S, sizeof *p->stage);
+    p->rank = calloc((size_t)P, sizeof *p->rank);
+    step_times *st = *out = calloc((size_t)steps, sizeof *st);
+    int bad = !p->n_layers || !p->copy || !p->stage || !p->rank || !st;
+    for (int k = 0; !bad && k < steps; k++) bad = step_alloc(&st[k], &p->sched) != 0;
+    if (bad) return hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
+    memcpy(p->n_layers, m->n_layers, (size_t)S * sizeof(int));
+    p->head_units = hy_model_stage_cost(m, m->stages - 1) - m->n_layers[m->stages - 1];
+    return HY_OK;
+}
+
+/* From the steps' times to the results (rc: how it went so far), keeping
+ * the last step for the trace and the timeline; frees the steps. On
+ * failure p is emptied. */
+static int profile_finish(hy_profile *p, step_times *steps, int rc, hy_error *err) {
+    if (!rc) {
+        copy_times(p, steps);
+        rc = measure(p, steps, err);
+    }
+    if (!rc) rc = predict(p, err);
+    if (!rc) {
+        step_times *last = &steps[p->steps - 1];
+        p->last = last->t;
+        p->iter_start = last->iter_start;
+        p->tail_at = last->tail_at;
+        p->sum_at = last->sum_at;
+        memset(last, 0, sizeof *last);
+    }
+    for (int k = 0; steps && k < p->steps; k++) step_free(&steps[k], p->sched.ranks);
+    free(steps);
+    if (rc) hy_profile_free(p);
+    return rc;
+}
+
 int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, hy_error *err) {
     memset(p, 0, sizeof *p);
     if (o->steps < 1)
@@ -410,46 +452,45 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
         p->sum_stage = calloc((size_t)P * ((size_t)S + 1), sizeof(int));
         for (int r = 0; p->n_sums && p->sum_stage && r < P; r++)
             p->n_sums[r] = hy_runtime_sums(rt, r, &p->sum_stage[(size_t)r * (S + 1)]);
-        p->steps = o->steps;
-        p->n_layers = malloc((size_t)S * sizeof(int));
-        p->copy = malloc(3 * (size_t)S * sizeof(double));   /* F, B, W */
-        p->stage = calloc((size_t)S, sizeof *p->stage);
-        p->rank = calloc((size_t)P, sizeof *p->rank);
-        steps = calloc((size_t)o->steps, sizeof *steps);
-        int bad = !p->n_layers || !p->copy || !p->stage || !p->rank || !steps || !p->n_sums ||
-                  !p->sum_stage;
-        for (int k = 0; !bad && k < o->steps; k++) bad = step_alloc(&steps[k], &p->sched) != 0;
-        if (bad) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
+        if (!p->n_sums || !p->sum_stage) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
+        if (!rc) rc = profile_alloc(p, &m, o->steps, &steps, err);
     }
     /* Every replica ready, or none steps: a failure here on one would
      * leave the others waiting in the first step's sums. (A step failing
      * on one replica ends the job: the profile command's caller, like
      * train's.) */
     if (hy_dp_size(o->dp) > 1) rc = hy_dp_agree(o->dp, rc, err);
-    if (!rc) {
-        memcpy(p->n_layers, m.n_layers, (size_t)p->sched.stages * sizeof(int));
-        p->head_units = hy_model_stage_cost(&m, m.stages - 1) - m.n_layers[m.stages - 1];
-        rc = run_steps(p, c, rt, o, steps, err);
-    }
+    if (!rc) rc = run_steps(p, c, rt, o, steps, err);
     hy_runtime_destroy(rt);
-    if (!rc) {
-        copy_times(p, steps);
-        rc = measure(p, steps, err);
-    }
-    if (!rc) rc = predict(p, err);
-    if (!rc) {   /* the last step is kept for the trace and the timeline */
-        step_times *last = &steps[o->steps - 1];
-        p->last = last->t;
-        p->iter_start = last->iter_start;
-        p->tail_at = last->tail_at;
-        p->sum_at = last->sum_at;
-        memset(last, 0, sizeof *last);
-    }
-    for (int k = 0; steps && k < o->steps; k++) step_free(&steps[k], p->sched.ranks);
-    free(steps);
     hy_model_free(&m);
-    if (rc) hy_profile_free(p);
-    return rc;
+    return profile_finish(p, steps, rc, err);
+}
+
+int hy_profile_from_stamps(hy_profile *p, const hy_config *c, int steps,
+                           uint64_t *const *const *raw, hy_error *err) {
+    memset(p, 0, sizeof *p);
+    if (steps < 1)
+        return hy_fail(err, HY_ERR_INPUT, "profile: the number of measured steps must be at "
+                       "least 1, got %d", steps);
+    snprintf(p->backend, sizeof p->backend, "given stamps");
+    hy_model m;
+    memset(&m, 0, sizeof m);
+    step_times *st = NULL;
+    int *at = NULL;
+    int rc = hy_model_build(&m, c, 1, err);
+    if (!rc) rc = hy_schedule_for_config(&p->sched, c, err);
+    if (!rc) {
+        p->replicas = 1;
+        p->n_sums = calloc((size_t)p->sched.ranks, sizeof(int));
+        p->sum_stage = calloc((size_t)p->sched.ranks * ((size_t)p->sched.stages + 1), sizeof(int));
+        at = action_index(&p->sched);
+        if (!p->n_sums || !p->sum_stage || !at) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
+    }
+    if (!rc) rc = profile_alloc(p, &m, steps, &st, err);
+    for (int k = 0; !rc && k < steps; k++) rc = take_step(p, raw[k], at, &st[k], err);
+    free(at);
+    hy_model_free(&m);
+    return profile_finish(p, st, rc, err);
 }
 
 /* ------------------------------------------------------------------------

@@ -103,16 +103,19 @@ float hy_st_f16_to_f32(uint16_t h) {
  * Small helpers
  */
 
-/* A name from a file as it may appear in a message: a hostile header must
- * not flood the message or drive the terminal, so at most 80 bytes are
- * shown and control bytes become '?'. */
-typedef struct { char s[96]; } shown;
-
-static shown show(const char *name) {
-    shown r;
+hy_st_shown hy_st_show(const char *name) {
+    hy_st_shown r;
     size_t n = strlen(name), k = n > 80 ? 80 : n;
     for (size_t i = 0; i < k; i++) {
         unsigned char c = (unsigned char)name[i];
+        /* A C1 control (U+0080..U+009F, CSI among them) in its UTF-8 form:
+         * both bytes become one '?'. */
+        if (c == 0xc2 && i + 1 < k && (unsigned char)name[i + 1] >= 0x80 &&
+            (unsigned char)name[i + 1] <= 0x9f) {
+            r.s[i] = '?';
+            r.s[++i] = '?';
+            continue;
+        }
         r.s[i] = c < 0x20 || c == 0x7f ? '?' : (char)c;
     }
     strcpy(r.s + k, n > k ? "..." : "");
@@ -174,7 +177,7 @@ typedef struct {
 
 static int entry_fail(const open_ctx *c, const char *name, hy_error *err, const char *what,
                       const char *detail) {
-    return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': %s%s", c->path, show(name).s, what,
+    return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': %s%s", c->path, hy_st_show(name).s, what,
                    detail);
 }
 
@@ -188,7 +191,7 @@ static int parse_dtype(const open_ctx *c, const char *name, json_t *e, hy_st_ten
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': unknown dtype \"%s\" (known: BOOL, "
                        "U8, I8, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64, C64, F4, "
                        "F6_E2M3, F6_E3M2, F8_E5M2, F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ)",
-                       c->path, show(name).s, show(json_string_value(v)).s);
+                       c->path, hy_st_show(name).s, hy_st_show(json_string_value(v)).s);
     return HY_OK;
 }
 
@@ -202,20 +205,20 @@ static int parse_shape(const open_ctx *c, const char *name, json_t *e, hy_st_ten
     size_t nd = json_array_size(v);
     if (nd > HY_ST_MAX_DIMS)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape has %zu dims; at most %d "
-                       "are supported", c->path, show(name).s, nd, HY_ST_MAX_DIMS);
+                       "are supported", c->path, hy_st_show(name).s, nd, HY_ST_MAX_DIMS);
     t->ndim = (int)nd;
     t->numel = 1;
     for (size_t i = 0; i < nd; i++) {
         json_t *d = json_array_get(v, i);
         if (!json_is_integer(d) || json_integer_value(d) < 0)
             return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape[%zu] must be a "
-                           "non-negative integer, got %s", c->path, show(name).s, i,
+                           "non-negative integer, got %s", c->path, hy_st_show(name).s, i,
                            json_is_integer(d) ? "a negative one" : json_kind(d));
         unsigned long long x = (unsigned long long)json_integer_value(d);
         if (x > SIZE_MAX || __builtin_mul_overflow(t->numel, (size_t)x, &t->numel))
             return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape has more elements than "
                            "fit in memory (overflow at shape[%zu] = %llu)", c->path,
-                           show(name).s, i, x);
+                           hy_st_show(name).s, i, x);
         t->shape[i] = (size_t)x;
     }
     return HY_OK;
@@ -229,10 +232,10 @@ static int tensor_bytes(const open_ctx *c, const char *name, hy_st_tensor *t,
     format_shape(t->shape, t->ndim, sh, sizeof sh);
     if (__builtin_mul_overflow(t->numel, (size_t)DTYPES[t->dtype].bits, &bits))
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape %s of %s is more bytes than "
-                       "fit in memory", c->path, show(name).s, sh, DTYPES[t->dtype].name);
+                       "fit in memory", c->path, hy_st_show(name).s, sh, DTYPES[t->dtype].name);
     if (bits % 8)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape %s of %s does not end on a "
-                       "byte boundary", c->path, show(name).s, sh, DTYPES[t->dtype].name);
+                       "byte boundary", c->path, hy_st_show(name).s, sh, DTYPES[t->dtype].name);
     t->nbytes = bits / 8;
     return HY_OK;
 }
@@ -255,18 +258,18 @@ static int parse_offsets(const open_ctx *c, const char *name, json_t *e, hy_st_t
                           "non-negative integers", "");
     if (b > end)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': data_offsets [%llu, %llu] has "
-                       "begin > end", c->path, show(name).s, (unsigned long long)b,
+                       "begin > end", c->path, hy_st_show(name).s, (unsigned long long)b,
                        (unsigned long long)end);
     if (end > c->buf_size)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': data_offsets [%llu, %llu] are "
                        "outside the data buffer, which has %llu bytes (truncated file?)",
-                       c->path, show(name).s, (unsigned long long)b, (unsigned long long)end,
+                       c->path, hy_st_show(name).s, (unsigned long long)b, (unsigned long long)end,
                        (unsigned long long)c->buf_size);
     if (end - b != t->nbytes) {
         char sh[160];
         format_shape(t->shape, t->ndim, sh, sizeof sh);
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape %s of %s is %zu bytes, but "
-                       "data_offsets [%llu, %llu] span %llu", c->path, show(name).s, sh,
+                       "data_offsets [%llu, %llu] span %llu", c->path, hy_st_show(name).s, sh,
                        DTYPES[t->dtype].name, t->nbytes, (unsigned long long)b,
                        (unsigned long long)end, (unsigned long long)(end - b));
     }
@@ -307,7 +310,7 @@ static int parse_meta(hy_st_file *f, json_t *m, hy_error *err) {
     json_object_foreach(m, key, v) {
         if (!json_is_string(v))
             return hy_fail(err, HY_ERR_INPUT, "%s: \"__metadata__\" value of '%s' must be a "
-                           "string, got %s", f->path, show(key).s, json_kind(v));
+                           "string, got %s", f->path, hy_st_show(key).s, json_kind(v));
         hy_st_meta *e = &f->meta[f->n_meta++];
         e->key = strdup(key);
         e->value = strdup(json_string_value(v));
@@ -352,8 +355,8 @@ static int check_layout(hy_st_file *f, const open_ctx *c, hy_error *err) {
         if (prev && t->offset < prev->offset + prev->nbytes) {
             unsigned long long pb = prev->offset - c->data_start, tb = t->offset - c->data_start;
             return hy_fail(err, HY_ERR_INPUT, "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, "
-                           "%llu) overlap", c->path, show(prev->name).s, pb, pb + prev->nbytes,
-                           show(t->name).s, tb, tb + t->nbytes);
+                           "%llu) overlap", c->path, hy_st_show(prev->name).s, pb,
+                           pb + prev->nbytes, hy_st_show(t->name).s, tb, tb + t->nbytes);
         }
         prev = t;
         covered += t->nbytes;
@@ -499,7 +502,7 @@ int hy_st_read_raw(const hy_st_file *f, const hy_st_tensor *t, void *dst, size_t
                    hy_error *err) {
     if (size != t->nbytes)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has %zu bytes, not the %zu asked for",
-                       f->path, show(t->name).s, t->nbytes, size);
+                       f->path, hy_st_show(t->name).s, t->nbytes, size);
     return read_at(f->fd, dst, size, t->offset, f->path, err);
 }
 
@@ -523,13 +526,13 @@ int hy_st_read_f32(const hy_st_file *f, const hy_st_tensor *t, float *dst, size_
                    hy_error *err) {
     if (t->dtype != HY_ST_F32 && t->dtype != HY_ST_BF16 && t->dtype != HY_ST_F16)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is %s; only F32, BF16 and F16 "
-                       "tensors can be read as fp32", f->path, show(t->name).s,
+                       "tensors can be read as fp32", f->path, hy_st_show(t->name).s,
                        DTYPES[t->dtype].name);
     if (n != t->numel) {
         char sh[160];
         format_shape(t->shape, t->ndim, sh, sizeof sh);
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has shape %s (%zu elements), "
-                       "expected %zu elements", f->path, show(t->name).s, sh, t->numel, n);
+                       "expected %zu elements", f->path, hy_st_show(t->name).s, sh, t->numel, n);
     }
     if (t->dtype == HY_ST_F32) return read_at(f->fd, dst, t->nbytes, t->offset, f->path, err);
     return read_16(f, t, dst, n, err);
@@ -574,13 +577,14 @@ static int check_add(const char *name, hy_st_dtype dtype, int ndim, const size_t
     if (!name || !valid_utf8(name) || strcmp(name, "__metadata__") == 0)
         return hy_fail(err, HY_ERR_RUNTIME, "safetensors writer: tensor name '%s' is not "
                        "allowed (NULL, not UTF-8, or \"__metadata__\")",
-                       name ? show(name).s : "(null)");
+                       name ? hy_st_show(name).s : "(null)");
     if (dtype != HY_ST_F32 && dtype != HY_ST_BF16)
         return hy_fail(err, HY_ERR_RUNTIME, "safetensors writer: tensor '%s': dtype %s cannot "
-                       "be written (only F32 and BF16)", show(name).s, hy_st_dtype_name(dtype));
+                       "be written (only F32 and BF16)", hy_st_show(name).s,
+                       hy_st_dtype_name(dtype));
     if (ndim < 0 || ndim > HY_ST_MAX_DIMS || (ndim > 0 && !shape))
         return hy_fail(err, HY_ERR_RUNTIME, "safetensors writer: tensor '%s': %d dims "
-                       "(0..%d, with a shape)", show(name).s, ndim, HY_ST_MAX_DIMS);
+                       "(0..%d, with a shape)", hy_st_show(name).s, ndim, HY_ST_MAX_DIMS);
     return HY_OK;
 }
 
@@ -593,11 +597,11 @@ int hy_st_writer_add(hy_st_writer *w, const char *name, hy_st_dtype dtype, int n
         e.shape[i] = shape[i];
         if (__builtin_mul_overflow(e.numel, shape[i], &e.numel) || e.numel > SIZE_MAX / 4)
             return hy_fail(err, HY_ERR_RUNTIME, "safetensors writer: tensor '%s': shape "
-                           "overflows", show(name).s);
+                           "overflows", hy_st_show(name).s);
     }
     if (e.numel && !data)
         return hy_fail(err, HY_ERR_RUNTIME, "safetensors writer: tensor '%s': no data",
-                       show(name).s);
+                       hy_st_show(name).s);
     hy_st_entry *grown = grow(w->entries, &w->cap, w->n, sizeof *grown);
     if (!grown) return oom(err);
     w->entries = grown;
@@ -662,7 +666,7 @@ static int layout_order(const hy_st_writer *w, const char *path, const hy_st_ent
     for (int i = 1; i < w->n; i++)
         if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
             hy_fail(err, HY_ERR_RUNTIME, "cannot write %s: tensor '%s' was added twice", path,
-                    show(order[i]->name).s);
+                    hy_st_show(order[i]->name).s);
             free(order);
             return HY_ERR_RUNTIME;
         }

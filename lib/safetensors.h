@@ -119,6 +119,14 @@ int hy_st_read_raw(const hy_st_file *f, const hy_st_tensor *t, void *dst, size_t
  * closed again). Also safe on a zero-initialised struct. */
 void hy_st_close(hy_st_file *f);
 
+/* A name from a file as it may appear in a message: a hostile header must
+ * not flood the message or drive the terminal, so at most 80 bytes are
+ * shown ("..." after a longer one) and control characters become '?' (C0,
+ * DEL, and C1 in its UTF-8 form, each byte). A value, so two may appear in
+ * one message: hy_st_show(a).s, hy_st_show(b).s. */
+typedef struct { char s[96]; } hy_st_shown;
+hy_st_shown hy_st_show(const char *name);
+
 /* ------------------------------------------------------------------------
  * Writing
  */

@@ -66,8 +66,8 @@ int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err) {
         const char *name = f.tensors[i].name;
         if (!hy_model_find(m, name) && !wt_ignorable(name))
             rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is not a parameter of the config's "
-                         "model (model.layers = %d); check the config or the file", path, name,
-                         m->layers);
+                         "model (model.layers = %d); check the config or the file", path,
+                         hy_st_show(name).s, m->layers);
     }
     for (int i = 0; i < m->n_params && !rc; i++)
         rc = wt_load_tensor(rt, m, &f, &m->params[i], host, err);

@@ -219,6 +219,19 @@ expect_err "no-such.json"
 printf '{"schedule": {"ranks": 0}}\n' >"$tmp/bad.json"
 expect_input_error check "$tmp/bad.json"
 expect_err 'schedule.ranks'
+# A path of about 4000 characters does not hide the reason: the message is
+# cut in its middle, keeping the key in front and the reason at the end.
+long=$tmp
+while [ ${#long} -lt 3800 ]; do long=$long/$(printf 'd%.0s' $(seq 199)); done
+if mkdir -p "$long"; then
+    run checkpoint verify "$long/ck"
+    if [ "$rc" -eq 1 ] || [ "$rc" -eq 2 ]; then ok; else bad "$last: exit $rc"; fi
+    expect_err "^hanayo: $tmp/ddd"
+    expect_err 'ddd\.\.\.ddd'
+    expect_err 'ddd/ck: cannot list: No such file or directory$'
+else
+    bad "could not make a directory of ${#long} characters"
+fi
 
 # ---- plan ---------------------------------------------------------------------
 run plan --schedule 1f1b --ranks 4 --micro-batches 8

@@ -325,7 +325,11 @@ static void test_watchdog(void) {
     wait_forever(&w);
     double dt = seconds() - t0;
     CHECK(w.status == HY_ERR_RUNTIME);
-    CHECKF(dt >= 0.19 && dt < 5.0, "watchdog fired after %.3f s", dt);
+    /* Not before watchdog_s (the clock guarantees it); how long after
+     * depends on the machine's load, so is not asserted: the wait
+     * returned, so it fired (a wait that never fires hangs the test until
+     * make's TEST_TIMEOUT). */
+    CHECKF(dt >= 0.19, "watchdog fired after %.3f s", dt);
     CHECK(strstr(w.err.msg, "watchdog") && strstr(w.err.msg, "rank 1") &&
           strstr(w.err.msg, "B m2 s3: test wait"));
     CHECK(w.err.cause == HY_CAUSE_NONE);   /* a stall of its own, not a stop */

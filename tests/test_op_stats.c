@@ -23,7 +23,10 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Every count in out is zero except the (rank, kind, calls) triples given. */
+/* Every count in out is zero except the (rank, kind, calls) triples given.
+ * Each kind's seconds are at most `wall`: not a bound on speed, since the
+ * ops ran one after another inside the interval wall measured, on the
+ * same clock, whatever the machine's load. */
 typedef struct { int rank, kind; uint64_t calls; } expect;
 
 static void check_counts(const hy_op_stat *out, int ranks, const expect *e, int n, double wall,

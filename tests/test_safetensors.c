@@ -526,6 +526,7 @@ static void test_malformed(const scratch *s) {
     BAD("{\"\xff\": 1}", 0, "not valid JSON");
     /* A hostile name is shown tamed: control bytes as '?', cut at 80. */
     BAD("{\"\\u001b[31mred\": 1}", 0, "tensor '?[31mred'");
+    BAD("{\"\\u009b2Jx\": 1}", 0, "tensor '??2Jx'");   /* C1 CSI, 2 bytes in UTF-8 */
     BAD("{\"" "0123456789012345678901234567890123456789012345678901234567890123456789"
         "0123456789XYZ\": 1}", 0, "0123456789...'");
 }

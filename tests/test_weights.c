@@ -7,8 +7,9 @@
  * beside the parameters (lm_head.weight, the attention-mask buffers); the
  * tied embedding's replica on another rank gets them too (one rank and two
  * evaluate the same loss); a tensor that is not a parameter is refused
- * before any weight changes; a missing tensor and a wrong shape are
- * refused naming the file and the tensor.
+ * before any weight changes, its name shown without control characters;
+ * a missing tensor and a wrong shape are refused naming the file and the
+ * tensor.
  */
 #include "config.h"
 #include "model.h"
@@ -173,6 +174,17 @@ static void refuses_bad_files(void) {
     CHECK(hy_runtime_get(rt, HY_T_PARAM, hy_model_param(m, HY_P_WTE, 0), &first, 1, &err) == HY_OK);
     CHECK(first == 0.0f);
 
+    /* A stray tensor whose name would drive the terminal (a newline, an
+     * escape sequence, a C1 CSI in UTF-8): the message shows it tamed, as
+     * the safetensors reader's own messages do (hy_st_show). */
+    snprintf(path, sizeof path, "%s/hostile.safetensors", dir);
+    CHECK(write_file(m, path, "", 0, -1, "evil\n\x1b]0;pwned\x07\xc2\x9b" "2J") == HY_OK);
+    CHECK(hy_weights_load(rt, path, &err) == HY_ERR_INPUT);
+    int raw = 0;
+    for (const char *q = err.msg; *q; q++) raw += (unsigned char)*q < 0x20 || *q == 0x7f;
+    CHECKF(raw == 0 && strstr(err.msg, "tensor 'evil??]0;pwned???2J' is not a parameter"),
+           "%s", err.msg);
+
     /* A missing parameter, and one of the wrong shape. */
     snprintf(path, sizeof path, "%s/missing.safetensors", dir);
     CHECK(write_file(m, path, "", 0, 3, NULL) == HY_OK);
@@ -210,8 +222,8 @@ int main(void) {
     reaches_the_replica();
     refuses_bad_files();
     char path[300];
-    static const char *const files[] = { "plain", "hf", "stray", "missing" };
-    for (int i = 0; i < 4; i++) {
+    static const char *const files[] = { "plain", "hf", "stray", "missing", "hostile" };
+    for (int i = 0; i < 5; i++) {
         snprintf(path, sizeof path, "%s/%s.safetensors", dir, files[i]);
         unlink(path);
     }
