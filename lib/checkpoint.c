@@ -141,16 +141,16 @@ typedef struct {
     int micro_batch_size, seq_len;
 } ck_data_id;
 
-static int ck_data_of(const hy_config *c, int replicas, ck_data_id *d, hy_error *err) {
+static int ck_data_of(const hy_run *run, int replicas, ck_data_id *d, hy_error *err) {
     memset(d, 0, sizeof *d);
     d->replicas = replicas;
-    d->micro_batches = replicas * c->schedule.micro_batches;
-    d->micro_batch_size = c->schedule.micro_batch_size;
-    d->seq_len = c->model.seq_len;
-    FILE *f = fopen(c->data.train, "rb");
+    d->micro_batches = replicas * run->sched.micro_batches;
+    d->micro_batch_size = run->micro_batch_size;
+    d->seq_len = run->model.seq_len;
+    FILE *f = fopen(run->data.train, "rb");
     if (!f)
         return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "%s: cannot open the training "
-                       "shard: %s", c->data.train, strerror(errno));
+                       "shard: %s", run->data.train, strerror(errno));
     unsigned char *h = malloc(CK_HEAD_BYTES);
     if (!h) {
         fclose(f);
@@ -162,7 +162,7 @@ static int ck_data_of(const hy_config *c, int replicas, ck_data_id *d, hy_error 
     fclose(f);
     if (!ok) {
         free(h);
-        return hy_fail(err, HY_ERR_RUNTIME, "%s: cannot read the training shard", c->data.train);
+        return hy_fail(err, HY_ERR_RUNTIME, "%s: cannot read the training shard", run->data.train);
     }
     d->bytes = (long long)st.st_size;
     d->head_crc = hy_crc32c(0, h, got);
@@ -184,15 +184,14 @@ static void ck_now(char *buf, size_t n) {
 }
 
 /* state.json's text: the object, then its own checksum as the last key. */
-static char *ck_state_text(const hy_config *c, int step, double loss, size_t pos,
+static char *ck_state_text(const hy_run *run, int step, double loss, size_t pos,
                            const ck_data_id *d, const hy_file_sum *sums, int n_sums) {
-    char *cfg = hy_config_to_json(c), when[32], hex[9];
+    char when[32], hex[9];
     json_error_t je;
-    json_t *cfg_obj = cfg ? json_loads(cfg, 0, &je) : NULL;
-    free(cfg);
+    json_t *cfg_obj = json_loads(run->config_json, 0, &je);
     json_t *o = json_object(), *files = json_object();
     hy_crc32c_text(d->head_crc, hex);
-    json_t *data = json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:i}", "shard", c->data.train,
+    json_t *data = json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:i}", "shard", run->data.train,
                              "shard_bytes", (json_int_t)d->bytes, "head_crc32c", hex,
                              "micro_batches", d->micro_batches, "replicas", d->replicas,
                              "micro_batch_size", d->micro_batch_size, "seq_len", d->seq_len);
@@ -265,13 +264,12 @@ static int ck_mkdirs(const char *dir, size_t *made, hy_error *err) {
 }
 
 /* The saved config's model.* must equal the current one's. */
-static int ck_check_model(const char *path, json_t *state, const hy_config *c, hy_error *err) {
+static int ck_check_model(const char *path, json_t *state, const hy_model *m, hy_error *err) {
     json_t *model = json_object_get(json_object_get(state, "config"), "model");
     if (!json_is_object(model))
         return hy_fail(err, HY_ERR_INPUT, "%s/state.json: no config.model section", path);
     static const char *const keys[] = { "layers", "d_model", "heads", "seq_len", "vocab" };
-    const int now[] = { c->model.layers, c->model.d_model, c->model.heads, c->model.seq_len,
-                        c->model.vocab };
+    const int now[] = { m->layers, m->d_model, m->heads, m->seq_len, m->vocab };
     for (int i = 0; i < 5; i++) {
         json_t *v = json_object_get(model, keys[i]);
         if (!json_is_integer(v) || json_integer_value(v) != now[i])
@@ -280,7 +278,7 @@ static int ck_check_model(const char *path, json_t *state, const hy_config *c, h
                            json_is_integer(v) ? (long long)json_integer_value(v) : -1LL, now[i]);
     }
     const char *kind = json_string_value(json_object_get(model, "kind"));
-    const char *want = c->model.kind == HY_MODEL_GPT ? "gpt" : "bert";
+    const char *want = hy_model_name(m->kind);
     if (!kind || strcmp(kind, want) != 0)
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.kind = %s, the config has %s",
                        path, kind ? kind : "?", want);
@@ -331,7 +329,7 @@ static int ck_write_owned(const char *path, char *text, hy_file_sum *sum, hy_err
 
 /* The files of step `step` into the checkpoint's temporary directory tmp:
  * the tensors, config.json (GPT), then state.json with their sums. */
-static int ck_write_files(hy_runtime *rt, const hy_config *c, const char *tmp, int step,
+static int ck_write_files(hy_runtime *rt, const char *tmp, int step,
                           size_t pos, const ck_data_id *d, hy_error *err) {
     const hy_model *m = hy_runtime_model(rt);
     const hy_tensor_role w[1] = { HY_T_PARAM }, mv[2] = { HY_T_ADAM_M, HY_T_ADAM_V };
@@ -349,19 +347,18 @@ static int ck_write_files(hy_runtime *rt, const hy_config *c, const char *tmp, i
         rc = ck_write_owned(file, ck_json_text(ck_hf_config(m)), &sums[2], err);
     ck_path(file, sizeof file, tmp, "state.json");
     if (!rc)
-        rc = ck_write_owned(file, ck_state_text(c, step, hy_runtime_last_loss(rt), pos, d, sums,
-                                                n_files), &self, err);
+        rc = ck_write_owned(file, ck_state_text(hy_runtime_run(rt), step, hy_runtime_last_loss(rt),
+                                                pos, d, sums, n_files), &self, err);
     return rc;
 }
 
-int hy_checkpoint_save(hy_runtime *rt, const hy_config *c, const char *dir, char *saved,
-                       hy_error *err) {
+int hy_checkpoint_save(hy_runtime *rt, const char *dir, char *saved, hy_error *err) {
     int step;
     size_t pos;
     ck_data_id d;
     int rc = hy_runtime_get_progress(rt, &step, &pos, err);
     if (!rc) rc = ck_mkdirs(dir, NULL, err);
-    if (!rc) rc = ck_data_of(c, hy_runtime_replicas(rt), &d, err);
+    if (!rc) rc = ck_data_of(hy_runtime_run(rt), hy_runtime_replicas(rt), &d, err);
     if (rc) return rc;
     char target[PATH_MAX];
     if (snprintf(target, sizeof target, "%s/step_%06d", dir, step) >= (int)sizeof target)
@@ -369,7 +366,7 @@ int hy_checkpoint_save(hy_runtime *rt, const hy_config *c, const char *dir, char
     hy_atomic_dir ad;
     rc = hy_atomic_dir_open(&ad, target, HY_ERR_INPUT, err);
     if (rc) return rc;
-    rc = ck_write_files(rt, c, ad.tmp, step, pos, &d, err);
+    rc = ck_write_files(rt, ad.tmp, step, pos, &d, err);
     /* A file that failed is in a temporary directory the user never named,
      * and gone with it now: say which checkpoint it was. */
     if (rc) {
@@ -719,7 +716,7 @@ int hy_checkpoint_resolve(const char *path, char *resolved, hy_error *err) {
 
 /* The data the checkpoint's position counts into must be what the config
  * reads now, the same way. */
-static int ck_check_data(const char *path, json_t *state, const hy_config *c, int replicas,
+static int ck_check_data(const char *path, json_t *state, const hy_run *run, int replicas,
                          hy_error *err) {
     json_t *data = json_object_get(state, "data");
     json_t *bytes = json_object_get(data, "shard_bytes");
@@ -731,7 +728,7 @@ static int ck_check_data(const char *path, json_t *state, const hy_config *c, in
         !json_is_integer(mb) || !json_is_integer(bs))
         return hy_fail(err, HY_ERR_INPUT, "%s/state.json: no valid \"data\" section", path);
     ck_data_id now;
-    int rc = ck_data_of(c, replicas, &now, err);
+    int rc = ck_data_of(run, replicas, &now, err);
     if (rc) return rc;
     char hex[9];
     hy_crc32c_text(now.head_crc, hex);
@@ -741,7 +738,7 @@ static int ck_check_data(const char *path, json_t *state, const hy_config *c, in
                        "position would count into other tokens. Resume with the same shard, or "
                        "start a new run from its weights (init = \"%s/model.safetensors\")",
                        path, shard ? shard : "?", (long long)json_integer_value(bytes), crc_text,
-                       c->data.train, now.bytes, hex, path);
+                       run->data.train, now.bytes, hex, path);
     /* The global batch is what must stay: replicas x micro_batches may
      * be split otherwise (2 x 4 resumes as 1 x 8). */
     json_t *rp = json_object_get(data, "replicas");
@@ -755,7 +752,7 @@ static int ck_check_data(const char *path, json_t *state, const hy_config *c, in
                        "replica%s x schedule.micro_batches %lld), the run has %d (%d x %d): "
                        "%s (init = \"%s/model.safetensors\")", path, saved_mb, saved_rep,
                        saved_rep == 1 ? "" : "s", saved_rep ? saved_mb / saved_rep : 0,
-                       now.micro_batches, now.replicas, c->schedule.micro_batches, how, path);
+                       now.micro_batches, now.replicas, run->sched.micro_batches, how, path);
     if ((long long)json_integer_value(bs) != now.micro_batch_size)
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with schedule.micro_batch_size = %lld, "
                        "the config has %d: %s (init = \"%s/model.safetensors\")", path,
@@ -763,8 +760,7 @@ static int ck_check_data(const char *path, json_t *state, const hy_config *c, in
     return HY_OK;
 }
 
-int hy_checkpoint_load(hy_runtime *rt, const hy_config *c, const char *path, int *unverified,
-                       hy_error *err) {
+int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_error *err) {
     json_t *state = NULL;
     int rc = ck_verify(path, &state, unverified, err);
     if (rc) return rc;
@@ -773,8 +769,9 @@ int hy_checkpoint_load(hy_runtime *rt, const hy_config *c, const char *path, int
         json_integer_value(step) > INT_MAX || !json_is_integer(pos) || json_integer_value(pos) < 0)
         rc = hy_fail(err, HY_ERR_INPUT, "%s/state.json: step and data_position must be integers "
                      ">= 0", path);
-    if (!rc) rc = ck_check_model(path, state, c, err);
-    if (!rc && !*unverified) rc = ck_check_data(path, state, c, hy_runtime_replicas(rt), err);
+    if (!rc) rc = ck_check_model(path, state, hy_runtime_model(rt), err);
+    if (!rc && !*unverified)
+        rc = ck_check_data(path, state, hy_runtime_run(rt), hy_runtime_replicas(rt), err);
     char file[PATH_MAX + 64];
     ck_path(file, sizeof file, path, CK_FILES[0]);
     if (!rc) rc = hy_weights_load(rt, file, err);

@@ -33,24 +33,22 @@
 #include <limits.h>
 #include <stdint.h>
 
-#include "config.h"
 #include "error.h"
 #include "runtime.h"
 
 /* Saves rt's state after its last step into dir/step_%06d (creating dir if
- * needed; replacing an older checkpoint of the same step). The path it
- * wrote goes to saved (when not NULL, PATH_MAX bytes). */
-int hy_checkpoint_save(hy_runtime *rt, const hy_config *c, const char *dir, char *saved,
-                       hy_error *err);
+ * needed; replacing an older checkpoint of the same step), with its run's
+ * resolved config (hy_runtime_run). The path it wrote goes to saved (when
+ * not NULL, PATH_MAX bytes). */
+int hy_checkpoint_save(hy_runtime *rt, const char *dir, char *saved, hy_error *err);
 
 /* Checks checkpoint directory `path` (see the top) and loads it into rt,
- * whose config must describe the same model (the keys model.* must match;
+ * whose run must describe the same model (the keys model.* must match;
  * errors name the key) and read the same data the same way (the shard's
  * size and first 64 KiB, micro_batches and micro_batch_size: else the
  * data position would mean other tokens). *unverified: 1 for a
  * checkpoint without checksums (loaded, but nothing could be checked). */
-int hy_checkpoint_load(hy_runtime *rt, const hy_config *c, const char *path, int *unverified,
-                       hy_error *err);
+int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_error *err);
 
 /* The checks of a load without loading: state.json's own checksum and
  * every file's size and checksum. HY_ERR_INPUT naming what is wrong;

@@ -45,13 +45,8 @@ _Static_assert(sizeof(hy_nonfinite_policy) == sizeof(int), "enum size");
  * Names of the enum values
  */
 
-static const char *const MODEL_NAMES[HY_MODEL_COUNT] = { "gpt", "bert" };
 static const char *const BACKEND_NAMES[HY_BACKEND_COUNT] = { "auto", "cpu", "cuda" };
 static const char *const NONFINITE_NAMES[HY_NONFINITE_COUNT] = { "stop", "skip" };
-
-const char *hy_model_name(hy_model_kind kind) {
-    return (unsigned)kind < HY_MODEL_COUNT ? MODEL_NAMES[kind] : "?";
-}
 
 const char *hy_backend_name(hy_backend_kind kind) {
     return (unsigned)kind < HY_BACKEND_COUNT ? BACKEND_NAMES[kind] : "?";
@@ -167,8 +162,8 @@ static const key_spec KEYS[] = {
              "time, hanayo's order keeps more micro-batches in flight to hide them; 0 "
              "(free transfers) is the canonical order. `hanayo plan CONFIG` plans with it "
              "unless `--comm-cost` says otherwise" },
-    { .name = "schedule.split", .type = K_INTS, .off = OFF(schedule.split),
-      .n_off = OFF(schedule.n_split), .lo = 0, .hi = 1024, .max_len = 2 * 16 * HY_MAX_RANKS,
+    { .name = "schedule.split", .type = K_INTS, .off = OFF(schedule.layers_per_stage),
+      .n_off = OFF(schedule.n_layers_per_stage), .lo = 0, .hi = 1024, .max_len = 2 * 16 * HY_MAX_RANKS,
       .doc = "layers per stage, S entries summing to `model.layers` (0 allowed: the "
              "first stage also holds the embedding, the last the head); `[]` balances "
              "estimated cost automatically and needs S <= `model.layers`" },
@@ -956,18 +951,17 @@ static int read_key(hy_config *c, const key_spec *k, const json_t *v, const load
  * Cross-field checks
  */
 
-int hy_config_stages(const hy_config *c) {
-    switch (c->schedule.kind) {
-    case HY_SCHED_INTERLEAVED: return c->schedule.chunks * c->schedule.ranks;
-    case HY_SCHED_HANAYO:      return 2 * c->schedule.waves * c->schedule.ranks;
-    default:                   return c->schedule.ranks;
-    }
+/* Stages S of the config's schedule (schedule.h's one definition). */
+static int config_stages(const hy_config *c) {
+    hy_sched_params p = { .kind = c->schedule.kind, .ranks = c->schedule.ranks,
+                          .waves = c->schedule.waves, .chunks = c->schedule.chunks };
+    return hy_sched_stages(&p);
 }
 
 /* "hanayo with 2 x waves x ranks = 2 x 1 x 8 = 16 stages" */
 static void stages_text(const hy_config *c, char *buf, size_t n) {
     const char *name = hy_sched_name(c->schedule.kind);
-    int S = hy_config_stages(c);
+    int S = config_stages(c);
     switch (c->schedule.kind) {
     case HY_SCHED_INTERLEAVED:
         snprintf(buf, n, "%s has chunks x ranks = %d x %d = %d stages", name,
@@ -1000,9 +994,9 @@ static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
 
 static int check_stages(const hy_config *c, const load_ctx *ctx, hy_error *err) {
     char where[512], st[128];
-    int S = hy_config_stages(c);
+    int S = config_stages(c);
     stages_text(c, st, sizeof st);
-    if (c->schedule.n_split == 0) {
+    if (c->schedule.n_layers_per_stage == 0) {
         if (S <= c->model.layers) return HY_OK;
         WHERE("schedule.kind", "schedule.ranks", "schedule.waves", "schedule.chunks",
               "model.layers");
@@ -1011,14 +1005,14 @@ static int check_stages(const hy_config *c, const load_ctx *ctx, hy_error *err) 
                        "with %d entries (0-layer stages allowed)", st, c->model.layers,
                        where, S);
     }
-    if (c->schedule.n_split != S) {
+    if (c->schedule.n_layers_per_stage != S) {
         WHERE("schedule.split", "schedule.kind", "schedule.ranks", "schedule.waves",
               "schedule.chunks");
         return hy_fail(err, HY_ERR_INPUT, "schedule.split has %d entries but %s, in %s; "
-                       "give one layer count per stage", c->schedule.n_split, st, where);
+                       "give one layer count per stage", c->schedule.n_layers_per_stage, st, where);
     }
     int sum = 0;
-    for (int i = 0; i < c->schedule.n_split; i++) sum += c->schedule.split[i];
+    for (int i = 0; i < c->schedule.n_layers_per_stage; i++) sum += c->schedule.layers_per_stage[i];
     if (sum != c->model.layers) {
         WHERE("schedule.split", "model.layers");
         return hy_fail(err, HY_ERR_INPUT, "schedule.split sums to %d layers but model.layers "
@@ -1155,23 +1149,6 @@ int hy_config_load(hy_config *c, const char *path, const char *const *sets, int 
     int rc = load_into(c, path, sets, n_sets, err);
     if (rc) hy_config_free(c);
     return rc;
-}
-
-void hy_sched_params_from_config(const hy_config *c, hy_sched_params *p) {
-    p->kind = c->schedule.kind;
-    p->ranks = c->schedule.ranks;
-    p->micro_batches = c->schedule.micro_batches;
-    p->waves = c->schedule.waves;
-    p->chunks = c->schedule.chunks;
-    p->split_backward = c->schedule.split_backward;
-}
-
-void hy_backend_request_from_config(const hy_config *c, hy_backend_request *rq) {
-    rq->kind = c->backend;
-    rq->ranks = c->schedule.ranks;
-    rq->devices = c->devices;
-    rq->n_devices = c->n_devices;
-    rq->watchdog_s = c->watchdog_s;
 }
 
 /* ------------------------------------------------------------------------

@@ -22,18 +22,19 @@
 
 #include "backend.h"
 #include "error.h"
+#include "model.h"
 #include "schedule.h"
 
-typedef enum { HY_MODEL_GPT, HY_MODEL_BERT, HY_MODEL_COUNT } hy_model_kind;
 /* What training does after a step whose loss or gradient is not finite
  * (that step's update is never applied): end the run, or go on. */
 typedef enum { HY_NONFINITE_STOP, HY_NONFINITE_SKIP, HY_NONFINITE_COUNT } hy_nonfinite_policy;
 
 typedef struct {
     char *path;                 /* file it came from, or NULL */
-    struct { hy_model_kind kind; int layers, d_model, heads, seq_len, vocab; } model;
+    hy_model_shape model;
     struct { hy_sched_kind kind; int ranks, waves, chunks, micro_batches, micro_batch_size;
-             int *split; int n_split;                  /* layers per stage; n_split 0 = balance automatically */
+             int *layers_per_stage;                    /* the key schedule.split */
+             int n_layers_per_stage;                   /* 0: balance automatically */
              int split_backward;                       /* bool: B and W passes */
              double comm_cost; } schedule;             /* the transfer time the order is for */
     struct { int steps; double lr, min_lr; int warmup_steps; double weight_decay, beta1, beta2, eps, grad_clip;
@@ -76,20 +77,7 @@ char *hy_config_to_json(const hy_config *c);
  * malloc'd; NULL when out of memory. */
 char *hy_config_derived_dir(const char *top, const char *config);
 
-/* The schedule part, as the generators take it. */
-void hy_sched_params_from_config(const hy_config *c, hy_sched_params *p);
-
-/* What the run asks of its backend (backend.h): backend, devices,
- * watchdog_s and schedule.ranks. rq points into c's devices. */
-void hy_backend_request_from_config(const hy_config *c, hy_backend_request *rq);
-
-/* Number of pipeline stages S: ranks (gpipe, 1f1b), chunks * ranks
- * (interleaved), 2 * waves * ranks (hanayo). */
-int hy_config_stages(const hy_config *c);
-
-/* "gpt"/"bert", "auto"/"cpu"/"cuda" and "stop"/"skip"; "?" when out of
- * range. */
-const char *hy_model_name(hy_model_kind kind);
+/* "auto"/"cpu"/"cuda" and "stop"/"skip"; "?" when out of range. */
 const char *hy_backend_name(hy_backend_kind kind);
 const char *hy_nonfinite_name(hy_nonfinite_policy p);
 

@@ -17,6 +17,21 @@ hy_costs hy_costs_uniform_split(void) {
     return c;
 }
 
+hy_costs hy_costs_uniform_for(int split_backward, double comm) {
+    hy_costs c = split_backward ? hy_costs_uniform_split() : hy_costs_uniform();
+    c.comm = comm;
+    return c;
+}
+
+double hy_costs_wgrad_share(const double *bwd, const double *wgrad, int stages) {
+    double w = 0, whole = 0;
+    for (int s = 0; s < stages; s++) {
+        w += wgrad[s];
+        whole += bwd[s] + wgrad[s];
+    }
+    return whole > 0 ? w / whole : HY_WGRAD_SHARE_DEFAULT;
+}
+
 void hy_costs_split(hy_costs *c, double w) {
     if (w < 0) w = c->bwd / 2;
     c->wgrad = w;

@@ -44,6 +44,22 @@ hy_costs hy_costs_uniform(void);
  * B = W = 1, so that split and unsplit schedules do the same work. */
 hy_costs hy_costs_uniform_split(void);
 
+/* The uniform costs of a schedule whose backward is split or not
+ * (hy_costs_uniform_split or hy_costs_uniform) with transfers costing
+ * comm: what an order is chosen for when only the transfer time is known
+ * (a config's schedule.comm_cost, in stage forwards). The one builder of
+ * uniform costs the schedules, the order search and the mailboxes use. */
+hy_costs hy_costs_uniform_for(int split_backward, double comm);
+
+/* What W's share of a whole backward (0..1) is taken to be where nothing
+ * says otherwise: half (hy_costs_split with w < 0). */
+#define HY_WGRAD_SHARE_DEFAULT 0.5
+
+/* W's share of a whole backward over `stages` measured stages: the sum of
+ * wgrad[] over the sum of bwd[] + wgrad[] (bwd: B's cost); with nothing
+ * measured (the sum is 0), HY_WGRAD_SHARE_DEFAULT. */
+double hy_costs_wgrad_share(const double *bwd, const double *wgrad, int stages);
+
 /* Splits a whole backward's cost b into its two passes: W costs w (w < 0:
  * half of b) and B the rest, b - w. Per-stage arrays are not touched. */
 void hy_costs_split(hy_costs *c, double w);

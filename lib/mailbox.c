@@ -3,6 +3,7 @@
  */
 #include "mailbox.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,11 +61,13 @@ static int hy_assign_slots(hy_edge *e, int M, const double *send_at, const doubl
     for (int i = 0; i < 2 * M; i++) {
         int m = ev[i].m;
         if (ev[i].release) {
+            assert(holder[e->slot_of[m]] == m);   /* a message frees the slot it claimed */
             holder[e->slot_of[m]] = -1;
             continue;
         }
         int k = 0;
         while (holder[k] >= 0) k++;
+        assert(k < M);   /* M messages never need more than M slots */
         holder[k] = m;
         e->slot_of[m] = k;
         if (k + 1 > used) used = k + 1;
@@ -121,7 +124,7 @@ int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err) {
     for (int st = 0; st < S; st++) mb->into_fwd[st] = mb->into_bwd[st] = -1;
 
     /* The witness: the schedule replayed under uniform costs. */
-    hy_costs c = s->split ? hy_costs_uniform_split() : hy_costs_uniform();
+    hy_costs c = hy_costs_uniform_for(s->split, 0);
     rc = hy_simulate(s, &c, NULL, &r, err);
     if (rc) goto out;
     for (int rk = 0; rk < s->ranks; rk++)
@@ -212,6 +215,7 @@ int hy_mailbox_alloc(hy_mailbox *mb, hy_backend *be, size_t slot_bytes, hy_error
 }
 
 void *hy_mailbox_slot(const hy_edge *e, int m) {
+    assert(e->slot_of[m] >= 0 && e->slot_of[m] < e->slots);
     return e->slot[e->slot_of[m]];
 }
 
@@ -244,6 +248,7 @@ static int hy_handshake_receive(hy_stream *st, uint32_t *full, const hy_wait_sit
 int hy_mailbox_send(hy_stream *st, const hy_edge *e, int m, const void *src, const char *action,
                     hy_error *err) {
     int k = e->slot_of[m];
+    assert(k >= 0 && k < e->slots);
     if (e->local)   /* the rank's own order protects the slot */
         return src == e->slot[k] ? HY_OK : st->be->ops->copy(st, e->slot[k], src, e->slot_bytes, err);
     hy_wait_site site;

@@ -4,6 +4,7 @@
 #include "model.h"
 #include "rng.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,17 +95,25 @@ static long hy_vocab_multiple(int k) {
     return (long)HY_VOCAB_ALIGN / a * k;
 }
 
-int hy_model_build(hy_model *m, const hy_config *c, int vocab_multiple, hy_error *err) {
+static const char *const MODEL_NAMES[HY_MODEL_COUNT] = { "gpt", "bert" };
+
+const char *hy_model_name(hy_model_kind kind) {
+    return (unsigned)kind < HY_MODEL_COUNT ? MODEL_NAMES[kind] : "?";
+}
+
+int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_per_stage,
+                   int stages, int vocab_multiple, hy_error *err) {
     memset(m, 0, sizeof *m);
+    assert(stages >= 1);
     long multiple = hy_vocab_multiple(vocab_multiple < 1 ? 1 : vocab_multiple);
-    m->kind = c->model.kind;
-    m->layers = c->model.layers;
-    m->d_model = c->model.d_model;
-    m->heads = c->model.heads;
-    m->seq_len = c->model.seq_len;
-    m->vocab = c->model.vocab;
-    m->vocab_padded = (int)((c->model.vocab + multiple - 1) / multiple * multiple);
-    m->stages = hy_config_stages(c);
+    m->kind = shape->kind;
+    m->layers = shape->layers;
+    m->d_model = shape->d_model;
+    m->heads = shape->heads;
+    m->seq_len = shape->seq_len;
+    m->vocab = shape->vocab;
+    m->vocab_padded = (int)((shape->vocab + multiple - 1) / multiple * multiple);
+    m->stages = stages;
     int S = m->stages, L = m->layers;
     m->first_layer = calloc((size_t)S, sizeof(int));
     m->n_layers = calloc((size_t)S, sizeof(int));
@@ -114,9 +123,11 @@ int hy_model_build(hy_model *m, const hy_config *c, int vocab_multiple, hy_error
         hy_model_free(m);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the model");
     }
-    if (c->schedule.n_split > 0) {
-        /* The config loader checked the length and the sum. */
-        for (int s = 0; s < S; s++) m->n_layers[s] = c->schedule.split[s];
+    if (layers_per_stage) {
+        int sum = 0;
+        for (int s = 0; s < S; s++) sum += m->n_layers[s] = layers_per_stage[s];
+        assert(sum == L);   /* the config loader and the tuner check it */
+        (void)sum;
     } else if (S > L) {
         hy_model_free(m);
         return hy_fail(err, HY_ERR_INPUT,
@@ -136,6 +147,11 @@ int hy_model_build(hy_model *m, const hy_config *c, int vocab_multiple, hy_error
     hy_add_param(m, HY_P_LNF_W, -1, "ln_f.weight", C, 0, S - 1, 0);
     hy_add_param(m, HY_P_LNF_B, -1, "ln_f.bias", C, 0, S - 1, 0);
     return HY_OK;
+}
+
+hy_model_shape hy_model_shape_of(const hy_model *m) {
+    return (hy_model_shape){ .kind = m->kind, .layers = m->layers, .d_model = m->d_model,
+                             .heads = m->heads, .seq_len = m->seq_len, .vocab = m->vocab };
 }
 
 size_t hy_model_param_count(const hy_model *m) {

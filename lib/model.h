@@ -22,8 +22,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
 #include "error.h"
+
+typedef enum { HY_MODEL_GPT, HY_MODEL_BERT, HY_MODEL_COUNT } hy_model_kind;
+
+/* The model's shape: what a config's "model" block says and a checkpoint
+ * records, apart from how it is run (llm.c's GPT2Config). */
+typedef struct {
+    hy_model_kind kind;
+    int layers, d_model, heads, seq_len;
+    int vocab;          /* the real vocabulary */
+} hy_model_shape;
+
+/* "gpt", "bert"; "?" when out of range. */
+const char *hy_model_name(hy_model_kind kind);
 
 typedef enum {
     HY_P_WTE, HY_P_WPE,
@@ -68,14 +80,19 @@ typedef struct {
  * (hy_model_real_numel), so they open in Hugging Face's GPT-2 as they are. */
 #define HY_VOCAB_ALIGN 128
 
-/* Builds the model of config c: shapes, the partition into
- * hy_config_stages(c) stages (c->schedule.split if given, else balanced by
- * estimated cost with the head counted on the last stage) and the
- * parameter table. The vocabulary is padded to a multiple of both
+/* Builds the model of `shape` over `stages` stages: the partition
+ * (layers_per_stage[stages] if given, which must sum to the layers, else
+ * balanced by estimated cost with the head counted on the last stage) and
+ * the parameter table. The vocabulary is padded to a multiple of both
  * HY_VOCAB_ALIGN and vocab_multiple (1: no multiple beyond the first),
- * so every caller sees the same padded model. */
-int hy_model_build(hy_model *m, const hy_config *c, int vocab_multiple, hy_error *err);
+ * so every caller sees the same padded model. HY_ERR_INPUT when more
+ * stages than layers are to be balanced. */
+int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_per_stage,
+                   int stages, int vocab_multiple, hy_error *err);
 void hy_model_free(hy_model *m);
+
+/* The shape m was built from. */
+hy_model_shape hy_model_shape_of(const hy_model *m);
 
 /* Total parameters, counting the tied wte once and without padding rows:
  * the number published for a model (GPT-2 small: 124,439,808). */

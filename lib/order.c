@@ -41,15 +41,9 @@
 #define JUSTIFY_ROUNDS 4
 #define JUSTIFY_WORK 1e8
 
-hy_costs hy_order_costs(const hy_sched_params *p, double comm) {
-    hy_costs c = p->split_backward ? hy_costs_uniform_split() : hy_costs_uniform();
-    c.comm = comm;
-    return c;
-}
-
 /* Whether c is what the canonical orders are made for. */
 static int is_uniform(const hy_sched_params *p, const hy_costs *c) {
-    hy_costs u = hy_order_costs(p, 0);
+    hy_costs u = hy_costs_uniform_for(p->split_backward, 0);
     return !c->fwd_stage && !c->bwd_stage && !c->wgrad_stage && c->comm == 0 &&
            c->fwd == u.fwd && c->bwd == u.bwd && (!p->split_backward || c->wgrad == u.wgrad);
 }
@@ -65,13 +59,9 @@ typedef struct {
 } order_search;
 
 static int peak_of(const hy_sim_result *r, int *sum) {
-    int most = 0;
     *sum = 0;
-    for (int k = 0; k < r->ranks; k++) {
-        if (r->peak_activations[k] > most) most = r->peak_activations[k];
-        *sum += r->peak_activations[k];
-    }
-    return most;
+    for (int k = 0; k < r->ranks; k++) *sum += r->peak_activations[k];
+    return hy_sim_peak_max(r);
 }
 
 /* Builds and prices one candidate (o NULL: the canonical order, made for
@@ -154,7 +144,7 @@ static int search(order_search *g, hy_error *err) {
     g->peak_limit = canonical_peak(p, err);
     if (g->peak_limit < 0) return err ? err->status : HY_ERR_RUNTIME;
     int P = p->ranks, hanayo = p->kind == HY_SCHED_HANAYO;
-    long actions = (long)(p->split_backward ? 3 : 2) * P * p->micro_batches * hy_sched_chunks(p);
+    long actions = P * hy_sched_rank_actions(p->split_backward, hy_sched_chunks(p), p->micro_batches);
     int wide = actions <= ORDER_SEARCH_ACTIONS;
     int group = hanayo ? 2 * p->waves * P : 0;
     int windows[3] = { group, 1, group / 2 };
@@ -194,7 +184,7 @@ int hy_schedule_for_costs(hy_schedule *s, const hy_sched_params *p, const hy_cos
     }
     /* Unsplit hanayo: the justification closes gaps the merge's greedy
      * replay left (justify.h), within the same memory. */
-    double actions = 2.0 * p->micro_batches * hy_sched_chunks(p) * p->ranks;
+    double actions = (double)p->ranks * hy_sched_rank_actions(0, hy_sched_chunks(p), p->micro_batches);
     if (p->kind == HY_SCHED_HANAYO && !p->split_backward &&
         actions * (actions / p->ranks) <= JUSTIFY_WORK)
         rc = hy_schedule_justify(&g.best, c, g.peak_limit, JUSTIFY_ROUNDS, err);
@@ -205,11 +195,4 @@ int hy_schedule_for_costs(hy_schedule *s, const hy_sched_params *p, const hy_cos
     }
     *s = g.best;
     return HY_OK;
-}
-
-int hy_schedule_for_config(hy_schedule *s, const hy_config *c, hy_error *err) {
-    hy_sched_params p;
-    hy_sched_params_from_config(c, &p);
-    hy_costs costs = hy_order_costs(&p, c->schedule.comm_cost);
-    return hy_schedule_for_costs(s, &p, &costs, err);
 }

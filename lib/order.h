@@ -22,7 +22,6 @@
 #ifndef HY_ORDER_H
 #define HY_ORDER_H
 
-#include "config.h"
 #include "costs.h"
 #include "error.h"
 #include "schedule.h"
@@ -31,16 +30,5 @@
  * the uniform costs, hence the canonical order). */
 int hy_schedule_for_costs(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                           hy_error *err);
-
-/* The costs an order is chosen for when only the transfer time is known
- * (the config's schedule.comm_cost, in units of one stage's forward): the
- * uniform ones, split as the schedule is, with c = comm. */
-hy_costs hy_order_costs(const hy_sched_params *p, double comm);
-
-/* The schedule a run of config c runs: its kind, ranks, waves or chunks,
- * micro-batches and split, in the order chosen for hy_order_costs with
- * its schedule.comm_cost. The runtime, the profiler and `hanayo plan
- * CONFIG` all take it from here, so they agree. */
-int hy_schedule_for_config(hy_schedule *s, const hy_config *c, hy_error *err);
 
 #endif

@@ -30,7 +30,8 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
                   hy_error *err) {
     memset(pl, 0, sizeof *pl);
     /* Refuse absurd sizes before the generator tries to allocate them. */
-    double n = (double)p->ranks * (p->split_backward ? 3.0 : 2.0) * hy_sched_chunks(p) * p->micro_batches;
+    double n = (double)p->ranks *
+               hy_sched_rank_actions(p->split_backward, hy_sched_chunks(p), p->micro_batches);
     if (n > HY_PLAN_MAX_ACTIONS)
         return hy_fail(err, HY_ERR_INPUT,
                        "%s with %d ranks, %d micro-batches and %d stages per "
@@ -77,13 +78,7 @@ void hy_plan_free(hy_plan *pl) {
     memset(pl, 0, sizeof *pl);
 }
 
-int hy_plan_peak_max(const hy_plan *pl) {
-    int peak = 0;
-    for (int r = 0; r < pl->sched.ranks; r++)
-        if (pl->sim.peak_activations[r] > peak)
-            peak = pl->sim.peak_activations[r];
-    return peak;
-}
+int hy_plan_peak_max(const hy_plan *pl) { return hy_sim_peak_max(&pl->sim); }
 
 static double bubble_at(const hy_plan *pl, double makespan) {
     double busy = 0;

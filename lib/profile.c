@@ -122,7 +122,7 @@ static int take_step(const hy_profile *p, uint64_t *const *raw, const int *at, s
     int P = s->ranks;
     uint64_t origin = raw[0][0];
     for (int r = 0; r < P; r++) {
-        size_t n = 1 + 4 * (size_t)s->n_actions[r] + 3 + 2 * (size_t)p->n_sums[r];
+        size_t n = hy_stamp_count(s->n_actions[r], p->n_sums[r]);
         for (size_t k = 0; k < n; k++)
             if (raw[r][k] == 0)
                 return hy_fail(err, HY_ERR_RUNTIME, "profile: rank %d recorded no stamp %zu "
@@ -135,19 +135,21 @@ static int take_step(const hy_profile *p, uint64_t *const *raw, const int *at, s
     for (int r = 0; r < P; r++) {
         st->iter_start[r] = MS(raw[r][0]);
         for (int i = 0; i < s->n_actions[r]; i++) {
-            const uint64_t *k = &raw[r][1 + 4 * (size_t)i];
+            const uint64_t *k = &raw[r][hy_stamp_action(i, HY_STAMP_START)];
             hy_action_time *t = &st->t[r][i];
-            t->start = MS(k[0]);
-            t->received = fmax(MS(k[1]), t->start);
-            t->computed = fmax(MS(k[2]), t->received);
-            t->sent = fmax(MS(k[3]), t->computed);
+            t->start = MS(k[HY_STAMP_START]);
+            t->received = fmax(MS(k[HY_STAMP_RECEIVED]), t->start);
+            t->computed = fmax(MS(k[HY_STAMP_COMPUTED]), t->received);
+            t->sent = fmax(MS(k[HY_STAMP_SENT]), t->computed);
             t->ready = t->start;
             t->copied = t->sent;   /* until the copy times are known */
         }
-        size_t tail = 1 + 4 * (size_t)s->n_actions[r];
-        for (int j = 0; j < 3; j++) st->tail_at[r * 3 + j] = MS(raw[r][tail + j]);
+        for (int j = 0; j < HY_STAMPS_TAIL; j++)
+            st->tail_at[r * HY_STAMPS_TAIL + j] = MS(raw[r][hy_stamp_tail(s->n_actions[r], j)]);
         double *sum = &st->sum_at[(size_t)r * 2 * (s->stages + 1)];
-        for (int j = 0; j < 2 * p->n_sums[r]; j++) sum[j] = MS(raw[r][tail + 3 + j]);
+        for (int j = 0; j < p->n_sums[r]; j++)
+            for (int end = 0; end < 2; end++)
+                sum[2 * j + end] = MS(raw[r][hy_stamp_sum(s->n_actions[r], j, end)]);
     }
 #undef MS
     for (int r = 0; r < P; r++)
@@ -160,24 +162,8 @@ static int take_step(const hy_profile *p, uint64_t *const *raw, const int *at, s
     return HY_OK;
 }
 
-/* The runtime runs exactly the lists the generator makes (a pure
- * function); the copy kept here is checked against it all the same, since
- * every stamp is indexed by it. */
-static int same_schedule(const hy_schedule *a, const hy_schedule *b) {
-    if (a->ranks != b->ranks || a->stages != b->stages || a->micro_batches != b->micro_batches)
-        return 0;
-    for (int r = 0; r < a->ranks; r++) {
-        if (a->n_actions[r] != b->n_actions[r]) return 0;
-        for (int i = 0; i < a->n_actions[r]; i++) {
-            const hy_action *x = &a->actions[r][i], *y = &b->actions[r][i];
-            if (x->op != y->op || x->mb != y->mb || x->stage != y->stage) return 0;
-        }
-    }
-    return 1;
-}
-
 /* The steps: warm-up, then measured, each one's stamps taken. */
-static int run_steps(hy_profile *p, const hy_config *c, hy_runtime *rt, const hy_profile_opts *o,
+static int run_steps(hy_profile *p, hy_runtime *rt, const hy_profile_opts *o,
                      step_times *steps, hy_error *err) {
     const hy_schedule *s = &p->sched;
     int P = s->ranks, rc = HY_OK;
@@ -191,7 +177,7 @@ static int run_steps(hy_profile *p, const hy_config *c, hy_runtime *rt, const hy
     double wall = 0, tokens = 0;
     for (int k = 0; !rc && k < HY_PROFILE_WARMUP + o->steps; k++) {
         hy_step_stats st;
-        rc = hy_train_step(rt, c, &st, err);
+        rc = hy_train_step(rt, &st, err);
         if (rc || k < HY_PROFILE_WARMUP) continue;
         for (int r = 0; !rc && r < P; r++)
             rc = hy_runtime_stamps(rt, r, raw[r], hy_runtime_stamp_count(rt, r), err);
@@ -422,26 +408,19 @@ static int profile_finish(hy_profile *p, step_times *steps, int rc, hy_error *er
     return rc;
 }
 
-int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, hy_error *err) {
+int hy_profile_run(hy_profile *p, const hy_run *run, const hy_profile_opts *o, hy_error *err) {
     memset(p, 0, sizeof *p);
     if (o->steps < 1)
         return hy_fail(err, HY_ERR_INPUT, "profile: the number of measured steps must be at "
                        "least 1, got %d", o->steps);
-    hy_backend_request brq;
     hy_backend_choice chosen;
-    hy_backend_request_from_config(c, &brq);
-    int rc = hy_backend_describe(&brq, &chosen, err);
+    int rc = hy_backend_describe(&run->backend, &chosen, err);
     if (!rc) snprintf(p->backend, sizeof p->backend, "%s", chosen.why);
     hy_runtime *rt = NULL;
-    hy_model m;
-    memset(&m, 0, sizeof m);
+    const hy_model *m = &run->model;
     step_times *steps = NULL;
-    if (!rc) rc = hy_model_build(&m, c, 1, err);
-    if (!rc) rc = hy_schedule_for_config(&p->sched, c, err);
-    if (!rc) rc = hy_train_runtime(&rt, c, o->dp, NULL, err);
-    if (!rc && !same_schedule(&p->sched, hy_runtime_schedule(rt)))
-        rc = hy_fail(err, HY_ERR_RUNTIME, "profile: the runtime's action lists differ from "
-                     "the schedule generator's (a bug)");
+    if (!rc) rc = hy_schedule_copy(&p->sched, &run->sched, err);
+    if (!rc) rc = hy_train_runtime(&rt, run, o->dp, NULL, err);
     if (!rc && o->slow_stage >= 0) rc = hy_runtime_slow_stage(rt, o->slow_stage, o->slow_seconds, err);
     if (!rc) rc = hy_runtime_profile(rt, err);
     if (!rc) {
@@ -453,32 +432,28 @@ int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o, 
         for (int r = 0; p->n_sums && p->sum_stage && r < P; r++)
             p->n_sums[r] = hy_runtime_sums(rt, r, &p->sum_stage[(size_t)r * (S + 1)]);
         if (!p->n_sums || !p->sum_stage) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
-        if (!rc) rc = profile_alloc(p, &m, o->steps, &steps, err);
+        if (!rc) rc = profile_alloc(p, m, o->steps, &steps, err);
     }
     /* Every replica ready, or none steps: a failure here on one would
      * leave the others waiting in the first step's sums. (A step failing
      * on one replica ends the job: the profile command's caller, like
      * train's.) */
     if (hy_dp_size(o->dp) > 1) rc = hy_dp_agree(o->dp, rc, err);
-    if (!rc) rc = run_steps(p, c, rt, o, steps, err);
+    if (!rc) rc = run_steps(p, rt, o, steps, err);
     hy_runtime_destroy(rt);
-    hy_model_free(&m);
     return profile_finish(p, steps, rc, err);
 }
 
-int hy_profile_from_stamps(hy_profile *p, const hy_config *c, int steps,
+int hy_profile_from_stamps(hy_profile *p, const hy_run *run, int steps,
                            uint64_t *const *const *raw, hy_error *err) {
     memset(p, 0, sizeof *p);
     if (steps < 1)
         return hy_fail(err, HY_ERR_INPUT, "profile: the number of measured steps must be at "
                        "least 1, got %d", steps);
     snprintf(p->backend, sizeof p->backend, "given stamps");
-    hy_model m;
-    memset(&m, 0, sizeof m);
     step_times *st = NULL;
     int *at = NULL;
-    int rc = hy_model_build(&m, c, 1, err);
-    if (!rc) rc = hy_schedule_for_config(&p->sched, c, err);
+    int rc = hy_schedule_copy(&p->sched, &run->sched, err);
     if (!rc) {
         p->replicas = 1;
         p->n_sums = calloc((size_t)p->sched.ranks, sizeof(int));
@@ -486,10 +461,9 @@ int hy_profile_from_stamps(hy_profile *p, const hy_config *c, int steps,
         at = action_index(&p->sched);
         if (!p->n_sums || !p->sum_stage || !at) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
     }
-    if (!rc) rc = profile_alloc(p, &m, steps, &st, err);
+    if (!rc) rc = profile_alloc(p, &run->model, steps, &st, err);
     for (int k = 0; !rc && k < steps; k++) rc = take_step(p, raw[k], at, &st[k], err);
     free(at);
-    hy_model_free(&m);
     return profile_finish(p, st, rc, err);
 }
 

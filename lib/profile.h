@@ -63,7 +63,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "config.h"
+#include "run.h"
 #include "costs.h"
 #include "error.h"
 #include "schedule.h"
@@ -163,18 +163,17 @@ typedef struct {
     hy_cost_model model;
 } hy_profile;
 
-/* Runs the profile of config c (p keeps copies of all it needs). On
- * failure p is left empty (safe to free). */
-int hy_profile_run(hy_profile *p, const hy_config *c, const hy_profile_opts *o,
-                   hy_error *err);
+/* Runs the profile of run `run` (p keeps copies of all it needs, the
+ * schedule among them). On failure p is left empty (safe to free). */
+int hy_profile_run(hy_profile *p, const hy_run *run, const hy_profile_opts *o, hy_error *err);
 
 /* The same results from stamps given instead of measured, for one
  * process without replicas: raw[k][r] holds rank r's stamps of measured
- * step k laid out as runtime.h's hy_runtime_profile records them (1 + 4n
- * + 3 of them, n its action count; none 0). So a test can feed a timeline
+ * step k laid out as runtime.h's hy_runtime_profile records them
+ * (hy_stamp_count(n, 0) of them, n its action count; none 0). So a test can feed a timeline
  * whose every figure it knows, where a real run's times depend on the
  * machine. wall_ms and tokens stay 0. */
-int hy_profile_from_stamps(hy_profile *p, const hy_config *c, int steps,
+int hy_profile_from_stamps(hy_profile *p, const hy_run *run, int steps,
                            uint64_t *const *const *raw, hy_error *err);
 void hy_profile_free(hy_profile *p);
 

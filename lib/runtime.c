@@ -16,6 +16,7 @@
  */
 #include "runtime.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -74,9 +75,9 @@ typedef struct {
 } rt_rank;
 
 struct hy_runtime {
-    const hy_config *cfg;
-    hy_schedule sched;
-    hy_model model;
+    const hy_run *run;             /* what it runs (borrowed): schedule, model, settings */
+    const hy_schedule *sched;      /* &run->sched */
+    const hy_model *model;         /* &run->model */
     hy_mailbox mb;
     hy_backend *be;
     hy_transformer tf;             /* the math: shapes, ops, each stage's weights and gradients */
@@ -108,12 +109,8 @@ struct hy_runtime {
 
 /* The tied embedding's parameter: in stage 0's block, and replicated on
  * the last stage's rank when that is another rank (replica_rank). */
-static const hy_param *rt_wte(const hy_runtime *rt) { return hy_model_param(&rt->model, HY_P_WTE, 0); }
+static const hy_param *rt_wte(const hy_runtime *rt) { return hy_model_param(rt->model, HY_P_WTE, 0); }
 
-/* A rank's profile stamps: one at the start of its iteration, four per
- * action (start, input received, computed, sent), three for the tail
- * (tied-embedding exchange, norm and clip, optimizer). */
-#define RT_STAMPS(n_actions) (1 + 4 * (size_t)(n_actions) + 3)
 
 /* The gradient sums over the replicas rank r starts, in the order its
  * stamps keep them: its stages ascending, then the tied embedding's
@@ -123,7 +120,7 @@ static int rt_rank_buckets(const hy_runtime *rt, int r, int *buckets) {
     if (rt->replicas == 1) return 0;
     int n = 0;
     for (int s = 0; s < rt->S; s++)
-        if (rt->sched.placement[s] == r) {
+        if (rt->sched->placement[s] == r) {
             if (buckets) buckets[n] = s;
             n++;
         }
@@ -137,13 +134,13 @@ static int rt_rank_buckets(const hy_runtime *rt, int r, int *buckets) {
 /* Two more stamps per sum: just before it started, after it was waited
  * for (hy_runtime_profile). */
 static size_t rt_stamp_count(const hy_runtime *rt, int r) {
-    return RT_STAMPS(rt->sched.n_actions[r]) + 2 * (size_t)rt_rank_buckets(rt, r, NULL);
+    return hy_stamp_count(rt->sched->n_actions[r], rt_rank_buckets(rt, r, NULL));
 }
 
 /* The index of bucket b among rank r's (rt_rank_buckets). */
 static int rt_bucket_index(const hy_runtime *rt, int r, int b) {
     int j = 0;
-    for (int s = 0; s < b && s < rt->S; s++) j += rt->sched.placement[s] == r;
+    for (int s = 0; s < b && s < rt->S; s++) j += rt->sched->placement[s] == r;
     return j;
 }
 
@@ -176,7 +173,20 @@ static void *rt_stage_output(rt_ctx *x, int s, int m) {
 /* Profile stamp k of this rank's iteration (nothing unless profiling). */
 static int rt_stamp(rt_ctx *x, size_t k) {
     if (!x->rt->profile) return HY_OK;
+    assert(k < rt_stamp_count(x->rt, x->rk->rank));
     return x->o->timestamp(x->st, &x->rk->stamps[k], x->err);
+}
+
+/* Stamp `part` of action k of the rank's list (k < 0: an evaluation's
+ * forward, which is not profiled). */
+static int rt_stamp_action(rt_ctx *x, int k, int part) {
+    return k < 0 ? HY_OK : rt_stamp(x, hy_stamp_action(k, part));
+}
+
+/* Micro-batch m's stash slot of stage sg (rt_plan_stashes). */
+static void *rt_stash_slot(const rt_stage *sg, int m) {
+    assert(sg->stash_of[m] >= 0 && sg->stash_of[m] < sg->slots);
+    return sg->stash[sg->stash_of[m]];
 }
 
 /* F(m, s). For evaluation (train = 0) the head computes only the loss and
@@ -188,26 +198,25 @@ static int rt_forward(rt_ctx *x, const hy_action *a, const char *label, int trai
     const hy_mailbox *mb = &rt->mb;
     int s = a->stage, m = a->mb, N = rt->N, rc = HY_OK;
     rt_stage *sg = &rt->stages[s];
-    void *slot = sg->stash[sg->stash_of[m]];
-    size_t at = 1 + 4 * (size_t)k;
-    if (k >= 0) rc = rt_stamp(x, at);
+    void *slot = rt_stash_slot(sg, m);
+    rc = rt_stamp_action(x, k, HY_STAMP_START);
     if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
     if (rc) return rc;
     if (s == 0)
         rc = hy_embed_forward(&rt->tf, x->st, slot, x->rk->tokens + (size_t)m * N, x->err);
     else
         rc = hy_mailbox_receive(x->st, &mb->edges[mb->into_fwd[s]], m, label, x->err);
-    if (!rc && k >= 0) rc = rt_stamp(x, at + 1);
+    if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_RECEIVED);
     const void *in = rt_stage_input(x, s, m, slot);
     void *out = rt_stage_output(x, s, m);
     const int *targets = s == rt->S - 1 ? x->rk->targets + (size_t)m * N : NULL;
     if (!rc) rc = hy_stage_forward(&rt->tf, &x->rk->work, x->st, s, in, slot, out, targets, train,
                                    x->err);
-    if (!rc && k >= 0) rc = rt_stamp(x, at + 2);
+    if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_COMPUTED);
     if (!rc && s < rt->S - 1)
         rc = hy_mailbox_send(x->st, &mb->edges[mb->into_fwd[s + 1]], m, out, label, x->err);
     if (!rc && !train && s > 0) rc = hy_mailbox_release(x->st, &mb->edges[mb->into_fwd[s]], m, x->err);
-    if (!rc && k >= 0) rc = rt_stamp(x, at + 3);
+    if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_SENT);
     return rc;
 }
 
@@ -216,41 +225,41 @@ static int rt_backward(rt_ctx *x, const hy_action *a, const char *label, int k) 
     const hy_mailbox *mb = &rt->mb;
     rt_rank *rk = x->rk;
     int s = a->stage, m = a->mb, N = rt->N, rc;
-    size_t bytes = hy_boundary_bytes(&rt->tf), at = 1 + 4 * (size_t)k;
+    size_t bytes = hy_boundary_bytes(&rt->tf);
     rt_stage *sg = &rt->stages[s];
-    void *slot = sg->stash[sg->stash_of[m]];
+    void *slot = rt_stash_slot(sg, m);
     const void *in = rt_stage_input(x, s, m, slot);
-    rc = rt_stamp(x, at);
+    rc = rt_stamp_action(x, k, HY_STAMP_START);
     if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
     if (rc) return rc;
     if (s == rt->S - 1) {
         /* d(stage output) from the head, which the forward ran. */
         rc = x->o->zero(x->st, rk->dres, bytes, x->err);
-        if (!rc) rc = rt_stamp(x, at + 1);
+        if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_RECEIVED);
         if (!rc) rc = hy_head_backward(&rt->tf, x->st, in, slot, rk->dres, x->err);
     } else {
         const hy_edge *e = &mb->edges[mb->into_bwd[s]];
         rc = hy_mailbox_receive(x->st, e, m, label, x->err);
-        if (!rc) rc = rt_stamp(x, at + 1);
+        if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_RECEIVED);
         if (!rc) rc = x->o->copy(x->st, rk->dres, hy_mailbox_slot(e, m), bytes, x->err);
     }
     if (!rc) rc = hy_stage_backward(&rt->tf, &rk->work, x->st, s, in, slot, rk->dres, x->err);
     if (rc) return rc;
     if (s == 0) {
         /* Split backward: the embeddings' gradients wait for W. */
-        if (!rt->sched.split)
+        if (!rt->sched->split)
             rc = hy_embed_backward(&rt->tf, x->st, rk->dres, rk->tokens + (size_t)m * N, x->err);
-        if (!rc) rc = rt_stamp(x, at + 2);
+        if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_COMPUTED);
     } else {
-        rc = rt_stamp(x, at + 2);
+        rc = rt_stamp_action(x, k, HY_STAMP_COMPUTED);
         if (!rc) rc = hy_mailbox_send(x->st, &mb->edges[mb->into_bwd[s - 1]], m, rk->dres, label, x->err);
     }
     /* The incoming gradient is done with (it was copied into dres), and
      * the stage input (a stash) too, unless a weight pass still reads it. */
-    if (!rc && s > 0 && !rt->sched.split)
+    if (!rc && s > 0 && !rt->sched->split)
         rc = hy_mailbox_release(x->st, &mb->edges[mb->into_fwd[s]], m, x->err);
     if (!rc && s < rt->S - 1) rc = hy_mailbox_release(x->st, &mb->edges[mb->into_bwd[s]], m, x->err);
-    if (!rc) rc = rt_stamp(x, at + 3);
+    if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_SENT);
     return rc;
 }
 
@@ -261,18 +270,17 @@ static int rt_backward(rt_ctx *x, const hy_action *a, const char *label, int k) 
 static int rt_wgrad(rt_ctx *x, const hy_action *a, int k) {
     hy_runtime *rt = x->rt;
     int s = a->stage, m = a->mb, rc;
-    size_t at = 1 + 4 * (size_t)k;
     rt_stage *sg = &rt->stages[s];
-    void *slot = sg->stash[sg->stash_of[m]];
+    void *slot = rt_stash_slot(sg, m);
     const int *tokens = s == 0 ? x->rk->tokens + (size_t)m * rt->N : NULL;
-    rc = rt_stamp(x, at);
+    rc = rt_stamp_action(x, k, HY_STAMP_START);
     if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
-    if (!rc) rc = rt_stamp(x, at + 1);
+    if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_RECEIVED);
     if (!rc) rc = hy_stage_wgrad(&rt->tf, x->st, s, rt_stage_input(x, s, m, slot), slot, tokens,
                                  x->err);
-    if (!rc) rc = rt_stamp(x, at + 2);
+    if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_COMPUTED);
     if (!rc && s > 0) rc = hy_mailbox_release(x->st, &rt->mb.edges[rt->mb.into_fwd[s]], m, x->err);
-    if (!rc) rc = rt_stamp(x, at + 3);
+    if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_SENT);
     return rc;
 }
 
@@ -305,7 +313,7 @@ static int rt_clip(rt_ctx *x) {
     rc = x->o->zero(x->st, &rk->partials[me], sizeof(double), x->err);
     for (int s = 0; s < rt->S && !rc; s++)
         if (rt->stages[s].rank == me)
-            rc = x->o->sumsq(x->st, &rk->partials[me], rt->stages[s].grad, rt->model.stage_numel[s],
+            rc = x->o->sumsq(x->st, &rk->partials[me], rt->stages[s].grad, rt->model->stage_numel[s],
                              x->err);
     for (int b = 0; b < P && !rc; b++)
         if (b != me)
@@ -319,7 +327,7 @@ static int rt_clip(rt_ctx *x) {
         if (!rc) rc = hy_channel_release(x->st, ch, x->err);
     }
     if (!rc) rc = x->o->clip(x->st, rk->clip_factor, rk->norm, rk->partials, P,
-                             (float)rt->cfg->train.grad_clip, x->err);
+                             (float)rt->run->train.grad_clip, x->err);
     return rc;
 }
 
@@ -334,8 +342,8 @@ static int rt_optimize(rt_ctx *x) {
     for (int s = 0; s < rt->S && !rc; s++) {
         rt_stage *sg = &rt->stages[s];
         if (sg->rank != rk->rank) continue;
-        for (int i = 0; i < rt->model.n_params && !rc; i++) {
-            const hy_param *p = &rt->model.params[i];
+        for (int i = 0; i < rt->model->n_params && !rc; i++) {
+            const hy_param *p = &rt->model->params[i];
             if (p->stage != s) continue;
             rc = x->o->adamw(x->st, sg->param + p->offset,
                              rt_compute_of(rt, (unsigned char *)sg->wc + p->offset * rt->A),
@@ -355,8 +363,7 @@ static int rt_optimize(rt_ctx *x) {
 static int rt_stamp_sum(rt_ctx *x, int b, int end) {
     if (!x->rt->profile) return HY_OK;
     int r = x->rk->rank;
-    return rt_stamp(x, RT_STAMPS(x->rt->sched.n_actions[r]) +
-                           2 * (size_t)rt_bucket_index(x->rt, r, b) + (size_t)end);
+    return rt_stamp(x, hy_stamp_sum(x->rt->sched->n_actions[r], rt_bucket_index(x->rt, r, b), end));
 }
 
 /* Data parallelism: the sum over the replicas of stage s's gradients (its
@@ -367,7 +374,7 @@ static int rt_reduce_start(rt_ctx *x, int s) {
     rt_rank *rk = x->rk;
     int rc = rt_stamp_sum(x, s, 0);
     if (!rc) rc = x->o->reduce_start(x->st, rk->reducer, s, rt->stages[s].grad,
-                                     rt->model.stage_numel[s], x->err);
+                                     rt->model->stage_numel[s], x->err);
     if (!rc && s == rt->S - 1 && rk->dwte) {
         rc = rt_stamp_sum(x, rt->S, 0);
         if (!rc) rc = x->o->reduce_start(x->st, rk->reducer, rt->S, rk->dwte, rt_wte(rt)->numel,
@@ -400,11 +407,11 @@ static int rt_iteration(rt_ctx *x) {
     int me = rk->rank, rc = rt_stamp(x, 0);
     for (int s = 0; s < rt->S && !rc; s++)
         if (rt->stages[s].rank == me)
-            rc = x->o->zero(x->st, rt->stages[s].grad, rt->model.stage_numel[s] * sizeof(float), x->err);
+            rc = x->o->zero(x->st, rt->stages[s].grad, rt->model->stage_numel[s] * sizeof(float), x->err);
     if (!rc && rk->dwte)
         rc = x->o->zero(x->st, rk->dwte, rt_wte(rt)->numel * sizeof(float), x->err);
     if (!rc && rk->work.loss) rc = x->o->zero(x->st, rk->work.loss, sizeof(float), x->err);
-    const hy_schedule *sc = &rt->sched;
+    const hy_schedule *sc = rt->sched;
     int n = sc->n_actions[me];
     for (int i = 0; i < n && !rc; i++) {
         const hy_action *a = &sc->actions[me][i];
@@ -416,14 +423,13 @@ static int rt_iteration(rt_ctx *x) {
         if (!rc && rk->reducer && rk->reduce_after[i] >= 0) rc = rt_reduce_start(x, rk->reduce_after[i]);
         if (rc) hy_error_prefix(x->err, "rank %d, %s: ", me, label);
     }
-    size_t tail = 1 + 4 * (size_t)n;
     if (!rc && rk->reducer) rc = rt_reduce_wait(x);
     if (!rc) rc = rt_exchange_wte(x);
-    if (!rc) rc = rt_stamp(x, tail);
+    if (!rc) rc = rt_stamp(x, hy_stamp_tail(n, HY_STAMP_EXCHANGED));
     if (!rc) rc = rt_clip(x);
-    if (!rc) rc = rt_stamp(x, tail + 1);
+    if (!rc) rc = rt_stamp(x, hy_stamp_tail(n, HY_STAMP_CLIPPED));
     if (!rc) rc = rt_optimize(x);
-    if (!rc) rc = rt_stamp(x, tail + 2);
+    if (!rc) rc = rt_stamp(x, hy_stamp_tail(n, HY_STAMP_OPTIMIZED));
     return rc;
 }
 
@@ -437,7 +443,7 @@ static int rt_eval_iteration(rt_ctx *x, int count) {
     if (x->rk->work.loss) rc = x->o->zero(x->st, x->rk->work.loss, sizeof(float), x->err);
     for (int m = 0; m < count && !rc; m++) {
         for (int s = 0; s < rt->S && !rc; s++) {
-            if (rt->sched.placement[s] != me) continue;
+            if (rt->sched->placement[s] != me) continue;
             hy_action a = { HY_FWD, m, s };
             char label[48];
             hy_action_label(&a, label, sizeof label);
@@ -471,7 +477,7 @@ static int rt_run_iteration(hy_runtime *rt, rt_rank *rk, int eval_count) {
         if (!rc) rc = o->sync(rk->stream, &rk->err);
         return rc;
     }
-    if (!rt->cfg->graph || rk->iterations == 0) {
+    if (!rt->run->graph || rk->iterations == 0) {
         rc = rt_iteration(&x);                  /* eager (and the warm-up) */
     } else {
         rc = HY_OK;
@@ -522,8 +528,9 @@ static int rt_alloc(hy_runtime *rt, int rank, size_t bytes, void *out, hy_error 
  * its forward and gives it back after its backward (split: after its
  * weight pass), in the rank's order. */
 static int rt_plan_stashes(hy_runtime *rt, hy_error *err) {
-    const hy_schedule *sc = &rt->sched;
+    const hy_schedule *sc = rt->sched;
     int M = rt->M;
+    assert(M == sc->micro_batches && rt->S == sc->stages);
     for (int s = 0; s < rt->S; s++) {
         rt->stages[s].rank = sc->placement[s];
         rt->stages[s].stash_of = malloc(sizeof(int) * (size_t)M);
@@ -543,9 +550,11 @@ static int rt_plan_stashes(hy_runtime *rt, hy_error *err) {
                 if (a->op == HY_FWD) {
                     *k = 0;
                     while (busy[*k]) (*k)++;
+                    assert(*k < M);   /* at most M micro-batches are ever in flight */
                     busy[*k] = 1;
                     if (*k + 1 > used) used = *k + 1;
                 } else if (a->op == (sc->split ? HY_WGRAD : HY_BWD)) {
+                    assert(busy[*k]);   /* its forward, earlier in the list, claimed it */
                     busy[*k] = 0;   /* the last pass that reads the slot */
                 }
             }
@@ -557,7 +566,7 @@ static int rt_plan_stashes(hy_runtime *rt, hy_error *err) {
 }
 
 static int rt_alloc_rank(hy_runtime *rt, rt_rank *rk, hy_error *err) {
-    int r = rk->rank, rc, head = rt->sched.placement[rt->S - 1] == r;
+    int r = rk->rank, rc, head = rt->sched->placement[rt->S - 1] == r;
     size_t f = sizeof(float), N = (size_t)rt->N, M = (size_t)rt->M, A = rt->A;
     rc = rt_alloc(rt, r, hy_boundary_bytes(&rt->tf), &rk->send, err);
     if (!rc) rc = rt_alloc(rt, r, hy_boundary_bytes(&rt->tf), &rk->dres, err);
@@ -567,7 +576,7 @@ static int rt_alloc_rank(hy_runtime *rt, rt_rank *rk, hy_error *err) {
     if (!rc) rk->norm = rk->clip_factor + 1;
     if (!rc) rc = rt_alloc(rt, r, sizeof(hy_adamw_hparams), &rk->hp, err);
     if (!rc) rc = rt_alloc(rt, r, rt_stamp_count(rt, r) * sizeof(uint64_t), &rk->stamps, err);
-    if (!rc && rt->sched.placement[0] == r) rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->tokens, err);
+    if (!rc && rt->sched->placement[0] == r) rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->tokens, err);
     if (!rc && head) rc = rt_alloc(rt, r, M * N * sizeof(int), &rk->targets, err);
     if (!rc && r == rt->replica_rank) {
         size_t n = rt_wte(rt)->numel;
@@ -591,7 +600,7 @@ static int rt_refresh_compute(hy_runtime *rt, int s, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     rt_stage *sg = &rt->stages[s];
     hy_stream *st = rt->ranks[sg->rank].stream;
-    int rc = o->to_act(st, sg->wc, sg->param, rt->model.stage_numel[s], err);
+    int rc = o->to_act(st, sg->wc, sg->param, rt->model->stage_numel[s], err);
     if (!rc) rc = o->sync(st, err);
     if (!rc && s == 0 && rt->replica_rank >= 0) {
         rt_rank *rk = &rt->ranks[rt->replica_rank];
@@ -604,10 +613,10 @@ static int rt_refresh_compute(hy_runtime *rt, int s, hy_error *err) {
 static int rt_init_params(hy_runtime *rt, hy_error *err) {
     for (int s = 0; s < rt->S; s++) {
         rt_stage *sg = &rt->stages[s];
-        size_t n = rt->model.stage_numel[s];
+        size_t n = rt->model->stage_numel[s];
         float *host = malloc((n ? n : 1) * sizeof(float));
         if (!host) return hy_fail(err, HY_ERR_RUNTIME, "out of memory initializing stage %d", s);
-        hy_model_init_stage(&rt->model, s, rt->cfg->train.seed, host);
+        hy_model_init_stage(rt->model, s, rt->run->train.seed, host);
         int rc = rt->be->ops->upload(rt->be, sg->rank, sg->param, host, n * sizeof(float), err);
         if (!rc && s == 0 && rt->replica_rank >= 0) {
             const hy_param *p = rt_wte(rt);
@@ -633,11 +642,11 @@ static int rt_plan_reduces(hy_runtime *rt, hy_error *err) {
                        "gradients across processes; use backend \"cpu\" or one process",
                        rt->replicas, o->name);
     for (int s = 0; s < rt->S; s++)
-        if (rt->model.stage_numel[s] > (size_t)INT_MAX)
+        if (rt->model->stage_numel[s] > (size_t)INT_MAX)
             return hy_fail(err, HY_ERR_INPUT, "stage %d has %zu parameters: a data-parallel sum "
-                           "takes at most %d; use more stages", s, rt->model.stage_numel[s],
+                           "takes at most %d; use more stages", s, rt->model->stage_numel[s],
                            INT_MAX);
-    const hy_schedule *sc = &rt->sched;
+    const hy_schedule *sc = rt->sched;
     int *last = malloc(sizeof(int) * (size_t)rt->S);
     if (!last) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     for (int r = 0; r < rt->P; r++) {
@@ -674,38 +683,33 @@ static int rt_attach_reducers(hy_runtime *rt, hy_error *err) {
 }
 
 static int rt_build(hy_runtime *rt, hy_error *err) {
-    const hy_config *c = rt->cfg;
-    int rc = hy_schedule_for_config(&rt->sched, c, err);
-    if (!rc) rc = hy_model_build(&rt->model, c, 1, err);
-    if (rc) return rc;
-    rt->B = c->schedule.micro_batch_size;
-    rt->T = c->model.seq_len;
+    const hy_run *run = rt->run;
+    rt->B = run->micro_batch_size;
+    rt->T = rt->model->seq_len;
     rt->N = rt->B * rt->T;
-    rt->M = c->schedule.micro_batches;
-    rt->V = rt->model.vocab;
-    rt->S = rt->sched.stages;
-    rt->P = rt->sched.ranks;
+    rt->M = rt->sched->micro_batches;
+    rt->V = rt->model->vocab;
+    rt->S = rt->sched->stages;
+    rt->P = rt->sched->ranks;
     rt->slow_stage = -1;
-    int last = rt->sched.placement[rt->S - 1];
-    rt->replica_rank = last != rt->sched.placement[0] ? last : -1;
+    int last = rt->sched->placement[rt->S - 1];
+    rt->replica_rank = last != rt->sched->placement[0] ? last : -1;
 
-    hy_backend_request brq;
-    hy_backend_request_from_config(c, &brq);
-    rc = hy_backend_open(&brq, &rt->be, NULL, err);
+    int rc = hy_backend_open(&run->backend, &rt->be, NULL, err);
     if (rc) return rc;
     rt->A = rt->be->ops->act_size;
     /* The math's view of the run; each stage's weights and gradients are
      * filled in as they are allocated below. */
-    rt->tf = (hy_transformer){ .model = &rt->model, .ops = rt->be->ops, .act_size = rt->A,
+    rt->tf = (hy_transformer){ .model = rt->model, .ops = rt->be->ops, .act_size = rt->A,
                                .B = rt->B, .T = rt->T,
                                /* a micro-batch counts 1/(N M) of the global batch */
-                               .micro_batches = rt->M * rt->replicas,
-                               .split = rt->sched.split,
+                               .global_micro_batches = rt->M * rt->replicas,
+                               .split = rt->sched->split,
                                .weights = calloc((size_t)rt->S, sizeof(void *)),
                                .grads = calloc((size_t)rt->S, sizeof(float *)) };
     if (!rt->tf.weights || !rt->tf.grads)
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the runtime");
-    rc = hy_mailbox_plan(&rt->mb, &rt->sched, err);
+    rc = hy_mailbox_plan(&rt->mb, rt->sched, err);
     if (!rc) rc = hy_mailbox_alloc(&rt->mb, rt->be, hy_boundary_bytes(&rt->tf), err);
     if (rc) return rc;
 
@@ -719,7 +723,7 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     rc = rt_plan_stashes(rt, err);
     for (int s = 0; s < rt->S && !rc; s++) {
         rt_stage *sg = &rt->stages[s];
-        size_t numel = rt->model.stage_numel[s], n = numel * sizeof(float);
+        size_t numel = rt->model->stage_numel[s], n = numel * sizeof(float);
         rc = rt_alloc(rt, sg->rank, n, &sg->param, err);
         if (!rc) rc = rt_alloc(rt, sg->rank, n, &sg->grad, err);
         if (!rc) rc = rt_alloc(rt, sg->rank, n, &sg->m, err);
@@ -753,21 +757,23 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     /* The backend's scratch for every op, before any rank runs. */
     for (int r = 0; r < rt->P && !rc && rt->be->ops->reserve; r++)
         rc = rt->be->ops->reserve(rt->ranks[r].stream, (size_t)rt->N,
-                                  4 * (size_t)rt->model.d_model, err);
+                                  4 * (size_t)rt->model->d_model, err);
     if (!rc) rc = rt_plan_reduces(rt, err);
     if (!rc) rc = rt_init_params(rt, err);
     return rc;
 }
 
-int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err) {
-    return hy_runtime_create_dp(out, c, NULL, err);
+int hy_runtime_create(hy_runtime **out, const hy_run *run, hy_error *err) {
+    return hy_runtime_create_dp(out, run, NULL, err);
 }
 
-int hy_runtime_create_dp(hy_runtime **out, const hy_config *c, hy_dp *dp, hy_error *err) {
+int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, hy_dp *dp, hy_error *err) {
     *out = NULL;
     hy_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    rt->cfg = c;
+    rt->run = run;
+    rt->sched = &run->sched;
+    rt->model = &run->model;
     rt->dp = dp;
     rt->replicas = hy_dp_size(dp);
     rt->replica = hy_dp_rank(dp);
@@ -801,7 +807,7 @@ int hy_runtime_create_dp(hy_runtime **out, const hy_config *c, hy_dp *dp, hy_err
 static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, int train, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     size_t N = (size_t)rt->N;
-    int first = rt->sched.placement[0], last = rt->sched.placement[rt->S - 1];
+    int first = rt->sched->placement[0], last = rt->sched->placement[rt->S - 1];
     int before = train ? rt->replica * count : 0;
     int after = train ? (rt->replicas - 1 - rt->replica) * count : 0;
     for (int k = 0; k < before; k++) {
@@ -812,8 +818,8 @@ static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, int train, h
         int rc = hy_batch_next(sh, rt->B, rt->T, rt->batch_in, rt->batch_tg, err);
         if (rc) return rc;
         /* BERT's masks are drawn per micro-batch of the global batch. */
-        if (rt->model.kind == HY_MODEL_BERT)
-            hy_mask_tokens(rt->batch_in, rt->batch_tg, rt->N, rt->V, rt->cfg->train.seed, rt->step,
+        if (rt->model->kind == HY_MODEL_BERT)
+            hy_mask_tokens(rt->batch_in, rt->batch_tg, rt->N, rt->V, rt->run->train.seed, rt->step,
                            rt->M * (train ? rt->replicas : 1), before + m);
         rc = o->upload(rt->be, first, rt->ranks[first].tokens + m * N, rt->batch_in, N * sizeof(int), err);
         if (!rc) rc = o->upload(rt->be, last, rt->ranks[last].targets + m * N, rt->batch_tg,
@@ -858,7 +864,7 @@ static double rt_now(void) {
 /* The training shard, opened at first use: evaluation needs none. */
 static int rt_open_train(hy_runtime *rt, hy_error *err) {
     if (rt->train_open) return HY_OK;
-    int rc = hy_shard_open(&rt->train, rt->cfg->data.train, rt->V, err);
+    int rc = hy_shard_open(&rt->train, rt->run->data.train, rt->V, err);
     if (rc) return rc;
     /* A shard too short for one batch is refused now, not at the first
      * step: the trial read says so in the data module's words. */
@@ -876,8 +882,8 @@ int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err)
     const hy_backend_ops *o = rt->be->ops;
     double t0 = rt_now();
     rt->step++;
-    hy_adamw_hparams hp = { (float)lr, (float)rt->cfg->train.beta1, (float)rt->cfg->train.beta2,
-                            (float)rt->cfg->train.eps, (float)rt->cfg->train.weight_decay, rt->step };
+    hy_adamw_hparams hp = { (float)lr, (float)rt->run->train.beta1, (float)rt->run->train.beta2,
+                            (float)rt->run->train.eps, (float)rt->run->train.weight_decay, rt->step };
     int rc = rt_open_train(rt, err);
     if (!rc) rc = rt_attach_reducers(rt, err);
     if (!rc) rc = rt_load_batches(rt, &rt->train, rt->M, 1, err);
@@ -888,7 +894,7 @@ int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err)
     rc = rt_round(rt, 0, err);
     if (rc) return rc;
 
-    int last = rt->sched.placement[rt->S - 1];
+    int last = rt->sched->placement[rt->S - 1];
     float loss = 0, norm = 0;
     rc = o->download(rt->be, last, &loss, rt->ranks[last].work.loss, sizeof loss, err);
     if (!rc) rc = o->download(rt->be, 0, &norm, rt->ranks[0].norm, sizeof norm, err);
@@ -914,7 +920,7 @@ int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss
     hy_shard sh;
     int rc = hy_shard_open(&sh, shard, rt->V, err);
     if (rc) return rc;
-    int last = rt->sched.placement[rt->S - 1];
+    int last = rt->sched->placement[rt->S - 1];
     double sum = 0;
     for (int done = 0; done < batches && !rc;) {
         int count = batches - done < rt->M ? batches - done : rt->M;
@@ -942,7 +948,7 @@ static float *rt_replica(const rt_rank *rk, hy_tensor_role role) {
          : role == HY_T_ADAM_M ? rk->wte_m : rk->wte_v;
 }
 
-const hy_model *hy_runtime_model(const hy_runtime *rt) { return &rt->model; }
+const hy_model *hy_runtime_model(const hy_runtime *rt) { return rt->model; }
 
 static int rt_too_many(const hy_param *p, size_t n, hy_error *err) {
     return hy_fail(err, HY_ERR_INPUT, "parameter '%s' has %zu values, not %zu", p->name, p->numel, n);
@@ -977,12 +983,12 @@ int hy_runtime_refresh(hy_runtime *rt, hy_error *err) {
 
 /* The parameter `name` names, if it has n values (hy_model_real_numel). */
 static const hy_param *rt_named(hy_runtime *rt, const char *name, size_t n, hy_error *err) {
-    const hy_param *p = hy_model_find(&rt->model, name);
+    const hy_param *p = hy_model_find(rt->model, name);
     if (!p) {
         hy_fail(err, HY_ERR_INPUT, "no parameter named '%s'", name);
         return NULL;
     }
-    size_t have = hy_model_real_numel(&rt->model, p);
+    size_t have = hy_model_real_numel(rt->model, p);
     if (n != have) {
         hy_fail(err, HY_ERR_INPUT, "parameter '%s' has %zu values, not %zu", name, have, n);
         return NULL;
@@ -1028,9 +1034,11 @@ struct hy_backend *hy_runtime_backend(hy_runtime *rt) { return rt->be; }
 
 double hy_runtime_last_loss(const hy_runtime *rt) { return rt->last_loss; }
 
+const hy_run *hy_runtime_run(const hy_runtime *rt) { return rt->run; }
+
 int hy_runtime_replicas(const hy_runtime *rt) { return rt->replicas; }
 
-const hy_schedule *hy_runtime_schedule(const hy_runtime *rt) { return &rt->sched; }
+const hy_schedule *hy_runtime_schedule(const hy_runtime *rt) { return rt->sched; }
 
 /* The hooks change what a rank records, so they must be set before the
  * first step (the eager warm-up) and never after a graph exists. */
@@ -1096,16 +1104,16 @@ static size_t rt_count_nonfinite(const float *x, size_t n) {
 }
 
 int hy_runtime_nonfinite_where(hy_runtime *rt, char *buf, size_t n, hy_error *err) {
-    float *host = malloc(hy_model_max_numel(&rt->model) * sizeof(float));
+    float *host = malloc(hy_model_max_numel(rt->model) * sizeof(float));
     if (!host) return hy_fail(err, HY_ERR_RUNTIME, "out of memory looking for non-finite gradients");
-    int last = rt->sched.placement[rt->S - 1], rc;
+    int last = rt->sched->placement[rt->S - 1], rc;
     float loss = 0;
     rc = rt->be->ops->download(rt->be, last, &loss, rt->ranks[last].work.loss, sizeof loss, err);
     size_t used = 0;
     if (!rc && !isfinite(loss))
         used += (size_t)snprintf(buf, n, "loss %g on rank %d (stage %d)", (double)loss, last, rt->S - 1);
-    for (int i = 0; i < rt->model.n_params && !rc && used < n; i++) {
-        const hy_param *p = &rt->model.params[i];
+    for (int i = 0; i < rt->model->n_params && !rc && used < n; i++) {
+        const hy_param *p = &rt->model->params[i];
         const rt_stage *sg = &rt->stages[p->stage];
         rc = rt->be->ops->download(rt->be, sg->rank, host, sg->grad + p->offset,
                                    p->numel * sizeof(float), err);
@@ -1159,8 +1167,6 @@ void hy_runtime_destroy(hy_runtime *rt) {
     free(rt->batch_in);
     free(rt->batch_tg);
     if (rt->train_open) hy_shard_close(&rt->train);
-    hy_model_free(&rt->model);
-    hy_schedule_free(&rt->sched);
     hy_record_gate_destroy(&rt->recorded);
     pthread_mutex_destroy(&rt->lock);
     pthread_cond_destroy(&rt->cv);

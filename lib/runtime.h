@@ -19,13 +19,14 @@
 #ifndef HY_RUNTIME_H
 #define HY_RUNTIME_H
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
-#include "config.h"
 #include "error.h"
 #include "model.h"
+#include "run.h"
 #include "schedule.h"
 
 typedef struct hy_runtime hy_runtime;
@@ -42,18 +43,19 @@ typedef struct {
                             finite (a non-finite one makes every rank skip it) */
 } hy_step_stats;
 
-/* Builds the run of config c on the backend it asks for (backend.h,
- * hy_backend_open), with GPT-2's initialization from train.seed (the
- * config's `init` file, if any, is loaded over it by train.h's
- * hy_train_runtime, through weights.h). `c` must outlive the runtime. */
-int hy_runtime_create(hy_runtime **out, const hy_config *c, hy_error *err);
+/* Builds the runtime of the resolved run (run.h) on the backend it asks
+ * for (backend.h, hy_backend_open), with GPT-2's initialization from
+ * train.seed (the run's `init` file, if any, is loaded over it by
+ * train.h's hy_train_runtime, through weights.h). It runs run->sched as
+ * it is and borrows run->model: `run` must outlive the runtime. */
+int hy_runtime_create(hy_runtime **out, const hy_run *run, hy_error *err);
 
 /* hy_runtime_create as one of the data-parallel replicas of dp (dp.h;
  * NULL: the only one): the runtime reads its share of each step's global
  * batch, counts every micro-batch as 1/(N M) of it, and sums its ranks'
  * gradients and its loss over the replicas. */
 struct hy_dp;
-int hy_runtime_create_dp(hy_runtime **out, const hy_config *c, struct hy_dp *dp, hy_error *err);
+int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, struct hy_dp *dp, hy_error *err);
 
 /* One optimizer step over all ranks at learning rate lr (the caller's
  * schedule: train.h's hy_train_lr, through hy_train_step). */
@@ -104,6 +106,9 @@ int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error 
  * first: what a checkpoint records beside its step. */
 double hy_runtime_last_loss(const hy_runtime *rt);
 
+/* The resolved run the runtime runs (run.h). */
+const hy_run *hy_runtime_run(const hy_runtime *rt);
+
 /* The number of data-parallel replicas the runtime is one of (1: none). */
 int hy_runtime_replicas(const hy_runtime *rt);
 
@@ -124,15 +129,36 @@ int hy_runtime_nonfinite_where(hy_runtime *rt, char *buf, size_t n, hy_error *er
  *   [0]               the start of its iteration
  *   [1 + 4i + 0..3]   action i of its list (hy_runtime_schedule): its start,
  *                     its input received (the wait for another rank ends),
- *                     its compute done, its output sent
+ *                     its compute done, its output sent (hy_stamp_action)
  *   [1 + 4n + 0..2]   after the tied-embedding exchange, after the norm
- *                     and clip, after the optimizer (n = its action count)
+ *                     and clip, after the optimizer (n = its action count;
+ *                     hy_stamp_tail)
  *   [1 + 4n + 3 + 2j + 0..1]
  *                     with data-parallel replicas, the rank's gradient sum
  *                     j (hy_runtime_sums): just before it started, and
- *                     after the rank's wait for it ended
- * hy_runtime_stamps copies the last step's stamps of one rank (n must be
- * hy_runtime_stamp_count(rt, rank)). */
+ *                     after the rank's wait for it ended (hy_stamp_sum)
+ * The functions below are that layout's one statement: the runtime writes
+ * by them and the profiler reads by them. hy_runtime_stamps copies the
+ * last step's stamps of one rank (n must be hy_runtime_stamp_count(rt,
+ * rank)). */
+enum { HY_STAMP_START, HY_STAMP_RECEIVED, HY_STAMP_COMPUTED, HY_STAMP_SENT,
+       HY_STAMPS_PER_ACTION };
+enum { HY_STAMP_EXCHANGED, HY_STAMP_CLIPPED, HY_STAMP_OPTIMIZED, HY_STAMPS_TAIL };
+static inline size_t hy_stamp_action(int i, int part) {
+    assert(i >= 0 && part >= 0 && part < HY_STAMPS_PER_ACTION);
+    return 1 + HY_STAMPS_PER_ACTION * (size_t)i + (size_t)part;
+}
+static inline size_t hy_stamp_tail(int n_actions, int part) {
+    assert(part >= 0 && part < HY_STAMPS_TAIL);
+    return hy_stamp_action(n_actions, 0) + (size_t)part;
+}
+static inline size_t hy_stamp_sum(int n_actions, int j, int end) {
+    assert(j >= 0 && (end == 0 || end == 1));
+    return hy_stamp_tail(n_actions, 0) + HY_STAMPS_TAIL + 2 * (size_t)j + (size_t)end;
+}
+static inline size_t hy_stamp_count(int n_actions, int n_sums) {
+    return hy_stamp_sum(n_actions, n_sums, 0);
+}
 int hy_runtime_profile(hy_runtime *rt, hy_error *err);
 size_t hy_runtime_stamp_count(const hy_runtime *rt, int rank);
 /* The gradient sums over the replicas that rank starts each step, in the

@@ -29,6 +29,7 @@
  */
 #include "schedule.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,12 @@ int hy_sched_chunks(const hy_sched_params *p) {
     return 1;
 }
 
+int hy_sched_stages(const hy_sched_params *p) { return hy_sched_chunks(p) * p->ranks; }
+
+long hy_sched_rank_actions(int split_backward, int chunks, int micro_batches) {
+    return (split_backward ? 3L : 2L) * chunks * micro_batches;
+}
+
 static int hy_schedule_alloc(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
     memset(s, 0, sizeof *s);
     s->kind = p->kind;
@@ -139,7 +146,7 @@ static int hy_schedule_alloc(hy_schedule *s, const hy_sched_params *p, hy_error 
     s->actions = calloc((size_t)s->ranks, sizeof(hy_action *));
     if (!s->placement || !s->n_actions || !s->actions) goto oom;
     for (int st = 0; st < s->stages; st++) s->placement[st] = hy_place(s->kind, s->ranks, st);
-    size_t per_rank = (s->split ? 3 : 2) * (size_t)s->chunks * (size_t)s->micro_batches;
+    size_t per_rank = (size_t)hy_sched_rank_actions(s->split, s->chunks, s->micro_batches);
     for (int r = 0; r < s->ranks; r++) {
         s->actions[r] = malloc(sizeof(hy_action) * per_rank);
         if (!s->actions[r]) goto oom;
@@ -148,6 +155,19 @@ static int hy_schedule_alloc(hy_schedule *s, const hy_sched_params *p, hy_error 
 oom:
     hy_schedule_free(s);
     return hy_fail(err, HY_ERR_RUNTIME, "out of memory building a schedule");
+}
+
+int hy_schedule_copy(hy_schedule *dst, const hy_schedule *src, hy_error *err) {
+    hy_sched_params p = { .kind = src->kind, .ranks = src->ranks,
+                          .micro_batches = src->micro_batches, .waves = src->waves,
+                          .chunks = src->chunks, .split_backward = src->split };
+    int rc = hy_schedule_alloc(dst, &p, err);
+    if (rc) return rc;
+    memcpy(dst->placement, src->placement, sizeof(int) * (size_t)src->stages);
+    memcpy(dst->n_actions, src->n_actions, sizeof(int) * (size_t)src->ranks);
+    for (int r = 0; r < src->ranks; r++)
+        memcpy(dst->actions[r], src->actions[r], sizeof(hy_action) * (size_t)src->n_actions[r]);
+    return HY_OK;
 }
 
 static void hy_push(hy_schedule *s, int r, int op, int mb, int stage) {
@@ -246,6 +266,7 @@ static void hy_wave_stream(const hy_schedule *s, int r, int backward, hy_stream_
 }
 
 typedef struct {
+    const hy_schedule *sched;    /* the one being ordered: its shape and dependencies */
     int P, S, n;                 /* ranks, stages, items per stream */
     const int *placement;
     const hy_costs *c;           /* what the replay takes each action to cost */
@@ -265,20 +286,19 @@ static double hy_arrival(const hy_merge *g, double end, int from, int r) {
     return g->placement[from] != r ? end + g->c->comm : end;
 }
 
-static double hy_f_ready(const hy_merge *g, int m, int st, int r) {
-    if (st == 0) return 0.0;
-    double t = g->fend[m * g->S + st - 1];
-    return t < 0 ? -1 : hy_arrival(g, t, st - 1, r);
-}
-
-static double hy_b_ready(const hy_merge *g, int m, int st, int r) {
-    double t = g->fend[m * g->S + st];
-    if (t < 0) return -1;
-    if (st < g->S - 1) {
-        double u = g->bend[m * g->S + st + 1];
-        if (u < 0) return -1;
-        u = hy_arrival(g, u, st + 1, r);
-        if (u > t) t = u;
+/* When action a could start on rank r as far as its inputs go: the last
+ * of their arrivals, by hy_action_inputs (the one statement of the
+ * dependencies); -1 while one of them has not run. */
+static double hy_ready(const hy_merge *g, int op, int m, int st, int r) {
+    hy_action a = { op, m, st }, in[HY_MAX_INPUTS];
+    int n = hy_action_inputs(g->sched, &a, in);
+    double t = 0;
+    for (int i = 0; i < n; i++) {
+        assert(in[i].op == HY_FWD || in[i].op == HY_BWD);   /* the merge's F and B need no W */
+        double end = (in[i].op == HY_FWD ? g->fend : g->bend)[in[i].mb * g->S + in[i].stage];
+        if (end < 0) return -1;
+        end = hy_arrival(g, end, in[i].stage, r);
+        if (end > t) t = end;
     }
     return t;
 }
@@ -293,7 +313,7 @@ static double hy_next_forward(const hy_merge *g, int r, int window, int from, in
         if (g->ftaken[r][i]) continue;
         seen++;
         if (g->fs[r][i].stage < from) continue;
-        double t = hy_f_ready(g, g->fs[r][i].mb, g->fs[r][i].stage, r);
+        double t = hy_ready(g, HY_FWD, g->fs[r][i].mb, g->fs[r][i].stage, r);
         if (t < 0) continue;
         if (t < g->free_at[r]) t = g->free_at[r];
         if (best < 0 || t < best) { best = t; *pick = i; }
@@ -308,7 +328,8 @@ static double hy_next_forward(const hy_merge *g, int r, int window, int from, in
  * far a forward may overtake in its stream. Returns 0 if it ran to
  * completion, -1 if a cap starved it. */
 static int hy_merge_run(hy_merge *g, hy_schedule *s, const int *cap, int window, int b_first) {
-    int P = g->P, total = (g->split_w ? 3 : 2) * g->n * P;
+    int P = g->P;
+    int total = (int)hy_sched_rank_actions(g->split_w, s->chunks, s->micro_batches) * P;
     for (int i = 0; i < s->micro_batches * g->S; i++) g->fend[i] = g->bend[i] = -1;
     for (int r = 0; r < P; r++) {
         memset(g->ftaken[r], 0, (size_t)g->n);
@@ -325,7 +346,7 @@ static int hy_merge_run(hy_merge *g, hy_schedule *s, const int *cap, int window,
             int fi = 0;
             if (g->bhead[r] < g->n) {
                 const hy_stream_item *b = &g->bs[r][g->bhead[r]];
-                tb = hy_b_ready(g, b->mb, b->stage, r);
+                tb = hy_ready(g, HY_BWD, b->mb, b->stage, r);
                 if (tb >= 0 && tb < g->free_at[r]) tb = g->free_at[r];
             }
             /* At its cap a rank may still run a forward of the last
@@ -403,6 +424,7 @@ static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, i
     g->P = s->ranks;
     g->S = s->stages;
     g->n = s->chunks * s->micro_batches;
+    g->sched = s;
     g->placement = s->placement;
     g->c = c;
     size_t P = (size_t)g->P, n = (size_t)g->n, MS = (size_t)s->micro_batches * (size_t)g->S;
@@ -598,7 +620,7 @@ int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_c
     if (rc) return rc;
     rc = hy_schedule_alloc(s, p, err);
     if (rc) return rc;
-    hy_costs uniform = p->split_backward ? hy_costs_uniform_split() : hy_costs_uniform();
+    hy_costs uniform = hy_costs_uniform_for(p->split_backward, 0);
     if (!c) c = &uniform;
     switch (p->kind) {
     case HY_SCHED_GPIPE: hy_build_gpipe(s); break;
@@ -663,7 +685,7 @@ size_t hy_action_key(const hy_schedule *s, const hy_action *a) {
 }
 
 size_t hy_action_keys(const hy_schedule *s) {
-    return (s->split ? 3 : 2) * (size_t)s->micro_batches * (size_t)s->stages;   /* F, B (, W) */
+    return (size_t)hy_sched_rank_actions(s->split, s->chunks, s->micro_batches) * (size_t)s->ranks;
 }
 
 int hy_schedule_deadlock(const hy_schedule *s, const int *next, const char *why, hy_error *err) {

@@ -84,6 +84,14 @@ int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err);
 /* Stages per rank p's kind uses (2W for hanayo, v for interleaved, else
  * 1), known before anything is built: hy_schedule.chunks. */
 int hy_sched_chunks(const hy_sched_params *p);
+/* Stages S = chunks x ranks: hy_schedule.stages, known as early. */
+int hy_sched_stages(const hy_sched_params *p);
+
+/* Actions every rank runs in one iteration: (split ? 3 : 2) x chunks x M
+ * (an F and a B, and with a split backward a W, per micro-batch per stage
+ * it holds); hy_schedule.n_actions[r] of every r. The one statement of
+ * that count: times P it is the schedule's. */
+long hy_sched_rank_actions(int split_backward, int chunks, int micro_batches);
 
 /* How an order is made: the knobs a cost-aware choice among orders tries
  * (order.h), each giving a valid order.
@@ -120,6 +128,9 @@ void hy_order_default(const hy_sched_params *p, hy_order *o);
 int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                             const hy_order *o, hy_error *err);
 void hy_schedule_free(hy_schedule *s);
+/* A deep copy of src into dst, for a result that outlives the schedule it
+ * describes (a profile). On failure dst is left empty. */
+int hy_schedule_copy(hy_schedule *dst, const hy_schedule *src, hy_error *err);
 
 /* Index of stage s among the stages its rank holds (0..chunks-1), in the
  * order data first reaches them. */

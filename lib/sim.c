@@ -241,3 +241,10 @@ out:
     free(g.ends); free(g.next); free(g.live); free(g.free_at);
     return rc;
 }
+
+int hy_sim_peak_max(const hy_sim_result *r) {
+    int peak = 0;
+    for (int k = 0; k < r->ranks; k++)
+        if (r->peak_activations[k] > peak) peak = r->peak_activations[k];
+    return peak;
+}

@@ -93,4 +93,8 @@ double hy_makespan_bound(const hy_schedule *s, const hy_costs *c);
  * travelled the whole wave) from an order that could do better. */
 double hy_makespan_bound_memory(const hy_schedule *s, const hy_costs *c, int limit);
 
+/* The largest peak_activations over r's ranks: the memory the order
+ * needs on its busiest rank, in stage activations. */
+int hy_sim_peak_max(const hy_sim_result *r);
+
 #endif

@@ -15,20 +15,14 @@
 #include "runtime.h"
 #include "weights.h"
 
-void hy_train_warn_unverified(FILE *warn, const char *what) {
-    if (warn)
-        fprintf(warn, "warning: %s was written without checksums (checkpoint format 1); loaded "
-                "unverified\n", what);
-}
-
-int hy_train_runtime(hy_runtime **out, const hy_config *c, struct hy_dp *dp, FILE *warn,
+int hy_train_runtime(hy_runtime **out, const hy_run *run, struct hy_dp *dp, int *unverified,
                      hy_error *err) {
-    int unverified = 0;
-    int rc = hy_runtime_create_dp(out, c, dp, err);
+    int unchecked = 0;
+    int rc = hy_runtime_create_dp(out, run, dp, err);
     /* A checkpoint's weights are checked like a resume's (checkpoint.h). */
-    if (!rc && c->init) rc = hy_checkpoint_verify_file(c->init, &unverified, err);
-    if (!rc && c->init) rc = hy_weights_load(*out, c->init, err);
-    if (!rc && unverified) hy_train_warn_unverified(warn, c->init);
+    if (!rc && run->init) rc = hy_checkpoint_verify_file(run->init, &unchecked, err);
+    if (unverified) *unverified = unchecked;
+    if (!rc && run->init) rc = hy_weights_load(*out, run->init, err);
     if (rc) {
         hy_runtime_destroy(*out);
         *out = NULL;
@@ -36,9 +30,9 @@ int hy_train_runtime(hy_runtime **out, const hy_config *c, struct hy_dp *dp, FIL
     return rc;
 }
 
-double hy_train_lr(const hy_config *c, int step) {
-    double lr = c->train.lr, min_lr = c->train.min_lr;
-    int warm = c->train.warmup_steps, total = c->train.steps;
+double hy_train_lr(const hy_run_train *t, int step) {
+    double lr = t->lr, min_lr = t->min_lr;
+    int warm = t->warmup_steps, total = t->steps;
     if (step <= warm) return lr * step / (warm > 0 ? warm : 1);
     if (total <= warm) return lr;
     double progress = (double)(step - warm) / (double)(total - warm);
@@ -46,30 +40,30 @@ double hy_train_lr(const hy_config *c, int step) {
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.141592653589793 * progress));
 }
 
-int hy_train_step(hy_runtime *rt, const hy_config *c, hy_step_stats *st, hy_error *err) {
+int hy_train_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {
     int last = 0;
     size_t pos = 0;
     int rc = hy_runtime_get_progress(rt, &last, &pos, err);
-    return rc ? rc : hy_runtime_step(rt, hy_train_lr(c, last + 1), st, err);
+    return rc ? rc : hy_runtime_step(rt, hy_train_lr(&hy_runtime_run(rt)->train, last + 1), st, err);
 }
 
-int hy_train_shard_batches(const hy_config *c, const char *path, int *batches, hy_error *err) {
+int hy_train_shard_batches(const hy_run *run, const char *path, int *batches, hy_error *err) {
     hy_shard sh;
-    int rc = hy_shard_open(&sh, path, c->model.vocab, err);
+    int rc = hy_shard_open(&sh, path, run->model.vocab, err);
     if (rc) return rc;
-    size_t per = (size_t)c->schedule.micro_batch_size * c->model.seq_len;
+    size_t per = (size_t)run->micro_batch_size * run->model.seq_len;
     size_t tokens = sh.n, n = (tokens - 1) / per;
     hy_shard_close(&sh);
     if (n == 0)
         return hy_fail(err, HY_ERR_INPUT, "%s: the shard holds %zu tokens, fewer than one batch "
                        "needs: B x T + 1 = %d x %d + 1 = %zu", path, tokens,
-                       c->schedule.micro_batch_size, c->model.seq_len, per + 1);
+                       run->micro_batch_size, run->model.seq_len, per + 1);
     *batches = n > 1000000 ? 1000000 : (int)n;
     return HY_OK;
 }
 
 /* The CRC-32C of every weight of rt, in the model's parameter order. */
-static int hy_weights_crc(hy_runtime *rt, uint32_t *crc, hy_error *err) {
+static int train_weights_crc(hy_runtime *rt, uint32_t *crc, hy_error *err) {
     const hy_model *m = hy_runtime_model(rt);
     float *buf = malloc(hy_model_max_numel(m) * sizeof(float) + 1);
     if (!buf) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
@@ -87,7 +81,7 @@ static int hy_weights_crc(hy_runtime *rt, uint32_t *crc, hy_error *err) {
 int hy_train_replicas_agree(hy_runtime *rt, hy_dp *dp, hy_error *err) {
     if (hy_dp_size(dp) == 1) return HY_OK;
     uint32_t crc = 0;
-    int same = 0, rc = hy_weights_crc(rt, &crc, err);
+    int same = 0, rc = train_weights_crc(rt, &crc, err);
     rc = hy_dp_agree(dp, rc, err);
     if (!rc) rc = hy_dp_same(dp, crc, &same, err);
     if (!rc && !same)
@@ -97,11 +91,9 @@ int hy_train_replicas_agree(hy_runtime *rt, hy_dp *dp, hy_error *err) {
     return rc;
 }
 
-int hy_train_same_config(const hy_config *c, hy_dp *dp, hy_error *err) {
+int hy_train_same_config(const hy_run *run, hy_dp *dp, hy_error *err) {
     if (hy_dp_size(dp) == 1) return HY_OK;
-    char *text = hy_config_to_json(c);
-    uint32_t crc = text ? hy_crc32c(0, text, strlen(text)) : 0;
-    free(text);
+    uint32_t crc = hy_crc32c(0, run->config_json, strlen(run->config_json));
     int same = 0, rc = hy_dp_same(dp, crc, &same, err);
     if (!rc && !same)
         rc = hy_dp_agree(dp, hy_fail(err, HY_ERR_INPUT, "the data-parallel replicas were given "

@@ -13,40 +13,44 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "run.h"
 #include "error.h"
 #include "runtime.h"
 
-/* The runtime of config c with the weights it starts from: hy_runtime_create's
- * seeded initialization, then the file config key `init` names, when it
- * does (weights.h), checked first when it is a checkpoint's
- * (hy_checkpoint_verify_file: a damaged one is refused). dp: the
- * data-parallel replicas it is one of (NULL: none; hy_runtime_create_dp). A checkpoint
- * without checksums loads with a one-line warning on warn (NULL: none).
- * On failure *out is NULL. */
+/* The runtime of run `run` with the weights it starts from:
+ * hy_runtime_create's seeded initialization, then the file run->init
+ * names, when it does (weights.h), checked first when it is a
+ * checkpoint's (hy_checkpoint_verify_file: a damaged one is refused). dp:
+ * the data-parallel replicas it is one of (NULL: none;
+ * hy_runtime_create_dp). *unverified (when not NULL): 1 when those
+ * weights came from a checkpoint without checksums (loaded, but nothing
+ * could be checked: the caller says so). On failure *out is NULL. */
 struct hy_dp;
-int hy_train_runtime(hy_runtime **out, const hy_config *c, struct hy_dp *dp, FILE *warn,
+int hy_train_runtime(hy_runtime **out, const hy_run *run, struct hy_dp *dp, int *unverified,
                      hy_error *err);
 
 /* Data parallelism: the replicas must run one config (the data position,
  * the schedule and the sums all assume it). Collective: compares the
- * CRC-32C of each one's resolved config, and when they differ every
- * replica gets one HY_ERR_INPUT saying so. One replica: HY_OK. */
-int hy_train_same_config(const hy_config *c, struct hy_dp *dp, hy_error *err);
+ * CRC-32C of each one's resolved config (run->config_json), and when they
+ * differ every replica gets one HY_ERR_INPUT saying so. One replica:
+ * HY_OK. */
+int hy_train_same_config(const hy_run *run, struct hy_dp *dp, hy_error *err);
 
-/* The learning rate at step (1-based): linear warm-up to train.lr over
- * warmup_steps, then cosine decay to train.min_lr at the last step. */
-double hy_train_lr(const hy_config *c, int step);
+/* The learning rate at step (1-based): linear warm-up to t->lr over
+ * warmup_steps, then cosine decay to t->min_lr at the last step. */
+double hy_train_lr(const hy_run_train *t, int step);
 
-/* Takes rt's next step at the learning rate hy_train_lr gives it: the step
- * after the runtime's last (hy_runtime_get_progress), so a resumed run
- * goes on along the schedule. Every caller that trains steps through
- * this, not hy_runtime_step, so no two of them can disagree on the rate. */
-int hy_train_step(hy_runtime *rt, const hy_config *c, hy_step_stats *st, hy_error *err);
+/* Takes rt's next step at the learning rate hy_train_lr gives it for its
+ * run (hy_runtime_run): the step after the runtime's last
+ * (hy_runtime_get_progress), so a resumed run goes on along the schedule.
+ * Every caller that trains steps through this, not hy_runtime_step, so no
+ * two of them can disagree on the rate. */
+int hy_train_step(hy_runtime *rt, hy_step_stats *st, hy_error *err);
 
 /* Whole batches of micro_batch_size x seq_len tokens (each with its next
  * token) in the shard at path, at most 1000000. A shard that cannot be
  * opened, or holds less than one batch, is an error saying so. */
-int hy_train_shard_batches(const hy_config *c, const char *path, int *batches, hy_error *err);
+int hy_train_shard_batches(const hy_run *run, const char *path, int *batches, hy_error *err);
 
 /* Data parallelism: every replica must hold the same weights, since the
  * summed gradients are the same everywhere. Collective: compares the
@@ -55,9 +59,5 @@ int hy_train_shard_batches(const hy_config *c, const char *path, int *batches, h
  * saves at the same steps), so a divergence is caught before replica 0's
  * checkpoint stands for all of them. One replica: HY_OK. */
 int hy_train_replicas_agree(hy_runtime *rt, struct hy_dp *dp, hy_error *err);
-
-/* Says on warn (NULL: nowhere) that the checkpoint `what` was loaded
- * unverified: it was written without checksums. */
-void hy_train_warn_unverified(FILE *warn, const char *what);
 
 #endif

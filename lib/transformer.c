@@ -296,7 +296,7 @@ static int tf_head(const hy_transformer *t, const hy_stage_work *w, hy_stream *s
                    void *slot, const int *targets, int train, hy_error *err) {
     const hy_backend_ops *o = t->ops;
     int N = (int)tf_N(t), C = (int)tf_C(t), V = t->model->vocab, Vp = t->model->vocab_padded, rc;
-    float share = 1.0f / t->micro_batches;
+    float share = 1.0f / t->global_micro_batches;
     tf_head_acts ha = tf_head_of(t, slot);
     const hy_param *pw = tf_p(t, HY_P_LNF_W, 0);
     rc = o->layernorm_fwd(st, ha.out, ha.mean, ha.rstd, h, tf_w(t, pw), tf_w(t, pw + 1), N, C, err);

@@ -39,7 +39,8 @@ typedef struct {
     const hy_backend_ops *ops;
     size_t act_size;              /* bytes per activation element: ops->act_size */
     int B, T;                     /* sequences per micro-batch, tokens per sequence */
-    int micro_batches;            /* M: a training micro-batch's loss and gradient count 1/M */
+    int global_micro_batches;     /* the step's global batch in micro-batches, M x replicas:
+                                     each one's loss and gradient count 1/that */
     int split;                    /* split backward: B and W passes (the slot keeps B's gradients) */
     void **weights;               /* [stages]: stage s's compute copy of its parameter block */
     float **grads;                /* [stages]: stage s's gradient block */

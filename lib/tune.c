@@ -47,10 +47,11 @@ static void peak_in_flight(const hy_schedule *s, int *peak) {
     free(live);
 }
 
-void hy_tune_memory(const hy_config *c, const hy_schedule *s, const int *split, int act_size,
+void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split, int act_size,
                     double *act, double *mem) {
-    double B = c->schedule.micro_batch_size, T = c->model.seq_len, C = c->model.d_model;
-    double NH = c->model.heads, V = c->model.vocab, N = B * T, A = act_size;
+    const hy_model *m = &run->model;
+    double B = run->micro_batch_size, T = m->seq_len, C = m->d_model;
+    double NH = m->heads, V = m->vocab, N = B * T, A = act_size;
     /* The runtime's stash of one layer for one micro-batch: four LayerNorm
      * statistics of N floats, 16 arrays of N x C (ln1, qkv x3, attention
      * output, residual, ln2, fc x4, gelu x4, residual) and the attention
@@ -257,7 +258,7 @@ static double comm_units(const hy_cost_model *m, const int *split, int S, double
 /* Simulates one candidate into *out (which owns a copy of the split), in
  * the order the runtime will run once its comm_cost is written: the one
  * chosen for the measured transfer time (order.h). */
-static int evaluate(const hy_config *c, const hy_cost_model *m, const hy_tune_opts *o,
+static int evaluate(const hy_run *run, const hy_cost_model *m, const hy_tune_opts *o,
                     const hy_sched_params *p, const int *split, hy_tune_candidate *out,
                     hy_error *err) {
     memset(out, 0, sizeof *out);
@@ -272,7 +273,7 @@ static int evaluate(const hy_config *c, const hy_cost_model *m, const hy_tune_op
     if (!fwd || !out->split) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory tuning");
     if (!rc) {
         units = comm_units(m, split, S, fwd, fwd + S);
-        hy_costs oc = hy_order_costs(p, units);
+        hy_costs oc = hy_costs_uniform_for(p->split_backward, units);
         rc = hy_schedule_for_costs(&s, p, &oc, err);
     }
     if (!rc) rc = hy_mailbox_sim_limits(&s, &lim, err);
@@ -289,9 +290,9 @@ static int evaluate(const hy_config *c, const hy_cost_model *m, const hy_tune_op
         out->makespan_ms = res.makespan;
         out->bubble = res.bubble;
         out->step_ms = res.makespan + o->overhead_ms;
-        out->tokens = (double)p->micro_batches * c->schedule.micro_batch_size * c->model.seq_len;
+        out->tokens = hy_run_tokens_per_step(p->micro_batches, run->micro_batch_size, run->model.seq_len, 1);
         out->us_per_token = out->step_ms * 1e3 / out->tokens;
-        hy_tune_memory(c, &s, split, o->act_size, &out->act_bytes, &out->mem_bytes);
+        hy_tune_memory(run, &s, split, o->act_size, &out->act_bytes, &out->mem_bytes);
         hy_sim_result_free(&res);
     }
     free(fwd);
@@ -323,16 +324,11 @@ static int keep(cand_list *l, hy_tune_candidate *c, hy_error *err) {
 }
 
 /* The split the runtime makes by default for p (model.h), when it can. */
-static int default_split(const hy_config *c, const hy_sched_params *p, int *n) {
-    hy_config k = *c;   /* a shallow copy, only read: never freed */
-    k.schedule.kind = p->kind;
-    k.schedule.waves = p->waves;
-    k.schedule.chunks = p->chunks;
-    k.schedule.split = NULL;
-    k.schedule.n_split = 0;
+static int default_split(const hy_run *run, const hy_sched_params *p, int *n) {
+    hy_model_shape shape = hy_model_shape_of(&run->model);
     hy_model mdl;
     hy_error e;
-    if (hy_model_build(&mdl, &k, 1, &e) != HY_OK) return 0;
+    if (hy_model_build(&mdl, &shape, NULL, hy_sched_stages(p), 1, &e) != HY_OK) return 0;
     memcpy(n, mdl.n_layers, (size_t)mdl.stages * sizeof(int));
     hy_model_free(&mdl);
     return 1;
@@ -349,16 +345,16 @@ static int by_time_per_token(const void *a, const void *b) {
 
 /* Every candidate of one kind and W or v: its splits found at M_ref,
  * then tried at every M. */
-static int search_one(const hy_config *c, const hy_cost_model *m, const hy_tune_opts *o,
+static int search_one(const hy_run *run, const hy_cost_model *m, const hy_tune_opts *o,
                       hy_sched_params q, int m_ref, cand_list *all, hy_error *err) {
-    int P = q.ranks, L = c->model.layers;
+    int P = q.ranks, L = run->model.layers;
     int S = hy_sched_chunks(&q) * P;
     if (S * TUNE_MIN_LAYERS > L) return HY_OK;   /* not a layer for every stage */
     /* Up to four splits: the starts (the default one, when the runtime
      * can make it, and the greedy one), then each start improved. */
     int *splits = malloc(4 * (size_t)S * sizeof(int)), n_splits = 0, rc = HY_OK;
     if (!splits) return hy_fail(err, HY_ERR_RUNTIME, "out of memory tuning");
-    int has_default = default_split(c, &q, splits);
+    int has_default = default_split(run, &q, splits);
     if (has_default) n_splits++;
     int *greedy = splits + (size_t)n_splits * S;
     if (S == 1) greedy[0] = L;
@@ -379,7 +375,7 @@ static int search_one(const hy_config *c, const hy_cost_model *m, const hy_tune_
         double dflt = INFINITY;   /* the default split's time per token at this M */
         for (int i = 0; !rc && i < n_splits; i++) {
             hy_tune_candidate cand;
-            rc = evaluate(c, m, o, &q, splits + (size_t)i * S, &cand, err);
+            rc = evaluate(run, m, o, &q, splits + (size_t)i * S, &cand, err);
             if (rc) break;
             if (has_default && i == 0) dflt = cand.us_per_token;
             if (i > 0 && cand.us_per_token > (1 - TUNE_SPLIT_MARGIN) * dflt) {
@@ -393,11 +389,10 @@ static int search_one(const hy_config *c, const hy_cost_model *m, const hy_tune_
     return rc;
 }
 
-int hy_tune_search(const hy_config *c, const hy_cost_model *m, const hy_tune_opts *o,
+int hy_tune_search(const hy_run *run, const hy_cost_model *m, const hy_tune_opts *o,
                    hy_tune_result *r, hy_error *err) {
     memset(r, 0, sizeof *r);
-    hy_sched_params base;
-    hy_sched_params_from_config(c, &base);
+    hy_sched_params base = run->sched_params;
     int P = base.ranks;
     /* The M the splits are tuned at: the config's, as a multiple of P in
      * the searched range (interleaved needs the multiple). */
@@ -418,18 +413,11 @@ int hy_tune_search(const hy_config *c, const hy_cost_model *m, const hy_tune_opt
                 q.waves = w;
                 q.chunks = w;
                 q.split_backward = split;
-                rc = search_one(c, m, o, q, m_ref, &all, err);
+                rc = search_one(run, m, o, q, m_ref, &all, err);
             }
     }
     /* The config as it is, for comparison. */
-    if (!rc) {
-        hy_model mdl;
-        rc = hy_model_build(&mdl, c, 1, err);
-        if (!rc) {
-            rc = evaluate(c, m, o, &base, mdl.n_layers, &r->current, err);
-            hy_model_free(&mdl);
-        }
-    }
+    if (!rc) rc = evaluate(run, m, o, &base, run->model.n_layers, &r->current, err);
     r->searched = all.n;
     double least = INFINITY;
     for (int i = 0; !rc && i < all.n; i++) {

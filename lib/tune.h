@@ -36,7 +36,7 @@
 #ifndef HY_TUNE_H
 #define HY_TUNE_H
 
-#include "config.h"
+#include "run.h"
 #include "costs.h"
 #include "error.h"
 #include "profile.h"
@@ -81,17 +81,17 @@ typedef struct {
     hy_tune_candidate current; /* config c as it is, predicted the same way */
 } hy_tune_result;
 
-/* Searches for the model and schedule P of config c under cost model m.
+/* Searches for the model and schedule P of run `run` under cost model m.
  * HY_ERR_INPUT when no candidate fits the budget (saying the smallest
  * need). */
-int hy_tune_search(const hy_config *c, const hy_cost_model *m, const hy_tune_opts *o,
+int hy_tune_search(const hy_run *run, const hy_cost_model *m, const hy_tune_opts *o,
                    hy_tune_result *r, hy_error *err);
 void hy_tune_result_free(hy_tune_result *r);
 
 /* The memory estimate above for schedule s with layer split `split` of
- * config c's model: the most over ranks of the activation stashes
- * (*act) and of everything (*mem), in bytes. */
-void hy_tune_memory(const hy_config *c, const hy_schedule *s, const int *split, int act_size,
+ * run's model: the most over ranks of the activation stashes (*act) and
+ * of everything (*mem), in bytes. */
+void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split, int act_size,
                     double *act, double *mem);
 
 #endif

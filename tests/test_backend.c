@@ -16,6 +16,7 @@
 #include "backend.h"
 #include "config.h"
 #include "test.h"
+#include "lib/testrun.h"
 
 /* Whether the space-separated list `list` holds the word `word`. */
 static int has_word(const char *list, const char *word) {
@@ -100,18 +101,17 @@ static void test_devices(int n) {
 }
 
 /* The request a config makes, from `sets` on top of the defaults. */
-static int request_of(hy_config *c, const char *const *sets, int n, hy_backend_request *rq) {
+static int request_of(hy_run *c, const char *const *sets, int n, hy_backend_request *rq) {
     hy_error err;
-    hy_config_init(c);
-    int rc = hy_config_load(c, NULL, sets, n, &err);
+    int rc = hy_test_run_load(c, NULL, sets, n, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
-    if (!rc) hy_backend_request_from_config(c, rq);
+    if (!rc) *rq = c->backend;
     return rc;
 }
 
 /* `cpu`, and `auto` or `cuda` on a machine without a usable GPU. */
 static void test_choice_without_gpu(void) {
-    hy_config c;
+    hy_run c;
     hy_backend_request rq;
     hy_backend_choice ch;
     hy_error err;
@@ -134,7 +134,7 @@ static void test_choice_without_gpu(void) {
     be = (hy_backend *)&c;
     CHECK(hy_backend_open(&rq, &be, NULL, &err) == HY_ERR_INPUT && be == NULL);
     CHECKF(strstr(err.msg, "ranks must be in 1..1024") != NULL, "%s", err.msg);
-    hy_config_free(&c);
+    hy_run_free(&c);
 
     const char *autob[] = { "backend=auto" };
     if (request_of(&c, autob, 1, &rq)) return;
@@ -147,7 +147,7 @@ static void test_choice_without_gpu(void) {
     CHECKF(hy_backend_open(&rq, &be, NULL, &err) == HY_OK, "%s", err.msg);
     CHECK(be && strcmp(be->ops->name, "cpu") == 0);
     if (be) be->ops->destroy(be);
-    hy_config_free(&c);
+    hy_run_free(&c);
 
     const char *cuda[] = { "backend=cuda" };
     if (request_of(&c, cuda, 1, &rq)) return;
@@ -160,12 +160,12 @@ static void test_choice_without_gpu(void) {
 #endif
     be = (hy_backend *)&c;
     CHECK(hy_backend_open(&rq, &be, NULL, &err) == HY_ERR_INPUT && be == NULL);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 /* `auto` takes the GPUs; two ranks on device 0 share its memory. */
 static void test_choice_with_gpus(int n) {
-    hy_config c;
+    hy_run c;
     hy_backend_request rq;
     hy_backend_choice ch;
     hy_error err;
@@ -179,13 +179,13 @@ static void test_choice_with_gpus(int n) {
     CHECKF(ch.cuda == 1 && strcmp(ch.why, want) == 0, "%s", ch.why);
     CHECK(hy_device_query(0, &info, &err) == HY_OK);
     CHECK(ch.rank_bytes == (double)info.total_mem / 2);
-    hy_config_free(&c);
+    hy_run_free(&c);
     const char *bad[] = { "backend=cuda", "schedule.ranks=2", "schedule.kind=1f1b",
                           "devices=[0,99]" };
     if (request_of(&c, bad, 4, &rq)) return;
     CHECK(hy_backend_describe(&rq, &ch, &err) == HY_ERR_INPUT);
     CHECKF(strstr(err.msg, "rank 1: CUDA device 99 does not exist") != NULL, "%s", err.msg);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 int main(void) {

@@ -18,6 +18,7 @@
 #include "runtime.h"
 #include "train.h"
 #include "test.h"
+#include "lib/testrun.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -35,7 +36,7 @@
 
 static char dir[64], shard[128];
 
-static int load(hy_config *c, const char *ckdir, const char *const *extra, int n_extra) {
+static int load(hy_run *c, const char *ckdir, const char *const *extra, int n_extra) {
     char data_set[200], ck_set[200];
     snprintf(data_set, sizeof data_set, "data.train=%s", shard);
     snprintf(ck_set, sizeof ck_set, "checkpoint.dir=%s", ckdir);
@@ -46,17 +47,16 @@ static int load(hy_config *c, const char *ckdir, const char *const *extra, int n
     int n = 12;
     for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
     hy_error err;
-    hy_config_init(c);
-    int rc = hy_config_load(c, NULL, sets, n, &err);
+    int rc = hy_test_run_load(c, NULL, sets, n, &err);
     if (rc) fprintf(stderr, "config: %s\n", err.msg);
     return rc;
 }
 
 /* All weights and moments, concatenated. */
-static float *snapshot(hy_runtime *rt, const hy_config *c, size_t *n_out) {
+static float *snapshot(hy_runtime *rt, const hy_run *c, size_t *n_out) {
     hy_model m;
     hy_error err;
-    if (hy_model_build(&m, c, 1, &err)) return NULL;
+    if (hy_test_model_copy(&m, c, 1, &err)) return NULL;
     size_t total = 0;
     for (int i = 0; i < m.n_params; i++)
         total += m.params[i].kind == HY_P_WTE ? (size_t)m.vocab * m.d_model : m.params[i].numel;
@@ -78,11 +78,11 @@ static float *snapshot(hy_runtime *rt, const hy_config *c, size_t *n_out) {
     return buf;
 }
 
-static int run_steps(hy_runtime *rt, const hy_config *c, int n) {
+static int run_steps(hy_runtime *rt, int n) {
     hy_error err;
     for (int i = 0; i < n; i++) {
         hy_step_stats st;
-        if (hy_train_step(rt, c, &st, &err)) { fprintf(stderr, "%s\n", err.msg); return -1; }
+        if (hy_train_step(rt, &st, &err)) { fprintf(stderr, "%s\n", err.msg); return -1; }
     }
     return 0;
 }
@@ -90,14 +90,14 @@ static int run_steps(hy_runtime *rt, const hy_config *c, int n) {
 static void resume_is_exact(const char *const *extra, int n_extra) {
     char ckdir[128];
     snprintf(ckdir, sizeof ckdir, "%s/ck-%s", dir, extra[0] + 14);
-    hy_config c;
+    hy_run c;
     hy_error err;
     int unverified = 0;
     if (load(&c, ckdir, extra, n_extra)) { CHECK(0); return; }
     /* Uninterrupted: 6 steps. */
     hy_runtime *a = NULL;
     CHECK(hy_runtime_create(&a, &c, &err) == HY_OK);
-    CHECK(run_steps(a, &c, 6) == 0);
+    CHECK(run_steps(a, 6) == 0);
     size_t na = 0, nb = 0;
     float *wa = snapshot(a, &c, &na);
     hy_runtime_destroy(a);
@@ -105,13 +105,13 @@ static void resume_is_exact(const char *const *extra, int n_extra) {
     hy_runtime *b = NULL, *b2 = NULL;
     char saved[4096] = "";
     CHECK(hy_runtime_create(&b, &c, &err) == HY_OK);
-    CHECK(run_steps(b, &c, 3) == 0);
-    CHECKF(hy_checkpoint_save(b, &c, ckdir, saved, &err) == HY_OK, "%s", err.msg);
+    CHECK(run_steps(b, 3) == 0);
+    CHECKF(hy_checkpoint_save(b, ckdir, saved, &err) == HY_OK, "%s", err.msg);
     hy_runtime_destroy(b);
     CHECK(strstr(saved, "step_000003") != NULL);
     CHECK(hy_runtime_create(&b2, &c, &err) == HY_OK);
-    CHECKF(hy_checkpoint_load(b2, &c, saved, &unverified, &err) == HY_OK, "%s", err.msg);
-    CHECK(run_steps(b2, &c, 3) == 0);
+    CHECKF(hy_checkpoint_load(b2, saved, &unverified, &err) == HY_OK, "%s", err.msg);
+    CHECK(run_steps(b2, 3) == 0);
     float *wb = snapshot(b2, &c, &nb);
     CHECKF(wa && wb && na == nb && memcmp(wa, wb, na * sizeof(float)) == 0,
            "%s: resumed run differs from the uninterrupted one", extra[0]);
@@ -119,37 +119,37 @@ static void resume_is_exact(const char *const *extra, int n_extra) {
     hy_runtime_destroy(b2);
     b2 = NULL;
     CHECK(hy_runtime_create(&b2, &c, &err) == HY_OK);
-    CHECK(run_steps(b2, &c, 3) == 0);
-    CHECKF(hy_checkpoint_save(b2, &c, ckdir, saved, &err) == HY_OK, "%s", err.msg);
+    CHECK(run_steps(b2, 3) == 0);
+    CHECKF(hy_checkpoint_save(b2, ckdir, saved, &err) == HY_OK, "%s", err.msg);
     hy_runtime_destroy(b2);
     free(wa);
     free(wb);
 
     /* A checkpoint of another model is refused, naming the key. */
-    hy_config other;
+    hy_run other;
     const char *bigger[8];
     for (int i = 0; i < n_extra; i++) bigger[i] = extra[i];
     bigger[n_extra] = "model.d_model=64";
     if (load(&other, ckdir, bigger, n_extra + 1) == 0) {
         hy_runtime *o = NULL;
         CHECK(hy_runtime_create(&o, &other, &err) == HY_OK);
-        CHECK(hy_checkpoint_load(o, &other, saved, &unverified, &err) == HY_ERR_INPUT);
+        CHECK(hy_checkpoint_load(o, saved, &unverified, &err) == HY_ERR_INPUT);
         CHECK(strstr(err.msg, "model.d_model") != NULL);
         hy_runtime_destroy(o);
-        hy_config_free(&other);
+        hy_run_free(&other);
     }
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 static void bad_checkpoints(void) {
-    hy_config c;
+    hy_run c;
     hy_error err;
     int unverified = 0;
     const char *one[] = { "schedule.kind=gpipe", "schedule.ranks=1" };
     if (load(&c, dir, one, 2)) { CHECK(0); return; }
     hy_runtime *rt = NULL;
     CHECK(hy_runtime_create(&rt, &c, &err) == HY_OK);
-    CHECK(hy_checkpoint_load(rt, &c, "/nonexistent/step_000001", &unverified, &err) == HY_ERR_INPUT);
+    CHECK(hy_checkpoint_load(rt, "/nonexistent/step_000001", &unverified, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "not a checkpoint") != NULL);
     char path[160];
     snprintf(path, sizeof path, "%s/fake", dir);
@@ -158,10 +158,10 @@ static void bad_checkpoints(void) {
     FILE *f = fopen(path, "w");
     if (f) { fputs("{\"format\": 1, \"step\": -4, \"data_position\": 0}", f); fclose(f); }
     snprintf(path, sizeof path, "%s/fake", dir);
-    CHECK(hy_checkpoint_load(rt, &c, path, &unverified, &err) == HY_ERR_INPUT);
+    CHECK(hy_checkpoint_load(rt, path, &unverified, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "step") != NULL);
     hy_runtime_destroy(rt);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 /* A child saves checkpoints in a loop; it is killed at varying moments.
@@ -172,7 +172,7 @@ static void killed_writer(void) {
     snprintf(ckdir, sizeof ckdir, "%s/killed", dir);
     const char *sets[] = { "schedule.kind=1f1b", "schedule.ranks=2", "model.layers=4",
                            "model.d_model=64" };
-    hy_config c;
+    hy_run c;
     hy_error err;
     int unverified = 0;
     if (load(&c, ckdir, sets, 4)) { CHECK(0); return; }
@@ -187,8 +187,8 @@ static void killed_writer(void) {
             if (hy_runtime_create(&rt, &c, &err)) _exit(3);
             for (int s = 0; s < 1000; s++) {
                 hy_step_stats st;
-                if (hy_train_step(rt, &c, &st, &err)) _exit(4);
-                if (hy_checkpoint_save(rt, &c, ckdir, NULL, &err)) _exit(5);
+                if (hy_train_step(rt, &st, &err)) _exit(4);
+                if (hy_checkpoint_save(rt, ckdir, NULL, &err)) _exit(5);
                 if (s == 0 && write(ready[1], "k", 1) != 1) _exit(6);   /* one is whole */
             }
             _exit(0);
@@ -215,14 +215,14 @@ static void killed_writer(void) {
             snprintf(path, sizeof path, "%s/%s", ckdir, e->d_name);
             hy_runtime *rt = NULL;
             CHECK(hy_runtime_create(&rt, &c, &err) == HY_OK);
-            CHECKF(hy_checkpoint_load(rt, &c, path, &unverified, &err) == HY_OK, "%s: %s", path, err.msg);
+            CHECKF(hy_checkpoint_load(rt, path, &unverified, &err) == HY_OK, "%s: %s", path, err.msg);
             hy_runtime_destroy(rt);
             survived++;
         }
         if (d) closedir(d);
     }
     CHECK(survived >= 12);   /* at least the one finished before each kill */
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 /* The names in dir other than "." and "..", sorted, joined by spaces. */
@@ -261,14 +261,14 @@ static void disk_full(void) {
     char ckdir[128], first[200], before[256], after[256];
     snprintf(ckdir, sizeof ckdir, "%s/full", dir);
     const char *one[] = { "schedule.kind=gpipe", "schedule.ranks=1" };
-    hy_config c;
+    hy_run c;
     hy_error err;
     int unverified = 0;
     if (load(&c, ckdir, one, 2)) { CHECK(0); return; }
     hy_runtime *rt = NULL, *back = NULL;
     CHECK(hy_runtime_create(&rt, &c, &err) == HY_OK);
-    CHECK(run_steps(rt, &c, 1) == 0);
-    CHECKF(hy_checkpoint_save(rt, &c, ckdir, first, &err) == HY_OK, "%s", err.msg);
+    CHECK(run_steps(rt, 1) == 0);
+    CHECKF(hy_checkpoint_save(rt, ckdir, first, &err) == HY_OK, "%s", err.msg);
     size_t n_saved = 0, n_back = 0;
     float *saved = snapshot(rt, &c, &n_saved);
     char path[300];
@@ -287,11 +287,11 @@ static void disk_full(void) {
     const char *const fails_in[] = { "model.safetensors", "model.safetensors",
                                      "model.safetensors", "optimizer.safetensors" };
     for (int i = 0; i < 4; i++) {
-        CHECK(run_steps(rt, &c, 1) == 0);
+        CHECK(run_steps(rt, 1) == 0);
         struct rlimit lim = old_lim;
         lim.rlim_cur = limits[i];
         CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
-        int rc = hy_checkpoint_save(rt, &c, ckdir, NULL, &err);
+        int rc = hy_checkpoint_save(rt, ckdir, NULL, &err);
         CHECK(setrlimit(RLIMIT_FSIZE, &old_lim) == 0);
         char step_name[32];
         snprintf(step_name, sizeof step_name, "step_%06d", i + 2);
@@ -309,32 +309,32 @@ static void disk_full(void) {
 
     /* The earlier checkpoint is whole: it loads, with the weights of step 1. */
     CHECK(hy_runtime_create(&back, &c, &err) == HY_OK);
-    CHECKF(hy_checkpoint_load(back, &c, first, &unverified, &err) == HY_OK, "%s", err.msg);
+    CHECKF(hy_checkpoint_load(back, first, &unverified, &err) == HY_OK, "%s", err.msg);
     float *loaded = snapshot(back, &c, &n_back);
     CHECK(saved && loaded && n_saved == n_back &&
           memcmp(saved, loaded, n_saved * sizeof(float)) == 0);
     hy_runtime_destroy(back);
     /* With room again, the same run saves its current step. */
-    CHECKF(hy_checkpoint_save(rt, &c, ckdir, path, &err) == HY_OK, "%s", err.msg);
+    CHECKF(hy_checkpoint_save(rt, ckdir, path, &err) == HY_OK, "%s", err.msg);
     CHECK(strstr(path, "step_000005") != NULL);
     listing(ckdir, after, sizeof after);
     CHECKF(strcmp(after, "step_000001 step_000005") == 0, "after saving again: %s", after);
     free(saved);
     free(loaded);
     hy_runtime_destroy(rt);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 /* ---- Integrity, one writer, retention ------------------------------------ */
 
 /* A fresh one-rank run of `steps` steps saving each into ckdir. */
-static int save_steps(const hy_config *c, const char *ckdir, int steps) {
+static int save_steps(const hy_run *c, const char *ckdir, int steps) {
     hy_runtime *rt = NULL;
     hy_error err;
     int rc = hy_runtime_create(&rt, c, &err);
     for (int i = 0; i < steps && !rc; i++) {
-        rc = run_steps(rt, c, 1);
-        if (!rc) rc = hy_checkpoint_save(rt, c, ckdir, NULL, &err);
+        rc = run_steps(rt, 1);
+        if (!rc) rc = hy_checkpoint_save(rt, ckdir, NULL, &err);
     }
     if (rc) fprintf(stderr, "save_steps: %s\n", err.msg);
     hy_runtime_destroy(rt);
@@ -343,10 +343,10 @@ static int save_steps(const hy_config *c, const char *ckdir, int steps) {
 
 /* Loads checkpoint path into a new runtime of c: its status, the error in
  * err, *unverified. */
-static int try_load(const hy_config *c, const char *path, int *unverified, hy_error *err) {
+static int try_load(const hy_run *c, const char *path, int *unverified, hy_error *err) {
     hy_runtime *rt = NULL;
     int rc = hy_runtime_create(&rt, c, err);
-    if (!rc) rc = hy_checkpoint_load(rt, c, path, unverified, err);
+    if (!rc) rc = hy_checkpoint_load(rt, path, unverified, err);
     hy_runtime_destroy(rt);
     return rc;
 }
@@ -367,7 +367,7 @@ static void flip_byte(const char *path, long at) {
 /* A flipped byte anywhere in any file of a checkpoint is refused, by load
  * and by verify, with the file named and the previous checkpoint offered;
  * flipped back, the checkpoint loads again. */
-static void flipped_bytes(const hy_config *c, const char *ckdir) {
+static void flipped_bytes(const hy_run *c, const char *ckdir) {
     static const char *const files[] = { "model.safetensors", "optimizer.safetensors",
                                          "config.json", "state.json" };
     char path[300];
@@ -399,7 +399,7 @@ static void flipped_bytes(const hy_config *c, const char *ckdir) {
 }
 
 /* A file cut short, or missing, is refused naming it. */
-static void truncated_files(const hy_config *c, const char *ckdir) {
+static void truncated_files(const hy_run *c, const char *ckdir) {
     static const char *const files[] = { "model.safetensors", "optimizer.safetensors",
                                          "state.json" };
     char path[300], ck[200];
@@ -434,7 +434,7 @@ static void truncated_files(const hy_config *c, const char *ckdir) {
 
 /* A checkpoint of format 1 (before checksums: no files, data or checksum
  * in state.json) still loads, flagged unverified; verify says so. */
-static void legacy_format(const hy_config *c, const char *ckdir) {
+static void legacy_format(const hy_run *c, const char *ckdir) {
     char state[300], ck[200];
     snprintf(ck, sizeof ck, "%s/legacy", ckdir);
     char cmd[600];
@@ -465,13 +465,13 @@ static void legacy_format(const hy_config *c, const char *ckdir) {
 
 /* The weights file of a damaged checkpoint as init is refused; a weights
  * file outside any checkpoint passes the check. */
-static void init_checked(const hy_config *c, const char *ckdir) {
+static void init_checked(const hy_run *c, const char *ckdir) {
     char model[300];
     snprintf(model, sizeof model, "%s/step_000002/model.safetensors", ckdir);
     hy_error err;
     int unverified = -1;
     CHECK(hy_checkpoint_verify_file(model, &unverified, &err) == HY_OK && unverified == 0);
-    hy_config ci = *c;
+    hy_run ci = *c;
     ci.init = model;
     flip_byte(model, file_bytes(model) / 2);
     hy_runtime *rt = NULL;
@@ -503,13 +503,13 @@ static void other_data(const char *ckdir) {
     const char *const *sets[2] = { shard_sets, layout_sets };
     const char *want[2] = { "other tokens", "schedule.micro_batches" };
     for (int i = 0; i < 2; i++) {
-        hy_config c;
+        hy_run c;
         int unverified;
         if (load(&c, ckdir, sets[i], 3)) { CHECK(0); continue; }
         int rc = try_load(&c, ck, &unverified, &err);
         CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, want[i]) && strstr(err.msg, "init ="),
                "%s: %d: %s", want[i], rc, err.msg);
-        hy_config_free(&c);
+        hy_run_free(&c);
     }
 }
 
@@ -550,7 +550,7 @@ static void integrity(void) {
     char ckdir[128];
     snprintf(ckdir, sizeof ckdir, "%s/integrity", dir);
     const char *one[] = { "schedule.kind=gpipe", "schedule.ranks=1" };
-    hy_config c;
+    hy_run c;
     if (load(&c, ckdir, one, 2)) { CHECK(0); return; }
     CHECK(save_steps(&c, ckdir, 2) == 0);
     flipped_bytes(&c, ckdir);
@@ -559,7 +559,7 @@ static void integrity(void) {
     init_checked(&c, ckdir);
     other_data(ckdir);
     verify_and_list(ckdir);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 /* One writer per directory: a second lock is refused naming the directory
@@ -575,13 +575,13 @@ static void one_writer(void) {
     CHECKF(strstr(err.msg, ckdir) && strstr(err.msg, pid_text), "%s", err.msg);
     /* cli_train_run refuses at its start, before it trains or writes. */
     const char *one[] = { "schedule.kind=gpipe", "schedule.ranks=1" };
-    hy_config c;
+    hy_run c;
     if (load(&c, ckdir, one, 2) == 0) {
         FILE *out = tmpfile();
         CHECK(cli_train_run(&c, NULL, out, &err) == HY_ERR_INPUT && strstr(err.msg, "in use"));
         CHECK(out && ftell(out) == 0);
         if (out) fclose(out);
-        hy_config_free(&c);
+        hy_run_free(&c);
     }
     hy_checkpoint_unlock(&a);
     CHECKF(hy_checkpoint_lock_dir(ckdir, &b, &err) == HY_OK, "%s", err.msg);
@@ -617,7 +617,7 @@ static int train_keep(const char *ckdir, int steps, const char *keep) {
     snprintf(steps_set, sizeof steps_set, "train.steps=%d", steps);
     const char *sets[] = { "schedule.kind=gpipe", "schedule.ranks=1", "checkpoint.every=1",
                            keep, steps_set };
-    hy_config c;
+    hy_run c;
     if (load(&c, ckdir, sets, 5)) return -1;
     hy_error err;
     hy_checkpoint_info *found = NULL;
@@ -630,7 +630,7 @@ static int train_keep(const char *ckdir, int steps, const char *keep) {
     int rc = cli_train_run(&c, &o, out, &err);
     if (out) fclose(out);
     if (rc && rc != HY_ERR_RUNTIME) fprintf(stderr, "train_keep: %s\n", err.msg);
-    hy_config_free(&c);
+    hy_run_free(&c);
     return rc;
 }
 

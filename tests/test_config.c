@@ -7,6 +7,7 @@
  * to files in a mkdtemp directory that is removed at the end.
  */
 #include "config.h"
+#include "run.h"
 #include "test.h"
 
 #include <dirent.h>
@@ -51,6 +52,13 @@ static void scratch_clean(scratch *s) {
 
 /* ------------------------------------------------------------------------ */
 
+/* Stages S of config c's schedule (schedule.h's one definition). */
+static int stages_of(const hy_config *c) {
+    hy_sched_params p = { .kind = c->schedule.kind, .ranks = c->schedule.ranks,
+                          .waves = c->schedule.waves, .chunks = c->schedule.chunks };
+    return hy_sched_stages(&p);
+}
+
 static void test_defaults(void) {
     hy_config c;
     hy_error err = { 0 };
@@ -60,7 +68,7 @@ static void test_defaults(void) {
     CHECK(c.model.heads == 4 && c.model.seq_len == 64 && c.model.vocab == 512);
     CHECK(c.schedule.kind == HY_SCHED_HANAYO && c.schedule.ranks == 2 && c.schedule.waves == 1);
     CHECK(c.schedule.chunks == 2 && c.schedule.micro_batches == 8);
-    CHECK(c.schedule.micro_batch_size == 4 && c.schedule.n_split == 0 && !c.schedule.split);
+    CHECK(c.schedule.micro_batch_size == 4 && c.schedule.n_layers_per_stage == 0 && !c.schedule.layers_per_stage);
     CHECK(c.train.steps == 200 && c.train.lr == 1e-3 && c.train.min_lr == 1e-3 / 10);
     CHECK(c.train.warmup_steps == 20 && c.train.weight_decay == 0.1);
     CHECK(c.train.beta1 == 0.9 && c.train.beta2 == 0.95 && c.train.eps == 1e-8);
@@ -71,12 +79,18 @@ static void test_defaults(void) {
     CHECK(strcmp(c.checkpoint.dir, "checkpoints") == 0 && c.checkpoint.every == 0);
     CHECK(c.backend == HY_BACKEND_AUTO && c.n_devices == 0 && !c.devices);
     CHECK(c.graph == 1 && c.watchdog_s == 60);
-    CHECK(hy_config_stages(&c) == 4);
+    CHECK(stages_of(&c) == 4);
 
-    hy_sched_params p;
-    hy_sched_params_from_config(&c, &p);
-    CHECK(p.kind == HY_SCHED_HANAYO && p.ranks == 2 && p.micro_batches == 8);
-    CHECK(p.waves == 1 && p.chunks == 2);
+    /* The run it resolves to (run.h) carries the same. */
+    hy_run run;
+    CHECK(hy_run_resolve(&run, &c, &err) == HY_OK);
+    const hy_sched_params *p = &run.sched_params;
+    CHECK(p->kind == HY_SCHED_HANAYO && p->ranks == 2 && p->micro_batches == 8);
+    CHECK(p->waves == 1 && p->chunks == 2);
+    CHECK(run.micro_batch_size == c.schedule.micro_batch_size && run.train.lr == c.train.lr);
+    CHECK(run.sched.stages == 4 && run.model.stages == 4 && run.model.layers == c.model.layers);
+    CHECK(strcmp(run.data.train, c.data.train) == 0 && run.backend.watchdog_s == 60);
+    hy_run_free(&run);
 
     /* init alone gives the same config as loading nothing. */
     hy_config d;
@@ -211,16 +225,16 @@ static void test_shipped_configs(scratch *s) {
     hy_error err = { 0 };
     CHECK(hy_config_load(&c, "configs/tiny-gpt.json", NULL, 0, &err) == HY_OK);
     CHECK(c.model.kind == HY_MODEL_GPT && c.schedule.kind == HY_SCHED_HANAYO);
-    CHECK(c.schedule.ranks == 2 && c.schedule.waves == 1 && hy_config_stages(&c) == 4);
+    CHECK(c.schedule.ranks == 2 && c.schedule.waves == 1 && stages_of(&c) == 4);
     hy_config_free(&c);
     CHECK(hy_config_load(&c, "configs/tiny-bert.json", NULL, 0, &err) == HY_OK);
     CHECK(c.model.kind == HY_MODEL_BERT);
     hy_config_free(&c);
     CHECK(hy_config_load(&c, "configs/gpt2-124m.json", NULL, 0, &err) == HY_OK);
-    CHECK(c.model.vocab == 50257 && c.model.layers == 12 && hy_config_stages(&c) <= 12);
+    CHECK(c.model.vocab == 50257 && c.model.layers == 12 && stages_of(&c) <= 12);
     hy_config_free(&c);
     CHECK(hy_config_load(&c, "configs/gpt2-350m.json", NULL, 0, &err) == HY_OK);
-    CHECK(c.model.layers == 24 && c.model.d_model == 1024 && hy_config_stages(&c) == 16);
+    CHECK(c.model.layers == 24 && c.model.d_model == 1024 && stages_of(&c) == 16);
     hy_config_free(&c);
 
     /* BERT-base at P = 8 hanayo: 16 stages for 12 layers needs a split. */
@@ -230,7 +244,7 @@ static void test_shipped_configs(scratch *s) {
     const char *p8split[] = { "schedule.ranks=8",
                               "schedule.split=[0,1,1,1,1,1,1,1,1,1,1,1,1,0,0,0]" };
     CHECKF(hy_config_load(&c, "configs/bert-base.json", p8split, 2, &err) == HY_OK, "%s", err.msg);
-    CHECK(c.schedule.n_split == 16 && c.schedule.split[1] == 1 && c.schedule.split[15] == 0);
+    CHECK(c.schedule.n_layers_per_stage == 16 && c.schedule.layers_per_stage[1] == 1 && c.schedule.layers_per_stage[15] == 0);
     check_round_trip(s, &c, "bert-base P=8 with split");
     hy_config_free(&c);
 }
@@ -282,14 +296,14 @@ static void test_sets(scratch *s) {
     path = scratch_file(s, "nosched.json", "{\"model\": {\"layers\": 8}}");
     const char *mk[] = { "schedule.waves=2", "schedule.split=[1,1,1,1,1,1,1,1]" };
     CHECKF(hy_config_load(&c, path, mk, 2, &err) == HY_OK, "%s", err.msg);
-    CHECK(c.model.layers == 8 && c.schedule.waves == 2 && c.schedule.n_split == 8);
+    CHECK(c.model.layers == 8 && c.schedule.waves == 2 && c.schedule.n_layers_per_stage == 8);
     hy_config_free(&c);
 
     /* Interleaved with M a multiple of P, and split with empty stages. */
     const char *il[] = { "schedule.kind=interleaved", "schedule.ranks=2", "schedule.chunks=2",
                          "schedule.micro_batches=6" };
     CHECKF(hy_config_load(&c, NULL, il, NELEM(il), &err) == HY_OK, "%s", err.msg);
-    CHECK(hy_config_stages(&c) == 4);
+    CHECK(stages_of(&c) == 4);
     hy_config_free(&c);
     const char *sp[] = { "schedule.split=[0,4,0,0]" };
     CHECKF(hy_config_load(&c, NULL, sp, 1, &err) == HY_OK, "%s", err.msg);

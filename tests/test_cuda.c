@@ -43,6 +43,7 @@
 #include "runtime.h"
 #include "train.h"
 #include "test.h"
+#include "lib/testrun.h"
 #include "lib/shard.h"
 
 #include <math.h>
@@ -786,21 +787,21 @@ static int train(const char *backend, const char *const *extra, int n_extra, int
     base[n++] = be_set;
     base[n++] = data_set;
     for (int i = 0; i < n_extra; i++) base[n++] = extra[i];
-    hy_config c;
+    hy_run c;
     hy_error err;
-    hy_config_init(&c);
-    int rc = hy_config_load(&c, NULL, base, n, &err);
+    memset(&c, 0, sizeof c);
+    int rc = hy_test_run_load(&c, NULL, base, n, &err);
     hy_runtime *rt = NULL;
     if (!rc) rc = hy_runtime_create(&rt, &c, &err);
     memset(res, 0, sizeof *res);
     for (int s = 0; s < steps && s < 8 && !rc; s++) {
         hy_step_stats st;
-        rc = hy_train_step(rt, &c, &st, &err);
+        rc = hy_train_step(rt, &st, &err);
         if (!rc) res->loss[s] = st.loss;
     }
     if (!rc && dot_dir) graph_dots(rt, hy_runtime_schedule(rt)->ranks, dot_dir);
     hy_model m;
-    if (!rc) rc = hy_model_build(&m, &c, 1, &err);
+    if (!rc) rc = hy_test_model_copy(&m, &c, 1, &err);
     if (!rc) {
         size_t total = 0;
         for (int i = 0; i < m.n_params; i++)
@@ -817,7 +818,7 @@ static int train(const char *backend, const char *const *extra, int n_extra, int
     }
     if (rc) fprintf(stderr, "train on %s: %s\n", backend, err.msg);
     hy_runtime_destroy(rt);
-    hy_config_free(&c);
+    hy_run_free(&c);
     return rc;
 }
 
@@ -886,22 +887,22 @@ static void test_no_gpu(void) {
     CHECK(hy_backend_cuda_create(&be, 1, &zero, 1, 0, 30.0, &err) != HY_OK && be == NULL);
     CHECKF(strstr(err.msg, "no CUDA device") || strstr(err.msg, "no CUDA backend in this build"),
            "%s", err.msg);
-    hy_config c;
-    hy_config_init(&c);
+    hy_run c;
+    memset(&c, 0, sizeof c);
     const char *cuda[] = { "backend=cuda" }, *autob[] = { "backend=auto" };
     hy_backend_request rq;
     hy_backend_choice use;
-    CHECK(hy_config_load(&c, NULL, cuda, 1, &err) == HY_OK);
-    hy_backend_request_from_config(&c, &rq);
+    CHECK(hy_test_run_load(&c, NULL, cuda, 1, &err) == HY_OK);
+    rq = c.backend;
     CHECK(hy_backend_describe(&rq, &use, &err) == HY_ERR_INPUT);
     CHECKF(strstr(err.msg, "backend \"cuda\"") != NULL, "%s", err.msg);
-    hy_config_free(&c);
-    hy_config_init(&c);
-    CHECK(hy_config_load(&c, NULL, autob, 1, &err) == HY_OK);
-    hy_backend_request_from_config(&c, &rq);
+    hy_run_free(&c);
+    memset(&c, 0, sizeof c);
+    CHECK(hy_test_run_load(&c, NULL, autob, 1, &err) == HY_OK);
+    rq = c.backend;
     CHECK(hy_backend_describe(&rq, &use, &err) == HY_OK && use.cuda == 0);
     CHECKF(strncmp(use.why, "cpu (auto: ", 11) == 0, "%s", use.why);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 int main(void) {

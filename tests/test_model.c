@@ -9,6 +9,7 @@
  */
 #include "config.h"
 #include "model.h"
+#include "lib/testrun.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -27,11 +28,11 @@ static void test_counts(void) {
     hy_model m;
     hy_error err;
     CHECK(load(&c, "configs/gpt2-124m.json", NULL, 0) == HY_OK);
-    CHECK(hy_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
     CHECKF(hy_model_param_count(&m) == 124439808u, "%zu", hy_model_param_count(&m));
     hy_model_free(&m);
     /* Padding the vocabulary to 50304 adds rows but no parameters. */
-    CHECK(hy_model_build(&m, &c, 128, &err) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 128, &err) == HY_OK);
     CHECK(m.vocab_padded == 50304 && m.vocab == 50257);
     CHECK(hy_model_param_count(&m) == 124439808u);
     const hy_param *wte = hy_model_find(&m, "transformer.wte.weight");
@@ -45,7 +46,7 @@ static void test_counts(void) {
     hy_config_free(&c);
 
     CHECK(load(&c, "configs/gpt2-350m.json", NULL, 0) == HY_OK);
-    CHECK(hy_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
     CHECKF(hy_model_param_count(&m) == 354823168u, "%zu", hy_model_param_count(&m));
     hy_model_free(&m);
     hy_config_free(&c);
@@ -80,7 +81,7 @@ static void test_partition(void) {
      * the last stage the heaviest, so it gets one layer and the rest
      * share eleven. */
     CHECK(load(&c, "configs/gpt2-124m.json", NULL, 0) == HY_OK);
-    CHECK(hy_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
     CHECK(m.stages == 8);
     check_partition(&m);
     const int want[8] = { 2, 2, 2, 2, 1, 1, 1, 1 };
@@ -92,7 +93,7 @@ static void test_partition(void) {
     /* Small vocabulary: the head is cheap and layers spread evenly. */
     const char *even[] = { "model.layers=12", "schedule.kind=1f1b", "schedule.ranks=4" };
     CHECK(load(&c, NULL, even, 3) == HY_OK);
-    CHECK(hy_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
     check_partition(&m);
     for (int s = 0; s < 4; s++) CHECK(m.n_layers[s] == 3);
     hy_model_free(&m);
@@ -102,7 +103,7 @@ static void test_partition(void) {
     const char *split[] = { "model.layers=4", "schedule.kind=hanayo", "schedule.ranks=4",
                             "schedule.split=[0,1,1,0,0,1,1,0]" };
     CHECK(load(&c, NULL, split, 4) == HY_OK);
-    CHECK(hy_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
     check_partition(&m);
     CHECK(m.n_layers[0] == 0 && m.n_layers[1] == 1 && m.n_layers[7] == 0);
     CHECK(hy_model_find(&m, "wte.weight")->stage == 0);
@@ -120,7 +121,7 @@ static void test_init(void) {
     const char *four[] = { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2",
                            "schedule.waves=1" };
     CHECK(load(&c1, NULL, one, 3) == HY_OK && load(&c4, NULL, four, 4) == HY_OK);
-    CHECK(hy_model_build(&m1, &c1, 1, &err) == HY_OK && hy_model_build(&m4, &c4, 1, &err) == HY_OK);
+    CHECK(hy_test_model_build(&m1, &c1, 1, &err) == HY_OK && hy_test_model_build(&m4, &c4, 1, &err) == HY_OK);
     CHECK(m1.stages == 1 && m4.stages == 4);
     float *b1 = malloc(m1.stage_numel[0] * sizeof(float));
     float *b4[4];
@@ -170,7 +171,7 @@ static void test_lookup(void) {
     const char *sets[] = { "model.layers=3", "model.d_model=16", "model.heads=2",
                            "model.vocab=100", "schedule.kind=1f1b", "schedule.ranks=3" };
     CHECK(load(&c, NULL, sets, 6) == HY_OK);
-    CHECK(hy_model_build(&m, &c, 64, &err) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 64, &err) == HY_OK);
     static const char *const block[] = { "ln_1.weight", "ln_1.bias", "attn.c_attn.weight",
                                          "attn.c_attn.bias", "attn.c_proj.weight",
                                          "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",

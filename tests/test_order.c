@@ -124,7 +124,7 @@ static void test_canonical_and_deterministic(void) {
     hy_error err;
     priced x, y;
     CHECK(hy_schedule_build(&canon, &p, &err) == HY_OK);
-    hy_costs u = hy_order_costs(&p, 0);
+    hy_costs u = hy_costs_uniform_for(p.split_backward, 0);
     CHECK(hy_schedule_for_costs(&a, &p, &u, &err) == HY_OK);
     int same = 1;
     for (int r = 0; r < p.ranks; r++)

@@ -35,6 +35,7 @@
 #include "schedule.h"
 #include "sim.h"
 #include "test.h"
+#include "lib/testrun.h"
 #include "lib/shard.h"
 #include "tune.h"
 
@@ -55,7 +56,7 @@ static void remove_path(const char *name) {
 }
 
 /* A small GPT on P = 2 with the schedule given by `sched_sets`. */
-static int load_config(hy_config *c, const char *const *sched_sets, int n_sched) {
+static int load_config(hy_run *c, const char *const *sched_sets, int n_sched) {
     char data_set[200];
     snprintf(data_set, sizeof data_set, "data.train=%s", shard);
     const char *sets[24] = {
@@ -66,8 +67,7 @@ static int load_config(hy_config *c, const char *const *sched_sets, int n_sched)
     int n = 11;
     for (int i = 0; i < n_sched; i++) sets[n++] = sched_sets[i];
     hy_error err;
-    hy_config_init(c);
-    int rc = hy_config_load(c, NULL, sets, n, &err);
+    int rc = hy_test_run_load(c, NULL, sets, n, &err);
     if (rc) fprintf(stderr, "config: %s\n", err.msg);
     return rc;
 }
@@ -158,7 +158,7 @@ static void check_trace(const hy_profile *p, const hy_schedule *s) {
 
 static void test_trace(void) {
     const char *sched[] = {"schedule.kind=hanayo", "schedule.waves=1", "schedule.micro_batches=4"};
-    hy_config c;
+    hy_run c;
     if (load_config(&c, sched, 3)) { CHECK(0); return; }
     hy_error err;
     hy_runtime *rt = NULL;
@@ -195,7 +195,7 @@ static void test_trace(void) {
     }
     hy_profile_free(&p);
     hy_runtime_destroy(rt);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -210,7 +210,7 @@ static void test_trace(void) {
  * the machine. (test_stamps checks the arithmetic that turns stamps into
  * costs and bubbles, on stamps whose every figure it knows.) 0 when it
  * ran. */
-static int slow_profile(hy_profile *p, const hy_config *c) {
+static int slow_profile(hy_profile *p, const hy_run *c) {
     hy_profile_opts o;
     hy_profile_opts_init(&o);
     o.steps = 4;
@@ -293,15 +293,10 @@ static int simulated_stamps(const hy_schedule *s, const double *fwd, const doubl
  * prediction from the measured costs repeats. */
 static void check_stamps(const char *const *sched, int n_sched, const double *fwd,
                          const double *bwd) {
-    hy_config c;
+    hy_run c;
     if (load_config(&c, sched, n_sched)) { CHECK(0); return; }
     hy_error err;
-    hy_schedule s;
-    if (hy_schedule_for_config(&s, &c, &err)) {
-        CHECKF(0, "%s", err.msg);
-        hy_config_free(&c);
-        return;
-    }
+    const hy_schedule s = c.sched;   /* the run's, shallow: freed with it */
     int P = s.ranks, S = s.stages;
     uint64_t **raw = calloc((size_t)P, sizeof *raw);
     hy_sim_result r;
@@ -350,8 +345,7 @@ static void check_stamps(const char *const *sched, int n_sched, const double *fw
     for (int k = 0; raw && k < P; k++) free(raw[k]);
     free(raw);
     hy_sim_result_free(&r);
-    hy_schedule_free(&s);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 static void test_stamps(void) {
@@ -370,20 +364,20 @@ static void test_stamps(void) {
 
 static void test_slow_hanayo(void) {
     const char *sched[] = {"schedule.kind=hanayo", "schedule.waves=1", "schedule.micro_batches=4"};
-    hy_config c;
+    hy_run c;
     if (load_config(&c, sched, 3)) { CHECK(0); return; }
     hy_profile p;
     if (slow_profile(&p, &c) == HY_OK) hy_profile_free(&p);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 static void test_slow_stage(void) {
     const char *sched[] = {"schedule.kind=1f1b", "schedule.micro_batches=4"};
-    hy_config c;
+    hy_run c;
     if (load_config(&c, sched, 2)) { CHECK(0); return; }
     hy_profile p;
     hy_error err;
-    if (slow_profile(&p, &c) != HY_OK) { hy_config_free(&c); return; }
+    if (slow_profile(&p, &c) != HY_OK) { hy_run_free(&c); return; }
     int rc;
 
     /* Tune never puts more layers on the slow stage. (With the delay at
@@ -424,8 +418,8 @@ static void test_slow_stage(void) {
         if (!rc) {
             CHECK(t.schedule.kind == res.best[0].kind);
             CHECK(t.schedule.micro_batches == res.best[0].micro_batches);
-            CHECK(t.schedule.n_split == res.best[0].stages);
-            CHECK(t.schedule.n_split > 0 && t.schedule.split[0] == res.best[0].split[0]);
+            CHECK(t.schedule.n_layers_per_stage == res.best[0].stages);
+            CHECK(t.schedule.n_layers_per_stage > 0 && t.schedule.layers_per_stage[0] == res.best[0].split[0]);
         }
         hy_config_free(&t);
         remove_path("base.json");
@@ -501,7 +495,7 @@ static void test_slow_stage(void) {
     }
     remove_path("summary.json");
     hy_profile_free(&p);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 /* Tune moves layers off a slow stage when they can make up for it: each
@@ -513,7 +507,7 @@ static void test_slow_stage(void) {
  * (it once made tune keep 2 + 2). */
 static void test_tune_moves_layers(void) {
     const char *sched[] = {"schedule.kind=1f1b", "schedule.micro_batches=4"};
-    hy_config c;
+    hy_run c;
     if (load_config(&c, sched, 2)) { CHECK(0); return; }
     hy_cost_model m = slow_first_model(2 * (1 + 2));
     hy_tune_opts to = { 1u << HY_SCHED_1F1B, 1e12, 1, 4, -1 };
@@ -531,7 +525,7 @@ static void test_tune_moves_layers(void) {
         CHECK(res.best[0].us_per_token < res.current.us_per_token);
         hy_tune_result_free(&res);
     }
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -560,7 +554,7 @@ static void test_default_dir(void) {
  * costs half a one-layer stage's forward. */
 static void test_tune_comm_cost(void) {
     const char *sched[] = {"schedule.kind=hanayo", "schedule.waves=1", "schedule.micro_batches=4"};
-    hy_config c;
+    hy_run c;
     if (load_config(&c, sched, 3)) { CHECK(0); return; }
     hy_cost_model m = { .layer_fwd = 1, .layer_bwd = 2, .comm = 0.5 };
     hy_tune_opts to = { 1u << HY_SCHED_HANAYO, 1e12, 0, 4, -1 };
@@ -568,7 +562,7 @@ static void test_tune_comm_cost(void) {
     hy_error err;
     int rc = hy_tune_search(&c, &m, &to, &res, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
-    if (rc) { hy_config_free(&c); return; }
+    if (rc) { hy_run_free(&c); return; }
     const hy_tune_candidate *b = &res.best[0];
     double fwd = 0;
     for (int st = 0; st < b->stages; st++) fwd += b->split[st] * m.layer_fwd;
@@ -606,7 +600,7 @@ static void test_tune_comm_cost(void) {
     remove_path("base.json");
     remove_path("tuned.json");
     hy_tune_result_free(&res);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 int main(void) {

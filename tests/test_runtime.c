@@ -14,6 +14,7 @@
 #include "runtime.h"
 #include "train.h"
 #include "test.h"
+#include "lib/testrun.h"
 #include "lib/shard.h"
 
 #include <math.h>
@@ -46,21 +47,21 @@ static int train(const char *kind, const char *const *extra, int n_extra, int st
     base[n++] = kind_set;
     base[n++] = data_set;
     for (int i = 0; i < n_extra; i++) base[n++] = extra[i];
-    hy_config c;
+    hy_run c;
     hy_error err;
-    hy_config_init(&c);
-    int rc = hy_config_load(&c, NULL, base, n, &err);
+    memset(&c, 0, sizeof c);
+    int rc = hy_test_run_load(&c, NULL, base, n, &err);
     hy_runtime *rt = NULL;
     if (!rc) rc = hy_runtime_create(&rt, &c, &err);
     memset(res, 0, sizeof *res);
     for (int s = 1; s <= steps && !rc; s++) {
         hy_step_stats st;
-        rc = hy_train_step(rt, &c, &st, &err);
+        rc = hy_train_step(rt, &st, &err);
         if (!rc && s == 1) res->first_loss = st.loss;
         if (!rc) res->last_loss = st.loss;
     }
     hy_model m;
-    if (!rc) rc = hy_model_build(&m, &c, 1, &err);
+    if (!rc) rc = hy_test_model_copy(&m, &c, 1, &err);
     if (!rc) {
         size_t total = 0;
         for (int i = 0; i < m.n_params; i++)
@@ -77,7 +78,7 @@ static int train(const char *kind, const char *const *extra, int n_extra, int st
     }
     if (rc) fprintf(stderr, "train %s: %s\n", kind, err.msg);
     hy_runtime_destroy(rt);
-    hy_config_free(&c);
+    hy_run_free(&c);
     return rc;
 }
 
@@ -215,10 +216,10 @@ static void first_failure_is_reported(void) {
                            "schedule.micro_batches=2", "schedule.kind=1f1b", "schedule.ranks=2",
                            "watchdog_s=0.3", "backend=cpu", "data.val=null",
                            "checkpoint.dir=null", data_set };
-    hy_config c;
+    hy_run c;
     hy_error err;
-    hy_config_init(&c);
-    if (hy_config_load(&c, NULL, sets, 14, &err)) { CHECKF(0, "%s", err.msg); return; }
+    memset(&c, 0, sizeof c);
+    if (hy_test_run_load(&c, NULL, sets, 14, &err)) { CHECKF(0, "%s", err.msg); return; }
     hy_runtime *rt = NULL;
     hy_step_stats st;
     CHECKF(hy_runtime_create(&rt, &c, &err) == HY_OK, "%s", err.msg);
@@ -227,13 +228,13 @@ static void first_failure_is_reported(void) {
      * that minute, and its abort cuts the sleep short, so the test takes
      * no longer for it. */
     CHECK(rt && hy_runtime_slow_stage(rt, 0, 59.0, &err) == HY_OK);
-    int rc = rt ? hy_train_step(rt, &c, &st, &err) : HY_ERR_RUNTIME;
+    int rc = rt ? hy_train_step(rt, &st, &err) : HY_ERR_RUNTIME;
     CHECK(rc == HY_ERR_RUNTIME);
     CHECKF(strstr(err.msg, "watchdog: rank 1") && !strstr(err.msg, "stopped while waiting"),
            "%s", err.msg);
     CHECK(err.cause == HY_CAUSE_NONE);
     hy_runtime_destroy(rt);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 /* The whole model's gradient (DESIGN §6.3 "Gradients"): after one step with lr = 0
@@ -252,18 +253,18 @@ static void whole_model_gradient(const char *kind, const char *sched, const char
                            "schedule.micro_batches=2", "train.lr=0", "train.min_lr=0",
                            "train.warmup_steps=0", "train.weight_decay=0", "train.grad_clip=0",
                            "data.val=null", "checkpoint.dir=null", data_set, kind_set, sched, ranks };
-    hy_config c;
+    hy_run c;
     hy_error err;
-    hy_config_init(&c);
-    if (hy_config_load(&c, NULL, sets, 18, &err)) { CHECKF(0, "%s", err.msg); return; }
+    memset(&c, 0, sizeof c);
+    if (hy_test_run_load(&c, NULL, sets, 18, &err)) { CHECKF(0, "%s", err.msg); return; }
     hy_runtime *rt = NULL;
     hy_model m;
     hy_step_stats st;
-    if (hy_runtime_create(&rt, &c, &err) || hy_train_step(rt, &c, &st, &err) ||
-        hy_model_build(&m, &c, 1, &err)) {
+    if (hy_runtime_create(&rt, &c, &err) || hy_train_step(rt, &st, &err) ||
+        hy_test_model_copy(&m, &c, 1, &err)) {
         CHECKF(0, "%s", err.msg);
         hy_runtime_destroy(rt);
-        hy_config_free(&c);
+        hy_run_free(&c);
         return;
     }
     double base = 0, tokens = 0;
@@ -301,7 +302,7 @@ static void whole_model_gradient(const char *kind, const char *sched, const char
            m.n_params);
     hy_model_free(&m);
     hy_runtime_destroy(rt);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 int main(void) {

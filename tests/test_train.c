@@ -19,6 +19,7 @@
 #include "model.h"
 #include "runtime.h"
 #include "test.h"
+#include "lib/testrun.h"
 #include "train.h"
 
 #include <dirent.h>
@@ -112,18 +113,17 @@ static void train(result *r, const char *name, const char *policy, int steps, co
                            "train.log_every=1", "checkpoint.every=1", data_set, ck_set,
                            steps_set, policy_set };
     memset(r, 0, sizeof *r);
-    hy_config c;
-    hy_model m;
-    r->rc = hy_config_load(&c, NULL, sets, (int)(sizeof sets / sizeof sets[0]), &r->err);
-    if (r->rc == HY_OK) r->rc = hy_model_build(&m, &c, 1, &r->err);
+    hy_run c;
+    r->rc = hy_test_run_load(&c, NULL, sets, (int)(sizeof sets / sizeof sets[0]), &r->err);
     if (r->rc != HY_OK) {
         fprintf(stderr, "%s: %s\n", name, r->err.msg);
         r->out = strdup("");
+        hy_run_free(&c);
         return;
     }
-    for (int i = 0; i < m.n_params; i++)
-        if (strcmp(m.params[i].name, POISONED) == 0) r->p.numel = m.params[i].numel;
-    hy_model_free(&m);
+    const hy_model *m = &c.model;
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, POISONED) == 0) r->p.numel = m->params[i].numel;
     r->p.bad = bad;
     r->p.n_bad = n_bad;
     r->p.clean = calloc(r->p.numel + 1, sizeof(float));
@@ -137,7 +137,7 @@ static void train(result *r, const char *name, const char *policy, int steps, co
     free(r->p.clean);
     free(r->p.now);
     checkpoints(ckdir, r->ck, sizeof r->ck);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 static int has(const result *r, const char *text) {
@@ -224,26 +224,25 @@ static void lr_schedule(void) {
                            "schedule.micro_batches=2", "train.lr=1e-2", "train.min_lr=1e-3",
                            "train.warmup_steps=4", "train.steps=12", "backend=cpu",
                            "data.val=null", "checkpoint.dir=null", data_set };
-    hy_config c;
+    hy_run c;
     hy_error err;
-    hy_config_init(&c);
-    if (hy_config_load(&c, NULL, sets, 15, &err)) { CHECKF(0, "%s", err.msg); return; }
-    CHECK_NEAR(hy_train_lr(&c, 1), 2.5e-3, 1e-15);
-    CHECK_NEAR(hy_train_lr(&c, 2), 5e-3, 1e-15);
-    CHECK_NEAR(hy_train_lr(&c, 4), 1e-2, 1e-15);
-    CHECK_NEAR(hy_train_lr(&c, 8), 5.5e-3, 1e-15);   /* half-way down the cosine */
-    CHECK_NEAR(hy_train_lr(&c, 12), 1e-3, 1e-15);
-    CHECK_NEAR(hy_train_lr(&c, 20), 1e-3, 1e-15);
-    for (int k = 5; k <= 12; k++) CHECK(hy_train_lr(&c, k) < hy_train_lr(&c, k - 1));
+    if (hy_test_run_load(&c, NULL, sets, 15, &err)) { CHECKF(0, "%s", err.msg); return; }
+    CHECK_NEAR(hy_train_lr(&c.train, 1), 2.5e-3, 1e-15);
+    CHECK_NEAR(hy_train_lr(&c.train, 2), 5e-3, 1e-15);
+    CHECK_NEAR(hy_train_lr(&c.train, 4), 1e-2, 1e-15);
+    CHECK_NEAR(hy_train_lr(&c.train, 8), 5.5e-3, 1e-15);   /* half-way down the cosine */
+    CHECK_NEAR(hy_train_lr(&c.train, 12), 1e-3, 1e-15);
+    CHECK_NEAR(hy_train_lr(&c.train, 20), 1e-3, 1e-15);
+    for (int k = 5; k <= 12; k++) CHECK(hy_train_lr(&c.train, k) < hy_train_lr(&c.train, k - 1));
     hy_runtime *rt = NULL;
     CHECKF(hy_runtime_create(&rt, &c, &err) == HY_OK, "%s", err.msg);
     for (int k = 1; rt && k <= 5; k++) {
         hy_step_stats st;
-        CHECKF(hy_train_step(rt, &c, &st, &err) == HY_OK, "%s", err.msg);
-        CHECK(st.step == k && st.lr == hy_train_lr(&c, k));
+        CHECKF(hy_train_step(rt, &st, &err) == HY_OK, "%s", err.msg);
+        CHECK(st.step == k && st.lr == hy_train_lr(&c.train, k));
     }
     hy_runtime_destroy(rt);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 int main(void) {

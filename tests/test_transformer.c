@@ -15,6 +15,7 @@
 #include "config.h"
 #include "model.h"
 #include "test.h"
+#include "lib/testrun.h"
 #include "transformer.h"
 
 #include <math.h>
@@ -43,7 +44,7 @@ static int load_model(hy_config *c, hy_model *m, const char *ranks, const char *
     hy_error err;
     hy_config_init(c);
     int rc = hy_config_load(c, NULL, sets, split ? 11 : 10, &err);
-    if (!rc) rc = hy_model_build(m, c, 1, &err);
+    if (!rc) rc = hy_test_model_build(m, c, 1, &err);
     if (rc) fprintf(stderr, "%s\n", err.msg);
     return rc;
 }
@@ -51,7 +52,7 @@ static int load_model(hy_config *c, hy_model *m, const char *ranks, const char *
 static void describe(hy_transformer *t, const hy_model *m, size_t act_size, void **weights,
                      float **grads) {
     *t = (hy_transformer){ .model = m, .ops = NULL, .act_size = act_size, .B = 2, .T = 8,
-                           .micro_batches = 1, .weights = weights, .grads = grads };
+                           .global_micro_batches = 1, .weights = weights, .grads = grads };
 }
 
 /* The layout: whole 256-byte pieces, and one stage's slot is two

@@ -16,6 +16,7 @@
 #include "runtime.h"
 #include "safetensors.h"
 #include "test.h"
+#include "lib/testrun.h"
 #include "weights.h"
 #include "lib/shard.h"
 
@@ -28,7 +29,7 @@
 static char shard[256], dir[256];
 
 /* A runtime of the small model with `sched` and `ranks`. */
-static hy_runtime *open_run(hy_config *c, const char *sched, const char *ranks) {
+static hy_runtime *open_run(hy_run *c, const char *sched, const char *ranks) {
     char data_set[300];
     snprintf(data_set, sizeof data_set, "data.train=%s", shard);
     const char *sets[] = { "model.layers=2", "model.d_model=16", "model.heads=2", "model.seq_len=8",
@@ -36,9 +37,8 @@ static hy_runtime *open_run(hy_config *c, const char *sched, const char *ranks) 
                            "schedule.micro_batches=2", "backend=cpu", "data.val=null",
                            "checkpoint.dir=null", data_set, sched, ranks };
     hy_error err;
-    hy_config_init(c);
     hy_runtime *rt = NULL;
-    int rc = hy_config_load(c, NULL, sets, 13, &err);
+    int rc = hy_test_run_load(c, NULL, sets, 13, &err);
     if (!rc) rc = hy_runtime_create(&rt, c, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
     return rt;
@@ -101,10 +101,10 @@ static size_t differing(hy_runtime *rt) {
 }
 
 static void loads_both_namings(void) {
-    hy_config c;
+    hy_run c;
     hy_error err;
     hy_runtime *rt = open_run(&c, "schedule.kind=gpipe", "schedule.ranks=1");
-    if (!rt) { hy_config_free(&c); return; }
+    if (!rt) { hy_run_free(&c); return; }
     const hy_model *m = hy_runtime_model(rt);
     char plain[300], hf[300];
     snprintf(plain, sizeof plain, "%s/plain.safetensors", dir);
@@ -115,19 +115,19 @@ static void loads_both_namings(void) {
     CHECKF(hy_weights_load(rt, plain, &err) == HY_OK, "%s", err.msg);
     CHECK(differing(rt) == 0);
     hy_runtime_destroy(rt);
-    hy_config_free(&c);
+    hy_run_free(&c);
     rt = open_run(&c, "schedule.kind=gpipe", "schedule.ranks=1");
-    if (!rt) { hy_config_free(&c); return; }
+    if (!rt) { hy_run_free(&c); return; }
     CHECKF(hy_weights_load(rt, hf, &err) == HY_OK, "%s", err.msg);
     CHECK(differing(rt) == 0);
     hy_runtime_destroy(rt);
-    hy_config_free(&c);
+    hy_run_free(&c);
 }
 
 /* Under 1f1b on two ranks the last stage's head reads a replica of wte:
  * loading must reach it, or the two layouts score the weights differently. */
 static void reaches_the_replica(void) {
-    hy_config c1, c2;
+    hy_run c1, c2;
     hy_error err;
     hy_runtime *one = open_run(&c1, "schedule.kind=gpipe", "schedule.ranks=1");
     hy_runtime *two = open_run(&c2, "schedule.kind=1f1b", "schedule.ranks=2");
@@ -143,15 +143,15 @@ static void reaches_the_replica(void) {
     }
     hy_runtime_destroy(one);
     hy_runtime_destroy(two);
-    hy_config_free(&c1);
-    hy_config_free(&c2);
+    hy_run_free(&c1);
+    hy_run_free(&c2);
 }
 
 static void refuses_bad_files(void) {
-    hy_config c;
+    hy_run c;
     hy_error err;
     hy_runtime *rt = open_run(&c, "schedule.kind=gpipe", "schedule.ranks=1");
-    if (!rt) { hy_config_free(&c); return; }
+    if (!rt) { hy_run_free(&c); return; }
     const hy_model *m = hy_runtime_model(rt);
     char good[300], path[300];
     snprintf(good, sizeof good, "%s/plain.safetensors", dir);
@@ -192,23 +192,23 @@ static void refuses_bad_files(void) {
     CHECKF(strstr(err.msg, "tensor 'h.0.ln_1.bias' is missing (the config's model has it, shape [16])"),
            "%s", err.msg);
     hy_runtime_destroy(rt);
-    hy_config_free(&c);
+    hy_run_free(&c);
 
-    hy_config other;
+    hy_run other;
     hy_runtime *wide = NULL;
     char data_set[300];
     snprintf(data_set, sizeof data_set, "data.train=%s", shard);
     const char *sets[] = { "model.layers=2", "model.d_model=32", "model.heads=2", "model.seq_len=8",
                            "model.vocab=64", "schedule.kind=gpipe", "schedule.ranks=1",
                            "backend=cpu", data_set };
-    hy_config_init(&other);
-    CHECK(hy_config_load(&other, NULL, sets, 9, &err) == HY_OK);
+    memset(&other, 0, sizeof other);
+    CHECK(hy_test_run_load(&other, NULL, sets, 9, &err) == HY_OK);
     CHECK(hy_runtime_create(&wide, &other, &err) == HY_OK);
     CHECK(wide && hy_weights_load(wide, good, &err) == HY_ERR_INPUT);
     CHECKF(strstr(err.msg, "tensor 'wte.weight' has shape [64, 16], the config's model needs "
                            "[64, 32]"), "%s", err.msg);
     hy_runtime_destroy(wide);
-    hy_config_free(&other);
+    hy_run_free(&other);
 }
 
 int main(void) {

@@ -63,7 +63,9 @@
 #include "rng.h"
 #include "runtime.h"
 #include "train.h"
+#include "run.h"
 #include "schedule.h"
+#include "sim.h"
 #include "sim.h"
 
 /* The pipeline width of every throughput run: one rank per core of the
@@ -139,8 +141,7 @@ typedef struct {
     const bench_model *model;
     bench_sched sched;
     char label[32];        /* "hanayo W=2" */
-    hy_config cfg;         /* while the run is open */
-    int cfg_loaded;
+    hy_run run;            /* resolved, while the run is open (zero: none) */
     hy_runtime *rt;
     int stages, steps;
     double *step_s;        /* [steps]: wall time of each timed step */
@@ -294,8 +295,8 @@ static void data_remove(bench_data *d) {
 // ----------------------------------------------------------------------------
 // Throughput and op timing of one schedule
 
-static int config_make(hy_config *c, const bench_model *m, const bench_sched *s,
-                       const char *shard, hy_error *err) {
+static int run_make(hy_run *run, const bench_model *m, const bench_sched *s,
+                    const char *shard, hy_error *err) {
     char sets[20][PATH_MAX + 32];
     int n = 0;
     snprintf(sets[n++], sizeof sets[0], "model.kind=gpt");
@@ -317,25 +318,32 @@ static int config_make(hy_config *c, const bench_model *m, const bench_sched *s,
     snprintf(sets[n++], sizeof sets[0], "backend=cpu");
     const char *ptrs[20];
     for (int i = 0; i < n; i++) ptrs[i] = sets[i];
-    return hy_config_load(c, NULL, ptrs, n, err);
+    hy_config c;
+    hy_config_init(&c);
+    memset(run, 0, sizeof *run);
+    int rc = hy_config_load(&c, NULL, ptrs, n, err);
+    if (!rc) rc = hy_run_resolve(run, &c, err);
+    hy_config_free(&c);
+    return rc;
 }
 
-/* The plan's uniform-cost bubble (f = 1, b = 2, c = 0) for this config. */
-static int plan_bubble(const hy_config *c, double *bubble, hy_error *err) {
-    hy_sched_params p;
-    hy_sched_params_from_config(c, &p);
-    hy_costs costs = hy_order_costs(&p, c->schedule.comm_cost);
-    hy_plan pl;
-    int rc = hy_plan_build(&pl, &p, &costs, err);
-    if (!rc) *bubble = pl.sim.bubble;
-    hy_plan_free(&pl);
+/* The simulated bubble of the run's schedule under the uniform costs it
+ * was ordered for (f = 1, b = 2, c = its comm_cost). */
+static int plan_bubble(const hy_run *run, double *bubble, hy_error *err) {
+    hy_costs costs = hy_costs_uniform_for(run->sched.split, run->comm_cost);
+    hy_sim_result res;
+    int rc = hy_simulate(&run->sched, &costs, NULL, &res, err);
+    if (!rc) {
+        *bubble = res.bubble;
+        hy_sim_result_free(&res);
+    }
     return rc;
 }
 
 static int steps_run(bench_run *r, int n, hy_error *err) {
     for (int i = 0; i < n; i++) {
         hy_step_stats st;
-        int rc = hy_train_step(r->rt, &r->cfg, &st, err);
+        int rc = hy_train_step(r->rt, &st, err);
         if (rc) return rc;
     }
     return HY_OK;
@@ -343,11 +351,10 @@ static int steps_run(bench_run *r, int n, hy_error *err) {
 
 /* Builds the run's config and runtime and takes the warm-up steps. */
 static int run_open(bench_run *r, const char *shard, hy_error *err) {
-    int rc = config_make(&r->cfg, r->model, &r->sched, shard, err);
-    r->cfg_loaded = 1;
-    if (!rc) rc = plan_bubble(&r->cfg, &r->plan_bubble, err);
-    r->stages = hy_config_stages(&r->cfg);
-    if (!rc) rc = hy_runtime_create(&r->rt, &r->cfg, err);
+    int rc = run_make(&r->run, r->model, &r->sched, shard, err);
+    if (!rc) rc = plan_bubble(&r->run, &r->plan_bubble, err);
+    r->stages = r->run.sched.stages;
+    if (!rc) rc = hy_runtime_create(&r->rt, &r->run, err);
     if (!rc && !hy_runtime_backend(r->rt)->ops->op_stats)
         rc = hy_fail(err, HY_ERR_RUNTIME, "the %s backend has no op timing",
                      hy_runtime_backend(r->rt)->ops->name);
@@ -378,8 +385,7 @@ static int run_stats(bench_run *r, hy_error *err) {
 static void run_close(bench_run *r) {
     hy_runtime_destroy(r->rt);
     r->rt = NULL;
-    if (r->cfg_loaded) hy_config_free(&r->cfg);
-    r->cfg_loaded = 0;
+    hy_run_free(&r->run);
 }
 
 /* Every schedule of one model, side by side: all runtimes are built
@@ -427,9 +433,8 @@ static int bubble_check(const bench_run *runs, int n, const char *shard, hy_erro
            "makespan ms", "predicted ms");
     int rc = HY_OK;
     for (int i = 0; i < n && !rc; i++) {
-        hy_config c;
-        hy_config_init(&c);
-        rc = config_make(&c, runs[i].model, &runs[i].sched, shard, err);
+        hy_run c;
+        rc = run_make(&c, runs[i].model, &runs[i].sched, shard, err);
         hy_profile p;
         hy_profile_opts o;
         hy_profile_opts_init(&o);
@@ -443,7 +448,7 @@ static int bubble_check(const bench_run *runs, int n, const char *shard, hy_erro
         } else {
             hy_error_prefix(err, "profile of %s: ", runs[i].label);
         }
-        hy_config_free(&c);
+        hy_run_free(&c);
     }
     return rc;
 }
@@ -888,14 +893,13 @@ static int ckpt_check(const bench_model *m, const char *shard, const char *dir, 
     r.sched = (bench_sched){ HY_SCHED_1F1B, 1, 1, 0 };
     char ckdir[PATH_MAX], saved[PATH_MAX] = "";
     snprintf(ckdir, sizeof ckdir, "%.*s/ck", PATH_MAX - 8, dir);
-    int rc = config_make(&r.cfg, m, &r.sched, shard, err);
-    r.cfg_loaded = 1;
-    if (!rc) rc = hy_runtime_create(&r.rt, &r.cfg, err);
+    int rc = run_make(&r.run, m, &r.sched, shard, err);
+    if (!rc) rc = hy_runtime_create(&r.rt, &r.run, err);
     if (!rc) rc = steps_run(&r, 1, err);
     double save[BENCH_CKPT_REPS], verify[BENCH_CKPT_REPS];
     for (int i = 0; i < BENCH_CKPT_REPS && !rc; i++) {
         double t0 = now_s();
-        rc = hy_checkpoint_save(r.rt, &r.cfg, ckdir, saved, err);
+        rc = hy_checkpoint_save(r.rt, ckdir, saved, err);
         save[i] = now_s() - t0;
     }
     int unverified = 0;

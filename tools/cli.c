@@ -28,6 +28,15 @@ int cli_load_config(hy_config *c, const char *path, const hy_flag_list *sets, hy
     return hy_config_load(c, path, sets->items, sets->n, err);
 }
 
+int cli_load_run(hy_run *run, const char *path, const hy_flag_list *sets, hy_error *err) {
+    memset(run, 0, sizeof *run);
+    hy_config c;
+    int rc = cli_load_config(&c, path, sets, err);
+    if (!rc) rc = hy_run_resolve(run, &c, err);
+    hy_config_free(&c);
+    return rc;
+}
+
 int cli_run_subcommand(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     const cli_command *subs = cmd->subs;
     size_t n = cmd->n_subs;

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "dp.h"
 #include "error.h"
+#include "run.h"
 
 typedef struct cli_command cli_command;
 struct cli_command {
@@ -55,6 +56,11 @@ void cli_hand_config(const hy_args_result *got, const hy_flag_list *sets, const 
 /* Loads the config of `path` with the --set list into c (initialised
  * either way, so the caller frees it). */
 int cli_load_config(hy_config *c, const char *path, const hy_flag_list *sets, hy_error *err);
+
+/* Loads the config of `path` with the --set list and resolves it into
+ * *run (run.h), once: what train, eval, profile and tune run. The config
+ * is freed; *run is safe to free on failure too. */
+int cli_load_run(hy_run *run, const char *path, const hy_flag_list *sets, hy_error *err);
 
 /* A command made of subcommands (data, checkpoint): runs the one of
  * cmd->subs that argv[0] names. */

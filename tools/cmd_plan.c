@@ -22,6 +22,7 @@
 #include "costs.h"
 #include "measured.h"
 #include "model.h"
+#include "run.h"
 #include "scale.h"
 
 static const char usage_plan[] =
@@ -173,10 +174,11 @@ static void apply_flags(const cli_plan_request *rq, hy_sched_params *p) {
     if (rq->split_backward) p->split_backward = 1;
 }
 
-/* Config file (with --set, in cfg), then the flags: the later one wins. */
-static int resolve(const cli_plan_request *rq, const hy_config *cfg, hy_sched_params *p,
+/* Config file (with --set, resolved in run), then the flags: the later
+ * one wins. */
+static int resolve(const cli_plan_request *rq, const hy_run *run, hy_sched_params *p,
                    hy_costs *c, hy_error *err) {
-    hy_sched_params_from_config(cfg, p);
+    *p = run->sched_params;
     apply_flags(rq, p);
     if (rq->wgrad_cost >= 0 && !p->split_backward && !rq->compare)
         return hy_fail(err, HY_ERR_INPUT, "--wgrad-cost is the cost of a split backward's "
@@ -184,7 +186,7 @@ static int resolve(const cli_plan_request *rq, const hy_config *cfg, hy_sched_pa
     *c = hy_costs_uniform();
     if (rq->fwd_cost >= 0) c->fwd = rq->fwd_cost;
     if (rq->bwd_cost >= 0) c->bwd = rq->bwd_cost;
-    c->comm = rq->comm_cost >= 0 ? rq->comm_cost : cfg->schedule.comm_cost;
+    c->comm = rq->comm_cost >= 0 ? rq->comm_cost : run->comm_cost;
     /* For --compare, W's share is what its split rows give W (< 0: half). */
     c->wgrad = rq->wgrad_cost;
     if (!rq->compare && p->split_backward) hy_costs_split(c, rq->wgrad_cost);
@@ -224,31 +226,24 @@ static int run_compare(const cli_plan_request *rq, hy_sched_params p,
     return HY_OK;
 }
 
-/* Config c's model with schedule p's stages: c's schedule.split when it
- * has p's stage count, else the balanced one (model.h). */
-static int model_for(const hy_config *c, const hy_sched_params *p, hy_model *m, hy_error *err) {
-    hy_config k = *c;   /* a shallow copy, only read: never freed */
-    k.schedule.kind = p->kind;
-    k.schedule.ranks = p->ranks;
-    k.schedule.waves = p->waves;
-    k.schedule.chunks = p->chunks;
-    k.schedule.micro_batches = p->micro_batches;
-    if (k.schedule.n_split != hy_config_stages(&k)) {
-        k.schedule.split = NULL;
-        k.schedule.n_split = 0;
-    }
-    return hy_model_build(m, &k, 1, err);
+/* The run's model with schedule p's stages: the run's layer split when
+ * it has p's stage count, else the balanced one (model.h). */
+static int model_for(const hy_run *run, const hy_sched_params *p, hy_model *m, hy_error *err) {
+    hy_model_shape shape = hy_model_shape_of(&run->model);
+    int S = hy_sched_stages(p);
+    return hy_model_build(m, &shape, S == run->model.stages ? run->model.n_layers : NULL, S, 1,
+                          err);
 }
 
 /* Bytes of fp32 gradients each stage of plan p sums across replicas: its
  * parameters, and on the last stage the tied embedding's replica when it
  * sits on another rank than stage 0 (both copies are summed). */
-static int grad_bytes_of(const hy_config *cfg, const hy_schedule *sc, double *bytes,
+static int grad_bytes_of(const hy_run *run, const hy_schedule *sc, double *bytes,
                          hy_error *err) {
     hy_sched_params p = { sc->kind, sc->ranks, sc->micro_batches, sc->waves, sc->chunks,
                           sc->split };
     hy_model m;
-    int st = model_for(cfg, &p, &m, err);
+    int st = model_for(run, &p, &m, err);
     if (st == HY_OK) {
         for (int s = 0; s < sc->stages; s++) bytes[s] = 4.0 * (double)m.stage_numel[s];
         if (sc->placement[sc->stages - 1] != sc->placement[0])
@@ -260,20 +255,20 @@ static int grad_bytes_of(const hy_config *cfg, const hy_schedule *sc, double *by
 
 /* `--replicas`: the plan's step on N data-parallel replicas (scale.h),
  * as a table under the summary, or a JSON line after the plan's. */
-static int scale_table(const cli_plan_request *rq, const hy_config *cfg, const hy_plan *pl,
+static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_plan *pl,
                        const hy_costs *c, FILE *out, hy_error *err) {
     int counts[HY_SCALE_MAX_ROWS], n = 0;
     int measured = c->fwd_stage != NULL;   /* per-stage costs only come from --costs: ms */
     int st = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
     double *bytes = malloc(sizeof(double) * (size_t)pl->sched.stages);
     if (st == HY_OK && !bytes) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    if (st == HY_OK) st = grad_bytes_of(cfg, &pl->sched, bytes, err);
+    if (st == HY_OK) st = grad_bytes_of(run, &pl->sched, bytes, err);
     hy_scale_link link = {
         .gbps = rq->link_gbps > 0 ? rq->link_gbps : 400,
         .latency_us = rq->link_latency_us >= 0 ? rq->link_latency_us : 5,
         .ms_per_unit = rq->step_ms > 0 ? rq->step_ms / pl->sim.makespan : 1,
-        .tokens_per_replica = (double)pl->sched.micro_batches * cfg->schedule.micro_batch_size *
-                              cfg->model.seq_len,
+        .tokens_per_replica = hy_run_tokens_per_step(pl->sched.micro_batches,
+                                                     run->micro_batch_size, run->model.seq_len, 1),
     };
     hy_scale_row rows[HY_SCALE_MAX_ROWS];
     if (st == HY_OK) st = hy_scale_rows(&pl->sched, &pl->sim, bytes, &link, counts, n, rows, err);
@@ -297,7 +292,7 @@ static int scale_table(const cli_plan_request *rq, const hy_config *cfg, const h
     return hy_scale_write_table(out, rows, n) ? out_error(err) : HY_OK;
 }
 
-static int run_one(const cli_plan_request *rq, const hy_config *cfg, const hy_sched_params *p,
+static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
                    const hy_costs *c, FILE *out, hy_error *err) {
     hy_plan pl;
     int st = hy_plan_build(&pl, p, c, err);
@@ -315,44 +310,33 @@ static int run_one(const cli_plan_request *rq, const hy_config *cfg, const hy_sc
         hy_plan_write_summary(out, &pl);
         if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
     }
-    if (st == HY_OK && rq->replicas) st = scale_table(rq, cfg, &pl, c, out, err);
+    if (st == HY_OK && rq->replicas) st = scale_table(rq, run, &pl, c, out, err);
     hy_plan_free(&pl);
     return st;
 }
 
 /* ---- Measured costs (--costs) ------------------------------------------- */
 
-/* The layer split the runtime would use for schedule p on config c's
- * model: c's schedule.split when it has p's stage count, else the
- * balanced one (model.h). n holds p's stage count. */
-static int split_of(const hy_config *c, const hy_sched_params *p, int *n, hy_error *err) {
+/* The layer split the runtime would use for schedule p on the run's
+ * model: the run's when it has p's stage count, else the balanced one
+ * (model.h). n holds p's stage count. */
+static int split_of(const hy_run *run, const hy_sched_params *p, int *n, hy_error *err) {
     hy_model m;
-    int st = model_for(c, p, &m, err);
+    int st = model_for(run, p, &m, err);
     if (st != HY_OK) return st;
     memcpy(n, m.n_layers, (size_t)m.stages * sizeof(int));
     hy_model_free(&m);
     return HY_OK;
 }
 
-/* What the profile measured W to be of a whole backward, over all its
- * stages: how a re-priced split backward is cut in two. */
-static double measured_wgrad_share(const hy_measured_costs *mc) {
-    double w = 0, whole = 0;
-    for (int s = 0; s < mc->stages; s++) {
-        w += mc->wgrad[s];
-        whole += mc->bwd[s] + mc->wgrad[s];
-    }
-    return whole > 0 ? w / whole : 0.5;
-}
-
 /* Per-stage costs of schedule p from the measured ones: as measured when
  * p has the profiled split of the layers, else priced by the per-layer
  * model. bwd is the whole backward, or B's with p split (wgrad then W's:
  * the profile must have split too, for B and W to be known). */
-static int measured_costs_for(const hy_config *cfg, const hy_measured_costs *mc,
+static int measured_costs_for(const hy_run *run, const hy_measured_costs *mc,
                               const hy_sched_params *p, double **fwd, double **bwd,
                               double **wgrad, int *measured, hy_error *err) {
-    int S = hy_sched_chunks(p) * p->ranks;
+    int S = hy_sched_stages(p);
     *fwd = *bwd = *wgrad = NULL;
     if (p->split_backward && !mc->split)
         return hy_fail(err, HY_ERR_INPUT, "the profile measured whole backwards; profile a run "
@@ -361,11 +345,12 @@ static int measured_costs_for(const hy_config *cfg, const hy_measured_costs *mc,
     *fwd = malloc((size_t)S * sizeof(double));
     *bwd = malloc((size_t)S * sizeof(double));
     *wgrad = malloc((size_t)S * sizeof(double));
-    int st = n && *fwd && *bwd && *wgrad ? split_of(cfg, p, n, err)
+    int st = n && *fwd && *bwd && *wgrad ? split_of(run, p, n, err)
                                          : hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     if (st == HY_OK) {
         *measured = S == mc->stages && memcmp(n, mc->n_layers, (size_t)S * sizeof(int)) == 0;
-        double share = measured_wgrad_share(mc);
+        /* how a re-priced split backward is cut in two */
+        double share = hy_costs_wgrad_share(mc->bwd, mc->wgrad, mc->stages);
         for (int s = 0; s < S; s++) {
             double f, b, w;
             if (*measured) {
@@ -390,10 +375,10 @@ static int measured_costs_for(const hy_config *cfg, const hy_measured_costs *mc,
     return st;
 }
 
-static int measured_one(const cli_plan_request *rq, const hy_config *cfg,
+static int measured_one(const cli_plan_request *rq, const hy_run *run,
                         const hy_measured_costs *mc, const hy_sched_params *p, FILE *out,
                         hy_error *err) {
-    int S = hy_sched_chunks(p) * p->ranks;
+    int S = hy_sched_stages(p);
     if (S != mc->stages)
         return hy_fail(err, HY_ERR_INPUT, "--costs %s: schedule.stages: the profile measured "
                        "%d stages (%s, P = %d) but this plan has %d (%s, P = %d); profile "
@@ -402,10 +387,10 @@ static int measured_one(const cli_plan_request *rq, const hy_config *cfg,
                        mc->ranks, S, hy_sched_name(p->kind), p->ranks);
     double *fwd = NULL, *bwd = NULL, *wgrad = NULL;
     int measured = 0;
-    int st = measured_costs_for(cfg, mc, p, &fwd, &bwd, &wgrad, &measured, err);
+    int st = measured_costs_for(run, mc, p, &fwd, &bwd, &wgrad, &measured, err);
     if (st != HY_OK) return st;
     hy_costs c = { .comm = mc->comm, .fwd_stage = fwd, .bwd_stage = bwd, .wgrad_stage = wgrad };
-    st = run_one(rq, cfg, p, &c, out, err);
+    st = run_one(rq, run, p, &c, out, err);
     if (st == HY_OK && !rq->json)
         fprintf(out, "%-18s%s, ms per stage %s\n", "measured costs", rq->costs,
                 measured ? "as profiled" : "from the per-layer model (this split differs "
@@ -416,7 +401,7 @@ static int measured_one(const cli_plan_request *rq, const hy_config *cfg,
     return st;
 }
 
-static int measured_compare(const cli_plan_request *rq, const hy_config *cfg,
+static int measured_compare(const cli_plan_request *rq, const hy_run *run,
                             const hy_measured_costs *mc, hy_sched_params p, FILE *out,
                             hy_error *err) {
     if (rq->svg)
@@ -436,7 +421,7 @@ static int measured_compare(const cli_plan_request *rq, const hy_config *cfg,
         double **a = &arrays[3 * k];
         hy_error_clear(&notes[k]);
         skip[k] = NULL;
-        int kst = measured_costs_for(cfg, mc, &q, &a[0], &a[1], &a[2], &measured, &notes[k]);
+        int kst = measured_costs_for(run, mc, &q, &a[0], &a[1], &a[2], &measured, &notes[k]);
         if (kst == HY_ERR_RUNTIME) st = hy_fail(err, kst, "%s", notes[k].msg);
         else if (kst != HY_OK) skip[k] = notes[k].msg;
         costs[k] = (hy_costs){ .comm = mc->comm, .fwd_stage = a[0], .bwd_stage = a[1],
@@ -463,24 +448,23 @@ static int measured_compare(const cli_plan_request *rq, const hy_config *cfg,
 }
 
 /* With the profile's measured costs: one plan, or every schedule priced. */
-static int run_measured(const cli_plan_request *rq, const hy_config *cfg,
+static int run_measured(const cli_plan_request *rq, const hy_run *run,
                         const hy_measured_costs *mc, FILE *out, hy_error *err) {
-    hy_sched_params p;
-    hy_sched_params_from_config(cfg, &p);
+    hy_sched_params p = run->sched_params;
     apply_flags(rq, &p);
-    return rq->compare ? measured_compare(rq, cfg, mc, p, out, err)
-                       : measured_one(rq, cfg, mc, &p, out, err);
+    return rq->compare ? measured_compare(rq, run, mc, p, out, err)
+                       : measured_one(rq, run, mc, &p, out, err);
 }
 
 /* With uniform costs: one plan, or the four schedules side by side. */
-static int run_uniform(const cli_plan_request *rq, const hy_config *cfg, FILE *out,
+static int run_uniform(const cli_plan_request *rq, const hy_run *run, FILE *out,
                        hy_error *err) {
     hy_sched_params p;
     hy_costs c;
-    int st = resolve(rq, cfg, &p, &c, err);
+    int st = resolve(rq, run, &p, &c, err);
     if (st != HY_OK) return st;
     return rq->compare ? run_compare(rq, p, &c, out, err)
-                       : run_one(rq, cfg, &p, &c, out, err);
+                       : run_one(rq, run, &p, &c, out, err);
 }
 
 /* The flags that do not go together, refused before any file is read or
@@ -516,11 +500,15 @@ int cli_plan_run(const cli_plan_request *rq, FILE *out, hy_error *err) {
     if (rq->costs && (st = hy_measured_costs_load(&mc, rq->costs, err)) != HY_OK) return st;
     hy_config cfg;
     hy_config_init(&cfg);
+    hy_run run;
+    memset(&run, 0, sizeof run);
     st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
-    if (st == HY_OK)
-        st = rq->costs ? run_measured(rq, &cfg, &mc, out, err) : run_uniform(rq, &cfg, out, err);
-    if (st == HY_OK && (fflush(out) != 0 || ferror(out))) st = out_error(err);
+    if (st == HY_OK) st = hy_run_resolve(&run, &cfg, err);
     hy_config_free(&cfg);
+    if (st == HY_OK)
+        st = rq->costs ? run_measured(rq, &run, &mc, out, err) : run_uniform(rq, &run, out, err);
+    if (st == HY_OK && (fflush(out) != 0 || ferror(out))) st = out_error(err);
+    hy_run_free(&run);
     if (rq->costs) hy_measured_costs_free(&mc);
     return st;
 }

@@ -22,6 +22,7 @@
 #include "dp.h"
 #include "error.h"
 #include "profile.h"
+#include "run.h"
 #include "schedule.h"
 #include "train.h"
 
@@ -170,7 +171,11 @@ static int run_profile(const char *config, const profile_args *a, FILE *out, hy_
     hy_dp *dp = a->opts.dp;
     int replicas = hy_dp_size(dp);
     hy_config c;
+    hy_run run;
+    memset(&run, 0, sizeof run);
     int rc = cli_load_config(&c, config, &a->sets, err);
+    if (!rc) rc = hy_run_resolve(&run, &c, err);
+    hy_config_free(&c);
     char *top = NULL, *dir = NULL;
     if (!rc) {
         top = a->out ? strdup(a->out) : cli_profile_default_dir(config);
@@ -182,12 +187,12 @@ static int run_profile(const char *config, const profile_args *a, FILE *out, hy_
     if (!rc) rc = hy_profile_check_dir(dir, err);
     if (replicas > 1) {
         rc = hy_dp_agree(dp, rc, err);
-        if (!rc) rc = hy_train_same_config(&c, dp, err);
-        hy_dp_set_watchdog(dp, c.watchdog_s);
+        if (!rc) rc = hy_train_same_config(&run, dp, err);
+        hy_dp_set_watchdog(dp, run.watchdog_s);
     }
     hy_profile p;
     memset(&p, 0, sizeof p);
-    if (!rc) rc = hy_profile_run(&p, &c, &a->opts, err);
+    if (!rc) rc = hy_profile_run(&p, &run, &a->opts, err);
     if (!rc) rc = hy_profile_save(&p, dir, err);
     if (!rc && hy_dp_rank(dp) == 0) {
         write_table(out, &p);
@@ -198,7 +203,7 @@ static int run_profile(const char *config, const profile_args *a, FILE *out, hy_
                     replicas - 1);
     }
     hy_profile_free(&p);
-    hy_config_free(&c);
+    hy_run_free(&run);
     free(dir);
     free(top);
     return rc;

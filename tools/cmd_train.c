@@ -30,12 +30,13 @@
 #include "args.h"
 #include "backend.h"
 #include "checkpoint.h"
+#include "costs.h"
 #include "cli.h"
 #include "dp.h"
 #include "model.h"
-#include "order.h"
-#include "plan.h"
+#include "run.h"
 #include "schedule.h"
+#include "sim.h"
 #include "train.h"
 
 static const char usage_train[] =
@@ -123,51 +124,54 @@ int cli_train_stop_signal(void) {
 
 /* The backend a run uses (backend.h decides), said on `out` when not NULL.
  * `backend: "cuda"` without a usable GPU is an input error. */
-static int pick_backend(const hy_config *c, FILE *out, hy_error *err) {
-    hy_backend_request rq;
+static int pick_backend(const hy_run *run, FILE *out, hy_error *err) {
     hy_backend_choice chosen;
-    hy_backend_request_from_config(c, &rq);
-    int rc = hy_backend_describe(&rq, &chosen, err);
+    int rc = hy_backend_describe(&run->backend, &chosen, err);
     if (!rc && out) fprintf(out, "backend: %s\n", chosen.why);
     return rc;
 }
 
 /* What the run is, before its first step: model, stages, schedule, batch. */
-static void print_header(const hy_config *c, int replicas, FILE *out) {
-    hy_model m;
+static void print_header(const hy_run *run, int replicas, FILE *out) {
+    const hy_model *m = &run->model;
+    fprintf(out, "model: %s, %d layers, d_model %d, %d heads, seq_len %d, vocab %d: %.2fM parameters\n",
+            hy_model_name(m->kind), m->layers, m->d_model, m->heads, m->seq_len, m->vocab,
+            hy_model_param_count(m) / 1e6);
+    fprintf(out, "stages:");
+    for (int s = 0; s < m->stages; s++) fprintf(out, " %d", m->n_layers[s]);
+    fprintf(out, " layers\n");
+    /* The order the runtime runs, chosen for the run's transfer time,
+     * priced under the uniform costs it was chosen for. */
+    const hy_schedule *sc = &run->sched;
+    hy_costs uc = hy_costs_uniform_for(sc->split, run->comm_cost);
+    hy_sim_result res;
     hy_error err;
-    if (hy_model_build(&m, c, 1, &err) == HY_OK) {
-        fprintf(out, "model: %s, %d layers, d_model %d, %d heads, seq_len %d, vocab %d: %.2fM parameters\n",
-                c->model.kind == HY_MODEL_GPT ? "gpt" : "bert", m.layers, m.d_model, m.heads,
-                m.seq_len, m.vocab, hy_model_param_count(&m) / 1e6);
-        fprintf(out, "stages:");
-        for (int s = 0; s < m.stages; s++) fprintf(out, " %d", m.n_layers[s]);
-        fprintf(out, " layers\n");
-        hy_model_free(&m);
-    }
-    hy_sched_params sp;
-    hy_sched_params_from_config(c, &sp);
-    hy_plan pl;
-    /* The order the runtime runs: chosen for the config's transfer time. */
-    hy_costs uc = hy_order_costs(&sp, c->schedule.comm_cost);
-    if (hy_plan_build(&pl, &sp, &uc, &err) == HY_OK) {
-        fprintf(out, "schedule: %s, P = %d, M = %d", hy_sched_name(sp.kind), sp.ranks,
-                sp.micro_batches);
-        if (sp.kind == HY_SCHED_HANAYO) fprintf(out, ", W = %d", sp.waves);
-        if (sp.kind == HY_SCHED_INTERLEAVED) fprintf(out, ", v = %d", sp.chunks);
-        if (sp.split_backward) fprintf(out, ", split backward");
-        fprintf(out, ", %d stages, bubble %.4f (uniform costs", pl.sched.stages, pl.sim.bubble);
+    if (hy_simulate(sc, &uc, NULL, &res, &err) == HY_OK) {
+        fprintf(out, "schedule: %s, P = %d, M = %d", hy_sched_name(sc->kind), sc->ranks,
+                sc->micro_batches);
+        if (sc->kind == HY_SCHED_HANAYO) fprintf(out, ", W = %d", sc->waves);
+        if (sc->kind == HY_SCHED_INTERLEAVED) fprintf(out, ", v = %d", sc->chunks);
+        if (sc->split) fprintf(out, ", split backward");
+        fprintf(out, ", %d stages, bubble %.4f (uniform costs", sc->stages, res.bubble);
         if (uc.comm > 0) fprintf(out, ", c = %g", uc.comm);
-        fprintf(out, "), peak activations %d\n", hy_plan_peak_max(&pl));
-        hy_plan_free(&pl);
+        fprintf(out, "), peak activations %d\n", hy_sim_peak_max(&res));
+        hy_sim_result_free(&res);
     }
-    int per = c->schedule.micro_batches * c->schedule.micro_batch_size * c->model.seq_len;
+    int M = sc->micro_batches;
     if (replicas > 1)
         fprintf(out, "data parallel: %d replicas (MPI), each %d micro-batches of the step's %d\n",
-                replicas, c->schedule.micro_batches, replicas * c->schedule.micro_batches);
-    fprintf(out, "batch: %d micro-batches x %d sequences x %d tokens = %d tokens per step\n",
-            replicas * c->schedule.micro_batches, c->schedule.micro_batch_size, c->model.seq_len,
-            replicas * per);
+                replicas, M, replicas * M);
+    fprintf(out, "batch: %d micro-batches x %d sequences x %d tokens = %.0f tokens per step\n",
+            replicas * M, run->micro_batch_size, m->seq_len,
+            hy_run_tokens_per_step(M, run->micro_batch_size, m->seq_len, replicas));
+}
+
+/* Says on warn (NULL: nowhere) that the checkpoint `what` was loaded
+ * unverified: it was written without checksums. */
+static void warn_unverified(FILE *warn, const char *what) {
+    if (warn)
+        fprintf(warn, "warning: %s was written without checksums (checkpoint format 1); loaded "
+                "unverified\n", what);
 }
 
 static void print_eta(FILE *out, double seconds) {
@@ -177,15 +181,15 @@ static void print_eta(FILE *out, double seconds) {
 }
 
 /* The validation loss after training: up to 20 batches of data.val. */
-static int validate(hy_runtime *rt, const hy_config *c, int step, FILE *out, FILE *log,
+static int validate(hy_runtime *rt, const hy_run *run, int step, FILE *out, FILE *log,
                     hy_error *err) {
     int batches = 0;
-    int rc = hy_train_shard_batches(c, c->data.val, &batches, err);
+    int rc = hy_train_shard_batches(run, run->data.val, &batches, err);
     double loss = 0, tokens = 0;
     if (batches > 20) batches = 20;
-    if (!rc) rc = hy_runtime_eval(rt, c->data.val, batches, &loss, &tokens, err);
+    if (!rc) rc = hy_runtime_eval(rt, run->data.val, batches, &loss, &tokens, err);
     if (rc) return rc;
-    fprintf(out, "val loss %.4f (%d batches of %s)\n", loss, batches, c->data.val);
+    fprintf(out, "val loss %.4f (%d batches of %s)\n", loss, batches, run->data.val);
     if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.6f, \"val_batches\": %d}\n", step, loss,
                      batches);
     return HY_OK;
@@ -203,15 +207,15 @@ static const char *stop_cause(int sig, char *buf, size_t n) {
  * checkpoint.keep: only now, with the new checkpoint complete and synced,
  * may older ones go. A failed removal is a warning, not the end of a run
  * whose newest state is safe. The path goes to path (PATH_MAX bytes). */
-static int save_here(hy_runtime *rt, const hy_config *c, char *path, FILE *out, hy_error *err) {
-    int rc = hy_checkpoint_save(rt, c, c->checkpoint.dir, path, err);
+static int save_here(hy_runtime *rt, const hy_run *run, char *path, FILE *out, hy_error *err) {
+    int rc = hy_checkpoint_save(rt, run->checkpoint.dir, path, err);
     if (rc) return rc;
     fprintf(out, "checkpoint: %s\n", path);
     int step = 0, removed = 0;
     size_t pos = 0;
     hy_error e;
     if (hy_runtime_get_progress(rt, &step, &pos, &e) ||
-        hy_checkpoint_prune(c->checkpoint.dir, c->checkpoint.keep, step, &removed, &e))
+        hy_checkpoint_prune(run->checkpoint.dir, run->checkpoint.keep, step, &removed, &e))
         fprintf(out, "warning: checkpoint.keep: older checkpoints not all removed: %s\n", e.msg);
     return HY_OK;
 }
@@ -220,15 +224,15 @@ static int save_here(hy_runtime *rt, const hy_config *c, char *path, FILE *out, 
  * for it inside the next step, where the watchdog would take a long save
  * for a stalled replica. That one wait is not watched: replica 0 is busy
  * writing, and if it dies the launcher ends the job. */
-static int save(hy_runtime *rt, const hy_config *c, hy_dp *dp, char *path, FILE *out,
+static int save(hy_runtime *rt, const hy_run *run, hy_dp *dp, char *path, FILE *out,
                 hy_error *err) {
     int rc = hy_train_replicas_agree(rt, dp, err);
     if (rc) return rc;
-    if (hy_dp_rank(dp) == 0) rc = save_here(rt, c, path, out, err);
+    if (hy_dp_rank(dp) == 0) rc = save_here(rt, run, path, out, err);
     if (hy_dp_size(dp) > 1) {
         hy_dp_set_watchdog(dp, 0);
         rc = hy_dp_agree(dp, rc, err);
-        hy_dp_set_watchdog(dp, c->watchdog_s);
+        hy_dp_set_watchdog(dp, run->watchdog_s);
     }
     return rc;
 }
@@ -245,17 +249,17 @@ static int stop_asked(const cli_train_opts *o, hy_dp *dp, int *sig, hy_error *er
 /* A run asked to stop after step `step`: save that step unless `saved`
  * (its checkpoint, just written) is given or the step was not finite
  * (`bad`), and say where the run stopped and how to go on. */
-static int stop_run(hy_runtime *rt, const hy_config *c, hy_dp *dp, int step, const char *saved,
+static int stop_run(hy_runtime *rt, const hy_run *run, hy_dp *dp, int step, const char *saved,
                     int bad, int sig, FILE *out, hy_error *err) {
     char path[PATH_MAX] = "", cause[32];
-    if (c->checkpoint.dir && !saved && !bad) {
-        int rc = save(rt, c, dp, path, out, err);
+    if (run->checkpoint.dir && !saved && !bad) {
+        int rc = save(rt, run, dp, path, out, err);
         if (rc) return rc;
         saved = path;
     }
     fprintf(out, "stopped at step %d because of %s; ", step, stop_cause(sig, cause, sizeof cause));
     if (saved) fprintf(out, "continue with --resume %s\n", saved);
-    else if (c->checkpoint.dir) fprintf(out, "no checkpoint written: the step was not finite\n");
+    else if (run->checkpoint.dir) fprintf(out, "no checkpoint written: the step was not finite\n");
     else fprintf(out, "no checkpoint written: no checkpoint.dir is configured\n");
     fflush(out);
     return HY_OK;
@@ -269,7 +273,7 @@ static int stop_run(hy_runtime *rt, const hy_config *c, hy_dp *dp, int step, con
  * runtime's one fused check; a non-finite norm made every rank skip the
  * update): say where, then per train.on_nonfinite end the run (an error,
  * before anything is saved) or count it and go on. */
-static int nonfinite(hy_runtime *rt, const hy_config *c, int step, const hy_step_stats *st,
+static int nonfinite(hy_runtime *rt, const hy_run *run, int step, const hy_step_stats *st,
                      int *total, int *in_row, FILE *out, hy_error *err) {
     char where[512];
     int rc = hy_runtime_nonfinite_where(rt, where, sizeof where, err);
@@ -277,7 +281,7 @@ static int nonfinite(hy_runtime *rt, const hy_config *c, int step, const hy_step
     const char *update = st->updated ? "the update was applied (the gradient norm was finite)"
                                      : "the update was not applied";
     ++*total;
-    if (c->train.on_nonfinite == HY_NONFINITE_STOP)
+    if (run->train.on_nonfinite == HY_NONFINITE_STOP)
         return hy_fail(err, HY_ERR_RUNTIME, "step %d: non-finite loss/gradient (%s); %s; stopping "
                        "without a checkpoint of this step (train.on_nonfinite is \"stop\"; "
                        "\"skip\" goes on)", step, where, update);
@@ -298,33 +302,35 @@ static void json_real(FILE *f, const char *fmt, double x) {
     else fputs("null", f);
 }
 
-int cli_train_run(const hy_config *c, const cli_train_opts *o, FILE *out, hy_error *err) {
+int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_error *err) {
     /* Everything that can be wrong with the input is found before anything
      * is printed or any file is opened for writing. */
     hy_dp *dp = o ? o->dp : NULL;
-    hy_dp_set_watchdog(dp, c->watchdog_s);
+    hy_dp_set_watchdog(dp, run->watchdog_s);
     int writer = hy_dp_rank(dp) == 0;   /* replica 0 writes the checkpoints and the log */
-    int rc = pick_backend(c, NULL, err);
+    int rc = pick_backend(run, NULL, err);
     hy_runtime *rt = NULL;
-    int first = 1, steps = c->train.steps, done = 0, val_batches = 0, unverified = 0;
+    int first = 1, steps = run->train.steps, done = 0, val_batches = 0, unverified = 0;
     size_t pos = 0;
     char resume[PATH_MAX] = "";
     hy_checkpoint_lock lock = { .fd = -1 };
-    if (!rc) rc = hy_train_runtime(&rt, c, dp, out, err);
+    int init_unverified = 0;
+    if (!rc) rc = hy_train_runtime(&rt, run, dp, &init_unverified, err);
+    if (!rc && init_unverified) warn_unverified(out, run->init);
     if (!rc && o && o->resume) rc = hy_checkpoint_resolve(o->resume, resume, err);
-    if (!rc && *resume) rc = hy_checkpoint_load(rt, c, resume, &unverified, err);
+    if (!rc && *resume) rc = hy_checkpoint_load(rt, resume, &unverified, err);
     /* Opens data.train and checks that one batch fits. */
     if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);
-    if (!rc && c->data.val) rc = hy_train_shard_batches(c, c->data.val, &val_batches, err);
+    if (!rc && run->data.val) rc = hy_train_shard_batches(run, run->data.val, &val_batches, err);
     /* Data parallelism: one replica's bad input ends them all, with its
      * error; and they must all run the same config. */
     rc = hy_dp_agree(dp, rc, err);
-    if (!rc) rc = hy_train_same_config(c, dp, err);
+    if (!rc) rc = hy_train_same_config(run, dp, err);
     /* After the other checks, so a run refused for them leaves no
      * directory behind; before the log, so a refused one leaves no log:
      * one writer per checkpoint.dir (checkpoint.h). */
-    if (!rc && writer && c->checkpoint.dir)
-        rc = hy_checkpoint_lock_dir(c->checkpoint.dir, &lock, err);
+    if (!rc && writer && run->checkpoint.dir)
+        rc = hy_checkpoint_lock_dir(run->checkpoint.dir, &lock, err);
     FILE *log = NULL;
     if (!rc && writer && o && o->log_json) {
         log = fopen(o->log_json, "w");
@@ -342,13 +348,13 @@ int cli_train_run(const hy_config *c, const cli_train_opts *o, FILE *out, hy_err
         hy_runtime_destroy(rt);
         return rc;
     }
-    pick_backend(c, out, err);
-    print_header(c, hy_dp_size(dp), out);
+    pick_backend(run, out, err);
+    print_header(run, hy_dp_size(dp), out);
     if (lock.leftovers)
         fprintf(out, "removed %d temporar%s an interrupted save left in %s\n", lock.leftovers,
-                lock.leftovers == 1 ? "y" : "ies", c->checkpoint.dir);
+                lock.leftovers == 1 ? "y" : "ies", run->checkpoint.dir);
     if (*resume) {
-        if (unverified) hy_train_warn_unverified(out, resume);
+        if (unverified) warn_unverified(out, resume);
         fprintf(out, "resumed from %s after step %d\n", resume, done);
         first = done + 1;
     }
@@ -360,11 +366,11 @@ int cli_train_run(const hy_config *c, const cli_train_opts *o, FILE *out, hy_err
     for (int i = first; i <= steps && !rc; i++) {
         hy_step_stats st;
         if (o && o->before_step) rc = o->before_step(rt, i, o->before_step_ctx, err);
-        if (!rc) rc = hy_train_step(rt, c, &st, err);
+        if (!rc) rc = hy_train_step(rt, &st, err);
         if (rc) break;
         total_ms += st.ms;
         double tps = st.tokens / (st.ms / 1e3);
-        if (i % c->train.log_every == 0 || i == steps || i == first) {
+        if (i % run->train.log_every == 0 || i == steps || i == first) {
             fprintf(out, "step %*d/%d  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.1f ms  eta ",
                     (int)snprintf(NULL, 0, "%d", steps), i, steps, st.loss, st.lr, st.grad_norm,
                     tps, st.ms);
@@ -385,18 +391,18 @@ int cli_train_run(const hy_config *c, const cli_train_opts *o, FILE *out, hy_err
         }
         bad = st.nonfinite;
         if (!bad) bad_in_row = 0;
-        else if (!rc) rc = nonfinite(rt, c, i, &st, &n_bad, &bad_in_row, out, err);
+        else if (!rc) rc = nonfinite(rt, run, i, &st, &n_bad, &bad_in_row, out, err);
         /* Every replica saw the same loss and norm, so they all stop here
          * alike: one error, reported once. */
         if (bad && hy_dp_size(dp) > 1) rc = hy_dp_agree(dp, rc, err);
         /* Never a checkpoint right after a step that was not finite: what
          * made it so may sit in the weights. The next good one is saved. */
-        if (!rc && c->checkpoint.dir &&
-            ((c->checkpoint.every > 0 && i % c->checkpoint.every == 0) || i == steps)) {
+        if (!rc && run->checkpoint.dir &&
+            ((run->checkpoint.every > 0 && i % run->checkpoint.every == 0) || i == steps)) {
             if (bad) {
                 fprintf(out, "checkpoint of step %d not written: the step was not finite\n", i);
             } else {
-                rc = save(rt, c, dp, saved_path, out, err);
+                rc = save(rt, run, dp, saved_path, out, err);
                 if (!rc) saved = i;
             }
         }
@@ -409,14 +415,14 @@ int cli_train_run(const hy_config *c, const cli_train_opts *o, FILE *out, hy_err
     if (!rc && n_bad)
         fprintf(out, "%d non-finite step%s skipped (train.on_nonfinite is \"skip\")\n", n_bad,
                 n_bad == 1 ? "" : "s");
-    if (!rc && !stopped && c->data.val) rc = validate(rt, c, steps, out, log, err);
+    if (!rc && !stopped && run->data.val) rc = validate(rt, run, steps, out, log, err);
     /* A request that came during the last step or the validation still
      * gets its answer (the last step was saved already, when there is a
      * checkpoint.dir, unless the run resumed at its end and took none). */
     int last = stopped ? stopped : first <= steps ? steps : done;
     if (!rc && !stopped) rc = stop_asked(o, dp, &stop_sig, err);
     if (!rc && stop_sig)
-        rc = stop_run(rt, c, dp, last, saved == last ? saved_path : NULL, bad, stop_sig, out, err);
+        rc = stop_run(rt, run, dp, last, saved == last ? saved_path : NULL, bad, stop_sig, out, err);
     if (o && o->stopped_by) *o->stopped_by = stop_sig;
     hy_runtime_destroy(rt);
     hy_checkpoint_unlock(&lock);
@@ -462,14 +468,14 @@ static int cmd_train(const cli_command *cmd, int argc, char **argv, hy_error *er
     }
     a.opts.dp = dp;
     if (st == HY_OK && !got.help) {
-        hy_config c;
-        st = cli_load_config(&c, got.operand, &a.sets, err);
+        hy_run run;
+        st = cli_load_run(&run, got.operand, &a.sets, err);
         /* A config that fails on one replica: the others learn it in
          * cli_train_run's first agreement, which this one meets here. */
         if (st != HY_OK && dp) st = hy_dp_agree(dp, st, err);
         if (st == HY_OK) catch_stop_signals();
-        if (st == HY_OK) st = cli_train_run(&c, &a.opts, out, err);
-        hy_config_free(&c);
+        if (st == HY_OK) st = cli_train_run(&run, &a.opts, out, err);
+        hy_run_free(&run);
         if (dp) st = st != HY_OK ? cli_replica_failed(dp, st, err) : HY_OK;
     }
     if (out != stdout && out) fclose(out);
@@ -483,18 +489,20 @@ const cli_command cli_train_command = {"train", cmd_train, usage_train, &train_s
 
 /* ---- hanayo eval ------------------------------------------------------------- */
 
-int cli_eval_run(const hy_config *c, const char *shard, int batches, FILE *out, FILE *warn,
+int cli_eval_run(const hy_run *run, const char *shard, int batches, FILE *out, FILE *warn,
                  hy_error *err) {
-    if (!shard) shard = c->data.val ? c->data.val : c->data.train;
-    int rc = pick_backend(c, NULL, err);   /* stdout is one JSON line */
+    if (!shard) shard = run->data.val ? run->data.val : run->data.train;
+    int rc = pick_backend(run, NULL, err);   /* stdout is one JSON line */
     if (rc) return rc;
     if (batches <= 0) {   /* every whole batch the shard holds, without wrapping */
-        rc = hy_train_shard_batches(c, shard, &batches, err);
+        rc = hy_train_shard_batches(run, shard, &batches, err);
         if (rc) return rc;
     }
     hy_runtime *rt = NULL;
     double loss = 0, tokens = 0;
-    rc = hy_train_runtime(&rt, c, NULL, warn, err);
+    int unverified = 0;
+    rc = hy_train_runtime(&rt, run, NULL, &unverified, err);
+    if (!rc && unverified) warn_unverified(warn, run->init);
     if (!rc) rc = hy_runtime_eval(rt, shard, batches, &loss, &tokens, err);
     hy_runtime_destroy(rt);
     if (!rc) fprintf(out, "{\"loss\": %.7f, \"batches\": %d, \"tokens\": %.0f}\n", loss, batches, tokens);
@@ -536,10 +544,10 @@ static int cmd_eval(const cli_command *cmd, int argc, char **argv, hy_error *err
         if (st == HY_OK) st = hy_flag_list_add(&a.sets, init_set, err);
     }
     if (st == HY_OK && !got.help) {
-        hy_config c;
-        st = cli_load_config(&c, got.operand, &a.sets, err);
-        if (st == HY_OK) st = cli_eval_run(&c, a.data, a.batches, stdout, stderr, err);
-        hy_config_free(&c);
+        hy_run run;
+        st = cli_load_run(&run, got.operand, &a.sets, err);
+        if (st == HY_OK) st = cli_eval_run(&run, a.data, a.batches, stdout, stderr, err);
+        hy_run_free(&run);
     }
     free(init_set);
     hy_flag_list_free(&a.sets);

@@ -9,7 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 
-#include "config.h"
+#include "run.h"
 #include "error.h"
 #include "runtime.h"
 
@@ -46,14 +46,14 @@ typedef struct {
 
 /* `hanayo train`: runs config c's steps, printing on out (o: NULL for
  * none of the options). */
-int cli_train_run(const hy_config *c, const cli_train_opts *o, FILE *out, hy_error *err);
+int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_error *err);
 
 /* `hanayo eval`: the mean loss of the model of c (with c->init's weights)
  * over `batches` batches read in order from the start of `shard` (NULL:
  * data.val, else data.train; batches <= 0: every batch the shard holds),
  * printed as one JSON line {"loss": x, "batches": n, "tokens": t}. A
  * warning (weights from a checkpoint without checksums) goes to warn. */
-int cli_eval_run(const hy_config *c, const char *shard, int batches, FILE *out, FILE *warn,
+int cli_eval_run(const hy_run *run, const char *shard, int batches, FILE *out, FILE *warn,
                  hy_error *err);
 
 /* The signal that stopped the last `hanayo train` early (0: none); main

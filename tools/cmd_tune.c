@@ -23,8 +23,10 @@
 #include "cli.h"
 #include "cmd_profile.h"
 #include "config.h"
+#include "costs.h"
 #include "error.h"
 #include "profile.h"
+#include "run.h"
 #include "schedule.h"
 #include "tune.h"
 
@@ -150,9 +152,9 @@ int cli_tune_apply(const char *config, const char *const *sets, int n_sets,
 
 /* Memory per rank: --memory-gb, else the GPU's (shared by the ranks on
  * it), else the host's over the ranks. */
-static void budget(const tune_args *a, const hy_config *c, const hy_backend_choice *chosen,
+static void budget(const tune_args *a, const hy_run *run, const hy_backend_choice *chosen,
                    double *bytes, char *why, size_t n) {
-    int P = c->schedule.ranks;
+    int P = run->sched_params.ranks;
     if (a->memory_gb > 0) {
         *bytes = a->memory_gb * 1073741824.0;
         snprintf(why, n, "--memory-gb");
@@ -165,31 +167,44 @@ static void budget(const tune_args *a, const hy_config *c, const hy_backend_choi
         snprintf(why, n, "the host's memory over %d rank%s; --memory-gb sets it", P, P == 1 ? "" : "s");
 }
 
-/* W's share of a whole backward in profile p, as measured. */
-static double profile_wgrad_share(const hy_profile *p) {
-    double w = 0, whole = 0;
-    for (int s = 0; s < p->sched.stages; s++) {
-        w += p->stage[s].wgrad;
-        whole += p->stage[s].bwd + p->stage[s].wgrad;
+/* W's share of a whole backward in profile p, as measured (costs.h). */
+static int profile_wgrad_share(const hy_profile *p, double *share, hy_error *err) {
+    int S = p->sched.stages;
+    double *b = malloc(2 * (size_t)S * sizeof *b), *w = b + S;
+    if (!b) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    for (int s = 0; s < S; s++) {
+        b[s] = p->stage[s].bwd;
+        w[s] = p->stage[s].wgrad;
     }
-    return whole > 0 ? w / whole : 0;
+    *share = hy_costs_wgrad_share(b, w, S);
+    free(b);
+    return HY_OK;
 }
 
 /* What W costs of a backward: from the profile when the config splits it,
- * else from a second, equally long profile of the same run with split
+ * else from a second, equally long profile of the same config with split
  * backward, so that split candidates are priced from a measurement. */
-static int wgrad_share(const hy_config *c, const tune_args *a, const hy_profile *p,
+static int wgrad_share(const char *config, const tune_args *a, const hy_profile *p,
                        double *share, hy_error *err) {
-    if (p->sched.split) {
-        *share = profile_wgrad_share(p);
-        return HY_OK;
-    }
-    hy_config k = *c;   /* a shallow copy, only read: never freed */
-    k.schedule.split_backward = 1;
+    if (p->sched.split) return profile_wgrad_share(p, share, err);
+    const char **sets = malloc(((size_t)a->sets.n + 1) * sizeof *sets);
+    if (!sets) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    for (int i = 0; i < a->sets.n; i++) sets[i] = a->sets.items[i];
+    sets[a->sets.n] = "schedule.split_backward=true";
+    hy_config c;
+    hy_config_init(&c);
+    hy_run run;
+    memset(&run, 0, sizeof run);
     hy_profile q;
-    int rc = hy_profile_run(&q, &k, &a->profile, err);
-    if (!rc) *share = profile_wgrad_share(&q);
+    memset(&q, 0, sizeof q);
+    int rc = hy_config_load(&c, config, sets, a->sets.n + 1, err);
+    if (!rc) rc = hy_run_resolve(&run, &c, err);
+    if (!rc) rc = hy_profile_run(&q, &run, &a->profile, err);
+    if (!rc) rc = profile_wgrad_share(&q, share, err);
     hy_profile_free(&q);
+    hy_run_free(&run);
+    hy_config_free(&c);
+    free(sets);
     return rc;
 }
 
@@ -216,14 +231,16 @@ static void write_candidate(FILE *f, const char *tag, const hy_tune_candidate *x
  * the top of this file). */
 static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error *err) {
     hy_config c;
+    hy_run run;
+    memset(&run, 0, sizeof run);
     int rc = cli_load_config(&c, config, &a->sets, err);
-    hy_backend_request brq;
+    if (!rc) rc = hy_run_resolve(&run, &c, err);
+    hy_config_free(&c);
     hy_backend_choice chosen = { 0 };
     char why[128];
     double bytes = 0;
-    hy_backend_request_from_config(&c, &brq);
-    if (!rc) rc = hy_backend_describe(&brq, &chosen, err);
-    if (!rc) budget(a, &c, &chosen, &bytes, why, sizeof why);
+    if (!rc) rc = hy_backend_describe(&run.backend, &chosen, err);
+    if (!rc) budget(a, &run, &chosen, &bytes, why, sizeof why);
     /* The output's directory is checked before the measurement: opening
      * (and dropping) the temporary file proves it can be written. */
     if (!rc && a->apply) {
@@ -235,12 +252,12 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
     memset(&p, 0, sizeof p);
     hy_tune_result res;
     memset(&res, 0, sizeof res);
-    if (!rc) rc = hy_profile_run(&p, &c, &a->profile, err);
+    if (!rc) rc = hy_profile_run(&p, &run, &a->profile, err);
     hy_tune_opts o = { a->kinds, bytes, 0, chosen.cuda ? 2 : 4, -1 };
-    if (!rc) rc = wgrad_share(&c, a, &p, &o.wgrad_share, err);
+    if (!rc) rc = wgrad_share(config, a, &p, &o.wgrad_share, err);
     if (!rc) {
         o.overhead_ms = fmax(0, p.wall_ms - p.makespan);
-        rc = hy_tune_search(&c, &p.model, &o, &res, err);
+        rc = hy_tune_search(&run, &p.model, &o, &res, err);
     }
     if (!rc) {
         const hy_schedule *s = &p.sched;
@@ -284,7 +301,7 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
     }
     hy_tune_result_free(&res);
     hy_profile_free(&p);
-    hy_config_free(&c);
+    hy_run_free(&run);
     return rc;
 }
 
