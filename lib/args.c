@@ -119,16 +119,16 @@ static int unknown_flag(const hy_args_spec *spec, const char *s, size_t n, hy_er
         near = hy_closest(typed, names);
     }
     int shown = n > 200 ? 200 : (int)n;
-    int st;
+    int rc;
     if (near)
-        st = hy_fail(err, HY_ERR_INPUT, "unknown flag '%.*s' for '%s'; did you mean %s? "
+        rc = hy_fail(err, HY_ERR_INPUT, "unknown flag '%.*s' for '%s'; did you mean %s? "
                      "(hanayo %s --help lists them)", shown, s, spec->command, near,
                      spec->command);
     else
-        st = hy_fail(err, HY_ERR_INPUT, "unknown flag '%.*s' for '%s'; run 'hanayo %s "
+        rc = hy_fail(err, HY_ERR_INPUT, "unknown flag '%.*s' for '%s'; run 'hanayo %s "
                      "--help' for the list", shown, s, spec->command, spec->command);
     free(names);
-    return st;
+    return rc;
 }
 
 /* A value that did not come, or an empty one where a string must say
@@ -210,9 +210,9 @@ int hy_args_parse(const hy_args_spec *spec, int argc, char *const *argv, void *d
     for (int i = 0; i < argc; i++) {
         /* A lone "-" is an operand, as it is for most tools. */
         int is_flag = argv[i][0] == '-' && argv[i][1] != '\0';
-        int st = is_flag ? take_flag(spec, argc, argv, &i, dest, result, err)
+        int rc = is_flag ? take_flag(spec, argc, argv, &i, dest, result, err)
                          : take_operand(spec, argv[i], result, err);
-        if (st != HY_OK) return st;
+        if (rc != HY_OK) return rc;
     }
     if (spec->operand && spec->synopsis && !result->operand && !result->help)
         return hy_fail(err, HY_ERR_INPUT, "%s needs a %s: %s", spec->command, spec->operand,

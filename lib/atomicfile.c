@@ -89,21 +89,21 @@ static int sync_parent(const char *path, hy_error *err) {
     char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path))
                       : strdup(".");
     if (!dir) return hy_fail(err, HY_ERR_RUNTIME, "%s: out of memory", path);
-    int st = HY_OK, fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = HY_OK, fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        st = hy_fail(err, HY_ERR_RUNTIME, "%s: written, but cannot open its "
+        rc = hy_fail(err, HY_ERR_RUNTIME, "%s: written, but cannot open its "
                      "directory %s to make the rename durable: %s", path, dir,
                      strerror(errno));
     /* EINVAL: this file system cannot sync a directory (it has nothing to
      * make durable that way); the file itself was already synced. */
     else if (fsync(fd) != 0 && errno != EINVAL)
-        st = hy_fail(err, HY_ERR_RUNTIME, "%s: written, but cannot sync its "
+        rc = hy_fail(err, HY_ERR_RUNTIME, "%s: written, but cannot sync its "
                      "directory %s: %s", path, dir, strerror(errno));
     /* Nothing was written through this descriptor, so closing it has no
      * deferred error to report. */
     if (fd >= 0) close(fd);
     free(dir);
-    return st;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------
@@ -131,10 +131,10 @@ static void release(hy_atomic_file *af) {
 static int fail(hy_atomic_file *af, const char *what, int e, hy_error *err) {
     close_temp(af);
     int ue = unlink(af->tmp) != 0 && errno != ENOENT ? errno : 0;
-    int st = step_failed(err, af->path_status, af->path, what, "file", af->tmp,
+    int rc = step_failed(err, af->path_status, af->path, what, "file", af->tmp,
                          e, ue);
     release(af);
-    return st;
+    return rc;
 }
 
 int hy_atomic_open(hy_atomic_file *af, const char *path, int path_status,
@@ -154,9 +154,9 @@ int hy_atomic_open(hy_atomic_file *af, const char *path, int path_status,
                        "the new file over it (give a file name)", path);
     if (!(af->path = strdup(path)))
         return hy_fail(err, HY_ERR_RUNTIME, "%s: out of memory", path);
-    int st = make_temp(path, 0, path_status, &af->tmp, &af->fd, err);
-    if (st) release(af);
-    return st;
+    int rc = make_temp(path, 0, path_status, &af->tmp, &af->fd, err);
+    if (rc) release(af);
+    return rc;
 }
 
 int hy_atomic_write(hy_atomic_file *af, const void *buf, size_t n,
@@ -213,9 +213,9 @@ int hy_atomic_commit(hy_atomic_file *af, hy_error *err) {
         return fail(af, "rename into place", errno, err);
     /* After the rename the complete file is in place: a failing directory
      * sync is reported, but removing the file would lose good data. */
-    int st = sync_parent(af->path, err);
+    int rc = sync_parent(af->path, err);
     release(af);
-    return st;
+    return rc;
 }
 
 void hy_atomic_abort(hy_atomic_file *af) {
@@ -299,13 +299,13 @@ int hy_atomic_dir_open(hy_atomic_dir *ad, const char *path, int path_status,
     /* An existing directory is for hy_atomic_dir_replace to decide on; a
      * file in the way can only fail, so it fails before any writing. */
     struct stat sb;
-    int st = HY_OK, fd = -1;
+    int rc = HY_OK, fd = -1;
     if (lstat(ad->path, &sb) == 0 && !S_ISDIR(sb.st_mode))
-        st = hy_fail(err, path_status, "%s: exists and is not a directory; "
+        rc = hy_fail(err, path_status, "%s: exists and is not a directory; "
                      "remove it first or choose another name", ad->path);
-    if (!st) st = make_temp(ad->path, 1, path_status, &ad->tmp, &fd, err);
-    if (st) dir_release(ad);
-    return st;
+    if (!rc) rc = make_temp(ad->path, 1, path_status, &ad->tmp, &fd, err);
+    if (rc) dir_release(ad);
+    return rc;
 }
 
 /* rename(2) that refuses an existing target, where the file system can
@@ -349,21 +349,21 @@ static int dir_finish(hy_atomic_dir *ad, int replace, hy_error *err) {
         e = rename_new(ad->tmp, ad->path);
         if (replace && (e == EEXIST || e == ENOTEMPTY)) e = swap_in(ad, aside, &old);
     }
-    int st = HY_OK;
+    int rc = HY_OK;
     if (e) {
         int ue = remove_tree(AT_FDCWD, ad->tmp);
-        st = step_failed(err, ad->path_status, ad->path, what, "directory",
+        rc = step_failed(err, ad->path_status, ad->path, what, "directory",
                          ad->tmp, e, ue);
     } else {
-        st = sync_parent(ad->path, err);
-        if (old && (e = remove_tree(AT_FDCWD, old)) != 0 && !st)
-            st = hy_fail(err, HY_ERR_RUNTIME, "%s: replaced, but cannot remove "
+        rc = sync_parent(ad->path, err);
+        if (old && (e = remove_tree(AT_FDCWD, old)) != 0 && !rc)
+            rc = hy_fail(err, HY_ERR_RUNTIME, "%s: replaced, but cannot remove "
                          "the old directory, now at %s: %s", ad->path, old,
                          strerror(e));
     }
     free(aside);
     dir_release(ad);
-    return st;
+    return rc;
 }
 
 int hy_atomic_dir_commit(hy_atomic_dir *ad, hy_error *err) {
@@ -386,8 +386,8 @@ int hy_atomic_dir_remove(const char *path, hy_error *err) {
     /* An empty hidden directory beside it, which the rename replaces: the
      * name goes in one step, and a crash while the files go leaves only a
      * hidden temporary behind, never a part of the tree under its name. */
-    int st = make_temp(path, 1, HY_ERR_RUNTIME, &tmp, &fd, err);
-    if (st) return st;
+    int rc = make_temp(path, 1, HY_ERR_RUNTIME, &tmp, &fd, err);
+    if (rc) return rc;
     if (rename(path, tmp) != 0) {
         int e = errno;
         rmdir(tmp);
@@ -395,11 +395,11 @@ int hy_atomic_dir_remove(const char *path, hy_error *err) {
         return hy_fail(err, hy_errno_status(e, HY_ERR_RUNTIME), "%s: cannot remove (rename "
                        "aside): %s", path, strerror(e));
     }
-    st = sync_parent(path, err);
+    rc = sync_parent(path, err);
     int e = remove_tree(AT_FDCWD, tmp);
-    if (e && !st)
-        st = hy_fail(err, HY_ERR_RUNTIME, "%s: taken away, but its files at %s could not be "
+    if (e && !rc)
+        rc = hy_fail(err, HY_ERR_RUNTIME, "%s: taken away, but its files at %s could not be "
                      "removed: %s", path, tmp, strerror(e));
     free(tmp);
-    return st;
+    return rc;
 }

@@ -157,14 +157,14 @@ static int ck_data_of(const hy_run *run, int replicas, ck_data_id *d, hy_error *
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     }
     size_t got = fread(h, 1, CK_HEAD_BYTES, f);
-    struct stat st;
-    int ok = !ferror(f) && fstat(fileno(f), &st) == 0;
+    struct stat sb;
+    int ok = !ferror(f) && fstat(fileno(f), &sb) == 0;
     fclose(f);
     if (!ok) {
         free(h);
         return hy_fail(err, HY_ERR_RUNTIME, "%s: cannot read the training shard", run->data.train);
     }
-    d->bytes = (long long)st.st_size;
+    d->bytes = (long long)sb.st_size;
     d->head_crc = hy_crc32c(0, h, got);
     free(h);
     return HY_OK;
@@ -257,8 +257,8 @@ static int ck_mkdirs(const char *dir, size_t *made, hy_error *err) {
             if (!c) break;
         }
     }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return hy_fail(err, HY_ERR_INPUT, "checkpoint.dir %s is not a directory", dir);
     return HY_OK;
 }
@@ -399,13 +399,13 @@ static int ck_step_of_name(const char *name) {
 }
 
 static int ck_is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
 static int ck_exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
+    struct stat sb;
+    return stat(path, &sb) == 0;
 }
 
 static int ck_int_cmp(const void *a, const void *b) {
@@ -506,13 +506,13 @@ static int ck_read_text(const char *file, char **text, size_t *n, hy_error *err)
     if (!f)
         return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "%s: not a checkpoint: "
                        "cannot open: %s", file, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > CK_STATE_MAX) {
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > CK_STATE_MAX) {
         fclose(f);
         return hy_fail(err, HY_ERR_INPUT, "%s: not a checkpoint's state (not a regular file "
                        "of at most %u bytes)", file, CK_STATE_MAX);
     }
-    size_t want = (size_t)st.st_size;
+    size_t want = (size_t)sb.st_size;
     char *buf = malloc(want + 1);
     size_t got = buf ? fread(buf, 1, want + 1, f) : 0;
     int bad = !buf || ferror(f);
@@ -624,17 +624,17 @@ static int ck_check_file(const char *path, const char *name, json_t *rec, hy_err
         return hy_fail(err, HY_ERR_INPUT, "%s/state.json: files.%s is not {\"bytes\": n, "
                        "\"crc32c\": \"8 hex digits\"} of a checkpoint file", path, name);
     long long expect = (long long)json_integer_value(bytes);
-    struct stat st;
-    if (stat(file, &st) != 0) {
+    struct stat sb;
+    if (stat(file, &sb) != 0) {
         int e = errno;
         ck_advice(path, advice, sizeof advice);
         return hy_fail(err, hy_errno_status(e, HY_ERR_INPUT), "%s: %s, but state.json records "
                        "it (%lld bytes); %s", file, strerror(e), expect, advice);
     }
-    if ((long long)st.st_size != expect) {
+    if ((long long)sb.st_size != expect) {
         ck_advice(path, advice, sizeof advice);
         return hy_fail(err, HY_ERR_INPUT, "%s: %lld bytes, state.json records %lld: the file "
-                       "was cut short or replaced; %s", file, (long long)st.st_size, expect,
+                       "was cut short or replaced; %s", file, (long long)sb.st_size, expect,
                        advice);
     }
     hy_file_sum s;
@@ -941,9 +941,9 @@ static void ck_info(const char *path, int step, hy_checkpoint_info *in) {
     DIR *d = opendir(path);
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        struct stat st;
+        struct stat sb;
         ck_path(file, sizeof file, path, e->d_name);
-        if (stat(file, &st) == 0 && S_ISREG(st.st_mode)) in->bytes += (uint64_t)st.st_size;
+        if (stat(file, &sb) == 0 && S_ISREG(sb.st_mode)) in->bytes += (uint64_t)sb.st_size;
     }
     if (d) closedir(d);
 }

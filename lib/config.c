@@ -612,12 +612,12 @@ static int read_text(const char *path, char **text, size_t *len, hy_error *err) 
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0)
         return hy_fail(err, HY_ERR_INPUT, "cannot open config %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         close(fd);
         return hy_fail(err, HY_ERR_INPUT, "config %s is a directory, not a JSON file", path);
     }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
         return hy_fail(err, HY_ERR_INPUT, "config %s is not a regular file (a pipe or a device?); "
                        "give a JSON file", path);

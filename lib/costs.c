@@ -64,10 +64,10 @@ int hy_costs_check(const hy_costs *c, int stages, hy_error *err) {
     if (!rc) rc = check_cost(c->bwd, "backward", -1, err);
     if (!rc) rc = check_cost(c->wgrad, "weight-gradient", -1, err);
     if (!rc) rc = check_cost(c->comm, "transfer", -1, err);
-    for (int st = 0; !rc && st < stages; st++) {
-        if (c->fwd_stage) rc = check_cost(c->fwd_stage[st], "forward", st, err);
-        if (!rc && c->bwd_stage) rc = check_cost(c->bwd_stage[st], "backward", st, err);
-        if (!rc && c->wgrad_stage) rc = check_cost(c->wgrad_stage[st], "weight-gradient", st, err);
+    for (int stage = 0; !rc && stage < stages; stage++) {
+        if (c->fwd_stage) rc = check_cost(c->fwd_stage[stage], "forward", stage, err);
+        if (!rc && c->bwd_stage) rc = check_cost(c->bwd_stage[stage], "backward", stage, err);
+        if (!rc && c->wgrad_stage) rc = check_cost(c->wgrad_stage[stage], "weight-gradient", stage, err);
     }
     return rc;
 }

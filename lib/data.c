@@ -137,24 +137,24 @@ static int open_regular(const char *path, int *fd, long long *size,
         return hy_fail(err, hy_errno_status(e, HY_ERR_INPUT), "%s: cannot "
                        "open token shard: %s", path, strerror(e));
     }
-    struct stat st;
+    struct stat sb;
     int status = HY_OK;
-    if (fstat(*fd, &st) != 0)
+    if (fstat(*fd, &sb) != 0)
         status = hy_fail(err, HY_ERR_RUNTIME, "%s: cannot stat token shard: %s",
                          path, strerror(errno));
-    else if (S_ISDIR(st.st_mode))
+    else if (S_ISDIR(sb.st_mode))
         status = hy_fail(err, HY_ERR_INPUT, "%s: is a directory; give the path "
                          "of a token shard file (llm.c .bin format)", path);
-    else if (!S_ISREG(st.st_mode))
+    else if (!S_ISREG(sb.st_mode))
         status = hy_fail(err, HY_ERR_INPUT, "%s: is not a regular file; a token "
                          "shard must be a file (llm.c .bin format)", path);
-    else if (st.st_size < HY_SHARD_HEADER_BYTES)
+    else if (sb.st_size < HY_SHARD_HEADER_BYTES)
         status = hy_fail(err, HY_ERR_INPUT, "%s: is %lld bytes, shorter than the "
                          "%d-byte header of an llm.c token shard%s", path,
-                         (long long)st.st_size, HY_SHARD_HEADER_BYTES,
-                         st.st_size == 0 ? " (the file is empty)" : "");
+                         (long long)sb.st_size, HY_SHARD_HEADER_BYTES,
+                         sb.st_size == 0 ? " (the file is empty)" : "");
     if (status == HY_OK) {
-        *size = (long long)st.st_size;
+        *size = (long long)sb.st_size;
         return HY_OK;
     }
     /* Opened read-only and nothing read: a failing close loses nothing,
@@ -309,8 +309,8 @@ static int write_tokens(hy_atomic_file *af, const uint16_t *tokens, size_t n,
         buf[used++] = (unsigned char)tokens[i];
         buf[used++] = (unsigned char)(tokens[i] >> 8);
         if (used == sizeof buf) {
-            int st = hy_atomic_write(af, buf, used, err);
-            if (st) return st;
+            int rc = hy_atomic_write(af, buf, used, err);
+            if (rc) return rc;
             used = 0;
         }
     }
@@ -328,9 +328,9 @@ int hy_shard_write(const char *path, const uint16_t *tokens, size_t n,
                        path, n, HY_SHARD_MAX_TOKENS);
     /* The user named the file: a path that cannot be written is bad input. */
     hy_atomic_file af;
-    int st = hy_atomic_open(&af, path, HY_ERR_INPUT, err);
-    if (!st) st = write_tokens(&af, tokens, n, err);   /* a failure removed the temp */
-    return st ? st : hy_atomic_commit(&af, err);
+    int rc = hy_atomic_open(&af, path, HY_ERR_INPUT, err);
+    if (!rc) rc = write_tokens(&af, tokens, n, err);   /* a failure removed the temp */
+    return rc ? rc : hy_atomic_commit(&af, err);
 }
 
 /* ------------------------------------------------------------------------
@@ -364,12 +364,12 @@ int hy_tokens_entropy(const uint16_t *tokens, size_t n, double *unigram,
     /* H(next|prev) = (Σ_a c(a) log2 c(a) - Σ_ab c(a,b) log2 c(a,b)) / pairs,
      * with c(a) the count of a as a prev (the first n-1 tokens). A dense
      * V x V table (V <= 4096: at most 64 MB, mostly untouched zero pages). */
-    int st = HY_OK;
+    int rc = HY_OK;
     size_t V = (size_t)max + 1, pairs = n - 1;
     if (bigram && n >= 2 && V <= HY_BIGRAM_MAX_VOCAB && pairs <= UINT32_MAX) {
         uint32_t *pc = calloc(V * V, sizeof *pc);
         if (!pc) {
-            st = hy_fail(err, HY_ERR_RUNTIME, "out of memory for pair counts");
+            rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory for pair counts");
         } else {
             memset(uc, 0, V * sizeof *uc);
             for (size_t i = 0; i + 1 < n; i++) {
@@ -385,7 +385,7 @@ int hy_tokens_entropy(const uint16_t *tokens, size_t n, double *unigram,
         }
     }
     free(uc);
-    return st;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------
@@ -491,14 +491,14 @@ int hy_shard_info(const char *path, int vocab, hy_shard_stats *info, hy_error *e
     hy_shard sh;
     memset(info, 0, sizeof *info);
     info->bigram_bits = NAN;
-    int st = hy_shard_open(&sh, path, vocab, err);
-    if (st == HY_OK)
-        st = hy_tokens_entropy(sh.tokens, sh.n, &info->unigram_bits, &info->bigram_bits, err);
-    if (st == HY_OK) {
+    int rc = hy_shard_open(&sh, path, vocab, err);
+    if (rc == HY_OK)
+        rc = hy_tokens_entropy(sh.tokens, sh.n, &info->unigram_bits, &info->bigram_bits, err);
+    if (rc == HY_OK) {
         info->tokens = sh.n;
         info->file_bytes = sh.file_bytes;
         info->max_token = sh.max_token;
     }
     hy_shard_close(&sh);
-    return st;
+    return rc;
 }

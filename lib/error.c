@@ -13,7 +13,7 @@
  * is too long: its start (the context) and its end (the reason, which a
  * long path in between would otherwise push off) both stay, joined by
  * "...". The cuts fall between UTF-8 characters. */
-static void hy_fit(char *msg, size_t n, const char *text, size_t len) {
+static void fit(char *msg, size_t n, const char *text, size_t len) {
     if (len < n) {
         memcpy(msg, text, len + 1);
         return;
@@ -26,23 +26,23 @@ static void hy_fit(char *msg, size_t n, const char *text, size_t len) {
     memcpy(msg + head + 3, text + tail, len - tail + 1);
 }
 
-/* fmt with ap into msg (n bytes), through hy_fit. */
-static void hy_vformat(char *msg, size_t n, const char *fmt, va_list ap) {
+/* fmt with ap into msg (n bytes), through fit. */
+static void vformat(char *msg, size_t n, const char *fmt, va_list ap) {
     va_list again;
     va_copy(again, ap);
     int len = vsnprintf(msg, n, fmt, ap);
     char *whole = len >= (int)n ? malloc((size_t)len + 1) : NULL;
     if (whole) {   /* without memory, the message stays cut at its end */
         vsnprintf(whole, (size_t)len + 1, fmt, again);
-        hy_fit(msg, n, whole, (size_t)len);
+        fit(msg, n, whole, (size_t)len);
         free(whole);
     }
     va_end(again);
 }
 
-static int hy_vfail(hy_error *err, int status, int cause, const char *fmt, va_list ap) {
+static int vfail(hy_error *err, int status, int cause, const char *fmt, va_list ap) {
     if (err) {
-        hy_vformat(err->msg, sizeof err->msg, fmt, ap);
+        vformat(err->msg, sizeof err->msg, fmt, ap);
         err->status = status;
         err->cause = cause;
     }
@@ -52,7 +52,7 @@ static int hy_vfail(hy_error *err, int status, int cause, const char *fmt, va_li
 int hy_fail(hy_error *err, int status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    hy_vfail(err, status, HY_CAUSE_NONE, fmt, ap);
+    vfail(err, status, HY_CAUSE_NONE, fmt, ap);
     va_end(ap);
     return status;
 }
@@ -60,7 +60,7 @@ int hy_fail(hy_error *err, int status, const char *fmt, ...) {
 int hy_fail_cause(hy_error *err, int status, int cause, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    hy_vfail(err, status, cause, fmt, ap);
+    vfail(err, status, cause, fmt, ap);
     va_end(ap);
     return status;
 }
@@ -70,14 +70,14 @@ void hy_error_prefix(hy_error *err, const char *fmt, ...) {
     char head[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
-    hy_vformat(head, sizeof head, fmt, ap);
+    vformat(head, sizeof head, fmt, ap);
     va_end(ap);
     size_t h = strlen(head), m = strlen(err->msg);
     char *both = malloc(h + m + 1);
     if (!both) return;   /* without memory, the message stays without its context */
     memcpy(both, head, h);
     memcpy(both + h, err->msg, m + 1);
-    hy_fit(err->msg, sizeof err->msg, both, h + m);
+    fit(err->msg, sizeof err->msg, both, h + m);
     free(both);
 }
 

@@ -217,7 +217,7 @@ static void justify_free(justify *j, hy_action **lists) {
     }
 }
 
-int hy_schedule_justify(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err) {
+int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err) {
     if (s->split) return HY_OK;
     justify j;
     memset(&j, 0, sizeof j);

@@ -32,6 +32,6 @@
  * otherwise leaves s as it is. s must be unsplit (a split order is left
  * as it is). Fails only on running out of memory or a schedule the
  * simulator refuses. */
-int hy_schedule_justify(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err);
+int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err);
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void hy_edges_free(hy_mailbox *mb) {
+static void edges_free(hy_mailbox *mb) {
     for (int i = 0; i < mb->n_edges; i++) {
         free(mb->edges[i].slot_of);
         free(mb->edges[i].slot);
@@ -27,7 +27,7 @@ void hy_mailbox_free(hy_mailbox *mb) {
             mb->be->ops->free_mem(mb->be, e->full);   /* full and free share one block */
         }
     }
-    hy_edges_free(mb);
+    edges_free(mb);
     memset(mb, 0, sizeof *mb);
 }
 
@@ -36,10 +36,10 @@ typedef struct {
     double at;
     int release;    /* 1: the slot is freed; 0: a message claims a slot */
     int m;
-} hy_slot_event;
+} slot_event;
 
-static int hy_event_cmp(const void *a, const void *b) {
-    const hy_slot_event *x = a, *y = b;
+static int event_cmp(const void *a, const void *b) {
+    const slot_event *x = a, *y = b;
     if (x->at != y->at) return x->at < y->at ? -1 : 1;
     if (x->release != y->release) return y->release - x->release;   /* releases first */
     return x->m - y->m;
@@ -47,15 +47,15 @@ static int hy_event_cmp(const void *a, const void *b) {
 
 /* Gives each message of edge e the lowest slot free at its send time in
  * the witness replay; sets e->slots to the most slots in use at once. */
-static int hy_assign_slots(hy_edge *e, int M, const double *send_at, const double *release_at) {
-    hy_slot_event *ev = malloc(sizeof *ev * 2 * (size_t)M);
+static int assign_slots(hy_edge *e, int M, const double *send_at, const double *release_at) {
+    slot_event *ev = malloc(sizeof *ev * 2 * (size_t)M);
     int *holder = malloc(sizeof *holder * (size_t)M);
     if (!ev || !holder) { free(ev); free(holder); return -1; }
     for (int m = 0; m < M; m++) {
-        ev[2 * m] = (hy_slot_event){ send_at[m], 0, m };
-        ev[2 * m + 1] = (hy_slot_event){ release_at[m], 1, m };
+        ev[2 * m] = (slot_event){ send_at[m], 0, m };
+        ev[2 * m + 1] = (slot_event){ release_at[m], 1, m };
     }
-    qsort(ev, 2 * (size_t)M, sizeof *ev, hy_event_cmp);
+    qsort(ev, 2 * (size_t)M, sizeof *ev, event_cmp);
     int used = 0;
     for (int k = 0; k < M; k++) holder[k] = -1;
     for (int i = 0; i < 2 * M; i++) {
@@ -84,12 +84,12 @@ static int hy_assign_slots(hy_edge *e, int M, const double *send_at, const doubl
  * backward a forward slot is held until the weight pass, which reads the
  * stage's input too. (The backward copies an incoming gradient out at
  * once.) */
-static hy_action hy_slot_release(const hy_schedule *s, const hy_edge *e, int m) {
+static hy_action slot_release(const hy_schedule *s, const hy_edge *e, int m) {
     int op = s->split && e->dir == HY_FWD ? HY_WGRAD : HY_BWD;
     return (hy_action){ op, m, e->to_stage };
 }
 
-static int hy_add_edge(hy_mailbox *mb, const hy_schedule *s, int dir, int from, int to) {
+static int add_edge(hy_mailbox *mb, const hy_schedule *s, int dir, int from, int to) {
     hy_edge *e = &mb->edges[mb->n_edges];
     memset(e, 0, sizeof *e);
     e->dir = dir;
@@ -121,7 +121,7 @@ int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err) {
         rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory planning mailboxes");
         goto out;
     }
-    for (int st = 0; st < S; st++) mb->into_fwd[st] = mb->into_bwd[st] = -1;
+    for (int stage = 0; stage < S; stage++) mb->into_fwd[stage] = mb->into_bwd[stage] = -1;
 
     /* The witness: the schedule replayed under uniform costs. */
     hy_costs c = hy_costs_uniform_for(s->split, 0);
@@ -130,10 +130,10 @@ int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err) {
     for (int rk = 0; rk < s->ranks; rk++)
         for (int i = 0; i < s->n_actions[rk]; i++)
             ends[hy_action_key(s, &s->actions[rk][i])] = r.end[rk][i];
-    for (int st = 0; st + 1 < S; st++) {
+    for (int stage = 0; stage + 1 < S; stage++) {
         for (int dir = HY_FWD; dir <= HY_BWD; dir++) {
-            int from = dir == HY_FWD ? st : st + 1, to = dir == HY_FWD ? st + 1 : st;
-            if (hy_add_edge(mb, s, dir, from, to) != 0) {
+            int from = dir == HY_FWD ? stage : stage + 1, to = dir == HY_FWD ? stage + 1 : stage;
+            if (add_edge(mb, s, dir, from, to) != 0) {
                 rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory planning mailboxes");
                 goto out;
             }
@@ -141,11 +141,11 @@ int hy_mailbox_plan(hy_mailbox *mb, const hy_schedule *s, hy_error *err) {
             for (int m = 0; m < M; m++) {
                 /* Sent when the producing action ends; held until its
                  * release has run. */
-                hy_action made = { dir, m, from }, rel = hy_slot_release(s, e, m);
+                hy_action made = { dir, m, from }, rel = slot_release(s, e, m);
                 send_at[m] = ends[hy_action_key(s, &made)];
                 rel_at[m] = ends[hy_action_key(s, &rel)];
             }
-            if (hy_assign_slots(e, M, send_at, rel_at) != 0) {
+            if (assign_slots(e, M, send_at, rel_at) != 0) {
                 rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory planning mailboxes");
                 goto out;
             }
@@ -175,7 +175,7 @@ int hy_mailbox_sim_limits(const hy_schedule *s, hy_sim_limits *lim, hy_error *er
         for (int i = 0; i < s->n_actions[e->from_rank]; i++) {
             if (list[i].op != e->dir || list[i].stage != e->from_stage) continue;
             int m = list[i].mb, slot = e->slot_of[m];
-            if (last[slot] >= 0) lim->freed_by[e->from_rank][i] = hy_slot_release(s, e, last[slot]);
+            if (last[slot] >= 0) lim->freed_by[e->from_rank][i] = slot_release(s, e, last[slot]);
             last[slot] = m;
         }
     }
@@ -219,7 +219,7 @@ void *hy_mailbox_slot(const hy_edge *e, int m) {
     return e->slot[e->slot_of[m]];
 }
 
-static void hy_edge_site(hy_wait_site *site, const hy_edge *e, int m, int rank, const char *action,
+static void edge_site(hy_wait_site *site, const hy_edge *e, int m, int rank, const char *action,
                          const char *what) {
     site->rank = rank;
     snprintf(site->what, sizeof site->what, "%s: %s %s rank %d (edge s%d->s%d, slot %d)", action,
@@ -229,7 +229,7 @@ static void hy_edge_site(hy_wait_site *site, const hy_edge *e, int m, int rank, 
 }
 
 /* The handshake itself, shared by edges and channels. */
-static int hy_handshake_send(hy_stream *st, uint32_t *full, uint32_t *free_, void *dst,
+static int handshake_send(hy_stream *st, uint32_t *full, uint32_t *free_, void *dst,
                              const void *src, size_t bytes, const hy_wait_site *site,
                              hy_error *err) {
     const hy_backend_ops *o = st->be->ops;
@@ -239,7 +239,7 @@ static int hy_handshake_send(hy_stream *st, uint32_t *full, uint32_t *free_, voi
     return rc;
 }
 
-static int hy_handshake_receive(hy_stream *st, uint32_t *full, const hy_wait_site *site,
+static int handshake_receive(hy_stream *st, uint32_t *full, const hy_wait_site *site,
                                 hy_error *err) {
     const hy_backend_ops *o = st->be->ops;
     return o->wait_flag(st, full, 1, 0, site, err);
@@ -252,16 +252,16 @@ int hy_mailbox_send(hy_stream *st, const hy_edge *e, int m, const void *src, con
     if (e->local)   /* the rank's own order protects the slot */
         return src == e->slot[k] ? HY_OK : st->be->ops->copy(st, e->slot[k], src, e->slot_bytes, err);
     hy_wait_site site;
-    hy_edge_site(&site, e, m, st->rank, action, "free slot for");
-    return hy_handshake_send(st, &e->full[k], &e->free[k], e->slot[k], src, e->slot_bytes, &site,
+    edge_site(&site, e, m, st->rank, action, "free slot for");
+    return handshake_send(st, &e->full[k], &e->free[k], e->slot[k], src, e->slot_bytes, &site,
                              err);
 }
 
 int hy_mailbox_receive(hy_stream *st, const hy_edge *e, int m, const char *action, hy_error *err) {
     if (e->local) return HY_OK;
     hy_wait_site site;
-    hy_edge_site(&site, e, m, st->rank, action, "waiting for");
-    return hy_handshake_receive(st, &e->full[e->slot_of[m]], &site, err);
+    edge_site(&site, e, m, st->rank, action, "waiting for");
+    return handshake_receive(st, &e->full[e->slot_of[m]], &site, err);
 }
 
 int hy_mailbox_release(hy_stream *st, const hy_edge *e, int m, hy_error *err) {
@@ -295,7 +295,7 @@ void hy_channel_close(hy_channel *ch, hy_backend *be) {
     memset(ch, 0, sizeof *ch);
 }
 
-static void hy_channel_site(hy_wait_site *site, const hy_channel *ch, int rank, const char *what) {
+static void channel_site(hy_wait_site *site, const hy_channel *ch, int rank, const char *what) {
     site->rank = rank;
     snprintf(site->what, sizeof site->what, "%s (channel rank %d -> rank %d)", what, ch->from_rank,
              ch->to_rank);
@@ -304,14 +304,14 @@ static void hy_channel_site(hy_wait_site *site, const hy_channel *ch, int rank, 
 int hy_channel_send(hy_stream *st, const hy_channel *ch, const void *src, const char *what,
                     hy_error *err) {
     hy_wait_site site;
-    hy_channel_site(&site, ch, st->rank, what);
-    return hy_handshake_send(st, ch->full, ch->free, ch->slot, src, ch->bytes, &site, err);
+    channel_site(&site, ch, st->rank, what);
+    return handshake_send(st, ch->full, ch->free, ch->slot, src, ch->bytes, &site, err);
 }
 
 int hy_channel_receive(hy_stream *st, const hy_channel *ch, const char *what, hy_error *err) {
     hy_wait_site site;
-    hy_channel_site(&site, ch, st->rank, what);
-    return hy_handshake_receive(st, ch->full, &site, err);
+    channel_site(&site, ch, st->rank, what);
+    return handshake_receive(st, ch->full, &site, err);
 }
 
 int hy_channel_release(hy_stream *st, const hy_channel *ch, hy_error *err) {

@@ -22,23 +22,23 @@ void hy_model_free(hy_model *m) {
 /* Forward FLOPs per token of the head, in units of one block's: the
  * block does 24 C^2 (its four matmuls) + 4 C T (attention scores and
  * mixing), the head 2 C Vp. */
-static double hy_head_cost(const hy_model *m) {
+static double head_cost(const hy_model *m) {
     double C = m->d_model, T = m->seq_len;
     return 2.0 * C * m->vocab_padded / (24.0 * C * C + 4.0 * C * T);
 }
 
 double hy_model_stage_cost(const hy_model *m, int stage) {
-    return m->n_layers[stage] + (stage == m->stages - 1 ? hy_head_cost(m) : 0.0);
+    return m->n_layers[stage] + (stage == m->stages - 1 ? head_cost(m) : 0.0);
 }
 
 /* Every stage at least one layer, the head counted on the last: choose
  * the last stage's layer count n, spread the rest evenly over the others
  * (earlier stages take the remainder), and keep the n that minimises the
  * largest stage. */
-static void hy_balance(hy_model *m) {
+static void balance(hy_model *m) {
     int S = m->stages, L = m->layers;
     if (S == 1) { m->n_layers[0] = L; return; }
-    double head = hy_head_cost(m), best = INFINITY;
+    double head = head_cost(m), best = INFINITY;
     int best_n = 1;
     for (int n = 1; n <= L - (S - 1); n++) {
         int rest = L - n;
@@ -50,7 +50,7 @@ static void hy_balance(hy_model *m) {
     m->n_layers[S - 1] = best_n;
 }
 
-static void hy_add_param(hy_model *m, hy_param_kind kind, int layer, const char *suffix, int d0,
+static void add_param(hy_model *m, hy_param_kind kind, int layer, const char *suffix, int d0,
                          int d1, int stage, int decay) {
     hy_param *p = &m->params[m->n_params++];
     memset(p, 0, sizeof *p);
@@ -68,24 +68,24 @@ static void hy_add_param(hy_model *m, hy_param_kind kind, int layer, const char 
     m->stage_numel[stage] += p->numel;
 }
 
-static void hy_add_block(hy_model *m, int l, int stage) {
+static void add_block(hy_model *m, int l, int stage) {
     int C = m->d_model;
-    hy_add_param(m, HY_P_LN1_W, l, "ln_1.weight", C, 0, stage, 0);
-    hy_add_param(m, HY_P_LN1_B, l, "ln_1.bias", C, 0, stage, 0);
-    hy_add_param(m, HY_P_QKV_W, l, "attn.c_attn.weight", C, 3 * C, stage, 1);
-    hy_add_param(m, HY_P_QKV_B, l, "attn.c_attn.bias", 3 * C, 0, stage, 0);
-    hy_add_param(m, HY_P_ATTN_PROJ_W, l, "attn.c_proj.weight", C, C, stage, 1);
-    hy_add_param(m, HY_P_ATTN_PROJ_B, l, "attn.c_proj.bias", C, 0, stage, 0);
-    hy_add_param(m, HY_P_LN2_W, l, "ln_2.weight", C, 0, stage, 0);
-    hy_add_param(m, HY_P_LN2_B, l, "ln_2.bias", C, 0, stage, 0);
-    hy_add_param(m, HY_P_FC_W, l, "mlp.c_fc.weight", C, 4 * C, stage, 1);
-    hy_add_param(m, HY_P_FC_B, l, "mlp.c_fc.bias", 4 * C, 0, stage, 0);
-    hy_add_param(m, HY_P_MLP_PROJ_W, l, "mlp.c_proj.weight", 4 * C, C, stage, 1);
-    hy_add_param(m, HY_P_MLP_PROJ_B, l, "mlp.c_proj.bias", C, 0, stage, 0);
+    add_param(m, HY_P_LN1_W, l, "ln_1.weight", C, 0, stage, 0);
+    add_param(m, HY_P_LN1_B, l, "ln_1.bias", C, 0, stage, 0);
+    add_param(m, HY_P_QKV_W, l, "attn.c_attn.weight", C, 3 * C, stage, 1);
+    add_param(m, HY_P_QKV_B, l, "attn.c_attn.bias", 3 * C, 0, stage, 0);
+    add_param(m, HY_P_ATTN_PROJ_W, l, "attn.c_proj.weight", C, C, stage, 1);
+    add_param(m, HY_P_ATTN_PROJ_B, l, "attn.c_proj.bias", C, 0, stage, 0);
+    add_param(m, HY_P_LN2_W, l, "ln_2.weight", C, 0, stage, 0);
+    add_param(m, HY_P_LN2_B, l, "ln_2.bias", C, 0, stage, 0);
+    add_param(m, HY_P_FC_W, l, "mlp.c_fc.weight", C, 4 * C, stage, 1);
+    add_param(m, HY_P_FC_B, l, "mlp.c_fc.bias", 4 * C, 0, stage, 0);
+    add_param(m, HY_P_MLP_PROJ_W, l, "mlp.c_proj.weight", 4 * C, C, stage, 1);
+    add_param(m, HY_P_MLP_PROJ_B, l, "mlp.c_proj.bias", C, 0, stage, 0);
 }
 
 /* The least common multiple of HY_VOCAB_ALIGN and k >= 1. */
-static long hy_vocab_multiple(int k) {
+static long vocab_lcm(int k) {
     long a = HY_VOCAB_ALIGN, b = k;
     while (b) {
         long t = a % b;
@@ -105,7 +105,7 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
                    int stages, int vocab_multiple, hy_error *err) {
     memset(m, 0, sizeof *m);
     assert(stages >= 1);
-    long multiple = hy_vocab_multiple(vocab_multiple < 1 ? 1 : vocab_multiple);
+    long multiple = vocab_lcm(vocab_multiple < 1 ? 1 : vocab_multiple);
     m->kind = shape->kind;
     m->layers = shape->layers;
     m->d_model = shape->d_model;
@@ -134,18 +134,18 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
                        "%d stages but only %d layers: lower schedule.ranks/waves/chunks or give "
                        "schedule.split", S, L);
     } else {
-        hy_balance(m);
+        balance(m);
     }
     for (int s = 1; s < S; s++) m->first_layer[s] = m->first_layer[s - 1] + m->n_layers[s - 1];
 
     int C = m->d_model;
-    hy_add_param(m, HY_P_WTE, -1, "wte.weight", m->vocab_padded, C, 0, 1);
-    hy_add_param(m, HY_P_WPE, -1, "wpe.weight", m->seq_len, C, 0, 1);
+    add_param(m, HY_P_WTE, -1, "wte.weight", m->vocab_padded, C, 0, 1);
+    add_param(m, HY_P_WPE, -1, "wpe.weight", m->seq_len, C, 0, 1);
     for (int s = 0; s < S; s++)
         for (int l = m->first_layer[s]; l < m->first_layer[s] + m->n_layers[s]; l++)
-            hy_add_block(m, l, s);
-    hy_add_param(m, HY_P_LNF_W, -1, "ln_f.weight", C, 0, S - 1, 0);
-    hy_add_param(m, HY_P_LNF_B, -1, "ln_f.bias", C, 0, S - 1, 0);
+            add_block(m, l, s);
+    add_param(m, HY_P_LNF_W, -1, "ln_f.weight", C, 0, S - 1, 0);
+    add_param(m, HY_P_LNF_B, -1, "ln_f.bias", C, 0, S - 1, 0);
     return HY_OK;
 }
 
@@ -188,7 +188,7 @@ size_t hy_model_max_numel(const hy_model *m) {
     return most;
 }
 
-static int hy_is_residual_proj(hy_param_kind k) {
+static int is_residual_proj(hy_param_kind k) {
     return k == HY_P_ATTN_PROJ_W || k == HY_P_MLP_PROJ_W;
 }
 
@@ -205,7 +205,7 @@ void hy_model_init_stage(const hy_model *m, int stage, uint64_t seed, float *blo
             memset(w, 0, n * sizeof *w);
         } else {
             hy_rng r = hy_rng_stream(seed, (uint64_t)i);
-            double sd = hy_is_residual_proj(p->kind) ? resid : 0.02;
+            double sd = is_residual_proj(p->kind) ? resid : 0.02;
             size_t real = n;
             if (p->kind == HY_P_WTE) real = (size_t)m->vocab * (size_t)m->d_model;
             for (size_t j = 0; j < real; j++) w[j] = (float)(sd * hy_rng_normal(&r));

@@ -2,7 +2,7 @@
  * order.c — see order.h.
  *
  * The candidates, in the order they are tried (the first of equals wins):
- *   1. the canonical order (hy_order_default);
+ *   1. the canonical order (hy_sched_order_default);
  *   2. hanayo: the merge under the costs with a rank holding 2WP + e
  *      activations, e = 0..P, flat or rising by r, looking 1, WP or 2WP
  *      stream entries ahead. More activations in flight are what hides a
@@ -66,7 +66,7 @@ static int peak_of(const hy_sim_result *r, int *sum) {
 
 /* Builds and prices one candidate (o NULL: the canonical order, made for
  * the uniform costs); keeps it if it beats the best so far. */
-static int try_order(order_search *g, const hy_order *o, hy_error *err) {
+static int try_order(order_search *g, const hy_sched_order *o, hy_error *err) {
     hy_schedule s;
     int rc = o ? hy_schedule_build_order(&s, g->p, g->c, o, err) : hy_schedule_build(&s, g->p, err);
     if (rc) return rc;
@@ -125,11 +125,11 @@ static int canonical_peak(const hy_sched_params *p, hy_error *err) {
 /* Split hanayo with o's F/B knobs, the merge placing the W's itself: a W
  * filling waits of more than 0, 1/2 or 1 W, and the last stage or (from
  * P = 4) the last P/2 passing a full rank's cap. */
-static int try_merged_wgrads(order_search *g, const hy_order *o, hy_error *err) {
+static int try_merged_wgrads(order_search *g, const hy_sched_order *o, hy_error *err) {
     int P = g->p->ranks, rc = HY_OK;
     for (int k = 1; k <= 3 && !rc; k++)
         for (int t = 0; t < (P >= 4 ? 2 : 1) && !rc; t++) {
-            hy_order m = *o;
+            hy_sched_order m = *o;
             m.w_in_merge = k;
             m.cap_tail = t ? P / 2 : 1;
             rc = try_order(g, &m, err);
@@ -155,7 +155,7 @@ static int search(order_search *g, hy_error *err) {
               for (int bf = 0; bf <= (hanayo && wide ? 1 : 0) && !rc; bf++)
                 for (int slope = 0; slope <= (p->split_backward ? 2 : 0) && !rc; slope++)
                     for (int b = 0; b <= (p->split_backward && wide ? 2 : 0) && !rc; b++) {
-                        hy_order o = { .cap_extra = extra, .cap_rises = rises,
+                        hy_sched_order o = { .cap_extra = extra, .cap_rises = rises,
                                        .window = hanayo ? windows[w] : 0, .backward_first = bf,
                                        .defer_slope = slope, .defer_base = b };
                         rc = try_order(g, &o, err);
@@ -166,7 +166,7 @@ static int search(order_search *g, hy_error *err) {
     return rc;
 }
 
-int hy_schedule_for_costs(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
+int hy_order_schedule(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                           hy_error *err) {
     if (!c || is_uniform(p, c)) return hy_schedule_build(s, p, err);
     int rc = hy_costs_check(c, 0, err);
@@ -187,7 +187,7 @@ int hy_schedule_for_costs(hy_schedule *s, const hy_sched_params *p, const hy_cos
     double actions = (double)p->ranks * hy_sched_rank_actions(0, hy_sched_chunks(p), p->micro_batches);
     if (p->kind == HY_SCHED_HANAYO && !p->split_backward &&
         actions * (actions / p->ranks) <= JUSTIFY_WORK)
-        rc = hy_schedule_justify(&g.best, c, g.peak_limit, JUSTIFY_ROUNDS, err);
+        rc = hy_justify_schedule(&g.best, c, g.peak_limit, JUSTIFY_ROUNDS, err);
     if (rc) {
         hy_schedule_free(&g.best);
         memset(s, 0, sizeof *s);

@@ -4,8 +4,8 @@
  * schedule.h builds each schedule in one canonical order, the one the
  * uniform costs (f = 1, b = 2, free transfers) call for. Real costs differ:
  * a transfer takes time, stages are uneven, a split backward's two passes
- * cost what they cost. hy_schedule_for_costs builds the candidates
- * schedule.h can make for the same placement (hy_order: hanayo's merge
+ * cost what they cost. hy_order_schedule builds the candidates
+ * schedule.h can make for the same placement (hy_sched_order: hanayo's merge
  * replayed under the costs with other activation caps and look-aheads;
  * for a split backward other deferrals of the weight passes, and ZB-V),
  * prices each with the simulator (sim.h) and keeps the shortest (for
@@ -28,7 +28,7 @@
 
 /* The schedule of p in the order that runs shortest under costs c (NULL:
  * the uniform costs, hence the canonical order). */
-int hy_schedule_for_costs(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
+int hy_order_schedule(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                           hy_error *err);
 
 #endif

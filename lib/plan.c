@@ -39,13 +39,13 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
                        "hold; use fewer micro-batches, waves or chunks",
                        hy_sched_name(p->kind), p->ranks, p->micro_batches,
                        hy_sched_chunks(p), n, HY_PLAN_MAX_ACTIONS);
-    int st = hy_schedule_for_costs(&pl->sched, p, c, err);
-    if (st != HY_OK) return st;
-    st = hy_simulate(&pl->sched, c, NULL, &pl->sim, err);
-    if (st != HY_OK) {
+    int rc = hy_order_schedule(&pl->sched, p, c, err);
+    if (rc != HY_OK) return rc;
+    rc = hy_simulate(&pl->sched, c, NULL, &pl->sim, err);
+    if (rc != HY_OK) {
         hy_schedule_free(&pl->sched);
         memset(pl, 0, sizeof *pl);
-        return st;
+        return rc;
     }
     pl->costs = *c;
     pl->costs.fwd_stage = pl->costs.bwd_stage = pl->costs.wgrad_stage = NULL;  /* copied below */
@@ -621,10 +621,10 @@ int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_COMP
         hy_plan pl;
         hy_error e;
         hy_error_clear(&e);
-        int st = skip && skip[k] ? hy_fail(&e, HY_ERR_INPUT, "%s", skip[k])
+        int rc = skip && skip[k] ? hy_fail(&e, HY_ERR_INPUT, "%s", skip[k])
                                  : hy_plan_build(&pl, &q, &costs[k], &e);
-        if (st == HY_ERR_RUNTIME) return hy_fail(err, st, "%s", e.msg);
-        if (st != HY_OK) {
+        if (rc == HY_ERR_RUNTIME) return hy_fail(err, rc, "%s", e.msg);
+        if (rc != HY_OK) {
             snprintf(row->note, sizeof row->note, "%s", e.msg);
             if (first.status == HY_OK) first = e;
             continue;

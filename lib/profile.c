@@ -47,26 +47,26 @@ typedef struct {
     double *sum_at;       /* [ranks * 2 (stages + 1)]: hy_profile's sum_at */
 } step_times;
 
-static void step_free(step_times *st, int ranks) {
-    if (st->t)
-        for (int r = 0; r < ranks; r++) free(st->t[r]);
-    free(st->t);
-    free(st->iter_start);
-    free(st->tail_at);
-    free(st->sum_at);
-    memset(st, 0, sizeof *st);
+static void step_free(step_times *times, int ranks) {
+    if (times->t)
+        for (int r = 0; r < ranks; r++) free(times->t[r]);
+    free(times->t);
+    free(times->iter_start);
+    free(times->tail_at);
+    free(times->sum_at);
+    memset(times, 0, sizeof *times);
 }
 
-static int step_alloc(step_times *st, const hy_schedule *s) {
-    memset(st, 0, sizeof *st);
-    st->t = calloc((size_t)s->ranks, sizeof *st->t);
-    st->iter_start = calloc((size_t)s->ranks, sizeof(double));
-    st->tail_at = calloc(3 * (size_t)s->ranks, sizeof(double));
-    st->sum_at = calloc(2 * ((size_t)s->stages + 1) * (size_t)s->ranks, sizeof(double));
-    if (!st->t || !st->iter_start || !st->tail_at || !st->sum_at) return -1;
+static int step_alloc(step_times *times, const hy_schedule *s) {
+    memset(times, 0, sizeof *times);
+    times->t = calloc((size_t)s->ranks, sizeof *times->t);
+    times->iter_start = calloc((size_t)s->ranks, sizeof(double));
+    times->tail_at = calloc(3 * (size_t)s->ranks, sizeof(double));
+    times->sum_at = calloc(2 * ((size_t)s->stages + 1) * (size_t)s->ranks, sizeof(double));
+    if (!times->t || !times->iter_start || !times->tail_at || !times->sum_at) return -1;
     for (int r = 0; r < s->ranks; r++) {
-        st->t[r] = calloc((size_t)s->n_actions[r] + 1, sizeof **st->t);
-        if (!st->t[r]) return -1;
+        times->t[r] = calloc((size_t)s->n_actions[r] + 1, sizeof **times->t);
+        if (!times->t[r]) return -1;
     }
     return 0;
 }
@@ -116,7 +116,7 @@ static double arrival_of(const hy_action_time *q, const hy_action_time *t) {
 
 /* The stamps of one step (ns, per rank) → times in ms from its origin, the
  * earliest iteration start over the ranks. */
-static int take_step(const hy_profile *p, uint64_t *const *raw, const int *at, step_times *st,
+static int take_step(const hy_profile *p, uint64_t *const *raw, const int *at, step_times *step,
                      hy_error *err) {
     const hy_schedule *s = &p->sched;
     int P = s->ranks;
@@ -133,10 +133,10 @@ static int take_step(const hy_profile *p, uint64_t *const *raw, const int *at, s
     /* Each action's own stamps, kept in order (one clock, but the stamp
      * ending one op and the one starting the next may tie). */
     for (int r = 0; r < P; r++) {
-        st->iter_start[r] = MS(raw[r][0]);
+        step->iter_start[r] = MS(raw[r][0]);
         for (int i = 0; i < s->n_actions[r]; i++) {
             const uint64_t *k = &raw[r][hy_stamp_action(i, HY_STAMP_START)];
-            hy_action_time *t = &st->t[r][i];
+            hy_action_time *t = &step->t[r][i];
             t->start = MS(k[HY_STAMP_START]);
             t->received = fmax(MS(k[HY_STAMP_RECEIVED]), t->start);
             t->computed = fmax(MS(k[HY_STAMP_COMPUTED]), t->received);
@@ -145,8 +145,8 @@ static int take_step(const hy_profile *p, uint64_t *const *raw, const int *at, s
             t->copied = t->sent;   /* until the copy times are known */
         }
         for (int j = 0; j < HY_STAMPS_TAIL; j++)
-            st->tail_at[r * HY_STAMPS_TAIL + j] = MS(raw[r][hy_stamp_tail(s->n_actions[r], j)]);
-        double *sum = &st->sum_at[(size_t)r * 2 * (s->stages + 1)];
+            step->tail_at[r * HY_STAMPS_TAIL + j] = MS(raw[r][hy_stamp_tail(s->n_actions[r], j)]);
+        double *sum = &step->sum_at[(size_t)r * 2 * (s->stages + 1)];
         for (int j = 0; j < p->n_sums[r]; j++)
             for (int end = 0; end < 2; end++)
                 sum[2 * j + end] = MS(raw[r][hy_stamp_sum(s->n_actions[r], j, end)]);
@@ -154,10 +154,10 @@ static int take_step(const hy_profile *p, uint64_t *const *raw, const int *at, s
 #undef MS
     for (int r = 0; r < P; r++)
         for (int i = 0; i < s->n_actions[r]; i++) {
-            hy_action_time *t = &st->t[r][i];
+            hy_action_time *t = &step->t[r][i];
             int pr, pi;
             if (remote_producer(s, at, &s->actions[r][i], r, &pr, &pi))
-                t->ready = fmin(fmax(t->start, arrival_of(&st->t[pr][pi], t)), t->computed);
+                t->ready = fmin(fmax(t->start, arrival_of(&step->t[pr][pi], t)), t->computed);
         }
     return HY_OK;
 }
@@ -176,14 +176,14 @@ static int run_steps(hy_profile *p, hy_runtime *rt, const hy_profile_opts *o,
     }
     double wall = 0, tokens = 0;
     for (int k = 0; !rc && k < HY_PROFILE_WARMUP + o->steps; k++) {
-        hy_step_stats st;
-        rc = hy_train_step(rt, &st, err);
+        hy_step_stats stats;
+        rc = hy_train_step(rt, &stats, err);
         if (rc || k < HY_PROFILE_WARMUP) continue;
         for (int r = 0; !rc && r < P; r++)
             rc = hy_runtime_stamps(rt, r, raw[r], hy_runtime_stamp_count(rt, r), err);
         if (!rc) rc = take_step(p, raw, at, &steps[k - HY_PROFILE_WARMUP], err);
-        wall += st.ms;
-        tokens = st.tokens;
+        wall += stats.ms;
+        tokens = stats.tokens;
     }
     if (!rc) {
         p->wall_ms = wall / o->steps;
@@ -243,13 +243,13 @@ static int measure(hy_profile *p, step_times *steps, hy_error *err) {
     }
     double comm = 0;
     long comm_n = 0;
-    for (int st = 0; st < S; st++) {
-        hy_stage_cost *c = &p->stage[st];
+    for (int si = 0; si < S; si++) {
+        hy_stage_cost *c = &p->stage[si];
         memset(c, 0, sizeof *c);
-        c->rank = s->placement[st];
-        c->layers = p->n_layers[st];
-        c->fwd_copy = p->copy[st];
-        c->bwd_copy = p->copy[S + st];
+        c->rank = s->placement[si];
+        c->layers = p->n_layers[si];
+        c->fwd_copy = p->copy[si];
+        c->bwd_copy = p->copy[S + si];
     }
     for (int k = 0; k < n; k++) {
         const step_times *sk = &steps[k];
@@ -303,12 +303,12 @@ static int measure(hy_profile *p, step_times *steps, hy_error *err) {
         t->idle = fmax(0, p->step_ms - t->compute - t->copy - t->wait - t->blocked - t->sums -
                           t->tail);
     }
-    for (int st = 0; st < S; st++) {
-        hy_stage_cost *c = &p->stage[st];
+    for (int si = 0; si < S; si++) {
+        hy_stage_cost *c = &p->stage[si];
         c->fwd = c->fwd_compute + c->fwd_copy;
         c->bwd = c->bwd_compute + c->bwd_copy;
-        c->fwd_transfer = xfer_n[st] ? xfer[st] / xfer_n[st] : -1;
-        c->bwd_transfer = xfer_n[S + st] ? xfer[S + st] / xfer_n[S + st] : -1;
+        c->fwd_transfer = xfer_n[si] ? xfer[si] / xfer_n[si] : -1;
+        c->bwd_transfer = xfer_n[S + si] ? xfer[S + si] / xfer_n[S + si] : -1;
     }
     p->comm = comm_n ? comm / comm_n : 0;
     free(xfer);
@@ -327,18 +327,18 @@ static int predict(hy_profile *p, hy_error *err) {
     double *fwd = malloc(4 * (size_t)S * sizeof(double));
     if (!fwd) return hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
     double *bwd = fwd + S, *wgrad = fwd + 2 * S, *whole = fwd + 3 * S;
-    for (int st = 0; st < S; st++) {
-        fwd[st] = p->stage[st].fwd;
-        bwd[st] = p->stage[st].bwd;
-        wgrad[st] = p->stage[st].wgrad;
-        whole[st] = bwd[st] + wgrad[st];
+    for (int si = 0; si < S; si++) {
+        fwd[si] = p->stage[si].fwd;
+        bwd[si] = p->stage[si].bwd;
+        wgrad[si] = p->stage[si].wgrad;
+        whole[si] = bwd[si] + wgrad[si];
     }
     /* The model prices a whole backward, B and W together, split or not. */
     hy_cost_model_fit(&p->model, fwd, whole, p->n_layers, S, p->head_units, p->comm);
-    for (int st = 0; st < S; st++) {
-        hy_stage_cost *c = &p->stage[st];
+    for (int si = 0; si < S; si++) {
+        hy_stage_cost *c = &p->stage[si];
         double ef, eb;   /* the stage's extras: its cost with no layers */
-        hy_cost_model_stage(&p->model, st, S, 0, &ef, &eb);
+        hy_cost_model_stage(&p->model, si, S, 0, &ef, &eb);
         c->layer_fwd = c->layers > 0 ? fmax(0, c->fwd - ef) / c->layers : -1;
         c->layer_bwd = c->layers > 0 ? fmax(0, c->bwd + c->wgrad - eb) / c->layers : -1;
     }
@@ -376,9 +376,9 @@ static int profile_alloc(hy_profile *p, const hy_model *m, int steps, step_times
     p->copy = malloc(3 * (size_t)S * sizeof(double));   /* F, B, W */
     p->stage = calloc((size_t)S, sizeof *p->stage);
     p->rank = calloc((size_t)P, sizeof *p->rank);
-    step_times *st = *out = calloc((size_t)steps, sizeof *st);
-    int bad = !p->n_layers || !p->copy || !p->stage || !p->rank || !st;
-    for (int k = 0; !bad && k < steps; k++) bad = step_alloc(&st[k], &p->sched) != 0;
+    step_times *times = *out = calloc((size_t)steps, sizeof *times);
+    int bad = !p->n_layers || !p->copy || !p->stage || !p->rank || !times;
+    for (int k = 0; !bad && k < steps; k++) bad = step_alloc(&times[k], &p->sched) != 0;
     if (bad) return hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
     memcpy(p->n_layers, m->n_layers, (size_t)S * sizeof(int));
     p->head_units = hy_model_stage_cost(m, m->stages - 1) - m->n_layers[m->stages - 1];
@@ -451,7 +451,7 @@ int hy_profile_from_stamps(hy_profile *p, const hy_run *run, int steps,
         return hy_fail(err, HY_ERR_INPUT, "profile: the number of measured steps must be at "
                        "least 1, got %d", steps);
     snprintf(p->backend, sizeof p->backend, "given stamps");
-    step_times *st = NULL;
+    step_times *times = NULL;
     int *at = NULL;
     int rc = hy_schedule_copy(&p->sched, &run->sched, err);
     if (!rc) {
@@ -461,10 +461,10 @@ int hy_profile_from_stamps(hy_profile *p, const hy_run *run, int steps,
         at = action_index(&p->sched);
         if (!p->n_sums || !p->sum_stage || !at) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
     }
-    if (!rc) rc = profile_alloc(p, &run->model, steps, &st, err);
-    for (int k = 0; !rc && k < steps; k++) rc = take_step(p, raw[k], at, &st[k], err);
+    if (!rc) rc = profile_alloc(p, &run->model, steps, &times, err);
+    for (int k = 0; !rc && k < steps; k++) rc = take_step(p, raw[k], at, &times[k], err);
     free(at);
-    return profile_finish(p, st, rc, err);
+    return profile_finish(p, times, rc, err);
 }
 
 /* ------------------------------------------------------------------------
@@ -631,10 +631,10 @@ static json_t *summary(const hy_profile *p) {
                                     "blocked_ms", t->blocked, "sums_wait_ms", t->sums,
                                     "tail_ms", t->tail, "idle_ms", t->idle));
     }
-    for (int st = 0; st < s->stages; st++) {
-        const hy_stage_cost *c = &p->stage[st];
+    for (int si = 0; si < s->stages; si++) {
+        const hy_stage_cost *c = &p->stage[si];
         bad |= add(split, json_integer(c->layers));
-        json_t *e = json_pack("{s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "stage", st,
+        json_t *e = json_pack("{s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "stage", si,
                               "rank", c->rank, "layers", c->layers, "fwd_ms", c->fwd,
                               "bwd_ms", c->bwd, "fwd_compute_ms", c->fwd_compute,
                               "bwd_compute_ms", c->bwd_compute, "fwd_copy_ms", c->fwd_copy,
@@ -759,10 +759,10 @@ int hy_profile_check_dir(const char *dir, hy_error *err) {
     memcpy(buf, dir, n + 1);
     /* Walk up to the deepest part that exists. */
     int rc = HY_OK;
-    struct stat st;
+    struct stat sb;
     for (;;) {
-        if (stat(buf, &st) == 0) {
-            if (!S_ISDIR(st.st_mode))
+        if (stat(buf, &sb) == 0) {
+            if (!S_ISDIR(sb.st_mode))
                 rc = hy_fail(err, HY_ERR_INPUT, "--out %s: %s is not a directory", dir, buf);
             else if (access(buf, W_OK | X_OK) != 0)
                 rc = hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT),
@@ -807,8 +807,8 @@ static int make_dirs(const char *dir, hy_error *err) {
         *p = c;
         if (!c) break;
     }
-    struct stat st;
-    if (!rc && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+    struct stat sb;
+    if (!rc && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
         rc = hy_fail(err, HY_ERR_INPUT, "--out %s is not a directory", dir);
     free(buf);
     return rc;

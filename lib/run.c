@@ -50,7 +50,7 @@ int hy_run_resolve(hy_run *r, const hy_config *c, hy_error *err) {
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory resolving the run");
     }
     hy_costs costs = hy_costs_uniform_for(r->sched_params.split_backward, r->comm_cost);
-    int rc = hy_schedule_for_costs(&r->sched, &r->sched_params, &costs, err);
+    int rc = hy_order_schedule(&r->sched, &r->sched_params, &costs, err);
     if (!rc) {
         /* The config loader checked that a given split has one entry per
          * stage and sums to the layers. */

@@ -878,7 +878,7 @@ static int rt_open_train(hy_runtime *rt, hy_error *err) {
     return HY_OK;
 }
 
-int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err) {
+int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *stats, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     double t0 = rt_now();
     rt->step++;
@@ -903,15 +903,15 @@ int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err)
     if (!rc) rc = hy_dp_sum(rt->dp, &total, 1, err);
     if (rc) return rc;
     loss = (float)total;
-    st->step = rt->step;
+    stats->step = rt->step;
     rt->last_loss = loss;
-    st->loss = loss;
-    st->grad_norm = norm;
-    st->nonfinite = !isfinite(loss) || !isfinite(norm);
-    st->updated = isfinite(norm);
-    st->lr = lr;
-    st->ms = (rt_now() - t0) * 1e3;
-    st->tokens = (double)rt->M * rt->N * rt->replicas;
+    stats->loss = loss;
+    stats->grad_norm = norm;
+    stats->nonfinite = !isfinite(loss) || !isfinite(norm);
+    stats->updated = isfinite(norm);
+    stats->lr = lr;
+    stats->ms = (rt_now() - t0) * 1e3;
+    stats->tokens = (double)rt->M * rt->N * rt->replicas;
     return HY_OK;
 }
 

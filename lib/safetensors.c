@@ -426,15 +426,15 @@ static int load_header(const hy_st_file *f, uint64_t n, json_t **root, hy_error 
 /* O_NONBLOCK so that a FIFO given as the path fails the regular-file
  * check below instead of hanging in open; it changes nothing for files. */
 static int open_fd(hy_st_file *f, hy_error *err) {
-    struct stat st;
+    struct stat sb;
     do f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); while (f->fd < 0 && errno == EINTR);
     if (f->fd < 0)
         return hy_fail(err, HY_ERR_INPUT, "cannot open %s: %s", f->path, strerror(errno));
-    if (fstat(f->fd, &st) != 0)
+    if (fstat(f->fd, &sb) != 0)
         return hy_fail(err, HY_ERR_RUNTIME, "cannot stat %s: %s", f->path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
+    if (!S_ISREG(sb.st_mode))
         return hy_fail(err, HY_ERR_INPUT, "%s is not a regular file", f->path);
-    f->file_size = (uint64_t)st.st_size;
+    f->file_size = (uint64_t)sb.st_size;
     return HY_OK;
 }
 

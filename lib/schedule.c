@@ -75,7 +75,7 @@ void hy_schedule_free(hy_schedule *s) {
 /* ------------------------------------------------------------------------ */
 /* Placement and shape */
 
-static int hy_place(hy_sched_kind kind, int P, int s) {
+static int place_of(hy_sched_kind kind, int P, int s) {
     if (kind == HY_SCHED_HANAYO) {
         int seg = s / P, j = s % P;
         return (seg % 2 == 0) ? j : P - 1 - j;
@@ -90,12 +90,12 @@ int hy_schedule_local_chunk(const hy_schedule *s, int stage) {
 }
 
 /* Stage that rank r holds as its local chunk c. */
-static int hy_stage_of(const hy_schedule *s, int r, int c) {
+static int stage_of(const hy_schedule *s, int r, int c) {
     if (s->kind == HY_SCHED_HANAYO && c % 2 == 1) return c * s->ranks + (s->ranks - 1 - r);
     return c * s->ranks + r;
 }
 
-static int hy_check_params(const hy_sched_params *p, hy_error *err) {
+static int check_params(const hy_sched_params *p, hy_error *err) {
     if (p->kind < 0 || p->kind >= HY_SCHED_COUNT)
         return hy_fail(err, HY_ERR_INPUT, "unknown schedule kind %d", (int)p->kind);
     if (p->ranks < 1 || p->ranks > HY_MAX_RANKS)
@@ -132,7 +132,7 @@ long hy_sched_rank_actions(int split_backward, int chunks, int micro_batches) {
     return (split_backward ? 3L : 2L) * chunks * micro_batches;
 }
 
-static int hy_schedule_alloc(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
+static int schedule_alloc(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
     memset(s, 0, sizeof *s);
     s->kind = p->kind;
     s->ranks = p->ranks;
@@ -145,7 +145,7 @@ static int hy_schedule_alloc(hy_schedule *s, const hy_sched_params *p, hy_error 
     s->n_actions = calloc((size_t)s->ranks, sizeof(int));
     s->actions = calloc((size_t)s->ranks, sizeof(hy_action *));
     if (!s->placement || !s->n_actions || !s->actions) goto oom;
-    for (int st = 0; st < s->stages; st++) s->placement[st] = hy_place(s->kind, s->ranks, st);
+    for (int stage = 0; stage < s->stages; stage++) s->placement[stage] = place_of(s->kind, s->ranks, stage);
     size_t per_rank = (size_t)hy_sched_rank_actions(s->split, s->chunks, s->micro_batches);
     for (int r = 0; r < s->ranks; r++) {
         s->actions[r] = malloc(sizeof(hy_action) * per_rank);
@@ -161,7 +161,7 @@ int hy_schedule_copy(hy_schedule *dst, const hy_schedule *src, hy_error *err) {
     hy_sched_params p = { .kind = src->kind, .ranks = src->ranks,
                           .micro_batches = src->micro_batches, .waves = src->waves,
                           .chunks = src->chunks, .split_backward = src->split };
-    int rc = hy_schedule_alloc(dst, &p, err);
+    int rc = schedule_alloc(dst, &p, err);
     if (rc) return rc;
     memcpy(dst->placement, src->placement, sizeof(int) * (size_t)src->stages);
     memcpy(dst->n_actions, src->n_actions, sizeof(int) * (size_t)src->ranks);
@@ -170,7 +170,7 @@ int hy_schedule_copy(hy_schedule *dst, const hy_schedule *src, hy_error *err) {
     return HY_OK;
 }
 
-static void hy_push(hy_schedule *s, int r, int op, int mb, int stage) {
+static void push(hy_schedule *s, int r, int op, int mb, int stage) {
     hy_action *a = &s->actions[r][s->n_actions[r]++];
     a->op = op;
     a->mb = mb;
@@ -180,25 +180,25 @@ static void hy_push(hy_schedule *s, int r, int op, int mb, int stage) {
 /* ------------------------------------------------------------------------ */
 /* GPipe, 1F1B, interleaved: the published orders */
 
-static void hy_build_gpipe(hy_schedule *s) {
+static void build_gpipe(hy_schedule *s) {
     for (int r = 0; r < s->ranks; r++) {
-        for (int m = 0; m < s->micro_batches; m++) hy_push(s, r, HY_FWD, m, r);
-        for (int m = 0; m < s->micro_batches; m++) hy_push(s, r, HY_BWD, m, r);
+        for (int m = 0; m < s->micro_batches; m++) push(s, r, HY_FWD, m, r);
+        for (int m = 0; m < s->micro_batches; m++) push(s, r, HY_BWD, m, r);
     }
 }
 
 /* DAPPLE / PipeDream-flush: P-1-r warm-up forwards, then one forward and
  * one backward in turn, then the remaining backwards. */
-static void hy_build_1f1b(hy_schedule *s) {
+static void build_1f1b(hy_schedule *s) {
     int P = s->ranks, M = s->micro_batches;
     for (int r = 0; r < P; r++) {
         int warm = P - 1 - r < M ? P - 1 - r : M;
-        for (int m = 0; m < warm; m++) hy_push(s, r, HY_FWD, m, r);
+        for (int m = 0; m < warm; m++) push(s, r, HY_FWD, m, r);
         for (int i = 0; i < M - warm; i++) {
-            hy_push(s, r, HY_FWD, warm + i, r);
-            hy_push(s, r, HY_BWD, i, r);
+            push(s, r, HY_FWD, warm + i, r);
+            push(s, r, HY_BWD, i, r);
         }
-        for (int m = M - warm; m < M; m++) hy_push(s, r, HY_BWD, m, r);
+        for (int m = M - warm; m < M; m++) push(s, r, HY_BWD, m, r);
     }
 }
 
@@ -206,7 +206,7 @@ static void hy_build_1f1b(hy_schedule *s) {
  * micro-batch (k div Pv)P + k mod P on local chunk (k div P) mod v, run
  * forward in chunk order and backward in reverse chunk order; rank r warms
  * up with 2(P-1-r) + (v-1)P forwards. */
-static void hy_interleaved_virtual(const hy_schedule *s, int k, int backward,
+static void interleaved_virtual(const hy_schedule *s, int k, int backward,
                                    int *mb, int *chunk) {
     int P = s->ranks, v = s->chunks;
     *mb = (k / (P * v)) * P + k % P;
@@ -214,23 +214,23 @@ static void hy_interleaved_virtual(const hy_schedule *s, int k, int backward,
     if (backward) *chunk = v - 1 - *chunk;
 }
 
-static void hy_push_virtual(hy_schedule *s, int r, int op, int k) {
+static void push_virtual(hy_schedule *s, int r, int op, int k) {
     int mb, chunk;
-    hy_interleaved_virtual(s, k, op == HY_BWD, &mb, &chunk);
-    hy_push(s, r, op, mb, chunk * s->ranks + r);
+    interleaved_virtual(s, k, op == HY_BWD, &mb, &chunk);
+    push(s, r, op, mb, chunk * s->ranks + r);
 }
 
-static void hy_build_interleaved(hy_schedule *s) {
+static void build_interleaved(hy_schedule *s) {
     int P = s->ranks, total = s->chunks * s->micro_batches;
     for (int r = 0; r < P; r++) {
         int warm = 2 * (P - 1 - r) + (s->chunks - 1) * P;
         if (warm > total) warm = total;
-        for (int k = 0; k < warm; k++) hy_push_virtual(s, r, HY_FWD, k);
+        for (int k = 0; k < warm; k++) push_virtual(s, r, HY_FWD, k);
         for (int i = 0; i < total - warm; i++) {
-            hy_push_virtual(s, r, HY_FWD, warm + i);
-            hy_push_virtual(s, r, HY_BWD, i);
+            push_virtual(s, r, HY_FWD, warm + i);
+            push_virtual(s, r, HY_BWD, i);
         }
-        for (int k = total - warm; k < total; k++) hy_push_virtual(s, r, HY_BWD, k);
+        for (int k = total - warm; k < total; k++) push_virtual(s, r, HY_BWD, k);
     }
 }
 
@@ -240,29 +240,29 @@ static void hy_build_interleaved(hy_schedule *s) {
 typedef struct {
     int mb, stage;
     long key;
-} hy_stream_item;
+} stream_item;
 
-static int hy_stream_cmp(const void *a, const void *b) {
-    const hy_stream_item *x = a, *y = b;
+static int stream_cmp(const void *a, const void *b) {
+    const stream_item *x = a, *y = b;
     if (x->key != y->key) return x->key < y->key ? -1 : 1;
     return x->mb - y->mb;
 }
 
 /* The wave streams of one rank: forward (backward = 0) or backward. */
-static void hy_wave_stream(const hy_schedule *s, int r, int backward, hy_stream_item *out) {
+static void wave_stream(const hy_schedule *s, int r, int backward, stream_item *out) {
     int P = s->ranks, S = s->stages, n = 0;
     long group = 2L * P * s->waves;
     for (int m = 0; m < s->micro_batches; m++) {
         for (int c = 0; c < s->chunks; c++) {
-            int st = hy_stage_of(s, r, c);
-            long depth = backward ? S - 1 - st : st;
+            int rc = stage_of(s, r, c);
+            long depth = backward ? S - 1 - rc : rc;
             out[n].mb = m;
-            out[n].stage = st;
+            out[n].stage = rc;
             out[n].key = group * (m / P) + 2L * (m % P) + depth;
             n++;
         }
     }
-    qsort(out, (size_t)n, sizeof *out, hy_stream_cmp);
+    qsort(out, (size_t)n, sizeof *out, stream_cmp);
 }
 
 typedef struct {
@@ -270,34 +270,34 @@ typedef struct {
     int P, S, n;                 /* ranks, stages, items per stream */
     const int *placement;
     const hy_costs *c;           /* what the replay takes each action to cost */
-    hy_stream_item **fs, **bs;   /* [P][n] forward and backward streams */
+    stream_item **fs, **bs;   /* [P][n] forward and backward streams */
     double *fend, *bend;         /* [M*S]: end time, or -1 while not run */
     char **ftaken;               /* [P][n] */
     int *fhead, *bhead, *live;   /* [P] */
     double *free_at;             /* [P] */
-    int split_w;                 /* > 0: the merge places the W's too (hy_order.w_in_merge) */
+    int split_w;                 /* > 0: the merge places the W's too (hy_sched_order.w_in_merge) */
     int cap_tail;                /* then, forwards of the last cap_tail stages pass a cap */
-    hy_stream_item **wq;         /* [P][n]: each rank's B's whose W has not run, in order */
+    stream_item **wq;         /* [P][n]: each rank's B's whose W has not run, in order */
     int *whead, *wtail;          /* [P] */
-} hy_merge;
+} merge_state;
 
 /* When an input made on rank `from` is there for rank r. */
-static double hy_arrival(const hy_merge *g, double end, int from, int r) {
+static double arrival(const merge_state *g, double end, int from, int r) {
     return g->placement[from] != r ? end + g->c->comm : end;
 }
 
 /* When action a could start on rank r as far as its inputs go: the last
  * of their arrivals, by hy_action_inputs (the one statement of the
  * dependencies); -1 while one of them has not run. */
-static double hy_ready(const hy_merge *g, int op, int m, int st, int r) {
-    hy_action a = { op, m, st }, in[HY_MAX_INPUTS];
+static double inputs_ready(const merge_state *g, int op, int m, int rc, int r) {
+    hy_action a = { op, m, rc }, in[HY_MAX_INPUTS];
     int n = hy_action_inputs(g->sched, &a, in);
     double t = 0;
     for (int i = 0; i < n; i++) {
         assert(in[i].op == HY_FWD || in[i].op == HY_BWD);   /* the merge's F and B need no W */
         double end = (in[i].op == HY_FWD ? g->fend : g->bend)[in[i].mb * g->S + in[i].stage];
         if (end < 0) return -1;
-        end = hy_arrival(g, end, in[i].stage, r);
+        end = arrival(g, end, in[i].stage, r);
         if (end > t) t = end;
     }
     return t;
@@ -306,14 +306,14 @@ static double hy_ready(const hy_merge *g, int op, int m, int st, int r) {
 /* Earliest start of rank r's next forward: scans up to `window` untaken
  * stream entries (1 = strict stream order), of stages `from` and above.
  * Returns -1 if none is ready. */
-static double hy_next_forward(const hy_merge *g, int r, int window, int from, int *pick) {
+static double next_forward(const merge_state *g, int r, int window, int from, int *pick) {
     double best = -1;
     int seen = 0;
     for (int i = g->fhead[r]; i < g->n && seen < window; i++) {
         if (g->ftaken[r][i]) continue;
         seen++;
         if (g->fs[r][i].stage < from) continue;
-        double t = hy_ready(g, HY_FWD, g->fs[r][i].mb, g->fs[r][i].stage, r);
+        double t = inputs_ready(g, HY_FWD, g->fs[r][i].mb, g->fs[r][i].stage, r);
         if (t < 0) continue;
         if (t < g->free_at[r]) t = g->free_at[r];
         if (best < 0 || t < best) { best = t; *pick = i; }
@@ -327,7 +327,7 @@ static double hy_next_forward(const hy_merge *g, int r, int window, int from, in
  * at most cap[r] activations (no limit when cap is NULL); `window` is how
  * far a forward may overtake in its stream. Returns 0 if it ran to
  * completion, -1 if a cap starved it. */
-static int hy_merge_run(hy_merge *g, hy_schedule *s, const int *cap, int window, int b_first) {
+static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window, int b_first) {
     int P = g->P;
     int total = (int)hy_sched_rank_actions(g->split_w, s->chunks, s->micro_batches) * P;
     for (int i = 0; i < s->micro_batches * g->S; i++) g->fend[i] = g->bend[i] = -1;
@@ -345,8 +345,8 @@ static int hy_merge_run(hy_merge *g, hy_schedule *s, const int *cap, int window,
             double tb = -1, tf = -1;
             int fi = 0;
             if (g->bhead[r] < g->n) {
-                const hy_stream_item *b = &g->bs[r][g->bhead[r]];
-                tb = hy_ready(g, HY_BWD, b->mb, b->stage, r);
+                const stream_item *b = &g->bs[r][g->bhead[r]];
+                tb = inputs_ready(g, HY_BWD, b->mb, b->stage, r);
                 if (tb >= 0 && tb < g->free_at[r]) tb = g->free_at[r];
             }
             /* At its cap a rank may still run a forward of the last
@@ -354,15 +354,15 @@ static int hy_merge_run(hy_merge *g, hy_schedule *s, const int *cap, int window,
              * forward leads to the backward that frees memory, and with
              * activations held until their W the rank holding the last
              * stage could otherwise starve. */
-            if (!cap || g->live[r] < cap[r]) tf = hy_next_forward(g, r, window, 0, &fi);
-            else if (g->split_w) tf = hy_next_forward(g, r, window, g->S - g->cap_tail, &fi);
+            if (!cap || g->live[r] < cap[r]) tf = next_forward(g, r, window, 0, &fi);
+            else if (g->split_w) tf = next_forward(g, r, window, g->S - g->cap_tail, &fi);
             int op = -1;
             double t = 0;
             if (tf >= 0 && (tb < 0 || tf < tb || (tf == tb && !b_first))) { op = HY_FWD; t = tf; }
             else if (tb >= 0) { op = HY_BWD; t = tb; }
             /* A weight pass, always ready once its B has run, fills a
              * wait for the next F or B longer than (split_w - 1) halves of
-             * it (hy_order.w_in_merge), and frees an activation. */
+             * it (hy_sched_order.w_in_merge), and frees an activation. */
             double gap = (g->split_w - 1) * 0.5;
             if (g->split_w && g->wtail[r] > g->whead[r] &&
                 (op < 0 ||
@@ -377,33 +377,33 @@ static int hy_merge_run(hy_merge *g, hy_schedule *s, const int *cap, int window,
         if (best_r < 0) return -1;
         int r = best_r;
         if (best_op == HY_FWD) {
-            const hy_stream_item *f = &g->fs[r][best_i];
+            const stream_item *f = &g->fs[r][best_i];
             g->ftaken[r][best_i] = 1;
             while (g->fhead[r] < g->n && g->ftaken[r][g->fhead[r]]) g->fhead[r]++;
             double end = best_t + hy_costs_fwd(g->c, f->stage);
             g->fend[f->mb * g->S + f->stage] = end;
             g->free_at[r] = end;
             g->live[r]++;
-            hy_push(s, r, HY_FWD, f->mb, f->stage);
+            push(s, r, HY_FWD, f->mb, f->stage);
         } else if (best_op == HY_BWD) {
-            const hy_stream_item *b = &g->bs[r][g->bhead[r]++];
+            const stream_item *b = &g->bs[r][g->bhead[r]++];
             double end = best_t + hy_costs_bwd(g->c, b->stage);
             g->bend[b->mb * g->S + b->stage] = end;
             g->free_at[r] = end;
             if (g->split_w) g->wq[r][g->wtail[r]++] = *b;
             else g->live[r]--;
-            hy_push(s, r, HY_BWD, b->mb, b->stage);
+            push(s, r, HY_BWD, b->mb, b->stage);
         } else {
-            const hy_stream_item *w = &g->wq[r][g->whead[r]++];
+            const stream_item *w = &g->wq[r][g->whead[r]++];
             g->free_at[r] = best_t + hy_costs_wgrad(g->c, w->stage);
             g->live[r]--;
-            hy_push(s, r, HY_WGRAD, w->mb, w->stage);
+            push(s, r, HY_WGRAD, w->mb, w->stage);
         }
     }
     return 0;
 }
 
-static void hy_merge_free(hy_merge *g) {
+static void merge_free(merge_state *g) {
     for (int r = 0; r < g->P; r++) {
         if (g->fs) free(g->fs[r]);
         if (g->bs) free(g->bs[r]);
@@ -416,7 +416,7 @@ static void hy_merge_free(hy_merge *g) {
     free(g->wq); free(g->whead); free(g->wtail);
 }
 
-static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, int split_w,
+static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, int split_w,
                          int cap_tail) {
     memset(g, 0, sizeof *g);
     g->split_w = split_w;
@@ -441,12 +441,12 @@ static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, i
         !g->bhead || !g->live || !g->free_at)
         return -1;
     for (int r = 0; r < g->P; r++) {
-        g->fs[r] = malloc(n * sizeof(hy_stream_item));
-        g->bs[r] = malloc(n * sizeof(hy_stream_item));
+        g->fs[r] = malloc(n * sizeof(stream_item));
+        g->bs[r] = malloc(n * sizeof(stream_item));
         g->ftaken[r] = malloc(n);
         if (!g->fs[r] || !g->bs[r] || !g->ftaken[r]) return -1;
-        hy_wave_stream(s, r, 0, g->fs[r]);
-        hy_wave_stream(s, r, 1, g->bs[r]);
+        wave_stream(s, r, 0, g->fs[r]);
+        wave_stream(s, r, 1, g->bs[r]);
     }
     if (g->split_w) {
         g->wq = calloc(P, sizeof *g->wq);
@@ -454,7 +454,7 @@ static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, i
         g->wtail = malloc(P * sizeof(int));
         if (!g->wq || !g->whead || !g->wtail) return -1;
         for (int r = 0; r < g->P; r++)
-            if (!(g->wq[r] = malloc(n * sizeof(hy_stream_item)))) return -1;
+            if (!(g->wq[r] = malloc(n * sizeof(stream_item)))) return -1;
     }
     return 0;
 }
@@ -467,18 +467,18 @@ static int hy_merge_init(hy_merge *g, const hy_schedule *s, const hy_costs *c, i
  * r backward hops later than rank 0's. Overtaking looks one group (2WP
  * stream entries) ahead by default. Too few micro-batches to fill the
  * pipeline starve a cap: then the merge runs uncapped. */
-static int hy_build_hanayo(hy_schedule *s, const hy_costs *c, const hy_order *o, hy_error *err) {
-    hy_merge g;
+static int build_hanayo(hy_schedule *s, const hy_costs *c, const hy_sched_order *o, hy_error *err) {
+    merge_state g;
     int P = s->ranks, group = s->chunks * P, cap[HY_MAX_RANKS];
-    if (hy_merge_init(&g, s, c, s->split ? o->w_in_merge : 0, o->cap_tail) != 0) {
-        hy_merge_free(&g);
+    if (merge_init(&g, s, c, s->split ? o->w_in_merge : 0, o->cap_tail) != 0) {
+        merge_free(&g);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the hanayo order");
     }
     for (int r = 0; r < P; r++) cap[r] = group + o->cap_extra + (o->cap_rises ? r : 0);
     int window = o->window > 0 ? o->window : group;
-    int rc = hy_merge_run(&g, s, cap, window, o->backward_first);
-    if (rc != 0) rc = hy_merge_run(&g, s, NULL, window, o->backward_first);
-    hy_merge_free(&g);
+    int rc = merge_run(&g, s, cap, window, o->backward_first);
+    if (rc != 0) rc = merge_run(&g, s, NULL, window, o->backward_first);
+    merge_free(&g);
     if (rc != 0)
         return hy_fail(err, HY_ERR_RUNTIME, "internal error: no hanayo order for P=%d W=%d M=%d",
                        P, s->waves, s->micro_batches);
@@ -500,7 +500,7 @@ static int hy_build_hanayo(hy_schedule *s, const hy_costs *c, const hy_order *o,
  * the drain, 3(P-1) units long for 1F1B under f = B = W = 1, shrinks to
  * (P-1): one forward per hop is all that is left of the bubble. */
 
-static int hy_defer_wgrad(hy_schedule *s, const hy_order *o, hy_error *err) {
+static int defer_wgrad(hy_schedule *s, const hy_sched_order *o, hy_error *err) {
     size_t cap = (size_t)s->n_actions[0];
     for (int r = 1; r < s->ranks; r++)
         if ((size_t)s->n_actions[r] > cap) cap = (size_t)s->n_actions[r];
@@ -519,17 +519,17 @@ static int hy_defer_wgrad(hy_schedule *s, const hy_order *o, hy_error *err) {
             if (in[i].op == HY_FWD) last_f = i;
         s->n_actions[r] = 0;
         for (int i = 0; i < n; i++) {
-            hy_push(s, r, in[i].op, in[i].mb, in[i].stage);
+            push(s, r, in[i].op, in[i].mb, in[i].stage);
             if (in[i].op != HY_BWD) continue;
             held[tail++] = in[i];
             int limit = i < last_f ? keep : 0, ran = 0;
             while (tail - head > limit && !(i > last_f && ran)) {
-                hy_push(s, r, HY_WGRAD, held[head].mb, held[head].stage);
+                push(s, r, HY_WGRAD, held[head].mb, held[head].stage);
                 head++;
                 ran = 1;
             }
         }
-        for (; head < tail; head++) hy_push(s, r, HY_WGRAD, held[head].mb, held[head].stage);
+        for (; head < tail; head++) push(s, r, HY_WGRAD, held[head].mb, held[head].stage);
     }
     free(in);
     free(held);
@@ -555,56 +555,56 @@ static int hy_defer_wgrad(hy_schedule *s, const hy_order *o, hy_error *err) {
 typedef struct {
     hy_schedule *s;
     int r, stage[2], f[2], b[2], w[2];
-} hy_zbv;
+} zbv_state;
 
-static void hy_zbv_push(hy_zbv *z, int op, int chunk) {
+static void zbv_push(zbv_state *z, int op, int chunk) {
     int *count = op == HY_FWD ? z->f : op == HY_BWD ? z->b : z->w;
     int m = count[chunk]++;
-    if (m < z->s->micro_batches) hy_push(z->s, z->r, op, m, z->stage[chunk]);
+    if (m < z->s->micro_batches) push(z->s, z->r, op, m, z->stage[chunk]);
 }
 
-static void hy_build_zbv(hy_schedule *s) {
+static void build_zbv(hy_schedule *s) {
     int P = s->ranks, M = s->micro_batches, n = M > 2 * P - 1 ? M : 2 * P - 1;
     for (int r = 0; r < P; r++) {
-        hy_zbv z = { s, r, { r, 2 * P - 1 - r }, { 0, 0 }, { 0, 0 }, { 0, 0 } };
+        zbv_state z = { s, r, { r, 2 * P - 1 - r }, { 0, 0 }, { 0, 0 }, { 0, 0 } };
         s->n_actions[r] = 0;
-        for (int i = 0; i < 2 * (P - r) - 1; i++) hy_zbv_push(&z, HY_FWD, 0);
+        for (int i = 0; i < 2 * (P - r) - 1; i++) zbv_push(&z, HY_FWD, 0);
         for (int i = 0; i < r; i++) {
-            hy_zbv_push(&z, HY_FWD, 1);
-            hy_zbv_push(&z, HY_FWD, 0);
+            zbv_push(&z, HY_FWD, 1);
+            zbv_push(&z, HY_FWD, 0);
         }
         for (int i = 0; i < P - r; i++) {
-            hy_zbv_push(&z, HY_FWD, 1);
-            hy_zbv_push(&z, HY_BWD, 1);
-            hy_zbv_push(&z, HY_WGRAD, 1);
+            zbv_push(&z, HY_FWD, 1);
+            zbv_push(&z, HY_BWD, 1);
+            zbv_push(&z, HY_WGRAD, 1);
         }
         while (z.f[1] < z.f[0] || z.f[0] < n) {
-            if (z.f[0] < n) hy_zbv_push(&z, HY_FWD, 0);
-            hy_zbv_push(&z, HY_BWD, 0);
-            hy_zbv_push(&z, HY_WGRAD, 0);
-            hy_zbv_push(&z, HY_FWD, 1);
-            hy_zbv_push(&z, HY_BWD, 1);
-            hy_zbv_push(&z, HY_WGRAD, 1);
+            if (z.f[0] < n) zbv_push(&z, HY_FWD, 0);
+            zbv_push(&z, HY_BWD, 0);
+            zbv_push(&z, HY_WGRAD, 0);
+            zbv_push(&z, HY_FWD, 1);
+            zbv_push(&z, HY_BWD, 1);
+            zbv_push(&z, HY_WGRAD, 1);
         }
         for (int i = 0; i < r; i++) {
-            hy_zbv_push(&z, HY_BWD, 0);
-            hy_zbv_push(&z, HY_BWD, 1);
+            zbv_push(&z, HY_BWD, 0);
+            zbv_push(&z, HY_BWD, 1);
         }
         for (int i = 0; i < P - r; i++) {
-            hy_zbv_push(&z, HY_BWD, 0);
-            hy_zbv_push(&z, HY_WGRAD, 0);
+            zbv_push(&z, HY_BWD, 0);
+            zbv_push(&z, HY_WGRAD, 0);
         }
-        while (z.w[1] < z.b[1]) hy_zbv_push(&z, HY_WGRAD, 1);
-        while (z.w[0] < z.b[0]) hy_zbv_push(&z, HY_WGRAD, 0);
+        while (z.w[1] < z.b[1]) zbv_push(&z, HY_WGRAD, 1);
+        while (z.w[0] < z.b[0]) zbv_push(&z, HY_WGRAD, 0);
     }
 }
 
 /* ------------------------------------------------------------------------ */
 
-void hy_order_default(const hy_sched_params *p, hy_order *o) {
+void hy_sched_order_default(const hy_sched_params *p, hy_sched_order *o) {
     memset(o, 0, sizeof *o);
     if (p->kind == HY_SCHED_HANAYO) {
-        /* Unsplit: 2WP + r, as hy_build_hanayo explains. Split: B costs
+        /* Unsplit: 2WP + r, as build_hanayo explains. Split: B costs
          * half a backward, so a rank's first B comes back sooner and a
          * flat 2WP suffices, the W's being held by the deferral. */
         o->cap_rises = !p->split_backward;
@@ -614,40 +614,40 @@ void hy_order_default(const hy_sched_params *p, hy_order *o) {
 }
 
 int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
-                            const hy_order *o, hy_error *err) {
+                            const hy_sched_order *o, hy_error *err) {
     memset(s, 0, sizeof *s);
-    int rc = hy_check_params(p, err);
+    int rc = check_params(p, err);
     if (rc) return rc;
-    rc = hy_schedule_alloc(s, p, err);
+    rc = schedule_alloc(s, p, err);
     if (rc) return rc;
     hy_costs uniform = hy_costs_uniform_for(p->split_backward, 0);
     if (!c) c = &uniform;
     switch (p->kind) {
-    case HY_SCHED_GPIPE: hy_build_gpipe(s); break;
-    case HY_SCHED_1F1B: hy_build_1f1b(s); break;
-    case HY_SCHED_INTERLEAVED: hy_build_interleaved(s); break;
+    case HY_SCHED_GPIPE: build_gpipe(s); break;
+    case HY_SCHED_1F1B: build_1f1b(s); break;
+    case HY_SCHED_INTERLEAVED: build_interleaved(s); break;
     case HY_SCHED_HANAYO:
-        if (s->split && o->zbv) hy_build_zbv(s);
-        else rc = hy_build_hanayo(s, c, o, err);
+        if (s->split && o->zbv) build_zbv(s);
+        else rc = build_hanayo(s, c, o, err);
         break;
     default: break;
     }
     if (!rc && s->split && !(p->kind == HY_SCHED_HANAYO && (o->zbv || o->w_in_merge)))
-        rc = hy_defer_wgrad(s, o, err);
+        rc = defer_wgrad(s, o, err);
     if (rc) hy_schedule_free(s);
     return rc;
 }
 
 int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
-    hy_order o;
-    hy_order_default(p, &o);
+    hy_sched_order o;
+    hy_sched_order_default(p, &o);
     return hy_schedule_build_order(s, p, NULL, &o, err);
 }
 
 int hy_schedule_transfers(const hy_schedule *s) {
     int cross = 0;
-    for (int st = 0; st + 1 < s->stages; st++)
-        if (s->placement[st] != s->placement[st + 1]) cross++;
+    for (int stage = 0; stage + 1 < s->stages; stage++)
+        if (s->placement[stage] != s->placement[stage + 1]) cross++;
     return 2 * cross * s->micro_batches;
 }
 
@@ -701,7 +701,7 @@ int hy_schedule_deadlock(const hy_schedule *s, const int *next, const char *why,
 }
 
 /* Every action exactly once, each on the rank that holds its stage. */
-static int hy_check_complete(const hy_schedule *s, hy_error *err) {
+static int check_complete(const hy_schedule *s, hy_error *err) {
     char *seen = calloc(hy_action_keys(s), 1);
     if (!seen) return hy_fail(err, HY_ERR_RUNTIME, "out of memory validating a schedule");
     int rc = HY_OK;
@@ -729,13 +729,13 @@ static int hy_check_complete(const hy_schedule *s, hy_error *err) {
         }
     }
     for (int m = 0; rc == HY_OK && m < s->micro_batches; m++)
-        for (int st = 0; rc == HY_OK && st < s->stages; st++)
+        for (int si = 0; rc == HY_OK && si < s->stages; si++)
             for (int op = HY_FWD; rc == HY_OK && op <= (s->split ? HY_WGRAD : HY_BWD); op++) {
-                hy_action a = { op, m, st };
+                hy_action a = { op, m, si };
                 if (seen[hy_action_key(s, &a)]) continue;
                 hy_action_label(&a, label, sizeof label);
                 rc = hy_fail(err, HY_ERR_INPUT, "%s is missing from rank %d's list", label,
-                             s->placement[st]);
+                             s->placement[si]);
             }
     free(seen);
     return rc;
@@ -744,7 +744,7 @@ static int hy_check_complete(const hy_schedule *s, hy_error *err) {
 /* Blocking execution in list order, without costs: each rank runs on
  * while the inputs of its next action have been made, until all are done
  * or no rank can move. */
-static int hy_check_runs(const hy_schedule *s, hy_error *err) {
+static int check_runs(const hy_schedule *s, hy_error *err) {
     char *done = calloc(hy_action_keys(s), 1);
     int *next = calloc((size_t)s->ranks, sizeof *next);
     int rc = HY_OK, remaining = 0;
@@ -773,6 +773,6 @@ static int hy_check_runs(const hy_schedule *s, hy_error *err) {
 }
 
 int hy_schedule_validate(const hy_schedule *s, hy_error *err) {
-    int rc = hy_check_complete(s, err);
-    return rc ? rc : hy_check_runs(s, err);
+    int rc = check_complete(s, err);
+    return rc ? rc : check_runs(s, err);
 }

@@ -77,7 +77,7 @@ const char *hy_sched_name(hy_sched_kind kind);
 int hy_sched_parse(const char *name, hy_sched_kind *kind, hy_error *err);
 
 /* Checks the parameters (ranges, interleaved needs M a multiple of P) and
- * builds the schedule in its canonical order (hy_order_default), the one
+ * builds the schedule in its canonical order (hy_sched_order_default), the one
  * the uniform costs call for. On failure *s is left empty (safe to free). */
 int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err);
 
@@ -117,16 +117,16 @@ typedef struct {
                              at its cap may still run forwards of the last
                              cap_tail stages (at least 1) */
     int cap_tail;
-} hy_order;
+} hy_sched_order;
 
 /* The canonical knobs for p. */
-void hy_order_default(const hy_sched_params *p, hy_order *o);
+void hy_sched_order_default(const hy_sched_params *p, hy_sched_order *o);
 
 /* Builds p's schedule in the order o, hanayo's merge replayed under costs
  * c (NULL: the uniform ones, hy_costs_uniform or, split, _uniform_split).
  * As hy_schedule_build otherwise. */
 int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
-                            const hy_order *o, hy_error *err);
+                            const hy_sched_order *o, hy_error *err);
 void hy_schedule_free(hy_schedule *s);
 /* A deep copy of src into dst, for a result that outlives the schedule it
  * describes (a profile). On failure dst is left empty. */

@@ -29,34 +29,34 @@ double hy_makespan_bound_memory(const hy_schedule *s, const hy_costs *c, int lim
     double *est = malloc(sizeof(double) * 3 * (size_t)S), *tail = est + S, *est_b = est + 2 * S;
     double bound = 0;
     if (!est) return 0;
-    /* est[st]: the earliest F(m, st) can start. tail[st]: the least work
-     * and transfer time that must follow the end of B(m, st) before
+    /* est[stage]: the earliest F(m, stage) can start. tail[stage]: the least work
+     * and transfer time that must follow the end of B(m, stage) before
      * micro-batch m is done (on every rank its last action is a B, or a
-     * W, which nothing follows). est_b[st]: the earliest B(m, st) can
-     * start: after F(m, st) and after B(m, st + 1) has come back. */
+     * W, which nothing follows). est_b[stage]: the earliest B(m, stage) can
+     * start: after F(m, stage) and after B(m, stage + 1) has come back. */
     est[0] = 0;
-    for (int st = 1; st < S; st++)
-        est[st] = est[st - 1] + hy_costs_fwd(c, st - 1) + hop(s, c, st - 1, st);
+    for (int stage = 1; stage < S; stage++)
+        est[stage] = est[stage - 1] + hy_costs_fwd(c, stage - 1) + hop(s, c, stage - 1, stage);
     tail[0] = 0;
-    for (int st = 1; st < S; st++)
-        tail[st] = hop(s, c, st, st - 1) + hy_costs_bwd(c, st - 1) + tail[st - 1];
+    for (int stage = 1; stage < S; stage++)
+        tail[stage] = hop(s, c, stage, stage - 1) + hy_costs_bwd(c, stage - 1) + tail[stage - 1];
     est_b[S - 1] = est[S - 1] + hy_costs_fwd(c, S - 1);
-    for (int st = S - 2; st >= 0; st--) {
-        double back = est_b[st + 1] + hy_costs_bwd(c, st + 1) + hop(s, c, st + 1, st);
-        double own = est[st] + hy_costs_fwd(c, st);
-        est_b[st] = back > own ? back : own;
+    for (int stage = S - 2; stage >= 0; stage--) {
+        double back = est_b[stage + 1] + hy_costs_bwd(c, stage + 1) + hop(s, c, stage + 1, stage);
+        double own = est[stage] + hy_costs_fwd(c, stage);
+        est_b[stage] = back > own ? back : own;
     }
     for (int r = 0; r < s->ranks; r++) {
         double first = -1, last = -1, work = 0, first_b = -1, max_f = 0;
         int stages = 0;
-        for (int st = 0; st < S; st++) {
-            if (s->placement[st] != r) continue;
-            double after = s->split ? 0 : tail[st];
-            if (first < 0 || est[st] < first) first = est[st];
+        for (int stage = 0; stage < S; stage++) {
+            if (s->placement[stage] != r) continue;
+            double after = s->split ? 0 : tail[stage];
+            if (first < 0 || est[stage] < first) first = est[stage];
             if (last < 0 || after < last) last = after;
-            if (first_b < 0 || est_b[st] < first_b) first_b = est_b[st];
-            if (hy_costs_fwd(c, st) > max_f) max_f = hy_costs_fwd(c, st);
-            work += hy_costs_fwd(c, st) + hy_costs_bwd(c, st) + (s->split ? hy_costs_wgrad(c, st) : 0);
+            if (first_b < 0 || est_b[stage] < first_b) first_b = est_b[stage];
+            if (hy_costs_fwd(c, stage) > max_f) max_f = hy_costs_fwd(c, stage);
+            work += hy_costs_fwd(c, stage) + hy_costs_bwd(c, stage) + (s->split ? hy_costs_wgrad(c, stage) : 0);
             stages++;
         }
         if (first < 0) continue;   /* a rank without stages */

@@ -40,11 +40,11 @@ double hy_train_lr(const hy_run_train *t, int step) {
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.141592653589793 * progress));
 }
 
-int hy_train_step(hy_runtime *rt, hy_step_stats *st, hy_error *err) {
+int hy_train_step(hy_runtime *rt, hy_step_stats *stats, hy_error *err) {
     int last = 0;
     size_t pos = 0;
     int rc = hy_runtime_get_progress(rt, &last, &pos, err);
-    return rc ? rc : hy_runtime_step(rt, hy_train_lr(&hy_runtime_run(rt)->train, last + 1), st, err);
+    return rc ? rc : hy_runtime_step(rt, hy_train_lr(&hy_runtime_run(rt)->train, last + 1), stats, err);
 }
 
 int hy_train_shard_batches(const hy_run *run, const char *path, int *batches, hy_error *err) {

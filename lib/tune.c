@@ -35,7 +35,7 @@ static void peak_in_flight(const hy_schedule *s, int *peak) {
     int *live = calloc((size_t)s->stages, sizeof *live);
     memset(peak, 0, (size_t)s->stages * sizeof *peak);
     if (!live) {   /* an estimate only: then every micro-batch, the most there can be */
-        for (int st = 0; st < s->stages; st++) peak[st] = s->micro_batches;
+        for (int si = 0; si < s->stages; si++) peak[si] = s->micro_batches;
         return;
     }
     for (int r = 0; r < s->ranks; r++)
@@ -75,20 +75,20 @@ void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split, i
     double *rm = ra + s->ranks;
     peak_in_flight(s, peak);
     int S = s->stages;
-    for (int st = 0; st < S; st++) {
-        int r = s->placement[st];
-        double stash = split[st] * layer, params = split[st] * per_layer_params;
-        if (st == 0) {
+    for (int si = 0; si < S; si++) {
+        int r = s->placement[si];
+        double stash = split[si] * layer, params = split[si] * per_layer_params;
+        if (si == 0) {
             stash += (s->split ? 2 : 1) * N * C * A;
             params += V * C + T * C;
         }
-        if (st == S - 1) {
+        if (si == S - 1) {
             stash += 2 * N * C * A + 2 * N * 4;
             params += 2 * C;
             rm[r] += N * V * A;   /* the head's logits */
             if (s->placement[0] != r) params += V * C;   /* the tied embedding's replica */
         }
-        ra[r] += peak[st] * stash;
+        ra[r] += peak[si] * stash;
         rm[r] += params * per_param;
     }
     for (int r = 0; r < s->ranks; r++) {
@@ -112,9 +112,9 @@ void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split, i
 #define TUNE_MIN_LAYERS 1
 
 /* The cost of stage st of S holding n layers, F + B. */
-static double stage_cost(const hy_cost_model *m, int st, int S, int n) {
+static double stage_cost(const hy_cost_model *m, int rc, int S, int n) {
     double f, b;
-    hy_cost_model_stage(m, st, S, n, &f, &b);
+    hy_cost_model_stage(m, rc, S, n, &f, &b);
     return f + b;
 }
 
@@ -123,18 +123,18 @@ static double stage_cost(const hy_cost_model *m, int st, int S, int n) {
  * stage on a tie). With layers alike this minimizes the dearest stage. */
 static void greedy_split(const hy_cost_model *m, int L, int S, int *n) {
     int left = L;
-    for (int st = 0; st < S; st++) {
-        n[st] = TUNE_MIN_LAYERS;
-        left -= n[st];
+    for (int stage = 0; stage < S; stage++) {
+        n[stage] = TUNE_MIN_LAYERS;
+        left -= n[stage];
     }
     for (; left > 0; left--) {
         int best = 0;
         double best_c = INFINITY;
-        for (int st = 0; st < S; st++) {
-            double c = stage_cost(m, st, S, n[st] + 1);
+        for (int stage = 0; stage < S; stage++) {
+            double c = stage_cost(m, stage, S, n[stage] + 1);
             if (c < best_c) {
                 best_c = c;
-                best = st;
+                best = stage;
             }
         }
         n[best]++;
@@ -149,9 +149,9 @@ static int simulate_split(const hy_schedule *s, const hy_sim_limits *lim, const 
                           hy_sim_result *res, hy_error *err) {
     hy_cost_model_stages(m, n, s->stages, fwd, bwd);   /* bwd: a whole backward */
     double *wgrad = bwd + s->stages;
-    for (int st = 0; s->split && st < s->stages; st++) {
-        wgrad[st] = bwd[st] * wgrad_share;
-        bwd[st] -= wgrad[st];
+    for (int stage = 0; s->split && stage < s->stages; stage++) {
+        wgrad[stage] = bwd[stage] * wgrad_share;
+        bwd[stage] -= wgrad[stage];
     }
     hy_costs c = { .comm = m->comm, .fwd_stage = fwd, .bwd_stage = bwd,
                    .wgrad_stage = s->split ? wgrad : NULL };
@@ -251,7 +251,7 @@ static double comm_units(const hy_cost_model *m, const int *split, int S, double
                          double *bwd) {
     double sum = 0;
     hy_cost_model_stages(m, split, S, fwd, bwd);
-    for (int st = 0; st < S; st++) sum += fwd[st];
+    for (int stage = 0; stage < S; stage++) sum += fwd[stage];
     return sum > 0 && m->comm > 0 ? m->comm / (sum / S) : 0;
 }
 
@@ -274,7 +274,7 @@ static int evaluate(const hy_run *run, const hy_cost_model *m, const hy_tune_opt
     if (!rc) {
         units = comm_units(m, split, S, fwd, fwd + S);
         hy_costs oc = hy_costs_uniform_for(p->split_backward, units);
-        rc = hy_schedule_for_costs(&s, p, &oc, err);
+        rc = hy_order_schedule(&s, p, &oc, err);
     }
     if (!rc) rc = hy_mailbox_sim_limits(&s, &lim, err);
     if (!rc) rc = simulate_split(&s, &lim, m, split, o->wgrad_share, fwd, fwd + S, &res, err);

@@ -64,7 +64,7 @@ static void test_valid_never_longer(void) {
                     hy_sim_result before, after;
                     CHECK(hy_simulate(&s, &c, NULL, &before, &err) == HY_OK);
                     int limit = peak_of(&before);
-                    int rc = hy_schedule_justify(&s, &c, limit, 4, &err);
+                    int rc = hy_justify_schedule(&s, &c, limit, 4, &err);
                     CHECKF(rc == HY_OK, "%s", err.msg);
                     int valid = hy_schedule_validate(&s, &err) == HY_OK;
                     CHECKF(valid, "%s P=%d M=%d c=%g: %s", hy_sched_name(p.kind), P, M, c.comm, err.msg);
@@ -106,7 +106,7 @@ static void test_wave_beats_interleaved(void) {
     CHECK(hy_simulate(&h, &c, NULL, &r, &err) == HY_OK);
     CHECK_NEAR(r.makespan, 34.65, 1e-9);
     hy_sim_result_free(&r);
-    CHECK(hy_schedule_justify(&h, &c, 19, 4, &err) == HY_OK);
+    CHECK(hy_justify_schedule(&h, &c, 19, 4, &err) == HY_OK);
     CHECK(hy_schedule_validate(&h, &err) == HY_OK);
     CHECK(hy_simulate(&h, &c, NULL, &r, &err) == HY_OK);
     CHECKF(r.makespan < inter - 1e-9 && peak_of(&r) <= 19, "justified %g at %d, interleaved %g",
@@ -124,7 +124,7 @@ static void test_left_alone(void) {
     hy_schedule s, t;
     hy_costs u = hy_costs_uniform();
     if (hy_schedule_build(&s, &p, &err) == HY_OK) {
-        CHECK(hy_schedule_justify(&s, &u, 19, 4, &err) == HY_OK);
+        CHECK(hy_justify_schedule(&s, &u, 19, 4, &err) == HY_OK);
         CHECK(hy_simulate(&s, &u, NULL, &r, &err) == HY_OK);
         CHECK_NEAR(r.makespan, 3.0 * (2 * 2 * 16 + 4 - 1), 1e-9);   /* (f+b)(2WM + P - 1) */
         hy_sim_result_free(&r);
@@ -141,7 +141,7 @@ static void test_left_alone(void) {
             CHECKF(0, "%s", err.msg);
             continue;
         }
-        CHECK(hy_schedule_justify(&s, split ? &c : &u, 19, split ? 4 : 0, &err) == HY_OK);
+        CHECK(hy_justify_schedule(&s, split ? &c : &u, 19, split ? 4 : 0, &err) == HY_OK);
         CHECK(same_lists(&s, &t));
         hy_schedule_free(&s);
         hy_schedule_free(&t);

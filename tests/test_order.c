@@ -44,7 +44,7 @@ static int choose(hy_sched_kind kind, int P, int wv, int M, int split, double co
     c.comm = comm;
     hy_schedule s;
     hy_error err;
-    int rc = hy_schedule_for_costs(&s, &p, &c, &err);
+    int rc = hy_order_schedule(&s, &p, &c, &err);
     if (!rc) rc = hy_schedule_validate(&s, &err);
     hy_sim_result r;
     if (!rc) rc = hy_simulate(&s, &c, NULL, &r, &err);
@@ -125,7 +125,7 @@ static void test_canonical_and_deterministic(void) {
     priced x, y;
     CHECK(hy_schedule_build(&canon, &p, &err) == HY_OK);
     hy_costs u = hy_costs_uniform_for(p.split_backward, 0);
-    CHECK(hy_schedule_for_costs(&a, &p, &u, &err) == HY_OK);
+    CHECK(hy_order_schedule(&a, &p, &u, &err) == HY_OK);
     int same = 1;
     for (int r = 0; r < p.ranks; r++)
         same &= a.n_actions[r] == canon.n_actions[r] &&

@@ -342,8 +342,8 @@ static int plan_bubble(const hy_run *run, double *bubble, hy_error *err) {
 
 static int steps_run(bench_run *r, int n, hy_error *err) {
     for (int i = 0; i < n; i++) {
-        hy_step_stats st;
-        int rc = hy_train_step(r->rt, &st, err);
+        hy_step_stats stats;
+        int rc = hy_train_step(r->rt, &stats, err);
         if (rc) return rc;
     }
     return HY_OK;

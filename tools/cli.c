@@ -11,9 +11,9 @@
 
 int cli_read_args(const cli_command *cmd, int argc, char **argv, void *dest,
                   hy_args_result *got, hy_error *err) {
-    int st = hy_args_parse(cmd->spec, argc, argv, dest, got, err);
-    if (st == HY_OK && got->help) fputs(cmd->usage, stdout);
-    return st;
+    int rc = hy_args_parse(cmd->spec, argc, argv, dest, got, err);
+    if (rc == HY_OK && got->help) fputs(cmd->usage, stdout);
+    return rc;
 }
 
 void cli_hand_config(const hy_args_result *got, const hy_flag_list *sets, const char **config,
@@ -68,7 +68,7 @@ int cli_run_subcommand(const cli_command *cmd, int argc, char **argv, hy_error *
  * would take replica 0 down before its line. A replica's own error ends
  * the job, since the others may be waiting for this one in a
  * collective. */
-int cli_replica_failed(hy_dp *dp, int st, hy_error *err) {
+int cli_replica_failed(hy_dp *dp, int rc, hy_error *err) {
     if (hy_dp_agreed(dp)) {
         if (hy_dp_rank(dp) == 0) {
             fprintf(stderr, "hanayo: %s\n", err->msg);
@@ -77,10 +77,10 @@ int cli_replica_failed(hy_dp *dp, int st, hy_error *err) {
         err->msg[0] = '\0';
         hy_error ignored;
         (void)hy_dp_barrier(dp, &ignored);   /* a failure here has nothing left to add */
-        return st;
+        return rc;
     }
     fprintf(stderr, "hanayo: replica %d: %s\n", hy_dp_rank(dp), err->msg);
     fflush(stderr);
-    hy_dp_abort(dp, st);
-    return st;
+    hy_dp_abort(dp, rc);
+    return rc;
 }

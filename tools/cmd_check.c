@@ -33,24 +33,24 @@ static const hy_args_spec check_spec = {
 /* The config loaded (and so checked), printed as JSON. */
 static int check_config(const char *path, const hy_flag_list *sets, hy_error *err) {
     hy_config cfg;
-    int st = cli_load_config(&cfg, path, sets, err);
-    if (st == HY_OK) {
+    int rc = cli_load_config(&cfg, path, sets, err);
+    if (rc == HY_OK) {
         char *json = hy_config_to_json(&cfg);
         if (json) printf("%s\n", json);
-        else st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        else rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         free(json);
     }
     hy_config_free(&cfg);
-    return st;
+    return rc;
 }
 
 static int cmd_check(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     check_args a = { .sets = { 0 } };
     hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (st == HY_OK && !got.help) st = check_config(got.operand, &a.sets, err);
+    int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
+    if (rc == HY_OK && !got.help) rc = check_config(got.operand, &a.sets, err);
     hy_flag_list_free(&a.sets);
-    return st;
+    return rc;
 }
 
 const cli_command cli_check_command = {"check", cmd_check, usage_check, &check_spec, NULL, 0};

@@ -95,14 +95,14 @@ static const hy_args_spec ckpt_list_spec = {
 
 static int ckpt_verify(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, NULL, &got, err);
-    return st != HY_OK || got.help ? st : cli_checkpoint_verify(got.operand, stdout, err);
+    int rc = cli_read_args(cmd, argc, argv, NULL, &got, err);
+    return rc != HY_OK || got.help ? rc : cli_checkpoint_verify(got.operand, stdout, err);
 }
 
 static int ckpt_list(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, NULL, &got, err);
-    return st != HY_OK || got.help ? st : cli_checkpoint_list(got.operand, stdout, err);
+    int rc = cli_read_args(cmd, argc, argv, NULL, &got, err);
+    return rc != HY_OK || got.help ? rc : cli_checkpoint_list(got.operand, stdout, err);
 }
 
 static const cli_command checkpoint_commands[] = {

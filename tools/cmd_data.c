@@ -45,13 +45,13 @@ static const char usage_data[] =
 
 static int synth_one(const char *path, long long n, int vocab, uint64_t seed,
                      uint32_t stream, uint16_t *buf, FILE *out, hy_error *err) {
-    int st = hy_synth_tokens(buf, (size_t)n, vocab, seed, stream, err);
-    if (st == HY_OK) st = hy_shard_write(path, buf, (size_t)n, err);
-    if (st == HY_OK)
+    int rc = hy_synth_tokens(buf, (size_t)n, vocab, seed, stream, err);
+    if (rc == HY_OK) rc = hy_shard_write(path, buf, (size_t)n, err);
+    if (rc == HY_OK)
         fprintf(out, "wrote %s: %lld tokens (%lld bytes), vocab %d, seed %llu, "
                 "stream %u\n", path, n, HY_SHARD_HEADER_BYTES + 2 * n, vocab,
                 (unsigned long long)seed, (unsigned)stream);
-    return st;
+    return rc;
 }
 
 int cli_data_synth(const cli_data_synth_request *rq, FILE *out, hy_error *err) {
@@ -73,19 +73,19 @@ int cli_data_synth(const cli_data_synth_request *rq, FILE *out, hy_error *err) {
     if (!buf)
         return hy_fail(err, HY_ERR_RUNTIME, "data synth: out of memory for "
                        "%lld tokens", most);
-    int st = synth_one(rq->out, rq->tokens, rq->vocab, rq->seed, 0, buf, out, err);
-    if (st == HY_OK && rq->val_out)
-        st = synth_one(rq->val_out, rq->val_tokens, rq->vocab, rq->seed, 1, buf,
+    int rc = synth_one(rq->out, rq->tokens, rq->vocab, rq->seed, 0, buf, out, err);
+    if (rc == HY_OK && rq->val_out)
+        rc = synth_one(rq->val_out, rq->val_tokens, rq->vocab, rq->seed, 1, buf,
                        out, err);
     free(buf);
-    if (st == HY_OK) {
+    if (rc == HY_OK) {
         double h = hy_synth_entropy_bits(rq->vocab), u = log2(rq->vocab);
         fprintf(out, "source entropy rate ~%.2f bits/token = %.2f nats (a "
                 "uniform guess: %.2f bits = %.2f nats); the training loss "
                 "should fall well below %.2f\n", h, h * M_LN2, u, u * M_LN2,
                 u * M_LN2);
     }
-    return st;
+    return rc;
 }
 
 /* Read as ints (their ranges fit), then put into cli_data_synth_request. */
@@ -115,8 +115,8 @@ static const hy_args_spec synth_spec = {
 static int data_synth(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     synth_args a = { .out = NULL, .seed = 1 };
     hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (st != HY_OK || got.help) return st;
+    int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
+    if (rc != HY_OK || got.help) return rc;
     if (!a.out || !a.tokens || !a.vocab)
         return hy_fail(err, HY_ERR_INPUT, "data synth needs %s; e.g. hanayo "
                        "data synth --out data/train.bin --tokens 1000000 --vocab 512",
@@ -140,8 +140,8 @@ static int info_json(const char *path, const hy_shard_stats *in, int vocab, FILE
                           "tokens", (json_int_t)in->tokens, "bytes",
                           (json_int_t)in->file_bytes, "max_token", in->max_token,
                           "vocab_seen", in->max_token + 1);
-    int st = o ? HY_OK : hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    if (st == HY_OK) {
+    int rc = o ? HY_OK : hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    if (rc == HY_OK) {
         json_object_set_new(o, "vocab", vocab > 0 ? json_integer(vocab) : json_null());
         json_object_set_new(o, "unigram_bits", json_real(in->unigram_bits));
         json_object_set_new(o, "bigram_bits",
@@ -149,18 +149,18 @@ static int info_json(const char *path, const hy_shard_stats *in, int vocab, FILE
         char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT |
                                 JSON_REAL_PRECISION(6));
         if (s) fprintf(out, "%s\n", s);
-        else st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        else rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         free(s);
     }
     json_decref(o);
-    return st;
+    return rc;
 }
 
 int cli_data_info(const char *path, int vocab, int json, FILE *out, hy_error *err) {
     hy_shard_stats in;
-    int st = hy_shard_info(path, vocab, &in, err);
-    if (st == HY_OK && json) st = info_json(path, &in, vocab, out, err);
-    else if (st == HY_OK) {
+    int rc = hy_shard_info(path, vocab, &in, err);
+    if (rc == HY_OK && json) rc = info_json(path, &in, vocab, out, err);
+    else if (rc == HY_OK) {
         int range = vocab > 0 ? vocab : in.max_token + 1;
         fprintf(out, "shard        %s\n", path);
         fprintf(out, "tokens       %zu\n", in.tokens);
@@ -171,7 +171,7 @@ int cli_data_info(const char *path, int vocab, int json, FILE *out, hy_error *er
         if (!isnan(in.bigram_bits)) fprintf(out, ", %.3f next|prev", in.bigram_bits);
         fprintf(out, " (uniform over %d ids: %.3f)\n", range, log2(range));
     }
-    return st;
+    return rc;
 }
 
 typedef struct {
@@ -192,8 +192,8 @@ static const hy_args_spec info_spec = {
 static int data_info(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     info_args a = { .vocab = 0, .json = 0 };
     hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (st != HY_OK || got.help) return st;
+    int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
+    if (rc != HY_OK || got.help) return rc;
     return cli_data_info(got.operand, a.vocab, a.json, stdout, err);
 }
 

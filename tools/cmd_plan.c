@@ -142,14 +142,14 @@ static int cmd_plan(const cli_command *cmd, int argc, char **argv, hy_error *err
     plan_args a = { .sets = { 0 }, .color = COLOR_AUTO };
     cli_plan_request_init(&a.rq);
     hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (st == HY_OK && !got.help) {
+    int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
+    if (rc == HY_OK && !got.help) {
         cli_hand_config(&got, &a.sets, &a.rq.config, &a.rq.sets, &a.rq.n_sets);
         a.rq.timeline.color = want_color(a.color);
-        st = cli_plan_run(&a.rq, stdout, err);
+        rc = cli_plan_run(&a.rq, stdout, err);
     }
     hy_flag_list_free(&a.sets);
-    return st;
+    return rc;
 }
 
 const cli_command cli_plan_command = {"plan", cmd_plan, usage_plan, &plan_spec, NULL, 0};
@@ -208,8 +208,8 @@ static int run_compare(const cli_plan_request *rq, hy_sched_params p,
      * as hanayo's 2W, unless v was asked for. */
     if (rq->chunks <= 0 && p.kind != HY_SCHED_INTERLEAVED) p.chunks = 2 * p.waves;
     hy_compare_row rows[HY_COMPARE_ROWS];
-    int st = hy_plan_compare(&p, c, rows, err);
-    if (st != HY_OK) return st;
+    int rc = hy_plan_compare(&p, c, rows, err);
+    if (rc != HY_OK) return rc;
     if (rq->json) {
         char *s = hy_compare_json(rows, HY_COMPARE_ROWS);
         if (!s) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
@@ -243,14 +243,14 @@ static int grad_bytes_of(const hy_run *run, const hy_schedule *sc, double *bytes
     hy_sched_params p = { sc->kind, sc->ranks, sc->micro_batches, sc->waves, sc->chunks,
                           sc->split };
     hy_model m;
-    int st = model_for(run, &p, &m, err);
-    if (st == HY_OK) {
+    int rc = model_for(run, &p, &m, err);
+    if (rc == HY_OK) {
         for (int s = 0; s < sc->stages; s++) bytes[s] = 4.0 * (double)m.stage_numel[s];
         if (sc->placement[sc->stages - 1] != sc->placement[0])
             bytes[sc->stages - 1] += 4.0 * (double)hy_model_param(&m, HY_P_WTE, 0)->numel;
         hy_model_free(&m);
     }
-    return st;
+    return rc;
 }
 
 /* `--replicas`: the plan's step on N data-parallel replicas (scale.h),
@@ -259,10 +259,10 @@ static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_p
                        const hy_costs *c, FILE *out, hy_error *err) {
     int counts[HY_SCALE_MAX_ROWS], n = 0;
     int measured = c->fwd_stage != NULL;   /* per-stage costs only come from --costs: ms */
-    int st = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
+    int rc = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
     double *bytes = malloc(sizeof(double) * (size_t)pl->sched.stages);
-    if (st == HY_OK && !bytes) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    if (st == HY_OK) st = grad_bytes_of(run, &pl->sched, bytes, err);
+    if (rc == HY_OK && !bytes) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    if (rc == HY_OK) rc = grad_bytes_of(run, &pl->sched, bytes, err);
     hy_scale_link link = {
         .gbps = rq->link_gbps > 0 ? rq->link_gbps : 400,
         .latency_us = rq->link_latency_us >= 0 ? rq->link_latency_us : 5,
@@ -271,11 +271,11 @@ static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_p
                                                      run->micro_batch_size, run->model.seq_len, 1),
     };
     hy_scale_row rows[HY_SCALE_MAX_ROWS];
-    if (st == HY_OK) st = hy_scale_rows(&pl->sched, &pl->sim, bytes, &link, counts, n, rows, err);
+    if (rc == HY_OK) rc = hy_scale_rows(&pl->sched, &pl->sim, bytes, &link, counts, n, rows, err);
     double total = 0;
-    for (int s = 0; st == HY_OK && s < pl->sched.stages; s++) total += bytes[s];
+    for (int s = 0; rc == HY_OK && s < pl->sched.stages; s++) total += bytes[s];
     free(bytes);
-    if (st != HY_OK) return st;
+    if (rc != HY_OK) return rc;
     if (rq->json) {
         char *rows_json = hy_scale_json(rows, n);
         if (!rows_json) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
@@ -295,24 +295,24 @@ static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_p
 static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
                    const hy_costs *c, FILE *out, hy_error *err) {
     hy_plan pl;
-    int st = hy_plan_build(&pl, p, c, err);
-    if (st != HY_OK) return st;
+    int rc = hy_plan_build(&pl, p, c, err);
+    if (rc != HY_OK) return rc;
     /* The SVG first: if it cannot be written, nothing else is printed. */
-    if (rq->svg) st = hy_plan_save_svg(&pl, rq->svg, err);
-    if (st == HY_OK && rq->json) {
+    if (rq->svg) rc = hy_plan_save_svg(&pl, rq->svg, err);
+    if (rc == HY_OK && rq->json) {
         char *s = hy_plan_json(&pl);
         if (s) fprintf(out, "%s\n", s);
-        else st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        else rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         free(s);
-    } else if (st == HY_OK) {
-        if (hy_plan_write_timeline(out, &pl, &rq->timeline) != 0) st = out_error(err);
+    } else if (rc == HY_OK) {
+        if (hy_plan_write_timeline(out, &pl, &rq->timeline) != 0) rc = out_error(err);
         fputc('\n', out);
         hy_plan_write_summary(out, &pl);
         if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
     }
-    if (st == HY_OK && rq->replicas) st = scale_table(rq, run, &pl, c, out, err);
+    if (rc == HY_OK && rq->replicas) rc = scale_table(rq, run, &pl, c, out, err);
     hy_plan_free(&pl);
-    return st;
+    return rc;
 }
 
 /* ---- Measured costs (--costs) ------------------------------------------- */
@@ -322,8 +322,8 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
  * (model.h). n holds p's stage count. */
 static int split_of(const hy_run *run, const hy_sched_params *p, int *n, hy_error *err) {
     hy_model m;
-    int st = model_for(run, p, &m, err);
-    if (st != HY_OK) return st;
+    int rc = model_for(run, p, &m, err);
+    if (rc != HY_OK) return rc;
     memcpy(n, m.n_layers, (size_t)m.stages * sizeof(int));
     hy_model_free(&m);
     return HY_OK;
@@ -345,9 +345,9 @@ static int measured_costs_for(const hy_run *run, const hy_measured_costs *mc,
     *fwd = malloc((size_t)S * sizeof(double));
     *bwd = malloc((size_t)S * sizeof(double));
     *wgrad = malloc((size_t)S * sizeof(double));
-    int st = n && *fwd && *bwd && *wgrad ? split_of(run, p, n, err)
+    int rc = n && *fwd && *bwd && *wgrad ? split_of(run, p, n, err)
                                          : hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    if (st == HY_OK) {
+    if (rc == HY_OK) {
         *measured = S == mc->stages && memcmp(n, mc->n_layers, (size_t)S * sizeof(int)) == 0;
         /* how a re-priced split backward is cut in two */
         double share = hy_costs_wgrad_share(mc->bwd, mc->wgrad, mc->stages);
@@ -366,13 +366,13 @@ static int measured_costs_for(const hy_run *run, const hy_measured_costs *mc,
         }
     }
     free(n);
-    if (st != HY_OK) {
+    if (rc != HY_OK) {
         free(*fwd);
         free(*bwd);
         free(*wgrad);
         *fwd = *bwd = *wgrad = NULL;
     }
-    return st;
+    return rc;
 }
 
 static int measured_one(const cli_plan_request *rq, const hy_run *run,
@@ -387,18 +387,18 @@ static int measured_one(const cli_plan_request *rq, const hy_run *run,
                        mc->ranks, S, hy_sched_name(p->kind), p->ranks);
     double *fwd = NULL, *bwd = NULL, *wgrad = NULL;
     int measured = 0;
-    int st = measured_costs_for(run, mc, p, &fwd, &bwd, &wgrad, &measured, err);
-    if (st != HY_OK) return st;
+    int rc = measured_costs_for(run, mc, p, &fwd, &bwd, &wgrad, &measured, err);
+    if (rc != HY_OK) return rc;
     hy_costs c = { .comm = mc->comm, .fwd_stage = fwd, .bwd_stage = bwd, .wgrad_stage = wgrad };
-    st = run_one(rq, run, p, &c, out, err);
-    if (st == HY_OK && !rq->json)
+    rc = run_one(rq, run, p, &c, out, err);
+    if (rc == HY_OK && !rq->json)
         fprintf(out, "%-18s%s, ms per stage %s\n", "measured costs", rq->costs,
                 measured ? "as profiled" : "from the per-layer model (this split differs "
                 "from the profiled one)");
     free(fwd);
     free(bwd);
     free(wgrad);
-    return st;
+    return rc;
 }
 
 static int measured_compare(const cli_plan_request *rq, const hy_run *run,
@@ -412,8 +412,8 @@ static int measured_compare(const cli_plan_request *rq, const hy_run *run,
     hy_error notes[HY_COMPARE_ROWS];
     const char *skip[HY_COMPARE_ROWS];
     double *arrays[3 * HY_COMPARE_ROWS] = {0};
-    int st = HY_OK;
-    for (int k = 0; k < HY_COMPARE_ROWS && st == HY_OK; k++) {
+    int rc = HY_OK;
+    for (int k = 0; k < HY_COMPARE_ROWS && rc == HY_OK; k++) {
         hy_sched_params q = p;
         q.kind = (hy_sched_kind)(k % HY_SCHED_COUNT);
         q.split_backward = k >= HY_SCHED_COUNT;
@@ -422,19 +422,19 @@ static int measured_compare(const cli_plan_request *rq, const hy_run *run,
         hy_error_clear(&notes[k]);
         skip[k] = NULL;
         int kst = measured_costs_for(run, mc, &q, &a[0], &a[1], &a[2], &measured, &notes[k]);
-        if (kst == HY_ERR_RUNTIME) st = hy_fail(err, kst, "%s", notes[k].msg);
+        if (kst == HY_ERR_RUNTIME) rc = hy_fail(err, kst, "%s", notes[k].msg);
         else if (kst != HY_OK) skip[k] = notes[k].msg;
         costs[k] = (hy_costs){ .comm = mc->comm, .fwd_stage = a[0], .bwd_stage = a[1],
                                .wgrad_stage = q.split_backward ? a[2] : NULL };
     }
     hy_compare_row rows[HY_COMPARE_ROWS];
-    if (st == HY_OK) st = hy_plan_compare_costs(&p, costs, skip, rows, err);
-    if (st == HY_OK && rq->json) {
+    if (rc == HY_OK) rc = hy_plan_compare_costs(&p, costs, skip, rows, err);
+    if (rc == HY_OK && rq->json) {
         char *s = hy_compare_json(rows, HY_COMPARE_ROWS);
-        if (!s) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        if (!s) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         else fprintf(out, "%s\n", s);
         free(s);
-    } else if (st == HY_OK) {
+    } else if (rc == HY_OK) {
         const hy_cost_model *m = &mc->model;
         fprintf(out, "P = %d, M = %d; measured costs from %s, in ms: per layer F %.4g, B %.4g; "
                 "first stage extra F %.4g, B %.4g; last stage extra F %.4g, B %.4g; a transfer "
@@ -444,7 +444,7 @@ static int measured_compare(const cli_plan_request *rq, const hy_run *run,
         hy_compare_write_table(out, rows, HY_COMPARE_ROWS);
     }
     for (int i = 0; i < 3 * HY_COMPARE_ROWS; i++) free(arrays[i]);
-    return st;
+    return rc;
 }
 
 /* With the profile's measured costs: one plan, or every schedule priced. */
@@ -461,8 +461,8 @@ static int run_uniform(const cli_plan_request *rq, const hy_run *run, FILE *out,
                        hy_error *err) {
     hy_sched_params p;
     hy_costs c;
-    int st = resolve(rq, run, &p, &c, err);
-    if (st != HY_OK) return st;
+    int rc = resolve(rq, run, &p, &c, err);
+    if (rc != HY_OK) return rc;
     return rq->compare ? run_compare(rq, p, &c, out, err)
                        : run_one(rq, run, &p, &c, out, err);
 }
@@ -478,8 +478,8 @@ static int check_request(const cli_plan_request *rq, hy_error *err) {
                        "data parallelism; add --replicas N,N,... (e.g. 1,4,16,64)");
     if (rq->replicas) {
         int counts[HY_SCALE_MAX_ROWS], n = 0;
-        int st = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
-        if (st != HY_OK) return st;
+        int rc = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
+        if (rc != HY_OK) return rc;
         if (!rq->costs && !(rq->step_ms > 0))
             return hy_fail(err, HY_ERR_INPUT, "--replicas needs the time of one step on one "
                            "server (--step-ms MS: `hanayo train` prints ms per step), or "
@@ -492,23 +492,23 @@ static int check_request(const cli_plan_request *rq, hy_error *err) {
 }
 
 int cli_plan_run(const cli_plan_request *rq, FILE *out, hy_error *err) {
-    int st = check_request(rq, err);
-    if (st != HY_OK) return st;
+    int rc = check_request(rq, err);
+    if (rc != HY_OK) return rc;
     /* The profile before the config: when both are at fault, the
      * profile's is the error reported. */
     hy_measured_costs mc;
-    if (rq->costs && (st = hy_measured_costs_load(&mc, rq->costs, err)) != HY_OK) return st;
+    if (rq->costs && (rc = hy_measured_costs_load(&mc, rq->costs, err)) != HY_OK) return rc;
     hy_config cfg;
     hy_config_init(&cfg);
     hy_run run;
     memset(&run, 0, sizeof run);
-    st = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
-    if (st == HY_OK) st = hy_run_resolve(&run, &cfg, err);
+    rc = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
+    if (rc == HY_OK) rc = hy_run_resolve(&run, &cfg, err);
     hy_config_free(&cfg);
-    if (st == HY_OK)
-        st = rq->costs ? run_measured(rq, &run, &mc, out, err) : run_uniform(rq, &run, out, err);
-    if (st == HY_OK && (fflush(out) != 0 || ferror(out))) st = out_error(err);
+    if (rc == HY_OK)
+        rc = rq->costs ? run_measured(rq, &run, &mc, out, err) : run_uniform(rq, &run, out, err);
+    if (rc == HY_OK && (fflush(out) != 0 || ferror(out))) rc = out_error(err);
     hy_run_free(&run);
     if (rq->costs) hy_measured_costs_free(&mc);
-    return st;
+    return rc;
 }

@@ -63,12 +63,12 @@ int cli_profile_parse_slow_stage(const char *name, const char *v, void *field, h
         return hy_fail(err, HY_ERR_INPUT, "%s: '%s' is not STAGE:SECONDS, e.g. 0:0.02", name, v);
     memcpy(stage, v, (size_t)(colon - v));
     stage[colon - v] = '\0';
-    int st = hy_args_int(name, stage, 0, 64 * HY_MAX_RANKS, &o->slow_stage, err);
-    if (st == HY_OK) st = hy_args_real(name, colon + 1, 0, 1e12, 0, &o->slow_seconds, err);
-    if (st == HY_OK && o->slow_seconds >= 60)
-        st = hy_fail(err, HY_ERR_INPUT, "%s: %s seconds is out of range; give less "
+    int rc = hy_args_int(name, stage, 0, 64 * HY_MAX_RANKS, &o->slow_stage, err);
+    if (rc == HY_OK) rc = hy_args_real(name, colon + 1, 0, 1e12, 0, &o->slow_seconds, err);
+    if (rc == HY_OK && o->slow_seconds >= 60)
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: %s seconds is out of range; give less "
                      "than 60", name, colon + 1);
-    return st;
+    return rc;
 }
 
 static const hy_flag profile_flags[] = {
@@ -93,7 +93,7 @@ static void write_table(FILE *f, const hy_profile *p) {
     if (s->kind == HY_SCHED_HANAYO) fprintf(f, ", W = %d", s->waves);
     if (s->kind == HY_SCHED_INTERLEAVED) fprintf(f, ", v = %d", s->chunks);
     fprintf(f, ", %d stages (layers:", s->stages);
-    for (int st = 0; st < s->stages; st++) fprintf(f, " %d", p->n_layers[st]);
+    for (int si = 0; si < s->stages; si++) fprintf(f, " %d", p->n_layers[si]);
     fprintf(f, "); backend %s\n", p->backend);
     if (p->replicas > 1)
         fprintf(f, "replica %d of %d data-parallel replicas (their gradients summed in every "
@@ -127,9 +127,9 @@ static void write_table(FILE *f, const hy_profile *p) {
                "+ copy of the output; blocked: a send held up beyond its copy\n");
     fprintf(f, "  stage rank layers   F cost   B cost  F comp  B comp  F copy  B copy  F blkd  B blkd%s\n",
             s->split ? "   W cost" : "");
-    for (int st = 0; st < s->stages; st++) {
-        const hy_stage_cost *c = &p->stage[st];
-        fprintf(f, "  %5d %4d %6d %8.3f %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f", st, c->rank,
+    for (int si = 0; si < s->stages; si++) {
+        const hy_stage_cost *c = &p->stage[si];
+        fprintf(f, "  %5d %4d %6d %8.3f %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f", si, c->rank,
                 c->layers, c->fwd, c->bwd, c->fwd_compute, c->bwd_compute, c->fwd_copy,
                 c->bwd_copy, c->fwd_blocked, c->bwd_blocked);
         if (s->split) fprintf(f, " %8.3f", c->wgrad);
@@ -213,17 +213,17 @@ static int cmd_profile(const cli_command *cmd, int argc, char **argv, hy_error *
     profile_args a = { .out = NULL, .sets = { 0 } };
     hy_profile_opts_init(&a.opts);
     hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
+    int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
     hy_dp *dp = NULL;
-    if (st == HY_OK && !got.help) st = hy_dp_start(&dp, NULL, NULL, err);
-    if (st == HY_OK && !got.help) {
+    if (rc == HY_OK && !got.help) rc = hy_dp_start(&dp, NULL, NULL, err);
+    if (rc == HY_OK && !got.help) {
         a.opts.dp = dp;
-        st = run_profile(got.operand, &a, stdout, err);
-        if (dp) st = st != HY_OK ? cli_replica_failed(dp, st, err) : HY_OK;
+        rc = run_profile(got.operand, &a, stdout, err);
+        if (dp) rc = rc != HY_OK ? cli_replica_failed(dp, rc, err) : HY_OK;
     }
     hy_dp_finish(dp);
     hy_flag_list_free(&a.sets);
-    return st;
+    return rc;
 }
 
 const cli_command cli_profile_command = {"profile", cmd_profile, usage_profile, &profile_spec, NULL, 0};

@@ -273,12 +273,12 @@ static int stop_run(hy_runtime *rt, const hy_run *run, hy_dp *dp, int step, cons
  * runtime's one fused check; a non-finite norm made every rank skip the
  * update): say where, then per train.on_nonfinite end the run (an error,
  * before anything is saved) or count it and go on. */
-static int nonfinite(hy_runtime *rt, const hy_run *run, int step, const hy_step_stats *st,
+static int nonfinite(hy_runtime *rt, const hy_run *run, int step, const hy_step_stats *stats,
                      int *total, int *in_row, FILE *out, hy_error *err) {
     char where[512];
     int rc = hy_runtime_nonfinite_where(rt, where, sizeof where, err);
     if (rc) return rc;
-    const char *update = st->updated ? "the update was applied (the gradient norm was finite)"
+    const char *update = stats->updated ? "the update was applied (the gradient norm was finite)"
                                      : "the update was not applied";
     ++*total;
     if (run->train.on_nonfinite == HY_NONFINITE_STOP)
@@ -364,34 +364,34 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     int bad = 0, n_bad = 0, bad_in_row = 0;   /* this step, all steps, in a row: not finite */
     char saved_path[PATH_MAX] = "";
     for (int i = first; i <= steps && !rc; i++) {
-        hy_step_stats st;
+        hy_step_stats stats;
         if (o && o->before_step) rc = o->before_step(rt, i, o->before_step_ctx, err);
-        if (!rc) rc = hy_train_step(rt, &st, err);
+        if (!rc) rc = hy_train_step(rt, &stats, err);
         if (rc) break;
-        total_ms += st.ms;
-        double tps = st.tokens / (st.ms / 1e3);
+        total_ms += stats.ms;
+        double tps = stats.tokens / (stats.ms / 1e3);
         if (i % run->train.log_every == 0 || i == steps || i == first) {
             fprintf(out, "step %*d/%d  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.1f ms  eta ",
-                    (int)snprintf(NULL, 0, "%d", steps), i, steps, st.loss, st.lr, st.grad_norm,
-                    tps, st.ms);
+                    (int)snprintf(NULL, 0, "%d", steps), i, steps, stats.loss, stats.lr, stats.grad_norm,
+                    tps, stats.ms);
             print_eta(out, total_ms / (i - first + 1) * (steps - i) / 1e3);
             fputc('\n', out);
             fflush(out);
         }
         if (log) {
             fprintf(log, "{\"step\": %d, \"loss\": ", i);
-            json_real(log, "%.6f", st.loss);
-            fprintf(log, ", \"lr\": %.6e, \"grad_norm\": ", st.lr);
-            json_real(log, "%.6f", st.grad_norm);
-            fprintf(log, ", \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n", tps, st.ms,
-                    st.nonfinite ? ", \"nonfinite\": true" : "");
+            json_real(log, "%.6f", stats.loss);
+            fprintf(log, ", \"lr\": %.6e, \"grad_norm\": ", stats.lr);
+            json_real(log, "%.6f", stats.grad_norm);
+            fprintf(log, ", \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n", tps, stats.ms,
+                    stats.nonfinite ? ", \"nonfinite\": true" : "");
             if (fflush(log) != 0)
                 rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,
                              strerror(errno));
         }
-        bad = st.nonfinite;
+        bad = stats.nonfinite;
         if (!bad) bad_in_row = 0;
-        else if (!rc) rc = nonfinite(rt, run, i, &st, &n_bad, &bad_in_row, out, err);
+        else if (!rc) rc = nonfinite(rt, run, i, &stats, &n_bad, &bad_in_row, out, err);
         /* Every replica saw the same loss and norm, so they all stop here
          * alike: one error, reported once. */
         if (bad && hy_dp_size(dp) > 1) rc = hy_dp_agree(dp, rc, err);
@@ -455,34 +455,34 @@ static int cmd_train(const cli_command *cmd, int argc, char **argv, hy_error *er
                                .stopped_by = &stopped_by },
                      .sets = { 0 } };
     hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
+    int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
     hy_dp *dp = NULL;
     FILE *out = stdout;
     /* Under mpirun or srun, one of the data-parallel replicas: only
      * replica 0 prints progress and writes the log. */
-    if (st == HY_OK && !got.help) st = hy_dp_start(&dp, NULL, NULL, err);
-    if (st == HY_OK && hy_dp_rank(dp) != 0) {
+    if (rc == HY_OK && !got.help) rc = hy_dp_start(&dp, NULL, NULL, err);
+    if (rc == HY_OK && hy_dp_rank(dp) != 0) {
         a.opts.log_json = NULL;
         if (!(out = fopen("/dev/null", "w")))
-            st = hy_fail(err, HY_ERR_RUNTIME, "cannot open /dev/null: %s", strerror(errno));
+            rc = hy_fail(err, HY_ERR_RUNTIME, "cannot open /dev/null: %s", strerror(errno));
     }
     a.opts.dp = dp;
-    if (st == HY_OK && !got.help) {
+    if (rc == HY_OK && !got.help) {
         hy_run run;
-        st = cli_load_run(&run, got.operand, &a.sets, err);
+        rc = cli_load_run(&run, got.operand, &a.sets, err);
         /* A config that fails on one replica: the others learn it in
          * cli_train_run's first agreement, which this one meets here. */
-        if (st != HY_OK && dp) st = hy_dp_agree(dp, st, err);
-        if (st == HY_OK) catch_stop_signals();
-        if (st == HY_OK) st = cli_train_run(&run, &a.opts, out, err);
+        if (rc != HY_OK && dp) rc = hy_dp_agree(dp, rc, err);
+        if (rc == HY_OK) catch_stop_signals();
+        if (rc == HY_OK) rc = cli_train_run(&run, &a.opts, out, err);
         hy_run_free(&run);
-        if (dp) st = st != HY_OK ? cli_replica_failed(dp, st, err) : HY_OK;
+        if (dp) rc = rc != HY_OK ? cli_replica_failed(dp, rc, err) : HY_OK;
     }
     if (out != stdout && out) fclose(out);
     hy_dp_finish(dp);
     hy_flag_list_free(&a.sets);
-    if (st == HY_OK && stopped_by) stop_signal = stopped_by;   /* main's exit status */
-    return st;
+    if (rc == HY_OK && stopped_by) stop_signal = stopped_by;   /* main's exit status */
+    return rc;
 }
 
 const cli_command cli_train_command = {"train", cmd_train, usage_train, &train_spec, NULL, 0};
@@ -534,24 +534,24 @@ static int cmd_eval(const cli_command *cmd, int argc, char **argv, hy_error *err
     eval_args a = { .sets = { 0 }, .init = NULL, .data = NULL, .batches = 0 };
     char *init_set = NULL;
     hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
+    int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
     /* --init becomes one more --set, the last, so the config's checks see
      * it and it wins over a --set init=... */
-    if (st == HY_OK && !got.help && a.init) {
+    if (rc == HY_OK && !got.help && a.init) {
         init_set = malloc(strlen(a.init) + sizeof "init=");
-        if (!init_set) st = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        if (!init_set) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         else sprintf(init_set, "init=%s", a.init);
-        if (st == HY_OK) st = hy_flag_list_add(&a.sets, init_set, err);
+        if (rc == HY_OK) rc = hy_flag_list_add(&a.sets, init_set, err);
     }
-    if (st == HY_OK && !got.help) {
+    if (rc == HY_OK && !got.help) {
         hy_run run;
-        st = cli_load_run(&run, got.operand, &a.sets, err);
-        if (st == HY_OK) st = cli_eval_run(&run, a.data, a.batches, stdout, stderr, err);
+        rc = cli_load_run(&run, got.operand, &a.sets, err);
+        if (rc == HY_OK) rc = cli_eval_run(&run, a.data, a.batches, stdout, stderr, err);
         hy_run_free(&run);
     }
     free(init_set);
     hy_flag_list_free(&a.sets);
-    return st;
+    return rc;
 }
 
 const cli_command cli_eval_command = {"eval", cmd_eval, usage_eval, &eval_spec, NULL, 0};

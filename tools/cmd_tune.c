@@ -69,9 +69,9 @@ typedef struct {
 static int parse_tune_schedule(const char *name, const char *v, void *field, hy_error *err) {
     (void)name;
     hy_sched_kind k;
-    int st = hy_sched_parse(v, &k, err);
-    if (st == HY_OK) *(unsigned *)field = 1u << k;
-    return st;
+    int rc = hy_sched_parse(v, &k, err);
+    if (rc == HY_OK) *(unsigned *)field = 1u << k;
+    return rc;
 }
 
 #define TUNE(field) offsetof(tune_args, field)
@@ -310,10 +310,10 @@ static int cmd_tune(const cli_command *cmd, int argc, char **argv, hy_error *err
     hy_profile_opts_init(&a.profile);   /* 5 steps: fewer let one hiccup of the
                                            machine decide the split */
     hy_args_result got;
-    int st = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (st == HY_OK && !got.help) st = run_tune(got.operand, &a, stdout, err);
+    int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
+    if (rc == HY_OK && !got.help) rc = run_tune(got.operand, &a, stdout, err);
     hy_flag_list_free(&a.sets);
-    return st;
+    return rc;
 }
 
 const cli_command cli_tune_command = {"tune", cmd_tune, usage_tune, &tune_spec, NULL, 0};
