@@ -30,6 +30,7 @@
 
 #include "atomicfile.h"
 #include "checksum.h"
+#include "infile.h"
 #include "model.h"
 #include "safetensors.h"
 #include "weights.h"
@@ -830,10 +831,27 @@ static int ck_remove_leftovers(const char *dir) {
 static int ck_take_lock(const char *dir, const char *file, int *fd, hy_error *err) {
     char text[32];
     for (int tries = 0; tries < 16; tries++) {
-        *fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        /* Never through a symbolic link (its target would be truncated and
+         * get our pid), never anything but a regular file. */
+        *fd = open(file, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+        if (*fd < 0 && errno == ELOOP)
+            return hy_fail(err, HY_ERR_INPUT, "checkpoint.dir %s: %s is a symbolic link; the "
+                           "lock is never taken through one (its target would get this run's "
+                           "pid): remove it", dir, file);
         if (*fd < 0)
             return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "checkpoint.dir %s: "
                            "cannot open %s: %s", dir, file, strerror(errno));
+        struct stat held, named;
+        int bad = fstat(*fd, &held) != 0 ? errno : 0;
+        if (bad || !S_ISREG(held.st_mode)) {
+            close(*fd);
+            *fd = -1;
+            if (bad)
+                return hy_fail(err, HY_ERR_RUNTIME, "checkpoint.dir %s: cannot stat %s: %s", dir,
+                               file, strerror(bad));
+            return hy_fail(err, HY_ERR_INPUT, "checkpoint.dir %s: %s is %s, not a regular file; "
+                           "remove it", dir, file, hy_infile_kind(held.st_mode));
+        }
         if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
             int e = errno;
             ssize_t k = pread(*fd, text, sizeof text - 1, 0);
@@ -849,8 +867,7 @@ static int ck_take_lock(const char *dir, const char *file, int *fd, hy_error *er
             return hy_fail(err, HY_ERR_RUNTIME, "checkpoint.dir %s: cannot lock %s: %s", dir,
                            file, strerror(e));
         }
-        struct stat held, named;
-        if (fstat(*fd, &held) == 0 && stat(file, &named) == 0 && held.st_ino == named.st_ino &&
+        if (lstat(file, &named) == 0 && held.st_ino == named.st_ino &&
             held.st_dev == named.st_dev)
             return HY_OK;
         close(*fd);
