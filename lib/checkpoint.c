@@ -148,10 +148,9 @@ static int ck_data_of(const hy_config *c, int replicas, ck_data_id *d, hy_error 
     d->micro_batches = replicas * c->schedule.micro_batches;
     d->micro_batch_size = c->schedule.micro_batch_size;
     d->seq_len = c->model.seq_len;
-    FILE *f = fopen(c->data.train, "rb");
-    if (!f)
-        return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "%s: cannot open the training "
-                       "shard: %s", c->data.train, strerror(errno));
+    FILE *f;
+    int rc = hy_infile_fopen(c->data.train, "the training shard", &f, err);
+    if (rc) return rc;
     unsigned char *h = malloc(CK_HEAD_BYTES);
     if (!h) {
         fclose(f);
@@ -506,10 +505,9 @@ static void ck_advice(const char *path, char *buf, size_t n) {
 static int ck_read_text(const char *file, char **text, size_t *n, hy_error *err) {
     *text = NULL;
     *n = 0;
-    FILE *f = fopen(file, "rb");
-    if (!f)
-        return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "%s: not a checkpoint: "
-                       "cannot open: %s", file, strerror(errno));
+    FILE *f;
+    int rc = hy_infile_fopen(file, "a checkpoint's state", &f, err);
+    if (rc) return rc;
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > CK_STATE_MAX) {
         fclose(f);
@@ -947,7 +945,7 @@ static void ck_info(const char *path, int step, hy_checkpoint_info *in) {
     char file[PATH_MAX + 300];
     ck_path(file, sizeof file, path, "state.json");
     json_error_t je;
-    json_t *o = json_load_file(file, 0, &je);
+    json_t *o = hy_infile_json(file, 0, &je);
     if (o) {
         json_t *f = json_object_get(o, "format"), *s = json_object_get(o, "step");
         json_t *l = json_object_get(o, "loss");

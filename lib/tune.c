@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "atomicfile.h"
+#include "infile.h"
 #include "backend.h"
 #include "mailbox.h"
 #include "model.h"
@@ -485,7 +486,7 @@ int hy_tune_search(const hy_config *c, const hy_cost_model *m, const hy_tune_opt
 int hy_tune_apply(const char *config, const char *const *sets, int n_sets,
                   const hy_tune_candidate *cand, const char *out_path, hy_error *err) {
     json_error_t je;
-    json_t *root = json_load_file(config, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = hy_infile_json(config, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return hy_fail(err, HY_ERR_INPUT, "%s: cannot read it back to write the tuned config: %s",
                        config, je.text);
