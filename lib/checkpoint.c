@@ -30,6 +30,7 @@
 
 #include "atomicfile.h"
 #include "checksum.h"
+#include "infile.h"
 #include "model.h"
 #include "safetensors.h"
 #include "weights.h"
@@ -147,10 +148,9 @@ static int ck_data_of(const hy_run *run, int replicas, ck_data_id *d, hy_error *
     d->micro_batches = replicas * run->sched.micro_batches;
     d->micro_batch_size = run->micro_batch_size;
     d->seq_len = run->model.seq_len;
-    FILE *f = fopen(run->data.train, "rb");
-    if (!f)
-        return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "%s: cannot open the training "
-                       "shard: %s", run->data.train, strerror(errno));
+    FILE *f;
+    int rc = hy_infile_fopen(run->data.train, "the training shard", &f, err);
+    if (rc) return rc;
     unsigned char *h = malloc(CK_HEAD_BYTES);
     if (!h) {
         fclose(f);
@@ -502,10 +502,9 @@ static void ck_advice(const char *path, char *buf, size_t n) {
 static int ck_read_text(const char *file, char **text, size_t *n, hy_error *err) {
     *text = NULL;
     *n = 0;
-    FILE *f = fopen(file, "rb");
-    if (!f)
-        return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "%s: not a checkpoint: "
-                       "cannot open: %s", file, strerror(errno));
+    FILE *f;
+    int rc = hy_infile_fopen(file, "a checkpoint's state", &f, err);
+    if (rc) return rc;
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > CK_STATE_MAX) {
         fclose(f);
@@ -827,10 +826,27 @@ static int ck_remove_leftovers(const char *dir) {
 static int ck_take_lock(const char *dir, const char *file, int *fd, hy_error *err) {
     char text[32];
     for (int tries = 0; tries < 16; tries++) {
-        *fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        /* Never through a symbolic link (its target would be truncated and
+         * get our pid), never anything but a regular file. */
+        *fd = open(file, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+        if (*fd < 0 && errno == ELOOP)
+            return hy_fail(err, HY_ERR_INPUT, "checkpoint.dir %s: %s is a symbolic link; the "
+                           "lock is never taken through one (its target would get this run's "
+                           "pid): remove it", dir, file);
         if (*fd < 0)
             return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "checkpoint.dir %s: "
                            "cannot open %s: %s", dir, file, strerror(errno));
+        struct stat held, named;
+        int bad = fstat(*fd, &held) != 0 ? errno : 0;
+        if (bad || !S_ISREG(held.st_mode)) {
+            close(*fd);
+            *fd = -1;
+            if (bad)
+                return hy_fail(err, HY_ERR_RUNTIME, "checkpoint.dir %s: cannot stat %s: %s", dir,
+                               file, strerror(bad));
+            return hy_fail(err, HY_ERR_INPUT, "checkpoint.dir %s: %s is %s, not a regular file; "
+                           "remove it", dir, file, hy_infile_kind(held.st_mode));
+        }
         if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
             int e = errno;
             ssize_t k = pread(*fd, text, sizeof text - 1, 0);
@@ -846,8 +862,7 @@ static int ck_take_lock(const char *dir, const char *file, int *fd, hy_error *er
             return hy_fail(err, HY_ERR_RUNTIME, "checkpoint.dir %s: cannot lock %s: %s", dir,
                            file, strerror(e));
         }
-        struct stat held, named;
-        if (fstat(*fd, &held) == 0 && stat(file, &named) == 0 && held.st_ino == named.st_ino &&
+        if (lstat(file, &named) == 0 && held.st_ino == named.st_ino &&
             held.st_dev == named.st_dev)
             return HY_OK;
         close(*fd);
@@ -927,7 +942,7 @@ static void ck_info(const char *path, int step, hy_checkpoint_info *in) {
     char file[PATH_MAX + 300];
     ck_path(file, sizeof file, path, "state.json");
     json_error_t je;
-    json_t *o = json_load_file(file, 0, &je);
+    json_t *o = hy_infile_json(file, 0, &je);
     if (o) {
         json_t *f = json_object_get(o, "format"), *s = json_object_get(o, "step");
         json_t *l = json_object_get(o, "loss");

@@ -12,6 +12,7 @@
  * the CPU's own crc32 instruction does the work (below).
  */
 #include "checksum.h"
+#include "infile.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -436,10 +437,9 @@ void hy_file_sum_add(hy_file_sum *s, const void *buf, size_t n) {
 int hy_file_sum_of(const char *path, hy_file_sum *s, hy_error *err) {
     s->size = 0;
     s->crc = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "%s: cannot open: %s", path,
-                       strerror(errno));
+    FILE *f;
+    int rc = hy_infile_fopen(path, NULL, &f, err);
+    if (rc) return rc;
     unsigned char buf[1 << 16];
     size_t got;
     while ((got = fread(buf, 1, sizeof buf, f)) > 0) hy_file_sum_add(s, buf, got);

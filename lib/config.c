@@ -16,6 +16,7 @@
  * (`origin`), so that an error can name the file or the --set at fault.
  */
 #include "config.h"
+#include "infile.h"
 #include "suggest.h"
 
 #include <errno.h>
@@ -607,21 +608,8 @@ static int oom(hy_error *err) {
 static int read_text(const char *path, char **text, size_t *len, hy_error *err) {
     *text = NULL;
     *len = 0;
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; anything but
-     * a regular file is refused before a read could block. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK);
-    if (fd < 0)
-        return hy_fail(err, HY_ERR_INPUT, "cannot open config %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        close(fd);
-        return hy_fail(err, HY_ERR_INPUT, "config %s is a directory, not a JSON file", path);
-    }
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return hy_fail(err, HY_ERR_INPUT, "config %s is not a regular file (a pipe or a device?); "
-                       "give a JSON file", path);
-    }
+    int fd, rc = hy_infile_open(path, "config", &fd, err);   /* a regular file, or refused */
+    if (rc) return rc;
     size_t cap = 4096;
     char *buf = malloc(cap);
     if (!buf) { close(fd); return oom(err); }

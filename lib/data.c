@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "atomicfile.h"
+#include "infile.h"
 #include "rng.h"
 
 /* ------------------------------------------------------------------------
@@ -129,25 +130,12 @@ static int decode_tokens(uint16_t *t, size_t n) {
  * *size, or a status and err. */
 static int open_regular(const char *path, int *fd, long long *size,
                         hy_error *err) {
-    /* O_NONBLOCK: a FIFO given by mistake must fail below, not hang here
-     * waiting for a writer. It changes nothing for a regular file. */
-    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (*fd < 0) {
-        int e = errno;
-        return hy_fail(err, hy_errno_status(e, HY_ERR_INPUT), "%s: cannot "
-                       "open token shard: %s", path, strerror(e));
-    }
+    int status = hy_infile_open(path, "token shard", fd, err);   /* a regular file */
+    if (status) return status;
     struct stat sb;
-    int status = HY_OK;
     if (fstat(*fd, &sb) != 0)
         status = hy_fail(err, HY_ERR_RUNTIME, "%s: cannot stat token shard: %s",
                          path, strerror(errno));
-    else if (S_ISDIR(sb.st_mode))
-        status = hy_fail(err, HY_ERR_INPUT, "%s: is a directory; give the path "
-                         "of a token shard file (llm.c .bin format)", path);
-    else if (!S_ISREG(sb.st_mode))
-        status = hy_fail(err, HY_ERR_INPUT, "%s: is not a regular file; a token "
-                         "shard must be a file (llm.c .bin format)", path);
     else if (sb.st_size < HY_SHARD_HEADER_BYTES)
         status = hy_fail(err, HY_ERR_INPUT, "%s: is %lld bytes, shorter than the "
                          "%d-byte header of an llm.c token shard%s", path,

@@ -2,6 +2,7 @@
  * measured.c — see measured.h.
  */
 #include "measured.h"
+#include "infile.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -130,7 +131,7 @@ static int load_model(hy_measured_costs *mc, const char *path, json_t *root, hy_
 int hy_measured_costs_load(hy_measured_costs *mc, const char *path, hy_error *err) {
     memset(mc, 0, sizeof *mc);
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = hy_infile_json(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         if (je.line < 1)   /* not a parse error: the file itself */
             return hy_fail(err, HY_ERR_INPUT, "--costs %s: %s", path, je.text);

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "atomicfile.h"
+#include "infile.h"
 
 /* The format is little-endian; F32 data goes between disk and memory
  * without conversion, which is only right on a little-endian host. */
@@ -423,17 +424,13 @@ static int load_header(const hy_st_file *f, uint64_t n, json_t **root, hy_error 
     return rc;
 }
 
-/* O_NONBLOCK so that a FIFO given as the path fails the regular-file
- * check below instead of hanging in open; it changes nothing for files. */
+/* A regular file (infile.h: a FIFO is refused, never waited on). */
 static int open_fd(hy_st_file *f, hy_error *err) {
     struct stat sb;
-    do f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); while (f->fd < 0 && errno == EINTR);
-    if (f->fd < 0)
-        return hy_fail(err, HY_ERR_INPUT, "cannot open %s: %s", f->path, strerror(errno));
+    int rc = hy_infile_open(f->path, "safetensors file", &f->fd, err);
+    if (rc) return rc;
     if (fstat(f->fd, &sb) != 0)
         return hy_fail(err, HY_ERR_RUNTIME, "cannot stat %s: %s", f->path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return hy_fail(err, HY_ERR_INPUT, "%s is not a regular file", f->path);
     f->file_size = (uint64_t)sb.st_size;
     return HY_OK;
 }

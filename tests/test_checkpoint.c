@@ -150,7 +150,7 @@ static void bad_checkpoints(void) {
     hy_runtime *rt = NULL;
     CHECK(hy_runtime_create(&rt, &c, &err) == HY_OK);
     CHECK(hy_checkpoint_load(rt, "/nonexistent/step_000001", &unverified, &err) == HY_ERR_INPUT);
-    CHECK(strstr(err.msg, "not a checkpoint") != NULL);
+    CHECK(strstr(err.msg, "cannot open a checkpoint's state") != NULL);
     char path[160];
     snprintf(path, sizeof path, "%s/fake", dir);
     mkdir(path, 0777);
@@ -610,6 +610,47 @@ static void one_writer(void) {
     hy_checkpoint_unlock(&b);
 }
 
+/* checkpoint.dir/.lock as a symbolic link is never followed: the file it
+ * points at keeps its contents, the lock is refused naming the link; the
+ * same for a .lock that is a FIFO or a directory. */
+static void lock_not_followed(void) {
+    char ckdir[128], target[160], link[160];
+    snprintf(ckdir, sizeof ckdir, "%s/linked", dir);
+    snprintf(target, sizeof target, "%s/precious.txt", dir);
+    snprintf(link, sizeof link, "%s/.lock", ckdir);
+    const char keep[] = "precious contents\n";
+    FILE *f = fopen(target, "w");
+    CHECK(f && fputs(keep, f) >= 0 && fclose(f) == 0);
+    CHECK(mkdir(ckdir, 0777) == 0 && symlink(target, link) == 0);
+    hy_checkpoint_lock lk;
+    hy_error err;
+    CHECK(hy_checkpoint_lock_dir(ckdir, &lk, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, link) && strstr(err.msg, "symbolic link"), "%s", err.msg);
+    char got[64] = { 0 };
+    f = fopen(target, "r");
+    CHECK(f && fread(got, 1, sizeof got - 1, f) == strlen(keep));
+    if (f) fclose(f);
+    CHECKF(!strcmp(got, keep), "the link's target now holds '%s'", got);
+    /* A dangling link would be created through: refused the same. */
+    CHECK(unlink(target) == 0);
+    CHECK(hy_checkpoint_lock_dir(ckdir, &lk, &err) == HY_ERR_INPUT);
+    CHECK(access(target, F_OK) != 0);
+    CHECK(unlink(link) == 0);
+    /* A FIFO (opened without waiting for a writer) and a directory. */
+    CHECK(mkfifo(link, 0666) == 0);
+    CHECK(hy_checkpoint_lock_dir(ckdir, &lk, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, link) && strstr(err.msg, "is a FIFO, not a regular file"), "%s",
+           err.msg);
+    CHECK(unlink(link) == 0 && mkdir(link, 0777) == 0);
+    CHECK(hy_checkpoint_lock_dir(ckdir, &lk, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, link), "%s", err.msg);
+    CHECK(rmdir(link) == 0);
+    /* Once it is gone, the lock is taken as usual. */
+    CHECKF(hy_checkpoint_lock_dir(ckdir, &lk, &err) == HY_OK, "%s", err.msg);
+    hy_checkpoint_unlock(&lk);
+    rmdir(ckdir);
+}
+
 /* cli_train_run to `steps` with checkpoint.every = 1 and checkpoint.keep =
  * keep, resuming from ckdir's newest when it has one. */
 static int train_keep(const char *ckdir, int steps, const char *keep) {
@@ -705,6 +746,7 @@ int main(void) {
     killed_writer();
     integrity();
     one_writer();
+    lock_not_followed();
     retention();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

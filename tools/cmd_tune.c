@@ -25,6 +25,7 @@
 #include "config.h"
 #include "costs.h"
 #include "error.h"
+#include "infile.h"
 #include "profile.h"
 #include "run.h"
 #include "schedule.h"
@@ -95,7 +96,7 @@ static const hy_args_spec tune_spec = {
 int cli_tune_apply(const char *config, const char *const *sets, int n_sets,
                    const hy_tune_candidate *cand, const char *out_path, hy_error *err) {
     json_error_t je;
-    json_t *root = json_load_file(config, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = hy_infile_json(config, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return hy_fail(err, HY_ERR_INPUT, "%s: cannot read it back to write the tuned config: %s",
                        config, je.text);
