@@ -65,10 +65,10 @@ static int ck_write_tensors(hy_runtime *rt, const hy_model *m, const char *path,
                             const char *step_text, hy_file_sum *sum, hy_error *err) {
     float *buf = malloc(ck_total(m) * (size_t)n_roles * sizeof(float) + 1);
     if (!buf) return hy_fail(err, HY_ERR_RUNTIME, "out of memory writing %s", path);
-    hy_st_writer w;
-    hy_st_writer_init(&w);
-    int rc = hy_st_writer_set_meta(&w, "format", "pt", err);
-    if (!rc) rc = hy_st_writer_set_meta(&w, "hanayo_step", step_text, err);
+    hy_safetensors_writer w;
+    hy_safetensors_writer_init(&w);
+    int rc = hy_safetensors_writer_set_meta(&w, "format", "pt", err);
+    if (!rc) rc = hy_safetensors_writer_set_meta(&w, "hanayo_step", step_text, err);
     float *at = buf;
     for (int k = 0; k < n_roles && !rc; k++) {
         for (int i = 0; i < m->n_params && !rc; i++) {
@@ -78,12 +78,12 @@ static int ck_write_tensors(hy_runtime *rt, const hy_model *m, const char *path,
             snprintf(name, sizeof name, "%s%s", prefixes[k], p->name);
             ck_shape(m, p, shape);
             rc = hy_runtime_get(rt, roles[k], p, at, n, err);
-            if (!rc) rc = hy_st_writer_add(&w, name, HY_ST_F32, p->ndim, shape, at, err);
+            if (!rc) rc = hy_safetensors_writer_add(&w, name, HY_ST_F32, p->ndim, shape, at, err);
             at += n;
         }
     }
-    if (!rc) rc = hy_st_write_sum(&w, path, sum, err);
-    hy_st_writer_free(&w);
+    if (!rc) rc = hy_safetensors_write_sum(&w, path, sum, err);
+    hy_safetensors_writer_free(&w);
     free(buf);
     return rc;
 }
@@ -287,8 +287,8 @@ static int ck_check_model(const char *path, json_t *state, const hy_model *m, hy
 
 static int ck_read_moments(hy_runtime *rt, const char *file, hy_error *err) {
     const hy_model *m = hy_runtime_model(rt);
-    hy_st_file f;
-    int rc = hy_st_open(&f, file, err);
+    hy_safetensors_file f;
+    int rc = hy_safetensors_open(&f, file, err);
     if (rc) return rc;
     float *buf = malloc(hy_model_max_numel(m) * sizeof(float) + 1);
     if (!buf) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory reading %s", file);
@@ -298,17 +298,17 @@ static int ck_read_moments(hy_runtime *rt, const char *file, hy_error *err) {
         for (int k = 0; k < 2 && !rc; k++) {
             char name[96];
             snprintf(name, sizeof name, "%s%s", k == 0 ? "m." : "v.", p->name);
-            const hy_st_tensor *t = hy_st_find(&f, name);
+            const hy_safetensors_tensor *t = hy_safetensors_find(&f, name);
             if (!t) rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is missing", file, name);
             else if (t->numel != n)
                 rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has %zu values, the model needs %zu",
                              file, name, t->numel, n);
-            if (!rc) rc = hy_st_read_f32(&f, t, buf, n, err);
+            if (!rc) rc = hy_safetensors_read_f32(&f, t, buf, n, err);
             if (!rc) rc = hy_runtime_put(rt, k == 0 ? HY_T_ADAM_M : HY_T_ADAM_V, p, buf, n, err);
         }
     }
     free(buf);
-    hy_st_close(&f);
+    hy_safetensors_close(&f);
     return rc;
 }
 

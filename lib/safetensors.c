@@ -4,7 +4,7 @@
  * Reading: fstat → the 8-byte length N → the N-byte header (pread) →
  * jansson → each entry checked on its own (dtype, shape, offsets, size,
  * inside the buffer) → the layout checked as a whole (sorted by offset, no
- * two non-empty tensors overlapping) → a by-name index for hy_st_find.
+ * two non-empty tensors overlapping) → a by-name index for hy_safetensors_find.
  * Data is read later, on demand, with pread at offsets that were all
  * proven to lie inside the file, so a reader never maps or trusts bytes it
  * has not checked.
@@ -57,13 +57,13 @@ static const struct { const char *name; unsigned bits; } DTYPES[HY_ST_DTYPE_COUN
     [HY_ST_U64] = { "U64", 64 },
 };
 
-const char *hy_st_dtype_name(hy_st_dtype d) {
+const char *hy_safetensors_dtype_name(hy_safetensors_dtype d) {
     return (unsigned)d < HY_ST_DTYPE_COUNT ? DTYPES[d].name : "?";
 }
 
-static int dtype_from_name(const char *s, hy_st_dtype *d) {
+static int dtype_from_name(const char *s, hy_safetensors_dtype *d) {
     for (int i = 0; i < HY_ST_DTYPE_COUNT; i++)
-        if (strcmp(s, DTYPES[i].name) == 0) { *d = (hy_st_dtype)i; return 1; }
+        if (strcmp(s, DTYPES[i].name) == 0) { *d = (hy_safetensors_dtype)i; return 1; }
     return 0;
 }
 
@@ -74,7 +74,7 @@ static int dtype_from_name(const char *s, hy_st_dtype *d) {
 static uint32_t f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static float f32_from_bits(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
-uint16_t hy_st_bf16_from_f32(float x) {
+uint16_t hy_safetensors_bf16_from_f32(float x) {
     uint32_t u = f32_bits(x);
     /* A NaN must stay a NaN: plain rounding could carry a low-bit payload
      * into the exponent (→ inf) or drop it (→ inf). */
@@ -85,9 +85,9 @@ uint16_t hy_st_bf16_from_f32(float x) {
     return (uint16_t)(u >> 16);
 }
 
-float hy_st_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+float hy_safetensors_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 
-float hy_st_f16_to_f32(uint16_t h) {
+float hy_safetensors_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = h >> 10 & 0x1fu, man = h & 0x3ffu;
     if (exp == 0x1f) return f32_from_bits(sign | 0x7f800000u | man << 13);   /* inf, NaN */
@@ -104,8 +104,8 @@ float hy_st_f16_to_f32(uint16_t h) {
  * Small helpers
  */
 
-hy_st_shown hy_st_show(const char *name) {
-    hy_st_shown r;
+hy_safetensors_shown hy_safetensors_show(const char *name) {
+    hy_safetensors_shown r;
     size_t n = strlen(name), k = n > 80 ? 80 : n;
     for (size_t i = 0; i < k; i++) {
         unsigned char c = (unsigned char)name[i];
@@ -178,11 +178,11 @@ typedef struct {
 
 static int entry_fail(const open_ctx *c, const char *name, hy_error *err, const char *what,
                       const char *detail) {
-    return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': %s%s", c->path, hy_st_show(name).s, what,
+    return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': %s%s", c->path, hy_safetensors_show(name).s, what,
                    detail);
 }
 
-static int parse_dtype(const open_ctx *c, const char *name, json_t *e, hy_st_tensor *t,
+static int parse_dtype(const open_ctx *c, const char *name, json_t *e, hy_safetensors_tensor *t,
                        hy_error *err) {
     json_t *v = json_object_get(e, "dtype");
     if (!v) return entry_fail(c, name, err, "missing \"dtype\"", "");
@@ -192,11 +192,11 @@ static int parse_dtype(const open_ctx *c, const char *name, json_t *e, hy_st_ten
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': unknown dtype \"%s\" (known: BOOL, "
                        "U8, I8, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64, C64, F4, "
                        "F6_E2M3, F6_E3M2, F8_E5M2, F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ)",
-                       c->path, hy_st_show(name).s, hy_st_show(json_string_value(v)).s);
+                       c->path, hy_safetensors_show(name).s, hy_safetensors_show(json_string_value(v)).s);
     return HY_OK;
 }
 
-static int parse_shape(const open_ctx *c, const char *name, json_t *e, hy_st_tensor *t,
+static int parse_shape(const open_ctx *c, const char *name, json_t *e, hy_safetensors_tensor *t,
                        hy_error *err) {
     json_t *v = json_object_get(e, "shape");
     if (!v) return entry_fail(c, name, err, "missing \"shape\"", "");
@@ -206,37 +206,37 @@ static int parse_shape(const open_ctx *c, const char *name, json_t *e, hy_st_ten
     size_t nd = json_array_size(v);
     if (nd > HY_ST_MAX_DIMS)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape has %zu dims; at most %d "
-                       "are supported", c->path, hy_st_show(name).s, nd, HY_ST_MAX_DIMS);
+                       "are supported", c->path, hy_safetensors_show(name).s, nd, HY_ST_MAX_DIMS);
     t->ndim = (int)nd;
     t->numel = 1;
     for (size_t i = 0; i < nd; i++) {
         json_t *d = json_array_get(v, i);
         if (!json_is_integer(d) || json_integer_value(d) < 0)
             return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape[%zu] must be a "
-                           "non-negative integer, got %s", c->path, hy_st_show(name).s, i,
+                           "non-negative integer, got %s", c->path, hy_safetensors_show(name).s, i,
                            json_is_integer(d) ? "a negative one" : json_kind(d));
         unsigned long long x = (unsigned long long)json_integer_value(d);
         if (x > SIZE_MAX || __builtin_mul_overflow(t->numel, (size_t)x, &t->numel))
             return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape has more elements than "
                            "fit in memory (overflow at shape[%zu] = %llu)", c->path,
-                           hy_st_show(name).s, i, x);
+                           hy_safetensors_show(name).s, i, x);
         t->shape[i] = (size_t)x;
     }
     return HY_OK;
 }
 
 /* t->nbytes from numel and the dtype, refusing what cannot be addressed. */
-static int tensor_bytes(const open_ctx *c, const char *name, hy_st_tensor *t,
+static int tensor_bytes(const open_ctx *c, const char *name, hy_safetensors_tensor *t,
                         hy_error *err) {
     size_t bits;
     char sh[160];
     format_shape(t->shape, t->ndim, sh, sizeof sh);
     if (__builtin_mul_overflow(t->numel, (size_t)DTYPES[t->dtype].bits, &bits))
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape %s of %s is more bytes than "
-                       "fit in memory", c->path, hy_st_show(name).s, sh, DTYPES[t->dtype].name);
+                       "fit in memory", c->path, hy_safetensors_show(name).s, sh, DTYPES[t->dtype].name);
     if (bits % 8)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape %s of %s does not end on a "
-                       "byte boundary", c->path, hy_st_show(name).s, sh, DTYPES[t->dtype].name);
+                       "byte boundary", c->path, hy_safetensors_show(name).s, sh, DTYPES[t->dtype].name);
     t->nbytes = bits / 8;
     return HY_OK;
 }
@@ -248,7 +248,7 @@ static int parse_offset(json_t *a, size_t i, uint64_t *out) {
     return 1;
 }
 
-static int parse_offsets(const open_ctx *c, const char *name, json_t *e, hy_st_tensor *t,
+static int parse_offsets(const open_ctx *c, const char *name, json_t *e, hy_safetensors_tensor *t,
                          hy_error *err) {
     json_t *v = json_object_get(e, "data_offsets");
     uint64_t b, end;
@@ -259,18 +259,18 @@ static int parse_offsets(const open_ctx *c, const char *name, json_t *e, hy_st_t
                           "non-negative integers", "");
     if (b > end)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': data_offsets [%llu, %llu] has "
-                       "begin > end", c->path, hy_st_show(name).s, (unsigned long long)b,
+                       "begin > end", c->path, hy_safetensors_show(name).s, (unsigned long long)b,
                        (unsigned long long)end);
     if (end > c->buf_size)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': data_offsets [%llu, %llu] are "
                        "outside the data buffer, which has %llu bytes (truncated file?)",
-                       c->path, hy_st_show(name).s, (unsigned long long)b, (unsigned long long)end,
+                       c->path, hy_safetensors_show(name).s, (unsigned long long)b, (unsigned long long)end,
                        (unsigned long long)c->buf_size);
     if (end - b != t->nbytes) {
         char sh[160];
         format_shape(t->shape, t->ndim, sh, sizeof sh);
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s': shape %s of %s is %zu bytes, but "
-                       "data_offsets [%llu, %llu] span %llu", c->path, hy_st_show(name).s, sh,
+                       "data_offsets [%llu, %llu] span %llu", c->path, hy_safetensors_show(name).s, sh,
                        DTYPES[t->dtype].name, t->nbytes, (unsigned long long)b,
                        (unsigned long long)end, (unsigned long long)(end - b));
     }
@@ -278,7 +278,7 @@ static int parse_offsets(const open_ctx *c, const char *name, json_t *e, hy_st_t
     return HY_OK;
 }
 
-static int parse_tensor(const open_ctx *c, const char *name, json_t *e, hy_st_tensor *t,
+static int parse_tensor(const open_ctx *c, const char *name, json_t *e, hy_safetensors_tensor *t,
                         hy_error *err) {
     if (!json_is_object(e))
         return entry_fail(c, name, err, "entry must be an object {\"dtype\", \"shape\", "
@@ -296,10 +296,10 @@ static int parse_tensor(const open_ctx *c, const char *name, json_t *e, hy_st_te
  */
 
 static int meta_cmp(const void *a, const void *b) {
-    return strcmp(((const hy_st_meta *)a)->key, ((const hy_st_meta *)b)->key);
+    return strcmp(((const hy_safetensors_meta *)a)->key, ((const hy_safetensors_meta *)b)->key);
 }
 
-static int parse_meta(hy_st_file *f, json_t *m, hy_error *err) {
+static int parse_meta(hy_safetensors_file *f, json_t *m, hy_error *err) {
     if (json_is_null(m)) return HY_OK;   /* the reference reads null as "none" */
     if (!json_is_object(m))
         return hy_fail(err, HY_ERR_INPUT, "%s: \"__metadata__\" must be an object of strings, "
@@ -311,8 +311,8 @@ static int parse_meta(hy_st_file *f, json_t *m, hy_error *err) {
     json_object_foreach(m, key, v) {
         if (!json_is_string(v))
             return hy_fail(err, HY_ERR_INPUT, "%s: \"__metadata__\" value of '%s' must be a "
-                           "string, got %s", f->path, hy_st_show(key).s, json_kind(v));
-        hy_st_meta *e = &f->meta[f->n_meta++];
+                           "string, got %s", f->path, hy_safetensors_show(key).s, json_kind(v));
+        hy_safetensors_meta *e = &f->meta[f->n_meta++];
         e->key = strdup(key);
         e->value = strdup(json_string_value(v));
         if (!e->key || !e->value) return oom(err);
@@ -321,7 +321,7 @@ static int parse_meta(hy_st_file *f, json_t *m, hy_error *err) {
     return HY_OK;
 }
 
-static int parse_entries(hy_st_file *f, const open_ctx *c, json_t *root, hy_error *err) {
+static int parse_entries(hy_safetensors_file *f, const open_ctx *c, json_t *root, hy_error *err) {
     f->tensors = calloc(json_object_size(root) + 1, sizeof *f->tensors);
     if (!f->tensors) return oom(err);
     const char *key;
@@ -338,7 +338,7 @@ static int parse_entries(hy_st_file *f, const open_ctx *c, json_t *root, hy_erro
 /* By data offset; empty tensors (which may share an offset with anything)
  * first among equals; names make the order total. */
 static int offset_cmp(const void *pa, const void *pb) {
-    const hy_st_tensor *a = pa, *b = pb;
+    const hy_safetensors_tensor *a = pa, *b = pb;
     if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
     if (a->nbytes != b->nbytes) return a->nbytes < b->nbytes ? -1 : 1;
     return strcmp(a->name, b->name);
@@ -346,18 +346,18 @@ static int offset_cmp(const void *pa, const void *pb) {
 
 /* Sorted by offset, each non-empty tensor must start at or after the end
  * of the one before (which, with no overlap so far, ends last). */
-static int check_layout(hy_st_file *f, const open_ctx *c, hy_error *err) {
+static int check_layout(hy_safetensors_file *f, const open_ctx *c, hy_error *err) {
     qsort(f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, offset_cmp);
-    const hy_st_tensor *prev = NULL;
+    const hy_safetensors_tensor *prev = NULL;
     uint64_t covered = 0;
     for (int i = 0; i < f->n_tensors; i++) {
-        const hy_st_tensor *t = &f->tensors[i];
+        const hy_safetensors_tensor *t = &f->tensors[i];
         if (!t->nbytes) continue;
         if (prev && t->offset < prev->offset + prev->nbytes) {
             unsigned long long pb = prev->offset - c->data_start, tb = t->offset - c->data_start;
             return hy_fail(err, HY_ERR_INPUT, "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, "
-                           "%llu) overlap", c->path, hy_st_show(prev->name).s, pb,
-                           pb + prev->nbytes, hy_st_show(t->name).s, tb, tb + t->nbytes);
+                           "%llu) overlap", c->path, hy_safetensors_show(prev->name).s, pb,
+                           pb + prev->nbytes, hy_safetensors_show(t->name).s, tb, tb + t->nbytes);
         }
         prev = t;
         covered += t->nbytes;
@@ -367,11 +367,11 @@ static int check_layout(hy_st_file *f, const open_ctx *c, hy_error *err) {
 }
 
 static int name_cmp(const void *a, const void *b) {
-    return strcmp((*(const hy_st_tensor *const *)a)->name,
-                  (*(const hy_st_tensor *const *)b)->name);
+    return strcmp((*(const hy_safetensors_tensor *const *)a)->name,
+                  (*(const hy_safetensors_tensor *const *)b)->name);
 }
 
-static int build_index(hy_st_file *f, hy_error *err) {
+static int build_index(hy_safetensors_file *f, hy_error *err) {
     f->by_name = malloc(((size_t)f->n_tensors + 1) * sizeof *f->by_name);
     if (!f->by_name) return oom(err);
     for (int i = 0; i < f->n_tensors; i++) f->by_name[i] = &f->tensors[i];
@@ -381,7 +381,7 @@ static int build_index(hy_st_file *f, hy_error *err) {
 
 /* The 8-byte length, checked against the file before anything is
  * allocated for it. */
-static int read_header_len(const hy_st_file *f, uint64_t *n, hy_error *err) {
+static int read_header_len(const hy_safetensors_file *f, uint64_t *n, hy_error *err) {
     unsigned char b[8];
     if (f->file_size < 8)
         return hy_fail(err, HY_ERR_INPUT, "%s is %llu bytes, too short for a safetensors "
@@ -402,7 +402,7 @@ static int read_header_len(const hy_st_file *f, uint64_t *n, hy_error *err) {
     return HY_OK;
 }
 
-static int load_header(const hy_st_file *f, uint64_t n, json_t **root, hy_error *err) {
+static int load_header(const hy_safetensors_file *f, uint64_t n, json_t **root, hy_error *err) {
     char *text = malloc((size_t)n + 1);
     if (!text) return oom(err);
     int rc = read_at(f->fd, text, (size_t)n, 8, f->path, err);
@@ -425,7 +425,7 @@ static int load_header(const hy_st_file *f, uint64_t n, json_t **root, hy_error 
 }
 
 /* A regular file (infile.h: a FIFO is refused, never waited on). */
-static int open_fd(hy_st_file *f, hy_error *err) {
+static int open_fd(hy_safetensors_file *f, hy_error *err) {
     struct stat sb;
     int rc = hy_infile_open(f->path, "safetensors file", &f->fd, err);
     if (rc) return rc;
@@ -435,7 +435,7 @@ static int open_fd(hy_st_file *f, hy_error *err) {
     return HY_OK;
 }
 
-static int open_steps(hy_st_file *f, hy_error *err) {
+static int open_steps(hy_safetensors_file *f, hy_error *err) {
     uint64_t n = 0;
     json_t *root = NULL;
     int rc;
@@ -450,19 +450,19 @@ static int open_steps(hy_st_file *f, hy_error *err) {
     return rc;
 }
 
-int hy_st_open(hy_st_file *f, const char *path, hy_error *err) {
+int hy_safetensors_open(hy_safetensors_file *f, const char *path, hy_error *err) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
     f->path = strdup(path);
     if (!f->path) return oom(err);
     int rc = open_steps(f, err);
-    if (rc) hy_st_close(f);
+    if (rc) hy_safetensors_close(f);
     return rc;
 }
 
-void hy_st_close(hy_st_file *f) {
+void hy_safetensors_close(hy_safetensors_file *f) {
     /* A zeroed struct has fd 0, which is not ours: only a struct that went
-     * through hy_st_open has a path, and only then is fd meaningful. */
+     * through hy_safetensors_open has a path, and only then is fd meaningful. */
     if (f->path && f->fd >= 0) close(f->fd);
     for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
     for (int i = 0; i < f->n_meta; i++) { free(f->meta[i].key); free(f->meta[i].value); }
@@ -479,57 +479,57 @@ void hy_st_close(hy_st_file *f) {
  */
 
 static int find_cmp(const void *key, const void *elem) {
-    return strcmp(key, (*(const hy_st_tensor *const *)elem)->name);
+    return strcmp(key, (*(const hy_safetensors_tensor *const *)elem)->name);
 }
 
-const hy_st_tensor *hy_st_find(const hy_st_file *f, const char *name) {
+const hy_safetensors_tensor *hy_safetensors_find(const hy_safetensors_file *f, const char *name) {
     if (!f->by_name) return NULL;
-    hy_st_tensor *const *hit =
+    hy_safetensors_tensor *const *hit =
         bsearch(name, f->by_name, (size_t)f->n_tensors, sizeof *f->by_name, find_cmp);
     return hit ? *hit : NULL;
 }
 
-const char *hy_st_meta_get(const hy_st_file *f, const char *key) {
+const char *hy_safetensors_meta_get(const hy_safetensors_file *f, const char *key) {
     for (int i = 0; i < f->n_meta; i++)
         if (strcmp(f->meta[i].key, key) == 0) return f->meta[i].value;
     return NULL;
 }
 
-int hy_st_read_raw(const hy_st_file *f, const hy_st_tensor *t, void *dst, size_t size,
+int hy_safetensors_read_raw(const hy_safetensors_file *f, const hy_safetensors_tensor *t, void *dst, size_t size,
                    hy_error *err) {
     if (size != t->nbytes)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has %zu bytes, not the %zu asked for",
-                       f->path, hy_st_show(t->name).s, t->nbytes, size);
+                       f->path, hy_safetensors_show(t->name).s, t->nbytes, size);
     return read_at(f->fd, dst, size, t->offset, f->path, err);
 }
 
 /* The 16-bit values are read into the upper half of dst and widened in
  * place, front to back, so no buffer is needed: writing float i (bytes
  * 4i..4i+3) only overwrites halves j <= 2i - n + 1 <= i, all already read. */
-static int read_16(const hy_st_file *f, const hy_st_tensor *t, float *dst, size_t n,
+static int read_16(const hy_safetensors_file *f, const hy_safetensors_tensor *t, float *dst, size_t n,
                    hy_error *err) {
     unsigned char *bytes = (unsigned char *)dst, *half = bytes + 2 * n;
     int rc = read_at(f->fd, half, 2 * n, t->offset, f->path, err);
     if (rc) return rc;
     for (size_t i = 0; i < n; i++) {
         uint16_t h = (uint16_t)(half[2 * i] | half[2 * i + 1] << 8);
-        float x = t->dtype == HY_ST_BF16 ? hy_st_bf16_to_f32(h) : hy_st_f16_to_f32(h);
+        float x = t->dtype == HY_ST_BF16 ? hy_safetensors_bf16_to_f32(h) : hy_safetensors_f16_to_f32(h);
         memcpy(bytes + 4 * i, &x, 4);
     }
     return HY_OK;
 }
 
-int hy_st_read_f32(const hy_st_file *f, const hy_st_tensor *t, float *dst, size_t n,
+int hy_safetensors_read_f32(const hy_safetensors_file *f, const hy_safetensors_tensor *t, float *dst, size_t n,
                    hy_error *err) {
     if (t->dtype != HY_ST_F32 && t->dtype != HY_ST_BF16 && t->dtype != HY_ST_F16)
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is %s; only F32, BF16 and F16 "
-                       "tensors can be read as fp32", f->path, hy_st_show(t->name).s,
+                       "tensors can be read as fp32", f->path, hy_safetensors_show(t->name).s,
                        DTYPES[t->dtype].name);
     if (n != t->numel) {
         char sh[160];
         format_shape(t->shape, t->ndim, sh, sizeof sh);
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has shape %s (%zu elements), "
-                       "expected %zu elements", f->path, hy_st_show(t->name).s, sh, t->numel, n);
+                       "expected %zu elements", f->path, hy_safetensors_show(t->name).s, sh, t->numel, n);
     }
     if (t->dtype == HY_ST_F32) return read_at(f->fd, dst, t->nbytes, t->offset, f->path, err);
     return read_16(f, t, dst, n, err);
@@ -539,9 +539,9 @@ int hy_st_read_f32(const hy_st_file *f, const hy_st_tensor *t, float *dst, size_
  * Writer: collecting entries
  */
 
-void hy_st_writer_init(hy_st_writer *w) { memset(w, 0, sizeof *w); }
+void hy_safetensors_writer_init(hy_safetensors_writer *w) { memset(w, 0, sizeof *w); }
 
-void hy_st_writer_free(hy_st_writer *w) {
+void hy_safetensors_writer_free(hy_safetensors_writer *w) {
     for (int i = 0; i < w->n; i++) free(w->entries[i].name);
     for (int i = 0; i < w->n_meta; i++) { free(w->meta[i].key); free(w->meta[i].value); }
     free(w->entries);
@@ -562,44 +562,44 @@ static void *grow(void *arr, int *cap, int n, size_t size) {
 }
 
 /* jansson refuses strings that are not UTF-8; asking it up front turns a
- * failure deep inside hy_st_write into one at the call that caused it. */
+ * failure deep inside hy_safetensors_write into one at the call that caused it. */
 static int valid_utf8(const char *s) {
     json_t *j = json_string(s);
     json_decref(j);
     return j != NULL;
 }
 
-static int check_add(const char *name, hy_st_dtype dtype, int ndim, const size_t *shape,
+static int check_add(const char *name, hy_safetensors_dtype dtype, int ndim, const size_t *shape,
                      hy_error *err) {
     if (!name || !valid_utf8(name) || strcmp(name, "__metadata__") == 0)
         return hy_fail(err, HY_ERR_RUNTIME, "safetensors writer: tensor name '%s' is not "
                        "allowed (NULL, not UTF-8, or \"__metadata__\")",
-                       name ? hy_st_show(name).s : "(null)");
+                       name ? hy_safetensors_show(name).s : "(null)");
     if (dtype != HY_ST_F32 && dtype != HY_ST_BF16)
         return hy_fail(err, HY_ERR_RUNTIME, "safetensors writer: tensor '%s': dtype %s cannot "
-                       "be written (only F32 and BF16)", hy_st_show(name).s,
-                       hy_st_dtype_name(dtype));
+                       "be written (only F32 and BF16)", hy_safetensors_show(name).s,
+                       hy_safetensors_dtype_name(dtype));
     if (ndim < 0 || ndim > HY_ST_MAX_DIMS || (ndim > 0 && !shape))
         return hy_fail(err, HY_ERR_RUNTIME, "safetensors writer: tensor '%s': %d dims "
-                       "(0..%d, with a shape)", hy_st_show(name).s, ndim, HY_ST_MAX_DIMS);
+                       "(0..%d, with a shape)", hy_safetensors_show(name).s, ndim, HY_ST_MAX_DIMS);
     return HY_OK;
 }
 
-int hy_st_writer_add(hy_st_writer *w, const char *name, hy_st_dtype dtype, int ndim,
+int hy_safetensors_writer_add(hy_safetensors_writer *w, const char *name, hy_safetensors_dtype dtype, int ndim,
                      const size_t *shape, const float *data, hy_error *err) {
     int rc = check_add(name, dtype, ndim, shape, err);
     if (rc) return rc;
-    hy_st_entry e = { .dtype = dtype, .ndim = ndim, .numel = 1, .data = data };
+    hy_safetensors_entry e = { .dtype = dtype, .ndim = ndim, .numel = 1, .data = data };
     for (int i = 0; i < ndim; i++) {
         e.shape[i] = shape[i];
         if (__builtin_mul_overflow(e.numel, shape[i], &e.numel) || e.numel > SIZE_MAX / 4)
             return hy_fail(err, HY_ERR_RUNTIME, "safetensors writer: tensor '%s': shape "
-                           "overflows", hy_st_show(name).s);
+                           "overflows", hy_safetensors_show(name).s);
     }
     if (e.numel && !data)
         return hy_fail(err, HY_ERR_RUNTIME, "safetensors writer: tensor '%s': no data",
-                       hy_st_show(name).s);
-    hy_st_entry *grown = grow(w->entries, &w->cap, w->n, sizeof *grown);
+                       hy_safetensors_show(name).s);
+    hy_safetensors_entry *grown = grow(w->entries, &w->cap, w->n, sizeof *grown);
     if (!grown) return oom(err);
     w->entries = grown;
     if (!(e.name = strdup(name))) return oom(err);
@@ -607,7 +607,7 @@ int hy_st_writer_add(hy_st_writer *w, const char *name, hy_st_dtype dtype, int n
     return HY_OK;
 }
 
-int hy_st_writer_set_meta(hy_st_writer *w, const char *key, const char *value,
+int hy_safetensors_writer_set_meta(hy_safetensors_writer *w, const char *key, const char *value,
                           hy_error *err) {
     if (!key || !value || !valid_utf8(key) || !valid_utf8(value))
         return hy_fail(err, HY_ERR_RUNTIME, "safetensors writer: metadata key and value must "
@@ -621,14 +621,14 @@ int hy_st_writer_set_meta(hy_st_writer *w, const char *key, const char *value,
             return HY_OK;
         }
     char *k = strdup(key);
-    hy_st_meta *grown = k ? grow(w->meta, &w->cap_meta, w->n_meta, sizeof *grown) : NULL;
+    hy_safetensors_meta *grown = k ? grow(w->meta, &w->cap_meta, w->n_meta, sizeof *grown) : NULL;
     if (!grown) {
         free(k);
         free(v);
         return oom(err);
     }
     w->meta = grown;
-    w->meta[w->n_meta++] = (hy_st_meta){ k, v };
+    w->meta[w->n_meta++] = (hy_safetensors_meta){ k, v };
     return HY_OK;
 }
 
@@ -636,34 +636,34 @@ int hy_st_writer_set_meta(hy_st_writer *w, const char *key, const char *value,
  * Writer: layout and header
  */
 
-static size_t entry_bytes(const hy_st_entry *e) {
+static size_t entry_bytes(const hy_safetensors_entry *e) {
     return e->numel * (e->dtype == HY_ST_F32 ? 4 : 2);
 }
 
 static int entry_name_cmp(const void *a, const void *b) {
-    return strcmp((*(const hy_st_entry *const *)a)->name, (*(const hy_st_entry *const *)b)->name);
+    return strcmp((*(const hy_safetensors_entry *const *)a)->name, (*(const hy_safetensors_entry *const *)b)->name);
 }
 
 /* The reference's order (safetensors `prepare`): dtype descending in its
  * enum order, which puts wider types first and so keeps every tensor
  * aligned to its element size; then name, bytewise. */
 static int entry_layout_cmp(const void *pa, const void *pb) {
-    const hy_st_entry *a = *(const hy_st_entry *const *)pa, *b = *(const hy_st_entry *const *)pb;
+    const hy_safetensors_entry *a = *(const hy_safetensors_entry *const *)pa, *b = *(const hy_safetensors_entry *const *)pb;
     if (a->dtype != b->dtype) return a->dtype > b->dtype ? -1 : 1;
     return strcmp(a->name, b->name);
 }
 
 /* The entries in file order; duplicate names refused. */
-static int layout_order(const hy_st_writer *w, const char *path, const hy_st_entry ***out,
+static int layout_order(const hy_safetensors_writer *w, const char *path, const hy_safetensors_entry ***out,
                         hy_error *err) {
-    const hy_st_entry **order = malloc(((size_t)w->n + 1) * sizeof *order);
+    const hy_safetensors_entry **order = malloc(((size_t)w->n + 1) * sizeof *order);
     if (!order) return oom(err);
     for (int i = 0; i < w->n; i++) order[i] = &w->entries[i];
     qsort(order, (size_t)w->n, sizeof *order, entry_name_cmp);
     for (int i = 1; i < w->n; i++)
         if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
             hy_fail(err, HY_ERR_RUNTIME, "cannot write %s: tensor '%s' was added twice", path,
-                    hy_st_show(order[i]->name).s);
+                    hy_safetensors_show(order[i]->name).s);
             free(order);
             return HY_ERR_RUNTIME;
         }
@@ -672,7 +672,7 @@ static int layout_order(const hy_st_writer *w, const char *path, const hy_st_ent
     return HY_OK;
 }
 
-static json_t *entry_json(const hy_st_entry *e, uint64_t begin) {
+static json_t *entry_json(const hy_safetensors_entry *e, uint64_t begin) {
     json_t *shape = json_array();
     for (int i = 0; shape && i < e->ndim; i++)
         if (json_array_append_new(shape, json_integer((json_int_t)e->shape[i]))) {
@@ -685,8 +685,8 @@ static json_t *entry_json(const hy_st_entry *e, uint64_t begin) {
                      (json_int_t)(begin + entry_bytes(e)));
 }
 
-static json_t *meta_json(const hy_st_writer *w) {
-    hy_st_meta *sorted = malloc(((size_t)w->n_meta + 1) * sizeof *sorted);
+static json_t *meta_json(const hy_safetensors_writer *w) {
+    hy_safetensors_meta *sorted = malloc(((size_t)w->n_meta + 1) * sizeof *sorted);
     json_t *m = sorted ? json_object() : NULL;
     if (m) {
         memcpy(sorted, w->meta, (size_t)w->n_meta * sizeof *sorted);
@@ -706,7 +706,7 @@ static json_t *meta_json(const hy_st_writer *w) {
 
 /* The header text, padded with spaces to a multiple of 8 (the reference's
  * alignment, so the data buffer starts 8-aligned in the file). */
-static int build_header(const hy_st_writer *w, const hy_st_entry **order, char **text,
+static int build_header(const hy_safetensors_writer *w, const hy_safetensors_entry **order, char **text,
                         size_t *len, hy_error *err) {
     json_t *root = json_object();
     int ok = root != NULL;
@@ -745,7 +745,7 @@ static int write_bf16(hy_atomic_file *af, const float *x, size_t n, hy_error *er
     for (size_t i = 0; i < n;) {
         size_t k = 0;
         for (; i < n && k < sizeof buf; i++, k += 2) {
-            uint16_t h = hy_st_bf16_from_f32(x[i]);
+            uint16_t h = hy_safetensors_bf16_from_f32(x[i]);
             buf[k] = (unsigned char)h;
             buf[k + 1] = (unsigned char)(h >> 8);
         }
@@ -757,25 +757,25 @@ static int write_bf16(hy_atomic_file *af, const float *x, size_t n, hy_error *er
 
 /* Fails only as hy_atomic_write does, which has then removed the file. */
 static int write_body(hy_atomic_file *af, const char *header, size_t hlen,
-                      const hy_st_entry **order, int n, hy_error *err) {
+                      const hy_safetensors_entry **order, int n, hy_error *err) {
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
     int rc = hy_atomic_write(af, len8, 8, err);
     if (!rc) rc = hy_atomic_write(af, header, hlen, err);
     for (int i = 0; i < n && !rc; i++) {
-        const hy_st_entry *e = order[i];
+        const hy_safetensors_entry *e = order[i];
         rc = e->dtype == HY_ST_F32 ? hy_atomic_write(af, e->data, entry_bytes(e), err)
                                    : write_bf16(af, e->data, e->numel, err);
     }
     return rc;
 }
 
-int hy_st_write(const hy_st_writer *w, const char *path, hy_error *err) {
-    return hy_st_write_sum(w, path, NULL, err);
+int hy_safetensors_write(const hy_safetensors_writer *w, const char *path, hy_error *err) {
+    return hy_safetensors_write_sum(w, path, NULL, err);
 }
 
-int hy_st_write_sum(const hy_st_writer *w, const char *path, hy_file_sum *sum, hy_error *err) {
-    const hy_st_entry **order = NULL;
+int hy_safetensors_write_sum(const hy_safetensors_writer *w, const char *path, hy_file_sum *sum, hy_error *err) {
+    const hy_safetensors_entry **order = NULL;
     char *header = NULL;
     size_t hlen = 0;
     hy_atomic_file af;

@@ -7,13 +7,13 @@
  * (offsets relative to the buffer's start, e exclusive), plus an optional
  * "__metadata__" object of string values.
  *
- * Reading is fuzz-facing: hy_st_open checks the whole header before anyone
+ * Reading is fuzz-facing: hy_safetensors_open checks the whole header before anyone
  * touches a byte of data (sizes with checked arithmetic, every range inside
  * the buffer, no two tensors overlapping), so later reads cannot go out of
  * bounds whatever the file holds. A bad file is HY_ERR_INPUT with a
  * message that names the file and, where there is one, the tensor. Two
  * things the reference library refuses are accepted here, and counted in
- * hy_st_file.unused_bytes so a caller can warn: gaps between tensors, and
+ * hy_safetensors_file.unused_bytes so a caller can warn: gaps between tensors, and
  * bytes after the last one; they are harmless to a reader that goes by
  * offsets. Keys in a tensor entry other than the three are ignored, as the
  * reference does.
@@ -34,7 +34,7 @@
  * untouched (a failure of the last fsync is reported, the file stays).
  *
  * Nothing here prints, exits or keeps global state. Once open, a
- * hy_st_file is only read: several threads may read tensors from one file
+ * hy_safetensors_file is only read: several threads may read tensors from one file
  * at once (pread shares no file position); open and close are the owner's.
  */
 #ifndef HY_SAFETENSORS_H
@@ -57,10 +57,10 @@ typedef enum {
     HY_ST_I16, HY_ST_U16, HY_ST_F16, HY_ST_BF16, HY_ST_I32, HY_ST_U32, HY_ST_F32,
     HY_ST_C64, HY_ST_F64, HY_ST_I64, HY_ST_U64,
     HY_ST_DTYPE_COUNT
-} hy_st_dtype;
+} hy_safetensors_dtype;
 
 /* "F32", "BF16", ...; "?" for a value out of range. */
-const char *hy_st_dtype_name(hy_st_dtype d);
+const char *hy_safetensors_dtype_name(hy_safetensors_dtype d);
 
 /* ------------------------------------------------------------------------
  * Reading
@@ -68,64 +68,64 @@ const char *hy_st_dtype_name(hy_st_dtype d);
 
 typedef struct {
     char *name;
-    hy_st_dtype dtype;
+    hy_safetensors_dtype dtype;
     int ndim;                        /* 0 (a scalar) .. HY_ST_MAX_DIMS */
     size_t shape[HY_ST_MAX_DIMS];
     size_t numel;                    /* product of shape (1 for a scalar) */
     uint64_t offset;                 /* absolute byte offset in the file */
     size_t nbytes;
-} hy_st_tensor;
+} hy_safetensors_tensor;
 
 typedef struct {
     char *key, *value;
-} hy_st_meta;
+} hy_safetensors_meta;
 
 typedef struct {
     char *path;
     int fd;                          /* -1 when closed */
     uint64_t file_size;
     uint64_t data_start;             /* 8 + N: where offsets count from */
-    hy_st_tensor *tensors;           /* by data offset, then name */
+    hy_safetensors_tensor *tensors;           /* by data offset, then name */
     int n_tensors;
-    hy_st_meta *meta;                /* "__metadata__", sorted by key */
+    hy_safetensors_meta *meta;                /* "__metadata__", sorted by key */
     int n_meta;
     uint64_t unused_bytes;           /* buffer bytes no tensor covers (gaps, tail) */
-    hy_st_tensor **by_name;          /* into tensors, sorted by name */
-} hy_st_file;
+    hy_safetensors_tensor **by_name;          /* into tensors, sorted by name */
+} hy_safetensors_file;
 
 /* Opens and checks `path`. On failure (HY_ERR_INPUT for a bad or missing
- * file) f is left closed, and hy_st_close(f) is a harmless no-op. */
-int hy_st_open(hy_st_file *f, const char *path, hy_error *err);
+ * file) f is left closed, and hy_safetensors_close(f) is a harmless no-op. */
+int hy_safetensors_open(hy_safetensors_file *f, const char *path, hy_error *err);
 
 /* The tensor called `name`, or NULL. */
-const hy_st_tensor *hy_st_find(const hy_st_file *f, const char *name);
+const hy_safetensors_tensor *hy_safetensors_find(const hy_safetensors_file *f, const char *name);
 
 /* The "__metadata__" value of `key`, or NULL. */
-const char *hy_st_meta_get(const hy_st_file *f, const char *key);
+const char *hy_safetensors_meta_get(const hy_safetensors_file *f, const char *key);
 
 /* Reads tensor t (one of f's) as n = t->numel floats into dst, converting
  * F32, BF16 or F16 exactly. Another dtype, or n != numel, is HY_ERR_INPUT
  * naming the file and the tensor; a file that shrank since it was opened
  * is HY_ERR_INPUT, an I/O error HY_ERR_RUNTIME. */
-int hy_st_read_f32(const hy_st_file *f, const hy_st_tensor *t, float *dst, size_t n,
+int hy_safetensors_read_f32(const hy_safetensors_file *f, const hy_safetensors_tensor *t, float *dst, size_t n,
                    hy_error *err);
 
 /* Reads tensor t's bytes as stored (little-endian) into dst, whose size
- * must be t->nbytes. For dtypes hy_st_read_f32 does not convert. */
-int hy_st_read_raw(const hy_st_file *f, const hy_st_tensor *t, void *dst, size_t size,
+ * must be t->nbytes. For dtypes hy_safetensors_read_f32 does not convert. */
+int hy_safetensors_read_raw(const hy_safetensors_file *f, const hy_safetensors_tensor *t, void *dst, size_t size,
                    hy_error *err);
 
 /* Frees everything and closes the descriptor; f is then closed (and may be
  * closed again). Also safe on a zero-initialised struct. */
-void hy_st_close(hy_st_file *f);
+void hy_safetensors_close(hy_safetensors_file *f);
 
 /* A name from a file as it may appear in a message: a hostile header must
  * not flood the message or drive the terminal, so at most 80 bytes are
  * shown ("..." after a longer one) and control characters become '?' (C0,
  * DEL, and C1 in its UTF-8 form, each byte). A value, so two may appear in
- * one message: hy_st_show(a).s, hy_st_show(b).s. */
-typedef struct { char s[96]; } hy_st_shown;
-hy_st_shown hy_st_show(const char *name);
+ * one message: hy_safetensors_show(a).s, hy_safetensors_show(b).s. */
+typedef struct { char s[96]; } hy_safetensors_shown;
+hy_safetensors_shown hy_safetensors_show(const char *name);
 
 /* ------------------------------------------------------------------------
  * Writing
@@ -133,41 +133,41 @@ hy_st_shown hy_st_show(const char *name);
 
 typedef struct {
     char *name;
-    hy_st_dtype dtype;               /* HY_ST_F32 or HY_ST_BF16 */
+    hy_safetensors_dtype dtype;               /* HY_ST_F32 or HY_ST_BF16 */
     int ndim;
     size_t shape[HY_ST_MAX_DIMS];
     size_t numel;
-    const float *data;               /* borrowed: must live until hy_st_write */
-} hy_st_entry;
+    const float *data;               /* borrowed: must live until hy_safetensors_write */
+} hy_safetensors_entry;
 
 typedef struct {
-    hy_st_entry *entries;
+    hy_safetensors_entry *entries;
     int n, cap;
-    hy_st_meta *meta;
+    hy_safetensors_meta *meta;
     int n_meta, cap_meta;
-} hy_st_writer;
+} hy_safetensors_writer;
 
-void hy_st_writer_init(hy_st_writer *w);
+void hy_safetensors_writer_init(hy_safetensors_writer *w);
 
 /* Adds a tensor of fp32 values stored as `dtype` (HY_ST_F32, or HY_ST_BF16:
  * rounded to nearest even). The name is copied; `data` (numel floats, may
  * be NULL when numel is 0) is only borrowed. A bad argument is
  * HY_ERR_RUNTIME (a caller's bug, not the user's input). Duplicate names
- * are found by hy_st_write. */
-int hy_st_writer_add(hy_st_writer *w, const char *name, hy_st_dtype dtype, int ndim,
+ * are found by hy_safetensors_write. */
+int hy_safetensors_writer_add(hy_safetensors_writer *w, const char *name, hy_safetensors_dtype dtype, int ndim,
                      const size_t *shape, const float *data, hy_error *err);
 
 /* Sets a "__metadata__" entry (replacing an earlier value of the key). */
-int hy_st_writer_set_meta(hy_st_writer *w, const char *key, const char *value,
+int hy_safetensors_writer_set_meta(hy_safetensors_writer *w, const char *key, const char *value,
                           hy_error *err);
 
 /* Writes the file atomically (see the top). Errors are HY_ERR_RUNTIME
  * naming the path and the system call. */
-int hy_st_write(const hy_st_writer *w, const char *path, hy_error *err);
+int hy_safetensors_write(const hy_safetensors_writer *w, const char *path, hy_error *err);
 /* The same, summing the bytes written into *sum (checksum.h). */
-int hy_st_write_sum(const hy_st_writer *w, const char *path, hy_file_sum *sum, hy_error *err);
+int hy_safetensors_write_sum(const hy_safetensors_writer *w, const char *path, hy_file_sum *sum, hy_error *err);
 
-void hy_st_writer_free(hy_st_writer *w);
+void hy_safetensors_writer_free(hy_safetensors_writer *w);
 
 /* ------------------------------------------------------------------------
  * Conversions (exact where the target holds the value)
@@ -175,9 +175,9 @@ void hy_st_writer_free(hy_st_writer *w);
 
 /* Round to nearest, ties to even; overflow goes to ±inf; a NaN becomes the
  * quiet NaN 0x7fc0 with its sign (as ml_dtypes/Eigen do). */
-uint16_t hy_st_bf16_from_f32(float x);
-float hy_st_bf16_to_f32(uint16_t h);
+uint16_t hy_safetensors_bf16_from_f32(float x);
+float hy_safetensors_bf16_to_f32(uint16_t h);
 /* Exact, including subnormals, ±inf and NaN (payload kept). */
-float hy_st_f16_to_f32(uint16_t h);
+float hy_safetensors_f16_to_f32(uint16_t h);
 
 #endif

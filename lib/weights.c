@@ -29,12 +29,12 @@ static void wt_shape_text(char *buf, size_t n, int ndim, const size_t *shape) {
 
 /* Reads parameter p from f into host (p->numel floats: wte's padding rows,
  * when the file has only the real vocabulary's, stay zero) and puts it. */
-static int wt_load_tensor(hy_runtime *rt, const hy_model *m, const hy_st_file *f,
+static int wt_load_tensor(hy_runtime *rt, const hy_model *m, const hy_safetensors_file *f,
                           const hy_param *p, float *host, hy_error *err) {
     char prefixed[64];
     snprintf(prefixed, sizeof prefixed, "transformer.%s", p->name);
-    const hy_st_tensor *t = hy_st_find(f, p->name);
-    if (!t) t = hy_st_find(f, prefixed);
+    const hy_safetensors_tensor *t = hy_safetensors_find(f, p->name);
+    if (!t) t = hy_safetensors_find(f, prefixed);
     char want[48], have[160];
     /* What a file holds: wte's real rows, not its padding (model.h). */
     size_t rows = p->kind == HY_P_WTE ? (size_t)m->vocab : (size_t)p->shape[0];
@@ -50,14 +50,14 @@ static int wt_load_tensor(hy_runtime *rt, const hy_model *m, const hy_st_file *f
                        "needs %s; check model.* in the config", f->path, t->name, have, want);
     }
     memset(host, 0, p->numel * sizeof(float));
-    int rc = hy_st_read_f32(f, t, host, t->numel, err);
+    int rc = hy_safetensors_read_f32(f, t, host, t->numel, err);
     return rc ? rc : hy_runtime_put(rt, HY_T_PARAM, p, host, p->numel, err);
 }
 
 int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err) {
     const hy_model *m = hy_runtime_model(rt);
-    hy_st_file f;
-    int rc = hy_st_open(&f, path, err);
+    hy_safetensors_file f;
+    int rc = hy_safetensors_open(&f, path, err);
     if (rc) return rc;
     float *host = malloc(hy_model_max_numel(m) * sizeof(float));
     if (!host) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory loading %s", path);
@@ -67,12 +67,12 @@ int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err) {
         if (!hy_model_find(m, name) && !wt_ignorable(name))
             rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is not a parameter of the config's "
                          "model (model.layers = %d); check the config or the file", path,
-                         hy_st_show(name).s, m->layers);
+                         hy_safetensors_show(name).s, m->layers);
     }
     for (int i = 0; i < m->n_params && !rc; i++)
         rc = wt_load_tensor(rt, m, &f, &m->params[i], host, err);
     if (!rc) rc = hy_runtime_refresh(rt, err);
     free(host);
-    hy_st_close(&f);
+    hy_safetensors_close(&f);
     return rc;
 }

@@ -46,7 +46,7 @@ typedef struct { char dir[256]; } scratch;
 
 static void scratch_init(scratch *s) {
     const char *t = getenv("TMPDIR");
-    snprintf(s->dir, sizeof s->dir, "%s/hy_st_XXXXXX", t && *t ? t : "/tmp");
+    snprintf(s->dir, sizeof s->dir, "%s/hy_safetensors_XXXXXX", t && *t ? t : "/tmp");
     if (!mkdtemp(s->dir)) { perror(s->dir); exit(1); }
 }
 
@@ -144,16 +144,16 @@ static void test_bf16(void) {
         { 0x00018000, 0x0002 }, { 0x7f7f7fff, 0x7f7f }, { 0x7f7f8000, 0x7f80 },
     };
     for (int i = 0; i < NELEM(known); i++)
-        CHECKF(hy_st_bf16_from_f32(float_of(known[i].in)) == known[i].out,
+        CHECKF(hy_safetensors_bf16_from_f32(float_of(known[i].in)) == known[i].out,
                "0x%08x -> 0x%04x, want 0x%04x", known[i].in,
-               hy_st_bf16_from_f32(float_of(known[i].in)), known[i].out);
+               hy_safetensors_bf16_from_f32(float_of(known[i].in)), known[i].out);
     /* Every bf16 widens exactly and narrows back to itself. */
     int bad = 0;
     for (uint32_t h = 0; h < 0x10000; h++) {
-        float x = hy_st_bf16_to_f32((uint16_t)h);
+        float x = hy_safetensors_bf16_to_f32((uint16_t)h);
         bad += bits_of(x) != h << 16;
-        if (x == x) bad += hy_st_bf16_from_f32(x) != h;
-        else bad += hy_st_bf16_from_f32(x) != ((h & 0x8000) | 0x7fc0);
+        if (x == x) bad += hy_safetensors_bf16_from_f32(x) != h;
+        else bad += hy_safetensors_bf16_from_f32(x) != ((h & 0x8000) | 0x7fc0);
     }
     CHECKF(bad == 0, "%d bf16 patterns do not round-trip", bad);
     /* Rounding agrees with the reference on a million patterns (plus all
@@ -164,7 +164,7 @@ static void test_bf16(void) {
         uint32_t u = (uint32_t)lcg(&seed) << 1 ^ (uint32_t)lcg(&seed);
         if (i % 4 == 0) u = (u & 0xffff0000u) | 0x8000u;   /* exact ties */
         float x = float_of(u);
-        bad += hy_st_bf16_from_f32(x) != bf16_reference(x);
+        bad += hy_safetensors_bf16_from_f32(x) != bf16_reference(x);
     }
     CHECKF(bad == 0, "%d patterns round differently from the reference", bad);
 }
@@ -185,11 +185,11 @@ static void test_f16(void) {
         0x477fe000, 0x38800000, 0x33800000, 0x387fc000, 0xb3800000, 0x7f800000,
         0xff800000, 0x7fc00000, 0x7f802000, 0x3eaaa000, 0xc77fe000, 0x38000000 };
     for (int i = 0; i < NELEM(in); i++)
-        CHECKF(bits_of(hy_st_f16_to_f32(in[i])) == want[i], "0x%04x -> 0x%08x, want 0x%08x",
-               in[i], bits_of(hy_st_f16_to_f32(in[i])), want[i]);
+        CHECKF(bits_of(hy_safetensors_f16_to_f32(in[i])) == want[i], "0x%04x -> 0x%08x, want 0x%08x",
+               in[i], bits_of(hy_safetensors_f16_to_f32(in[i])), want[i]);
     int bad = 0;
     for (uint32_t h = 0; h < 0x10000; h++) {
-        float x = hy_st_f16_to_f32((uint16_t)h), r = f16_reference((uint16_t)h);
+        float x = hy_safetensors_f16_to_f32((uint16_t)h), r = f16_reference((uint16_t)h);
         int nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
         /* A NaN keeps its sign and payload (shifted into the top bits). */
         bad += nan ? !(x != x) || bits_of(x) != ((h & 0x8000u) << 16 | 0x7f800000u |
@@ -204,35 +204,35 @@ static void test_f16(void) {
  */
 
 static void test_reference_read(void) {
-    hy_st_file f;
+    hy_safetensors_file f;
     hy_error err = { 0 };
-    int rc = hy_st_open(&f, FIX_READ, &err);
+    int rc = hy_safetensors_open(&f, FIX_READ, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
     if (rc) return;
     CHECK(f.n_tensors == 4 && f.unused_bytes == 0 && f.data_start % 8 == 0);
     /* In file order (the reference's layout: F32, I32, BF16, F16). */
     const char *order[] = { "full", "ints", "brain", "half" };
     for (int i = 0; i < 4 && i < f.n_tensors; i++) CHECK(!strcmp(f.tensors[i].name, order[i]));
-    CHECK(f.n_meta == 1 && hy_st_meta_get(&f, "source") &&
-          !strcmp(hy_st_meta_get(&f, "source"), "gen_safetensors.py"));
-    CHECK(hy_st_meta_get(&f, "nope") == NULL && hy_st_find(&f, "nope") == NULL);
+    CHECK(f.n_meta == 1 && hy_safetensors_meta_get(&f, "source") &&
+          !strcmp(hy_safetensors_meta_get(&f, "source"), "gen_safetensors.py"));
+    CHECK(hy_safetensors_meta_get(&f, "nope") == NULL && hy_safetensors_find(&f, "nope") == NULL);
 
-    const hy_st_tensor *full = hy_st_find(&f, "full"), *half = hy_st_find(&f, "half");
-    const hy_st_tensor *brain = hy_st_find(&f, "brain"), *ints = hy_st_find(&f, "ints");
+    const hy_safetensors_tensor *full = hy_safetensors_find(&f, "full"), *half = hy_safetensors_find(&f, "half");
+    const hy_safetensors_tensor *brain = hy_safetensors_find(&f, "brain"), *ints = hy_safetensors_find(&f, "ints");
     CHECK(full && half && brain && ints);
-    if (!full || !half || !brain || !ints) { hy_st_close(&f); return; }
+    if (!full || !half || !brain || !ints) { hy_safetensors_close(&f); return; }
     CHECK(full->dtype == HY_ST_F32 && full->ndim == 2 && full->shape[0] == 3 &&
           full->shape[1] == 2 && full->numel == 6 && full->nbytes == 24);
     CHECK(half->dtype == HY_ST_F16 && half->ndim == 2 && half->numel == 16);
     CHECK(brain->dtype == HY_ST_BF16 && ints->dtype == HY_ST_I32);
-    CHECK(!strcmp(hy_st_dtype_name(half->dtype), "F16"));
+    CHECK(!strcmp(hy_safetensors_dtype_name(half->dtype), "F16"));
 
     float v[16];
-    CHECK(hy_st_read_f32(&f, full, v, 6, &err) == HY_OK);
+    CHECK(hy_safetensors_read_f32(&f, full, v, 6, &err) == HY_OK);
     for (int i = 0; i < 6; i++) CHECK(v[i] == (float)i - 2.5f);
-    CHECK(hy_st_read_f32(&f, brain, v, 3, &err) == HY_OK);
+    CHECK(hy_safetensors_read_f32(&f, brain, v, 3, &err) == HY_OK);
     CHECK(v[0] == 1.0f && v[1] == -3.140625f && isinf(v[2]) && v[2] > 0);
-    CHECK(hy_st_read_f32(&f, half, v, 16, &err) == HY_OK);
+    CHECK(hy_safetensors_read_f32(&f, half, v, 16, &err) == HY_OK);
     static const uint32_t want[] = { 0x00000000, 0x80000000, 0x3f800000, 0xc0000000,
         0x477fe000, 0x38800000, 0x33800000, 0x387fc000, 0xb3800000, 0x7f800000,
         0xff800000, 0x7fc00000, 0x7f802000, 0x3eaaa000, 0xc77fe000, 0x38000000 };
@@ -241,17 +241,17 @@ static void test_reference_read(void) {
                want[i]);
 
     /* Refusals that name the file and the tensor. */
-    rc = hy_st_read_f32(&f, ints, v, 3, &err);
+    rc = hy_safetensors_read_f32(&f, ints, v, 3, &err);
     CHECK(rc == HY_ERR_INPUT && strstr(err.msg, "'ints' is I32") && strstr(err.msg, FIX_READ));
-    rc = hy_st_read_f32(&f, full, v, 5, &err);
+    rc = hy_safetensors_read_f32(&f, full, v, 5, &err);
     CHECK(rc == HY_ERR_INPUT && strstr(err.msg, "'full' has shape [3, 2] (6 elements)"));
     int32_t iv[3];
-    CHECK(hy_st_read_raw(&f, ints, iv, sizeof iv, &err) == HY_OK);
+    CHECK(hy_safetensors_read_raw(&f, ints, iv, sizeof iv, &err) == HY_OK);
     CHECK(iv[0] == 1 && iv[1] == -2 && iv[2] == 3);
-    CHECK(hy_st_read_raw(&f, ints, iv, 8, &err) == HY_ERR_INPUT);
-    hy_st_close(&f);
+    CHECK(hy_safetensors_read_raw(&f, ints, iv, 8, &err) == HY_ERR_INPUT);
+    hy_safetensors_close(&f);
     CHECK(f.fd == -1 && f.tensors == NULL && f.path == NULL);
-    hy_st_close(&f);   /* twice is harmless */
+    hy_safetensors_close(&f);   /* twice is harmless */
 }
 
 /* The writer's input for the fixture st_ref_write (gen_safetensors.py). */
@@ -264,22 +264,22 @@ static void test_reference_write(const scratch *s) {
     float f32[6], bf[10], seven = 7.0f;
     for (int i = 0; i < 6; i++) f32[i] = float_of(WRITE_F32[i]);
     for (int i = 0; i < 10; i++) bf[i] = float_of(WRITE_BF16[i]);
-    hy_st_writer w;
+    hy_safetensors_writer w;
     hy_error err = { 0 };
-    hy_st_writer_init(&w);
+    hy_safetensors_writer_init(&w);
     /* Added in an order unlike the file's, which must not matter. */
     size_t s23[] = { 2, 3 }, s10[] = { 10 }, s04[] = { 0, 4 };
-    CHECK(hy_st_writer_add(&w, "empty", HY_ST_BF16, 2, s04, NULL, &err) == HY_OK);
-    CHECK(hy_st_writer_add(&w, "scalar", HY_ST_F32, 0, NULL, &seven, &err) == HY_OK);
-    CHECK(hy_st_writer_add(&w, "a.bias", HY_ST_BF16, 1, s10, bf, &err) == HY_OK);
-    CHECK(hy_st_writer_add(&w, "b.weight", HY_ST_F32, 2, s23, f32, &err) == HY_OK);
-    CHECK(hy_st_writer_set_meta(&w, "format", "np", &err) == HY_OK);
-    CHECK(hy_st_writer_set_meta(&w, "format", "pt", &err) == HY_OK);   /* replaces */
+    CHECK(hy_safetensors_writer_add(&w, "empty", HY_ST_BF16, 2, s04, NULL, &err) == HY_OK);
+    CHECK(hy_safetensors_writer_add(&w, "scalar", HY_ST_F32, 0, NULL, &seven, &err) == HY_OK);
+    CHECK(hy_safetensors_writer_add(&w, "a.bias", HY_ST_BF16, 1, s10, bf, &err) == HY_OK);
+    CHECK(hy_safetensors_writer_add(&w, "b.weight", HY_ST_F32, 2, s23, f32, &err) == HY_OK);
+    CHECK(hy_safetensors_writer_set_meta(&w, "format", "np", &err) == HY_OK);
+    CHECK(hy_safetensors_writer_set_meta(&w, "format", "pt", &err) == HY_OK);   /* replaces */
     char path[512];
     scratch_path(s, "ours.safetensors", path, sizeof path);
-    int rc = hy_st_write(&w, path, &err);
+    int rc = hy_safetensors_write(&w, path, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
-    hy_st_writer_free(&w);
+    hy_safetensors_writer_free(&w);
     size_t n_ours, n_ref;
     unsigned char *ours = slurp(path, &n_ours), *ref = slurp(FIX_WRITE, &n_ref);
     CHECKF(n_ours == n_ref && !memcmp(ours, ref, n_ref),
@@ -303,58 +303,58 @@ static void test_round_trip(const scratch *s) {
     }
     b[0] = NAN; b[1] = -INFINITY; b[2] = 1e-45f;
     size_t s3[] = { 3, 5, 7 }, s8[] = { 1, 1, 1, 1, 1, 1, 3, 35 };
-    hy_st_writer w;
+    hy_safetensors_writer w;
     hy_error err = { 0 };
-    hy_st_writer_init(&w);
-    CHECK(hy_st_writer_add(&w, "h.0.attn.c_attn.weight", HY_ST_F32, 3, s3, a, &err) == HY_OK);
-    CHECK(hy_st_writer_add(&w, "h.0.mlp.c_fc.weight", HY_ST_BF16, 8, s8, b, &err) == HY_OK);
-    CHECK(hy_st_writer_add(&w, "odd", HY_ST_BF16, 1, (size_t[]){ 1 }, a, &err) == HY_OK);
-    CHECK(hy_st_writer_set_meta(&w, "zeta", "1", &err) == HY_OK);
-    CHECK(hy_st_writer_set_meta(&w, "alpha", "ünïcode \"quoted\"\n", &err) == HY_OK);
+    hy_safetensors_writer_init(&w);
+    CHECK(hy_safetensors_writer_add(&w, "h.0.attn.c_attn.weight", HY_ST_F32, 3, s3, a, &err) == HY_OK);
+    CHECK(hy_safetensors_writer_add(&w, "h.0.mlp.c_fc.weight", HY_ST_BF16, 8, s8, b, &err) == HY_OK);
+    CHECK(hy_safetensors_writer_add(&w, "odd", HY_ST_BF16, 1, (size_t[]){ 1 }, a, &err) == HY_OK);
+    CHECK(hy_safetensors_writer_set_meta(&w, "zeta", "1", &err) == HY_OK);
+    CHECK(hy_safetensors_writer_set_meta(&w, "alpha", "ünïcode \"quoted\"\n", &err) == HY_OK);
     char path[512];
     scratch_path(s, "round.safetensors", path, sizeof path);
-    CHECKF(hy_st_write(&w, path, &err) == HY_OK, "%s", err.msg);
-    hy_st_writer_free(&w);
+    CHECKF(hy_safetensors_write(&w, path, &err) == HY_OK, "%s", err.msg);
+    hy_safetensors_writer_free(&w);
 
-    hy_st_file f;
-    int rc = hy_st_open(&f, path, &err);
+    hy_safetensors_file f;
+    int rc = hy_safetensors_open(&f, path, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
     if (rc) return;
     CHECK(f.n_tensors == 3 && f.n_meta == 2 && f.unused_bytes == 0);
     CHECK(f.data_start % 8 == 0 && f.file_size == f.data_start + N * 4 + N * 2 + 2);
     CHECK(!strcmp(f.meta[0].key, "alpha") && !strcmp(f.meta[0].value, "ünïcode \"quoted\"\n"));
-    CHECK(!strcmp(hy_st_meta_get(&f, "zeta"), "1"));
-    const hy_st_tensor *ta = hy_st_find(&f, "h.0.attn.c_attn.weight");
-    const hy_st_tensor *tb = hy_st_find(&f, "h.0.mlp.c_fc.weight");
-    const hy_st_tensor *to = hy_st_find(&f, "odd");
+    CHECK(!strcmp(hy_safetensors_meta_get(&f, "zeta"), "1"));
+    const hy_safetensors_tensor *ta = hy_safetensors_find(&f, "h.0.attn.c_attn.weight");
+    const hy_safetensors_tensor *tb = hy_safetensors_find(&f, "h.0.mlp.c_fc.weight");
+    const hy_safetensors_tensor *to = hy_safetensors_find(&f, "odd");
     CHECK(ta && tb && to);
     if (ta && tb && to) {
         CHECK(ta->ndim == 3 && ta->shape[2] == 7 && tb->ndim == 8 && tb->shape[7] == 35);
-        CHECK(hy_st_read_f32(&f, ta, back, N, &err) == HY_OK);
+        CHECK(hy_safetensors_read_f32(&f, ta, back, N, &err) == HY_OK);
         CHECK(memcmp(back, a, sizeof a) == 0);
-        CHECK(hy_st_read_f32(&f, tb, back, N, &err) == HY_OK);
+        CHECK(hy_safetensors_read_f32(&f, tb, back, N, &err) == HY_OK);
         int bad = 0;
         for (int i = 0; i < N; i++) {
-            float want = hy_st_bf16_to_f32(hy_st_bf16_from_f32(b[i]));
+            float want = hy_safetensors_bf16_to_f32(hy_safetensors_bf16_from_f32(b[i]));
             bad += want == want ? bits_of(back[i]) != bits_of(want) : back[i] == back[i];
         }
         CHECKF(bad == 0, "%d bf16 values differ after the round trip", bad);
-        CHECK(hy_st_read_f32(&f, to, back, 1, &err) == HY_OK);
-        CHECK(back[0] == hy_st_bf16_to_f32(hy_st_bf16_from_f32(a[0])));
+        CHECK(hy_safetensors_read_f32(&f, to, back, 1, &err) == HY_OK);
+        CHECK(back[0] == hy_safetensors_bf16_to_f32(hy_safetensors_bf16_from_f32(a[0])));
     }
-    hy_st_close(&f);
+    hy_safetensors_close(&f);
     remove(path);
 
     /* No tensors at all: the reference's "{}" and six spaces. */
-    hy_st_writer_init(&w);
-    CHECK(hy_st_write(&w, path, &err) == HY_OK);
+    hy_safetensors_writer_init(&w);
+    CHECK(hy_safetensors_write(&w, path, &err) == HY_OK);
     size_t n;
     unsigned char *bytes = slurp(path, &n);
     CHECK(n == 16 && !memcmp(bytes, "\x08\0\0\0\0\0\0\0{}      ", 16));
     free(bytes);
-    CHECK(hy_st_open(&f, path, &err) == HY_OK && f.n_tensors == 0);
-    hy_st_close(&f);
-    hy_st_writer_free(&w);
+    CHECK(hy_safetensors_open(&f, path, &err) == HY_OK && f.n_tensors == 0);
+    hy_safetensors_close(&f);
+    hy_safetensors_writer_free(&w);
     remove(path);
 }
 
@@ -363,29 +363,29 @@ static void test_round_trip(const scratch *s) {
  */
 
 static void test_writer_errors(const scratch *s) {
-    hy_st_writer w;
+    hy_safetensors_writer w;
     hy_error err = { 0 };
     float x[4] = { 1, 2, 3, 4 };
     size_t s4[] = { 4 }, s9[9] = { 1, 1, 1, 1, 1, 1, 1, 1, 4 };
     size_t huge[] = { SIZE_MAX / 2, 4 };
-    hy_st_writer_init(&w);
-    CHECK(hy_st_writer_add(&w, "t", HY_ST_F16, 1, s4, x, &err) == HY_ERR_RUNTIME &&
+    hy_safetensors_writer_init(&w);
+    CHECK(hy_safetensors_writer_add(&w, "t", HY_ST_F16, 1, s4, x, &err) == HY_ERR_RUNTIME &&
           strstr(err.msg, "only F32 and BF16"));
-    CHECK(hy_st_writer_add(&w, "t", HY_ST_F32, 9, s9, x, &err) == HY_ERR_RUNTIME);
-    CHECK(hy_st_writer_add(&w, "t", HY_ST_F32, 2, huge, x, &err) == HY_ERR_RUNTIME &&
+    CHECK(hy_safetensors_writer_add(&w, "t", HY_ST_F32, 9, s9, x, &err) == HY_ERR_RUNTIME);
+    CHECK(hy_safetensors_writer_add(&w, "t", HY_ST_F32, 2, huge, x, &err) == HY_ERR_RUNTIME &&
           strstr(err.msg, "overflows"));
-    CHECK(hy_st_writer_add(&w, "t", HY_ST_F32, 1, s4, NULL, &err) == HY_ERR_RUNTIME);
-    CHECK(hy_st_writer_add(&w, "__metadata__", HY_ST_F32, 1, s4, x, &err) == HY_ERR_RUNTIME);
-    CHECK(hy_st_writer_add(&w, "bad\xff", HY_ST_F32, 1, s4, x, &err) == HY_ERR_RUNTIME);
-    CHECK(hy_st_writer_set_meta(&w, "k", "bad\xc3", &err) == HY_ERR_RUNTIME);
+    CHECK(hy_safetensors_writer_add(&w, "t", HY_ST_F32, 1, s4, NULL, &err) == HY_ERR_RUNTIME);
+    CHECK(hy_safetensors_writer_add(&w, "__metadata__", HY_ST_F32, 1, s4, x, &err) == HY_ERR_RUNTIME);
+    CHECK(hy_safetensors_writer_add(&w, "bad\xff", HY_ST_F32, 1, s4, x, &err) == HY_ERR_RUNTIME);
+    CHECK(hy_safetensors_writer_set_meta(&w, "k", "bad\xc3", &err) == HY_ERR_RUNTIME);
     CHECK(w.n == 0 && w.n_meta == 0);
 
     /* A missing directory: an error naming the path, and no file. */
-    CHECK(hy_st_writer_add(&w, "t", HY_ST_F32, 1, s4, x, &err) == HY_OK);
+    CHECK(hy_safetensors_writer_add(&w, "t", HY_ST_F32, 1, s4, x, &err) == HY_OK);
     char path[512], missing[512];
     scratch_path(s, "no/such/dir", missing, sizeof missing);
     scratch_path(s, "no/such/dir/w.safetensors", path, sizeof path);
-    int rc = hy_st_write(&w, path, &err);
+    int rc = hy_safetensors_write(&w, path, &err);
     CHECK(rc == HY_ERR_RUNTIME && strstr(err.msg, missing) &&
           strstr(err.msg, "No such file or directory"));
     CHECK(access(path, F_OK) != 0);
@@ -395,30 +395,30 @@ static void test_writer_errors(const scratch *s) {
      * and the temporary file must be gone. */
     scratch_path(s, "a_dir", path, sizeof path);
     CHECK(mkdir(path, 0700) == 0);
-    rc = hy_st_write(&w, path, &err);
+    rc = hy_safetensors_write(&w, path, &err);
     CHECK(rc == HY_ERR_RUNTIME && strstr(err.msg, "cannot rename"));
     CHECK(count_entries(s->dir) == before + 1);   /* only a_dir itself */
     CHECK(count_entries(path) == 0);
     rmdir(path);
 
     /* A duplicate name: refused before anything is created. */
-    CHECK(hy_st_writer_add(&w, "t", HY_ST_BF16, 1, s4, x, &err) == HY_OK);
+    CHECK(hy_safetensors_writer_add(&w, "t", HY_ST_BF16, 1, s4, x, &err) == HY_OK);
     scratch_path(s, "dup.safetensors", path, sizeof path);
-    rc = hy_st_write(&w, path, &err);
+    rc = hy_safetensors_write(&w, path, &err);
     CHECK(rc == HY_ERR_RUNTIME && strstr(err.msg, "'t' was added twice"));
     CHECK(access(path, F_OK) != 0 && count_entries(s->dir) == before);
-    hy_st_writer_free(&w);
+    hy_safetensors_writer_free(&w);
 
     /* Rewriting an existing file replaces it whole. */
     scratch_path(s, "again.safetensors", path, sizeof path);
     write_bytes(path, "old junk", 8);
-    hy_st_writer_init(&w);
-    CHECK(hy_st_writer_add(&w, "t", HY_ST_F32, 1, s4, x, &err) == HY_OK);
-    CHECK(hy_st_write(&w, path, &err) == HY_OK);
-    hy_st_file f;
-    CHECK(hy_st_open(&f, path, &err) == HY_OK && f.n_tensors == 1);
-    hy_st_close(&f);
-    hy_st_writer_free(&w);
+    hy_safetensors_writer_init(&w);
+    CHECK(hy_safetensors_writer_add(&w, "t", HY_ST_F32, 1, s4, x, &err) == HY_OK);
+    CHECK(hy_safetensors_write(&w, path, &err) == HY_OK);
+    hy_safetensors_file f;
+    CHECK(hy_safetensors_open(&f, path, &err) == HY_OK && f.n_tensors == 1);
+    hy_safetensors_close(&f);
+    hy_safetensors_writer_free(&w);
     remove(path);
     CHECK(count_entries(s->dir) == before);
 }
@@ -430,13 +430,13 @@ static void test_writer_errors(const scratch *s) {
 /* Opening `path` must fail with HY_ERR_INPUT, a message holding `want`
  * and the path, and leave f closed. */
 static void expect_bad_file(const char *path, const char *want, int line) {
-    hy_st_file f;
+    hy_safetensors_file f;
     hy_error err = { 0 };
-    int rc = hy_st_open(&f, path, &err);
+    int rc = hy_safetensors_open(&f, path, &err);
     CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, want) && strstr(err.msg, path),
            "line %d: rc %d, message \"%s\", wanted \"%s\"", line, rc, err.msg, want);
     CHECK(f.fd == -1 && f.tensors == NULL && f.n_tensors == 0);
-    hy_st_close(&f);
+    hy_safetensors_close(&f);
 }
 
 static void expect_bad(const scratch *s, const char *header, size_t data_len, const char *want,
@@ -551,13 +551,13 @@ static void test_accepted(const scratch *s) {
     scratch_path(s, "ok.safetensors", path, sizeof path);
     for (int i = 0; i < NELEM(ok); i++) {
         write_st(path, ok[i].header, ok[i].data);
-        hy_st_file f;
+        hy_safetensors_file f;
         hy_error err = { 0 };
-        int rc = hy_st_open(&f, path, &err);
+        int rc = hy_safetensors_open(&f, path, &err);
         CHECKF(rc == HY_OK && f.n_tensors == ok[i].n && f.unused_bytes == ok[i].unused,
                "case %d: rc %d (%s), %d tensors, %llu unused", i, rc, err.msg, f.n_tensors,
                (unsigned long long)f.unused_bytes);
-        hy_st_close(&f);
+        hy_safetensors_close(&f);
     }
     remove(path);
 }
@@ -573,9 +573,9 @@ typedef struct { int opened, refused, wrong; } fuzz_tally;
  * HY_ERR_INPUT naming the file is wrong. */
 static void fuzz_one(const char *path, const unsigned char *b, size_t n, fuzz_tally *t) {
     write_bytes(path, b, n);
-    hy_st_file f;
+    hy_safetensors_file f;
     hy_error err = { 0 };
-    int rc = hy_st_open(&f, path, &err);
+    int rc = hy_safetensors_open(&f, path, &err);
     if (rc != HY_OK) {
         if (rc == HY_ERR_INPUT && strstr(err.msg, path) && f.fd == -1) t->refused++;
         else { t->wrong++; fprintf(stderr, "fuzz: rc %d: %s\n", rc, err.msg); }
@@ -583,17 +583,17 @@ static void fuzz_one(const char *path, const unsigned char *b, size_t n, fuzz_ta
     }
     t->opened++;
     for (int i = 0; i < f.n_tensors; i++) {
-        const hy_st_tensor *x = &f.tensors[i];
+        const hy_safetensors_tensor *x = &f.tensors[i];
         int fl = x->dtype == HY_ST_F32 || x->dtype == HY_ST_BF16 || x->dtype == HY_ST_F16;
         size_t size = fl ? x->numel * sizeof(float) : x->nbytes;
         void *buf = malloc(size ? size : 1);
-        rc = fl ? hy_st_read_f32(&f, x, buf, x->numel, &err)
-                : hy_st_read_raw(&f, x, buf, x->nbytes, &err);
+        rc = fl ? hy_safetensors_read_f32(&f, x, buf, x->numel, &err)
+                : hy_safetensors_read_raw(&f, x, buf, x->nbytes, &err);
         if (rc) { t->wrong++; fprintf(stderr, "fuzz: read: %s\n", err.msg); }
         if (x->offset + x->nbytes > f.file_size) t->wrong++;
         free(buf);
     }
-    hy_st_close(&f);
+    hy_safetensors_close(&f);
 }
 
 static void test_mutations(const scratch *s) {

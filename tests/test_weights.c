@@ -52,9 +52,9 @@ static float value_of(int k, size_t i) { return (float)(k + 1) * 0.01f + (float)
  * (-1: none), and an extra tensor `stray` when not NULL. */
 static int write_file(const hy_model *m, const char *path, const char *prefix, int extras,
                       int skip, const char *stray) {
-    hy_st_writer w;
+    hy_safetensors_writer w;
     hy_error err;
-    hy_st_writer_init(&w);
+    hy_safetensors_writer_init(&w);
     float **bufs = calloc((size_t)m->n_params, sizeof *bufs);
     static const float junk[64 * 16] = { 0 };
     int rc = bufs ? HY_OK : HY_ERR_RUNTIME;
@@ -68,19 +68,19 @@ static int write_file(const hy_model *m, const char *path, const char *prefix, i
         for (size_t i = 0; i < n; i++) bufs[k][i] = value_of(k, i);
         char name[96];
         snprintf(name, sizeof name, "%s%s", prefix, p->name);
-        rc = hy_st_writer_add(&w, name, HY_ST_F32, p->ndim, shape, bufs[k], &err);
+        rc = hy_safetensors_writer_add(&w, name, HY_ST_F32, p->ndim, shape, bufs[k], &err);
     }
     size_t head[2] = { (size_t)m->vocab, (size_t)m->d_model }, mask[4] = { 1, 1, 8, 8 };
-    if (!rc && extras) rc = hy_st_writer_add(&w, "lm_head.weight", HY_ST_F32, 2, head, junk, &err);
-    if (!rc && extras) rc = hy_st_writer_add(&w, "transformer.h.0.attn.bias", HY_ST_F32, 4, mask, junk, &err);
-    if (!rc && extras) rc = hy_st_writer_add(&w, "h.1.attn.masked_bias", HY_ST_F32, 1, head, junk, &err);
+    if (!rc && extras) rc = hy_safetensors_writer_add(&w, "lm_head.weight", HY_ST_F32, 2, head, junk, &err);
+    if (!rc && extras) rc = hy_safetensors_writer_add(&w, "transformer.h.0.attn.bias", HY_ST_F32, 4, mask, junk, &err);
+    if (!rc && extras) rc = hy_safetensors_writer_add(&w, "h.1.attn.masked_bias", HY_ST_F32, 1, head, junk, &err);
     size_t one[1] = { 4 };
-    if (!rc && stray) rc = hy_st_writer_add(&w, stray, HY_ST_F32, 1, one, junk, &err);
-    if (!rc) rc = hy_st_write(&w, path, &err);
+    if (!rc && stray) rc = hy_safetensors_writer_add(&w, stray, HY_ST_F32, 1, one, junk, &err);
+    if (!rc) rc = hy_safetensors_write(&w, path, &err);
     if (rc) fprintf(stderr, "writing %s: %s\n", path, err.msg);
     for (int k = 0; bufs && k < m->n_params; k++) free(bufs[k]);
     free(bufs);
-    hy_st_writer_free(&w);
+    hy_safetensors_writer_free(&w);
     return rc;
 }
 
@@ -176,7 +176,7 @@ static void refuses_bad_files(void) {
 
     /* A stray tensor whose name would drive the terminal (a newline, an
      * escape sequence, a C1 CSI in UTF-8): the message shows it tamed, as
-     * the safetensors reader's own messages do (hy_st_show). */
+     * the safetensors reader's own messages do (hy_safetensors_show). */
     snprintf(path, sizeof path, "%s/hostile.safetensors", dir);
     CHECK(write_file(m, path, "", 0, -1, "evil\n\x1b]0;pwned\x07\xc2\x9b" "2J") == HY_OK);
     CHECK(hy_weights_load(rt, path, &err) == HY_ERR_INPUT);
