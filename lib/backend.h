@@ -1,6 +1,6 @@
 /*
  * backend.h — the one device interface both backends implement
- * (DESIGN §2 "The layers of the house").
+ * (DESIGN §2 "The parts").
  *
  * Everything above this header (runtime, model, schedule) is plain C and
  * knows nothing of CUDA; the CPU backend (kernels/cpu/) and the CUDA

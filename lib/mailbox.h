@@ -1,31 +1,18 @@
 /*
  * mailbox.h — cross-rank edges, their receive slots, and the full/free
- * handshake that moves activations and gradients between ranks
- * (DESIGN §3 "Cross-rank movement").
+ * handshake that moves activations and gradients between ranks.
  *
- * Every stage boundary is two edges: activations forward (F(m,s) →
- * F(m,s+1)) and gradients backward (B(m,s+1) → B(m,s)). An edge is a
- * mailbox owned by its consumer: K slots in the consumer's memory. When the
- * two stages live on different ranks each slot also has a `full` and a
- * `free` flag both ranks can see; when they share a rank (hanayo's turns,
- * or P = 1) the rank's own order already serializes producer and consumer
- * and the handshake is only the copy (none at all when the producer wrote
- * straight into the slot).
- *
- *   producer (send):    wait free == 1, write free = 0, copy, write full = 1
- *   consumer (receive): wait full == 1, write full = 0
- *   consumer (release): write free = 1          (when the data is no longer needed)
- *
- * A forward slot doubles as the consumer's stash of its stage input, so it
- * is released after B(m, s+1) (W(m, s+1) with split backward), not after
- * F(m, s+1): no extra copy. Which slot each micro-batch uses is decided
- * once, from the action lists, by
- * replaying the schedule and giving each message the lowest slot whose
- * last occupant has been released (hy_mailbox_plan). That replay is a
- * witness that the slot constraints add no cycle to the schedule's
- * dependencies, so the blocking handshake cannot deadlock; and K is the
- * most messages the edge ever holds at once. All flag values are
- * constants, so the same recorded handshake is right on every replay.
+ * The protocol, and why it can neither take a stale signal nor deadlock,
+ * is DESIGN §3 "Cross-rank movement"; this module is its code. Every
+ * stage boundary is two edges, activations forward (F(m,s) → F(m,s+1)) and
+ * gradients backward (B(m,s+1) → B(m,s)), each a mailbox of K slots owned
+ * by its consumer. hy_mailbox_plan finds the edges and gives each
+ * micro-batch's message its slot, from the action lists alone;
+ * hy_mailbox_alloc puts the slots and flags where the backend's ranks see
+ * them; send, receive and release enqueue the handshake's steps on a
+ * rank's stream, so they are recorded and replayed like any other work.
+ * An edge whose two stages share a rank is `local`: no flags. A channel
+ * (hy_channel) is a one-slot edge for the exchanges outside the schedule.
  */
 #ifndef HY_MAILBOX_H
 #define HY_MAILBOX_H

@@ -6,10 +6,9 @@
  * partition into stages (model.h), the schedule in the order chosen for
  * the run's transfer time (order.h: the order search runs here and only
  * here), the training settings, the files and the backend request
- * (DESIGN §2 "The layers of the house"). Below that nobody takes the
- * config: the runtime, training, checkpoints, the profiler and the tuner
- * read a hy_run, as llm.c's model code reads its GPT2Config and never
- * argv.
+ * (DESIGN §2 "The parts"). Below that nobody takes the config: the
+ * runtime, training, checkpoints, the profiler and the tuner read a
+ * hy_run, as llm.c's model code reads its GPT2Config and never argv.
  *
  * A run owns everything it points to (copies of the config's strings and
  * arrays), so the config may be freed once the run is resolved.

@@ -14,7 +14,7 @@
 4. README's layout map is true: every path it names exists (`lib/x.*`
    matches something), and every module of lib/ (its .c or .h) and every
    top-level directory is on it.
-5. The house has floors (DESIGN §2 "The layers of the house"): the modules
+5. The parts call downwards (DESIGN §2 "The parts"): the modules
    of lib/, joined by what their files #include of each other, form no
    cycle, so no two modules include each other's headers.
 
