@@ -4,8 +4,9 @@
  * A config (config.h) is what the user wrote, checked. hy_run_resolve turns
  * it, once per command, into plain structs: the model's shape and its
  * partition into stages (model.h), the schedule in the order chosen for
- * the run's transfer time (order.h: the order search runs here and only
- * here), the training settings, the files and the backend request
+ * the run's transfer time (order.h: the run's order is searched here,
+ * once; plan and tune search orders only for the other schedules they
+ * price), the training settings, the files and the backend request
  * (DESIGN §2 "The parts"). Below that nobody takes the config: the
  * runtime, training, checkpoints, the profiler and the tuner read a
  * hy_run, as llm.c's model code reads its GPT2Config and never argv.

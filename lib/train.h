@@ -12,7 +12,6 @@
 
 #include <stdio.h>
 
-#include "config.h"
 #include "run.h"
 #include "error.h"
 #include "runtime.h"

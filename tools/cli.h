@@ -6,9 +6,11 @@
  * what it prints) lives in a file of its own, tools/cmd_*.c, on top of
  * lib/, which returns values and writes files but never prints a
  * command's output. This header is the table entry every command has and
- * the few steps several of them take: reading their flags, loading the
- * config with its --set list, running a subcommand, and ending a
- * data-parallel replica that failed.
+ * the few steps several of them take: reading their flags (from a table
+ * beside the command's usage text; tests/test_args.c checks that the two
+ * name the same flags), loading the config with its --set list and
+ * resolving its run, running a subcommand, and ending a data-parallel
+ * replica that failed.
  */
 #ifndef HY_CLI_H
 #define HY_CLI_H

@@ -1,14 +1,15 @@
 /*
  * hanayo.c — the command line (DESIGN §7 "The command line").
  *
- * Finds the command, reads its flags with one table per command through
- * lib/args.h's parser, strictly (every number must be a whole number or a
- * finite real, fully consumed and in range), and hands the result to one
- * library entry point. Nothing below this file prints or
- * exits: errors come back as hy_error values and main() prints the one
- * message, "hanayo: <message>", and exits with its status — 0 success,
- * 1 runtime failure, 2 bad input; 130 or 143 when SIGINT or SIGTERM
- * stopped a training run (see tools/cmd_train.c).
+ * Finds the command in one table and runs it: each command is a file of
+ * its own (tools/cmd_*.c, over tools/cli.h) that reads its flags with one
+ * table through lib/args.h's parser, strictly (every number must be a
+ * whole number or a finite real, fully consumed and in range), resolves
+ * its config once (lib/run.h), calls the library and prints its output.
+ * Errors come back as hy_error values and main() prints the one message,
+ * "hanayo: <message>", and exits with its status — 0 success, 1 runtime
+ * failure, 2 bad input; 130 or 143 when SIGINT or SIGTERM stopped a
+ * training run (see tools/cmd_train.c).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -57,17 +58,6 @@ static const char usage_main[] =
     "\n"
     "Exit status: 0 success, 1 runtime failure, 2 bad input; train stopped\n"
     "by SIGINT or SIGTERM: 130 or 143.\n";
-
-
-/* ------------------------------------------------------------------------
- * Commands and their flags
- *
- * Each command reads its arguments with lib/args.h's one parser into a
- * struct of its own (usually a library request and the --set list), from
- * a table of its flags; the usage text beside it says the same in prose,
- * and tests/test_args.c checks that the two name the same flags.
- * ------------------------------------------------------------------------ */
-
 
 /* ---- help, --version and the command table ------------------------------------ */
 
