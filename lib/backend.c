@@ -76,6 +76,8 @@ static int be_rank_bytes(const hy_backend_request *rq, hy_backend_choice *out, h
 int hy_backend_describe(const hy_backend_request *rq, hy_backend_choice *out, hy_error *err) {
     memset(out, 0, sizeof *out);
     int rc = be_pick(rq, out, err);
+    if (!rc && out->cuda) hy_backend_cuda_memory(&out->mem);
+    else if (!rc) hy_backend_cpu_memory(&out->mem);
     return rc ? rc : be_rank_bytes(rq, out, err);
 }
 

@@ -334,7 +334,39 @@ typedef struct {
      * every rank in order on every replica. NULL: nothing to set up. */
     int (*reduce_connect)(hy_backend *be, int rank, hy_reducer *r, hy_error *err);
     void (*reduce_disconnect)(hy_backend *be, int rank, hy_reducer *r);
+
+    /* The bytes the backend holds for rank now in the rank's own memory:
+     * what alloc (and alloc_shared, where it puts flags there) and the
+     * scratch reserve sized have taken, freed blocks not subtracted (the
+     * runtime frees nothing before its end). What the memory plan
+     * (memplan.h) is checked against. */
+    size_t (*allocated)(hy_backend *be, int rank);
 } hy_backend_ops;
+
+/* Where a backend puts a handshake's flags (alloc_shared). */
+typedef enum {
+    HY_FLAGS_PRODUCER,   /* the producer rank's memory (CPU) */
+    HY_FLAGS_CONSUMER,   /* the consumer rank's memory (CUDA, device flags) */
+    HY_FLAGS_HOST        /* pinned host memory, no rank's (CUDA, the default) */
+} hy_flags_place;
+
+/* What a backend's memory is made of, known before it is created: what
+ * the memory plan (memplan.h) prices a run's buffers with. The functions
+ * are the backend's own (the ops' attention_scratch, the bound its
+ * reserve sizes scratch by), so the plan and the allocations agree. */
+typedef struct {
+    size_t act_size;      /* bytes per activation element: ops->act_size */
+    size_t (*attention_scratch)(int B, int T, int C, int NH);
+    size_t (*scratch)(size_t rows, size_t width);   /* what reserve takes; NULL: none */
+    hy_flags_place flags;
+    double rank_overhead; /* per rank, outside its allocations (a device context,
+                             library workspaces, recorded graphs): an estimate */
+} hy_backend_memory;
+
+/* Each backend's, without creating it (the CUDA one is the same in a
+ * build without it, so a plan for a GPU can be printed anywhere). */
+void hy_backend_cpu_memory(hy_backend_memory *m);
+void hy_backend_cuda_memory(hy_backend_memory *m);
 
 /* The test ops (backend_test.h): kept out of hy_backend_ops, since only
  * the tests use them. */
@@ -401,6 +433,7 @@ typedef struct {
                              of a rank's device memory over the ranks sharing
                              that device; on the CPU the host's memory over the
                              ranks; INFINITY where it cannot be told */
+    hy_backend_memory mem;   /* the chosen backend's (hy_backend_*_memory) */
 } hy_backend_choice;
 
 /* What request rq gets, into *out. Asking for "cuda" in a build without

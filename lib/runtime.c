@@ -537,7 +537,13 @@ static int rt_plan_stashes(hy_runtime *rt, hy_error *err) {
         if (!rt->stages[s].stash_of) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     }
     char *busy = calloc((size_t)M, 1);
-    if (!busy) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    int *in_flight = malloc(sizeof(int) * (size_t)rt->S);
+    if (!busy || !in_flight) {
+        free(busy);
+        free(in_flight);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    }
+    hy_schedule_in_flight(sc, in_flight);
     for (int r = 0; r < rt->P; r++) {
         for (int s = 0; s < rt->S; s++) {
             if (sc->placement[s] != r) continue;
@@ -559,9 +565,11 @@ static int rt_plan_stashes(hy_runtime *rt, hy_error *err) {
                 }
             }
             rt->stages[s].slots = used;
+            assert(used == in_flight[s]);   /* what the memory plan counts (memplan.h) */
         }
     }
     free(busy);
+    free(in_flight);
     return HY_OK;
 }
 

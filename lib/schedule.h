@@ -175,6 +175,12 @@ int hy_schedule_validate(const hy_schedule *s, hy_error *err);
  * whose list is not done (next[r]: the index of its next action). */
 int hy_schedule_deadlock(const hy_schedule *s, const int *next, const char *why, hy_error *err);
 
+/* The most micro-batches each stage holds at once: whose F has run on
+ * its rank and whose last reader (B, or W with a split backward) has not.
+ * What the runtime gives each stage in stash slots and the memory plan
+ * counts. peak holds s->stages entries. */
+void hy_schedule_in_flight(const hy_schedule *s, int *peak);
+
 /* "F m3 s5" style label ("B ...", "W ..."), for messages and traces. */
 void hy_action_label(const hy_action *a, char *buf, int len);
 

@@ -172,19 +172,32 @@ static int tf_alloc(hy_backend *be, int rank, size_t bytes, void *out, hy_error 
     return be->ops->alloc(be, rank, bytes ? bytes : 1, (void **)out, err);
 }
 
+int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head,
+                        size_t sizes[HY_STAGE_WORK_BUFFERS]) {
+    size_t NC = hy_boundary_bytes(t);
+    int n = 0;
+    sizes[n++] = NC;                  /* dln */
+    sizes[n++] = NC;                  /* datty */
+    sizes[n++] = 3 * NC;              /* dqkv */
+    sizes[n++] = 4 * NC;              /* dfc */
+    sizes[n++] = 4 * NC;              /* dfcg */
+    sizes[n++] = attention_scratch;   /* attn_scratch */
+    if (head) {
+        sizes[n++] = tf_acts(t, tf_N(t) * (size_t)t->model->vocab_padded);   /* logits */
+        sizes[n++] = sizeof(float);                                         /* loss */
+    }
+    return n;
+}
+
 int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int head,
                         hy_stage_work *w, hy_error *err) {
-    size_t NC = hy_boundary_bytes(t);
+    size_t sizes[HY_STAGE_WORK_BUFFERS];
     size_t attn = t->ops->attention_scratch(t->B, t->T, (int)tf_C(t), t->model->heads);
-    int rc = tf_alloc(be, rank, NC, &w->dln, err);
-    if (!rc) rc = tf_alloc(be, rank, NC, &w->datty, err);
-    if (!rc) rc = tf_alloc(be, rank, 3 * NC, &w->dqkv, err);
-    if (!rc) rc = tf_alloc(be, rank, 4 * NC, &w->dfc, err);
-    if (!rc) rc = tf_alloc(be, rank, 4 * NC, &w->dfcg, err);
-    if (!rc) rc = tf_alloc(be, rank, attn, &w->attn_scratch, err);
-    if (!rc && head)
-        rc = tf_alloc(be, rank, tf_acts(t, tf_N(t) * (size_t)t->model->vocab_padded), &w->logits, err);
-    if (!rc && head) rc = tf_alloc(be, rank, sizeof(float), &w->loss, err);
+    int n = hy_stage_work_sizes(t, attn, head, sizes);
+    void *const into[HY_STAGE_WORK_BUFFERS] = { &w->dln, &w->datty, &w->dqkv, &w->dfc, &w->dfcg,
+                                                &w->attn_scratch, &w->logits, &w->loss };
+    int rc = HY_OK;
+    for (int i = 0; i < n && !rc; i++) rc = tf_alloc(be, rank, sizes[i], into[i], err);
     return rc;
 }
 

@@ -72,6 +72,14 @@ size_t hy_stash_bytes(const hy_transformer *t, int stage);
 /* Stage 0's input inside a stash slot: the embedding's output. */
 void *hy_stash_embedding(const hy_transformer *t, void *slot);
 
+/* The sizes of w's buffers, in the order hy_stage_work_alloc takes them,
+ * with attention_scratch the backend's attention scratch for t's shape;
+ * head adds the logits and the loss. Returns how many. The one statement
+ * of them: the memory plan (memplan.h) counts by it. */
+#define HY_STAGE_WORK_BUFFERS 8
+int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head,
+                        size_t sizes[HY_STAGE_WORK_BUFFERS]);
+
 /* Allocates w's buffers in rank's memory of be; head: the rank holds the
  * last stage (the logits and the loss). w->wte and w->dwte are the
  * caller's to set. */

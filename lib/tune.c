@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "mailbox.h"
+#include "memplan.h"
 #include "model.h"
 #include "order.h"
 #include "runtime.h"
@@ -29,74 +30,34 @@
  * The memory estimate
  * ------------------------------------------------------------------------ */
 
-/* The most micro-batches whose F has run and whose B (split: W) has not,
- * per stage: how many stash slots the runtime gives it. */
-static void peak_in_flight(const hy_schedule *s, int *peak) {
-    int *live = calloc((size_t)s->stages, sizeof *live);
-    memset(peak, 0, (size_t)s->stages * sizeof *peak);
-    if (!live) {   /* an estimate only: then every micro-batch, the most there can be */
-        for (int si = 0; si < s->stages; si++) peak[si] = s->micro_batches;
+void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split,
+                    const hy_backend_memory *mem, double *act, double *all) {
+    *act = *all = 0;
+    hy_backend_memory cpu;
+    if (!mem) {
+        hy_backend_cpu_memory(&cpu);
+        mem = &cpu;
+    }
+    hy_model_shape shape = hy_model_shape_of(&run->model);
+    hy_model m;
+    hy_memplan mp;
+    hy_error err;
+    if (hy_model_build(&m, &shape, split, s->stages, 1, &err) != HY_OK) {
+        *act = *all = INFINITY;   /* no such model: nothing fits it */
         return;
     }
-    for (int r = 0; r < s->ranks; r++)
-        for (int i = 0; i < s->n_actions[r]; i++) {
-            const hy_action *a = &s->actions[r][i];
-            live[a->stage] += a->op == HY_FWD ? 1 : a->op == (s->split ? HY_WGRAD : HY_BWD) ? -1 : 0;
-            if (live[a->stage] > peak[a->stage]) peak[a->stage] = live[a->stage];
+    hy_memplan_in in = { .model = &m, .sched = s, .micro_batch_size = run->micro_batch_size,
+                         .replicas = 1, .mem = mem };
+    if (hy_memplan_build(&mp, &in, &err) == HY_OK) {
+        for (int r = 0; r < mp.ranks; r++) {
+            *act = fmax(*act, mp.rank[r].bytes[HY_MEM_ACTIVATIONS]);
+            *all = fmax(*all, mp.rank[r].total);
         }
-    free(live);
-}
-
-void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split, int act_size,
-                    double *act, double *mem) {
-    const hy_model *m = &run->model;
-    double B = run->micro_batch_size, T = m->seq_len, C = m->d_model;
-    double NH = m->heads, V = m->vocab, N = B * T, A = act_size;
-    /* The runtime's stash of one layer for one micro-batch: four LayerNorm
-     * statistics of N floats, 16 arrays of N x C (ln1, qkv x3, attention
-     * output, residual, ln2, fc x4, gelu x4, residual) and the attention
-     * weights, B x heads x T x T. */
-    double layer = 4 * N * 4 + 16 * N * C * A + B * NH * T * T * A;
-    /* Split backward: what B keeps for W (transformer.c), 11 arrays of
-     * N x C per layer, and d(stage input) on stage 0. */
-    if (s->split) layer += 11 * N * C * A;
-    double per_layer_params = 12 * C * C + 13 * C;
-    /* Parameters, gradients and AdamW's two moments in fp32, and a compute
-     * copy when activations are narrower. */
-    double per_param = 16 + (act_size != 4 ? act_size : 0);
-    int *peak = malloc((size_t)s->stages * sizeof *peak);
-    double *ra = calloc(2 * (size_t)s->ranks, sizeof *ra);
-    *act = *mem = 0;
-    if (!peak || !ra) {
-        free(peak);
-        free(ra);
-        return;
+        hy_memplan_free(&mp);
+    } else {
+        *act = *all = INFINITY;
     }
-    double *rm = ra + s->ranks;
-    peak_in_flight(s, peak);
-    int S = s->stages;
-    for (int si = 0; si < S; si++) {
-        int r = s->placement[si];
-        double stash = split[si] * layer, params = split[si] * per_layer_params;
-        if (si == 0) {
-            stash += (s->split ? 2 : 1) * N * C * A;
-            params += V * C + T * C;
-        }
-        if (si == S - 1) {
-            stash += 2 * N * C * A + 2 * N * 4;
-            params += 2 * C;
-            rm[r] += N * V * A;   /* the head's logits */
-            if (s->placement[0] != r) params += V * C;   /* the tied embedding's replica */
-        }
-        ra[r] += peak[si] * stash;
-        rm[r] += params * per_param;
-    }
-    for (int r = 0; r < s->ranks; r++) {
-        if (ra[r] > *act) *act = ra[r];
-        if (ra[r] + rm[r] > *mem) *mem = ra[r] + rm[r];
-    }
-    free(peak);
-    free(ra);
+    hy_model_free(&m);
 }
 
 /* ------------------------------------------------------------------------
@@ -292,7 +253,7 @@ static int evaluate(const hy_run *run, const hy_cost_model *m, const hy_tune_opt
         out->step_ms = res.makespan + o->overhead_ms;
         out->tokens = hy_run_tokens_per_step(p->micro_batches, run->micro_batch_size, run->model.seq_len, 1);
         out->us_per_token = out->step_ms * 1e3 / out->tokens;
-        hy_tune_memory(run, &s, split, o->act_size, &out->act_bytes, &out->mem_bytes);
+        hy_tune_memory(run, &s, split, o->mem, &out->act_bytes, &out->mem_bytes);
         hy_sim_result_free(&res);
     }
     free(fwd);

@@ -28,10 +28,9 @@
  * measured step (embedding exchange, clip, optimizer, the host's batch
  * loading), taken as fixed. M changes the tokens per step, so candidates
  * are ranked by predicted time per token, and each schedule (kind with
- * its W or v) is shown by its best M and split. A candidate whose estimated
- * memory on some rank (parameters, gradients and AdamW moments; each
- * stage's activation stash times the micro-batches the schedule keeps in
- * flight there; the head's logits) exceeds the budget is dropped.
+ * its W or v) is shown by its best M and split. A candidate whose memory
+ * plan (memplan.h: what the runtime would allocate on each rank) exceeds
+ * the budget on some rank is dropped.
  */
 #ifndef HY_TUNE_H
 #define HY_TUNE_H
@@ -66,7 +65,7 @@ typedef struct {
     unsigned kinds;        /* bit k: search hy_sched_kind k; 0: all */
     double budget_bytes;   /* memory per rank */
     double overhead_ms;    /* the step beyond the pipeline's makespan */
-    int act_size;          /* bytes per activation: 4 (fp32, CPU), 2 (bf16, CUDA) */
+    const hy_backend_memory *mem;   /* the backend's types and scratch (NULL: the CPU's) */
     /* What W costs of a whole backward (0..1), as a profile of the split
      * run measured it; < 0: unknown, no split candidates. */
     double wgrad_share;
@@ -88,10 +87,11 @@ int hy_tune_search(const hy_run *run, const hy_cost_model *m, const hy_tune_opts
                    hy_tune_result *r, hy_error *err);
 void hy_tune_result_free(hy_tune_result *r);
 
-/* The memory estimate above for schedule s with layer split `split` of
- * run's model: the most over ranks of the activation stashes (*act) and
- * of everything (*mem), in bytes. */
-void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split, int act_size,
-                    double *act, double *mem);
+/* The memory plan (memplan.h) of schedule s with layer split `split` of
+ * run's model on a backend of memory `mem` (NULL: the CPU's): the most
+ * over ranks of the activation stashes (*act) and of everything (*all),
+ * in bytes; INFINITY when the split makes no model. */
+void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split,
+                    const hy_backend_memory *mem, double *act, double *all);
 
 #endif

@@ -254,7 +254,7 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
     hy_tune_result res;
     memset(&res, 0, sizeof res);
     if (!rc) rc = hy_profile_run(&p, &run, &a->profile, err);
-    hy_tune_opts o = { a->kinds, bytes, 0, chosen.cuda ? 2 : 4, -1 };
+    hy_tune_opts o = { a->kinds, bytes, 0, &chosen.mem, -1 };
     if (!rc) rc = wgrad_share(config, a, &p, &o.wgrad_share, err);
     if (!rc) {
         o.overhead_ms = fmax(0, p.wall_ms - p.makespan);

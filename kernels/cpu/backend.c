@@ -71,6 +71,7 @@ typedef struct {
     pthread_mutex_t lock;       /* guards why and blocks */
     char why[512];
     cpu_block *blocks;          /* every allocation, freed by destroy */
+    size_t *allocated;          /* [ranks]: bytes alloc gave each rank (under lock) */
 } cpu_backend;
 
 typedef struct {
@@ -118,11 +119,24 @@ static void *cpu_block_alloc(cpu_backend *cb, size_t bytes) {
 static int cpu_alloc(hy_backend *be, int rank, size_t bytes, void **out, hy_error *err) {
     if (rank < 0 || rank >= be->ranks)
         return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: no rank %d (have %d)", rank, be->ranks);
-    *out = cpu_block_alloc(cpu_of(be), bytes);
+    cpu_backend *cb = cpu_of(be);
+    *out = cpu_block_alloc(cb, bytes);
     if (!*out)
         return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: out of memory allocating %zu bytes for rank %d",
                        bytes, rank);
+    pthread_mutex_lock(&cb->lock);
+    cb->allocated[rank] += bytes;
+    pthread_mutex_unlock(&cb->lock);
     return HY_OK;
+}
+
+static size_t cpu_allocated(hy_backend *be, int rank) {
+    cpu_backend *cb = cpu_of(be);
+    if (rank < 0 || rank >= be->ranks) return 0;
+    pthread_mutex_lock(&cb->lock);
+    size_t n = cb->allocated[rank];
+    pthread_mutex_unlock(&cb->lock);
+    return n;
 }
 
 static int cpu_alloc_shared(hy_backend *be, int a, int b, size_t bytes, void **out, hy_error *err) {
@@ -458,6 +472,7 @@ static void cpu_destroy(hy_backend *be) {
     if (!be) return;
     cpu_backend *cb = cpu_of(be);
     free(cb->stats);
+    free(cb->allocated);
     while (cb->blocks) {
         cpu_block *next = cb->blocks->next;
         free(cb->blocks);
@@ -492,9 +507,18 @@ static hy_backend_ops cpu_ops_init(void) {
     .op_stats = cpu_op_stats,
     .reduce_start = cpu_reduce_start,
     .reduce_wait = cpu_reduce_wait,
+    .allocated = cpu_allocated,
     };
     hy_cpu_math_ops(&o);
     return o;
+}
+
+void hy_backend_cpu_memory(hy_backend_memory *m) {
+    hy_backend_ops o;
+    memset(&o, 0, sizeof o);
+    hy_cpu_math_ops(&o);
+    *m = (hy_backend_memory){ .act_size = o.act_size, .attention_scratch = o.attention_scratch,
+                              .scratch = NULL, .flags = HY_FLAGS_PRODUCER, .rank_overhead = 0 };
 }
 
 int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_error *err) {
@@ -513,10 +537,12 @@ int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_err
     }
     memset(rows, 0, row_bytes);
     cb->stats = rows;
-    if (pthread_mutex_init(&cb->lock, NULL) != 0) {
+    cb->allocated = calloc((size_t)ranks, sizeof *cb->allocated);
+    if (!cb->allocated || pthread_mutex_init(&cb->lock, NULL) != 0) {
+        free(cb->allocated);
         free(cb->stats);
         free(cb);
-        return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: pthread_mutex_init failed");
+        return hy_fail(err, HY_ERR_RUNTIME, "cpu backend: out of memory, or pthread_mutex_init failed");
     }
     /* One thread per rank already runs the ranks in parallel; BLAS
      * threads on top would only fight them for the cores. */

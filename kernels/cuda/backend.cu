@@ -92,8 +92,22 @@ static int dev_alloc(cuda_backend *cb, int rank, size_t bytes, void **out, hy_er
         return HY_CUDA_FAIL(err, e, "cudaMemsetAsync (zeroing new memory)");
     }
     rc = track(cb, p, MEM_DEVICE, cb->dev[rank], err);
-    if (!rc) *out = p;
+    if (!rc) {
+        *out = p;
+        pthread_mutex_lock(&cb->lock);
+        cb->allocated[rank] += bytes;
+        pthread_mutex_unlock(&cb->lock);
+    }
     return rc;
+}
+
+static size_t cuda_allocated(hy_backend *be, int rank) {
+    cuda_backend *cb = cb_of(be);
+    if (rank < 0 || rank >= be->ranks) return 0;
+    pthread_mutex_lock(&cb->lock);
+    size_t n = cb->allocated[rank];
+    pthread_mutex_unlock(&cb->lock);
+    return n;
 }
 
 /* Pinned host memory every device maps (UVA: the same address on all). */
@@ -461,6 +475,7 @@ static void cuda_destroy(hy_backend *be) {
     }
     free(cb->io);
     free(cb->dev);
+    free(cb->allocated);
     pthread_mutex_destroy(&cb->lock);
     free(cb);
 }
@@ -517,7 +532,18 @@ static hy_backend_ops cuda_ops_init(void) {
     o.reduce_wait = hy_cuda_reduce_wait;
     o.reduce_connect = hy_cuda_reduce_connect;
     o.reduce_disconnect = hy_cuda_reduce_disconnect;
+    o.allocated = cuda_allocated;
     return o;
+}
+
+void hy_backend_cuda_memory(hy_backend_memory *m) {
+    /* Beyond what it allocates through dev_alloc, each rank's cuBLASLt
+     * state holds its workspace. The device's context is not a rank's:
+     * the free memory the plan is held against already leaves it out. */
+    *m = (hy_backend_memory){ .act_size = sizeof(hy_bf16),
+                              .attention_scratch = cuda_attention_scratch,
+                              .scratch = scratch_bound, .flags = HY_FLAGS_HOST,
+                              .rank_overhead = (double)hy_lt_workspace_bytes() };
 }
 
 /* Rank -> device, every device checked: it exists and runs our sm_90 code. */
@@ -657,7 +683,9 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
     cb->flags_on_device = flags_on_device != 0;
     cb->dev = (int *)calloc((size_t)ranks, sizeof(int));
     cb->lt = (hy_lt **)calloc((size_t)ranks, sizeof(hy_lt *));
-    int rc = cb->dev && cb->lt ? HY_OK : hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory");
+    cb->allocated = (size_t *)calloc((size_t)ranks, sizeof(size_t));
+    int rc = cb->dev && cb->lt && cb->allocated
+                 ? HY_OK : hy_fail(err, HY_ERR_RUNTIME, "cuda backend: out of memory");
     if (!rc) rc = map_devices(cb, ranks, devices, n_devices, err);
     if (!rc) rc = check_connections(cb, ranks, err);
     if (!rc) rc = open_io(cb, ranks, err);

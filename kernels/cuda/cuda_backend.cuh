@@ -115,6 +115,7 @@ typedef struct {
     pthread_mutex_t lock;        /* guards why, blocks and streams */
     char why[sizeof(((hy_error *)0)->msg)];   /* the first failure, as reported */
     mem_block *blocks;
+    size_t *allocated;           /* [ranks]: device bytes dev_alloc gave each rank (under lock) */
     cuda_stream *streams;        /* every live stream, for the monitor */
     pthread_t monitor;           /* signal.cu: watchdog and abort drain */
     int monitor_started, quit;   /* quit: atomics */

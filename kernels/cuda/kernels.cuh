@@ -62,6 +62,8 @@ int hy_k_testops_preload(hy_error *err);
 typedef struct hy_lt hy_lt;
 int hy_lt_create(hy_lt **out, int device, hy_error *err);
 void hy_lt_destroy(hy_lt *lt);
+/* The workspace each hy_lt holds on its device, in bytes. */
+size_t hy_lt_workspace_bytes(void);
 
 /* out[N,OC] = inp[N,C] · w[C,OC] + bias[OC]   (bias may be NULL) */
 int hy_k_matmul_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp,

@@ -62,6 +62,8 @@
 // ----------------------------------------------------------------------------
 // The cuBLASLt handle, workspace and algorithm cache
 
+size_t hy_lt_workspace_bytes(void) { return HY_LT_WORKSPACE; }
+
 /* Everything that selects descriptors and an algorithm. Zeroed before it
  * is filled, so memcmp compares it (there is no padding either). */
 typedef struct {

@@ -47,3 +47,11 @@ int hy_device_can_access_peer(int a, int b, int *yes, hy_error *err) {
     *yes = 0;
     return hy_no_cuda(err);
 }
+
+/* Without the CUDA kernels in the build their scratch is unknown: a plan
+ * for a GPU made here counts the bf16 activations and the run's own
+ * buffers, not the kernels' scratch. */
+void hy_backend_cuda_memory(hy_backend_memory *m) {
+    *m = (hy_backend_memory){ .act_size = 2, .attention_scratch = NULL, .scratch = NULL,
+                              .flags = HY_FLAGS_HOST, .rank_overhead = 0 };
+}

@@ -1,0 +1,80 @@
+/*
+ * memplan.h — the bytes a run needs on each rank, known before anything
+ * is allocated.
+ *
+ * The plan counts what the runtime allocates through its backend for a
+ * model partitioned over a schedule (runtime.h), term by term, with the
+ * same sizes the runtime asks for: each stage's weights (fp32 masters and,
+ * where activations are narrower, the compute copy), gradients, AdamW's
+ * two moments, the activation stash (a slot per micro-batch the schedule
+ * keeps in flight on the stage: hy_schedule_in_flight), and the buffers
+ * around them (mailbox slots and flags, the ranks' working buffers and the
+ * head's logits, the batch's tokens, the tied embedding's replica and its
+ * channels, the backend's scratch and workspaces). So a plan and the
+ * backend's count of what it allocated (hy_backend_ops.allocated) agree,
+ * which tests/test_memplan.c checks on the CPU for every schedule.
+ *
+ * The backend's part comes from hy_backend_memory (backend.h): its
+ * activation type and the scratch its kernels take. Nothing here
+ * allocates device memory or prints.
+ */
+#ifndef HY_MEMPLAN_H
+#define HY_MEMPLAN_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "error.h"
+#include "model.h"
+#include "schedule.h"
+
+typedef enum {
+    HY_MEM_WEIGHTS,       /* fp32 master weights and their compute copy */
+    HY_MEM_GRADS,         /* fp32 gradients */
+    HY_MEM_OPTIMIZER,     /* AdamW's two fp32 moments */
+    HY_MEM_ACTIVATIONS,   /* the stash: activations kept from F for B (and W) */
+    HY_MEM_BUFFERS,       /* mailboxes, working buffers, logits, tokens, scratch */
+    HY_MEM_TERMS
+} hy_mem_term;
+
+/* "weights", "grads", "optimizer", "activations", "buffers". */
+const char *hy_mem_term_name(hy_mem_term t);
+
+typedef struct {
+    double bytes[HY_MEM_TERMS];
+    double total;
+} hy_mem_rank;
+
+typedef struct {
+    int ranks, stages;
+    hy_mem_rank *rank;    /* [ranks] */
+    int *in_flight;       /* [stages]: the stash slots each stage holds */
+    int peak_rank;        /* the rank that needs the most */
+} hy_memplan;
+
+/* What a plan is made from. */
+typedef struct {
+    const hy_model *model;          /* shape, partition (padded vocabulary) */
+    const hy_schedule *sched;       /* its stages and order */
+    int micro_batch_size;           /* B */
+    int replicas;                   /* data-parallel replicas (1: none): the gradient
+                                       sums' profile stamps */
+    const hy_backend_memory *mem;   /* the backend's types and scratch */
+} hy_memplan_in;
+
+/* Plans in. On failure *mp is left empty (safe to free). */
+int hy_memplan_build(hy_memplan *mp, const hy_memplan_in *in, hy_error *err);
+void hy_memplan_free(hy_memplan *mp);
+
+/* The largest term of rank r. */
+hy_mem_term hy_memplan_largest(const hy_memplan *mp, int r);
+
+/* The plan against `available` bytes per rank (what the backend has
+ * free, or --memory-gb): HY_OK when every rank fits, else HY_ERR_INPUT
+ * naming the rank that overshoots most, its bytes against the available,
+ * its largest term and what would make it fit. `what` says where the
+ * available figure comes from ("the GPU's free memory over the ranks on
+ * it", "--memory-gb"). */
+int hy_memplan_check(const hy_memplan *mp, double available, const char *what, hy_error *err);
+
+#endif

@@ -1,0 +1,182 @@
+/*
+ * test_memplan.c — the memory plan against what the runtime allocates.
+ *
+ * For every schedule, whole and split backward, GPT and BERT, on 1, 2 and
+ * 4 ranks, the plan of a run (memplan.h, with the CPU backend's memory)
+ * must equal, rank by rank and byte for byte, what the CPU backend counted
+ * (hy_backend_ops.allocated) after the runtime was built and had taken a
+ * step (the step can only add scratch). Then the parts the plan is made
+ * of: the stash slots are the schedule's in-flight counts, terms add up,
+ * an explicit case computed by hand, and the check's message.
+ */
+#include "memplan.h"
+#include "runtime.h"
+#include "test.h"
+#include "lib/shard.h"
+#include "lib/testrun.h"
+#include "train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char shard[256];
+
+/* The run of `sets` over a small model, on the CPU backend. */
+static int load(hy_run *run, const char *kind, const char *const *extra, int n_extra) {
+    char kind_set[64], data_set[300];
+    snprintf(kind_set, sizeof kind_set, "model.kind=%s", kind);
+    snprintf(data_set, sizeof data_set, "data.train=%s", shard);
+    const char *sets[24] = { "model.layers=4", "model.d_model=32", "model.heads=4",
+                             "model.seq_len=16", "model.vocab=64",
+                             "schedule.micro_batch_size=2", "schedule.micro_batches=4",
+                             "data.val=null", "checkpoint.dir=null", "backend=cpu",
+                             kind_set, data_set };
+    int n = 12;
+    for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
+    hy_error err;
+    int rc = hy_test_run_load(run, NULL, sets, n, &err);
+    if (rc) fprintf(stderr, "config: %s\n", err.msg);
+    return rc;
+}
+
+static int plan_of(const hy_run *run, hy_memplan *mp) {
+    hy_backend_memory mem;
+    hy_backend_cpu_memory(&mem);
+    hy_memplan_in in = { .model = &run->model, .sched = &run->sched,
+                         .micro_batch_size = run->micro_batch_size, .replicas = 1, .mem = &mem };
+    hy_error err;
+    int rc = hy_memplan_build(mp, &in, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    return rc;
+}
+
+/* Plan = allocation, rank by rank, for one run. */
+static void plan_equals_allocation(const char *kind, const char *const *sched, int n_sched) {
+    hy_run run;
+    if (load(&run, kind, sched, n_sched)) { CHECK(0); hy_run_free(&run); return; }
+    hy_memplan mp;
+    hy_runtime *rt = NULL;
+    hy_error err;
+    if (plan_of(&run, &mp) == HY_OK) {
+        CHECKF(hy_runtime_create(&rt, &run, &err) == HY_OK, "%s", err.msg);
+        hy_step_stats st;
+        if (rt) CHECKF(hy_train_step(rt, &st, &err) == HY_OK, "%s", err.msg);
+        hy_backend *be = rt ? hy_runtime_backend(rt) : NULL;
+        for (int r = 0; be && r < mp.ranks; r++) {
+            double got = (double)be->ops->allocated(be, r);
+            CHECKF(got == mp.rank[r].total, "%s %s %s %s rank %d: planned %.0f bytes, allocated %.0f",
+                   kind, sched[0], n_sched > 1 ? sched[1] : "", n_sched > 3 ? sched[3] : "", r,
+                   mp.rank[r].total, got);
+        }
+        double sum = 0;
+        for (int t = 0; t < HY_MEM_TERMS; t++) sum += mp.rank[mp.peak_rank].bytes[t];
+        CHECK(sum == mp.rank[mp.peak_rank].total);
+        hy_memplan_free(&mp);
+    }
+    hy_runtime_destroy(rt);
+    hy_run_free(&run);
+}
+
+static void test_every_schedule(void) {
+    static const char *const scheds[][5] = {
+        { "schedule.kind=gpipe", "schedule.ranks=1" },
+        { "schedule.kind=gpipe", "schedule.ranks=4" },
+        { "schedule.kind=1f1b", "schedule.ranks=2" },
+        { "schedule.kind=1f1b", "schedule.ranks=4" },
+        { "schedule.kind=interleaved", "schedule.ranks=2", "schedule.chunks=2" },
+        { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1" },
+        { "schedule.kind=hanayo", "schedule.ranks=1", "schedule.waves=2" },
+        { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "schedule.comm_cost=0.2" },
+    };
+    const char *kinds[] = { "gpt", "bert" };
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof scheds / sizeof scheds[0]; i++)
+            for (int split = 0; split <= 1; split++) {
+                const char *sets[6];
+                int n = 0;
+                while (n < 5 && scheds[i][n]) { sets[n] = scheds[i][n]; n++; }
+                sets[n++] = split ? "schedule.split_backward=true" : "schedule.split_backward=false";
+                plan_equals_allocation(kinds[k], sets, n);
+            }
+}
+
+/* The stash is what the schedule keeps in flight: GPipe every
+ * micro-batch on every stage, 1F1B P - s on stage s. */
+static void test_in_flight(void) {
+    const char *gp[] = { "schedule.kind=gpipe", "schedule.ranks=4" };
+    const char *ob[] = { "schedule.kind=1f1b", "schedule.ranks=4" };
+    hy_run run;
+    hy_memplan mp;
+    if (!load(&run, "gpt", gp, 2) && !plan_of(&run, &mp)) {
+        for (int s = 0; s < 4; s++) CHECK(mp.in_flight[s] == 4);
+        hy_memplan_free(&mp);
+    }
+    hy_run_free(&run);
+    if (!load(&run, "gpt", ob, 2) && !plan_of(&run, &mp)) {
+        for (int s = 0; s < 4; s++) CHECKF(mp.in_flight[s] == 4 - s, "stage %d: %d", s, mp.in_flight[s]);
+        /* and the stash term is those slots times hy_stash_bytes */
+        CHECK(mp.rank[0].bytes[HY_MEM_ACTIVATIONS] > mp.rank[3].bytes[HY_MEM_ACTIVATIONS]);
+        hy_memplan_free(&mp);
+    }
+    hy_run_free(&run);
+}
+
+/* One rank by hand: weights, grads and moments are the parameters' fp32
+ * bytes, 1, 1 and 2 times; a bf16 backend adds the compute copy. */
+static void test_terms_by_hand(void) {
+    const char *one[] = { "schedule.kind=gpipe", "schedule.ranks=1" };
+    hy_run run;
+    if (load(&run, "gpt", one, 1)) { hy_run_free(&run); return; }
+    double params = (double)run.model.stage_numel[0] * 4;
+    hy_backend_memory mem;
+    hy_backend_cpu_memory(&mem);
+    hy_memplan_in in = { .model = &run.model, .sched = &run.sched,
+                         .micro_batch_size = run.micro_batch_size, .replicas = 1, .mem = &mem };
+    hy_memplan mp;
+    hy_error err;
+    if (hy_memplan_build(&mp, &in, &err) == HY_OK) {
+        CHECK(mp.rank[0].bytes[HY_MEM_WEIGHTS] == params);
+        CHECK(mp.rank[0].bytes[HY_MEM_GRADS] == params);
+        CHECK(mp.rank[0].bytes[HY_MEM_OPTIMIZER] == 2 * params);
+        hy_memplan_free(&mp);
+    }
+    mem.act_size = 2;   /* as the CUDA backend's bf16 */
+    if (hy_memplan_build(&mp, &in, &err) == HY_OK) {
+        CHECK(mp.rank[0].bytes[HY_MEM_WEIGHTS] == params + params / 2);
+        hy_memplan_free(&mp);
+    }
+    hy_run_free(&run);
+}
+
+/* The check names the rank, both figures, the largest term and a way. */
+static void test_check(void) {
+    const char *two[] = { "schedule.kind=gpipe", "schedule.ranks=2" };
+    hy_run run;
+    hy_memplan mp;
+    if (load(&run, "gpt", two, 2) || plan_of(&run, &mp)) { hy_run_free(&run); return; }
+    hy_error err;
+    double most = fmax(mp.rank[0].total, mp.rank[1].total);
+    CHECK(hy_memplan_check(&mp, most, "the test", &err) == HY_OK);
+    CHECK(hy_memplan_check(&mp, most / 2, "the test", &err) == HY_ERR_INPUT);
+    char rank[32];
+    snprintf(rank, sizeof rank, "rank %d needs", mp.peak_rank);
+    CHECKF(strstr(err.msg, rank) && strstr(err.msg, "the test has") && strstr(err.msg, "the most is") &&
+               strstr(err.msg, "try "), "%s", err.msg);
+    hy_memplan_free(&mp);
+    hy_run_free(&run);
+}
+
+int main(void) {
+    if (hy_test_shard_make(shard, sizeof shard, "memplan", 64, 20000) != 0) {
+        fprintf(stderr, "cannot make a shard\n");
+        return 1;
+    }
+    test_every_schedule();
+    test_in_flight();
+    test_terms_by_hand();
+    test_check();
+    hy_test_shard_remove(shard);
+    return TEST_END("memplan");
+}
