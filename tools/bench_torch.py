@@ -14,8 +14,15 @@ the data) and prints one JSON line: {"tokens_per_s": ..., "ms_per_step":
 ..., "mfu": ..., ...}. If torch.compile fails there, it says so on
 stderr and measures the model uncompiled ("compiled": false).
 
+With --profile FILE, one more step after the timed ones runs under
+torch.profiler (CUDA activity only) and its Chrome trace is written to
+FILE: every kernel of one step of M micro-batches, with its device time,
+for tools/kernel_table.py to set beside hanayo's (tools/gpu-check.sh's
+kernels section). That step is not among the timed ones.
+
 Usage: python3 tools/bench_torch.py [--layers 12] [--d-model 768] [--heads 12]
        [--seq 1024] [--micro-batch 8] [--micro-batches 4] [--steps 12] [--warmup 4]
+       [--profile TRACE.json]
 """
 import argparse
 import json
@@ -36,6 +43,7 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--profile", metavar="TRACE", help="write one step's torch.profiler trace here")
     args = ap.parse_args()
 
     import torch
@@ -132,6 +140,18 @@ def main():
         times.append(time.perf_counter() - t0)
     times.sort()
     med = times[len(times) // 2]
+    profiled = None
+    if args.profile:
+        # A failing profiler must not lose the timing above.
+        try:
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                step()
+                torch.cuda.synchronize()
+            prof.export_chrome_trace(args.profile)
+            profiled = args.profile
+        except Exception as e:
+            print("bench_torch: profiling failed (%s: %s)" % (type(e).__name__, e), file=sys.stderr)
     tokens = M * Bm * T
     # Model FLOPs per token (PaLM appendix B): 6N + 12 L T C for attention,
     # N without the position embedding.
@@ -139,10 +159,11 @@ def main():
     flops = tokens * (6 * n_flop + 12 * L * T * C)
     peak = 989e12   # H100/H200 SXM dense bf16, the datasheet figure
     print(json.dumps({"impl": "pytorch", "torch": torch.__version__, "compiled": compiled,
+                      "layers": L, "d_model": C, "heads": NH, "seq": T,
                       "vocab": V, "vocab_padded": Vp, "micro_batches": M, "micro_batch_size": Bm,
                       "params": n_params, "tokens_per_step": tokens, "ms_per_step": med * 1e3,
                       "tokens_per_s": tokens / med, "mfu": flops / med / peak,
-                      "device": torch.cuda.get_device_name()}))
+                      "device": torch.cuda.get_device_name(), "profile": profiled}))
     return 0
 
 
