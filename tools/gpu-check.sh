@@ -15,10 +15,20 @@
 #            8 ranks of one GPU, graphs on and off, flags in host and in
 #            device memory); test_backend, test_cuda or
 #            test_mailbox as a section runs that test alone
-#   torch    GPT-2 124M, seq 1024, P = 1: hanayo vs PyTorch
-#            (tools/bench_torch.py: torch.compile, SDPA flash, bf16
-#            autocast, fused AdamW, the same padded vocabulary and
-#            micro-batches), tokens/s and MFU
+#   torch    GPT-2 124M, seq 1024, P = 1, 4 micro-batches of 8 and of
+#            16: hanayo vs PyTorch (tools/bench_torch.py: torch.compile,
+#            SDPA flash, bf16 autocast, fused AdamW, the same padded
+#            vocabulary and micro-batches), tokens/s and MFU; PyTorch's
+#            profiler keeps one step's kernels for the kernels section
+#   h128     the same for head size 128: configs/gpt-1.3b-h128.json (GPT,
+#            d_model 2048, 16 heads, 24 layers, 1.3B parameters), 4
+#            micro-batches of 8
+#   kernels  kernel time per micro-batch by family (attention forward and
+#            backward, GEMMs, AdamW, bias/add + GELU + LayerNorm +
+#            classifier, embedding, other), hanayo (ncu over one eager
+#            micro-batch) beside PyTorch (the torch and h128 sections'
+#            profiles), by tools/kernel_table.py: GPT-2 124M at B = 16
+#            and the head-size-128 model at B = 8
 #   profile  hanayo profile of GPT-2 124M at P = 2 on the one GPU (trace)
 #   graphs   graphs vs eager on a launch-bound small model
 #   ranks    8 ranks on the one GPU (1F1B, interleaved, hanayo W = 1) vs 1
@@ -56,13 +66,14 @@ summary=$OUT/summary.txt
 : >"$summary"
 status=0
 
-sections=${*:-tests torch profile graphs ranks copy}
+sections=${*:-tests torch h128 kernels profile graphs ranks copy}
 wanted() { [[ " $sections " == *" $1 "* ]]; }
 step() { echo; echo "== $* ($(date +%T), $(left) s left) =="; }
 note() { echo "$*" | tee -a "$summary"; }
 left() { echo $((deadline - $(date +%s))); }
 
 # pack: the logs into one file, whatever happens (also on a signal).
+# shellcheck disable=SC2317  # (called by the trap)
 pack() { tar -czf "$OUT/logs.tar.gz" -C "$work" logs 2>/dev/null || true; }
 trap pack EXIT
 
@@ -185,12 +196,12 @@ fi
 
 "$H" data synth --out "$work/data/gpt2.bin" --tokens 3000000 --vocab 50257 --seed 1 >/dev/null
 
-# train NAME CAP ARGS...: one GPT-2 124M training run; notes the median
+# train NAME CAP CONFIG ARGS...: one training run; notes the median
 # tokens/s of the steps after the second (the eager warm-up and the
 # capture are not steady state).
 train() {
-    local name=$1 cap=$2; shift 2
-    limited "$cap" "$H" train configs/gpt2-124m.json --set data.train="$work/data/gpt2.bin" \
+    local name=$1 cap=$2 config=$3; shift 3
+    limited "$cap" "$H" train "$config" --set data.train="$work/data/gpt2.bin" \
         --set data.val=null --set checkpoint.dir=null --set checkpoint.every=0 --set train.log_every=1 \
         --set train.warmup_steps=2 --set watchdog_s=10 --log-json "$logs/run-$name.jsonl" \
         "$@" >"$logs/run-$name.log" 2>&1
@@ -215,18 +226,93 @@ EOF
     [ $rc -eq 0 ] || [ $rc -eq 125 ] || { tail -3 "$logs/run-$name.log"; status=1; }
 }
 
-if wanted torch; then
-    step "GPT-2 124M, seq 1024, P = 1, 4 micro-batches of 8: hanayo vs PyTorch"
-    train p1-graph 90 --set schedule.kind=gpipe --set schedule.ranks=1 \
-        --set schedule.micro_batches=4 --set schedule.micro_batch_size=8 --set train.steps=10 \
-        --set graph=true
-    limited 200 python3 tools/bench_torch.py --micro-batch 8 --micro-batches 4 --steps 8 \
-        --warmup 3 >"$logs/torch.json" 2>"$logs/torch.log"
-    rc=$?
-    if [ $rc -ne 0 ] || ! grep -q tokens_per_s "$logs/torch.json"; then
-        note "pytorch baseline failed (exit $rc): $(tail -2 "$logs/torch.log" | tr '\n' ' ')"
+# bench_torch NAME CAP ARGS...: tools/bench_torch.py, its JSON line in
+# torch-NAME.json and one profiled step's kernels in torch-NAME.trace.json.
+bench_torch() {
+    local name=$1 cap=$2; shift 2
+    limited "$cap" python3 tools/bench_torch.py "$@" --profile "$logs/torch-$name.trace.json" \
+        >"$logs/torch-$name.json" 2>"$logs/torch-$name.log"
+    local rc=$?
+    if [ $rc -ne 0 ] || ! grep -q tokens_per_s "$logs/torch-$name.json"; then
+        note "pytorch $name failed (exit $rc): $(tail -2 "$logs/torch-$name.log" | tr '\n' ' ')"
     fi
-    cat "$logs/torch.json"
+    cat "$logs/torch-$name.json"
+}
+
+# What the two comparisons cost (estimates, not yet timed on the H200):
+# hanayo's runs about 15 s each for GPT-2 124M, 35 s for the 1.3B model
+# (20 s of it the weights' initialization on the host); bench_torch.py
+# about 50 s for GPT-2 124M, most of it torch.compile, and 100 s for the
+# 1.3B model. So torch about 130 s, h128 about 135 s.
+if wanted torch; then
+    step "GPT-2 124M, seq 1024, P = 1, 4 micro-batches of 8 and of 16: hanayo vs PyTorch"
+    p1=(--set schedule.kind=gpipe --set schedule.ranks=1 --set schedule.micro_batches=4
+        --set train.steps=10 --set graph=true)
+    train 124m-b8 90 configs/gpt2-124m.json "${p1[@]}" --set schedule.micro_batch_size=8
+    train 124m-b16 90 configs/gpt2-124m.json "${p1[@]}" --set schedule.micro_batch_size=16
+    bench_torch 124m-b8 200 --micro-batch 8 --micro-batches 4 --steps 8 --warmup 3
+    bench_torch 124m-b16 200 --micro-batch 16 --micro-batches 4 --steps 8 --warmup 3
+fi
+
+if wanted h128; then
+    step "head size 128: configs/gpt-1.3b-h128.json, seq 1024, P = 1, 4 micro-batches of 8: hanayo vs PyTorch"
+    train h128-b8 150 configs/gpt-1.3b-h128.json --set schedule.kind=1f1b --set schedule.ranks=1 \
+        --set schedule.micro_batches=4 --set schedule.micro_batch_size=8 --set train.steps=8 \
+        --set graph=true
+    bench_torch h128-b8 300 --layers 24 --d-model 2048 --heads 16 --micro-batch 8 \
+        --micro-batches 4 --steps 6 --warmup 3
+fi
+
+# The per-kernel breakdown. ncu times each kernel of hanayo's one eager
+# step of one micro-batch (M = 1, graph off: ncu sees each launch) with
+# the clocks and caches as they are (--clock-control none, as METHOD.md
+# asks; --cache-control none, so that a kernel finds the L2 as it would in
+# the run, as PyTorch's profiler sees its own kernels). One metric is one
+# pass: no replay. The PyTorch side is the torch/h128 sections' profiled
+# step of 4 micro-batches; kernel_table.py divides it by 4.
+# Cost, estimated (ncu's overhead on this machine not yet timed): about
+# 40 ms per kernel profiled plus the program's start; GPT-2 124M launches
+# about 450 kernels a micro-batch and the 1.3B model about 900, so about
+# 30 s and 60 s (20 s of it the host's initialization of the weights):
+# 90 s for the two. Each run prints its seconds and kernels, to correct
+# this. With the torch and h128 sections (265 s) that is about 290 s more
+# than the 187 s all sections took before, about 480 s in all: the last
+# sections may meet the deadline (they say so; name them to run them).
+if wanted kernels; then
+    step "kernel time per micro-batch by family: hanayo (ncu) beside PyTorch (torch.profiler)"
+    NCU=$(command -v ncu)
+    for f in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+        [ -z "$NCU" ] && [ -x "$f" ] && NCU=$f
+    done
+    [ -n "$NCU" ] || note "kernels: ncu not found here; PyTorch's side only"
+    for k in "124m-b16 configs/gpt2-124m.json 16 90 GPT-2 124M" \
+             "h128-b8 configs/gpt-1.3b-h128.json 8 150 GPT d_model 2048, 16 heads of 128, 24 layers"; do
+        read -r name config b cap title <<<"$k"
+        csv=$logs/ncu-$name.csv
+        if [ -n "$NCU" ]; then
+            t0=$(date +%s)
+            limited "$cap" "$NCU" --clock-control none --cache-control none \
+                --metrics gpu__time_duration.sum --csv --page raw --print-units base --log-file "$csv" \
+                "$H" train "$config" --set data.train="$work/data/gpt2.bin" --set data.val=null \
+                --set checkpoint.dir=null --set checkpoint.every=0 --set train.log_every=1 \
+                --set watchdog_s=60 --set schedule.kind=gpipe --set schedule.ranks=1 \
+                --set schedule.micro_batches=1 --set schedule.micro_batch_size="$b" \
+                --set train.steps=1 --set train.warmup_steps=0 --set graph=false \
+                >"$logs/ncu-$name.log" 2>&1
+            rc=$?
+            [ $rc -eq 125 ] && { note "kernels $name: skipped (global deadline)"; continue; }
+            n=$(grep -c '^"[0-9]' "$csv" 2>/dev/null)
+            echo "ncu $name: exit $rc, $((${n:-0})) kernels in $(($(date +%s) - t0)) s"
+            [ $rc -eq 0 ] || note "kernels $name: ncu exit $rc (the hanayo column may be partial or empty):" \
+                "$(grep -m 2 -E 'ERR|rror' "$logs/ncu-$name.log" "$csv" 2>/dev/null | tr '\n' ' ')"
+        fi
+        python3 tools/kernel_table.py --title "$title, seq 1024, B = $b ($name): kernel time per micro-batch" \
+            --hanayo-ncu "$csv" --hanayo-micro-batches 1 \
+            --torch-trace "$logs/torch-$name.trace.json" --torch-micro-batches 4 \
+            --json "$logs/kernels-$name.json" >"$logs/kernels-$name.txt" 2>&1
+        echo | tee -a "$summary"
+        tee -a "$summary" <"$logs/kernels-$name.txt"
+    done
 fi
 
 if wanted profile; then
@@ -247,8 +333,8 @@ if wanted graphs; then
            --set schedule.kind=hanayo --set schedule.ranks=2 --set schedule.waves=1
            --set schedule.micro_batches=8 --set schedule.micro_batch_size=1 --set 'devices=[0,0]'
            --set train.steps=30)
-    train small-graph 60 "${small[@]}" --set graph=true
-    train small-eager 60 "${small[@]}" --set graph=false
+    train small-graph 60 configs/gpt2-124m.json "${small[@]}" --set graph=true
+    train small-eager 60 configs/gpt2-124m.json "${small[@]}" --set graph=false
 fi
 
 if wanted ranks; then
@@ -256,11 +342,12 @@ if wanted ranks; then
     # 16 layers: interleaved v = 2 and hanayo W = 1 at P = 8 have 16 stages.
     p8=(--set model.layers=16 --set schedule.ranks=8 --set schedule.micro_batches=16
         --set schedule.micro_batch_size=4 --set 'devices=[0,0,0,0,0,0,0,0]' --set train.steps=8)
-    train p1-m16 60 --set model.layers=16 --set schedule.kind=gpipe --set schedule.ranks=1 \
+    train p1-m16 60 configs/gpt2-124m.json --set model.layers=16 --set schedule.kind=gpipe --set schedule.ranks=1 \
         --set schedule.micro_batches=16 --set schedule.micro_batch_size=4 --set train.steps=8
-    train p8-1f1b 60 "${p8[@]}" --set schedule.kind=1f1b
-    train p8-interleaved 60 "${p8[@]}" --set schedule.kind=interleaved --set schedule.chunks=2
-    train p8-hanayo-w1 60 "${p8[@]}" --set schedule.kind=hanayo --set schedule.waves=1
+    train p8-1f1b 60 configs/gpt2-124m.json "${p8[@]}" --set schedule.kind=1f1b
+    train p8-interleaved 60 configs/gpt2-124m.json "${p8[@]}" --set schedule.kind=interleaved \
+        --set schedule.chunks=2
+    train p8-hanayo-w1 60 configs/gpt2-124m.json "${p8[@]}" --set schedule.kind=hanayo --set schedule.waves=1
 fi
 
 if wanted copy; then
@@ -281,18 +368,24 @@ def tps(name):
         return 0.0
 def ratio(a, b):
     return "%.2fx" % (a / b) if a > 0 and b > 0 else "n/a"
-try:
-    torch = json.loads(open(os.path.join(logs, "torch.json")).read().strip().splitlines()[-1])
-except (OSError, ValueError, IndexError):
-    torch = {}
+def torch_of(name):
+    try:
+        return json.loads(open(os.path.join(logs, "torch-%s.json" % name)).read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return {}
 print()
-h1, t1 = tps("p1-graph"), torch.get("tokens_per_s", 0.0)
-if h1 or t1:
-    print("GPT-2 124M, seq 1024, vocabulary padded to 50304, 4 x 8 sequences per step, one GPU")
+for name, what, goal in (("124m-b8", "GPT-2 124M, 4 x 8 sequences per step", 1.1),
+                         ("124m-b16", "GPT-2 124M, 4 x 16 sequences per step", 1.1),
+                         ("h128-b8", "GPT d_model 2048, 16 heads of 128, 24 layers (1.3B), 4 x 8", 1.0)):
+    h1, torch = tps(name), torch_of(name)
+    t1 = torch.get("tokens_per_s", 0.0)
+    if not (h1 or t1):
+        continue
+    print("%s, seq 1024, vocabulary padded to 50304, one GPU" % what)
     print("  hanayo   %10.0f tok/s" % h1)
     print("  pytorch  %10.0f tok/s  (compiled %s, SDPA, bf16 autocast, fused AdamW; MFU %.3f)"
           % (t1, torch.get("compiled", "?"), torch.get("mfu", 0.0)))
-    print("  hanayo / pytorch: %s   (goal >= 1.1x)" % ratio(h1, t1))
+    print("  hanayo / pytorch: %s   (goal >= %.1fx)" % (ratio(h1, t1), goal))
     if h1 > 0 and torch.get("mfu") and t1 > 0:
         print("  hanayo MFU: %.3f" % (torch["mfu"] * h1 / t1))
 g, e = tps("small-graph"), tps("small-eager")
