@@ -21,6 +21,7 @@
 #include "config.h"
 #include "dp.h"
 #include "error.h"
+#include "outfile.h"
 #include "profile.h"
 #include "run.h"
 #include "schedule.h"
@@ -165,6 +166,29 @@ static char *replica_dir(const char *dir, const hy_dp *dp) {
     return d;
 }
 
+/* The files hy_profile_save writes into the directory. */
+static const char *const profile_files[] = { "trace.json", "summary.json", "timeline.svg",
+                                             "bars.svg" };
+
+/* None of the files the profile writes into dir may be one the run reads
+ * (outfile.h): --out pointed at a checkpoint or at the data's directory
+ * must not replace them. */
+static int check_out(const hy_run *run, const char *dir, hy_error *err) {
+    hy_outfile_inputs inputs;
+    hy_outfile_inputs_init(&inputs);
+    int rc = hy_outfile_inputs_of_run(&inputs, run, NULL, err);
+    for (size_t i = 0; !rc && i < sizeof profile_files / sizeof *profile_files; i++) {
+        size_t n = strlen(dir) + strlen(profile_files[i]) + 2;
+        char *path = malloc(n);
+        if (!path) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        else snprintf(path, n, "%s/%s", dir, profile_files[i]);
+        if (!rc) rc = hy_outfile_check(&inputs, "--out", path, 0, err);
+        free(path);
+    }
+    hy_outfile_inputs_free(&inputs);
+    return rc;
+}
+
 /* The profile of the config file `config` as a asks, its files written
  * and its report printed to out (see the top of this file). */
 static int run_profile(const char *config, const profile_args *a, FILE *out, hy_error *err) {
@@ -185,6 +209,7 @@ static int run_profile(const char *config, const profile_args *a, FILE *out, hy_
     /* Before the steps run: a directory that cannot be made is bad input,
      * found at once, not after the measurement. */
     if (!rc) rc = hy_profile_check_dir(dir, err);
+    if (!rc) rc = check_out(&run, dir, err);
     if (replicas > 1) {
         rc = hy_dp_agree(dp, rc, err);
         if (!rc) rc = hy_train_same_config(&run, dp, err);
