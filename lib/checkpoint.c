@@ -711,6 +711,50 @@ int hy_checkpoint_resolve(const char *path, char *resolved, hy_error *err) {
     return rc;
 }
 
+int hy_checkpoint_check_newer(const char *dir, const char *resumed, int step, hy_error *err) {
+    if (!ck_is_dir(dir)) return HY_OK;
+    int *steps = NULL, n = 0, rc = ck_scan(dir, &steps, &n, err);
+    int first = n, newest_good = -1;
+    char path[PATH_MAX + 64], state[PATH_MAX + 128];
+    for (int i = n - 1; !rc && i >= 0 && steps[i] > step; i--) {
+        first = i;
+        ck_step_path(path, sizeof path, dir, steps[i]);
+        ck_path(state, sizeof state, path, "state.json");
+        if (newest_good < 0 && ck_exists(state)) newest_good = steps[i];
+    }
+    if (rc || first == n) {
+        free(steps);
+        return rc;
+    }
+    /* The first few by name, then how many more. */
+    char names[3 * (PATH_MAX + 64) + 64] = "";
+    size_t used = 0;
+    for (int i = first; i < n && i < first + 3; i++) {
+        ck_step_path(path, sizeof path, dir, steps[i]);
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s",
+                                 i > first ? ", " : "", path);
+        if (used >= sizeof names) used = sizeof names - 1;
+    }
+    if (n - first > 3)
+        snprintf(names + used, sizeof names - used, " and %d more", n - first - 3);
+    char how[PATH_MAX + 128];
+    if (newest_good >= 0) {
+        ck_step_path(path, sizeof path, dir, newest_good);
+        snprintf(how, sizeof how, "resume from the newest (--resume %s), ", path);
+    } else {
+        snprintf(how, sizeof how, "(none of them holds a state.json: they are not whole "
+                 "checkpoints) ");
+    }
+    rc = hy_fail(err, HY_ERR_INPUT, "checkpoint.dir %s holds %d checkpoint%s newer than step %d, "
+                 "which --resume %s continues from: %s; this run's saves would replace %s. "
+                 "To go on, %sgive this run another checkpoint.dir (--set checkpoint.dir=DIR), "
+                 "or remove %s first if %s to go", dir, n - first, n - first == 1 ? "" : "s",
+                 step, resumed, names, n - first == 1 ? "it" : "them", how,
+                 n - first == 1 ? "it" : "them", n - first == 1 ? "it is" : "they are");
+    free(steps);
+    return rc;
+}
+
 /* ---- Loading ------------------------------------------------------------ */
 
 /* The data the checkpoint's position counts into must be what the config

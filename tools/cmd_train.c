@@ -325,7 +325,8 @@ static int log_step(hy_outfile_log *log, int i, const hy_step_stats *stats, doub
 static int check_outputs(const hy_run *run, const cli_train_opts *o, const char *resume,
                          int done, hy_outfile_inputs *inputs, hy_error *err) {
     int rc = HY_OK;
-    (void)done;
+    if (*resume && run->checkpoint.dir)
+        rc = hy_checkpoint_check_newer(run->checkpoint.dir, resume, done, err);
     if (!rc && o && o->log_json) {
         rc = hy_outfile_inputs_of_run(inputs, run, *resume ? resume : NULL, err);
         if (!rc) rc = hy_outfile_check(inputs, "--log-json", o->log_json, 1, err);
