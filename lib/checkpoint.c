@@ -757,36 +757,64 @@ int hy_checkpoint_check_newer(const char *dir, const char *resumed, int step, hy
 
 /* ---- Loading ------------------------------------------------------------ */
 
+/* Integer `key` of object o (`name` in messages: its path in state.json)
+ * into *v: it must lie in lo..hi, else HY_ERR_INPUT naming the file and
+ * the key. A number read back from a checkpoint is bounded before it is
+ * used: a state.json without checksums (format 1), or one rewritten with
+ * a fresh checksum, may hold anything. dflt >= lo: a missing key's value
+ * (an older format without it); dflt < lo: the key must be there. */
+static int ck_int_in(const char *path, json_t *o, const char *key, const char *name,
+                     long long lo, long long hi, long long dflt, long long *v, hy_error *err) {
+    json_t *j = json_object_get(o, key);
+    if (!j && dflt >= lo) {
+        *v = dflt;
+        return HY_OK;
+    }
+    if (json_is_integer(j) && json_integer_value(j) >= lo && json_integer_value(j) <= hi) {
+        *v = (long long)json_integer_value(j);
+        return HY_OK;
+    }
+    char got[48];
+    if (json_is_integer(j)) snprintf(got, sizeof got, "%lld", (long long)json_integer_value(j));
+    else snprintf(got, sizeof got, "%s", j ? "not an integer" : "missing");
+    return hy_fail(err, HY_ERR_INPUT, "%s/state.json: \"%s\" is %s; it must be an integer in "
+                   "%lld .. %lld (the file was damaged or edited)", path, name, got, lo, hi);
+}
+
 /* The data the checkpoint's position counts into must be what the config
  * reads now, the same way. */
 static int ck_check_data(const char *path, json_t *state, const hy_run *run, int replicas,
                          hy_error *err) {
     json_t *data = json_object_get(state, "data");
-    json_t *bytes = json_object_get(data, "shard_bytes");
     const char *crc_text = json_string_value(json_object_get(data, "head_crc32c"));
     const char *shard = json_string_value(json_object_get(data, "shard"));
-    json_t *mb = json_object_get(data, "micro_batches"), *bs = json_object_get(data, "micro_batch_size");
     uint32_t want;
-    if (!json_is_integer(bytes) || !crc_text || hy_crc32c_parse(crc_text, &want) != 0 ||
-        !json_is_integer(mb) || !json_is_integer(bs))
+    if (!json_is_object(data) || !crc_text || hy_crc32c_parse(crc_text, &want) != 0)
         return hy_fail(err, HY_ERR_INPUT, "%s/state.json: no valid \"data\" section", path);
+    long long bytes, saved_mb, saved_bs, saved_rep;
+    int rc = ck_int_in(path, data, "shard_bytes", "data.shard_bytes", 0, LLONG_MAX, -1, &bytes,
+                       err);
+    if (!rc) rc = ck_int_in(path, data, "micro_batches", "data.micro_batches", 1, INT_MAX, 0,
+                            &saved_mb, err);
+    if (!rc) rc = ck_int_in(path, data, "micro_batch_size", "data.micro_batch_size", 1, INT_MAX,
+                            0, &saved_bs, err);
+    if (!rc) rc = ck_int_in(path, data, "replicas", "data.replicas", 1, INT_MAX, 1, &saved_rep,
+                            err);
+    if (rc) return rc;
     ck_data_id now;
-    int rc = ck_data_of(run, replicas, &now, err);
+    rc = ck_data_of(run, replicas, &now, err);
     if (rc) return rc;
     char hex[9];
     hy_crc32c_text(now.head_crc, hex);
-    if (json_integer_value(bytes) != now.bytes || want != now.head_crc)
+    if (bytes != now.bytes || want != now.head_crc)
         return hy_fail(err, HY_ERR_INPUT, "%s was saved reading %s (%lld bytes, first 64 KiB "
                        "crc32c %s); data.train is %s (%lld bytes, crc32c %s): its data "
                        "position would count into other tokens. Resume with the same shard, or "
                        "start a new run from its weights (init = \"%s/model.safetensors\")",
-                       path, shard ? shard : "?", (long long)json_integer_value(bytes), crc_text,
+                       path, shard ? shard : "?", bytes, crc_text,
                        run->data.train, now.bytes, hex, path);
     /* The global batch is what must stay: replicas x micro_batches may
      * be split otherwise (2 x 4 resumes as 1 x 8). */
-    json_t *rp = json_object_get(data, "replicas");
-    long long saved_rep = json_is_integer(rp) ? (long long)json_integer_value(rp) : 1;
-    long long saved_mb = (long long)json_integer_value(mb);
     const char *how = "the same position would cut the data into other batches and the run "
                       "would not continue as it was. Resume with the same global batch, or "
                       "start a new run from its weights";
@@ -794,12 +822,12 @@ static int ck_check_data(const char *path, json_t *state, const hy_run *run, int
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with %lld micro-batches a step (%lld "
                        "replica%s x schedule.micro_batches %lld), the run has %d (%d x %d): "
                        "%s (init = \"%s/model.safetensors\")", path, saved_mb, saved_rep,
-                       saved_rep == 1 ? "" : "s", saved_rep ? saved_mb / saved_rep : 0,
+                       saved_rep == 1 ? "" : "s", saved_mb / saved_rep,
                        now.micro_batches, now.replicas, run->sched.micro_batches, how, path);
-    if ((long long)json_integer_value(bs) != now.micro_batch_size)
+    if (saved_bs != now.micro_batch_size)
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with schedule.micro_batch_size = %lld, "
                        "the config has %d: %s (init = \"%s/model.safetensors\")", path,
-                       (long long)json_integer_value(bs), now.micro_batch_size, how, path);
+                       saved_bs, now.micro_batch_size, how, path);
     return HY_OK;
 }
 
@@ -807,11 +835,20 @@ int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_err
     json_t *state = NULL;
     int rc = ck_verify(path, &state, unverified, err);
     if (rc) return rc;
-    json_t *step = json_object_get(state, "step"), *pos = json_object_get(state, "data_position");
-    if (!json_is_integer(step) || json_integer_value(step) < 0 ||
-        json_integer_value(step) > INT_MAX || !json_is_integer(pos) || json_integer_value(pos) < 0)
-        rc = hy_fail(err, HY_ERR_INPUT, "%s/state.json: step and data_position must be integers "
-                     ">= 0", path);
+    /* The step goes on for train.steps more at most: no count may pass
+     * INT_MAX. A step_NNNNNN directory holds the step of its name. */
+    const hy_run *run = hy_runtime_run(rt);
+    long long step = 0, pos = 0;
+    char base[PATH_MAX];
+    int named = ck_step_of_name(ck_base(path, base, sizeof base));
+    rc = ck_int_in(path, state, "step", "step", 0, (long long)INT_MAX - run->train.steps, -1,
+                   &step, err);
+    if (!rc && named >= 0 && step != named)
+        rc = hy_fail(err, HY_ERR_INPUT, "%s/state.json: \"step\" is %lld, but the directory is "
+                     "named for step %d (the file was damaged, edited or moved)", path, step,
+                     named);
+    if (!rc) rc = ck_int_in(path, state, "data_position", "data_position", 0, LLONG_MAX, -1, &pos,
+                            err);
     if (!rc) rc = ck_check_model(path, state, hy_runtime_model(rt), err);
     if (!rc && !*unverified)
         rc = ck_check_data(path, state, hy_runtime_run(rt), hy_runtime_replicas(rt), err);
@@ -820,9 +857,13 @@ int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_err
     if (!rc) rc = hy_weights_load(rt, file, err);
     ck_path(file, sizeof file, path, CK_FILES[1]);
     if (!rc) rc = ck_read_moments(rt, file, err);
-    if (!rc)
-        rc = hy_runtime_set_progress(rt, (int)json_integer_value(step),
-                                     (size_t)json_integer_value(pos), err);
+    /* The shard opened first (its own errors), so that a failure of the
+     * position is the position's: past the end of the shard. */
+    int now_step;
+    size_t now_pos;
+    if (!rc) rc = hy_runtime_get_progress(rt, &now_step, &now_pos, err);
+    if (!rc && (rc = hy_runtime_set_progress(rt, (int)step, (size_t)pos, err)))
+        hy_error_prefix(err, "%s/state.json: \"data_position\": ", path);
     json_decref(state);
     return rc;
 }
@@ -991,8 +1032,12 @@ static void ck_info(const char *path, int step, hy_checkpoint_info *in) {
         json_t *f = json_object_get(o, "format"), *s = json_object_get(o, "step");
         json_t *l = json_object_get(o, "loss");
         const char *t = json_string_value(json_object_get(o, "time"));
-        in->format = json_is_integer(f) ? (int)json_integer_value(f) : 0;
-        if (json_is_integer(s)) in->step = (int)json_integer_value(s);
+        /* Shown as they are, but only as what an int holds (the load
+         * refuses anything out of bounds, naming it). */
+        in->format = json_is_integer(f) && json_integer_value(f) >= 0 &&
+                     json_integer_value(f) <= INT_MAX ? (int)json_integer_value(f) : 0;
+        if (json_is_integer(s) && json_integer_value(s) >= 0 && json_integer_value(s) <= INT_MAX)
+            in->step = (int)json_integer_value(s);
         if (json_is_number(l)) in->loss = json_number_value(l);
         if (t) snprintf(in->time, sizeof in->time, "%s", t);
         json_decref(o);
