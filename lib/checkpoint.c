@@ -304,6 +304,7 @@ static int ck_read_moments(hy_runtime *rt, const char *file, hy_error *err) {
                 rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has %zu values, the model needs %zu",
                              file, name, t->numel, n);
             if (!rc) rc = hy_safetensors_read_f32(&f, t, buf, n, err);
+            if (!rc) rc = hy_weights_check(file, name, buf, n, k == 1, err);
             if (!rc) rc = hy_runtime_put(rt, k == 0 ? HY_T_ADAM_M : HY_T_ADAM_V, p, buf, n, err);
         }
     }

@@ -537,6 +537,12 @@ int cli_eval_run(const hy_run *run, const char *shard, int batches, FILE *out, F
     if (!rc && unverified) warn_unverified(warn, run->init);
     if (!rc) rc = hy_runtime_eval(rt, shard, batches, &loss, &tokens, err);
     hy_runtime_destroy(rt);
+    /* JSON has no NaN: a loss that is not finite (the weights were, so
+     * the model's arithmetic overflowed) is a failure, not a line. */
+    if (!rc && !isfinite(loss))
+        rc = hy_fail(err, HY_ERR_RUNTIME, "eval: the mean loss over %d batches of %s is %s: the "
+                     "model's arithmetic overflowed (its weights are finite but too large?)",
+                     batches, shard, isnan(loss) ? "NaN" : "infinite");
     if (!rc) fprintf(out, "{\"loss\": %.7f, \"batches\": %d, \"tokens\": %.0f}\n", loss, batches, tokens);
     return rc;
 }

@@ -154,6 +154,27 @@ _dup = _dup[:-1] + b', "wpe.weight": ' + json.dumps(_h["wpe.weight"]).encode() +
 put("st_duplicate_name.safetensors", st_bytes(_dup, _n))
 
 
+# Weights that are not finite: refused at the load, naming file and tensor.
+def st_with(shapes, values, dtype="F32", esize=4):
+    """Zero tensors of the shapes but for values: {(tensor, index): packed bytes}."""
+    hdr, n = st_entries(shapes, dtype, esize)
+    data = bytearray(n)
+    for (tensor, index), packed in values.items():
+        at = hdr[tensor]["data_offsets"][0] + index * esize
+        data[at:at + esize] = packed
+    return st_bytes(hdr, 0) + bytes(data)
+
+
+put("st_nan.safetensors", st_with(tiny_shapes(), {
+    ("h.0.attn.c_proj.weight", 5): struct.pack("<f", float("nan"))}))
+put("st_inf_f16.safetensors", st_with(tiny_shapes(), {
+    ("wpe.weight", 3): struct.pack("<H", 0xFC00)}, "F16", 2))
+# Finite, but so large that the loss overflows: eval must not print NaN.
+_big = {(t, i): struct.pack("<f", 1e30) for t, n in (("ln_f.weight", D), ("ln_f.bias", D),
+                                                       ("wte.weight", V * D)) for i in range(n)}
+put("st_huge.safetensors", st_with(tiny_shapes(), _big))
+
+
 # ---- checkpoints ----------------------------------------------------------------
 # Checkpoint directories for tiny.json (train.steps 1) whose state.json
 # holds numbers out of bounds. Format 1 has no checksums, so anything in it
@@ -172,7 +193,7 @@ _shard = header(count=200) + toks(200)
 _model = {"kind": "gpt", "layers": 1, "d_model": D, "heads": 2, "seq_len": T, "vocab": V}
 
 
-def checkpoint(dirname, fmt=2, **state):
+def checkpoint(dirname, fmt=2, optimizer=None, **state):
     path = os.path.join(OUT, dirname)
     os.makedirs(path)
     files = {"model.safetensors": st_bytes(*st_entries(tiny_shapes()))}
@@ -180,7 +201,7 @@ def checkpoint(dirname, fmt=2, **state):
     for name, shape in tiny_shapes().items():
         moments["m." + name] = shape
         moments["v." + name] = shape
-    files["optimizer.safetensors"] = st_bytes(*st_entries(moments))
+    files["optimizer.safetensors"] = st_with(moments, optimizer or {})
     for name, data in files.items():
         with open(os.path.join(path, name), "wb") as f:
             f.write(data)
@@ -217,6 +238,10 @@ checkpoint("ck_replicas_negative", data_replicas=-1)
 checkpoint("ck_micro_batches_zero", data_micro_batches=0)
 checkpoint("ck_shard_bytes_string", data_shard_bytes="1424")
 checkpoint(os.path.join("ck_named", "step_000002"), step=5)
+# A second moment below 0 (its square root would be NaN), summed as if
+# written so.
+_v = {("v.ln_f.bias", 1): struct.pack("<f", -1.0)}
+checkpoint("ck_negative_moment", optimizer=_v)
 
 
 # ---- configs too big or odd to keep as committed files ------------------------
