@@ -526,10 +526,17 @@ int cli_eval_run(const hy_run *run, const char *shard, int batches, FILE *out, F
     if (!shard) shard = run->data.val ? run->data.val : run->data.train;
     int rc = pick_backend(run, NULL, err);   /* stdout is one JSON line */
     if (rc) return rc;
-    if (batches <= 0) {   /* every whole batch the shard holds, without wrapping */
-        rc = hy_train_shard_batches(run, shard, &batches, err);
-        if (rc) return rc;
-    }
+    /* Every whole batch the shard holds by default; never more: reading
+     * on would wrap to the start and count batches twice. */
+    int whole = 0;
+    rc = hy_train_shard_batches(run, shard, &whole, err);
+    if (rc) return rc;
+    if (batches > whole)
+        return hy_fail(err, HY_ERR_INPUT, "eval --batches %d: %s holds %d whole batch%s of "
+                       "micro_batch_size x seq_len = %d x %d tokens; give at most %d (or leave "
+                       "--batches out for all of them)", batches, shard, whole,
+                       whole == 1 ? "" : "es", run->micro_batch_size, run->model.seq_len, whole);
+    if (batches <= 0) batches = whole;
     hy_runtime *rt = NULL;
     double loss = 0, tokens = 0;
     int unverified = 0;
