@@ -387,8 +387,10 @@ int hy_checkpoint_save(hy_runtime *rt, const char *dir, char *saved, hy_error *e
 
 /* ---- The checkpoints of a directory ------------------------------------- */
 
-/* The step of a checkpoint directory's name, "step_" and digits only (not
- * the hidden temporaries a save or a removal works in); -1 otherwise. */
+/* The step of a checkpoint directory's name: exactly what a save names
+ * it, "step_%06d" (not the hidden temporaries a save or a removal works
+ * in, nor "step_4" or "step_0000004", which would pass for step 4 beside
+ * the real one); -1 otherwise. */
 static int ck_step_of_name(const char *name) {
     if (strncmp(name, "step_", 5) != 0 || !name[5]) return -1;
     long long v = 0;
@@ -396,7 +398,10 @@ static int ck_step_of_name(const char *name) {
         if (*p < '0' || *p > '9' || v > INT_MAX / 10) return -1;
         v = v * 10 + (*p - '0');
     }
-    return v <= INT_MAX ? (int)v : -1;
+    char canon[32];
+    if (v > INT_MAX) return -1;
+    snprintf(canon, sizeof canon, "step_%06d", (int)v);
+    return strcmp(canon, name) == 0 ? (int)v : -1;
 }
 
 static int ck_is_dir(const char *path) {
@@ -708,6 +713,30 @@ int hy_checkpoint_resolve(const char *path, char *resolved, hy_error *err) {
         rc = hy_fail(err, HY_ERR_INPUT, "%s: not a checkpoint (no state.json) and holds no "
                      "step_NNNNNN checkpoints", path);
     if (!rc) ck_step_path(resolved, PATH_MAX, path, steps[n - 1]);
+    /* The newest must be a checkpoint: a directory of that name without
+     * a state.json (a copy cut short, another tool's) is named, with the
+     * newest whole one before it, instead of failing on its missing
+     * file. */
+    char newest[PATH_MAX + 64], prev[PATH_MAX + 64] = "", file[PATH_MAX + 128];
+    for (int i = n - 1; !rc && i >= 0; i--) {
+        ck_step_path(newest, sizeof newest, path, steps[i]);
+        ck_path(file, sizeof file, newest, "state.json");
+        if (ck_exists(file)) {
+            snprintf(prev, sizeof prev, "%s", newest);
+            break;
+        }
+    }
+    if (!rc && strcmp(prev, resolved) != 0) {
+        char how[2 * PATH_MAX + 256];
+        if (*prev)
+            snprintf(how, sizeof how, "the newest checkpoint before it is %s: move %s aside (or "
+                     "remove it) and resume again, or resume %s into another checkpoint.dir",
+                     prev, resolved, prev);
+        else
+            snprintf(how, sizeof how, "no step_NNNNNN directory in %s holds one", path);
+        rc = hy_fail(err, HY_ERR_INPUT, "--resume %s: its newest step directory %s holds no "
+                     "state.json, so it is not a whole checkpoint; %s", path, resolved, how);
+    }
     free(steps);
     return rc;
 }
