@@ -237,7 +237,8 @@ static char *ck_state_text(const hy_run *run, int step, double loss, size_t pos,
 
 /* Creates dir and its missing parents. *made (when not NULL): the length
  * of the shortest prefix of dir it created, 0 when it created none, so a
- * run refused later can take away exactly what it added. */
+ * run refused later can take away exactly what it added (set on failure
+ * too: ck_rmdirs takes back what was made before it). */
 static int ck_mkdirs(const char *dir, size_t *made, hy_error *err) {
     char buf[PATH_MAX];
     if (made) *made = 0;
@@ -250,8 +251,9 @@ static int ck_mkdirs(const char *dir, size_t *made, hy_error *err) {
             if (mkdir(buf, 0777) == 0) {
                 if (made && !*made) *made = (size_t)(p - buf);
             } else if (errno != EEXIST) {
-                return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT),
-                               "checkpoint.dir %s: cannot create %s: %s", dir, buf, strerror(errno));
+                int e = errno;
+                return hy_fail(err, hy_errno_status(e, HY_ERR_INPUT),
+                               "checkpoint.dir %s: cannot create %s: %s", dir, buf, strerror(e));
             }
             *p = c;
             if (!c) break;
@@ -987,22 +989,43 @@ static int ck_take_lock(const char *dir, const char *file, int *fd, hy_error *er
                    "is locked", dir, file);
 }
 
+/* Removes the directories of dir that ck_mkdirs made (made: the length
+ * of the shortest; 0: none), deepest first, while they are empty (rmdir
+ * refuses any other). */
+static void ck_rmdirs(const char *dir, size_t made) {
+    char buf[PATH_MAX];
+    if (!made || snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return;
+    for (size_t len = strlen(buf); len >= made;) {
+        buf[len] = '\0';
+        if (rmdir(buf) != 0) break;
+        while (len > 0 && buf[len - 1] != '/') len--;
+        while (len > 0 && buf[len - 1] == '/') len--;
+    }
+}
+
 int hy_checkpoint_lock_dir(const char *dir, hy_checkpoint_lock *lk, hy_error *err) {
     *lk = (hy_checkpoint_lock){ .fd = -1 };
     size_t made = 0;
-    int rc = ck_mkdirs(dir, &made, err);
-    if (rc) return rc;
     char file[PATH_MAX + 64], text[32];
     ck_path(file, sizeof file, dir, ".lock");
-    int fd = -1;
-    rc = ck_take_lock(dir, file, &fd, err);
-    if (rc) return rc;
+    int fd = -1, rc = ck_mkdirs(dir, &made, err);
+    if (!rc) rc = ck_take_lock(dir, file, &fd, err);
     int n = snprintf(text, sizeof text, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n) {
-        int e = errno;
+    errno = 0;
+    if (!rc && (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n)) {
+        /* A full disk (ENOSPC) has room for the name, not the pid: the
+         * file goes again, while it is still held (see ck_take_lock). */
+        int e = errno ? errno : EIO;
+        unlink(file);
         close(fd);
-        return hy_fail(err, HY_ERR_RUNTIME, "checkpoint.dir %s: cannot write %s: %s", dir, file,
-                       strerror(e));
+        rc = hy_fail(err, hy_errno_status(e, HY_ERR_RUNTIME), "checkpoint.dir %s: cannot write "
+                     "%s: %s", dir, file, strerror(e));
+    }
+    /* Refused or failed: nothing of this run stays, the directories it
+     * made included (another run's lock is another's, never touched). */
+    if (rc) {
+        ck_rmdirs(dir, made);
+        return rc;
     }
     lk->fd = fd;
     lk->made = made;
@@ -1019,14 +1042,8 @@ void hy_checkpoint_unlock(hy_checkpoint_lock *lk) {
     unlink(file);
     close(lk->fd);
     lk->fd = -1;
-    /* The directories taking it made, deepest first, while they are empty
-     * (rmdir refuses any other). */
-    for (size_t len = strlen(lk->dir); lk->made && len >= lk->made;) {
-        lk->dir[len] = '\0';
-        if (rmdir(lk->dir) != 0) break;
-        while (len > 0 && lk->dir[len - 1] != '/') len--;
-        while (len > 0 && lk->dir[len - 1] == '/') len--;
-    }
+    ck_rmdirs(lk->dir, lk->made);
+    lk->made = 0;
 }
 
 int hy_checkpoint_prune(const char *dir, int keep, int saved_step, int *removed, hy_error *err) {

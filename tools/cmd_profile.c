@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "cli.h"
@@ -189,6 +191,60 @@ static int check_out(const hy_run *run, const char *dir, hy_error *err) {
     return rc;
 }
 
+/* What writing the profile into dir would add: which of its files are
+ * new, and how much of dir's path does not exist yet (the first missing
+ * prefix's length; 0: dir exists). Taken before the save, so that a
+ * failed one (a full disk) can take back exactly what it added. */
+typedef struct {
+    int is_new[sizeof profile_files / sizeof *profile_files];
+    size_t missing;
+} profile_before;
+
+static int exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static int note_before(const char *dir, profile_before *b, hy_error *err) {
+    size_t n = strlen(dir);
+    char *buf = malloc(n + 32);
+    if (!buf) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    for (size_t i = 0; i < sizeof profile_files / sizeof *profile_files; i++) {
+        snprintf(buf, n + 32, "%s/%s", dir, profile_files[i]);
+        b->is_new[i] = !exists(buf);
+    }
+    /* The shortest prefix (cut at a '/') that is missing. */
+    b->missing = 0;
+    memcpy(buf, dir, n + 1);
+    for (size_t len = n; len > 0; len--) {
+        if (len < n && buf[len] != '/') continue;
+        buf[len] = '\0';
+        if (exists(buf)) break;
+        b->missing = len;
+    }
+    free(buf);
+    return HY_OK;
+}
+
+/* A save that failed: its new files and the directories it made go again
+ * (best effort; a file it replaced is whole and stays). */
+static void take_back(const char *dir, const profile_before *b) {
+    size_t n = strlen(dir);
+    char *buf = malloc(n + 32);
+    if (!buf) return;
+    for (size_t i = 0; i < sizeof profile_files / sizeof *profile_files; i++) {
+        snprintf(buf, n + 32, "%s/%s", dir, profile_files[i]);
+        if (b->is_new[i]) unlink(buf);
+    }
+    memcpy(buf, dir, n + 1);
+    for (size_t len = n; b->missing && len >= b->missing; len--) {
+        if (len < n && buf[len] != '/') continue;
+        buf[len] = '\0';
+        if (rmdir(buf) != 0) break;
+    }
+    free(buf);
+}
+
 /* The profile of the config file `config` as a asks, its files written
  * and its report printed to out (see the top of this file). */
 static int run_profile(const char *config, const profile_args *a, FILE *out, hy_error *err) {
@@ -218,7 +274,9 @@ static int run_profile(const char *config, const profile_args *a, FILE *out, hy_
     hy_profile p;
     memset(&p, 0, sizeof p);
     if (!rc) rc = hy_profile_run(&p, &run, &a->opts, err);
-    if (!rc) rc = hy_profile_save(&p, dir, err);
+    profile_before before = { { 0 }, 0 };
+    if (!rc) rc = note_before(dir, &before, err);
+    if (!rc && (rc = hy_profile_save(&p, dir, err))) take_back(dir, &before);
     if (!rc && hy_dp_rank(dp) == 0) {
         write_table(out, &p);
         fprintf(out, "\nfiles: %s/trace.json (open in https://ui.perfetto.dev or chrome://tracing), "
