@@ -107,6 +107,7 @@ put("st_hdrlen_huge.safetensors", struct.pack("<Q", 1 << 62) + _good[8:])
 put("st_hdr_not_json.safetensors", st_bytes(b"{\"wte.weight\": {\"dtype\": F32", 0))
 put("st_hdr_array.safetensors", st_bytes(b"[1, 2, 3]", 0))
 put("st_truncated_data.safetensors", _good[:-64])
+put("st_trailing_bytes.safetensors", _good + bytes(16))   # appended to
 
 
 def set_(name, key, value):
