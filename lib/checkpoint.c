@@ -237,7 +237,8 @@ static char *ck_state_text(const hy_run *run, int step, double loss, size_t pos,
 
 /* Creates dir and its missing parents. *made (when not NULL): the length
  * of the shortest prefix of dir it created, 0 when it created none, so a
- * run refused later can take away exactly what it added. */
+ * run refused later can take away exactly what it added (set on failure
+ * too: ck_rmdirs takes back what was made before it). */
 static int ck_mkdirs(const char *dir, size_t *made, hy_error *err) {
     char buf[PATH_MAX];
     if (made) *made = 0;
@@ -250,8 +251,9 @@ static int ck_mkdirs(const char *dir, size_t *made, hy_error *err) {
             if (mkdir(buf, 0777) == 0) {
                 if (made && !*made) *made = (size_t)(p - buf);
             } else if (errno != EEXIST) {
-                return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT),
-                               "checkpoint.dir %s: cannot create %s: %s", dir, buf, strerror(errno));
+                int e = errno;
+                return hy_fail(err, hy_errno_status(e, HY_ERR_INPUT),
+                               "checkpoint.dir %s: cannot create %s: %s", dir, buf, strerror(e));
             }
             *p = c;
             if (!c) break;
@@ -304,6 +306,7 @@ static int ck_read_moments(hy_runtime *rt, const char *file, hy_error *err) {
                 rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has %zu values, the model needs %zu",
                              file, name, t->numel, n);
             if (!rc) rc = hy_safetensors_read_f32(&f, t, buf, n, err);
+            if (!rc) rc = hy_weights_check(file, name, buf, n, k == 1, err);
             if (!rc) rc = hy_runtime_put(rt, k == 0 ? HY_T_ADAM_M : HY_T_ADAM_V, p, buf, n, err);
         }
     }
@@ -386,8 +389,10 @@ int hy_checkpoint_save(hy_runtime *rt, const char *dir, char *saved, hy_error *e
 
 /* ---- The checkpoints of a directory ------------------------------------- */
 
-/* The step of a checkpoint directory's name, "step_" and digits only (not
- * the hidden temporaries a save or a removal works in); -1 otherwise. */
+/* The step of a checkpoint directory's name: exactly what a save names
+ * it, "step_%06d" (not the hidden temporaries a save or a removal works
+ * in, nor "step_4" or "step_0000004", which would pass for step 4 beside
+ * the real one); -1 otherwise. */
 static int ck_step_of_name(const char *name) {
     if (strncmp(name, "step_", 5) != 0 || !name[5]) return -1;
     long long v = 0;
@@ -395,7 +400,10 @@ static int ck_step_of_name(const char *name) {
         if (*p < '0' || *p > '9' || v > INT_MAX / 10) return -1;
         v = v * 10 + (*p - '0');
     }
-    return v <= INT_MAX ? (int)v : -1;
+    char canon[32];
+    if (v > INT_MAX) return -1;
+    snprintf(canon, sizeof canon, "step_%06d", (int)v);
+    return strcmp(canon, name) == 0 ? (int)v : -1;
 }
 
 static int ck_is_dir(const char *path) {
@@ -707,42 +715,138 @@ int hy_checkpoint_resolve(const char *path, char *resolved, hy_error *err) {
         rc = hy_fail(err, HY_ERR_INPUT, "%s: not a checkpoint (no state.json) and holds no "
                      "step_NNNNNN checkpoints", path);
     if (!rc) ck_step_path(resolved, PATH_MAX, path, steps[n - 1]);
+    /* The newest must be a checkpoint: a directory of that name without
+     * a state.json (a copy cut short, another tool's) is named, with the
+     * newest whole one before it, instead of failing on its missing
+     * file. */
+    char newest[PATH_MAX + 64], prev[PATH_MAX + 64] = "", file[PATH_MAX + 128];
+    for (int i = n - 1; !rc && i >= 0; i--) {
+        ck_step_path(newest, sizeof newest, path, steps[i]);
+        ck_path(file, sizeof file, newest, "state.json");
+        if (ck_exists(file)) {
+            snprintf(prev, sizeof prev, "%s", newest);
+            break;
+        }
+    }
+    if (!rc && strcmp(prev, resolved) != 0) {
+        char how[2 * PATH_MAX + 256];
+        if (*prev)
+            snprintf(how, sizeof how, "the newest checkpoint before it is %s: move %s aside (or "
+                     "remove it) and resume again, or resume %s into another checkpoint.dir",
+                     prev, resolved, prev);
+        else
+            snprintf(how, sizeof how, "no step_NNNNNN directory in %s holds one", path);
+        rc = hy_fail(err, HY_ERR_INPUT, "--resume %s: its newest step directory %s holds no "
+                     "state.json, so it is not a whole checkpoint; %s", path, resolved, how);
+    }
+    free(steps);
+    return rc;
+}
+
+int hy_checkpoint_check_newer(const char *dir, const char *resumed, int step, hy_error *err) {
+    if (!ck_is_dir(dir)) return HY_OK;
+    int *steps = NULL, n = 0, rc = ck_scan(dir, &steps, &n, err);
+    int first = n, newest_good = -1;
+    char path[PATH_MAX + 64], state[PATH_MAX + 128];
+    for (int i = n - 1; !rc && i >= 0 && steps[i] > step; i--) {
+        first = i;
+        ck_step_path(path, sizeof path, dir, steps[i]);
+        ck_path(state, sizeof state, path, "state.json");
+        if (newest_good < 0 && ck_exists(state)) newest_good = steps[i];
+    }
+    if (rc || first == n) {
+        free(steps);
+        return rc;
+    }
+    /* The first few by name, then how many more. */
+    char names[3 * (PATH_MAX + 64) + 64] = "";
+    size_t used = 0;
+    for (int i = first; i < n && i < first + 3; i++) {
+        ck_step_path(path, sizeof path, dir, steps[i]);
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s",
+                                 i > first ? ", " : "", path);
+        if (used >= sizeof names) used = sizeof names - 1;
+    }
+    if (n - first > 3)
+        snprintf(names + used, sizeof names - used, " and %d more", n - first - 3);
+    char how[PATH_MAX + 128];
+    if (newest_good >= 0) {
+        ck_step_path(path, sizeof path, dir, newest_good);
+        snprintf(how, sizeof how, "resume from the newest (--resume %s), ", path);
+    } else {
+        snprintf(how, sizeof how, "(none of them holds a state.json: they are not whole "
+                 "checkpoints) ");
+    }
+    rc = hy_fail(err, HY_ERR_INPUT, "checkpoint.dir %s holds %d checkpoint%s newer than step %d, "
+                 "which --resume %s continues from: %s; this run's saves would replace %s. "
+                 "To go on, %sgive this run another checkpoint.dir (--set checkpoint.dir=DIR), "
+                 "or remove %s first if %s to go", dir, n - first, n - first == 1 ? "" : "s",
+                 step, resumed, names, n - first == 1 ? "it" : "them", how,
+                 n - first == 1 ? "it" : "them", n - first == 1 ? "it is" : "they are");
     free(steps);
     return rc;
 }
 
 /* ---- Loading ------------------------------------------------------------ */
 
+/* Integer `key` of object o (`name` in messages: its path in state.json)
+ * into *v: it must lie in lo..hi, else HY_ERR_INPUT naming the file and
+ * the key. A number read back from a checkpoint is bounded before it is
+ * used: a state.json without checksums (format 1), or one rewritten with
+ * a fresh checksum, may hold anything. dflt >= lo: a missing key's value
+ * (an older format without it); dflt < lo: the key must be there. */
+static int ck_int_in(const char *path, json_t *o, const char *key, const char *name,
+                     long long lo, long long hi, long long dflt, long long *v, hy_error *err) {
+    json_t *j = json_object_get(o, key);
+    if (!j && dflt >= lo) {
+        *v = dflt;
+        return HY_OK;
+    }
+    if (json_is_integer(j) && json_integer_value(j) >= lo && json_integer_value(j) <= hi) {
+        *v = (long long)json_integer_value(j);
+        return HY_OK;
+    }
+    char got[48];
+    if (json_is_integer(j)) snprintf(got, sizeof got, "%lld", (long long)json_integer_value(j));
+    else snprintf(got, sizeof got, "%s", j ? "not an integer" : "missing");
+    return hy_fail(err, HY_ERR_INPUT, "%s/state.json: \"%s\" is %s; it must be an integer in "
+                   "%lld .. %lld (the file was damaged or edited)", path, name, got, lo, hi);
+}
+
 /* The data the checkpoint's position counts into must be what the config
  * reads now, the same way. */
 static int ck_check_data(const char *path, json_t *state, const hy_run *run, int replicas,
                          hy_error *err) {
     json_t *data = json_object_get(state, "data");
-    json_t *bytes = json_object_get(data, "shard_bytes");
     const char *crc_text = json_string_value(json_object_get(data, "head_crc32c"));
     const char *shard = json_string_value(json_object_get(data, "shard"));
-    json_t *mb = json_object_get(data, "micro_batches"), *bs = json_object_get(data, "micro_batch_size");
     uint32_t want;
-    if (!json_is_integer(bytes) || !crc_text || hy_crc32c_parse(crc_text, &want) != 0 ||
-        !json_is_integer(mb) || !json_is_integer(bs))
+    if (!json_is_object(data) || !crc_text || hy_crc32c_parse(crc_text, &want) != 0)
         return hy_fail(err, HY_ERR_INPUT, "%s/state.json: no valid \"data\" section", path);
+    long long bytes, saved_mb, saved_bs, saved_rep;
+    int rc = ck_int_in(path, data, "shard_bytes", "data.shard_bytes", 0, LLONG_MAX, -1, &bytes,
+                       err);
+    if (!rc) rc = ck_int_in(path, data, "micro_batches", "data.micro_batches", 1, INT_MAX, 0,
+                            &saved_mb, err);
+    if (!rc) rc = ck_int_in(path, data, "micro_batch_size", "data.micro_batch_size", 1, INT_MAX,
+                            0, &saved_bs, err);
+    if (!rc) rc = ck_int_in(path, data, "replicas", "data.replicas", 1, INT_MAX, 1, &saved_rep,
+                            err);
+    if (rc) return rc;
     ck_data_id now;
-    int rc = ck_data_of(run, replicas, &now, err);
+    rc = ck_data_of(run, replicas, &now, err);
     if (rc) return rc;
     char hex[9];
     hy_crc32c_text(now.head_crc, hex);
-    if (json_integer_value(bytes) != now.bytes || want != now.head_crc)
+    if (bytes != now.bytes || want != now.head_crc)
         return hy_fail(err, HY_ERR_INPUT, "%s was saved reading %s (%lld bytes, first 64 KiB "
                        "crc32c %s); data.train is %s (%lld bytes, crc32c %s): its data "
                        "position would count into other tokens. Resume with the same shard, or "
                        "start a new run from its weights (init = \"%s/model.safetensors\")",
-                       path, shard ? shard : "?", (long long)json_integer_value(bytes), crc_text,
+                       path, shard ? shard : "?", bytes, crc_text,
                        run->data.train, now.bytes, hex, path);
     /* The global batch is what must stay: replicas x micro_batches may
      * be split otherwise (2 x 4 resumes as 1 x 8). */
-    json_t *rp = json_object_get(data, "replicas");
-    long long saved_rep = json_is_integer(rp) ? (long long)json_integer_value(rp) : 1;
-    long long saved_mb = (long long)json_integer_value(mb);
     const char *how = "the same position would cut the data into other batches and the run "
                       "would not continue as it was. Resume with the same global batch, or "
                       "start a new run from its weights";
@@ -750,12 +854,12 @@ static int ck_check_data(const char *path, json_t *state, const hy_run *run, int
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with %lld micro-batches a step (%lld "
                        "replica%s x schedule.micro_batches %lld), the run has %d (%d x %d): "
                        "%s (init = \"%s/model.safetensors\")", path, saved_mb, saved_rep,
-                       saved_rep == 1 ? "" : "s", saved_rep ? saved_mb / saved_rep : 0,
+                       saved_rep == 1 ? "" : "s", saved_mb / saved_rep,
                        now.micro_batches, now.replicas, run->sched.micro_batches, how, path);
-    if ((long long)json_integer_value(bs) != now.micro_batch_size)
+    if (saved_bs != now.micro_batch_size)
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with schedule.micro_batch_size = %lld, "
                        "the config has %d: %s (init = \"%s/model.safetensors\")", path,
-                       (long long)json_integer_value(bs), now.micro_batch_size, how, path);
+                       saved_bs, now.micro_batch_size, how, path);
     return HY_OK;
 }
 
@@ -763,11 +867,20 @@ int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_err
     json_t *state = NULL;
     int rc = ck_verify(path, &state, unverified, err);
     if (rc) return rc;
-    json_t *step = json_object_get(state, "step"), *pos = json_object_get(state, "data_position");
-    if (!json_is_integer(step) || json_integer_value(step) < 0 ||
-        json_integer_value(step) > INT_MAX || !json_is_integer(pos) || json_integer_value(pos) < 0)
-        rc = hy_fail(err, HY_ERR_INPUT, "%s/state.json: step and data_position must be integers "
-                     ">= 0", path);
+    /* The step goes on for train.steps more at most: no count may pass
+     * INT_MAX. A step_NNNNNN directory holds the step of its name. */
+    const hy_run *run = hy_runtime_run(rt);
+    long long step = 0, pos = 0;
+    char base[PATH_MAX];
+    int named = ck_step_of_name(ck_base(path, base, sizeof base));
+    rc = ck_int_in(path, state, "step", "step", 0, (long long)INT_MAX - run->train.steps, -1,
+                   &step, err);
+    if (!rc && named >= 0 && step != named)
+        rc = hy_fail(err, HY_ERR_INPUT, "%s/state.json: \"step\" is %lld, but the directory is "
+                     "named for step %d (the file was damaged, edited or moved)", path, step,
+                     named);
+    if (!rc) rc = ck_int_in(path, state, "data_position", "data_position", 0, LLONG_MAX, -1, &pos,
+                            err);
     if (!rc) rc = ck_check_model(path, state, hy_runtime_model(rt), err);
     if (!rc && !*unverified)
         rc = ck_check_data(path, state, hy_runtime_run(rt), hy_runtime_replicas(rt), err);
@@ -776,9 +889,13 @@ int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_err
     if (!rc) rc = hy_weights_load(rt, file, err);
     ck_path(file, sizeof file, path, CK_FILES[1]);
     if (!rc) rc = ck_read_moments(rt, file, err);
-    if (!rc)
-        rc = hy_runtime_set_progress(rt, (int)json_integer_value(step),
-                                     (size_t)json_integer_value(pos), err);
+    /* The shard opened first (its own errors), so that a failure of the
+     * position is the position's: past the end of the shard. */
+    int now_step;
+    size_t now_pos;
+    if (!rc) rc = hy_runtime_get_progress(rt, &now_step, &now_pos, err);
+    if (!rc && (rc = hy_runtime_set_progress(rt, (int)step, (size_t)pos, err)))
+        hy_error_prefix(err, "%s/state.json: \"data_position\": ", path);
     json_decref(state);
     return rc;
 }
@@ -872,22 +989,43 @@ static int ck_take_lock(const char *dir, const char *file, int *fd, hy_error *er
                    "is locked", dir, file);
 }
 
+/* Removes the directories of dir that ck_mkdirs made (made: the length
+ * of the shortest; 0: none), deepest first, while they are empty (rmdir
+ * refuses any other). */
+static void ck_rmdirs(const char *dir, size_t made) {
+    char buf[PATH_MAX];
+    if (!made || snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return;
+    for (size_t len = strlen(buf); len >= made;) {
+        buf[len] = '\0';
+        if (rmdir(buf) != 0) break;
+        while (len > 0 && buf[len - 1] != '/') len--;
+        while (len > 0 && buf[len - 1] == '/') len--;
+    }
+}
+
 int hy_checkpoint_lock_dir(const char *dir, hy_checkpoint_lock *lk, hy_error *err) {
     *lk = (hy_checkpoint_lock){ .fd = -1 };
     size_t made = 0;
-    int rc = ck_mkdirs(dir, &made, err);
-    if (rc) return rc;
     char file[PATH_MAX + 64], text[32];
     ck_path(file, sizeof file, dir, ".lock");
-    int fd = -1;
-    rc = ck_take_lock(dir, file, &fd, err);
-    if (rc) return rc;
+    int fd = -1, rc = ck_mkdirs(dir, &made, err);
+    if (!rc) rc = ck_take_lock(dir, file, &fd, err);
     int n = snprintf(text, sizeof text, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n) {
-        int e = errno;
+    errno = 0;
+    if (!rc && (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n)) {
+        /* A full disk (ENOSPC) has room for the name, not the pid: the
+         * file goes again, while it is still held (see ck_take_lock). */
+        int e = errno ? errno : EIO;
+        unlink(file);
         close(fd);
-        return hy_fail(err, HY_ERR_RUNTIME, "checkpoint.dir %s: cannot write %s: %s", dir, file,
-                       strerror(e));
+        rc = hy_fail(err, hy_errno_status(e, HY_ERR_RUNTIME), "checkpoint.dir %s: cannot write "
+                     "%s: %s", dir, file, strerror(e));
+    }
+    /* Refused or failed: nothing of this run stays, the directories it
+     * made included (another run's lock is another's, never touched). */
+    if (rc) {
+        ck_rmdirs(dir, made);
+        return rc;
     }
     lk->fd = fd;
     lk->made = made;
@@ -904,14 +1042,8 @@ void hy_checkpoint_unlock(hy_checkpoint_lock *lk) {
     unlink(file);
     close(lk->fd);
     lk->fd = -1;
-    /* The directories taking it made, deepest first, while they are empty
-     * (rmdir refuses any other). */
-    for (size_t len = strlen(lk->dir); lk->made && len >= lk->made;) {
-        lk->dir[len] = '\0';
-        if (rmdir(lk->dir) != 0) break;
-        while (len > 0 && lk->dir[len - 1] != '/') len--;
-        while (len > 0 && lk->dir[len - 1] == '/') len--;
-    }
+    ck_rmdirs(lk->dir, lk->made);
+    lk->made = 0;
 }
 
 int hy_checkpoint_prune(const char *dir, int keep, int saved_step, int *removed, hy_error *err) {
@@ -947,8 +1079,12 @@ static void ck_info(const char *path, int step, hy_checkpoint_info *in) {
         json_t *f = json_object_get(o, "format"), *s = json_object_get(o, "step");
         json_t *l = json_object_get(o, "loss");
         const char *t = json_string_value(json_object_get(o, "time"));
-        in->format = json_is_integer(f) ? (int)json_integer_value(f) : 0;
-        if (json_is_integer(s)) in->step = (int)json_integer_value(s);
+        /* Shown as they are, but only as what an int holds (the load
+         * refuses anything out of bounds, naming it). */
+        in->format = json_is_integer(f) && json_integer_value(f) >= 0 &&
+                     json_integer_value(f) <= INT_MAX ? (int)json_integer_value(f) : 0;
+        if (json_is_integer(s) && json_integer_value(s) >= 0 && json_integer_value(s) <= INT_MAX)
+            in->step = (int)json_integer_value(s);
         if (json_is_number(l)) in->loss = json_number_value(l);
         if (t) snprintf(in->time, sizeof in->time, "%s", t);
         json_decref(o);

@@ -67,6 +67,15 @@ int hy_checkpoint_verify_file(const char *file, int *unverified, hy_error *err);
  * bytes. */
 int hy_checkpoint_resolve(const char *path, char *resolved, hy_error *err);
 
+/* A run that resumes checkpoint `resumed` (after step `step`) and saves
+ * into checkpoint.dir `dir`: refused (HY_ERR_INPUT) when dir holds
+ * checkpoints of later steps, which its saves would replace one by one
+ * (or leave beside its own, two runs' histories in one directory). The
+ * message names them and the ways on: resume from the newest, give the
+ * run another checkpoint.dir, or remove them. A dir that does not exist
+ * yet holds none. */
+int hy_checkpoint_check_newer(const char *dir, const char *resumed, int step, hy_error *err);
+
 /* One checkpoint, as `hanayo checkpoint list` shows it. */
 typedef struct {
     char path[PATH_MAX];

@@ -4,7 +4,8 @@
  * Reading: fstat → the 8-byte length N → the N-byte header (pread) →
  * jansson → each entry checked on its own (dtype, shape, offsets, size,
  * inside the buffer) → the layout checked as a whole (sorted by offset, no
- * two non-empty tensors overlapping) → a by-name index for hy_safetensors_find.
+ * two non-empty tensors overlapping, nothing after the last) → a by-name
+ * index for hy_safetensors_find.
  * Data is read later, on demand, with pread at offsets that were all
  * proven to lie inside the file, so a reader never maps or trusts bytes it
  * has not checked.
@@ -362,6 +363,15 @@ static int check_layout(hy_safetensors_file *f, const open_ctx *c, hy_error *err
         prev = t;
         covered += t->nbytes;
     }
+    /* Bytes after the last tensor belong to none: the file was appended
+     * to, or cut from a longer one (the format has no room for a tail). */
+    uint64_t end = prev ? prev->offset + prev->nbytes - c->data_start : 0;
+    if (c->buf_size > end)
+        return hy_fail(err, HY_ERR_INPUT, "%s: %llu bytes after the last tensor (the tensors end "
+                       "at byte %llu of the %llu-byte data buffer): trailing bytes are not "
+                       "valid safetensors; the file was appended to or damaged", c->path,
+                       (unsigned long long)(c->buf_size - end), (unsigned long long)end,
+                       (unsigned long long)c->buf_size);
     f->unused_bytes = c->buf_size - covered;
     return HY_OK;
 }

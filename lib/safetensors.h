@@ -11,12 +11,13 @@
  * touches a byte of data (sizes with checked arithmetic, every range inside
  * the buffer, no two tensors overlapping), so later reads cannot go out of
  * bounds whatever the file holds. A bad file is HY_ERR_INPUT with a
- * message that names the file and, where there is one, the tensor. Two
- * things the reference library refuses are accepted here, and counted in
- * hy_safetensors_file.unused_bytes so a caller can warn: gaps between tensors, and
- * bytes after the last one; they are harmless to a reader that goes by
- * offsets. Keys in a tensor entry other than the three are ignored, as the
- * reference does.
+ * message that names the file and, where there is one, the tensor. Bytes
+ * after the last tensor are refused, as the reference refuses them: they
+ * belong to no tensor and mean the file was appended to or damaged. One
+ * thing the reference refuses is accepted here, and counted in
+ * hy_safetensors_file.unused_bytes so a caller can warn: gaps between
+ * tensors, harmless to a reader that goes by offsets. Keys in a tensor
+ * entry other than the three are ignored, as the reference does.
  *
  * Writing produces what the reference `serialize` produces for the same
  * tensors, byte for byte: tensors laid out by descending dtype in the
@@ -89,7 +90,7 @@ typedef struct {
     int n_tensors;
     hy_safetensors_meta *meta;                /* "__metadata__", sorted by key */
     int n_meta;
-    uint64_t unused_bytes;           /* buffer bytes no tensor covers (gaps, tail) */
+    uint64_t unused_bytes;           /* buffer bytes no tensor covers (gaps) */
     hy_safetensors_tensor **by_name;          /* into tensors, sorted by name */
 } hy_safetensors_file;
 

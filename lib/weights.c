@@ -3,6 +3,7 @@
  */
 #include "weights.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,22 @@ static int wt_load_tensor(hy_runtime *rt, const hy_model *m, const hy_safetensor
     }
     memset(host, 0, p->numel * sizeof(float));
     int rc = hy_safetensors_read_f32(f, t, host, t->numel, err);
+    if (!rc) rc = hy_weights_check(f->path, t->name, host, t->numel, 0, err);
     return rc ? rc : hy_runtime_put(rt, HY_T_PARAM, p, host, p->numel, err);
+}
+
+int hy_weights_check(const char *path, const char *name, const float *v, size_t n, int nonneg,
+                     hy_error *err) {
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(v[i]) && (!nonneg || v[i] >= 0)) continue;
+        const char *what = isnan(v[i]) ? "NaN" : isinf(v[i]) ? (v[i] > 0 ? "+Inf" : "-Inf")
+                                                             : "a negative value";
+        return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' holds %s at index %zu (of %zu values)%s; "
+                       "the file is damaged or was written by a run that diverged: start from "
+                       "other weights", path, hy_safetensors_show(name).s, what, i, n,
+                       nonneg ? "; second moments are never below 0" : "");
+    }
+    return HY_OK;
 }
 
 int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err) {

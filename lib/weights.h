@@ -24,8 +24,17 @@
 
 /* Replaces rt's weights with those of the file at path. Errors name the
  * file and the tensor: a missing parameter, a shape the config's model
- * does not have, a tensor that is not a parameter (HY_ERR_INPUT); an
- * unreadable file as safetensors.h reports it. */
+ * does not have, a tensor that is not a parameter, a value that is NaN or
+ * infinite (HY_ERR_INPUT); an unreadable file as safetensors.h reports
+ * it. */
 int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err);
+
+/* The n values just read from tensor `name` of the file at path must all
+ * be finite and, with nonneg, >= 0 (AdamW's second moments): else
+ * HY_ERR_INPUT naming the file, the tensor, the first bad value and its
+ * index. A NaN or infinity in weights makes every step of a run
+ * non-finite, so it is refused at the load, as the bad input it is. */
+int hy_weights_check(const char *path, const char *name, const float *v, size_t n, int nonneg,
+                     hy_error *err);
 
 #endif

@@ -18,8 +18,9 @@
 #   - {TMP}, a directory only this case may write into (its --svg, --log-json,
 #     data synth --out and checkpoint.dir all point there), is still empty:
 #     no output file, partial or temporary, is left behind.
-# Two good inputs are checked to be accepted, so the corpus cannot pass by
-# every file being broken in the same uninteresting way.
+# A few good inputs (a shard, weights, two checkpoints) are checked to be
+# accepted, so the corpus cannot pass by every file being broken in the
+# same uninteresting way.
 #
 # Cases named unreadable_*: when running as root, file modes do not stop
 # reads, so they run as uid 65534 through setpriv (skipped without it).
@@ -76,6 +77,13 @@ if [ $? -eq 0 ]; then ok; else bad "control: data info shard_ok.bin: $(head -c 3
 if [ $? -eq 0 ] && grep -q '"loss"' "$out"; then ok; else
     bad "control: eval tiny.json --init st_ok.safetensors: $(head -c 300 "$err")"
 fi
+# The checkpoints gen.py writes resume when nothing in them is out of bounds.
+for ck in ck_ok ck_v1_ok; do
+    (cd "$bad_dir" && "$HANAYO" train tiny.json --resume "$ck" --set train.steps=2 >"$out" 2>"$err")
+    if [ $? -eq 0 ] && grep -q "resumed from $ck after step 1" "$out"; then ok; else
+        bad "control: train tiny.json --resume $ck: $(head -c 300 "$err")"
+    fi
+done
 
 # ---- the corpus ----------------------------------------------------------------
 n_cases=0

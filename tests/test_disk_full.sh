@@ -17,6 +17,9 @@
 # checkpoint that was not saved, the file that failed and the system's
 # reason; the checkpoint directory holds step_000002 and nothing else (no
 # partial step, no temporary); and step_000002 still resumes.
+# Then, on a tmpfs already full: taking the lock, profile --out and
+# --log-json (see that section below) each fail leaving nothing made and
+# no partial line.
 #
 # Prints "disk-full: N passed, N failed"; exits non-zero on any failure.
 set -u
@@ -123,6 +126,81 @@ if command -v unshare >/dev/null 2>&1 &&
     fi
 else
     echo "disk-full: skipped the full-tmpfs case (cannot mount here: $(cat "$tmp/unshare.err" "$tmp/mount.err" 2>/dev/null | head -n 1))" >&2
+fi
+
+# ---- a disk already full: the lock, profile --out, --log-json ----------------------
+# A 1 MiB tmpfs filled to the last page by a file (a directory, an empty
+# file take no pages of a tmpfs, so names can still be made). Then:
+#   - train with a new checkpoint.dir: the lock's name is made, its pid
+#     cannot be written; exit 1 naming the lock, and neither the lock nor
+#     the directories taking it made are left;
+#   - profile --out a new directory two levels deep: exit 1, and neither
+#     directory is left;
+#   - with one page freed, train --log-json for 100 steps: the log fills
+#     the page mid-line; exit 1 saying how many bytes of whole lines it
+#     keeps, and the file is exactly those lines, each one JSON.
+cat >"$tmp/full.sh" <<'EOF'
+set -u
+mnt=$tmp/full
+mkdir -p "$mnt"
+if ! mount -t tmpfs -o size=1m hy-test-full "$mnt" 2>"$tmp/mount.err"; then
+    echo skip >"$tmp/full.status"
+    exit 0
+fi
+dd if=/dev/zero of="$mnt/fill" bs=4096 2>/dev/null
+"$HANAYO" train configs/tiny-gpt.json "${small[@]}" --set train.steps=1 \
+    --set "checkpoint.dir=$mnt/new/ck" >"$tmp/lock.out" 2>"$tmp/lock.err"
+echo $? >"$tmp/lock.status"
+ls -A "$mnt" >"$tmp/lock.left"
+"$HANAYO" profile configs/tiny-gpt.json "${small[@]}" --steps 1 --out "$mnt/prof/one" \
+    >"$tmp/prof.out" 2>"$tmp/prof.err"
+echo $? >"$tmp/prof.status"
+ls -A "$mnt" >"$tmp/prof.left"
+truncate -s -4096 "$mnt/fill"
+"$HANAYO" train configs/tiny-gpt.json "${small[@]}" --set train.steps=100 \
+    --set checkpoint.dir=null --log-json "$mnt/log.jsonl" >"$tmp/log.out" 2>"$tmp/log.err"
+echo $? >"$tmp/log.status"
+cp "$mnt/log.jsonl" "$tmp/log.jsonl"
+echo done >"$tmp/full.status"
+EOF
+# one_error STATUS_FILE ERR_FILE WHAT: exit 1 and one "hanayo: " line.
+one_error() {
+    if [ "$(cat "$1")" = 1 ] && [ "$(wc -l <"$2")" -eq 1 ] && grep -q '^hanayo: ' "$2"; then ok; else
+        bad "$3: exit $(cat "$1"), stderr: $(cat "$2")"
+    fi
+}
+if command -v unshare >/dev/null 2>&1 &&
+    tmp=$tmp HANAYO=$HANAYO unshare -m --propagation private \
+        bash -c "small=($(printf '%q ' "${small[@]}")); . '$tmp/full.sh'" 2>"$tmp/unshare.err" &&
+    [ "$(cat "$tmp/full.status" 2>/dev/null)" = done ]; then
+    one_error "$tmp/lock.status" "$tmp/lock.err" "the lock on a full disk"
+    if grep -qF "cannot write $tmp/full/new/ck/.lock: No space left on device" "$tmp/lock.err"; then
+        ok; else bad "the lock on a full disk: $(cat "$tmp/lock.err")"; fi
+    if [ "$(tr '\n' ' ' <"$tmp/lock.left")" = "fill " ]; then ok; else
+        bad "the lock on a full disk left: $(tr '\n' ' ' <"$tmp/lock.left")"
+    fi
+    one_error "$tmp/prof.status" "$tmp/prof.err" "profile --out on a full disk"
+    if grep -qF 'No space left on device' "$tmp/prof.err"; then ok; else
+        bad "profile --out on a full disk: $(cat "$tmp/prof.err")"; fi
+    if [ "$(tr '\n' ' ' <"$tmp/prof.left")" = "fill " ]; then ok; else
+        bad "profile --out on a full disk left: $(tr '\n' ' ' <"$tmp/prof.left")"
+    fi
+    one_error "$tmp/log.status" "$tmp/log.err" "--log-json on a full disk"
+    kept=$(sed -n 's/.*No space left on device (it keeps its \([0-9]*\) bytes of whole lines)$/\1/p' \
+        "$tmp/log.err")
+    if [ -n "$kept" ] && [ "$(stat -c %s "$tmp/log.jsonl")" = "$kept" ]; then ok; else
+        bad "--log-json on a full disk: kept '$kept', the file has $(stat -c %s "$tmp/log.jsonl"): $(cat "$tmp/log.err")"
+    fi
+    if python3 -c 'import json,sys
+text = open(sys.argv[1]).read()
+assert text.endswith("\n"), "a partial last line"
+steps = [json.loads(l)["step"] for l in text.splitlines()]
+assert steps == list(range(1, len(steps) + 1)) and len(steps) > 10, steps' "$tmp/log.jsonl" \
+        2>"$tmp/py.err"; then ok; else
+        bad "--log-json on a full disk: $(tail -n 1 "$tmp/py.err")"
+    fi
+else
+    echo "disk-full: skipped the full-disk cases of the lock, profile --out and --log-json (cannot mount here: $(cat "$tmp/unshare.err" "$tmp/mount.err" 2>/dev/null | head -n 1))" >&2
 fi
 
 hy_finish

@@ -17,7 +17,8 @@
 #   - a stalled replica (SIGSTOP) ends the job past watchdog_s;
 #   - `mpirun -np 2 hanayo profile`: each replica's trace shows its ranks'
 #     gradient sums where they run, replica 0 alone prints, and one
-#     replica's bad --out ends both with one error and nothing written.
+#     replica's bad --out ends both with one error and nothing written;
+#   - `mpirun -np 3 hanayo eval` is refused with one line, not three;
 #   - on the CUDA backend (NCCL), where the machine has two GPUs: the same
 #     equality within 1e-3 (bf16); said to be skipped otherwise.
 # Needs an MPI build (hanayo --version: "data parallel: mpi") and mpirun
@@ -258,6 +259,18 @@ if [ "$(grep -c '^hanayo: ' "$tmp/prof-bad.err")" = 1 ] && grep -q '^hanayo: rep
     bad "$last: want one 'hanayo: replica 1: ...' line, got: $(grep '^hanayo' "$tmp/prof-bad.err")"
 fi
 if [ ! -e "$tmp/prof-bad" ]; then ok; else bad "$last: left $tmp/prof-bad"; fi
+
+# ---- a command that does not run as replicas: refused once ----------------------------
+"${mpi[@]}" -np 3 "$HANAYO" eval "${small[@]}" >"$tmp/eval-dp.out" 2>"$tmp/eval-dp.err" </dev/null
+rc=$?
+last="mpirun -np 3 hanayo eval"
+expect_rc 2
+if [ "$(grep -c '^hanayo: ' "$tmp/eval-dp.err")" -eq 1 ] &&
+    grep -qF "hanayo: hanayo eval: launched as one of 3 MPI processes, but only 'train' and 'profile' run as data-parallel replicas; run 'hanayo eval' once, without mpirun or srun" "$tmp/eval-dp.err"; then
+    ok
+else
+    bad "$last: want one 'hanayo: hanayo eval: ...' line, got: $(grep '^hanayo' "$tmp/eval-dp.err")"
+fi
 
 # ---- the CUDA backend, through NCCL: only with two GPUs or more -------------------
 # NCCL puts one replica on each GPU (it refuses two on one), so each

@@ -523,6 +523,12 @@ static void test_malformed(const scratch *s) {
         "an array");
     BAD("{\"__metadata__\": {}, \"__metadata__\": {}}", 0, "duplicate");
     BAD("{\"a\\u0000b\": 1}", 0, "not valid JSON");
+    /* Bytes after the last tensor (the reference refuses them too). */
+    BAD("{}", 5, "5 bytes after the last tensor (the tensors end at byte 0 of the 5-byte data "
+        "buffer)");
+    BAD("{" T("a", "F32", "[1]", 0, 4) "}", 9, "5 bytes after the last tensor (the tensors end at "
+        "byte 4 of the 9-byte");
+    BAD("{" T("a", "F32", "[1]", 0, 4) "," T("e", "F32", "[0]", 9, 9) "}", 9, "5 bytes after");
     BAD("{\"\xff\": 1}", 0, "not valid JSON");
     /* A hostile name is shown tamed: control bytes as '?', cut at 80. */
     BAD("{\"\\u001b[31mred\": 1}", 0, "tensor '?[31mred'");
@@ -537,9 +543,8 @@ static void test_accepted(const scratch *s) {
     static const struct { const char *header; size_t data; int n; uint64_t unused; } ok[] = {
         { "{}", 0, 0, 0 },
         { "  {}  ", 0, 0, 0 },
-        { "{}", 5, 0, 5 },                                              /* tail only */
         { "{" T("a", "F32", "[1]", 4, 8) "}", 8, 1, 4 },                /* a gap first */
-        { "{" T("a", "F32", "[1]", 0, 4) "}", 9, 1, 5 },                /* bytes after */
+        { "{" T("a", "F32", "[1]", 0, 4) "," T("b", "F32", "[1]", 8, 12) "}", 12, 2, 4 },
         { "{" T("a", "F32", "[]", 0, 4) "}", 4, 1, 0 },                 /* a scalar */
         { "{" T("a", "F32", "[0,3]", 4, 4) "," T("b", "F32", "[2]", 0, 8) "}", 8, 2, 0 },
         { "{" T("e", "U8", "[0]", 0, 0) "," T("f", "I64", "[0]", 0, 0) "}", 0, 2, 0 },

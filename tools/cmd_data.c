@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "data.h"
+#include "outfile.h"
 
 static const char usage_data[] =
     "usage: hanayo data synth --out FILE --tokens N --vocab V [--seed S]\n"
@@ -64,9 +65,11 @@ int cli_data_synth(const cli_data_synth_request *rq, FILE *out, hy_error *err) {
                         rq->val_tokens > (long long)HY_SHARD_MAX_TOKENS))
         return hy_fail(err, HY_ERR_INPUT, "data synth: --val-tokens %lld is out "
                        "of range; give 1 to %u", rq->val_tokens, HY_SHARD_MAX_TOKENS);
-    if (rq->val_out && strcmp(rq->out, rq->val_out) == 0)
-        return hy_fail(err, HY_ERR_INPUT, "data synth: --out and --val-out are "
-                       "both %s; give two files", rq->out);
+    /* The same file under two spellings too (outfile.h): the validation
+     * shard would replace the training shard just written. */
+    if (rq->val_out && (strcmp(rq->out, rq->val_out) == 0 || hy_outfile_same(rq->out, rq->val_out)))
+        return hy_fail(err, HY_ERR_INPUT, "data synth: --out %s and --val-out %s are the same "
+                       "file; give two files", rq->out, rq->val_out);
     long long most = rq->val_out && rq->val_tokens > rq->tokens ? rq->val_tokens
                                                                  : rq->tokens;
     uint16_t *buf = malloc((size_t)most * sizeof *buf);

@@ -22,6 +22,7 @@
 #include "costs.h"
 #include "measured.h"
 #include "model.h"
+#include "outfile.h"
 #include "run.h"
 #include "scale.h"
 
@@ -491,6 +492,19 @@ static int check_request(const cli_plan_request *rq, hy_error *err) {
     return HY_OK;
 }
 
+/* --svg must be none of the files the plan or its config's run reads
+ * (outfile.h): the config, --costs, the run's data and checkpoints. */
+static int check_svg(const cli_plan_request *rq, const hy_run *run, hy_error *err) {
+    hy_outfile_inputs inputs;
+    hy_outfile_inputs_init(&inputs);
+    int rc = hy_outfile_inputs_of_run(&inputs, run, NULL, err);
+    if (rc == HY_OK)
+        rc = hy_outfile_inputs_add(&inputs, rq->costs, "--costs, the profile's summary", err);
+    if (rc == HY_OK) rc = hy_outfile_check(&inputs, "--svg", rq->svg, 0, err);
+    hy_outfile_inputs_free(&inputs);
+    return rc;
+}
+
 int cli_plan_run(const cli_plan_request *rq, FILE *out, hy_error *err) {
     int rc = check_request(rq, err);
     if (rc != HY_OK) return rc;
@@ -505,6 +519,7 @@ int cli_plan_run(const cli_plan_request *rq, FILE *out, hy_error *err) {
     rc = hy_config_load(&cfg, rq->config, rq->sets, rq->n_sets, err);
     if (rc == HY_OK) rc = hy_run_resolve(&run, &cfg, err);
     hy_config_free(&cfg);
+    if (rc == HY_OK && rq->svg) rc = check_svg(rq, &run, err);
     if (rc == HY_OK)
         rc = rq->costs ? run_measured(rq, &run, &mc, out, err) : run_uniform(rq, &run, out, err);
     if (rc == HY_OK && (fflush(out) != 0 || ferror(out))) rc = out_error(err);

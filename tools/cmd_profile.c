@@ -15,12 +15,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "cli.h"
 #include "config.h"
 #include "dp.h"
 #include "error.h"
+#include "outfile.h"
 #include "profile.h"
 #include "run.h"
 #include "schedule.h"
@@ -165,6 +168,83 @@ static char *replica_dir(const char *dir, const hy_dp *dp) {
     return d;
 }
 
+/* The files hy_profile_save writes into the directory. */
+static const char *const profile_files[] = { "trace.json", "summary.json", "timeline.svg",
+                                             "bars.svg" };
+
+/* None of the files the profile writes into dir may be one the run reads
+ * (outfile.h): --out pointed at a checkpoint or at the data's directory
+ * must not replace them. */
+static int check_out(const hy_run *run, const char *dir, hy_error *err) {
+    hy_outfile_inputs inputs;
+    hy_outfile_inputs_init(&inputs);
+    int rc = hy_outfile_inputs_of_run(&inputs, run, NULL, err);
+    for (size_t i = 0; !rc && i < sizeof profile_files / sizeof *profile_files; i++) {
+        size_t n = strlen(dir) + strlen(profile_files[i]) + 2;
+        char *path = malloc(n);
+        if (!path) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        else snprintf(path, n, "%s/%s", dir, profile_files[i]);
+        if (!rc) rc = hy_outfile_check(&inputs, "--out", path, 0, err);
+        free(path);
+    }
+    hy_outfile_inputs_free(&inputs);
+    return rc;
+}
+
+/* What writing the profile into dir would add: which of its files are
+ * new, and how much of dir's path does not exist yet (the first missing
+ * prefix's length; 0: dir exists). Taken before the save, so that a
+ * failed one (a full disk) can take back exactly what it added. */
+typedef struct {
+    int is_new[sizeof profile_files / sizeof *profile_files];
+    size_t missing;
+} profile_before;
+
+static int exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static int note_before(const char *dir, profile_before *b, hy_error *err) {
+    size_t n = strlen(dir);
+    char *buf = malloc(n + 32);
+    if (!buf) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    for (size_t i = 0; i < sizeof profile_files / sizeof *profile_files; i++) {
+        snprintf(buf, n + 32, "%s/%s", dir, profile_files[i]);
+        b->is_new[i] = !exists(buf);
+    }
+    /* The shortest prefix (cut at a '/') that is missing. */
+    b->missing = 0;
+    memcpy(buf, dir, n + 1);
+    for (size_t len = n; len > 0; len--) {
+        if (len < n && buf[len] != '/') continue;
+        buf[len] = '\0';
+        if (exists(buf)) break;
+        b->missing = len;
+    }
+    free(buf);
+    return HY_OK;
+}
+
+/* A save that failed: its new files and the directories it made go again
+ * (best effort; a file it replaced is whole and stays). */
+static void take_back(const char *dir, const profile_before *b) {
+    size_t n = strlen(dir);
+    char *buf = malloc(n + 32);
+    if (!buf) return;
+    for (size_t i = 0; i < sizeof profile_files / sizeof *profile_files; i++) {
+        snprintf(buf, n + 32, "%s/%s", dir, profile_files[i]);
+        if (b->is_new[i]) unlink(buf);
+    }
+    memcpy(buf, dir, n + 1);
+    for (size_t len = n; b->missing && len >= b->missing; len--) {
+        if (len < n && buf[len] != '/') continue;
+        buf[len] = '\0';
+        if (rmdir(buf) != 0) break;
+    }
+    free(buf);
+}
+
 /* The profile of the config file `config` as a asks, its files written
  * and its report printed to out (see the top of this file). */
 static int run_profile(const char *config, const profile_args *a, FILE *out, hy_error *err) {
@@ -185,6 +265,7 @@ static int run_profile(const char *config, const profile_args *a, FILE *out, hy_
     /* Before the steps run: a directory that cannot be made is bad input,
      * found at once, not after the measurement. */
     if (!rc) rc = hy_profile_check_dir(dir, err);
+    if (!rc) rc = check_out(&run, dir, err);
     if (replicas > 1) {
         rc = hy_dp_agree(dp, rc, err);
         if (!rc) rc = hy_train_same_config(&run, dp, err);
@@ -193,7 +274,9 @@ static int run_profile(const char *config, const profile_args *a, FILE *out, hy_
     hy_profile p;
     memset(&p, 0, sizeof p);
     if (!rc) rc = hy_profile_run(&p, &run, &a->opts, err);
-    if (!rc) rc = hy_profile_save(&p, dir, err);
+    profile_before before = { { 0 }, 0 };
+    if (!rc) rc = note_before(dir, &before, err);
+    if (!rc && (rc = hy_profile_save(&p, dir, err))) take_back(dir, &before);
     if (!rc && hy_dp_rank(dp) == 0) {
         write_table(out, &p);
         fprintf(out, "\nfiles: %s/trace.json (open in https://ui.perfetto.dev or chrome://tracing), "

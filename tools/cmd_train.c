@@ -34,6 +34,7 @@
 #include "cli.h"
 #include "dp.h"
 #include "model.h"
+#include "outfile.h"
 #include "run.h"
 #include "schedule.h"
 #include "sim.h"
@@ -181,7 +182,7 @@ static void print_eta(FILE *out, double seconds) {
 }
 
 /* The validation loss after training: up to 20 batches of data.val. */
-static int validate(hy_runtime *rt, const hy_run *run, int step, FILE *out, FILE *log,
+static int validate(hy_runtime *rt, const hy_run *run, int step, FILE *out, hy_outfile_log *log,
                     hy_error *err) {
     int batches = 0;
     int rc = hy_train_shard_batches(run, run->data.val, &batches, err);
@@ -190,9 +191,11 @@ static int validate(hy_runtime *rt, const hy_run *run, int step, FILE *out, FILE
     if (!rc) rc = hy_runtime_eval(rt, run->data.val, batches, &loss, &tokens, err);
     if (rc) return rc;
     fprintf(out, "val loss %.4f (%d batches of %s)\n", loss, batches, run->data.val);
-    if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.6f, \"val_batches\": %d}\n", step, loss,
-                     batches);
-    return HY_OK;
+    if (log->fd < 0) return HY_OK;
+    char line[160];
+    snprintf(line, sizeof line, "{\"step\": %d, \"val_loss\": %.6f, \"val_batches\": %d}\n", step,
+             loss, batches);
+    return hy_outfile_log_write(log, line, err);
 }
 
 /* The stop request's signal by name (cmd_train.h: the handler stores its number). */
@@ -296,10 +299,51 @@ static int nonfinite(hy_runtime *rt, const hy_run *run, int step, const hy_step_
     return HY_OK;
 }
 
-/* A number for the JSON log: JSON has no NaN or infinity. */
-static void json_real(FILE *f, const char *fmt, double x) {
-    if (isfinite(x)) fprintf(f, fmt, x);
-    else fputs("null", f);
+/* A number for the JSON log, into buf (32 bytes): JSON has no NaN or
+ * infinity. */
+static const char *json_real(char *buf, double x) {
+    if (isfinite(x)) snprintf(buf, 32, "%.6f", x);
+    else snprintf(buf, 32, "null");
+    return buf;
+}
+
+/* Step i's line of the JSON log, written whole (outfile.h). */
+static int log_step(hy_outfile_log *log, int i, const hy_step_stats *stats, double tps,
+                    hy_error *err) {
+    char line[320], loss[32], norm[32];
+    snprintf(line, sizeof line, "{\"step\": %d, \"loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, "
+             "\"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n", i, json_real(loss, stats->loss),
+             stats->lr, json_real(norm, stats->grad_norm), tps, stats->ms,
+             stats->nonfinite ? ", \"nonfinite\": true" : "");
+    return hy_outfile_log_write(log, line, err);
+}
+
+/* Before anything is created: the checks of --resume and --log-json.
+ * A resume into a checkpoint.dir holding newer checkpoints would replace
+ * them (checkpoint.h); the log must be a regular file and none of the
+ * run's inputs (outfile.h), which *inputs lists for the log's open. */
+static int check_outputs(const hy_run *run, const cli_train_opts *o, const char *resume,
+                         int done, hy_outfile_inputs *inputs, hy_error *err) {
+    int rc = HY_OK;
+    if (*resume && run->checkpoint.dir)
+        rc = hy_checkpoint_check_newer(run->checkpoint.dir, resume, done, err);
+    if (!rc && o && o->log_json) {
+        rc = hy_outfile_inputs_of_run(inputs, run, *resume ? resume : NULL, err);
+        if (!rc) rc = hy_outfile_check(inputs, "--log-json", o->log_json, 1, err);
+    }
+    return rc;
+}
+
+/* Opens the log once the lock is held: the lock file is an input too. */
+static int open_log(const hy_run *run, const cli_train_opts *o, hy_outfile_inputs *inputs,
+                    hy_outfile_log *log, hy_error *err) {
+    char lock[PATH_MAX + 8];
+    int rc = HY_OK;
+    if (run->checkpoint.dir) {
+        snprintf(lock, sizeof lock, "%s/.lock", run->checkpoint.dir);
+        rc = hy_outfile_inputs_add(inputs, lock, "the lock of checkpoint.dir", err);
+    }
+    return rc ? rc : hy_outfile_log_open(log, inputs, "--log-json", o->log_json, err);
 }
 
 int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_error *err) {
@@ -322,6 +366,9 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     /* Opens data.train and checks that one batch fits. */
     if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);
     if (!rc && run->data.val) rc = hy_train_shard_batches(run, run->data.val, &val_batches, err);
+    hy_outfile_inputs inputs;
+    hy_outfile_inputs_init(&inputs);
+    if (!rc && writer) rc = check_outputs(run, o, resume, done, &inputs, err);
     /* Data parallelism: one replica's bad input ends them all, with its
      * error; and they must all run the same config. */
     rc = hy_dp_agree(dp, rc, err);
@@ -331,19 +378,12 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
      * one writer per checkpoint.dir (checkpoint.h). */
     if (!rc && writer && run->checkpoint.dir)
         rc = hy_checkpoint_lock_dir(run->checkpoint.dir, &lock, err);
-    FILE *log = NULL;
-    if (!rc && writer && o && o->log_json) {
-        log = fopen(o->log_json, "w");
-        if (!log)
-            rc = hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT),
-                         "--log-json %s: cannot open for writing: %s", o->log_json, strerror(errno));
-    }
+    hy_outfile_log log = { .fd = -1 };
+    if (!rc && writer && o && o->log_json) rc = open_log(run, o, &inputs, &log, err);
+    hy_outfile_inputs_free(&inputs);
     if (!hy_dp_agreed(dp)) rc = hy_dp_agree(dp, rc, err);
     if (rc) {
-        if (log) {
-            fclose(log);
-            unlink(o->log_json);   /* it was made by this run, which never started */
-        }
+        hy_outfile_log_discard(&log);   /* a log this run made, which never started */
         hy_checkpoint_unlock(&lock);
         hy_runtime_destroy(rt);
         return rc;
@@ -378,17 +418,7 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
             fputc('\n', out);
             fflush(out);
         }
-        if (log) {
-            fprintf(log, "{\"step\": %d, \"loss\": ", i);
-            json_real(log, "%.6f", stats.loss);
-            fprintf(log, ", \"lr\": %.6e, \"grad_norm\": ", stats.lr);
-            json_real(log, "%.6f", stats.grad_norm);
-            fprintf(log, ", \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n", tps, stats.ms,
-                    stats.nonfinite ? ", \"nonfinite\": true" : "");
-            if (fflush(log) != 0)
-                rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,
-                             strerror(errno));
-        }
+        if (log.fd >= 0) rc = log_step(&log, i, &stats, tps, err);
         bad = stats.nonfinite;
         if (!bad) bad_in_row = 0;
         else if (!rc) rc = nonfinite(rt, run, i, &stats, &n_bad, &bad_in_row, out, err);
@@ -415,7 +445,7 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     if (!rc && n_bad)
         fprintf(out, "%d non-finite step%s skipped (train.on_nonfinite is \"skip\")\n", n_bad,
                 n_bad == 1 ? "" : "s");
-    if (!rc && !stopped && run->data.val) rc = validate(rt, run, steps, out, log, err);
+    if (!rc && !stopped && run->data.val) rc = validate(rt, run, steps, out, &log, err);
     /* A request that came during the last step or the validation still
      * gets its answer (the last step was saved already, when there is a
      * checkpoint.dir, unless the run resumed at its end and took none). */
@@ -426,9 +456,11 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     if (o && o->stopped_by) *o->stopped_by = stop_sig;
     hy_runtime_destroy(rt);
     hy_checkpoint_unlock(&lock);
-    if (log && fclose(log) != 0 && !rc)
-        rc = hy_fail(err, HY_ERR_RUNTIME, "--log-json %s: write failed: %s", o->log_json,
-                     strerror(errno));
+    hy_error closing;
+    if (hy_outfile_log_close(&log, &closing) && !rc) {
+        *err = closing;
+        rc = err->status;
+    }
     return rc;
 }
 
@@ -494,10 +526,17 @@ int cli_eval_run(const hy_run *run, const char *shard, int batches, FILE *out, F
     if (!shard) shard = run->data.val ? run->data.val : run->data.train;
     int rc = pick_backend(run, NULL, err);   /* stdout is one JSON line */
     if (rc) return rc;
-    if (batches <= 0) {   /* every whole batch the shard holds, without wrapping */
-        rc = hy_train_shard_batches(run, shard, &batches, err);
-        if (rc) return rc;
-    }
+    /* Every whole batch the shard holds by default; never more: reading
+     * on would wrap to the start and count batches twice. */
+    int whole = 0;
+    rc = hy_train_shard_batches(run, shard, &whole, err);
+    if (rc) return rc;
+    if (batches > whole)
+        return hy_fail(err, HY_ERR_INPUT, "eval --batches %d: %s holds %d whole batch%s of "
+                       "micro_batch_size x seq_len = %d x %d tokens; give at most %d (or leave "
+                       "--batches out for all of them)", batches, shard, whole,
+                       whole == 1 ? "" : "es", run->micro_batch_size, run->model.seq_len, whole);
+    if (batches <= 0) batches = whole;
     hy_runtime *rt = NULL;
     double loss = 0, tokens = 0;
     int unverified = 0;
@@ -505,6 +544,12 @@ int cli_eval_run(const hy_run *run, const char *shard, int batches, FILE *out, F
     if (!rc && unverified) warn_unverified(warn, run->init);
     if (!rc) rc = hy_runtime_eval(rt, shard, batches, &loss, &tokens, err);
     hy_runtime_destroy(rt);
+    /* JSON has no NaN: a loss that is not finite (the weights were, so
+     * the model's arithmetic overflowed) is a failure, not a line. */
+    if (!rc && !isfinite(loss))
+        rc = hy_fail(err, HY_ERR_RUNTIME, "eval: the mean loss over %d batches of %s is %s: the "
+                     "model's arithmetic overflowed (its weights are finite but too large?)",
+                     batches, shard, isnan(loss) ? "NaN" : "infinite");
     if (!rc) fprintf(out, "{\"loss\": %.7f, \"batches\": %d, \"tokens\": %.0f}\n", loss, batches, tokens);
     return rc;
 }

@@ -26,6 +26,7 @@
 #include "costs.h"
 #include "error.h"
 #include "infile.h"
+#include "outfile.h"
 #include "profile.h"
 #include "run.h"
 #include "schedule.h"
@@ -242,11 +243,18 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
     double bytes = 0;
     if (!rc) rc = hy_backend_describe(&run.backend, &chosen, err);
     if (!rc) budget(a, &run, &chosen, &bytes, why, sizeof why);
-    /* The output's directory is checked before the measurement: opening
-     * (and dropping) the temporary file proves it can be written. */
+    /* The output is checked before the measurement: it must be none of
+     * the run's inputs (the config itself, above all: outfile.h), and
+     * opening (and dropping) the temporary file proves its directory can
+     * be written. */
     if (!rc && a->apply) {
+        hy_outfile_inputs inputs;
+        hy_outfile_inputs_init(&inputs);
+        rc = hy_outfile_inputs_of_run(&inputs, &run, NULL, err);
+        if (!rc) rc = hy_outfile_check(&inputs, "--apply", a->apply, 0, err);
+        hy_outfile_inputs_free(&inputs);
         hy_atomic_file af;
-        rc = hy_atomic_open(&af, a->apply, HY_ERR_INPUT, err);
+        if (!rc) rc = hy_atomic_open(&af, a->apply, HY_ERR_INPUT, err);
         if (!rc) hy_atomic_abort(&af);
     }
     hy_profile p;

@@ -116,6 +116,23 @@ static int cmd_help(const cli_command *cmd, int argc, char **argv, hy_error *err
     return HY_OK;
 }
 
+/* Command `name`, launched as one of `job` MPI processes, is refused.
+ * Said once, not once a process: they join the job, agree on the error,
+ * and replica 0 prints it while the others wait (cli_replica_failed); a
+ * hanayo without MPI cannot join, and each says it. */
+static int refuse_replicas(const char *name, int job, hy_error *err) {
+    int rc = hy_fail(err, HY_ERR_INPUT, "hanayo %s: launched as one of %d MPI processes, but only "
+                     "'train' and 'profile' run as data-parallel replicas; run 'hanayo %s' once, "
+                     "without mpirun or srun", name, job, name);
+    hy_dp *dp = NULL;
+    hy_error ignored;
+    if (hy_dp_start(&dp, NULL, NULL, &ignored) != HY_OK || !dp) return rc;
+    rc = hy_dp_agree(dp, rc, err);
+    rc = cli_replica_failed(dp, rc, err);
+    hy_dp_finish(dp);
+    return rc;
+}
+
 static int dispatch(int argc, char **argv, hy_error *err) {
     if (argc < 2)
         return hy_fail(err, HY_ERR_INPUT, "no command given; run 'hanayo "
@@ -126,10 +143,7 @@ static int dispatch(int argc, char **argv, hy_error *err) {
      * checkpoint). */
     int job = hy_dp_launched_size();
     if (cmd && job > 1 && strcmp(cmd->name, "train") != 0 && strcmp(cmd->name, "profile") != 0)
-        return hy_fail(err, HY_ERR_INPUT, "hanayo %s: launched as one of %d MPI processes, but only "
-                       "'train' and 'profile' run as data-parallel replicas; run it once, without "
-                       "mpirun/srun (it tunes, plans or checks one server's pipeline)", cmd->name,
-                       job);
+        return refuse_replicas(cmd->name, job, err);
     if (cmd) return cmd->run(cmd, argc - 2, argv + 2, err);
     const char *near = hy_closest(argv[1], command_names);
     if (near)

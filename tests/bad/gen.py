@@ -7,8 +7,8 @@ int32 header: magic 20240520, version 1, token count; uint16 tokens) and
 the safetensors files are sized for tests/bad/tiny.json (GPT, 1 layer,
 d_model 8, 2 heads, seq_len 8, vocab 16).
 
-A few files are good on purpose (shard_ok.bin, st_ok.safetensors): the
-bad cases use them for the parts of a command line that are not under
+A few files are good on purpose (shard_ok.bin, st_ok.safetensors, the
+checkpoints ck_ok and ck_v1_ok): the bad cases use them for the parts of a command line that are not under
 test, and the runner checks once that they are accepted.
 """
 import json
@@ -107,6 +107,7 @@ put("st_hdrlen_huge.safetensors", struct.pack("<Q", 1 << 62) + _good[8:])
 put("st_hdr_not_json.safetensors", st_bytes(b"{\"wte.weight\": {\"dtype\": F32", 0))
 put("st_hdr_array.safetensors", st_bytes(b"[1, 2, 3]", 0))
 put("st_truncated_data.safetensors", _good[:-64])
+put("st_trailing_bytes.safetensors", _good + bytes(16))   # appended to
 
 
 def set_(name, key, value):
@@ -152,6 +153,96 @@ st("st_wrong_rank.safetensors", shapes=_s)
 _dup = json.dumps(_h).encode()
 _dup = _dup[:-1] + b', "wpe.weight": ' + json.dumps(_h["wpe.weight"]).encode() + b"}"
 put("st_duplicate_name.safetensors", st_bytes(_dup, _n))
+
+
+# Weights that are not finite: refused at the load, naming file and tensor.
+def st_with(shapes, values, dtype="F32", esize=4):
+    """Zero tensors of the shapes but for values: {(tensor, index): packed bytes}."""
+    hdr, n = st_entries(shapes, dtype, esize)
+    data = bytearray(n)
+    for (tensor, index), packed in values.items():
+        at = hdr[tensor]["data_offsets"][0] + index * esize
+        data[at:at + esize] = packed
+    return st_bytes(hdr, 0) + bytes(data)
+
+
+put("st_nan.safetensors", st_with(tiny_shapes(), {
+    ("h.0.attn.c_proj.weight", 5): struct.pack("<f", float("nan"))}))
+put("st_inf_f16.safetensors", st_with(tiny_shapes(), {
+    ("wpe.weight", 3): struct.pack("<H", 0xFC00)}, "F16", 2))
+# Finite, but so large that the loss overflows: eval must not print NaN.
+_big = {(t, i): struct.pack("<f", 1e30) for t, n in (("ln_f.weight", D), ("ln_f.bias", D),
+                                                       ("wte.weight", V * D)) for i in range(n)}
+put("st_huge.safetensors", st_with(tiny_shapes(), _big))
+
+
+# ---- checkpoints ----------------------------------------------------------------
+# Checkpoint directories for tiny.json (train.steps 1) whose state.json
+# holds numbers out of bounds. Format 1 has no checksums, so anything in it
+# is loaded unverified; format 2 ones carry correct checksums over bad
+# values, as an edited file re-summed would.
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+_shard = header(count=200) + toks(200)
+_model = {"kind": "gpt", "layers": 1, "d_model": D, "heads": 2, "seq_len": T, "vocab": V}
+
+
+def checkpoint(dirname, fmt=2, optimizer=None, **state):
+    path = os.path.join(OUT, dirname)
+    os.makedirs(path)
+    files = {"model.safetensors": st_bytes(*st_entries(tiny_shapes()))}
+    moments = {}
+    for name, shape in tiny_shapes().items():
+        moments["m." + name] = shape
+        moments["v." + name] = shape
+    files["optimizer.safetensors"] = st_with(moments, optimizer or {})
+    for name, data in files.items():
+        with open(os.path.join(path, name), "wb") as f:
+            f.write(data)
+    o = {"format": fmt, "step": 1, "loss": 1.0, "time": "2026-01-01T00:00:00Z",
+         "data_position": 0,
+         "data": {"shard": "shard_ok.bin", "shard_bytes": len(_shard),
+                  "head_crc32c": "%08x" % crc32c(_shard), "micro_batches": 1, "replicas": 1,
+                  "micro_batch_size": 1, "seq_len": T},
+         "config": {"model": _model}}
+    if fmt >= 2:
+        o["files"] = {n: {"bytes": len(d), "crc32c": "%08x" % crc32c(d)} for n, d in files.items()}
+    for key, value in state.items():   # data_replicas=-1 sets o["data"]["replicas"]
+        if key.startswith("data_") and key != "data_position":
+            o["data"][key[5:]] = value
+        else:
+            o[key] = value
+    text = json.dumps(o, indent=2)
+    if fmt >= 2:
+        head = text[:-2] + ",\n"
+        text = head + '  "checksum": "%08x"\n}\n' % crc32c(head.encode())
+    with open(os.path.join(path, "state.json"), "w") as f:
+        f.write(text)
+
+
+checkpoint("ck_ok")                                   # a control: it resumes
+checkpoint("ck_v1_ok", fmt=1)                         # so does this one, unverified
+checkpoint("ck_step_int_max", fmt=1, step=2147483647)
+checkpoint("ck_step_negative", fmt=1, step=-1)
+checkpoint("ck_step_string", fmt=1, step="1")
+checkpoint("ck_step_huge", step=1 << 40)
+checkpoint("ck_pos_past_end", fmt=1, data_position=1000)
+checkpoint("ck_pos_negative", fmt=1, data_position=-5)
+checkpoint("ck_replicas_negative", data_replicas=-1)
+checkpoint("ck_micro_batches_zero", data_micro_batches=0)
+checkpoint("ck_shard_bytes_string", data_shard_bytes="1424")
+checkpoint(os.path.join("ck_named", "step_000002"), step=5)
+# A second moment below 0 (its square root would be NaN), summed as if
+# written so.
+_v = {("v.ln_f.bias", 1): struct.pack("<f", -1.0)}
+checkpoint("ck_negative_moment", optimizer=_v)
 
 
 # ---- configs too big or odd to keep as committed files ------------------------
