@@ -10,6 +10,8 @@
 #include "memplan.h"
 
 #include <assert.h>
+#include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,4 +208,29 @@ int hy_memplan_check(const hy_memplan *mp, double available, const char *what, h
                    "%.2f GiB (the most is %s: %.2f GiB); try %s", worst, k->total / 1073741824.0,
                    what, available / 1073741824.0, hy_mem_term_name(t),
                    k->bytes[t] / 1073741824.0, mem_advice(t));
+}
+
+char *hy_memplan_json(const hy_memplan *mp, double available) {
+    int known = available >= 0 && isfinite(available);
+    json_t *o = json_object(), *ranks = json_array();
+    /* Every json_* result is OR-ed into one flag: ownership passes even on
+     * failure, and one failure (out of memory) fails it all. */
+    int bad = !o || !ranks;
+    bad |= json_object_set_new(o, "available", known ? json_real(available) : json_null());
+    bad |= json_object_set_new(o, "fits", known ? json_boolean(mp->rank[mp->peak_rank].total <= available)
+                                                : json_null());
+    bad |= json_object_set_new(o, "peak_rank", json_integer(mp->peak_rank));
+    for (int r = 0; r < mp->ranks && !bad; r++) {
+        json_t *k = json_object();
+        bad |= !k;
+        bad |= json_object_set_new(k, "rank", json_integer(r));
+        for (int t = 0; t < HY_MEM_TERMS; t++)
+            bad |= json_object_set_new(k, TERM_NAMES[t], json_real(mp->rank[r].bytes[t]));
+        bad |= json_object_set_new(k, "total", json_real(mp->rank[r].total));
+        bad |= json_array_append_new(ranks, k);
+    }
+    bad |= json_object_set_new(o, "ranks", ranks);
+    char *s = bad ? NULL : json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(o);
+    return s;
 }

@@ -69,6 +69,13 @@ void hy_memplan_free(hy_memplan *mp);
 /* The largest term of rank r. */
 hy_mem_term hy_memplan_largest(const hy_memplan *mp, int r);
 
+/* The plan as one JSON object: {"available": bytes or null, "fits": true,
+ * false or null, "peak_rank": r, "ranks": [{"rank": r, "weights": ...,
+ * "grads", "optimizer", "activations", "buffers", "total"}]} (bytes,
+ * available < 0 or infinite: not known). malloc'd; NULL when out of
+ * memory. */
+char *hy_memplan_json(const hy_memplan *mp, double available);
+
 /* The plan against `available` bytes per rank (what the backend has
  * free, or --memory-gb): HY_OK when every rank fits, else HY_ERR_INPUT
  * naming the rank that overshoots most, its bytes against the available,

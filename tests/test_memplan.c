@@ -9,6 +9,7 @@
  * of: the stash slots are the schedule's in-flight counts, terms add up,
  * an explicit case computed by hand, and the check's message.
  */
+#include "cmd_plan.h"
 #include "memplan.h"
 #include "runtime.h"
 #include "test.h"
@@ -168,6 +169,50 @@ static void test_check(void) {
     hy_run_free(&run);
 }
 
+/* `hanayo plan CONFIG` prints the plan under the summary, as a table and
+ * in --json, and says whether it fits --memory-gb. */
+static void test_plan_command(void) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    const char *sets[] = { "backend=cpu" };
+    cli_plan_request rq;
+    cli_plan_request_init(&rq);
+    rq.config = "configs/tiny-gpt.json";
+    rq.sets = sets;
+    rq.n_sets = 1;
+    rq.json = 1;
+    hy_error err;
+    CHECKF(out && cli_plan_run(&rq, out, &err) == HY_OK, "%s", err.msg);
+    if (out) fclose(out);
+    /* The JSON's memory equals the plan of the same run. */
+    hy_run run;
+    hy_memplan mp;
+    const char *cpu[] = { "backend=cpu" };
+    if (text && hy_test_run_load(&run, "configs/tiny-gpt.json", cpu, 1, &err) == HY_OK &&
+        plan_of(&run, &mp) == HY_OK) {
+        char want[96];
+        snprintf(want, sizeof want, "\"total\":%.17g", mp.rank[0].total);
+        const char *m = strstr(text, "\"memory\": {");
+        CHECKF(m && strstr(m, "\"ranks\":[{\"rank\":0") && strstr(m, want), "%s", text);
+        hy_memplan_free(&mp);
+    }
+    hy_run_free(&run);
+    free(text);
+    /* The table, and a budget it does not fit. */
+    text = NULL;
+    out = open_memstream(&text, &len);
+    rq.json = 0;
+    rq.memory_gb = 0.001;
+    CHECKF(out && cli_plan_run(&rq, out, &err) == HY_OK, "%s", err.msg);
+    if (out) fclose(out);
+    CHECKF(text && strstr(text, "memory per rank, what the runtime allocates (--memory-gb; cpu") &&
+               strstr(text, "activations") && strstr(text, "does not fit in 1.0 MiB per rank: "
+                                                           "the run does not fit: rank"),
+           "%s", text ? text : "");
+    free(text);
+}
+
 int main(void) {
     if (hy_test_shard_make(shard, sizeof shard, "memplan", 64, 20000) != 0) {
         fprintf(stderr, "cannot make a shard\n");
@@ -177,6 +222,7 @@ int main(void) {
     test_in_flight();
     test_terms_by_hand();
     test_check();
+    test_plan_command();
     hy_test_shard_remove(shard);
     return TEST_END("memplan");
 }

@@ -37,6 +37,21 @@ int cli_load_run(hy_run *run, const char *path, const hy_flag_list *sets, hy_err
     return rc;
 }
 
+void cli_memory_budget(double memory_gb, int ranks, const hy_backend_choice *chosen,
+                       double *bytes, char *why, size_t n) {
+    if (memory_gb > 0) {
+        *bytes = memory_gb * 1073741824.0;
+        snprintf(why, n, "--memory-gb");
+        return;
+    }
+    *bytes = chosen->rank_bytes;   /* backend.h: the GPU's over the ranks on it, or the host's */
+    if (chosen->cuda)
+        snprintf(why, n, "the GPU's memory over the ranks on it; --memory-gb sets it");
+    else
+        snprintf(why, n, "the host's memory over %d rank%s; --memory-gb sets it", ranks,
+                 ranks == 1 ? "" : "s");
+}
+
 int cli_run_subcommand(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     const cli_command *subs = cmd->subs;
     size_t n = cmd->n_subs;

@@ -64,6 +64,13 @@ int cli_load_config(hy_config *c, const char *path, const hy_flag_list *sets, hy
  * is freed; *run is safe to free on failure too. */
 int cli_load_run(hy_run *run, const char *path, const hy_flag_list *sets, hy_error *err);
 
+/* Memory per rank for a run on backend `chosen`: memory_gb GiB when > 0,
+ * else the GPU's (shared by the ranks on it), else the host's over the
+ * ranks; *why says which, for a message ("--memory-gb", "the host's memory
+ * over 2 ranks; --memory-gb sets it"). */
+void cli_memory_budget(double memory_gb, int ranks, const hy_backend_choice *chosen,
+                       double *bytes, char *why, size_t n);
+
 /* A command made of subcommands (data, checkpoint): runs the one of
  * cmd->subs that argv[0] names. */
 int cli_run_subcommand(const cli_command *cmd, int argc, char **argv, hy_error *err);

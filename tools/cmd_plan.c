@@ -10,7 +10,9 @@
  */
 #include "cmd_plan.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "config.h"
 #include "costs.h"
 #include "measured.h"
+#include "memplan.h"
 #include "model.h"
 #include "outfile.h"
 #include "run.h"
@@ -64,6 +67,9 @@ static const char usage_plan[] =
     "  --link-latency-us L a ring step's latency (default 5)\n"
     "  --step-ms MS        one step on one server, in ms, which the uniform\n"
     "                      costs are scaled to (with --costs: the measured ms)\n"
+    "  --memory-gb G       hold the memory plan (bytes each rank allocates, shown\n"
+    "                      under the summary and in --json) against G GiB per\n"
+    "                      rank (default: this machine's, as train would run)\n"
     "  --set key=value     override a config key, e.g. schedule.waves=2\n"
     "  --width N           timeline width in columns, 40..100000 (default 120)\n"
     "  --color WHEN        auto (colour on a terminal), always or never\n";
@@ -127,6 +133,8 @@ static const hy_flag plan_flags[] = {
       .example = "5", .lo = 0, .hi = 1e9 },
     { .name = "--step-ms", .kind = HY_FLAG_REAL, .off = PLAN(rq.step_ms), .example = "120",
       .lo = 0.001, .hi = 1e12 },
+    { .name = "--memory-gb", .kind = HY_FLAG_REAL, .off = PLAN(rq.memory_gb), .example = "80",
+      .lo = 0, .lo_open = 1, .hi = 1e12 },
     { .name = NULL },
 };
 static const hy_args_spec plan_spec = {
@@ -293,24 +301,116 @@ static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_p
     return hy_scale_write_table(out, rows, n) ? out_error(err) : HY_OK;
 }
 
+/* ---- The memory plan (memplan.h) ---------------------------------------- */
+
+/* What the plan's schedule sc allocates on each rank for the run's model
+ * split over sc's stages, on the backend the run would get; *available:
+ * --memory-gb or that backend's memory per rank (why says which). A
+ * schedule with more stages than layers has no model: HY_ERR_INPUT. */
+static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
+                     const hy_schedule *sc, hy_memplan *mp, double *available, char *why,
+                     size_t n, hy_error *err) {
+    hy_backend_choice chosen;
+    hy_model m;
+    int rc = hy_backend_describe(&run->backend, &chosen, err);
+    if (rc && run->backend.kind == HY_BACKEND_CUDA) {
+        /* Planning a GPU run on a machine without one: the CUDA backend's
+         * types and scratch, against --memory-gb when given. */
+        memset(&chosen, 0, sizeof chosen);
+        chosen.cuda = 1;
+        chosen.rank_bytes = INFINITY;
+        hy_backend_cuda_memory(&chosen.mem);
+        rc = HY_OK;
+    }
+    if (rc) return rc;
+    rc = model_for(run, p, &m, err);
+    if (rc) return rc;
+    hy_memplan_in in = { .model = &m, .sched = sc, .micro_batch_size = run->micro_batch_size,
+                         .replicas = 1, .mem = &chosen.mem };
+    rc = hy_memplan_build(mp, &in, err);
+    hy_model_free(&m);
+    cli_memory_budget(rq->memory_gb, sc->ranks, &chosen, available, why, n);
+    size_t used = strlen(why);
+    snprintf(why + used, n - used, "; %s backend, %zu-byte activations", chosen.cuda ? "cuda" : "cpu",
+             chosen.mem.act_size);
+    return rc;
+}
+
+/* "812.0 KiB", "12.3 MiB", "1.52 GiB". */
+static void bytes_text(double b, char *buf, size_t n) {
+    if (b >= 1073741824.0) snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
+    else if (b >= 1048576.0) snprintf(buf, n, "%.1f MiB", b / 1048576.0);
+    else snprintf(buf, n, "%.1f KiB", b / 1024.0);
+}
+
+/* The table under the summary: each rank's terms and total, and the
+ * verdict against what is available. */
+static void write_memory(FILE *out, const hy_memplan *mp, double available, const char *why) {
+    char cell[32];
+    fprintf(out, "\nmemory per rank, what the runtime allocates (%s):\n  %4s", why, "rank");
+    for (int t = 0; t < HY_MEM_TERMS; t++) fprintf(out, " %11s", hy_mem_term_name((hy_mem_term)t));
+    fprintf(out, " %11s\n", "total");
+    for (int r = 0; r < mp->ranks; r++) {
+        fprintf(out, "  %4d", r);
+        for (int t = 0; t < HY_MEM_TERMS; t++) {
+            bytes_text(mp->rank[r].bytes[t], cell, sizeof cell);
+            fprintf(out, " %11s", cell);
+        }
+        bytes_text(mp->rank[r].total, cell, sizeof cell);
+        fprintf(out, " %11s\n", cell);
+    }
+    if (!(available >= 0 && isfinite(available))) return;
+    hy_error e;
+    bytes_text(available, cell, sizeof cell);
+    if (hy_memplan_check(mp, available, "a rank", &e) == HY_OK)
+        fprintf(out, "  fits: each rank within %s\n", cell);
+    else
+        fprintf(out, "  does not fit in %s per rank: %s\n", cell, e.msg);
+}
+
+/* The plan's JSON line with the memory plan as one more key, "memory"
+ * (null when the schedule has no model: more stages than layers). */
+static char *json_with_memory(const hy_plan *pl, const char *memory) {
+    char *plan = hy_plan_json(pl);
+    if (!plan) return NULL;
+    size_t n = strlen(plan);
+    assert(n >= 2 && plan[n - 1] == '}');   /* one object on one line */
+    const char *m = memory ? memory : "null";
+    char *s = malloc(n + strlen(m) + 16);
+    if (s) sprintf(s, "%.*s, \"memory\": %s}", (int)(n - 1), plan, m);
+    free(plan);
+    return s;
+}
+
 static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
                    const hy_costs *c, FILE *out, hy_error *err) {
     hy_plan pl;
     int rc = hy_plan_build(&pl, p, c, err);
     if (rc != HY_OK) return rc;
+    hy_memplan mp;
+    double available = -1;
+    char why[192];
+    hy_error merr;
+    int have_memory = memory_of(rq, run, p, &pl.sched, &mp, &available, why, sizeof why,
+                                &merr) == HY_OK;
     /* The SVG first: if it cannot be written, nothing else is printed. */
     if (rq->svg) rc = hy_plan_save_svg(&pl, rq->svg, err);
     if (rc == HY_OK && rq->json) {
-        char *s = hy_plan_json(&pl);
+        char *mem = have_memory ? hy_memplan_json(&mp, available) : NULL;
+        char *s = have_memory && !mem ? NULL : json_with_memory(&pl, mem);
         if (s) fprintf(out, "%s\n", s);
         else rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         free(s);
+        free(mem);
     } else if (rc == HY_OK) {
         if (hy_plan_write_timeline(out, &pl, &rq->timeline) != 0) rc = out_error(err);
         fputc('\n', out);
         hy_plan_write_summary(out, &pl);
         if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
+        if (have_memory) write_memory(out, &mp, available, why);
+        else fprintf(out, "\nmemory: not planned: %s\n", merr.msg);
     }
+    if (have_memory) hy_memplan_free(&mp);
     if (rc == HY_OK && rq->replicas) rc = scale_table(rq, run, &pl, c, out, err);
     hy_plan_free(&pl);
     return rc;

@@ -41,6 +41,9 @@ typedef struct {
      * model's gradients come from the config. */
     const char *replicas;
     double link_gbps, link_latency_us, step_ms;
+    /* The memory plan (memplan.h) is held against this many GiB per rank;
+     * 0: the memory of the backend the run would get. */
+    double memory_gb;
 } cli_plan_request;
 
 /* Every field "not given", no output options, the default timeline

@@ -152,23 +152,6 @@ int cli_tune_apply(const char *config, const char *const *sets, int n_sets,
 
 /* ---- The search and its report ---------------------------------------------- */
 
-/* Memory per rank: --memory-gb, else the GPU's (shared by the ranks on
- * it), else the host's over the ranks. */
-static void budget(const tune_args *a, const hy_run *run, const hy_backend_choice *chosen,
-                   double *bytes, char *why, size_t n) {
-    int P = run->sched_params.ranks;
-    if (a->memory_gb > 0) {
-        *bytes = a->memory_gb * 1073741824.0;
-        snprintf(why, n, "--memory-gb");
-        return;
-    }
-    *bytes = chosen->rank_bytes;   /* backend.h: the GPU's over the ranks on it, or the host's */
-    if (chosen->cuda)
-        snprintf(why, n, "the GPU's memory over the ranks on it; --memory-gb sets it");
-    else
-        snprintf(why, n, "the host's memory over %d rank%s; --memory-gb sets it", P, P == 1 ? "" : "s");
-}
-
 /* W's share of a whole backward in profile p, as measured (costs.h). */
 static int profile_wgrad_share(const hy_profile *p, double *share, hy_error *err) {
     int S = p->sched.stages;
@@ -242,7 +225,7 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
     char why[128];
     double bytes = 0;
     if (!rc) rc = hy_backend_describe(&run.backend, &chosen, err);
-    if (!rc) budget(a, &run, &chosen, &bytes, why, sizeof why);
+    if (!rc) cli_memory_budget(a->memory_gb, run.sched_params.ranks, &chosen, &bytes, why, sizeof why);
     /* The output is checked before the measurement: it must be none of
      * the run's inputs (the config itself, above all: outfile.h), and
      * opening (and dropping) the temporary file proves its directory can
