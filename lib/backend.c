@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* Which backend rq gets, and why, in words (out->cuda and out->why). */
@@ -79,6 +80,66 @@ int hy_backend_describe(const hy_backend_request *rq, hy_backend_choice *out, hy
     if (!rc && out->cuda) hy_backend_cuda_memory(&out->mem);
     else if (!rc) hy_backend_cpu_memory(&out->mem);
     return rc ? rc : be_rank_bytes(rq, out, err);
+}
+
+/* The host's available memory: MemAvailable from /proc/meminfo (free plus
+ * what the kernel can reclaim), else the free pages. */
+static double be_host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb > 0) return (double)kb * 1024.0;
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? (double)pages * (double)size : INFINITY;
+}
+
+/* What RLIMIT_AS still allows this process to map: the limit less what
+ * it maps now (VmSize); INFINITY without a limit. */
+static double be_address_space_left(void) {
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return INFINITY;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    double left = (double)lim.rlim_cur - (double)kb * 1024.0;
+    return left > 0 ? left : 0;
+}
+
+int hy_backend_free_memory(const hy_backend_request *rq, const hy_backend_choice *chosen,
+                           int *group, double *available, int *device, int *n_groups,
+                           hy_error *err) {
+    *n_groups = 0;
+    if (!chosen->cuda) {
+        for (int r = 0; r < rq->ranks; r++) group[r] = 0;
+        available[0] = fmin(be_host_available(), be_address_space_left());
+        device[0] = -1;
+        *n_groups = 1;
+        return HY_OK;
+    }
+    int count = 0, rc = hy_device_count(&count, err);
+    for (int r = 0; !rc && r < rq->ranks && count > 0; r++) {
+        int d = be_device_of(rq, r, count), g = 0;
+        while (g < *n_groups && device[g] != d) g++;
+        if (g == *n_groups) {
+            size_t free_b = 0;
+            rc = hy_device_free(d, &free_b, err);
+            if (rc) {
+                hy_error_prefix(err, "rank %d: ", r);
+                break;
+            }
+            device[g] = d;
+            available[g] = (double)free_b;
+            (*n_groups)++;
+        }
+        group[r] = g;
+    }
+    return rc;
 }
 
 int hy_backend_open(const hy_backend_request *rq, hy_backend **out, hy_backend_choice *chosen,

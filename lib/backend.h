@@ -53,6 +53,10 @@ typedef struct {
     int sm_count;          /* streaming multiprocessors */
 } hy_device_info;
 
+/* Device `index`'s free memory now, in bytes (cudaMemGetInfo: what this
+ * process could still allocate there). */
+int hy_device_free(int index, size_t *free_bytes, hy_error *err);
+
 /* Sets *count to the number of CUDA devices this process can see. No CUDA
  * backend in the build, no driver installed, or no GPU present all give
  * *count = 0 and success: that is the normal state of a CPU machine, and
@@ -441,6 +445,17 @@ typedef struct {
  * saying which; only a device query that fails otherwise is a runtime
  * error. */
 int hy_backend_describe(const hy_backend_request *rq, hy_backend_choice *out, hy_error *err);
+
+/* The memory a run of rq on `chosen` can still take, where its ranks
+ * share it: group[r] (ranks entries) is the pool rank r allocates from,
+ * available[g] and device[g] (room for rq->ranks each) what pool g has
+ * free and its device (-1: the host), *n_groups pools. CUDA: one pool per
+ * device in use, its free memory. CPU: one pool, the host's available
+ * memory (MemAvailable), no more than the address-space limit (ulimit -v)
+ * leaves. */
+int hy_backend_free_memory(const hy_backend_request *rq, const hy_backend_choice *chosen,
+                           int *group, double *available, int *device, int *n_groups,
+                           hy_error *err);
 
 /* Opens what rq gets into *out (NULL on failure), with the same errors as
  * hy_backend_describe, and says what it chose into *chosen when not NULL. */

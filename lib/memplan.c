@@ -210,6 +210,39 @@ int hy_memplan_check(const hy_memplan *mp, double available, const char *what, h
                    k->bytes[t] / 1073741824.0, mem_advice(t));
 }
 
+int hy_memplan_check_pools(const hy_memplan *mp, const int *group, const double *available,
+                           int n_groups, const char *const *names, hy_error *err) {
+    int worst = -1;
+    double worst_over = 0, need_of_worst = 0;
+    for (int g = 0; g < n_groups; g++) {
+        double need = 0;
+        for (int r = 0; r < mp->ranks; r++)
+            if (group[r] == g) need += mp->rank[r].total;
+        if (need > available[g] && (worst < 0 || need - available[g] > worst_over)) {
+            worst = g;
+            worst_over = need - available[g];
+            need_of_worst = need;
+        }
+    }
+    if (worst < 0) return HY_OK;
+    int hungriest = -1, n = 0;
+    char ranks[256] = "";
+    for (int r = 0; r < mp->ranks; r++) {
+        if (group[r] != worst) continue;
+        if (hungriest < 0 || mp->rank[r].total > mp->rank[hungriest].total) hungriest = r;
+        size_t used = strlen(ranks);
+        if (used + 16 < sizeof ranks)
+            snprintf(ranks + used, sizeof ranks - used, "%s%d", n++ ? ", " : "", r);
+    }
+    hy_mem_term t = hy_memplan_largest(mp, hungriest);
+    return hy_fail(err, HY_ERR_INPUT, "the run does not fit: %s (rank%s %s) would need %.2f GiB "
+                   "and has %.2f GiB free; the most is rank %d's %s, %.2f GiB of its %.2f GiB "
+                   "(hanayo plan shows every term); try %s", names[worst], n == 1 ? "" : "s",
+                   ranks, need_of_worst / 1073741824.0, available[worst] / 1073741824.0, hungriest,
+                   hy_mem_term_name(t), mp->rank[hungriest].bytes[t] / 1073741824.0,
+                   mp->rank[hungriest].total / 1073741824.0, mem_advice(t));
+}
+
 char *hy_memplan_json(const hy_memplan *mp, double available) {
     int known = available >= 0 && isfinite(available);
     json_t *o = json_object(), *ranks = json_array();

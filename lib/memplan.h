@@ -84,4 +84,13 @@ char *hy_memplan_json(const hy_memplan *mp, double available);
  * it", "--memory-gb"). */
 int hy_memplan_check(const hy_memplan *mp, double available, const char *what, hy_error *err);
 
+/* The plan against memory pools the ranks share (backend.h,
+ * hy_backend_free_memory): rank r allocates from pool group[r], which has
+ * available[g] bytes free and is called names[g] ("the host", "GPU 0").
+ * HY_OK when every pool holds its ranks' totals, else HY_ERR_INPUT naming
+ * the pool that overshoots most, its ranks' bytes against its free ones,
+ * the largest term of its hungriest rank and what would make it fit. */
+int hy_memplan_check_pools(const hy_memplan *mp, const int *group, const double *available,
+                           int n_groups, const char *const *names, hy_error *err);
+
 #endif

@@ -16,7 +16,14 @@
 #include "error.h"
 #include "runtime.h"
 
-/* The runtime of run `run` with the weights it starts from:
+/* Whether run, one of `replicas` data-parallel replicas, fits the memory
+ * its backend has free now (memplan.h against hy_backend_free_memory):
+ * HY_OK, or HY_ERR_INPUT naming the pool, the bytes needed against the
+ * bytes free, the largest term and what would make it fit. */
+int hy_train_fits(const hy_run *run, int replicas, hy_error *err);
+
+/* The runtime of run `run` with the weights it starts from, once
+ * hy_train_fits says it fits:
  * hy_runtime_create's seeded initialization, then the file run->init
  * names, when it does (weights.h), checked first when it is a
  * checkpoint's (hy_checkpoint_verify_file: a damaged one is refused). dp:

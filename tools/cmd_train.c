@@ -358,7 +358,10 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     size_t pos = 0;
     char resume[PATH_MAX] = "";
     hy_checkpoint_lock lock = { .fd = -1 };
-    int init_unverified = 0;
+    int init_unverified = 0, train_batches = 0;
+    /* The shard first: a missing or short one is said as such, before the
+     * memory is planned and allocated (hy_train_runtime). */
+    if (!rc) rc = hy_train_shard_batches(run, run->data.train, &train_batches, err);
     if (!rc) rc = hy_train_runtime(&rt, run, dp, &init_unverified, err);
     if (!rc && init_unverified) warn_unverified(out, run->init);
     if (!rc && o && o->resume) rc = hy_checkpoint_resolve(o->resume, resume, err);

@@ -88,6 +88,16 @@ int hy_device_query(int index, hy_device_info *out, hy_error *err) {
     return HY_OK;
 }
 
+int hy_device_free(int index, size_t *free_bytes, hy_error *err) {
+    *free_bytes = 0;
+    int rc = hy_check_index(index, err);
+    if (rc) return rc;
+    size_t total = 0;
+    HY_CUDA_CHECK(cudaSetDevice(index), err);
+    HY_CUDA_CHECK(cudaMemGetInfo(free_bytes, &total), err);
+    return HY_OK;
+}
+
 int hy_device_can_access_peer(int a, int b, int *yes, hy_error *err) {
     *yes = 0;
     int rc = hy_check_index(a, err);
