@@ -21,6 +21,7 @@
 #include "atomicfile.h"
 #include "dp.h"
 #include "mailbox.h"
+#include "memplan.h"
 #include "model.h"
 #include "order.h"
 #include "runtime.h"
@@ -81,6 +82,8 @@ void hy_profile_free(hy_profile *p) {
     free(p->stage);
     free(p->rank);
     free(p->n_layers);
+    free(p->mem_planned);
+    free(p->mem_allocated);
     hy_schedule_free(&p->sched);
     memset(p, 0, sizeof *p);
 }
@@ -408,6 +411,28 @@ static int profile_finish(hy_profile *p, step_times *steps, int rc, hy_error *er
     return rc;
 }
 
+/* The memory plan of the run beside what the backend allocated. */
+static int profile_memory(hy_profile *p, const hy_run *run, const hy_backend_memory *mem,
+                          hy_runtime *rt, hy_error *err) {
+    int P = p->sched.ranks;
+    hy_memplan mp;
+    hy_memplan_in in = { .model = &run->model, .sched = &run->sched,
+                         .micro_batch_size = run->micro_batch_size, .replicas = p->replicas,
+                         .mem = mem };
+    p->mem_planned = calloc((size_t)P, sizeof(double));
+    p->mem_allocated = calloc((size_t)P, sizeof(double));
+    if (!p->mem_planned || !p->mem_allocated)
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory profiling");
+    int rc = hy_memplan_build(&mp, &in, err);
+    hy_backend *be = hy_runtime_backend(rt);
+    for (int r = 0; !rc && r < P; r++) {
+        p->mem_planned[r] = mp.rank[r].total;
+        p->mem_allocated[r] = be->ops->allocated ? (double)be->ops->allocated(be, r) : -1;
+    }
+    if (!rc) hy_memplan_free(&mp);
+    return rc;
+}
+
 int hy_profile_run(hy_profile *p, const hy_run *run, const hy_profile_opts *o, hy_error *err) {
     memset(p, 0, sizeof *p);
     if (o->steps < 1)
@@ -443,6 +468,7 @@ int hy_profile_run(hy_profile *p, const hy_run *run, const hy_profile_opts *o, h
      * train's.) */
     if (hy_dp_size(o->dp) > 1) rc = hy_dp_agree(o->dp, rc, err);
     if (!rc) rc = run_steps(p, rt, o, steps, err);
+    if (!rc) rc = profile_memory(p, run, &chosen.mem, rt, err);
     hy_runtime_destroy(rt);
     return profile_finish(p, steps, rc, err);
 }
@@ -633,6 +659,12 @@ static json_t *summary(const hy_profile *p) {
                                     "copy_ms", t->copy, "wait_ms", t->wait,
                                     "blocked_ms", t->blocked, "sums_wait_ms", t->sums,
                                     "tail_ms", t->tail, "idle_ms", t->idle));
+        if (p->mem_planned) {   /* a profile of given stamps has no memory */
+            json_t *k = json_array_get(ranks, (size_t)r);
+            bad |= !k || json_object_set_new(k, "mem_planned_bytes", json_real(p->mem_planned[r]));
+            bad |= !k || json_object_set_new(k, "mem_allocated_bytes",
+                                             ms_or_null(p->mem_allocated[r]));
+        }
     }
     for (int si = 0; si < s->stages; si++) {
         const hy_stage_cost *c = &p->stage[si];

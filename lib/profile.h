@@ -161,6 +161,10 @@ typedef struct {
     double slots_bubble;        /*   (mailbox.h, hy_mailbox_sim_limits) */
     double ideal_bubble;        /* hy_ideal_bubble: uniform costs, no transfer time */
     hy_cost_model model;
+    /* Memory per rank, bytes: what the memory plan (memplan.h) said the
+     * runtime would allocate, and what the backend counted it allocated
+     * after the measured steps (hy_backend_ops.allocated). */
+    double *mem_planned, *mem_allocated;   /* [ranks] */
 } hy_profile;
 
 /* Runs the profile of run `run` (p keeps copies of all it needs, the

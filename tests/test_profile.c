@@ -170,6 +170,11 @@ static void test_trace(void) {
     int rc = hy_profile_run(&p, &c, &o, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
     if (!rc && rt) check_trace(&p, hy_runtime_schedule(rt));
+    /* The memory plan beside the allocation: equal on the CPU. */
+    for (int r = 0; !rc && r < p.sched.ranks; r++)
+        CHECKF(p.mem_planned && p.mem_planned[r] > 0 && p.mem_allocated[r] == p.mem_planned[r],
+               "rank %d: planned %.0f, allocated %.0f", r, p.mem_planned ? p.mem_planned[r] : 0,
+               p.mem_planned ? p.mem_allocated[r] : 0);
     if (!rc) {
         /* Per rank, the parts add up to the step. */
         for (int r = 0; r < p.sched.ranks; r++) {

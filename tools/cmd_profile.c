@@ -152,6 +152,17 @@ static void write_table(FILE *f, const hy_profile *p) {
                "mailbox slot as the runtime does)\n", p->slots_bubble, p->slots_makespan);
     fprintf(f, "  ideal      %.4f                     (uniform costs, no transfer time)\n",
             p->ideal_bubble);
+    if (p->mem_planned) {
+        fprintf(f, "\nmemory per rank, MiB: planned (hanayo plan) and allocated by the backend\n");
+        for (int r = 0; r < s->ranks; r++) {
+            fprintf(f, "  %4d  planned %10.1f  allocated ", r, p->mem_planned[r] / 1048576.0);
+            if (p->mem_allocated[r] >= 0)
+                fprintf(f, "%10.1f  (%+.2f%%)\n", p->mem_allocated[r] / 1048576.0,
+                        100 * (p->mem_allocated[r] / p->mem_planned[r] - 1));
+            else
+                fprintf(f, "%10s\n", "unknown");
+        }
+    }
 }
 
 char *cli_profile_default_dir(const char *config) {
