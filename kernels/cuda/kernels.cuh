@@ -76,6 +76,24 @@ size_t hy_k_matmul_bwd_scratch(int N, int C, int OC);
 int hy_k_matmul_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dw, float *dbias,
                     const hy_bf16 *dout, const hy_bf16 *inp, const hy_bf16 *w, int N, int C,
                     int OC, int overwrite, void *scratch, hy_error *err);
+/* The MLP's first layer and its GELU (backend.h's matmul_gelu_fwd):
+ * pre[N,OC] = inp · w + bias (kept for the backward), out = gelu(pre); one
+ * GEMM with the GELU_AUX_BIAS epilogue where cuBLASLt has one (OC a
+ * multiple of 8, bias 16-byte aligned), else matmul_fwd and gelu_fwd. */
+int hy_k_matmul_gelu_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, hy_bf16 *pre,
+                         const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *bias, int N, int C,
+                         int OC, hy_error *err);
+/* Its backward through the next layer (backend.h's matmul_gelu_bwd), with
+ * inp = gelu(pre) [N,C], w [C,OC], dout [N,OC]: dw += inpᵀ · dout, dbias
+ * += Σ_n dout (either NULL: not), dpre = (dout · wᵀ) ⊙ gelu'(pre), stored,
+ * and dbias_pre += Σ_n dpre (NULL: not). dgelu: N·C bf16 of room for d of
+ * the GELU's output, used when no epilogue carries the GELU. scratch:
+ * hy_k_matmul_gelu_bwd_scratch bytes. */
+size_t hy_k_matmul_gelu_bwd_scratch(int N, int C, int OC);
+int hy_k_matmul_gelu_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dpre, float *dbias_pre, float *dw,
+                         float *dbias, hy_bf16 *dgelu, const hy_bf16 *dout, const hy_bf16 *inp,
+                         const hy_bf16 *pre, const hy_bf16 *w, int N, int C, int OC, void *scratch,
+                         hy_error *err);
 /* logits[N,V] = inp[N,C] · wteᵀ (wte [V,C]) */
 int hy_k_lm_head_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *logits, const hy_bf16 *inp,
                      const hy_bf16 *wte, int N, int C, int V, hy_error *err);
