@@ -150,6 +150,20 @@ static void get_act(dev *d, float *h, const void *p, size_t n) {
     free(b);
 }
 
+/* n values of the backend's memory in a new host array (fp32, or
+ * activations). */
+static float *fetch_f32(dev *d, const void *p, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    get_f32(d, h, p, n);
+    return h;
+}
+
+static float *fetch_act(dev *d, const void *p, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    get_act(d, h, p, n);
+    return h;
+}
+
 /* Random bf16-exact values in [-scale, scale). */
 static float *rnd(hy_rng *r, size_t n, float scale) {
     float *x = malloc((n ? n : 1) * sizeof(float));
@@ -285,18 +299,12 @@ static void test_matmul_gelu(hy_rng *r, int N, int C, int H, int bias) {
         CHECK(o->matmul_gelu_fwd(d->st, po, pp, pi, pw1, pb1, N, C, H, &d->err) == HY_OK);
         CHECK(o->matmul_gelu_bwd(d->st, pdp, bias ? pdbp : NULL, pdw, bias ? pdb : NULL, scr, pdo, pg,
                                  pp2, pw2, N, H, C, &d->err) == HY_OK);
-        out[k] = malloc(NH * sizeof(float));
-        pre[k] = malloc(NH * sizeof(float));
-        dpre[k] = malloc(NH * sizeof(float));
-        dw[k] = malloc(CH * sizeof(float));
-        db[k] = malloc((size_t)C * sizeof(float));
-        dbp[k] = malloc((size_t)H * sizeof(float));
-        get_act(d, out[k], po, NH);
-        get_act(d, pre[k], pp, NH);
-        get_act(d, dpre[k], pdp, NH);
-        get_f32(d, dw[k], pdw, CH);
-        get_f32(d, db[k], pdb, C);
-        get_f32(d, dbp[k], pdbp, H);
+        out[k] = fetch_act(d, po, NH);
+        pre[k] = fetch_act(d, pp, NH);
+        dpre[k] = fetch_act(d, pdp, NH);
+        dw[k] = fetch_f32(d, pdw, CH);
+        db[k] = fetch_f32(d, pdb, C);
+        dbp[k] = fetch_f32(d, pdbp, H);
     }
     char what[96];
     snprintf(what, sizeof what, "matmul_gelu N=%d C=%d H=%d bias=%d", N, C, H, bias);
@@ -321,13 +329,11 @@ static void test_matmul_gelu(hy_rng *r, int N, int C, int H, int bias) {
         void *pdo = put_act(d, dout, NC), *pdp = put_act(d, poison, NH), *scr = put_act(d, poison, NH);
         CHECK(o->matmul_gelu_bwd(d->st, pdp, NULL, NULL, NULL, scr, pdo, pg, pp2, pw2, N, H, C,
                                  &d->err) == HY_OK);
-        dpre[3] = malloc(NH * sizeof(float));
-        get_act(d, dpre[3], pdp, NH);
+        dpre[3] = fetch_act(d, pdp, NH);
         compare(what, dpre[3], dpre[0], NH, 1e-2);
         CHECK(o->matmul_fwd(d->st, pp, pi, pw1, pb1, N, C, H, &d->err) == HY_OK);
         CHECK(o->gelu_fwd(d->st, po, pp, NH, &d->err) == HY_OK);
-        float *two = malloc(NH * sizeof(float));
-        get_act(d, two, po, NH);
+        float *two = fetch_act(d, po, NH);
         size_t k = differ(two, out[1], NH);
         printf("cuda: %s: forward %s (%zu of %zu values differ from matmul_fwd + gelu_fwd)\n", what,
                k ? "in the cuBLASLt epilogue" : "as the two passes", k, NH);
@@ -727,12 +733,9 @@ static void test_adamw_many(hy_rng *r) {
                            php, pf, decay[i], &d->err) == HY_OK);
             if (k == 2) CHECK(o->sync(d->st, &d->err) == HY_OK);
         }
-        p[k] = malloc(n * sizeof(float));
-        m[k] = malloc(n * sizeof(float));
-        v[k] = malloc(n * sizeof(float));
-        get_f32(d, p[k], pp, n);
-        get_f32(d, m[k], pm, n);
-        get_f32(d, v[k], pv, n);
+        p[k] = fetch_f32(d, pp, n);
+        m[k] = fetch_f32(d, pm, n);
+        v[k] = fetch_f32(d, pv, n);
         if (k == 1 && pc) get_act(d, wc, pc, n);
         if (k == 1) {
             /* the gaps between the blocks are no tensor's: untouched */
