@@ -46,11 +46,14 @@
  * matrix" (here OC forward, C backward: the row-major [N, width] buffer
  * read column-major), and its elements are "the same type as the type of
  * elements of the output matrix": bf16 with our bf16 D, so the stashed
- * pre-activation is bf16 as before. The bias gradient is "the same type as
- * the output elements" too, and written, not added: bf16 into scratch,
- * then one small kernel adds it into the fp32 dbias (a per-micro-batch
- * bias gradient rounded to bf16, as PyTorch's autocast rounds it; our own
- * column sum kept it in fp32). The heuristic reads each pointer's alignment
+ * pre-activation is bf16 as before. DGELU_BGRAD's bias gradient is the
+ * row sum of D after the slope (cublasLt.h's "apply independently GELU
+ * and Bias gradient" leaves that open; NVIDIA's TransformerEngine takes it
+ * as fc1's bias gradient that way, transformer_engine/common/gemm/
+ * cublaslt_gemm.cu), "the same type as the output elements", and
+ * written, not added: bf16 into scratch, then one small kernel adds it
+ * into the fp32 dbias (a per-micro-batch bias gradient rounded to bf16, as
+ * PyTorch's autocast rounds it; our own column sum kept it in fp32). The heuristic reads each pointer's alignment
  * from the descriptor, so the aux and bias alignments are part of the
  * cache key. Where cuBLASLt has no algorithm for an epilogue (or refuses
  * it), or the shape breaks a rule (width not a multiple of 8, bias not
