@@ -630,12 +630,18 @@ int hy_k_matmul_gelu_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, hy_bf16 *pre,
     return hy_k_gelu_fwd(s, out, pre, (size_t)N * (size_t)OC, err);
 }
 
-size_t hy_k_matmul_gelu_bwd_scratch(int N, int C, int OC) {
-    size_t own = hy_k_matmul_bwd_scratch(N, C, OC);   /* the layer's dbias partials */
-    size_t pre = hy_k_matmul_bwd_scratch(N, OC, C);   /* dbias_pre's, when no epilogue sums it */
-    size_t bgrad = C > 0 ? (size_t)C * sizeof(hy_bf16) : 0;
+/* Scratch: the column sums' partials from 0 (the layer's own, then, when
+ * no epilogue sums it, dbias_pre's), the epilogue's bf16 bias gradient
+ * after the larger of the two, so that it never shares bytes with them. */
+static size_t mm_bgrad_offset(int N, int C, int OC) {
+    size_t own = hy_k_matmul_bwd_scratch(N, C, OC), pre = hy_k_matmul_bwd_scratch(N, OC, C);
     size_t most = own > pre ? own : pre;
-    return most > bgrad ? most : bgrad;
+    return (most + 255) / 256 * 256;
+}
+
+size_t hy_k_matmul_gelu_bwd_scratch(int N, int C, int OC) {
+    if (N <= 0 || C <= 0 || OC <= 0) return 0;
+    return mm_bgrad_offset(N, C, OC) + (size_t)C * sizeof(hy_bf16);
 }
 
 /* dpre = (dout · wᵀ) ⊙ gelu'(pre), and dbias_pre += its column sums: the
@@ -643,8 +649,7 @@ size_t hy_k_matmul_gelu_bwd_scratch(int N, int C, int OC) {
  * gradient, bf16, lands in scratch and is added into the fp32 one), else
  * DGELU and our column sum, else the plain product into dgelu and the
  * GELU's backward kernel. The layer's own dw and dbias first, as
- * matmul_bwd computes them (scratch is reused in stream order: their
- * partial sums are added up before the epilogue writes its bias). */
+ * matmul_bwd computes them. */
 int hy_k_matmul_gelu_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dpre, float *dbias_pre, float *dw,
                          float *dbias, hy_bf16 *dgelu, const hy_bf16 *dout, const hy_bf16 *inp,
                          const hy_bf16 *pre, const hy_bf16 *w, int N, int C, int OC, void *scratch,
@@ -654,7 +659,7 @@ int hy_k_matmul_gelu_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dpre, float *dbias_
     if ((dw != NULL || dbias != NULL) &&
         (rc = hy_k_matmul_bwd(lt, s, NULL, dw, dbias, dout, inp, w, N, C, OC, 0, scratch, err)))
         return rc;
-    hy_bf16 *bgrad = (hy_bf16 *)scratch;
+    hy_bf16 *bgrad = (hy_bf16 *)((char *)scratch + mm_bgrad_offset(N, C, OC));
     hy_lt_gemm g = hy_lt_single("matmul_gelu_bwd (dpre)", CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC,
                                 w, OC, dout, OC, dpre, CUDA_R_16BF, C, 0.0f);
     if (C % 8 == 0) {
