@@ -237,7 +237,9 @@ typedef struct {
      * copy of the same type (on the CPU, the fp32 master weights themselves).
      * Gradients, optimizer state and LayerNorm statistics are fp32. Every
      * backward accumulates into its gradients (+=), the caller zeroes them
-     * first; kernels/cpu/ops.h gives each op's equations. In matmul_bwd,
+     * first (except the dpre that matmul_gelu_bwd stores, and the
+     * classifier's in-place gradient); kernels/cpu/ops.h gives each op's
+     * equations. In matmul_bwd,
      * layernorm_bwd and lm_head_bwd any gradient pointer may be NULL: that
      * gradient is not computed (a split backward asks for the input's in
      * its B pass and the weights' in its W pass). */
@@ -261,6 +263,26 @@ typedef struct {
     int (*gelu_fwd)(hy_stream *s, void *out, const void *inp, size_t n, hy_error *err);
     int (*gelu_bwd)(hy_stream *s, void *dinp, const void *dout, const void *inp, size_t n,
                     hy_error *err);
+    /* The MLP's dense layer and the GELU after it, as one op so that a
+     * backend can do both in one pass (the GPU: in the GEMM's epilogue):
+     *   pre[N,OC] = inp[N,C] · w[C,OC] + bias[OC]   (kept for the backward)
+     *   out = gelu(pre)
+     * exactly matmul_fwd then gelu_fwd (the CPU runs those). */
+    int (*matmul_gelu_fwd)(hy_stream *s, void *out, void *pre, const void *inp, const void *w,
+                           const void *bias, int N, int C, int OC, hy_error *err);
+    /* The backward of the dense layer that reads the GELU's output, carried
+     * on through the GELU: inp = gelu(pre) [N,C], w [C,OC], dout [N,OC];
+     *   dw += inpᵀ · dout,  dbias += Σ_n dout   (as matmul_bwd; NULL: not)
+     *   dpre = gelu'(pre) ⊙ (dout · wᵀ)         STORED, not added: d of a
+     *                                           pre-activation has one path
+     *   dbias_pre += Σ_n dpre                   (the bias gradient of the
+     *                                           layer before; NULL: not)
+     * scratch: N·C activations of room (d of the GELU's output), contents
+     * undefined after. The CPU runs exactly zero(scratch), matmul_bwd into
+     * it, zero(dpre), gelu_bwd, and matmul_bwd's bias sum over dpre. */
+    int (*matmul_gelu_bwd)(hy_stream *s, void *dpre, float *dbias_pre, float *dw, float *dbias,
+                           void *scratch, const void *dout, const void *inp, const void *pre,
+                           const void *w, int N, int C, int OC, hy_error *err);
     int (*attention_fwd)(hy_stream *s, void *out, void *att, const void *qkv, int B, int T, int C,
                          int NH, int causal, hy_error *err);
     int (*attention_bwd)(hy_stream *s, void *dqkv, void *scratch, const void *dout,

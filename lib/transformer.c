@@ -220,9 +220,8 @@ static int tf_layer_forward(const hy_transformer *t, hy_stream *st, int l, const
     if (!rc) rc = o->layernorm_fwd(st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
                                    tf_w(t, tf_p(t, HY_P_LN2_W, l)),
                                    tf_w(t, tf_p(t, HY_P_LN2_B, l)), N, C, err);
-    if (!rc) rc = o->matmul_fwd(st, a->fch, a->ln2, tf_w(t, tf_p(t, HY_P_FC_W, l)),
-                                tf_w(t, tf_p(t, HY_P_FC_B, l)), N, C, 4 * C, err);
-    if (!rc) rc = o->gelu_fwd(st, a->fchg, a->fch, (size_t)N * 4 * C, err);
+    if (!rc) rc = o->matmul_gelu_fwd(st, a->fchg, a->fch, a->ln2, tf_w(t, tf_p(t, HY_P_FC_W, l)),
+                                     tf_w(t, tf_p(t, HY_P_FC_B, l)), N, C, 4 * C, err);
     if (!rc) rc = o->matmul_fwd(st, out, a->fchg, tf_w(t, tf_p(t, HY_P_MLP_PROJ_W, l)),
                                 tf_w(t, tf_p(t, HY_P_MLP_PROJ_B, l)), N, 4 * C, C, err);
     if (!rc) rc = o->add(st, out, a->res2, (size_t)N * C, err);
@@ -251,14 +250,14 @@ static int tf_layer_backward(const hy_transformer *t, const hy_stage_work *w, hy
     void *dfc = split ? a->dfc : w->dfc, *dln2 = split ? a->dln2 : w->dln;
     void *dqkv = split ? a->dqkv : w->dqkv, *dln1 = split ? a->dln1 : w->dln;
     if (split) rc = o->copy(st, a->dproj, dres, tf_acts(t, NC), err);
-    if (!rc) rc = o->zero(st, w->dfcg, tf_acts(t, 4 * NC), err);
-    if (!rc) rc = o->matmul_bwd(st, w->dfcg, tf_g_now(t, pmp), tf_g_now(t, pmp + 1), dres, a->fchg,
-                                tf_w(t, pmp), N, 4 * C, C, err);
-    if (!rc) rc = o->zero(st, dfc, tf_acts(t, 4 * NC), err);
-    if (!rc) rc = o->gelu_bwd(st, dfc, w->dfcg, a->fch, 4 * NC, err);
+    /* The MLP's projection and, through the GELU, d(fc out) (stored) with
+     * the fc bias's gradient: that is why fc's own backward adds none. */
+    if (!rc) rc = o->matmul_gelu_bwd(st, dfc, tf_g_now(t, pfc + 1), tf_g_now(t, pmp),
+                                     tf_g_now(t, pmp + 1), w->dfcg, dres, a->fchg, a->fch,
+                                     tf_w(t, pmp), N, 4 * C, C, err);
     if (!rc) rc = o->zero(st, dln2, tf_acts(t, NC), err);
-    if (!rc) rc = o->matmul_bwd(st, dln2, tf_g_now(t, pfc), tf_g_now(t, pfc + 1), dfc, a->ln2,
-                                tf_w(t, pfc), N, C, 4 * C, err);
+    if (!rc) rc = o->matmul_bwd(st, dln2, tf_g_now(t, pfc), NULL, dfc, a->ln2, tf_w(t, pfc), N, C,
+                                4 * C, err);
     if (!rc) rc = o->layernorm_bwd(st, dres, tf_g_now(t, pln2), tf_g_now(t, pln2 + 1), dln2, a->res2,
                                    tf_w(t, pln2), a->ln2_mean, a->ln2_rstd, N, C, err);
     if (!rc && split) rc = o->copy(st, a->dattn, dres, tf_acts(t, NC), err);

@@ -150,6 +150,20 @@ static void get_act(dev *d, float *h, const void *p, size_t n) {
     free(b);
 }
 
+/* n values of the backend's memory in a new host array (fp32, or
+ * activations). */
+static float *fetch_f32(dev *d, const void *p, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    get_f32(d, h, p, n);
+    return h;
+}
+
+static float *fetch_act(dev *d, const void *p, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    get_act(d, h, p, n);
+    return h;
+}
+
 /* Random bf16-exact values in [-scale, scale). */
 static float *rnd(hy_rng *r, size_t n, float scale) {
     float *x = malloc((n ? n : 1) * sizeof(float));
@@ -230,6 +244,105 @@ static void test_matmul(hy_rng *r, int N, int C, int OC, int bias) {
     }
     BOTH { free(out[k]); free(dinp[k]); free(dw[k]); free(db[k]); }
     free(inp); free(w); free(b); free(dout); free(dinp0); free(dw0); free(db0);
+}
+
+/* n NaNs: a buffer an op must write all of before anyone reads it. */
+static float *nans(size_t n) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+/* How many of n values differ in their bits. */
+static size_t differ(const float *a, const float *b, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return k;
+}
+
+/* The MLP's dense layer with its GELU (matmul_gelu_fwd) and the next
+ * layer's backward through the GELU (matmul_gelu_bwd), on the GPU against
+ * the CPU, which runs the separate ops they replace. Forward: inp [N,C] ·
+ * w1 [C,H] + b1 → pre, out = gelu(pre). Backward, with inputs of its own so
+ * both backends see the same bf16 numbers: g [N,H] (the GELU's output as
+ * the next layer read it), pre2 [N,H] in [-4, 4) (GELU's bend), w2 [H,C],
+ * dout [N,C]. Tolerances: out, pre and dpre are bf16 outputs of fp32
+ * arithmetic, 1e-2 as everywhere here; where the epilogue computes GELU
+ * and its slope from the fp32 accumulator instead of a bf16-rounded
+ * product, the GPU is nearer the CPU's fp32, not farther. dw2 and db2
+ * (the layer's own gradients, matmul_bwd's kernels) 1e-3 as in
+ * test_matmul. dbias_pre is a column sum of dpre over N rows: with the
+ * DGELU_BGRAD epilogue it is rounded once to bf16 (2^-9 of each value,
+ * normwise at most 2e-3), without it it sums N bf16-rounded values in
+ * fp32 (random rounding errors, relative ~2^-9 of the sum): 1e-2 either
+ * way. Outputs start as NaN (every element must be written: out, pre,
+ * dpre is stored, never added to) and gradients at random values (+=).
+ * dbias_pre NULL and dw2, db2 NULL (a split backward's B pass) gives dpre
+ * within the same tolerance. The GPU run twice gives the same bits, and
+ * the test says whether cuBLASLt's epilogue ran: its results differ from
+ * the separate passes' (matmul_fwd then gelu_fwd) in rounding. */
+static void test_matmul_gelu(hy_rng *r, int N, int C, int H, int bias) {
+    size_t NC = (size_t)N * C, NH = (size_t)N * H, CH = (size_t)C * H;
+    float *inp = rnd(r, NC, 1), *w1 = rnd(r, CH, 0.5f), *b1 = rnd(r, H, 0.5f);
+    float *g = rnd(r, NH, 1), *pre2 = rnd(r, NH, 4), *w2 = rnd(r, CH, 0.5f), *dout = rnd(r, NC, 1);
+    float *dw0 = rnd(r, CH, 1), *db0 = rnd(r, C, 1), *dbp0 = rnd(r, H, 1);
+    float *poison = nans(NH);
+    float *out[3], *pre[3], *dpre[4], *dw[3], *db[3], *dbp[3];
+    for (int k = 0; k < 3; k++) {   /* the CPU, the GPU, the GPU again */
+        dev *d = &D[k > 0];
+        const hy_backend_ops *o = d->be->ops;
+        void *pi = put_act(d, inp, NC), *pw1 = put_act(d, w1, CH), *pb1 = bias ? put_act(d, b1, H) : NULL;
+        void *po = put_act(d, poison, NH), *pp = put_act(d, poison, NH);
+        void *pg = put_act(d, g, NH), *pp2 = put_act(d, pre2, NH), *pw2 = put_act(d, w2, CH);
+        void *pdo = put_act(d, dout, NC), *pdp = put_act(d, poison, NH), *scr = put_act(d, poison, NH);
+        float *pdw = put_f32(d, dw0, CH), *pdb = put_f32(d, db0, C), *pdbp = put_f32(d, dbp0, H);
+        CHECK(o->matmul_gelu_fwd(d->st, po, pp, pi, pw1, pb1, N, C, H, &d->err) == HY_OK);
+        CHECK(o->matmul_gelu_bwd(d->st, pdp, bias ? pdbp : NULL, pdw, bias ? pdb : NULL, scr, pdo, pg,
+                                 pp2, pw2, N, H, C, &d->err) == HY_OK);
+        out[k] = fetch_act(d, po, NH);
+        pre[k] = fetch_act(d, pp, NH);
+        dpre[k] = fetch_act(d, pdp, NH);
+        dw[k] = fetch_f32(d, pdw, CH);
+        db[k] = fetch_f32(d, pdb, C);
+        dbp[k] = fetch_f32(d, pdbp, H);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "matmul_gelu N=%d C=%d H=%d bias=%d", N, C, H, bias);
+    compare(what, pre[1], pre[0], NH, 1e-2);
+    compare(what, out[1], out[0], NH, 1e-2);
+    compare(what, dpre[1], dpre[0], NH, 1e-2);
+    compare(what, dw[1], dw[0], CH, 1e-3);
+    if (bias) {
+        compare(what, db[1], db[0], C, 1e-3);
+        compare(what, dbp[1], dbp[0], H, 1e-2);
+    }
+    CHECKF(differ(out[1], out[2], NH) == 0 && differ(pre[1], pre[2], NH) == 0 &&
+           differ(dpre[1], dpre[2], NH) == 0 && differ(dw[1], dw[2], CH) == 0 &&
+           differ(dbp[1], dbp[2], H) == 0, "%s: the GPU differs from itself between runs", what);
+    {   /* The B pass of a split backward: dpre alone. And the two passes
+         * the forward replaces, to say which path ran. */
+        dev *d = &D[1];
+        const hy_backend_ops *o = d->be->ops;
+        void *pi = put_act(d, inp, NC), *pw1 = put_act(d, w1, CH), *pb1 = bias ? put_act(d, b1, H) : NULL;
+        void *po = put_act(d, poison, NH), *pp = put_act(d, poison, NH);
+        void *pg = put_act(d, g, NH), *pp2 = put_act(d, pre2, NH), *pw2 = put_act(d, w2, CH);
+        void *pdo = put_act(d, dout, NC), *pdp = put_act(d, poison, NH), *scr = put_act(d, poison, NH);
+        CHECK(o->matmul_gelu_bwd(d->st, pdp, NULL, NULL, NULL, scr, pdo, pg, pp2, pw2, N, H, C,
+                                 &d->err) == HY_OK);
+        dpre[3] = fetch_act(d, pdp, NH);
+        compare(what, dpre[3], dpre[0], NH, 1e-2);
+        CHECK(o->matmul_fwd(d->st, pp, pi, pw1, pb1, N, C, H, &d->err) == HY_OK);
+        CHECK(o->gelu_fwd(d->st, po, pp, NH, &d->err) == HY_OK);
+        float *two = fetch_act(d, po, NH);
+        size_t k = differ(two, out[1], NH);
+        printf("cuda: %s: forward %s (%zu of %zu values differ from matmul_fwd + gelu_fwd)\n", what,
+               k ? "in the cuBLASLt epilogue" : "as the two passes", k, NH);
+        free(two);
+        free(dpre[3]);
+    }
+    for (int k = 0; k < 3; k++) { free(out[k]); free(pre[k]); free(dpre[k]); free(dw[k]); free(db[k]); free(dbp[k]); }
+    free(inp); free(w1); free(b1); free(g); free(pre2); free(w2); free(dout);
+    free(dw0); free(db0); free(dbp0); free(poison);
 }
 
 static void test_lm_head(hy_rng *r, int N, int C, int V) {
@@ -577,6 +690,73 @@ static void test_fused(hy_rng *r, int N, int C) {
     free(a); free(b); free(w); free(x); free(lw); free(lb); free(p0); free(g0); free(m0); free(v0);
 }
 
+/* AdamW over more tensors than one launch took before (300, where the old
+ * batch held 256), with a model's pattern of sizes and weight decay
+ * (matrices decayed, vectors not, odd lengths), in three blocks: the
+ * first starting 16-byte aligned, the second 1 float off (every access
+ * element by element), the third after a gap. Against the CPU within
+ * 1e-5 as test_optimizer; the GPU now rounds every step as the CPU does,
+ * so most values should agree to the bit (only the bias corrections' pow
+ * may differ in the last place), which the test reports. The compute
+ * copy is the bf16 of the new weights exactly, and the batched launch
+ * (the calls in a row, fuse.cu) equals one launch per call (a sync after
+ * each) bit for bit. */
+#define ADAMW_MANY 300
+static void test_adamw_many(hy_rng *r) {
+    size_t sizes[ADAMW_MANY], offs[ADAMW_MANY], n = 0;
+    int decay[ADAMW_MANY];
+    for (int i = 0; i < ADAMW_MANY; i++) {
+        int matrix = i % 4 == 1 || i % 4 == 3;
+        sizes[i] = matrix ? 64 + hy_rng_below(r, 4000) : 1 + hy_rng_below(r, 70);
+        decay[i] = matrix;
+        if (i == 100) n += 1;     /* the second block: one float off */
+        if (i == 200) n += 37;    /* the third */
+        offs[i] = n;
+        n += sizes[i];
+    }
+    float *p0 = rnd(r, n, 1), *g = rnd(r, n, 1), *m0 = rnd(r, n, 0.1f), *v0 = rnd(r, n, 0.01f);
+    for (size_t i = 0; i < n; i++) v0[i] = fabsf(v0[i]);
+    hy_adamw_hparams hp = { 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5 };
+    float clip = 0.75f;
+    float *p[3], *m[3], *v[3], *wc = malloc(n * sizeof(float));
+    for (int k = 0; k < 3; k++) {   /* the CPU, the GPU batched, the GPU a launch per call */
+        dev *d = &D[k > 0];
+        const hy_backend_ops *o = d->be->ops;
+        float *pp = put_f32(d, p0, n), *pg = put_f32(d, g, n), *pm = put_f32(d, m0, n);
+        float *pv = put_f32(d, v0, n), *pf = put_f32(d, &clip, 1);
+        void *pc = o->act_size == sizeof(float) ? NULL : dev_alloc(d, n * o->act_size);
+        hy_adamw_hparams *php = dev_alloc(d, sizeof hp);
+        CHECK(o->upload(d->be, 0, php, &hp, sizeof hp, &d->err) == HY_OK);
+        for (int i = 0; i < ADAMW_MANY; i++) {
+            void *c = pc ? (char *)pc + offs[i] * o->act_size : NULL;
+            CHECK(o->adamw(d->st, pp + offs[i], c, pg + offs[i], pm + offs[i], pv + offs[i], sizes[i],
+                           php, pf, decay[i], &d->err) == HY_OK);
+            if (k == 2) CHECK(o->sync(d->st, &d->err) == HY_OK);
+        }
+        p[k] = fetch_f32(d, pp, n);
+        m[k] = fetch_f32(d, pm, n);
+        v[k] = fetch_f32(d, pv, n);
+        if (k == 1 && pc) get_act(d, wc, pc, n);
+        if (k == 1) {
+            /* the gaps between the blocks are no tensor's: untouched */
+            CHECK(p[1][offs[100] - 1] == p0[offs[100] - 1] && p[1][offs[200] - 1] == p0[offs[200] - 1]);
+        }
+    }
+    compare("adamw many param", p[1], p[0], n, 1e-5);
+    compare("adamw many m", m[1], m[0], n, 1e-5);
+    compare("adamw many v", v[1], v[0], n, 1e-5);
+    size_t off = 0;
+    for (size_t i = 0; i < n && D[1].be->ops->act_size != sizeof(float); i++)
+        off += bf2f(f2bf(p[1][i])) != wc[i];
+    CHECKF(off == 0, "adamw many: %zu compute-copy values are not the bf16 of the new weights", off);
+    CHECKF(differ(p[1], p[2], n) == 0 && differ(m[1], m[2], n) == 0 && differ(v[1], v[2], n) == 0,
+           "adamw many: one launch differs from a launch per call");
+    printf("cuda: adamw, %d tensors in 3 blocks: %zu of %zu weights bit-identical to the CPU's\n",
+           ADAMW_MANY, n - differ(p[1], p[0], n), n);
+    for (int k = 0; k < 3; k++) { free(p[k]); free(m[k]); free(v[k]); }
+    free(p0); free(g); free(m0); free(v0); free(wc);
+}
+
 /* A non-finite norm: factor NaN, and AdamW leaves everything as it was. */
 static void test_nonfinite(void) {
     dev *d = &D[1];
@@ -653,6 +833,15 @@ static void test_ops(void) {
     test_matmul(&r, 64, 96, 288, 1);
     test_matmul(&r, 130, 64, 257, 0);
     test_matmul(&r, 512, 768, 3072, 1);
+    /* The GELU epilogues: GPT-2's MLP shape (hidden 3072), the small GPT's
+     * (256), and widths the epilogue cannot take (not a multiple of 8),
+     * which run as separate passes; no bias (GELU_AUX); one row. */
+    test_matmul_gelu(&r, 512, 768, 3072, 1);
+    test_matmul_gelu(&r, 256, 64, 256, 1);
+    test_matmul_gelu(&r, 37, 24, 96, 1);
+    test_matmul_gelu(&r, 37, 16, 64, 0);
+    test_matmul_gelu(&r, 33, 20, 76, 1);
+    test_matmul_gelu(&r, 1, 8, 16, 1);
     test_lm_head(&r, 33, 64, 129);
     test_lm_head(&r, 256, 128, 1024);
     test_layernorm(&r, 1, 1);
@@ -683,6 +872,7 @@ static void test_ops(void) {
     test_classifier(&r, 256, 50257, 50304);
     test_optimizer(&r, 1);
     test_optimizer(&r, 1000003);
+    test_adamw_many(&r);
     test_fused(&r, 64, 96);
     test_fused(&r, 33, 36);
     test_nonfinite();

@@ -160,6 +160,29 @@ static int cpu_lm_head_bwd(hy_stream *s, void *dinp, float *dwte, const void *dl
     return HY_CALL(s, HY_OPK_LM_HEAD_BWD, run_head_bwd, a, err);
 }
 
+/* ---- the MLP's dense layer and its GELU together ------------------------ */
+
+/* The calls it stands for, one after the other (backend.h): the same
+ * commands, the same bits and the same op timing as before it existed. */
+static int cpu_matmul_gelu_fwd(hy_stream *s, void *out, void *pre, const void *inp, const void *w,
+                               const void *bias, int N, int C, int OC, hy_error *err) {
+    int rc = cpu_matmul_fwd(s, pre, inp, w, bias, N, C, OC, err);
+    return rc ? rc : cpu_gelu_fwd(s, out, pre, (size_t)N * (size_t)OC, err);
+}
+
+static int cpu_matmul_gelu_bwd(hy_stream *s, void *dpre, float *dbias_pre, float *dw, float *dbias,
+                               void *scratch, const void *dout, const void *inp, const void *pre,
+                               const void *w, int N, int C, int OC, hy_error *err) {
+    size_t n = (size_t)N * (size_t)C;
+    int rc = cpu_zero(s, scratch, n * sizeof(float), err);
+    if (!rc) rc = cpu_matmul_bwd(s, scratch, dw, dbias, dout, inp, w, N, C, OC, err);
+    if (!rc) rc = cpu_zero(s, dpre, n * sizeof(float), err);
+    if (!rc) rc = cpu_gelu_bwd(s, dpre, scratch, pre, n, err);
+    /* dbias_pre as the next layer's matmul_bwd summed it over dout = dpre */
+    if (!rc && dbias_pre) rc = cpu_matmul_bwd(s, NULL, NULL, dbias_pre, dpre, NULL, NULL, N, OC, C, err);
+    return rc;
+}
+
 /* ---- attention --------------------------------------------------------- */
 
 typedef struct {
@@ -293,6 +316,8 @@ void hy_cpu_math_ops(hy_backend_ops *o) {
     o->matmul_bwd = cpu_matmul_bwd;
     o->gelu_fwd = cpu_gelu_fwd;
     o->gelu_bwd = cpu_gelu_bwd;
+    o->matmul_gelu_fwd = cpu_matmul_gelu_fwd;
+    o->matmul_gelu_bwd = cpu_matmul_gelu_bwd;
     o->attention_fwd = cpu_attention_fwd;
     o->attention_bwd = cpu_attention_bwd;
     o->lm_head_fwd = cpu_lm_head_fwd;

@@ -343,6 +343,26 @@ static int cuda_matmul_bwd(hy_stream *s, void *dinp, float *dw, float *dbias, co
                                      HY_CBF(inp), HY_CBF(w), N, C, OC, overwrite, scr, err);
 }
 
+static int cuda_matmul_gelu_fwd(hy_stream *s, void *out, void *pre, const void *inp, const void *w,
+                                const void *bias, int N, int C, int OC, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_matmul_gelu_fwd(lt_of(s), cs_of(s)->s, HY_BF(out), HY_BF(pre), HY_CBF(inp),
+                                          HY_CBF(w), HY_CBF(bias), N, C, OC, err);
+}
+
+/* dpre is stored, not added to: nothing to take from a held zero. */
+static int cuda_matmul_gelu_bwd(hy_stream *s, void *dpre, float *dbias_pre, float *dw, float *dbias,
+                                void *dgelu, const void *dout, const void *inp, const void *pre,
+                                const void *w, int N, int C, int OC, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    void *scr = NULL;
+    int rc = enter_stream(cs, err);
+    if (!rc) rc = scratch(cs, hy_k_matmul_gelu_bwd_scratch(N, C, OC), &scr, err);
+    return rc ? rc : hy_k_matmul_gelu_bwd(lt_of(s), cs->s, HY_BF(dpre), dbias_pre, dw, dbias,
+                                          HY_BF(dgelu), HY_CBF(dout), HY_CBF(inp), HY_CBF(pre),
+                                          HY_CBF(w), N, C, OC, scr, err);
+}
+
 static int cuda_gelu_fwd(hy_stream *s, void *out, const void *inp, size_t n, hy_error *err) {
     int rc = enter_stream(cs_of(s), err);
     return rc ? rc : hy_k_gelu_fwd(cs_of(s)->s, HY_BF(out), HY_CBF(inp), n, err);
@@ -384,6 +404,7 @@ static size_t scratch_bound(size_t rows, size_t width) {
     size_t most = hy_k_matmul_bwd_scratch(N, W, W);
     size_t k = hy_k_layernorm_bwd_scratch(N, W);
     if (k > most) most = k;
+    if ((k = hy_k_matmul_gelu_bwd_scratch(N, W, W)) > most) most = k;
     if ((k = hy_k_embedding_bwd_scratch(1, N, W)) > most) most = k;
     if ((k = hy_k_classifier_scratch(N)) > most) most = k;
     if ((k = hy_k_sumsq_scratch(SIZE_MAX / 2)) > most) most = k;
@@ -513,6 +534,8 @@ static hy_backend_ops cuda_ops_init(void) {
     o.matmul_bwd = cuda_matmul_bwd;
     o.gelu_fwd = cuda_gelu_fwd;
     o.gelu_bwd = cuda_gelu_bwd;
+    o.matmul_gelu_fwd = cuda_matmul_gelu_fwd;
+    o.matmul_gelu_bwd = cuda_matmul_gelu_bwd;
     o.attention_fwd = cuda_attention_fwd;
     o.attention_bwd = cuda_attention_bwd;
     o.lm_head_fwd = cuda_lm_head_fwd;

@@ -13,8 +13,8 @@
  *     kernel forms the residual, stores it and normalises it;
  *   - adamw on tensor after tensor with the same hyper-parameters and clip
  *     factor: one launch for them all (kernels.cuh's hy_adamw_batch), so a
- *     rank's optimizer step is one kernel per run of consecutive calls,
- *     not one per parameter.
+ *     rank's optimizer step, which calls it for every parameter in a row,
+ *     is one kernel (up to 16 blocks and 1024 segments of them).
  *
  * So zero, add and adamw are held back (one held op per stream), and the
  * next call on the stream either takes the held op (fuses with it) or
@@ -100,7 +100,7 @@ int hy_cuda_hold_adamw(cuda_stream *cs, float *param, hy_bf16 *param_compute, co
     int rc = hy_cuda_flush(cs, err);
     if (rc) return rc;
     cs->hold.kind = HOLD_ADAMW;
-    cs->hold.adamw.tensors = 0;
+    cs->hold.adamw.segments = 0;
     hy_k_adamw_batch_add(&cs->hold.adamw, param, param_compute, grad, m, v, n, hp, factor, decay);
     return HY_OK;
 }

@@ -76,6 +76,24 @@ size_t hy_k_matmul_bwd_scratch(int N, int C, int OC);
 int hy_k_matmul_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dw, float *dbias,
                     const hy_bf16 *dout, const hy_bf16 *inp, const hy_bf16 *w, int N, int C,
                     int OC, int overwrite, void *scratch, hy_error *err);
+/* The MLP's first layer and its GELU (backend.h's matmul_gelu_fwd):
+ * pre[N,OC] = inp · w + bias (kept for the backward), out = gelu(pre); one
+ * GEMM with the GELU_AUX_BIAS epilogue where cuBLASLt has one (OC a
+ * multiple of 8, bias 16-byte aligned), else matmul_fwd and gelu_fwd. */
+int hy_k_matmul_gelu_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, hy_bf16 *pre,
+                         const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *bias, int N, int C,
+                         int OC, hy_error *err);
+/* Its backward through the next layer (backend.h's matmul_gelu_bwd), with
+ * inp = gelu(pre) [N,C], w [C,OC], dout [N,OC]: dw += inpᵀ · dout, dbias
+ * += Σ_n dout (either NULL: not), dpre = (dout · wᵀ) ⊙ gelu'(pre), stored,
+ * and dbias_pre += Σ_n dpre (NULL: not). dgelu: N·C bf16 of room for d of
+ * the GELU's output, used when no epilogue carries the GELU. scratch:
+ * hy_k_matmul_gelu_bwd_scratch bytes. */
+size_t hy_k_matmul_gelu_bwd_scratch(int N, int C, int OC);
+int hy_k_matmul_gelu_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dpre, float *dbias_pre, float *dw,
+                         float *dbias, hy_bf16 *dgelu, const hy_bf16 *dout, const hy_bf16 *inp,
+                         const hy_bf16 *pre, const hy_bf16 *w, int N, int C, int OC, void *scratch,
+                         hy_error *err);
 /* logits[N,V] = inp[N,C] · wteᵀ (wte [V,C]) */
 int hy_k_lm_head_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *logits, const hy_bf16 *inp,
                      const hy_bf16 *wte, int N, int C, int V, hy_error *err);
@@ -142,14 +160,22 @@ int hy_k_classifier(cudaStream_t s, hy_bf16 *logits, float *loss_acc, const int 
 /* ---- adamw.cu ---- AdamW, the gradient norm, clipping, small elementwise
  * ops. hp and factor are device pointers read when the kernel runs.
  *
- * AdamW takes many tensors in one launch: up to HY_ADAMW_TENSORS tensors,
- * each a range of one of up to HY_ADAMW_BLOCKS contiguous blocks (a
- * stage's parameters, gradients and moments are one block each), all with
- * the same hp and factor. Element i of the batch (0 <= i < n) is element
- * i - block.start of its block; tensor k covers [start[k], start[k+1]).
- * The whole batch travels as the kernel's parameter (under 4 KB). */
-#define HY_ADAMW_TENSORS 256
-#define HY_ADAMW_BLOCKS 8
+ * AdamW takes many tensors in one launch: all of a rank's parameters (a
+ * GPT-2 124M rank holds 148 tensors in 1 or 2 blocks), all with the same hp
+ * and factor. A block is a range that is contiguous in all five arrays (a
+ * stage's parameters, gradients and moments are one block each); the
+ * batch lays its blocks end to end, each starting at a multiple of
+ * HY_ADAMW_VEC, and cuts them into segments: maximal runs of one block
+ * with one weight-decay flag (consecutive tensors with the same flag are
+ * one segment; GPT-2 124M: 98). Segment k covers batch elements
+ * [seg_end[k-1], seg_end[k]) (from 0 for k = 0); element i of it is
+ * element i - block.start of its block, and one with i - block.start >=
+ * block.n is the padding before the next block. The whole batch travels
+ * as the kernel's parameter (about 10 KB: CUDA 12.1 and later take up to
+ * 32 KB of parameters). */
+#define HY_ADAMW_SEGMENTS 1024
+#define HY_ADAMW_BLOCKS 16
+#define HY_ADAMW_VEC 8   /* elements per thread and step: 16-byte accesses */
 
 typedef struct {
     float *param;
@@ -157,21 +183,22 @@ typedef struct {
     const float *grad;
     float *m, *v;
     size_t start, n;          /* its first element in the batch, and its length */
+    int vec;                  /* every pointer 16-byte aligned: 8 elements per access */
 } hy_adamw_block;
 
 typedef struct {
     const hy_adamw_hparams *hp;
     const float *factor;
-    size_t n;                 /* elements in all */
-    int blocks, tensors;
+    size_t n;                 /* the batch's length: the end of its last segment */
+    int blocks, segments;
     hy_adamw_block block[HY_ADAMW_BLOCKS];
-    size_t start[HY_ADAMW_TENSORS];           /* tensor k's first element in the batch */
-    unsigned char decay[HY_ADAMW_TENSORS];    /* weight decay applies to tensor k */
-    unsigned char in_block[HY_ADAMW_TENSORS];
+    size_t seg_end[HY_ADAMW_SEGMENTS];
+    unsigned char seg_block[HY_ADAMW_SEGMENTS];   /* the block of segment k */
+    unsigned char seg_decay[HY_ADAMW_SEGMENTS];   /* weight decay applies to segment k */
 } hy_adamw_batch;
 
 /* Adds one tensor (n elements at param, param_compute, grad, m, v) to b,
- * which holds none when b->tensors is 0. Returns 0, and changes nothing,
+ * which holds none when b->segments is 0. Returns 0, and changes nothing,
  * when it does not fit: another hp or factor, or no room. */
 int hy_k_adamw_batch_add(hy_adamw_batch *b, float *param, hy_bf16 *param_compute,
                          const float *grad, float *m, float *v, size_t n,

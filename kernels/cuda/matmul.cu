@@ -25,6 +25,53 @@
  * sizes in the packed parameter buffer) is broadcast into out first and
  * added with beta = 1 instead, which rounds exactly as the epilogue does.
  *
+ * The MLP's GELU rides in the epilogues too (matmul_gelu_fwd/_bwd):
+ *   forward   preᵀ = Wᵀ · inpᵀ + bias, outᵀ = gelu(preᵀ): GELU_AUX_BIAS,
+ *             D = out, aux = pre (the pre-activation the backward needs)
+ *   backward  dpreᵀ = (W · doutᵀ) ⊙ gelu'(preᵀ): DGELU, aux = pre read
+ *             back; DGELU_BGRAD also sums dpreᵀ over its N columns, the
+ *             fc layer's bias gradient
+ * Which GELU: cuBLAS's own text (cublasLt.h, cublasLtEpilogue_t: "apply
+ * GELU point-wise transform") names no formula. PyTorch, which sends
+ * addmm + GELU through exactly this epilogue (_addmm_activation with
+ * use_gelu), decomposes that op as gelu(approximate="tanh") on CUDA and
+ * the erf form on the CPU (torch/_decomp/decompositions.py,
+ * _addmm_activation), and its test holds the CUDA epilogue to the tanh
+ * form (test/test_linalg.py, _test_addmm_addmv). So it is GPT-2's tanh
+ * approximation, ½x(1 + tanh(sqrt(2/π)(x + 0.044715x³))), which gelu.cu
+ * and the CPU compute; tests/test_cuda.c holds it to the CPU's.
+ * The rules (cublasLt.h, cublasLtMatmulDescAttributes_t): the aux matrix
+ * has D's shape, its leading dimension (EPILOGUE_AUX_LD) "must be
+ * divisible by 8 and be no less than the number of rows in the output
+ * matrix" (here OC forward, C backward: the row-major [N, width] buffer
+ * read column-major), and its elements are "the same type as the type of
+ * elements of the output matrix": bf16 with our bf16 D, so the stashed
+ * pre-activation is bf16 as before. DGELU_BGRAD's bias gradient is the
+ * row sum of D after the slope (cublasLt.h's "apply independently GELU
+ * and Bias gradient" leaves that open; NVIDIA's TransformerEngine takes it
+ * as fc1's bias gradient that way, transformer_engine/common/gemm/
+ * cublaslt_gemm.cu), "the same type as the output elements", and
+ * written, not added: bf16 into scratch, then one small kernel adds it
+ * into the fp32 dbias (a per-micro-batch bias gradient rounded to bf16, as
+ * PyTorch's autocast rounds it; our own column sum kept it in fp32). The heuristic reads each pointer's alignment
+ * from the descriptor, so the aux and bias alignments are part of the
+ * cache key. Where cuBLASLt has no algorithm for an epilogue (or refuses
+ * it), or the shape breaks a rule (width not a multiple of 8, bias not
+ * 16-byte aligned), the op runs as the separate passes it replaces, the
+ * same choice in the eager iteration and every replay (the refusal is
+ * cached like an algorithm); HY_CUDA_GEMM_EPILOGUES=0 in the environment
+ * takes the separate passes always, to time one against the other.
+ * What it saves, per layer and micro-batch of GPT-2 124M at B = 16 (N =
+ * 16384, the hidden width 3072, 100.7 MB per [N, 3072] bf16 matrix):
+ * forward the GELU pass's read of pre (it wrote out and the GEMM wrote pre
+ * before; now the GEMM writes both), 101 MB; backward the product's
+ * d(out) written and read back, the GELU backward's read of pre and write
+ * of dpre, and the column sum's read of it against the epilogue's read
+ * of pre: 503 MB down to 201 MB. 0.40 GB per layer, 4.8 GB per micro-
+ * batch: about 1.2 ms of the 43.8 ms measured, at ~4 TB/s, if the
+ * epilogues cost the GEMMs nothing (llm.c saw cuBLASLt's bf16 GELU
+ * epilogue run slower than a separate pass on an A100: measure).
+ *
  * Algorithm choice: one hy_lt per rank holds the cuBLASLt handle, a 32 MiB
  * workspace (what NVIDIA recommends for Hopper) and a cache from everything
  * that describes a call (shape, transposes, leading dimensions, batch
@@ -33,7 +80,9 @@
  * is a host-side query, so the first call of a shape (normally in the eager
  * warm-up iteration) may even happen during stream capture. cuBLASLt's
  * GEMMs are deterministic for a fixed algorithm (its split-K reductions are
- * ordered), and the cache guarantees the eager iteration and every replay
+ * ordered; cuBLAS's "Results reproducibility": the same bits on every run
+ * on the same architecture and SM count, epilogues included), and the
+ * cache guarantees the eager iteration and every replay
  * use the same one. For a bf16 output the pick is the best candidate that
  * keeps split-K partial sums in fp32 (reduction scheme COMPUTE_TYPE or
  * none), so accumulating into bf16 rounds once. The hy_lt
@@ -69,12 +118,18 @@ size_t hy_lt_workspace_bytes(void) { return HY_LT_WORKSPACE; }
 typedef struct {
     int32_t ta, tb, m, n, k, batch;
     int64_t lda, ldb, ldd, sa, sb, sd;
-    int32_t tD, bias, beta_nz, pad_;
-    uint32_t al_a, al_b, al_d, al_bias;
+    int32_t tD, epi, beta_nz, pad_;
+    int64_t ldaux;
+    uint32_t al_a, al_b, al_d, al_bias, al_aux, pad2_;
 } lt_key;
 
+/* ok 0: cuBLASLt refused this call (no algorithm, or an attribute it does
+ * not take: `refusal` says which), remembered so it is asked once. */
 typedef struct {
     lt_key key;
+    int ok;
+    cublasStatus_t refusal;
+    const char *refused_in;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
@@ -82,11 +137,33 @@ typedef struct {
 
 struct hy_lt {
     int device;
+    int epilogues;   /* 0: the GELU epilogues are off (HY_CUDA_GEMM_EPILOGUES=0) */
     cublasLtHandle_t handle;
     void *workspace;
     lt_entry *entries;
     int n_entries, cap;
 };
+
+static int lt_epi_bias(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+static int lt_epi_aux(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+           e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+
+/* For messages: ", epilogue NAME", or nothing for the plain product. */
+static const char *lt_epi_name(cublasLtEpilogue_t e) {
+    switch (e) {
+    case CUBLASLT_EPILOGUE_BIAS: return ", epilogue BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX: return ", epilogue GELU_AUX";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return ", epilogue GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU: return ", epilogue DGELU";
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: return ", epilogue DGELU_BGRAD";
+    default: return "";
+    }
+}
 
 /* A cuBLASLt failure as an hy_error naming the op, the call and the shape. */
 static int lt_fail(hy_error *err, cublasStatus_t st, const char *call, const hy_lt_gemm *g) {
@@ -96,8 +173,7 @@ static int lt_fail(hy_error *err, cublasStatus_t st, const char *call, const hy_
                    cublasLtGetStatusName(st), (int)st, cublasLtGetStatusString(st), call,
                    g->op, g->m, g->n, g->k, g->batch, g->ta == CUBLAS_OP_T ? 'T' : 'N',
                    g->tb == CUBLAS_OP_T ? 'T' : 'N', (long long)g->lda, (long long)g->ldb,
-                   (long long)g->ldd, g->tD == CUDA_R_32F ? "fp32" : "bf16",
-                   g->bias != NULL ? ", bias" : "");
+                   (long long)g->ldd, g->tD == CUDA_R_32F ? "fp32" : "bf16", lt_epi_name(g->epi));
 }
 
 /* The alignment cuBLASLt may assume for a matrix: the largest power of two
@@ -125,12 +201,35 @@ static void lt_key_of(const hy_lt_gemm *g, lt_key *key) {
     key->sb = batched ? g->sb : 0;
     key->sd = batched ? g->sd : 0;
     key->tD = (int32_t)g->tD;
-    key->bias = g->bias != NULL;
+    key->epi = (int32_t)g->epi;
     key->beta_nz = g->beta != 0.0f;
+    key->ldaux = lt_epi_aux(g->epi) ? g->ldaux : 0;
     key->al_a = lt_align(g->A, key->sa * 2);
     key->al_b = lt_align(g->B, key->sb * 2);
     key->al_d = lt_align(g->D, key->sd * (int64_t)dsz);
-    key->al_bias = g->bias != NULL ? lt_align(g->bias, 0) : 0;
+    key->al_bias = lt_epi_bias(g->epi) ? lt_align(g->bias, 0)
+                   : g->epi == CUBLASLT_EPILOGUE_DGELU_BGRAD ? lt_align(g->bgrad, 0) : 0;
+    key->al_aux = lt_epi_aux(g->epi) ? lt_align(g->aux, 0) : 0;
+}
+
+/* The epilogue's pointers into the descriptor: before the heuristic (which
+ * reads their alignment from them) and before every call. */
+static cublasStatus_t lt_epi_pointers(cublasLtMatmulDesc_t desc, const hy_lt_gemm *g,
+                                      const char **what) {
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    const void *bp = lt_epi_bias(g->epi) ? (const void *)g->bias : (const void *)g->bgrad;
+    if (lt_epi_bias(g->epi) || g->epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+        *what = "cublasLtMatmulDescSetAttribute(BIAS_POINTER)";
+        st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    if (lt_epi_aux(g->epi)) {
+        const void *ap = g->aux;
+        *what = "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)";
+        st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap,
+                                            sizeof ap);
+    }
+    return st;
 }
 
 static void lt_entry_free(lt_entry *e) {
@@ -157,7 +256,9 @@ static cublasStatus_t lt_layout(cublasLtMatrixLayout_t *out, cudaDataType_t type
 }
 
 /* Builds the descriptors of one cache entry and asks the heuristic for its
- * algorithm. On failure everything made here is freed again. */
+ * algorithm. When cuBLASLt says no (no algorithm, or an attribute value it
+ * does not take) the entry is made with ok = 0 and nothing else; other
+ * failures are errors. Either way what was made and not kept is freed. */
 static int lt_entry_make(hy_lt *lt, const hy_lt_gemm *g, const lt_key *key, lt_entry *e,
                          hy_error *err) {
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
@@ -174,23 +275,31 @@ static int lt_entry_make(hy_lt *lt, const hy_lt_gemm *g, const lt_key *key, lt_e
     memset(e, 0, sizeof *e);
     memset(&res, 0, sizeof res);
     e->key = *key;
+    e->ok = 1;
 
 #define LT_TRY(call) do { st = (call); if (st != CUBLAS_STATUS_SUCCESS) { what = #call; goto fail; } } while (0)
     LT_TRY(cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LT_TRY(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     LT_TRY(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (g->bias != NULL) {
-        uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
-        int32_t btype = CUDA_R_16BF;
-        const void *bp = g->bias;
+    if (g->epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        uint32_t epi = (uint32_t)g->epi;
         LT_TRY(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                               sizeof epi));
+    }
+    if (lt_epi_bias(g->epi)) {
+        /* A bias we read is bf16; the bias gradient DGELU_BGRAD writes is
+         * left at its default, the output's type (bf16 too). */
+        int32_t btype = CUDA_R_16BF;
         LT_TRY(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                               &btype, sizeof btype));
-        /* The heuristic reads the bias pointer's alignment from here. */
-        LT_TRY(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
-                                              sizeof bp));
     }
+    if (lt_epi_aux(g->epi)) {
+        int64_t ldaux = g->ldaux;
+        LT_TRY(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                              &ldaux, sizeof ldaux));
+    }
+    st = lt_epi_pointers(e->desc, g, &what);
+    if (st != CUBLAS_STATUS_SUCCESS) goto fail;
     LT_TRY(lt_layout(&e->la, CUDA_R_16BF, a_rows, a_cols, g->lda, g->batch, key->sa));
     LT_TRY(lt_layout(&e->lb, CUDA_R_16BF, b_rows, b_cols, g->ldb, g->batch, key->sb));
     LT_TRY(lt_layout(&e->ld, g->tD, g->m, g->n, g->ldd, g->batch, key->sd));
@@ -240,14 +349,10 @@ static int lt_entry_make(hy_lt *lt, const hy_lt_gemm *g, const lt_key *key, lt_e
     cublasLtMatmulPreferenceDestroy(pref);
     if (nres < 1) {
         lt_entry_free(e);
-        return hy_fail(err, HY_ERR_RUNTIME,
-                       "cuBLASLt has no algorithm for %s (m=%d n=%d k=%d batch=%d, op %c%c, "
-                       "lda=%lld ldb=%lld ldd=%lld, D %s, alignments A %u B %u D %u bytes; "
-                       "heuristic: %s)",
-                       g->op, g->m, g->n, g->k, g->batch, g->ta == CUBLAS_OP_T ? 'T' : 'N',
-                       g->tb == CUBLAS_OP_T ? 'T' : 'N', (long long)g->lda, (long long)g->ldb,
-                       (long long)g->ldd, g->tD == CUDA_R_32F ? "fp32" : "bf16", key->al_a,
-                       key->al_b, key->al_d, cublasLtGetStatusName(st));
+        e->ok = 0;
+        e->refusal = st;
+        e->refused_in = "cublasLtMatmulAlgoGetHeuristic";
+        return HY_OK;
     }
     e->algo = res.algo;
     return HY_OK;
@@ -255,7 +360,27 @@ static int lt_entry_make(hy_lt *lt, const hy_lt_gemm *g, const lt_key *key, lt_e
 fail:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     lt_entry_free(e);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+        e->ok = 0;
+        e->refusal = st;
+        e->refused_in = what;
+        return HY_OK;
+    }
     return lt_fail(err, st, what, g);
+}
+
+/* The error for a call cuBLASLt refused (hy_lt_run of an entry with ok 0). */
+static int lt_refused(hy_error *err, const hy_lt_gemm *g, const lt_entry *e) {
+    const lt_key *key = &e->key;
+    return hy_fail(err, HY_ERR_RUNTIME,
+                   "cuBLASLt has no algorithm for %s (m=%d n=%d k=%d batch=%d, op %c%c, "
+                   "lda=%lld ldb=%lld ldd=%lld, D %s%s, alignments A %u B %u D %u bytes; "
+                   "%s: %s)",
+                   g->op, g->m, g->n, g->k, g->batch, g->ta == CUBLAS_OP_T ? 'T' : 'N',
+                   g->tb == CUBLAS_OP_T ? 'T' : 'N', (long long)g->lda, (long long)g->ldb,
+                   (long long)g->ldd, g->tD == CUDA_R_32F ? "fp32" : "bf16", lt_epi_name(g->epi),
+                   key->al_a, key->al_b, key->al_d, e->refused_in,
+                   cublasLtGetStatusName(e->refusal));
 }
 
 /* The cache entry for g, made on first sight. */
@@ -283,22 +408,44 @@ static int lt_lookup(hy_lt *lt, const hy_lt_gemm *g, lt_entry **out, hy_error *e
     return HY_OK;
 }
 
-int hy_lt_run(hy_lt *lt, cudaStream_t s, const hy_lt_gemm *g, hy_error *err) {
+/* Enqueues g. tolerant: a refusal by cuBLASLt (no algorithm, an attribute
+ * it does not take, or cublasLtMatmul itself answering NOT_SUPPORTED) is
+ * remembered for g's key and leaves *ran 0 instead of failing. */
+static int lt_call(hy_lt *lt, cudaStream_t s, const hy_lt_gemm *g, int tolerant, int *ran,
+                   hy_error *err) {
     lt_entry *e = NULL;
+    *ran = 0;
     int rc = lt_lookup(lt, g, &e, err);
     if (rc) return rc;
-    cublasStatus_t st;
-    if (g->bias != NULL) {
-        const void *bp = g->bias;
-        st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
-                                            sizeof bp);
-        if (st != CUBLAS_STATUS_SUCCESS) return lt_fail(err, st, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", g);
-    }
+    if (!e->ok) return tolerant ? HY_OK : lt_refused(err, g, e);
+    const char *what = "";
+    cublasStatus_t st = lt_epi_pointers(e->desc, g, &what);
+    if (st != CUBLAS_STATUS_SUCCESS) return lt_fail(err, st, what, g);
     /* C is D: beta = 1 accumulates in place (same pointer, same layout). */
     st = cublasLtMatmul(lt->handle, e->desc, &g->alpha, g->A, e->la, g->B, e->lb, &g->beta,
                         g->D, e->ld, g->D, e->ld, &e->algo, lt->workspace, HY_LT_WORKSPACE, s);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED && tolerant) {
+        lt_entry_free(e);
+        e->ok = 0;
+        e->refusal = st;
+        e->refused_in = "cublasLtMatmul";
+        return HY_OK;
+    }
     if (st != CUBLAS_STATUS_SUCCESS) return lt_fail(err, st, "cublasLtMatmul", g);
+    *ran = 1;
     return HY_OK;
+}
+
+int hy_lt_run(hy_lt *lt, cudaStream_t s, const hy_lt_gemm *g, hy_error *err) {
+    int ran = 0;
+    return lt_call(lt, s, g, 0, &ran, err);
+}
+
+int hy_lt_try(hy_lt *lt, cudaStream_t s, const hy_lt_gemm *g, int *ran, hy_error *err) {
+    *ran = 0;
+    if (!lt->epilogues && g->epi != CUBLASLT_EPILOGUE_DEFAULT && g->epi != CUBLASLT_EPILOGUE_BIAS)
+        return HY_OK;
+    return lt_call(lt, s, g, 1, ran, err);
 }
 
 // ----------------------------------------------------------------------------
@@ -323,6 +470,8 @@ int hy_lt_create(hy_lt **out, int device, hy_error *err) {
     hy_lt *lt = (hy_lt *)calloc(1, sizeof *lt);
     if (lt == NULL) return hy_fail(err, HY_ERR_RUNTIME, "out of memory creating a cuBLASLt context");
     lt->device = device;
+    const char *epi = getenv("HY_CUDA_GEMM_EPILOGUES");
+    lt->epilogues = !(epi != NULL && strcmp(epi, "0") == 0);
 
     int prev = 0, rc = HY_OK;
     cudaError_t crc = cudaGetDevice(&prev);
@@ -385,6 +534,12 @@ static __global__ void mm_dbias_partial_kernel(float *partial, const hy_bf16 *do
     }
 }
 
+/* dbias[o] += bgrad[o]: DGELU_BGRAD's bf16 bias gradient into the fp32 one. */
+static __global__ void mm_bgrad_add_kernel(float *dbias, const hy_bf16 *bgrad, int n) {
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o < n) dbias[o] += __bfloat162float(bgrad[o]);
+}
+
 /* dbias[o] += Σ_chunk partial[chunk, o], chunks in order. */
 static __global__ void mm_dbias_finish_kernel(float *dbias, const float *partial, int nchunks, int OC) {
     int o = blockIdx.x * blockDim.x + threadIdx.x;
@@ -411,7 +566,8 @@ int hy_k_matmul_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp,
         mm_bias_broadcast_kernel<<<grid, 256, 0, s>>>(out, bias, N, OC);
         HY_CUDA_CHECK(cudaGetLastError(), err);
         g.beta = 1.0f;
-    } else {
+    } else if (bias != NULL) {
+        g.epi = CUBLASLT_EPILOGUE_BIAS;
         g.bias = bias;
     }
     return hy_lt_run(lt, s, &g, err);
@@ -450,6 +606,94 @@ int hy_k_matmul_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dw, float *
     return HY_OK;
 }
 
+// ----------------------------------------------------------------------------
+// The MLP's first layer and its GELU, and their backward (the epilogues)
+
+static int mm_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+int hy_k_matmul_gelu_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, hy_bf16 *pre,
+                         const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *bias, int N, int C,
+                         int OC, hy_error *err) {
+    int fused = 0, rc;
+    hy_lt_gemm g = hy_lt_single("matmul_gelu_fwd", CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C,
+                                w, OC, inp, C, out, CUDA_R_16BF, OC, 0.0f);
+    if (N > 0 && C > 0 && OC > 0 && OC % 8 == 0 && (bias == NULL || mm_aligned16(bias))) {
+        g.epi = bias != NULL ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        g.bias = bias;
+        g.aux = pre;
+        g.ldaux = OC;
+        if ((rc = hy_lt_try(lt, s, &g, &fused, err))) return rc;
+    }
+    if (fused) return HY_OK;
+    /* Two passes: the product (its bias in the BIAS epilogue), then GELU. */
+    if ((rc = hy_k_matmul_fwd(lt, s, pre, inp, w, bias, N, C, OC, err))) return rc;
+    return hy_k_gelu_fwd(s, out, pre, (size_t)N * (size_t)OC, err);
+}
+
+/* Scratch: the column sums' partials from 0 (the layer's own, then, when
+ * no epilogue sums it, dbias_pre's), the epilogue's bf16 bias gradient
+ * after the larger of the two, so that it never shares bytes with them. */
+static size_t mm_bgrad_offset(int N, int C, int OC) {
+    size_t own = hy_k_matmul_bwd_scratch(N, C, OC), pre = hy_k_matmul_bwd_scratch(N, OC, C);
+    size_t most = own > pre ? own : pre;
+    return (most + 255) / 256 * 256;
+}
+
+size_t hy_k_matmul_gelu_bwd_scratch(int N, int C, int OC) {
+    if (N <= 0 || C <= 0 || OC <= 0) return 0;
+    return mm_bgrad_offset(N, C, OC) + (size_t)C * sizeof(hy_bf16);
+}
+
+/* dpre = (dout · wᵀ) ⊙ gelu'(pre), and dbias_pre += its column sums: the
+ * DGELU_BGRAD epilogue when cuBLASLt has one for the shape (its bias
+ * gradient, bf16, lands in scratch and is added into the fp32 one), else
+ * DGELU and our column sum, else the plain product into dgelu and the
+ * GELU's backward kernel. The layer's own dw and dbias first, as
+ * matmul_bwd computes them. */
+int hy_k_matmul_gelu_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dpre, float *dbias_pre, float *dw,
+                         float *dbias, hy_bf16 *dgelu, const hy_bf16 *dout, const hy_bf16 *inp,
+                         const hy_bf16 *pre, const hy_bf16 *w, int N, int C, int OC, void *scratch,
+                         hy_error *err) {
+    if (N <= 0 || C <= 0 || OC <= 0) return HY_OK;
+    int rc, fused = 0;
+    if ((dw != NULL || dbias != NULL) &&
+        (rc = hy_k_matmul_bwd(lt, s, NULL, dw, dbias, dout, inp, w, N, C, OC, 0, scratch, err)))
+        return rc;
+    hy_bf16 *bgrad = (hy_bf16 *)((char *)scratch + mm_bgrad_offset(N, C, OC));
+    hy_lt_gemm g = hy_lt_single("matmul_gelu_bwd (dpre)", CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC,
+                                w, OC, dout, OC, dpre, CUDA_R_16BF, C, 0.0f);
+    if (C % 8 == 0) {
+        g.aux = (hy_bf16 *)pre;   /* read, not written */
+        g.ldaux = C;
+        if (dbias_pre != NULL) {
+            g.epi = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+            g.bgrad = bgrad;
+            if ((rc = hy_lt_try(lt, s, &g, &fused, err))) return rc;
+        }
+        if (!fused) {
+            g.epi = CUBLASLT_EPILOGUE_DGELU;
+            g.bgrad = NULL;
+            if ((rc = hy_lt_try(lt, s, &g, &fused, err))) return rc;
+        }
+    }
+    if (!fused) {
+        g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        g.aux = NULL;
+        g.ldaux = 0;
+        g.D = dgelu;
+        if ((rc = hy_lt_run(lt, s, &g, err))) return rc;
+        if ((rc = hy_k_gelu_bwd(s, dpre, dgelu, pre, (size_t)N * (size_t)C, 1, err))) return rc;
+    }
+    if (dbias_pre == NULL) return HY_OK;
+    if (g.epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+        mm_bgrad_add_kernel<<<(unsigned)((C + 255) / 256), 256, 0, s>>>(dbias_pre, bgrad, C);
+        HY_CUDA_CHECK(cudaGetLastError(), err);
+        return HY_OK;
+    }
+    return hy_k_matmul_bwd(lt, s, NULL, NULL, dbias_pre, dpre, NULL, NULL, N, OC, C, 0, scratch,
+                           err);
+}
+
 int hy_k_lm_head_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *logits, const hy_bf16 *inp,
                      const hy_bf16 *wte, int N, int C, int V, hy_error *err) {
     if (N <= 0 || C <= 0 || V <= 0) return HY_OK;
@@ -483,5 +727,6 @@ int hy_k_matmul_preload(hy_error *err) {
     HY_CUDA_PRELOAD(mm_bias_broadcast_kernel, err);
     HY_CUDA_PRELOAD(mm_dbias_partial_kernel, err);
     HY_CUDA_PRELOAD(mm_dbias_finish_kernel, err);
+    HY_CUDA_PRELOAD(mm_bgrad_add_kernel, err);
     return HY_OK;
 }
