@@ -99,7 +99,7 @@ int hy_cuda_graph_launch(hy_graph *g, hy_stream *s, hy_error *err) {
     cs->active = &g->sites;
     *cs->progress = 0;
     cs->seen = 0;
-    cs->since = now_s();
+    hy_watchdog_start(&cs->since, s->be->watchdog_s);
     pthread_mutex_unlock(&cs->lock);
     HY_CUDA_CHECK(cudaGraphLaunch(g->exec, cs->s), err);
     return HY_OK;

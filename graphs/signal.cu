@@ -185,7 +185,8 @@ static void site_stalled(const cuda_backend *cb, const cuda_site *at, double wai
  * the backend, as the monitor does for a graph; work of another library's
  * is ended through its release. */
 static int host_wait(cuda_backend *cb, cuda_stream *cs, const cuda_site *at, hy_error *err) {
-    double start = now_s();
+    hy_watchdog dog;   /* time the process was stopped does not count (watchdog.h) */
+    hy_watchdog_start(&dog, cb->base.watchdog_s);
     for (long polls = 0;; polls++) {
         uint32_t v = 0;
         int ready = 0, rc = site_ready(cb, cs, at, &ready, &v, err);
@@ -196,10 +197,9 @@ static int host_wait(cuda_backend *cb, cuda_stream *cs, const cuda_site *at, hy_
             if (at->release) at->release(at->ctx);
             return stopped_at(cb, &at->site, err);
         }
-        double waited = now_s() - start;
-        if (waited >= cb->base.watchdog_s) {
+        if (hy_watchdog_expired(&dog)) {
             char msg[sizeof err->msg];
-            site_stalled(cb, at, waited, &v, msg, sizeof msg);
+            site_stalled(cb, at, hy_watchdog_waited(&dog), &v, msg, sizeof msg);
             rc = hy_fail(err, HY_ERR_RUNTIME, "%s", msg);
             if (at->release) at->release(at->ctx);
             hy_cuda_abort(&cb->base, err->msg);
@@ -307,13 +307,14 @@ static void release_wait(cuda_backend *cb, const cuda_stream *cs, const cuda_sit
 /* One look at one stream. Under cs->lock; returns a watchdog report to
  * abort with (into why), or 0. */
 static int watch(cuda_backend *cb, cuda_stream *cs, double now, char *why, size_t n) {
+    double limit = cb->base.watchdog_s;
     if (cs->capturing) return 0;   /* nothing runs, and a query would break the capture */
     cudaSetDevice(cs->device);
     cudaError_t q = cudaStreamQuery(cs->s);
     if (q != cudaErrorNotReady) {   /* idle, or failed: sync reports a failure */
         if (q != cudaSuccess) (void)cudaGetLastError();
         cs->seen = *cs->progress;
-        cs->since = now;
+        hy_watchdog_start_at(&cs->since, limit, now);
         return 0;
     }
     const cuda_site *at = current_wait(cs);
@@ -327,13 +328,15 @@ static int watch(cuda_backend *cb, cuda_stream *cs, double now, char *why, size_
     uint32_t p = *cs->progress;
     if (p != cs->seen) {
         cs->seen = p;
-        cs->since = now;
+        hy_watchdog_start_at(&cs->since, limit, now);
         return 0;
     }
-    if (!at || now - cs->since < cb->base.watchdog_s) return 0;
+    /* Counts from the monitor's previous look at this stream: a pause of
+     * the whole process (Ctrl-Z) between two looks is not a stall. */
+    if (!hy_watchdog_expired_at(&cs->since, now) || !at) return 0;
     /* Device-memory flags cannot be read from here. */
     uint32_t seen = at->flag && !cb->flags_on_device ? *(volatile uint32_t *)at->flag : 0;
-    site_stalled(cb, at, now - cs->since, at->flag && !cb->flags_on_device ? &seen : NULL,
+    site_stalled(cb, at, hy_watchdog_waited(&cs->since), at->flag && !cb->flags_on_device ? &seen : NULL,
                  cs->stalled, sizeof cs->stalled);
     snprintf(why, n, "%s", cs->stalled);
     return 1;
@@ -343,7 +346,7 @@ static void *monitor_main(void *arg) {
     cuda_backend *cb = (cuda_backend *)arg;
     char why[sizeof cb->why];
     while (!__atomic_load_n(&cb->quit, __ATOMIC_SEQ_CST)) {
-        double now = now_s();
+        double now = hy_watchdog_now();
         int fire = 0;
         pthread_mutex_lock(&cb->lock);
         for (cuda_stream *cs = cb->streams; cs; cs = cs->next) {
@@ -376,7 +379,7 @@ void hy_cuda_monitor_stop(cuda_backend *cb) {
 }
 
 void hy_cuda_stream_register(cuda_backend *cb, cuda_stream *cs) {
-    cs->since = now_s();
+    hy_watchdog_start(&cs->since, cb->base.watchdog_s);
     pthread_mutex_lock(&cb->lock);
     cs->next = cb->streams;
     cb->streams = cs;
@@ -434,7 +437,7 @@ int hy_cuda_sync(hy_stream *s, hy_error *err) {
     cs->active = NULL;   /* no graph runs until the next launch */
     *cs->progress = 0;
     cs->seen = 0;
-    cs->since = now_s();
+    hy_watchdog_start(&cs->since, cb->base.watchdog_s);
     pthread_mutex_unlock(&cs->lock);
     if (q != cudaSuccess) {
         rc = hy_fail(err, HY_ERR_RUNTIME, "rank %d (device %d): %s (%s) while running its iteration",

@@ -263,7 +263,8 @@ static const key_spec KEYS[] = {
     { .name = "watchdog_s", .type = K_REAL, .off = OFF(watchdog_s),
       .lo = 0, .hi = 1e6, .flags = F_LO_OPEN, .def = 60,
       .doc = "a rank blocked this long on a transfer stops the run with an error "
-             "naming rank, action, edge and slot" },
+             "naming rank, action, edge and slot; only time the process ran counts (a "
+             "Ctrl-Z and `fg` is no stall)" },
 };
 
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "watchdog.h"
+
 /* Whether the launcher put this process in a job of more than one
  * process (*size > 1), or in one at all (return 1). */
 static int dp_launched(int *size) {
@@ -63,26 +65,25 @@ struct hy_dp {
  * the other replicas are waiting in the same collective and none of them
  * can go on (DESIGN §9 "Data parallelism across processes"). */
 static void dp_wait(const struct hy_dp *dp, MPI_Request *req, const char *what, int rank) {
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    hy_watchdog dog;   /* time this process was stopped does not count (watchdog.h) */
+    hy_watchdog_start(&dog, dp->watchdog_s);
     long pause_ns = 1000;
     for (;;) {
         int done = 0;
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done) return;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        double waited = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
-        if (dp->watchdog_s > 0 && waited >= dp->watchdog_s) {
+        if (hy_watchdog_expired(&dog)) {
             char who[48] = "";
             if (rank >= 0) snprintf(who, sizeof who, " (pipeline rank %d)", rank);
             fprintf(stderr, "hanayo: replica %d: watchdog: waited %.1f s in %s%s for the other "
                     "replicas; one of them is stalled or gone (watchdog_s = %g)\n", dp->rank,
-                    waited, what, who, dp->watchdog_s);
+                    hy_watchdog_waited(&dog), what, who, dp->watchdog_s);
             fflush(stderr);
             MPI_Abort(MPI_COMM_WORLD, HY_ERR_RUNTIME);
         }
         /* From a microsecond up to a millisecond: quick for the sums that
-         * are nearly done, cheap for a long wait. */
+         * are nearly done, cheap for a long wait. A signal ends a nap
+         * early (EINTR); the loop just looks again. */
         struct timespec ts = { 0, pause_ns };
         nanosleep(&ts, NULL);
         if (pause_ns < 1000000) pause_ns *= 2;

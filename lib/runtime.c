@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -790,12 +791,22 @@ int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, hy_dp *dp, hy_erro
     pthread_cond_init(&rt->cv, NULL);
     int rc = rt_build(rt, err);
     hy_record_gate_init(&rt->recorded, rt->P);   /* P is known once rt_build has begun */
+    /* The rank threads take no stop signal (SIGINT, SIGTERM: they inherit
+     * the mask): it goes to the thread that drives the run, whose blocking
+     * call it must cut short (tools/cmd_train.c), and the ranks see the
+     * stop between steps. */
+    sigset_t stop, mask;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, &mask);
     for (int r = 0; r < rt->P && !rc; r++) {
         if (pthread_create(&rt->ranks[r].thread, NULL, rt_rank_main, &rt->ranks[r]) != 0)
             rc = hy_fail(err, HY_ERR_RUNTIME, "could not start the thread of rank %d", r);
         else
             rt->ranks[r].started = 1;
     }
+    pthread_sigmask(SIG_SETMASK, &mask, NULL);
     if (rc) {
         hy_runtime_destroy(rt);
         return rc;

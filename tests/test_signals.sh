@@ -11,8 +11,13 @@
 #   - leave exactly that checkpoint (nothing temporary), from which
 #     `train --resume` runs on to step N + 2;
 #   - with checkpoint.dir null, print that no checkpoint was written.
-# And a second signal while the run winds down takes the default action
-# (the last case says how it catches the run in that state for sure).
+# A SIGTERM that finds the run blocked in a system call (a write to a pipe
+# nobody reads) cuts it short: the checkpoint is written while the pipe is
+# still full (with SA_RESTART the write went on waiting and the signal was
+# swallowed). A run stopped (SIGSTOP) for longer than watchdog_s and then
+# continued goes on training, with no watchdog report. And a second signal
+# while the run winds down takes the default action (the last case says
+# how it catches the run in that state for sure).
 # A background job of a script starts with SIGINT ignored, which hanayo
 # keeps (see catch_stop_signals in tools/cmd_train.c), so the runs start
 # through `env --default-signal`, as from a terminal. Runs under the ASan
@@ -101,6 +106,111 @@ if start nodir --set checkpoint.dir=null; then
     expect_rc 143
     expect_out '^stopped at step [0-9]* because of SIGTERM; no checkpoint written: no checkpoint.dir is configured$'
     expect_no_out '^checkpoint: '
+fi
+
+# ---- SIGTERM while blocked in a write ----------------------------------------------------
+# Its stdout is a pipe of one page that nobody reads: once the pipe is full
+# and the run's main thread sits in write(2) (/proc/PID/syscall), it gets
+# SIGTERM; the checkpoint must appear while the pipe stays full. Then the
+# pipe is drained, and the run exits 143 with its stop line.
+if [ ! -r /proc/self/syscall ]; then
+    echo "signals: no /proc/PID/syscall; skipped the blocked-write case" >&2
+elif python3 - "$HANAYO" "$tmp" "${small[@]}" <<'EOF' 2>"$tmp/blocked.err"; then ok; else
+import fcntl, glob, os, platform, re, struct, subprocess, sys, termios, time
+hanayo, tmp, small = sys.argv[1], sys.argv[2], sys.argv[3:]
+ck = tmp + "/blocked-ck"
+WRITE = {"x86_64": 1, "aarch64": 64}.get(platform.machine())
+def fail(why):
+    sys.exit("blocked: " + why)
+if WRITE is None:
+    print("signals: no write(2) number for %s; skipped the blocked-write case"
+          % platform.machine(), file=sys.stderr)
+    sys.exit(0)
+r, w = os.pipe()
+fcntl.fcntl(w, 1031, 4096)   # F_SETPIPE_SZ: one page
+p = subprocess.Popen(["env", "--default-signal=INT,TERM", hanayo, "train",
+                      "configs/tiny-gpt.json"] + small +
+                     ["--set", "train.steps=100000", "--set", "checkpoint.dir=" + ck],
+                     stdout=w, stderr=open(tmp + "/blocked.hanayo.err", "w"),
+                     stdin=subprocess.DEVNULL)
+os.close(w)
+def avail():
+    return struct.unpack("i", fcntl.ioctl(r, termios.FIONREAD, b"\0" * 4))[0]
+def in_write():   # the main thread (the process's own id) waits in write(2)
+    try:
+        return open("/proc/%d/syscall" % p.pid).read().split()[0] == str(WRITE)
+    except (OSError, IndexError):
+        return False
+deadline = time.time() + 120
+while not (avail() >= 4096 - 200 and in_write()):
+    if p.poll() is not None:
+        fail("hanayo exited (%d) before it blocked on the full pipe" % p.returncode)
+    if time.time() > deadline:
+        p.kill()
+        fail("it never blocked in write on the full pipe")
+    time.sleep(0.01)
+p.send_signal(15)
+while not glob.glob(ck + "/step_*/state.json"):
+    if p.poll() is not None:
+        fail("hanayo exited (%d) before the checkpoint showed" % p.returncode)
+    if time.time() > deadline:
+        p.kill()
+        fail("no checkpoint while the pipe stayed full: SIGTERM did not cut the write short")
+    time.sleep(0.01)
+out = b""
+while True:   # drain: the run prints its stop line and exits
+    chunk = os.read(r, 65536)
+    if not chunk:
+        break
+    out += chunk
+try:
+    rc = p.wait(60)
+except subprocess.TimeoutExpired:
+    p.kill()
+    fail("it did not exit once its output was read")
+if rc != 143:
+    fail("exit %d, want 143; stderr: %s" % (rc, open(tmp + "/blocked.hanayo.err").read()[:300]))
+m = re.search(rb"stopped at step (\d+) because of SIGTERM; continue with --resume (\S+)\n$", out)
+if not m:
+    fail("no stop line at the end: %r" % out[-300:])
+if m.group(2).decode() != "%s/step_%06d" % (ck, int(m.group(1))):
+    fail("the stop line names %s" % m.group(2).decode())
+if sorted(os.listdir(ck)) != [os.path.basename(m.group(2).decode())]:
+    fail("%s holds %s" % (ck, sorted(os.listdir(ck))))
+EOF
+    bad "$(cat "$tmp/blocked.err")"
+fi
+
+# ---- stopped for longer than watchdog_s ------------------------------------------------------
+# SIGSTOP for 5 s, twice, with watchdog_s 2: the ranks were not stalled, the
+# whole process was, so the run must go on (a new step line after each
+# SIGCONT) and end only on the SIGTERM that follows, exit 143, with nothing
+# on stderr. The sleeps make the pause; nothing is timed.
+if start paused --set checkpoint.dir=null --set watchdog_s=2; then
+    last="train (SIGSTOP 5 s, watchdog_s 2)"
+    for round in 1 2; do
+        kill -STOP "$pid"
+        sleep 5
+        seen=$(grep -c '^step ' "$tmp/paused.out")
+        kill -CONT "$pid"
+        for _ in $(seq 600); do   # up to 60 s for the next step line
+            [ "$(grep -c '^step ' "$tmp/paused.out")" -gt "$seen" ] && break
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        if [ "$(grep -c '^step ' "$tmp/paused.out")" -gt "$seen" ]; then ok; else
+            bad "$last: no step after SIGCONT (round $round): $(head -c 400 "$tmp/paused.err")"
+            break
+        fi
+    done
+    kill -TERM "$pid"
+    wait "$pid"
+    rc=$?
+    cp "$tmp/paused.out" "$tmp/out"
+    cp "$tmp/paused.err" "$tmp/err"
+    expect_rc 143
+    if [ -s "$tmp/err" ]; then bad "$last: stderr: $(head -c 400 "$tmp/err")"; else ok; fi
+    expect_out '^stopped at step [0-9]* because of SIGTERM; no checkpoint written'
 fi
 
 # ---- a second signal -------------------------------------------------------------------

@@ -13,8 +13,9 @@
  * checked first. A run with a checkpoint.dir holds its lock (one writer
  * per directory) and, with checkpoint.keep, removes older checkpoints
  * after each new one is complete. SIGINT or SIGTERM ends the run cleanly
- * after the current step. eval prints a model's mean loss over a shard as
- * one JSON line.
+ * after the current step, and so does a write to stdout or the JSON log
+ * that fails (a reader gone: SIGPIPE is ignored). eval prints a model's
+ * mean loss over a shard as one JSON line.
  */
 #include "cmd_train.h"
 
@@ -62,7 +63,9 @@ static const char usage_train[] =
     "SIGINT (Ctrl-C) or SIGTERM stops the run after the current step: it\n"
     "saves a checkpoint (with a checkpoint.dir), says where it stopped and\n"
     "exits with status 130 (SIGINT) or 143 (SIGTERM). A second signal ends\n"
-    "it at once.\n";
+    "it at once. Output that cannot be written stops it the same way: a\n"
+    "reader gone (`hanayo train ... | head`) exits 141 with one line on\n"
+    "stderr, any other write failure exits 1.\n";
 
 static const char usage_eval[] =
     "usage: hanayo eval CONFIG [--init WEIGHTS.safetensors] [--data SHARD]\n"
@@ -78,7 +81,7 @@ static const char usage_eval[] =
     "                    (default: every whole batch in the shard)\n"
     "  --set key=value   override a config key\n";
 
-/* ---- SIGINT and SIGTERM -------------------------------------------------------- */
+/* ---- SIGINT, SIGTERM and SIGPIPE ------------------------------------------------ */
 
 /* SIGINT and SIGTERM during `train`: the handler only records the signal;
  * cli_train_run sees it after the current step, saves a checkpoint and
@@ -91,6 +94,7 @@ static const char usage_eval[] =
  * needs. */
 static volatile sig_atomic_t stop_signal;
 static int stop_caught[2];   /* whether SIGINT, SIGTERM got the handler; set before it runs */
+static int exit_signal;      /* the signal a finished run was stopped by, for main */
 
 static void on_stop_signal(int sig) {
     stop_signal = sig;
@@ -102,12 +106,28 @@ static void on_stop_signal(int sig) {
 /* A signal ignored when we start (a script's background job ignores
  * SIGINT; a supervisor may ignore both) stays ignored: whoever started us
  * chose that. Both are blocked while the handler runs, so the second
- * signal always meets the default action. SA_RESTART: the rank threads'
- * waits and the file writes carry on as if nothing happened. */
+ * signal always meets the default action.
+ *
+ * No SA_RESTART: a system call the signal interrupts fails with EINTR
+ * instead of carrying on, so a run blocked in one (a write to a pipe
+ * nobody reads) is not deaf to it. The runtime's rank threads take no
+ * stop signal (runtime.c), so it lands on this thread, the one that
+ * opens files and prints; their own waits (futex, nanosleep, polls) look
+ * again when cut short, and the stop is seen after the step. Every read
+ * and write loop of the library retries EINTR: they read and write
+ * regular files only (infile.h), which never block for long, and a stop
+ * is answered with a checkpoint, which must not be cut short. What can
+ * block for good is printing to a pipe or terminal: such a write cut
+ * short loses its line, and the stop goes on (output_flush).
+ *
+ * SIGPIPE is ignored: a reader that went away (`hanayo train | head`)
+ * makes the next write fail with EPIPE instead of killing the process
+ * with its steps unsaved; the run stops after that step as if asked to
+ * (output_flush). */
 static void catch_stop_signals(void) {
     const int sigs[2] = { SIGINT, SIGTERM };
     for (int i = 0; i < 2; i++) {
-        struct sigaction old, sa = { .sa_handler = on_stop_signal, .sa_flags = SA_RESTART };
+        struct sigaction old, sa = { .sa_handler = on_stop_signal, .sa_flags = 0 };
         if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
         sigemptyset(&sa.sa_mask);
         sigaddset(&sa.sa_mask, SIGINT);
@@ -115,10 +135,13 @@ static void catch_stop_signals(void) {
         stop_caught[i] = 1;
         if (sigaction(sigs[i], &sa, NULL) != 0) stop_caught[i] = 0;
     }
+    struct sigaction ign = { .sa_handler = SIG_IGN };
+    sigemptyset(&ign.sa_mask);
+    (void)sigaction(SIGPIPE, &ign, NULL);   /* failing leaves the default: killed, as before */
 }
 
 int cli_train_stop_signal(void) {
-    return stop_signal;
+    return exit_signal;
 }
 
 /* ---- hanayo train ------------------------------------------------------------ */
@@ -191,7 +214,7 @@ static int validate(hy_runtime *rt, const hy_run *run, int step, FILE *out, hy_o
     if (!rc) rc = hy_runtime_eval(rt, run->data.val, batches, &loss, &tokens, err);
     if (rc) return rc;
     fprintf(out, "val loss %.4f (%d batches of %s)\n", loss, batches, run->data.val);
-    if (log->fd < 0) return HY_OK;
+    if (!log || log->fd < 0) return HY_OK;   /* no log, or one that failed */
     char line[160];
     snprintf(line, sizeof line, "{\"step\": %d, \"val_loss\": %.6f, \"val_batches\": %d}\n", step,
              loss, batches);
@@ -202,8 +225,58 @@ static int validate(hy_runtime *rt, const hy_run *run, int step, FILE *out, hy_o
 static const char *stop_cause(int sig, char *buf, size_t n) {
     if (sig == SIGINT) return "SIGINT";
     if (sig == SIGTERM) return "SIGTERM";
+    if (sig == SIGPIPE) return "SIGPIPE";   /* another replica's output failed */
     snprintf(buf, n, "signal %d", sig);
     return buf;
+}
+
+/* An output of the run: standard output, or the JSON log. */
+typedef struct {
+    FILE *f;            /* NULL: none */
+    const char *name;   /* "standard output", or the log's path */
+    int log;            /* whether it is the --log-json file */
+    const volatile sig_atomic_t *stop;   /* the stop request (cli_train_opts), or NULL */
+    int failed;         /* errno of its first failed write; 0: none */
+} run_output;
+
+/* Sends what was printed to o on its way, and notes a write that failed:
+ * the run then stops after the current step, as if asked to (its reader
+ * went away, EPIPE, or its disk is full), so the steps trained are saved,
+ * not lost. A write a stop signal cut short (EINTR: nobody was reading,
+ * and the signal asked for a stop anyway) loses what it held, and is not
+ * a failure. Once a stop was asked nothing more is sent until the stop's
+ * checkpoint is saved (stop_run flushes last): a reader that does not
+ * read must not hold the save back. Every flush of the run's outputs in
+ * the step loop goes through here. */
+static void output_flush(run_output *o) {
+    if (!o->f || o->failed || (o->stop && *o->stop)) return;
+    if (fflush(o->f) == 0 && !ferror(o->f)) return;
+    int e = errno ? errno : EIO;
+    clearerr(o->f);
+    if (e != EINTR) o->failed = e;
+}
+
+/* Notes that a write to o failed outside output_flush (the log's lines
+ * are written whole by outfile.h, not through stdio): as there, the run
+ * stops after the current step, saved. */
+static void output_broke(run_output *o) {
+    if (!o->failed) o->failed = errno ? errno : EIO;
+}
+
+/* The first of the run's outputs that failed, or NULL. */
+static const run_output *output_failed(const run_output outs[2]) {
+    for (int i = 0; i < 2; i++)
+        if (outs[i].failed) return &outs[i];
+    return NULL;
+}
+
+/* Why o failed, as the end of "stopped at step N because ...". */
+static void output_why(const run_output *o, char *buf, size_t n) {
+    const char *flag = o->log ? "--log-json " : "";
+    if (o->failed == EPIPE)
+        snprintf(buf, n, "%s%s is a broken pipe (its reader is gone)", flag, o->name);
+    else
+        snprintf(buf, n, "%s%s could not be written: %s", flag, o->name, strerror(o->failed));
 }
 
 /* Saves rt's last step into checkpoint.dir, says so, then applies
@@ -241,30 +314,45 @@ static int save(hy_runtime *rt, const hy_run *run, hy_dp *dp, char *path, FILE *
 }
 
 /* Whether a stop was asked (*sig: the signal, 0: none), agreed by the
- * replicas: the largest signal any of them got, so they stop together. */
-static int stop_asked(const cli_train_opts *o, hy_dp *dp, int *sig, hy_error *err) {
-    *sig = 0;
-    if (!o || !o->stop) return HY_OK;
-    *sig = *o->stop;
+ * replicas: the largest signal any of them got, so they stop together.
+ * An output that failed (`broken`) asks as SIGPIPE. */
+static int stop_asked(const cli_train_opts *o, const run_output *broken, hy_dp *dp, int *sig,
+                      hy_error *err) {
+    *sig = o && o->stop ? *o->stop : 0;
+    if (broken && *sig < SIGPIPE) *sig = SIGPIPE;
     return hy_dp_max(dp, sig, err);
 }
 
 /* A run asked to stop after step `step`: save that step unless `saved`
  * (its checkpoint, just written) is given or the step was not finite
- * (`bad`), and say where the run stopped and how to go on. */
+ * (`bad`), and say where the run stopped and how to go on: on out for a
+ * signal; for an output that failed (`broken`), on stderr when its
+ * reader is gone (the caller exits 128 + SIGPIPE), else as the run's
+ * error (exit 1). */
 static int stop_run(hy_runtime *rt, const hy_run *run, hy_dp *dp, int step, const char *saved,
-                    int bad, int sig, FILE *out, hy_error *err) {
-    char path[PATH_MAX] = "", cause[32];
+                    int bad, int sig, const run_output *broken, FILE *out, hy_error *err) {
+    char path[PATH_MAX] = "", cause[32], why[PATH_MAX + 160] = "";
+    if (broken) output_why(broken, why, sizeof why);
     if (run->checkpoint.dir && !saved && !bad) {
         int rc = save(rt, run, dp, path, out, err);
+        if (rc && broken) hy_error_prefix(err, "stopping at step %d because %s: ", step, why);
         if (rc) return rc;
         saved = path;
     }
-    fprintf(out, "stopped at step %d because of %s; ", step, stop_cause(sig, cause, sizeof cause));
-    if (saved) fprintf(out, "continue with --resume %s\n", saved);
-    else if (run->checkpoint.dir) fprintf(out, "no checkpoint written: the step was not finite\n");
-    else fprintf(out, "no checkpoint written: no checkpoint.dir is configured\n");
-    fflush(out);
+    char then[PATH_MAX + 40];
+    if (saved) snprintf(then, sizeof then, "continue with --resume %s", saved);
+    else snprintf(then, sizeof then, "no checkpoint written: %s", run->checkpoint.dir
+                  ? "the step was not finite" : "no checkpoint.dir is configured");
+    if (broken && broken->failed != EPIPE)
+        return hy_fail(err, HY_ERR_RUNTIME, "stopped at step %d because %s; %s", step, why, then);
+    if (broken) {
+        fprintf(stderr, "hanayo: stopped at step %d because %s; %s\n", step, why, then);
+        fflush(stderr);
+    } else {
+        fprintf(out, "stopped at step %d because of %s; %s\n", step,
+                stop_cause(sig, cause, sizeof cause), then);
+        fflush(out);
+    }
     return HY_OK;
 }
 
@@ -295,7 +383,6 @@ static int nonfinite(hy_runtime *rt, const hy_run *run, int step, const hy_step_
                        NONFINITE_MAX_IN_ROW);
     fprintf(out, "step %d: non-finite loss/gradient (%s); %s; skipped (%d so far)\n", step, where,
             update, *total);
-    fflush(out);
     return HY_OK;
 }
 
@@ -401,6 +488,10 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
         fprintf(out, "resumed from %s after step %d\n", resume, done);
         first = done + 1;
     }
+    /* A write to either that fails stops the run after that step. */
+    const volatile sig_atomic_t *stop = o ? o->stop : NULL;
+    run_output outs[2] = { { out, "standard output", 0, stop, 0 },
+                           { NULL, log.fd >= 0 ? o->log_json : NULL, 1, stop, 0 } };
     double total_ms = 0;
     int stopped = 0, saved = 0;   /* the step a stop request ended the run at; the last saved */
     int stop_sig = 0;             /* the signal that asked (the largest of the replicas') */
@@ -419,12 +510,13 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
                     tps, stats.ms);
             print_eta(out, total_ms / (i - first + 1) * (steps - i) / 1e3);
             fputc('\n', out);
-            fflush(out);
         }
-        if (log.fd >= 0) rc = log_step(&log, i, &stats, tps, err);
+        if (log.fd >= 0 && !outs[1].failed && log_step(&log, i, &stats, tps, err) != HY_OK)
+            output_broke(&outs[1]);   /* the run stops after this step, saved */
         bad = stats.nonfinite;
         if (!bad) bad_in_row = 0;
         else if (!rc) rc = nonfinite(rt, run, i, &stats, &n_bad, &bad_in_row, out, err);
+        output_flush(&outs[0]);   /* the step's lines, at once */
         /* Every replica saw the same loss and norm, so they all stop here
          * alike: one error, reported once. */
         if (bad && hy_dp_size(dp) > 1) rc = hy_dp_agree(dp, rc, err);
@@ -441,26 +533,32 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
         }
         /* Only between steps: a step is never cut in half. Replicas stop
          * together, at the first step after any of them was asked to. */
-        if (!rc) rc = stop_asked(o, dp, &stop_sig, err);
+        if (!rc) rc = stop_asked(o, output_failed(outs), dp, &stop_sig, err);
         if (!rc && stop_sig) stopped = i;
         if (stopped) break;
     }
     if (!rc && n_bad)
         fprintf(out, "%d non-finite step%s skipped (train.on_nonfinite is \"skip\")\n", n_bad,
                 n_bad == 1 ? "" : "s");
-    if (!rc && !stopped && run->data.val) rc = validate(rt, run, steps, out, &log, err);
+    if (!rc && !stopped && run->data.val)
+        rc = validate(rt, run, steps, out, outs[1].failed ? NULL : &log, err);
+    for (int k = 0; k < 2; k++) output_flush(&outs[k]);
     /* A request that came during the last step or the validation still
      * gets its answer (the last step was saved already, when there is a
-     * checkpoint.dir, unless the run resumed at its end and took none). */
+     * checkpoint.dir, unless the run resumed at its end and took none);
+     * so does an output that failed only now. */
     int last = stopped ? stopped : first <= steps ? steps : done;
-    if (!rc && !stopped) rc = stop_asked(o, dp, &stop_sig, err);
+    if (!rc && !stopped) rc = stop_asked(o, output_failed(outs), dp, &stop_sig, err);
     if (!rc && stop_sig)
-        rc = stop_run(rt, run, dp, last, saved == last ? saved_path : NULL, bad, stop_sig, out, err);
-    if (o && o->stopped_by) *o->stopped_by = stop_sig;
+        rc = stop_run(rt, run, dp, last, saved == last ? saved_path : NULL, bad, stop_sig,
+                      output_failed(outs), out, err);
+    /* The signal the run ended on, as main's status: not when it failed
+     * (an output that could not be written, other than a broken pipe). */
+    if (o && o->stopped_by) *o->stopped_by = rc ? 0 : stop_sig;
     hy_runtime_destroy(rt);
     hy_checkpoint_unlock(&lock);
     hy_error closing;
-    if (hy_outfile_log_close(&log, &closing) && !rc) {
+    if (hy_outfile_log_close(&log, &closing) && !rc && !outs[1].failed) {
         *err = closing;
         rc = err->status;
     }
@@ -516,7 +614,7 @@ static int cmd_train(const cli_command *cmd, int argc, char **argv, hy_error *er
     if (out != stdout && out) fclose(out);
     hy_dp_finish(dp);
     hy_flag_list_free(&a.sets);
-    if (rc == HY_OK && stopped_by) stop_signal = stopped_by;   /* main's exit status */
+    if (rc == HY_OK) exit_signal = stopped_by;   /* main's exit status */
     return rc;
 }
 

@@ -25,7 +25,14 @@ typedef struct {
      * validation loss, prints "stopped at step N because of SIG..." and
      * returns HY_OK. The SIGINT/SIGTERM handler stores the signal's
      * number here (so the line can name it) and main exits 128 + that
-     * number. */
+     * number. Until that checkpoint is saved, nothing more is flushed to
+     * out or the log (a reader that does not read must not hold it up).
+     * A write to out or the log that fails is a stop request too, after
+     * that step: a broken pipe (EPIPE; SIGPIPE ignored) prints the stop
+     * line on stderr instead, "hanayo: stopped at step N because
+     * standard output is a broken pipe ...", and counts as SIGPIPE (main
+     * exits 141); any other failure (a full disk) returns HY_ERR_RUNTIME
+     * with that line as the message. */
     const volatile sig_atomic_t *stop;
     /* Test hook, or NULL: called before every step with the runtime and
      * the step about to run (1-based); a status other than HY_OK ends the
@@ -33,9 +40,10 @@ typedef struct {
      * through it (hy_runtime_write) to exercise train.on_nonfinite. */
     int (*before_step)(hy_runtime *rt, int step, void *ctx, hy_error *err);
     void *before_step_ctx;
-    /* Where the signal the run stopped on goes (0: none), or NULL. Under
-     * data parallelism the replicas agree on it: every one stops at the
-     * same step, though only one got the signal. */
+    /* Where the signal the run stopped on goes (0: none; SIGPIPE for a
+     * broken pipe; 0 when the run returns an error), or NULL. Under data
+     * parallelism the replicas agree on it: every one stops at the same
+     * step, though only one got the signal. */
     int *stopped_by;
     /* The data-parallel replicas this process is one of (dp.h), or NULL:
      * the only one. Replica 0 alone writes checkpoints and the JSON log;
@@ -56,8 +64,8 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
 int cli_eval_run(const hy_run *run, const char *shard, int batches, FILE *out, FILE *warn,
                  hy_error *err);
 
-/* The signal that stopped the last `hanayo train` early (0: none); main
- * exits with 128 + it. */
+/* The signal that stopped the last `hanayo train` early, as it said
+ * (0: none; SIGPIPE for a broken pipe); main exits with 128 + it. */
 int cli_train_stop_signal(void);
 
 #endif

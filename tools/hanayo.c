@@ -9,7 +9,7 @@
  * Errors come back as hy_error values and main() prints the one message,
  * "hanayo: <message>", and exits with its status — 0 success, 1 runtime
  * failure, 2 bad input; 130 or 143 when SIGINT or SIGTERM stopped a
- * training run (see tools/cmd_train.c).
+ * training run, 141 when a broken pipe did (see tools/cmd_train.c).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -162,13 +162,16 @@ int main(int argc, char **argv) {
     hy_error err;
     hy_error_clear(&err);
     int status = dispatch(argc, argv, &err);
+    /* train stopped early on a signal (or on a broken pipe, as SIGPIPE)
+     * and said so, on stdout or, when stdout was the broken pipe, on
+     * stderr. */
+    int stopped_by = cli_train_stop_signal();
     /* A full disk or closed pipe must not pass for success. */
-    if (status == HY_OK && (fflush(stdout) != 0 || ferror(stdout)))
+    if (status == HY_OK && !stopped_by && (fflush(stdout) != 0 || ferror(stdout)))
         status = hy_fail(&err, HY_ERR_RUNTIME, "cannot write to standard "
                          "output: %s", strerror(errno ? errno : EIO));
     /* (An empty message: another data-parallel replica reports it.) */
     if (status != HY_OK && err.msg[0]) fprintf(stderr, "hanayo: %s\n", err.msg);
-    /* train stopped early on a signal and said so on stdout. */
-    else if (cli_train_stop_signal()) status = 128 + cli_train_stop_signal();
+    else if (stopped_by) status = 128 + stopped_by;
     return status;
 }

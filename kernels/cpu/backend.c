@@ -8,7 +8,8 @@
  * acquire loads, so a consumer that sees full == 1 also sees the bytes the
  * producer copied before setting it. A blocked wait sleeps on a futex
  * (woken by the writer) in short slices, so it notices an abort or its
- * watchdog deadline without spinning.
+ * watchdog without spinning; the watchdog counts only time the process
+ * ran (lib/watchdog.h), so a Ctrl-Z is not a stall.
  *
  * Op timing (backend.h, op_stats): when switched on, every command a rank
  * runs, eagerly or in a replay, is timed into that rank's row of a table
@@ -18,6 +19,7 @@
  */
 #include "backend.h"
 #include "cpu_backend.h"
+#include "watchdog.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -188,7 +190,8 @@ static void store_flag(uint32_t *flag, uint32_t value) {
 }
 
 static int run_wait(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
-    double start = now_s(), deadline = start + cb->base.watchdog_s;
+    hy_watchdog dog;   /* time the process was stopped does not count (watchdog.h) */
+    hy_watchdog_start(&dog, cb->base.watchdog_s);
     for (;;) {
         uint32_t v = __atomic_load_n(c->flag, __ATOMIC_ACQUIRE);
         if (v == c->value) {
@@ -196,19 +199,18 @@ static int run_wait(cpu_backend *cb, const cpu_cmd *c, hy_error *err) {
             return HY_OK;
         }
         if (__atomic_load_n(&cb->aborted, __ATOMIC_ACQUIRE)) return cpu_aborted(cb, &c->site, err);
-        double t = now_s();
-        if (t >= deadline)
+        if (hy_watchdog_expired(&dog))
             return hy_fail(err, HY_ERR_RUNTIME,
                            "watchdog: rank %d waited %.2f s at %s (flag is %u, waiting for %u); "
                            "the rank that should set it is stalled or failed "
                            "(watchdog_s = %g)",
-                           c->site.rank, t - start, c->site.what, v, c->value,
+                           c->site.rank, hy_watchdog_waited(&dog), c->site.what, v, c->value,
                            cb->base.watchdog_s);
-        double left = deadline - t;
+        double left = hy_watchdog_left(&dog);
         long ns = left < HY_CPU_WAIT_SLICE_NS * 1e-9 ? (long)(left * 1e9) + 1 : HY_CPU_WAIT_SLICE_NS;
         struct timespec ts = { ns / 1000000000L, ns % 1000000000L };
-        /* Returns at once if the word is no longer v (EAGAIN); either way
-         * the loop looks again. */
+        /* Returns at once if the word is no longer v (EAGAIN), and early
+         * on a signal (EINTR); either way the loop looks again. */
         futex_call(c->flag, FUTEX_WAIT_PRIVATE, v, &ts);
     }
 }

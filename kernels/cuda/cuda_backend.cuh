@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "check.cuh"
 #include "kernels.cuh"
+#include "watchdog.h"
 
 /* ---- Driver entry points (graphs/signal.cu) ---- */
 
@@ -135,7 +136,7 @@ struct cuda_stream {
     volatile uint32_t *peek;     /* host-mapped: a device-memory flag read by the host */
     /* the monitor's view (signal.cu) */
     uint32_t seen;               /* progress when last seen moving */
-    double since;                /* ... and when */
+    hy_watchdog since;           /* ... and how long ago, in time the process ran */
     char stalled[sizeof(((hy_error *)0)->msg)];     /* the watchdog's report, if it fired here */
     char released[sizeof(((hy_wait_site *)0)->what)]; /* the first wait an abort released */
     cuda_stream *next;           /* in the backend's list */
