@@ -1,13 +1,15 @@
 /*
  * svg.h — the drawings hanayo writes as SVG: a timeline of a schedule's
- * actions, and stacked bars.
+ * actions, stacked bars, and line charts.
  *
  * The timeline is what `hanayo plan --svg` draws from the simulator's times
  * (plan.h) and what `hanayo profile` writes as timeline.svg from a measured
  * step (profile.h): one piece of code for both, fed plain inputs (a
  * schedule and each action's start and end). The bars are profile's
  * bars.svg: per rank, where its step goes, from numbers and names the
- * caller gives. This module knows neither plans nor profiles.
+ * caller gives. The line charts are `hanayo plot`'s panels of a training
+ * log (loss, learning rate, ...) against steps, several runs overlaid,
+ * from plain arrays. This module knows neither plans, profiles nor logs.
  *
  * Writers print to a FILE * and return -1 when it reports an error. The
  * savers write the file atomically (atomicfile.h: a temporary file beside
@@ -62,6 +64,45 @@ typedef struct {
 
 int hy_svg_write_bars(FILE *f, const hy_svg_bars *b);
 int hy_svg_save_bars(const hy_svg_bars *b, const char *path, hy_error *err);
+
+/* ---- Line charts -------------------------------------------------------
+ * Panels in a grid, each with its own y axis, all on one x axis (the
+ * range of every point of every panel), so the panels line up. A series
+ * is one <polyline> of class `cls` (its points "x,y" in drawing order, as
+ * given: the caller drops the points it cannot draw) with a <title> naming
+ * its run and panel; a series of one point, and every point of a `marked`
+ * series, also gets a <circle> of class "`cls` point". Series of the same
+ * run share a colour; the legend names each run by its colour and, when
+ * some series is marked, says what the marked style is. A panel with no
+ * point says "no data". Text is escaped (and bytes that are not UTF-8
+ * replaced), so any file name makes a well-formed document. */
+typedef struct {
+    const double *x, *y;    /* [n] finite */
+    int n;
+    int run;                /* its legend entry and colour: 0..n_runs-1 */
+    const char *cls;        /* class of its polyline: "loss", "val_loss" */
+    int marked;             /* a secondary series: dashed, a dot at each point */
+} hy_svg_series;
+
+typedef struct {
+    const char *title;              /* above the panel: "loss" */
+    const hy_svg_series *series;
+    int n_series;
+} hy_svg_panel;
+
+typedef struct {
+    const char *title;              /* the heading line */
+    const char *x_label;            /* under the x axes: "step" */
+    const char *const *runs;        /* [n_runs]: the legend's names */
+    int n_runs;
+    const char *marked_label;       /* the legend's entry for marked series: "val loss" */
+    const hy_svg_panel *panels;
+    int n_panels;
+    int columns;                    /* panels per row (<= 0: 1) */
+} hy_svg_lines;
+
+int hy_svg_write_lines(FILE *f, const hy_svg_lines *c);
+int hy_svg_save_lines(const hy_svg_lines *c, const char *path, hy_error *err);
 
 /* 1, 2 or 5 times a power of ten, at least x: the tick step of a time
  * axis (the timeline's, and plan's ASCII ruler). */

@@ -7,6 +7,10 @@
  *   - the bars: one rect per part of every bar plus one per legend entry,
  *     the longest bar filling the plot, parts in proportion, shares and
  *     values in the tooltips;
+ *   - the line charts: one polyline per series with its class and its
+ *     points in proportion on the panel's axes (x shared by the panels),
+ *     dots on a marked series and on a series of one point, "no data" in
+ *     an empty panel, file names escaped into well-formed text;
  *   - the tick step of the time axes;
  *   - saving writes exactly what the writer prints, and a missing
  *     directory is the path's fault and leaves nothing behind.
@@ -19,6 +23,7 @@
 #include "svg.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +107,64 @@ static void test_bars(void) {
     free(text);
 }
 
+static int write_lines(FILE *f, const void *c) { return hy_svg_write_lines(f, c); }
+
+/* The numbers of the points="..." after the first occurrence of `cls`. */
+static int points_of(const char *text, const char *cls, double *xy, int max) {
+    const char *p = strstr(text, cls);
+    p = p ? strstr(p, "points=\"") : NULL;
+    if (!p) return -1;
+    p += 8;
+    int n = 0;
+    char *end;
+    while (n < max && *p != '"') {
+        xy[n++] = strtod(p, &end);
+        if (end == p) return -1;
+        p = end + (*end == ',' || *end == ' ');
+    }
+    return n;
+}
+
+static void test_lines(void) {
+    const double x0[] = { 1, 2, 3, 4 }, y0[] = { 4, 3, 3.5, 2 };
+    const double x1[] = { 2, 6 }, y1[] = { 3, 1 };
+    const double vx[] = { 4 }, vy[] = { 2.5 };
+    hy_svg_series loss[] = {
+        { x0, y0, 4, 0, "loss", 0 }, { vx, vy, 1, 0, "val_loss", 1 }, { x1, y1, 2, 1, "loss", 0 },
+    };
+    hy_svg_series lr[] = { { x0, y0, 0, 0, "lr", 0 } };
+    hy_svg_panel panels[] = { { "loss", loss, 3 }, { "lr", lr, 1 } };
+    const char *runs[] = { "a&b<c>.jsonl", "bad\xff\x01name" };
+    hy_svg_lines c = { "a title", "step", runs, 2, "val loss", panels, 2, 2 };
+    char *text = render(write_lines, &c);
+    CHECK(text != NULL);
+    if (!text) return;
+    CHECK(strncmp(text, "<svg", 4) == 0);
+    CHECK(count(text, "<polyline") == 3);
+    CHECK(count(text, "<polyline class=\"loss\"") == 2);
+    CHECK(count(text, "<polyline class=\"val_loss\"") == 1);
+    CHECK(count(text, "<circle class=\"val_loss point\"") == 1);
+    CHECK(count(text, "<circle") == 1);   /* none on the lines of several points */
+    CHECK(strstr(text, ">a&amp;b&lt;c&gt;.jsonl</text>") != NULL);
+    CHECK(strstr(text, ">bad??name</text>") != NULL);
+    CHECK(strstr(text, ">val loss</text>") != NULL);
+    CHECK(count(text, ">no data</text>") == 1);   /* the lr panel: a series of no point */
+    CHECK(strstr(text, "stroke=\"#1f77b4\"") && strstr(text, "stroke=\"#ff7f0e\""));
+    /* x from 1 to 6 (ticks of 1) over 480 px from 72; y from 1 to 4 over
+     * 220 px down from 40 + 3 legend rows of 18 + 30. */
+    double xy[16];
+    CHECK(points_of(text, "class=\"loss\"", xy, 16) == 8);
+    double top = 40 + 3 * 18 + 30;
+    for (int i = 0; i < 4; i++) {
+        CHECKF(fabs(xy[2 * i] - (72 + (x0[i] - 1) / 5 * 480)) < 0.01, "x[%d] %g", i, xy[2 * i]);
+        CHECKF(fabs(xy[2 * i + 1] - (top + 220 - (y0[i] - 1) / 3 * 220)) < 0.01, "y[%d] %g", i,
+               xy[2 * i + 1]);
+    }
+    /* The second panel shares the x axis: its tick "6" at the same place. */
+    CHECK(count(text, ">6</text>") == 2);
+    free(text);
+}
+
 static void test_tick_step(void) {
     CHECK(hy_svg_tick_step(0.3) == 0.5);
     CHECK(hy_svg_tick_step(1) == 1);
@@ -138,6 +201,7 @@ static void test_save(void) {
 int main(void) {
     test_timeline();
     test_bars();
+    test_lines();
     test_tick_step();
     test_save();
     return TEST_END("svg");
