@@ -186,14 +186,18 @@ static int take_flag(const hy_args_spec *spec, int argc, char *const *argv, int 
     return store_value(f, v, (char *)dest + f->off, err);
 }
 
-static int take_operand(const hy_args_spec *spec, const char *s, hy_args_result *result,
-                        hy_error *err) {
+static int take_operand(const hy_args_spec *spec, const char *s, void *dest,
+                        hy_args_result *result, hy_error *err) {
     if (!spec->operand && spec->operand_hint)
         return hy_fail(err, HY_ERR_INPUT, "%s takes no argument '%s' on its own; %s",
                        spec->command, s, spec->operand_hint);
     if (!spec->operand)
         return hy_fail(err, HY_ERR_INPUT, "%s takes no argument '%s' (flags start with --)",
                        spec->command, s);
+    if (spec->many_operands) {
+        if (!result->operand) result->operand = s;
+        return hy_flag_list_add((hy_flag_list *)((char *)dest + spec->operands_off), s, err);
+    }
     if (result->operand && spec->second_operand)
         return hy_fail(err, HY_ERR_INPUT, "%s, got '%s' and '%s' (flags start with --)",
                        spec->second_operand, result->operand, s);
@@ -211,7 +215,7 @@ int hy_args_parse(const hy_args_spec *spec, int argc, char *const *argv, void *d
         /* A lone "-" is an operand, as it is for most tools. */
         int is_flag = argv[i][0] == '-' && argv[i][1] != '\0';
         int rc = is_flag ? take_flag(spec, argc, argv, &i, dest, result, err)
-                         : take_operand(spec, argv[i], result, err);
+                         : take_operand(spec, argv[i], dest, result, err);
         if (rc != HY_OK) return rc;
     }
     if (spec->operand && spec->synopsis && !result->operand && !result->help)

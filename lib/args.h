@@ -14,7 +14,8 @@
  *     missing value, not ranks "--json"; a switch given "=x" is an error;
  *   - numbers are whole numbers or finite reals, all of the text and
  *     nothing else, in the entry's range;
- *   - at most one positional argument (the CONFIG, the SHARD), or none;
+ *   - at most one positional argument (the CONFIG, the SHARD), or none,
+ *     or, for a command that says so, any number (plot's logs);
  *   - --help (or -h) anywhere is noted, not an error;
  *   - an unknown flag is answered with the closest known one
  *     (suggest.h's hy_closest), or with where the list is.
@@ -73,6 +74,11 @@ typedef struct {
     /* operand NULL: what to write instead of a positional argument, added
      * to the error ("give it as --out FILE"); NULL: nothing added. */
     const char *operand_hint;
+    /* Nonzero: any number of operands, each appended in order to the
+     * hy_flag_list at operands_off in dest (result->operand is the
+     * first; the synopsis rule above holds for it). */
+    int many_operands;
+    size_t operands_off;
 } hy_args_spec;
 
 /* The values of a HY_FLAG_LIST flag, in the order given. items are the

@@ -74,6 +74,11 @@ static const hy_args_spec spec_required = {
 static const hy_args_spec spec_none = {
     .command = "test sub", .flags = test_flags, .operand_hint = "give it as --name FILE" };
 static const hy_args_spec spec_none_plain = { .command = "test sub", .flags = test_flags };
+/* Any number of operands (plot's logs), into the list field. */
+static const hy_args_spec spec_many = {
+    .command = "test", .flags = test_flags, .operand = "log",
+    .synopsis = "hanayo test LOG [LOG2 ...]", .many_operands = 1,
+    .operands_off = offsetof(test_args, sets) };
 static const hy_args_spec spec_second = {
     .command = "test", .flags = test_flags, .operand = "shard",
     .second_operand = "test takes one shard" };
@@ -267,6 +272,12 @@ static void test_operands_and_help(void) {
                 "'test' takes one config file, got 'a.json' and 'b.json' (flags start with --)");
     CHECK_FAILS(PARSE(&spec_second, "a.bin", "b.bin"),
                 "test takes one shard, got 'a.bin' and 'b.bin' (flags start with --)");
+    /* Any number where the command says so, in order, among the flags. */
+    CHECK(PARSE(&spec_many, "a.jsonl", "--count", "2", "b.jsonl", "-") == HY_OK);
+    CHECK(a.sets.n == 3 && !strcmp(a.sets.items[0], "a.jsonl") &&
+          !strcmp(a.sets.items[1], "b.jsonl") && !strcmp(a.sets.items[2], "-"));
+    CHECK(!strcmp(got.operand, "a.jsonl") && a.count == 2);
+    CHECK_FAILS(PARSE(&spec_many, "--count", "2"), "test needs a log: hanayo test LOG [LOG2 ...]");
     /* A lone "-" is an operand. */
     CHECK(PARSE(&spec_optional, "-") == HY_OK && !strcmp(got.operand, "-"));
     /* None taken: the hint says what to write. */
@@ -364,9 +375,9 @@ static int table_commands(const cli_command **out, int max) {
 static void test_tables_match_usage(void) {
     const cli_command *cmds[32];
     int n_cmds = table_commands(cmds, 32);
-    /* train eval plan profile tune check, data synth and info, checkpoint
-     * verify and list */
-    CHECK(n_cmds == 10);
+    /* train eval plan profile tune check plot, data synth and info,
+     * checkpoint verify and list */
+    CHECK(n_cmds == 11);
     for (int c = 0; c < n_cmds; c++) {
         const cli_command *cmd = cmds[c];
         char names[MAX_DOCUMENTED][32];

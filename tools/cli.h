@@ -38,7 +38,7 @@ struct cli_command {
  * tools/hanayo.c's table lists them. */
 extern const cli_command cli_train_command, cli_eval_command, cli_plan_command,
     cli_profile_command, cli_tune_command, cli_check_command, cli_data_command,
-    cli_checkpoint_command;
+    cli_checkpoint_command, cli_plot_command;
 
 /* Reads cmd's arguments into dest; with --help it prints cmd's usage
  * instead, and got->help tells the caller there is nothing more to do. */

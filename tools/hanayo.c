@@ -50,6 +50,8 @@ static const char usage_main[] =
     "          write a synthetic token shard, or inspect one\n"
     "  checkpoint verify DIR | list DIR\n"
     "          check checkpoints against their checksums, or list them\n"
+    "  plot    LOG.jsonl [LOG2.jsonl ...] [--out FILE.svg]\n"
+    "          draw train --log-json logs: loss, val loss, lr, tokens/s as SVG\n"
     "  help [COMMAND | config]\n"
     "          this text, one command's, or every config key with its default\n"
     "          and allowed values\n"
@@ -83,12 +85,12 @@ static const cli_command help_commands[] = {
 static const cli_command *const commands[] = {
     &cli_train_command, &cli_eval_command, &cli_plan_command, &cli_profile_command,
     &cli_tune_command, &cli_check_command, &cli_data_command, &cli_checkpoint_command,
-    &help_commands[0], &help_commands[1], &help_commands[2], &help_commands[3],
+    &cli_plot_command, &help_commands[0], &help_commands[1], &help_commands[2], &help_commands[3],
 };
 
 /* What a mistyped command is matched against (not the spellings of help). */
 static const char *const command_names[] = {
-    "train", "eval", "plan", "profile", "tune", "check", "data", "checkpoint", "help",
+    "train", "eval", "plan", "profile", "tune", "check", "data", "checkpoint", "plot", "help",
     "--version",
     NULL};
 
