@@ -1201,6 +1201,98 @@ char *hy_config_to_json(const hy_config *c) {
     return sb_take(&b);
 }
 
+/* The columns a UTF-8 text takes: its code points (continuation bytes
+ * take none). */
+static int text_cols(const char *s, size_t n) {
+    int cols = 0;
+    for (size_t i = 0; i < n; i++) cols += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return cols;
+}
+
+/* text as lines of at most width columns, each indented by indent, words
+ * kept whole unless one alone is wider than a line; Markdown's code
+ * marks (`) dropped: a terminal shows them as they are. */
+static void sb_add_wrapped(strbuf *b, const char *text, int indent, int width) {
+    int col = 0;
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ') p++;
+        size_t n = strcspn(p, " ");
+        if (!n) break;
+        /* The word without its code marks, cut where a line cannot hold it. */
+        char word[512];
+        size_t w = 0;
+        for (size_t i = 0; i < n && w < sizeof word - 1; i++)
+            if (p[i] != '`') word[w++] = p[i];
+        word[w] = '\0';
+        p += n;
+        for (const char *q = word; *q; ) {
+            int room = width - indent, cols = text_cols(q, strlen(q));
+            size_t take = strlen(q);
+            if (cols > room) {   /* cut at room columns, on a character's start */
+                int c = 0;
+                for (take = 0; q[take] && (c < room || ((unsigned char)q[take] & 0xc0) == 0x80);
+                     take++)
+                    c += ((unsigned char)q[take] & 0xc0) != 0x80;
+                cols = room;
+            }
+            if (col > 0 && col + 1 + cols > width) {
+                sb_add(b, "\n");
+                col = 0;
+            }
+            if (col == 0) {
+                sb_add(b, "%*s", indent, "");
+                col = indent;
+            } else {
+                sb_add(b, " ");
+                col++;
+            }
+            sb_add(b, "%.*s", (int)take, q);
+            col += cols;
+            q += take;
+        }
+    }
+    if (col > 0) sb_add(b, "\n");
+}
+
+char *hy_config_help_text(int width) {
+    if (width < 20) width = 20;
+    hy_config d;
+    hy_config_init(&d);
+    strbuf b = { 0 };
+    sb_add_wrapped(&b, "The config keys: each one's allowed values, its default and what it "
+                   "does. Give them in the config file (sections as JSON objects) or as "
+                   "--set key=value; docs/config.md has them as a table.", 0, width);
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_spec *k = &KEYS[i];
+        if (k->type == K_SECTION) {
+            sb_add(&b, "\n");
+            strbuf head = { 0 };
+            sb_add(&head, "[%s] %s", k->name, k->doc);
+            char *h = sb_take(&head);
+            if (h) sb_add_wrapped(&b, h, 0, width);
+            else b.oom = 1;
+            free(h);
+            continue;
+        }
+        char want[256];
+        describe_range(k, want, sizeof want);
+        strbuf line = { 0 };
+        sb_add(&line, "%s; default ", want);
+        if (k->def_doc) sb_add(&line, "%s", k->def_doc);
+        else sb_add_value(&line, &d, k);
+        char *l = sb_take(&line);
+        sb_add(&b, "\n");
+        sb_add_wrapped(&b, k->name, 0, width);
+        if (l) sb_add_wrapped(&b, l, 4, width);
+        else b.oom = 1;
+        free(l);
+        sb_add_wrapped(&b, k->doc, 4, width);
+    }
+    hy_config_free(&d);
+    return sb_take(&b);
+}
+
 char *hy_config_reference(void) {
     hy_config d;
     hy_config_init(&d);

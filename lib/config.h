@@ -82,9 +82,16 @@ const char *hy_backend_name(hy_backend_kind kind);
 const char *hy_nonfinite_name(hy_nonfinite_policy p);
 
 /* Every key with its type, default, allowed values and meaning, as a
- * Markdown table: docs/config.md's reference is this text, and `hanayo
- * help config` prints it. malloc'd; NULL on OOM. */
+ * Markdown table: docs/config.md's reference is this text (`hanayo help
+ * config --markdown` prints it). malloc'd; NULL on OOM. */
 char *hy_config_reference(void);
+
+/* The same as plain text for a terminal, what `hanayo help config`
+ * prints: under a heading per section, each key's name on a line of its
+ * own, then its allowed values and default, then its meaning, indented
+ * and wrapped to lines of at most width columns (at least 20). malloc'd;
+ * NULL on OOM. */
+char *hy_config_help_text(int width);
 
 /* Frees what the config owns and leaves it holding the defaults, so a
  * second free is harmless. */

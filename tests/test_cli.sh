@@ -35,13 +35,27 @@ run help train
 expect_rc 0
 expect_out '^usage: hanayo train CONFIG'
 run help
-expect_out '^  help \[COMMAND | config\]'
-# help config: every config key with its default and range, the table
-# hy_config_reference() makes.
+expect_out '^  help \[COMMAND | config \[--markdown\]\]'
+# help config: every config key with its default and range, for an
+# 80-column terminal (hy_config_help_text: no line wider); --markdown: the
+# table hy_config_reference() makes, docs/config.md's.
 run help config
+expect_rc 0
+expect_out '^schedule.waves$'
+expect_out '^    an integer in 1..16; default 1$'
+expect_out '^\[train\] '
+if python3 -c 'import sys
+wide = [l for l in open(sys.argv[1], encoding="utf-8").read().split("\n") if len(l) > 80]
+print("\n".join(wide))
+sys.exit(1 if wide else 0)' "$tmp/out" >"$tmp/wide"; then ok; else
+    bad "help config has lines over 80 columns: $(cat "$tmp/wide")"
+fi
+run help config --markdown
 expect_rc 0
 expect_out '^| key | default | allowed | meaning |$'
 expect_out '^| `schedule.waves` | `1` | an integer in 1..16 | '
+expect_input_error help config --md
+expect_err "'--markdown' prints the keys as docs/config.md's table"
 expect_input_error help nosuch
 
 expect_input_error

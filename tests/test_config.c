@@ -574,10 +574,38 @@ static void test_reference(void) {
     free(ref);
 }
 
+/* help config's text: every key on a line of its own, every line within
+ * the width asked for, the code marks of the Markdown gone. */
+static void test_help_text(void) {
+    static const int widths[] = { 80, 40 };
+    for (int w = 0; w < NELEM(widths); w++) {
+        char *text = hy_config_help_text(widths[w]);
+        CHECK(text != NULL);
+        if (!text) continue;
+        CHECKF(strstr(text, "\nschedule.waves\n    an integer in 1..16; default 1\n"),
+               "width %d", widths[w]);
+        CHECK(strstr(text, "\ntrain.min_lr\n") && strstr(text, "\n[model] the network\n"));
+        CHECK(strchr(text, '`') == NULL);
+        int longest = 0;
+        for (const char *line = text; *line; ) {
+            size_t n = strcspn(line, "\n");
+            int cols = 0;
+            for (size_t i = 0; i < n; i++) cols += ((unsigned char)line[i] & 0xc0) != 0x80;
+            if (cols > longest) longest = cols;
+            line += n + (line[n] == '\n');
+        }
+        CHECKF(longest <= widths[w], "a line of %d columns at width %d", longest, widths[w]);
+        CHECKF(longest > widths[w] - 10, "lines of at most %d columns at width %d: not filled",
+               longest, widths[w]);
+        free(text);
+    }
+}
+
 int main(void) {
     scratch s = { .dir = "/tmp/hy-test-config-XXXXXX" };
     if (!mkdtemp(s.dir)) { perror("mkdtemp"); return 1; }
     test_defaults();
+    test_help_text();
     test_names();
     test_shipped_configs(&s);
     test_derived_defaults(&s);

@@ -52,9 +52,9 @@ static const char usage_main[] =
     "          check checkpoints against their checksums, or list them\n"
     "  plot    LOG.jsonl [LOG2.jsonl ...] [--out FILE.svg]\n"
     "          draw train --log-json logs: loss, val loss, lr, tokens/s as SVG\n"
-    "  help [COMMAND | config]\n"
+    "  help [COMMAND | config [--markdown]]\n"
     "          this text, one command's, or every config key with its default\n"
-    "          and allowed values\n"
+    "          and allowed values (--markdown: as docs/config.md's table)\n"
     "\n"
     "  --version  print the version and the compiled backends\n"
     "\n"
@@ -105,7 +105,14 @@ static int cmd_help(const cli_command *cmd, int argc, char **argv, hy_error *err
     const char *topic = argc > 0 ? argv[0] : NULL;
     const cli_command *about = topic ? find_command(topic) : cmd;
     if (topic && !strcmp(topic, "config")) {
-        char *keys = hy_config_reference();
+        /* Wrapped for an 80-column terminal; --markdown: the table that
+         * docs/config.md holds. */
+        int markdown = argc > 1 && !strcmp(argv[1], "--markdown");
+        if (argc > 2 || (argc > 1 && !markdown))
+            return hy_fail(err, HY_ERR_INPUT, "help config takes no argument '%s'; "
+                           "'--markdown' prints the keys as docs/config.md's table",
+                           argv[argc > 2 && markdown ? 2 : 1]);
+        char *keys = markdown ? hy_config_reference() : hy_config_help_text(80);
         if (!keys) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
         fputs(keys, stdout);
         free(keys);
