@@ -90,6 +90,21 @@ typedef struct {
  * it is one), by step ascending, into a malloc'd *out. */
 int hy_checkpoint_find(const char *dir, hy_checkpoint_info **out, int *n, hy_error *err);
 
+/* The runs under dir, a directory of checkpoint.dirs ("checkpoints/"
+ * holding "tiny-gpt/step_000200"): each subdirectory one level down that
+ * holds step_NNNNNN checkpoints (not a hidden one, nor one that is a
+ * checkpoint itself), by name, with its checkpoints, into a malloc'd
+ * *out (freed by hy_checkpoint_runs_free). So a checkpoint.dir has no
+ * runs under it. */
+typedef struct {
+    char path[PATH_MAX];
+    hy_checkpoint_info *found;
+    int n;
+} hy_checkpoint_run;
+
+int hy_checkpoint_find_runs(const char *dir, hy_checkpoint_run **out, int *n, hy_error *err);
+void hy_checkpoint_runs_free(hy_checkpoint_run *runs, int n);
+
 /* One writer per checkpoint.dir: an exclusive flock on dir/.lock (dir is
  * created), which holds the writer's pid while it runs. The kernel releases it when the
  * process ends however it ends, so a killed run never leaves it stuck. A

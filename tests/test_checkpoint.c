@@ -726,6 +726,74 @@ static void retention(void) {
     CHECKF(strcmp(names, "step_000001 step_000100") == 0, "%s", names);
 }
 
+/* A directory of checkpoint.dirs: hy_checkpoint_find_runs finds the runs
+ * one level down, by name, each with its checkpoints (hidden directories,
+ * files and directories without checkpoints left out), and checkpoint
+ * list and verify go through them; a directory with none says so. Made
+ * from retention()'s checkpoints. */
+static void runs_under(void) {
+    char parent[160], cmd[2048], text[4096];
+    snprintf(parent, sizeof parent, "%s/runs", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/alpha %s/empty %s/.hidden && cp -r %s/keep %s/zeta && "
+             "cp -r %s/keep/step_000001 %s/alpha/ && cp -r %s/keep/step_000001 %s/.hidden/ && "
+             "touch %s/notes.txt", parent, parent, parent, dir, parent, dir, parent, dir, parent,
+             parent);
+    CHECK(system(cmd) == 0);
+    hy_checkpoint_run *runs = NULL;
+    int n = 0;
+    hy_error err;
+    char slash[210];
+    snprintf(slash, sizeof slash, "%s/", parent);   /* the same, written with a '/' */
+    for (int k = 0; k < 2; k++) {
+        CHECKF(hy_checkpoint_find_runs(k ? slash : parent, &runs, &n, &err) == HY_OK, "%s",
+               err.msg);
+        CHECKF(n == 2, "%d runs", n);
+        if (n == 2) {
+            char want[300];
+            snprintf(want, sizeof want, "%s/alpha", parent);
+            CHECKF(!strcmp(runs[0].path, want) && runs[0].n == 1 && runs[0].found[0].step == 1,
+                   "%s %d", runs[0].path, runs[0].n);
+            snprintf(want, sizeof want, "%s/zeta", parent);
+            /* (retention() made step_000100 a copy of step 7.) */
+            CHECKF(!strcmp(runs[1].path, want) && runs[1].n == 2 &&
+                       strstr(runs[1].found[1].path, "zeta/step_000100"),
+                   "%s %d", runs[1].path, runs[1].n);
+        }
+        hy_checkpoint_runs_free(runs, n);
+    }
+    /* A checkpoint.dir's own checkpoints are not runs under it. */
+    snprintf(cmd, sizeof cmd, "%s/zeta", parent);
+    CHECK(hy_checkpoint_find_runs(cmd, &runs, &n, &err) == HY_OK && n == 0 && !runs);
+
+    FILE *f = tmpfile();
+    CHECK(f && cli_checkpoint_list(parent, f, &err) == HY_OK);
+    size_t got = f && fseek(f, 0, SEEK_SET) == 0 ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[got] = '\0';
+    if (f) fclose(f);
+    char line[600];
+    snprintf(line, sizeof line, "2 runs under %s\n\nrun %s/alpha: 1 checkpoint, newest step 1\n",
+             parent, parent);
+    CHECKF(strncmp(text, line, strlen(line)) == 0, "%s", text);
+    snprintf(line, sizeof line, "run %s/zeta: 2 checkpoints, newest step 7\n", parent);
+    CHECKF(strstr(text, line) != NULL, "%s", text);
+    snprintf(line, sizeof line, "  %s/zeta/step_000100\n", parent);
+    CHECKF(strstr(text, line) && !strstr(text, ".hidden") && !strstr(text, "empty"), "%s", text);
+    f = tmpfile();
+    CHECK(f && cli_checkpoint_verify(parent, f, &err) == HY_OK);
+    got = f && fseek(f, 0, SEEK_SET) == 0 ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[got] = '\0';
+    if (f) fclose(f);
+    int oks = 0;
+    for (const char *p = text; (p = strstr(p, "ok          ")); p++) oks++;
+    CHECKF(oks == 3, "%s", text);
+    /* Nothing one level down either: said, naming where it looked. */
+    snprintf(cmd, sizeof cmd, "%s/empty", parent);
+    f = tmpfile();
+    CHECK(f && cli_checkpoint_list(cmd, f, &err) == HY_ERR_INPUT);
+    if (f) fclose(f);
+    CHECKF(strstr(err.msg, "no checkpoints") && strstr(err.msg, "one level down"), "%s", err.msg);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/hy-ck-XXXXXX");
     if (!mkdtemp(dir)) { CHECK(0); return TEST_END("checkpoint"); }
@@ -748,6 +816,7 @@ int main(void) {
     one_writer();
     lock_not_followed();
     retention();
+    runs_under();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -145,6 +145,16 @@ run checkpoint list "$ckd"
 expect_rc 0
 expect_out '^    step       loss  time (UTC)'
 expect_out "^       2  *[0-9.]*  20[0-9-]*T[0-9:]*Z  *[0-9.]* KiB  $ckd/step_000002\$"
+# Their parent, a directory of checkpoint.dirs: each run under it, with its
+# checkpoints (a parent two levels up has none: below).
+run checkpoint list "$tmp/own/checkpoints/"
+expect_rc 0
+expect_out "^1 run under $tmp/own/checkpoints/\$"
+expect_out "^run $ckd: 1 checkpoint, newest step 2\$"
+expect_out "^       2  *[0-9.]*  20[0-9-]*T[0-9:]*Z  *[0-9.]* KiB  $ckd/step_000002\$"
+run checkpoint verify "$tmp/own/checkpoints"
+expect_rc 0
+expect_out "^ok  *$ckd/step_000002 ("
 run checkpoint verify "$ckd/step_000002"
 expect_rc 0
 # A flipped byte: verify says BAD naming the file, exit 2; resuming and
@@ -167,7 +177,7 @@ expect_err "did you mean 'list'"
 expect_input_error checkpoint verify
 expect_input_error checkpoint verify "$tmp/nothing"
 expect_input_error checkpoint list "$tmp"
-expect_err 'no checkpoints'
+expect_err 'no checkpoints (neither a state.json nor step_NNNNNN directories, here or one level down)'
 run checkpoint --help
 expect_rc 0
 expect_out '^usage: hanayo checkpoint verify DIR'

@@ -1,7 +1,7 @@
 /*
  * cmd_checkpoint.c — `hanayo checkpoint verify|list DIR` (cmd_checkpoint.h):
  * the usage, the two subcommands and the lines they print, over
- * lib/checkpoint.h's hy_checkpoint_find and hy_checkpoint_verify.
+ * lib/checkpoint.h's hy_checkpoint_find(_runs) and hy_checkpoint_verify.
  */
 #include "cmd_checkpoint.h"
 
@@ -16,7 +16,9 @@ static const char usage_checkpoint[] =
     "usage: hanayo checkpoint verify DIR\n"
     "       hanayo checkpoint list DIR\n"
     "\n"
-    "DIR is one checkpoint (a step_NNNNNN directory) or a checkpoint.dir.\n"
+    "DIR is one checkpoint (a step_NNNNNN directory), a checkpoint.dir, or a\n"
+    "directory of checkpoint.dirs (checkpoints/, holding tiny-gpt/step_000200):\n"
+    "then every run under it, one by one.\n"
     "\n"
     "verify checks each checkpoint's state.json against its own checksum and\n"
     "every file against the size and CRC-32C recorded for it, and prints one\n"
@@ -31,53 +33,87 @@ static void size_text(uint64_t b, char *buf, size_t n) {
     else snprintf(buf, n, "%.1f KiB", (double)b / 1024.0);
 }
 
-/* The checkpoints of dir; none is an error. */
-static int find_some(const char *dir, hy_checkpoint_info **all, int *n, hy_error *err) {
-    int rc = hy_checkpoint_find(dir, all, n, err);
+/* The checkpoints of dir, as runs: dir's own (one run, *under 0), else
+ * those of the runs one level under it (*under 1). None is an error. */
+static int find_runs(const char *dir, hy_checkpoint_run **runs, int *n, int *under,
+                     hy_error *err) {
+    hy_checkpoint_info *own = NULL;
+    int k = 0, rc = hy_checkpoint_find(dir, &own, &k, err);
+    *runs = NULL;
+    *n = *under = 0;
+    if (!rc && k > 0) {
+        if (!(*runs = calloc(1, sizeof **runs))) {
+            free(own);
+            return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        }
+        snprintf((*runs)->path, sizeof (*runs)->path, "%s", dir);
+        (*runs)->found = own;
+        (*runs)->n = k;
+        *n = 1;
+        return HY_OK;
+    }
+    free(own);
+    if (!rc) rc = hy_checkpoint_find_runs(dir, runs, n, err);
+    *under = 1;
     if (!rc && *n == 0)
         rc = hy_fail(err, HY_ERR_INPUT, "%s: no checkpoints (neither a state.json nor "
-                     "step_NNNNNN directories)", dir);
+                     "step_NNNNNN directories, here or one level down)", dir);
     return rc;
 }
 
 int cli_checkpoint_verify(const char *dir, FILE *out, hy_error *err) {
-    hy_checkpoint_info *all = NULL;
-    int n = 0, bad = 0, rc = find_some(dir, &all, &n, err);
-    for (int i = 0; i < n && !rc; i++) {
-        hy_error e;
-        int unverified = 0;
-        if (hy_checkpoint_verify(all[i].path, &unverified, &e) != HY_OK) {
-            fprintf(out, "BAD         %s: %s\n", all[i].path, e.msg);
-            bad++;
-        } else if (unverified) {
-            fprintf(out, "unverified  %s: format 1, written without checksums\n", all[i].path);
-        } else {
-            char size[32];
-            size_text(all[i].bytes, size, sizeof size);
-            fprintf(out, "ok          %s (%s)\n", all[i].path, size);
+    hy_checkpoint_run *runs = NULL;
+    int n_runs = 0, under = 0, n = 0, bad = 0, rc = find_runs(dir, &runs, &n_runs, &under, err);
+    for (int r = 0; r < n_runs && !rc; r++)
+        for (int i = 0; i < runs[r].n; i++, n++) {
+            const hy_checkpoint_info *c = &runs[r].found[i];
+            hy_error e;
+            int unverified = 0;
+            if (hy_checkpoint_verify(c->path, &unverified, &e) != HY_OK) {
+                fprintf(out, "BAD         %s: %s\n", c->path, e.msg);
+                bad++;
+            } else if (unverified) {
+                fprintf(out, "unverified  %s: format 1, written without checksums\n", c->path);
+            } else {
+                char size[32];
+                size_text(c->bytes, size, sizeof size);
+                fprintf(out, "ok          %s (%s)\n", c->path, size);
+            }
         }
-    }
-    free(all);
+    hy_checkpoint_runs_free(runs, n_runs);
     if (!rc && bad)
         rc = hy_fail(err, HY_ERR_INPUT, "%d of %d checkpoint%s in %s failed the check", bad, n,
                      n == 1 ? "" : "s", dir);
     return rc;
 }
 
-int cli_checkpoint_list(const char *dir, FILE *out, hy_error *err) {
-    hy_checkpoint_info *all = NULL;
-    int n = 0, rc = find_some(dir, &all, &n, err);
-    if (!rc) fprintf(out, "%8s  %9s  %-20s  %10s  %s\n", "step", "loss", "time (UTC)", "size",
-                     "path");
-    for (int i = 0; i < n && !rc; i++) {
+/* One run's checkpoints as a table. */
+static void list_table(const hy_checkpoint_run *run, FILE *out) {
+    fprintf(out, "%8s  %9s  %-20s  %10s  %s\n", "step", "loss", "time (UTC)", "size", "path");
+    for (int i = 0; i < run->n; i++) {
+        const hy_checkpoint_info *c = &run->found[i];
         char size[32], loss[32];
-        size_text(all[i].bytes, size, sizeof size);
-        if (isfinite(all[i].loss)) snprintf(loss, sizeof loss, "%.4f", all[i].loss);
+        size_text(c->bytes, size, sizeof size);
+        if (isfinite(c->loss)) snprintf(loss, sizeof loss, "%.4f", c->loss);
         else snprintf(loss, sizeof loss, "-");
-        fprintf(out, "%8d  %9s  %-20s  %10s  %s\n", all[i].step, loss,
-                all[i].time[0] ? all[i].time : "-", size, all[i].path);
+        fprintf(out, "%8d  %9s  %-20s  %10s  %s\n", c->step, loss, c->time[0] ? c->time : "-",
+                size, c->path);
     }
-    free(all);
+}
+
+int cli_checkpoint_list(const char *dir, FILE *out, hy_error *err) {
+    hy_checkpoint_run *runs = NULL;
+    int n_runs = 0, under = 0, rc = find_runs(dir, &runs, &n_runs, &under, err);
+    if (!rc && under)
+        fprintf(out, "%d run%s under %s\n", n_runs, n_runs == 1 ? "" : "s", dir);
+    for (int r = 0; r < n_runs && !rc; r++) {
+        /* Under a parent, each run's table under its name and newest step. */
+        if (under)
+            fprintf(out, "\nrun %s: %d checkpoint%s, newest step %d\n", runs[r].path,
+                    runs[r].n, runs[r].n == 1 ? "" : "s", runs[r].found[runs[r].n - 1].step);
+        list_table(&runs[r], out);
+    }
+    hy_checkpoint_runs_free(runs, n_runs);
     return rc;
 }
 

@@ -2,7 +2,8 @@
  * cmd_checkpoint.h — `hanayo checkpoint verify|list DIR`, the two
  * subcommands' work without their argument handling, for tests.
  *
- * DIR is one checkpoint (a step_NNNNNN directory) or a checkpoint.dir;
+ * DIR is one checkpoint (a step_NNNNNN directory), a checkpoint.dir, or
+ * a directory of checkpoint.dirs (each run one level under it);
  * lib/checkpoint.h finds and checks them, these print one line each.
  */
 #ifndef HY_CMD_CHECKPOINT_H
@@ -17,7 +18,8 @@
  * all), or when DIR holds none. */
 int cli_checkpoint_verify(const char *dir, FILE *out, hy_error *err);
 
-/* `hanayo checkpoint list DIR`: step, loss, time and size of each. */
+/* `hanayo checkpoint list DIR`: step, loss, time and size of each; under
+ * a directory of runs, a table per run after a line naming it. */
 int cli_checkpoint_list(const char *dir, FILE *out, hy_error *err);
 
 #endif
