@@ -1123,61 +1123,28 @@ int hy_checkpoint_find(const char *dir, hy_checkpoint_info **out, int *n, hy_err
     return rc;
 }
 
-static int ck_name_cmp(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The names of dir's subdirectories, hidden ones left out, sorted, into
- * malloc'd *names. */
-static int ck_subdirs(const char *dir, char ***names, int *n, hy_error *err) {
-    *names = NULL;
-    *n = 0;
-    DIR *d = opendir(dir);
-    if (!d)
-        return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "%s: cannot list: %s", dir,
-                       strerror(errno));
-    int cap = 0, rc = HY_OK;
-    struct dirent *e;
-    char path[PATH_MAX + 300];
-    while (!rc && (e = readdir(d))) {
-        ck_path(path, sizeof path, dir, e->d_name);
-        if (e->d_name[0] == '.' || !ck_is_dir(path)) continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            char **grown = realloc(*names, (size_t)cap * sizeof **names);
-            if (!grown) {
-                rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory listing %s", dir);
-                break;
-            }
-            *names = grown;
-        }
-        if (!((*names)[*n] = strdup(e->d_name)))
-            rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory listing %s", dir);
-        else
-            (*n)++;
-    }
-    closedir(d);
-    if (!rc && *n) qsort(*names, (size_t)*n, sizeof **names, ck_name_cmp);
-    return rc;
-}
+static int ck_not_hidden(const struct dirent *e) { return e->d_name[0] != '.'; }
 
 int hy_checkpoint_find_runs(const char *dir, hy_checkpoint_run **out, int *n, hy_error *err) {
     *out = NULL;
     *n = 0;
-    char **names = NULL;
-    int k = 0, rc = ck_subdirs(dir, &names, &k, err);
-    if (!rc && k > 0 && !(*out = calloc((size_t)k, sizeof **out)))
+    struct dirent **names = NULL;
+    int k = scandir(dir, &names, ck_not_hidden, alphasort), rc = HY_OK;
+    if (k < 0)
+        return hy_fail(err, hy_errno_status(errno, HY_ERR_INPUT), "%s: cannot list: %s", dir,
+                       strerror(errno));
+    if (k > 0 && !(*out = calloc((size_t)k, sizeof **out)))
         rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     /* "checkpoints/" names its runs "checkpoints/tiny-gpt", not "...//...". */
     int len = (int)strlen(dir);
     while (len > 0 && dir[len - 1] == '/') len--;   /* "/" itself: "" + "/name" */
     for (int i = 0; i < k && !rc; i++) {
         hy_checkpoint_run *r = &(*out)[*n];
-        if (snprintf(r->path, sizeof r->path, "%.*s/%s", len, dir, names[i]) >=
-            (int)sizeof r->path)
-            continue;   /* a name no checkpoint path can have */
-        /* A checkpoint itself is no run: a run is a checkpoint.dir. */
         char state[PATH_MAX + 64];
+        if (snprintf(r->path, sizeof r->path, "%.*s/%s", len, dir, names[i]->d_name) >=
+                (int)sizeof r->path || !ck_is_dir(r->path))
+            continue;   /* a file, or a name no checkpoint path can have */
+        /* A checkpoint itself is no run: a run is a checkpoint.dir. */
         ck_path(state, sizeof state, r->path, "state.json");
         if (ck_exists(state)) continue;
         rc = hy_checkpoint_find(r->path, &r->found, &r->n, err);
