@@ -26,8 +26,10 @@
 /* How training goes: the optimizer and its learning rate over the steps. */
 typedef struct {
     int steps;                  /* optimizer steps of the whole run */
-    double lr, min_lr;          /* peak learning rate and the cosine decay's floor */
+    double lr, min_lr;          /* peak learning rate and the decay's floor */
     int warmup_steps;
+    hy_lr_schedule lr_schedule; /* the shape after the warm-up (hy_train_lr) */
+    double decay_fraction;      /* wsd: the decay's share of the steps, in (0, 1] */
     double weight_decay, beta1, beta2, eps, grad_clip;
     unsigned long long seed;    /* initialization and BERT's masking */
     int log_every;

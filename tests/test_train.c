@@ -11,7 +11,9 @@
  * the run goes on, says how many it skipped, and a run of 10 in a row is
  * tolerated but 11 stop it; with "stop" the run ends at the first one with
  * an error and no checkpoint of that step; the JSON log stays JSON (null,
- * not nan). And the learning-rate schedule the steps follow.
+ * not nan). The learning-rate schedules the steps follow: cosine as it
+ * always was, linear, constant and warmup-stable-decay, at chosen steps
+ * and without a jump anywhere.
  */
 #include "cmd_train.h"
 #include "config.h"
@@ -23,6 +25,7 @@
 #include "train.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +248,121 @@ static void lr_schedule(void) {
     hy_run_free(&c);
 }
 
+/* The rate before the schedules came (cosine only), kept here word for
+ * word: the default must give the same doubles, bit for bit. */
+static double cosine_before(const hy_run_train *t, int step) {
+    double lr = t->lr, min_lr = t->min_lr;
+    int warm = t->warmup_steps, total = t->steps;
+    if (step <= warm) return lr * step / (warm > 0 ? warm : 1);
+    if (total <= warm) return lr;
+    double progress = (double)(step - warm) / (double)(total - warm);
+    if (progress > 1.0) progress = 1.0;
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.141592653589793 * progress));
+}
+
+static hy_run_train sched(hy_lr_schedule kind, int warm, int steps, double fraction) {
+    return (hy_run_train){ .steps = steps, .lr = 1e-2, .min_lr = 1e-3, .warmup_steps = warm,
+                           .lr_schedule = kind, .decay_fraction = fraction };
+}
+
+/* Each schedule's rate at chosen steps (lr 1e-2, min_lr 1e-3, 4 warm-up
+ * steps of 12), the cosine of before bit for bit, and no jump anywhere:
+ * over a long run no two neighbouring steps differ by more than the
+ * steepest part (the warm-up's lr / warmup_steps) allows. */
+static void lr_schedules(void) {
+    /* cosine, the default, as it was. */
+    const int warms[] = { 0, 1, 4, 20, 50 }, totals[] = { 1, 5, 12, 50, 200 };
+    int same = 1;
+    for (int w = 0; w < 5; w++)
+        for (int n = 0; n < 5; n++) {
+            hy_run_train t = sched(HY_LR_COSINE, warms[w], totals[n], 0.2);
+            for (int k = 1; k <= totals[n] + 3; k++)
+                if (hy_train_lr(&t, k) != cosine_before(&t, k)) same = 0;
+        }
+    CHECKF(same, "cosine is not the rate it was");
+
+    hy_run_train lin = sched(HY_LR_LINEAR, 4, 12, 0.2);
+    CHECK_NEAR(hy_train_lr(&lin, 2), 5e-3, 1e-15);
+    CHECK_NEAR(hy_train_lr(&lin, 4), 1e-2, 1e-15);
+    CHECK_NEAR(hy_train_lr(&lin, 6), 7.75e-3, 1e-15);     /* a quarter of the way down */
+    CHECK_NEAR(hy_train_lr(&lin, 8), 5.5e-3, 1e-15);      /* half-way */
+    CHECK(hy_train_lr(&lin, 12) == 1e-3 && hy_train_lr(&lin, 20) == 1e-3);
+
+    hy_run_train con = sched(HY_LR_CONSTANT, 4, 12, 0.2);
+    CHECK_NEAR(hy_train_lr(&con, 2), 5e-3, 1e-15);
+    for (int k = 4; k <= 20; k++) CHECK(hy_train_lr(&con, k) == 1e-2);
+
+    /* wsd, the last quarter decaying: steady to step 9, then 10, 11, 12
+     * a third of the way down each. */
+    hy_run_train wsd = sched(HY_LR_WSD, 4, 12, 0.25);
+    CHECK_NEAR(hy_train_lr(&wsd, 2), 5e-3, 1e-15);
+    for (int k = 4; k <= 9; k++) CHECK(hy_train_lr(&wsd, k) == 1e-2);
+    CHECK_NEAR(hy_train_lr(&wsd, 10), 7e-3, 1e-15);
+    CHECK_NEAR(hy_train_lr(&wsd, 11), 4e-3, 1e-15);
+    CHECK(hy_train_lr(&wsd, 12) == 1e-3 && hy_train_lr(&wsd, 20) == 1e-3);
+    /* The default fifth of 12 steps starts at 9.6, between two steps. */
+    wsd.decay_fraction = 0.2;
+    CHECK(hy_train_lr(&wsd, 9) == 1e-2);
+    CHECK_NEAR(hy_train_lr(&wsd, 10), 1e-3 + 9e-3 * 5 / 6, 1e-15);
+    /* All the steps decaying: the decay starts where the warm-up ends, as
+     * linear's does. */
+    wsd.decay_fraction = 1;
+    for (int k = 1; k <= 14; k++) CHECK_NEAR(hy_train_lr(&wsd, k), hy_train_lr(&lin, k), 1e-15);
+    /* A decay that would reach into the warm-up starts after it. */
+    hy_run_train late = sched(HY_LR_WSD, 10, 12, 0.5);
+    CHECK(hy_train_lr(&late, 10) == 1e-2);
+    CHECK_NEAR(hy_train_lr(&late, 11), 5.5e-3, 1e-15);
+    CHECK(hy_train_lr(&late, 12) == 1e-3);
+    /* A warm-up as long as the run: every schedule only warms up. */
+    for (int kind = 0; kind < HY_LR_COUNT; kind++) {
+        hy_run_train t = sched((hy_lr_schedule)kind, 12, 12, 0.2);
+        CHECK_NEAR(hy_train_lr(&t, 6), 5e-3, 1e-15);
+        CHECK(hy_train_lr(&t, 12) == 1e-2 && hy_train_lr(&t, 13) == 1e-2);
+    }
+
+    /* Continuity: 1000 warm-up steps of 10000, so no step may move the
+     * rate by more than lr / 1000; a jump at any boundary (into the
+     * decay, into wsd's stable part or out of it) would. */
+    for (int kind = 0; kind < HY_LR_COUNT; kind++) {
+        hy_run_train t = sched((hy_lr_schedule)kind, 1000, 10000, 0.2);
+        double worst = 0;
+        for (int k = 2; k <= 10000; k++) {
+            double d = fabs(hy_train_lr(&t, k) - hy_train_lr(&t, k - 1));
+            if (d > worst) worst = d;
+        }
+        CHECKF(worst <= 1e-2 / 1000 * (1 + 1e-9), "%s: a step moves the rate by %g",
+               hy_lr_schedule_name((hy_lr_schedule)kind), worst);
+        CHECK(hy_train_lr(&t, 1000) == 1e-2);
+        CHECK_NEAR(hy_train_lr(&t, 10000), kind == HY_LR_CONSTANT ? 1e-2 : 1e-3, 1e-15);
+    }
+    CHECK(strcmp(hy_lr_schedule_name(HY_LR_WSD), "wsd") == 0);
+
+    /* The keys reach the run, and its steps follow them. */
+    char data_set[160];
+    snprintf(data_set, sizeof data_set, "data.train=%s", shard);
+    const char *sets[] = { "model.layers=2", "model.d_model=16", "model.heads=2",
+                           "model.seq_len=8", "model.vocab=64", "schedule.kind=1f1b",
+                           "schedule.micro_batch_size=2", "schedule.micro_batches=2",
+                           "train.lr=1e-2", "train.min_lr=1e-3", "train.warmup_steps=1",
+                           "train.steps=4", "train.lr_schedule=wsd", "train.decay_fraction=0.5",
+                           "backend=cpu", "data.val=null", "checkpoint.dir=null", data_set };
+    hy_run c;
+    hy_error err;
+    if (hy_test_run_load(&c, NULL, sets, 18, &err)) { CHECKF(0, "%s", err.msg); return; }
+    CHECK(c.train.lr_schedule == HY_LR_WSD && c.train.decay_fraction == 0.5);
+    hy_runtime *rt = NULL;
+    CHECKF(hy_runtime_create(&rt, &c, &err) == HY_OK, "%s", err.msg);
+    const double want[] = { 1e-2, 1e-2, 5.5e-3, 1e-3 };
+    for (int k = 1; rt && k <= 4; k++) {
+        hy_step_stats st;
+        CHECKF(hy_train_step(rt, &st, &err) == HY_OK, "%s", err.msg);
+        CHECKF(fabs(st.lr - want[k - 1]) <= 1e-15, "step %d: lr %g, want %g", k, st.lr,
+               want[k - 1]);
+    }
+    hy_runtime_destroy(rt);
+    hy_run_free(&c);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/hy-train-XXXXXX");
     if (!mkdtemp(dir)) { CHECK(0); return TEST_END("train"); }
@@ -259,6 +377,7 @@ int main(void) {
     }
     free(tok);
     lr_schedule();
+    lr_schedules();
     skip_transient();
     skip_in_a_row();
     stop_at_first();
