@@ -231,6 +231,16 @@ static const key_spec KEYS[] = {
     { .name = "train.log_every", .type = K_INT, .off = OFF(train.log_every),
       .lo = 1, .hi = INT_ANY, .def = 10,
       .doc = "log the loss every this many steps (and at the last step)" },
+    { .name = "train.eval_every", .type = K_INT, .off = OFF(train.eval_every),
+      .lo = 0, .hi = INT_ANY, .def = 0,
+      .doc = "print and log the validation loss on `data.val` every this many steps "
+             "(and after the last step); 0: after the last step only. Needs a "
+             "`data.val`; evaluating changes nothing the training goes on from" },
+    { .name = "train.eval_batches", .type = K_INT, .off = OFF(train.eval_batches),
+      .lo = 1, .hi = 1000000, .def = 20,
+      .doc = "batches of `data.val` each validation reads from the shard's start, the same "
+             "ones each time (BERT masks them anew for each step); fewer when the shard "
+             "holds fewer" },
     { .name = "train.on_nonfinite", .type = K_ENUM, .off = OFF(train.on_nonfinite),
       .enum_name = nonfinite_name, .n_enum = HY_NONFINITE_COUNT, .def = HY_NONFINITE_STOP,
       .doc = "a step whose loss or gradient is NaN or infinite is reported (where: loss, "
@@ -246,8 +256,8 @@ static const key_spec KEYS[] = {
     { .name = "data.val", .type = K_STRING, .off = OFF(data.val), .flags = F_NULLABLE,
       .def_str = "data/synth_val.bin",
       .def_doc = "`data/synth_val.bin` with the default `data.train`, else null",
-      .doc = "validation shard: the validation loss after training, and what `hanayo eval` "
-             "reads by default; null: none" },
+      .doc = "validation shard: the validation loss after training (and every "
+             "`train.eval_every` steps), and what `hanayo eval` reads by default; null: none" },
 
     { .name = "init", .type = K_STRING, .off = OFF(init), .flags = F_NULLABLE,
       .doc = "safetensors weights to start from (Hugging Face GPT-2 names); null: "
@@ -1059,6 +1069,12 @@ static int check_train(const hy_config *c, const load_ctx *ctx, hy_error *err) {
         fmt_real(c->train.lr, hi, sizeof hi);
         return hy_fail(err, HY_ERR_INPUT, "train.min_lr (%s) must be <= train.lr (%s), in %s",
                        lo, hi, where);
+    }
+    if (c->train.eval_every > 0 && !c->data.val) {
+        WHERE("train.eval_every", "data.val");
+        return hy_fail(err, HY_ERR_INPUT, "train.eval_every is %d but data.val is null, in %s; "
+                       "name a validation shard or set eval_every to 0", c->train.eval_every,
+                       where);
     }
     if (c->checkpoint.every > 0 && !c->checkpoint.dir) {
         WHERE("checkpoint.every", "checkpoint.dir");

@@ -45,7 +45,8 @@ typedef struct {
              double comm_cost; } schedule;             /* the transfer time the order is for */
     struct { int steps; double lr, min_lr; int warmup_steps; hy_lr_schedule lr_schedule;
              double decay_fraction, weight_decay, beta1, beta2, eps, grad_clip;
-             unsigned long long seed; int log_every; hy_nonfinite_policy on_nonfinite; } train;
+             unsigned long long seed; int log_every; hy_nonfinite_policy on_nonfinite;
+             int eval_every, eval_batches; } train;
     struct { char *train, *val; } data;                /* val may be NULL: no validation */
     char *init;                                        /* NULL: random init from train.seed */
     struct { char *dir; int every, keep; } checkpoint; /* dir NULL: never checkpoint; every 0: only at

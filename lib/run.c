@@ -32,7 +32,9 @@ int hy_run_resolve(hy_run *r, const hy_config *c, hy_error *err) {
                                .beta2 = c->train.beta2, .eps = c->train.eps,
                                .grad_clip = c->train.grad_clip, .seed = c->train.seed,
                                .log_every = c->train.log_every,
-                               .on_nonfinite = c->train.on_nonfinite };
+                               .on_nonfinite = c->train.on_nonfinite,
+                               .eval_every = c->train.eval_every,
+                               .eval_batches = c->train.eval_batches };
     r->checkpoint.every = c->checkpoint.every;
     r->checkpoint.keep = c->checkpoint.keep;
     r->graph = c->graph;

@@ -23,7 +23,8 @@
 #include "model.h"
 #include "schedule.h"
 
-/* How training goes: the optimizer and its learning rate over the steps. */
+/* How training goes: the optimizer, its learning rate over the steps and
+ * how often the validation loss is taken. */
 typedef struct {
     int steps;                  /* optimizer steps of the whole run */
     double lr, min_lr;          /* peak learning rate and the decay's floor */
@@ -34,6 +35,8 @@ typedef struct {
     unsigned long long seed;    /* initialization and BERT's masking */
     int log_every;
     hy_nonfinite_policy on_nonfinite;
+    int eval_every;             /* validation every this many steps; 0: at the end only */
+    int eval_batches;           /* batches of data.val per validation (at most its own) */
 } hy_run_train;
 
 typedef struct {

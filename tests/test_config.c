@@ -171,7 +171,7 @@ static void check_round_trip(scratch *s, const hy_config *c, const char *what) {
         CHECK(json_object_size(j) == 10);
         CHECK(json_object_size(json_object_get(j, "model")) == 6);
         CHECK(json_object_size(json_object_get(j, "schedule")) == 9);
-        CHECK(json_object_size(json_object_get(j, "train")) == 14);
+        CHECK(json_object_size(json_object_get(j, "train")) == 16);
         json_decref(j);
     }
     const char *path = scratch_file(s, "roundtrip.json", first);
@@ -401,6 +401,7 @@ static const bad_case BAD[] = {
     { "{\"train\": {\"seed\": -1}}", NULL, "train.seed", "got -1" },
     { "{\"train\": {\"decay_fraction\": 0}}", NULL, "train.decay_fraction",
       "a number in (0, 1], got 0" },
+    { "{\"train\": {\"eval_batches\": 0}}", NULL, "train.eval_batches", "1..1000000, got 0" },
     { "{\"watchdog_s\": 0}", NULL, "watchdog_s in", "a number in (0, 1000000], got 0" },
     { "{\"devices\": [-1]}", NULL, "devices[0] in", "0..1023, got -1" },
     /* cross-field */
