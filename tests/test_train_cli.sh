@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# test_train_cli.sh — `hanayo train`'s validation during training
-# (train.eval_every), from the outside.
+# test_train_cli.sh — `hanayo train`'s --steps and validation during
+# training (train.eval_every), from the outside.
 #
-# With train.eval_every the validation loss is printed after steps 2, 4 and 6
+# --steps N trains N steps whatever the --set list says, wherever it stands
+# among them; its bad values are refused naming the flag. With
+# train.eval_every the validation loss is printed after steps 2, 4 and 6
 # of 6 (once at 6) and logged as {"step", "val_loss", "val_batches"} right
 # after that step's line; the checkpoint's weights and moments are those
 # of a run that does not evaluate, byte for byte. eval_every without a
@@ -20,8 +22,27 @@ small=(--set "data.train=$tmp/t.bin" --set "data.val=$tmp/v.bin" --set model.lay
        --set schedule.micro_batch_size=2 --set schedule.micro_batches=4 --set backend=cpu
        --set train.log_every=1 --set train.eval_batches=3)
 
+# ---- --steps ---------------------------------------------------------------------
+run help train
+expect_out '^  --steps N '
+run train configs/tiny-gpt.json "${small[@]}" --set checkpoint.dir=null --steps 2 \
+    --set train.steps=9
+expect_rc 0
+expect_out '^step 2/2  loss '
+expect_no_out '/9 '
+run train configs/tiny-gpt.json --steps=3 "${small[@]}" --set checkpoint.dir=null
+expect_rc 0
+expect_out '^step 3/3  loss '
+expect_out '^step 3/3  val loss '
+expect_input_error train configs/tiny-gpt.json "${small[@]}" --steps 0
+expect_err '\-\-steps: 0 is out of range'
+expect_input_error train configs/tiny-gpt.json "${small[@]}" --steps many
+expect_err '\-\-steps'
+expect_input_error train configs/tiny-gpt.json --step 3
+expect_err 'did you mean --steps?'
+
 # ---- train.eval_every --------------------------------------------------------------
-run train configs/tiny-gpt.json "${small[@]}" --set train.steps=6 --set train.eval_every=2 \
+run train configs/tiny-gpt.json "${small[@]}" --steps 6 --set train.eval_every=2 \
     --set "checkpoint.dir=$tmp/every" --log-json "$tmp/every.jsonl"
 expect_rc 0
 if [ "$(grep -c 'val loss' "$tmp/out")" -eq 3 ]; then ok; else
@@ -29,7 +50,7 @@ if [ "$(grep -c 'val loss' "$tmp/out")" -eq 3 ]; then ok; else
 expect_out '^step 2/6  val loss [0-9.]* (3 batches of '
 expect_out '^step 4/6  val loss '
 expect_out '^step 6/6  val loss '
-run train configs/tiny-gpt.json "${small[@]}" --set train.steps=6 --set "checkpoint.dir=$tmp/none" \
+run train configs/tiny-gpt.json "${small[@]}" --steps 6 --set "checkpoint.dir=$tmp/none" \
     --log-json "$tmp/none.jsonl"
 expect_rc 0
 if [ "$(grep -c 'val loss' "$tmp/out")" -eq 1 ]; then ok; else

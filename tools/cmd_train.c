@@ -44,13 +44,16 @@
 #include "train.h"
 
 static const char usage_train[] =
-    "usage: hanayo train CONFIG [--set key=value]... [--log-json FILE] [--resume DIR]\n"
+    "usage: hanayo train CONFIG [--steps N] [--set key=value]... [--log-json FILE]\n"
+    "                    [--resume DIR]\n"
     "\n"
     "Trains the model of CONFIG with its pipeline schedule, one thread per\n"
     "rank, and prints a progress line every train.log_every steps: step,\n"
     "loss, learning rate, gradient norm, tokens/s, ms/step and time left.\n"
     "\n"
-    "  --set key=value   override a config key, e.g. train.steps=50\n"
+    "  --steps N         train N steps in all: --set train.steps=N, applied\n"
+    "                    after every --set (as profile and tune take it)\n"
+    "  --set key=value   override a config key, e.g. train.lr=3e-4\n"
     "  --log-json FILE   also write one JSON object per step to FILE\n"
     "                    (step, loss, lr, grad_norm, tokens_per_s, ms)\n"
     "  --resume DIR      continue from a checkpoint (a step_NNNNNN directory,\n"
@@ -593,10 +596,13 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
 typedef struct {
     cli_train_opts opts;
     hy_flag_list sets;
+    int steps;          /* --steps; 0: not given */
 } train_args;
 
 static const hy_flag train_flags[] = {
-    CLI_SET_FLAG(train_args, "train.steps=50"),
+    { .name = "--steps", .kind = HY_FLAG_INT, .off = offsetof(train_args, steps),
+      .example = "50", .lo = 1, .hi = INT_MAX },
+    CLI_SET_FLAG(train_args, "train.lr=3e-4"),
     { .name = "--log-json", .kind = HY_FLAG_STRING, .off = offsetof(train_args, opts.log_json),
       .example = "train.jsonl" },
     { .name = "--resume", .kind = HY_FLAG_STRING, .off = offsetof(train_args, opts.resume),
@@ -605,15 +611,22 @@ static const hy_flag train_flags[] = {
 };
 static const hy_args_spec train_spec = {
     .command = "train", .flags = train_flags, .operand = "config file",
-    .synopsis = "hanayo train CONFIG [--set key=value]... [--log-json FILE]" };
+    .synopsis = "hanayo train CONFIG [--steps N] [--set key=value]... [--log-json FILE]" };
 
 static int cmd_train(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     int stopped_by = 0;
     train_args a = { .opts = { .log_json = NULL, .resume = NULL, .stop = &stop_signal,
                                .stopped_by = &stopped_by },
-                     .sets = { 0 } };
+                     .sets = { 0 }, .steps = 0 };
     hy_args_result got;
+    char steps_set[32];
     int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
+    /* --steps becomes one more --set, the last, so it wins over a --set
+     * train.steps=... and meets the config's checks. */
+    if (rc == HY_OK && a.steps > 0) {
+        snprintf(steps_set, sizeof steps_set, "train.steps=%d", a.steps);
+        rc = hy_flag_list_add(&a.sets, steps_set, err);
+    }
     hy_dp *dp = NULL;
     FILE *out = stdout;
     /* Under mpirun or srun, one of the data-parallel replicas: only
