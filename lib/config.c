@@ -38,6 +38,7 @@ _Static_assert(sizeof(hy_model_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(hy_sched_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(hy_backend_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(hy_nonfinite_policy) == sizeof(int), "enum size");
+_Static_assert(sizeof(hy_lr_schedule) == sizeof(int), "enum size");
 
 /* A config is a few hundred bytes; anything near this is not a config. */
 #define MAX_CONFIG_BYTES (16u << 20)
@@ -48,6 +49,8 @@ _Static_assert(sizeof(hy_nonfinite_policy) == sizeof(int), "enum size");
 
 static const char *const BACKEND_NAMES[HY_BACKEND_COUNT] = { "auto", "cpu", "cuda" };
 static const char *const NONFINITE_NAMES[HY_NONFINITE_COUNT] = { "stop", "skip" };
+static const char *const LR_SCHEDULE_NAMES[HY_LR_COUNT] = { "cosine", "linear", "constant",
+                                                            "wsd" };
 
 const char *hy_backend_name(hy_backend_kind kind) {
     return (unsigned)kind < HY_BACKEND_COUNT ? BACKEND_NAMES[kind] : "?";
@@ -57,9 +60,14 @@ const char *hy_nonfinite_name(hy_nonfinite_policy p) {
     return (unsigned)p < HY_NONFINITE_COUNT ? NONFINITE_NAMES[p] : "?";
 }
 
+const char *hy_lr_schedule_name(hy_lr_schedule s) {
+    return (unsigned)s < HY_LR_COUNT ? LR_SCHEDULE_NAMES[s] : "?";
+}
+
 static const char *model_name(int k) { return hy_model_name((hy_model_kind)k); }
 static const char *backend_name(int k) { return hy_backend_name((hy_backend_kind)k); }
 static const char *nonfinite_name(int k) { return hy_nonfinite_name((hy_nonfinite_policy)k); }
+static const char *lr_schedule_name(int k) { return hy_lr_schedule_name((hy_lr_schedule)k); }
 static const char *sched_name(int k) { return hy_sched_name((hy_sched_kind)k); }
 
 /* ------------------------------------------------------------------------
@@ -174,17 +182,30 @@ static const key_spec KEYS[] = {
       .lo = 1, .hi = INT_ANY, .def = 200, .doc = "optimizer steps" },
     { .name = "train.lr", .type = K_REAL, .off = OFF(train.lr),
       .lo = 0, .hi = 1e3, .flags = F_FLOAT, .def = 1e-3,
-      .doc = "peak learning rate (AdamW): linear warm-up to it, then cosine decay "
-             "to `train.min_lr` at the last step. At most 1000: AdamW moves each "
-             "weight by about the rate a step, so a larger one only wrecks the weights" },
+      .doc = "peak learning rate (AdamW): linear warm-up to it, then `train.lr_schedule` "
+             "(default: cosine decay to `train.min_lr` at the last step). At most 1000: "
+             "AdamW moves each weight by about the rate a step, so a larger one only "
+             "wrecks the weights" },
     { .name = "train.min_lr", .type = K_REAL, .off = OFF(train.min_lr),
       .lo = 0, .hi = 1e3, .flags = F_NULLABLE | F_FLOAT, .def_doc = "train.lr / 10",
-      .doc = "learning rate at the last step, <= `train.lr`; absent or null means "
-             "train.lr / 10 (the resolved value is what `hanayo check` prints)" },
+      .doc = "learning rate at the last step (`constant` never reaches it), <= `train.lr`; "
+             "absent or null means train.lr / 10 (the resolved value is what `hanayo "
+             "check` prints)" },
     { .name = "train.warmup_steps", .type = K_INT, .off = OFF(train.warmup_steps),
       .lo = 0, .hi = INT_ANY, .def = 20,
       .doc = "steps of linear warm-up from 0 to `train.lr`; may exceed train.steps "
              "(the run then ends still warming up)" },
+    { .name = "train.lr_schedule", .type = K_ENUM, .off = OFF(train.lr_schedule),
+      .enum_name = lr_schedule_name, .n_enum = HY_LR_COUNT, .def = HY_LR_COSINE,
+      .doc = "the learning rate after the warm-up: `cosine` decays from `train.lr` to "
+             "`train.min_lr` at the last step along half a cosine; `linear` along a "
+             "straight line; `constant` stays at `train.lr`; `wsd` "
+             "(warmup-stable-decay) stays at `train.lr`, then decays linearly to "
+             "`train.min_lr` over the last `train.decay_fraction` of the steps" },
+    { .name = "train.decay_fraction", .type = K_REAL, .off = OFF(train.decay_fraction),
+      .lo = 0, .hi = 1, .flags = F_LO_OPEN, .def = 0.2,
+      .doc = "`wsd`: the decay's share of `train.steps` (0.2: the last fifth; 1: linear "
+             "decay from the end of the warm-up); read by `wsd` only" },
     { .name = "train.weight_decay", .type = K_REAL, .off = OFF(train.weight_decay),
       .lo = 0, .hi = 1e3, .flags = F_FLOAT, .def = 0.1,
       .doc = "AdamW decoupled weight decay: each step takes lr x weight_decay of every "
@@ -210,6 +231,16 @@ static const key_spec KEYS[] = {
     { .name = "train.log_every", .type = K_INT, .off = OFF(train.log_every),
       .lo = 1, .hi = INT_ANY, .def = 10,
       .doc = "log the loss every this many steps (and at the last step)" },
+    { .name = "train.eval_every", .type = K_INT, .off = OFF(train.eval_every),
+      .lo = 0, .hi = INT_ANY, .def = 0,
+      .doc = "print and log the validation loss on `data.val` every this many steps "
+             "(and after the last step); 0: after the last step only. Needs a "
+             "`data.val`; evaluating changes nothing the training goes on from" },
+    { .name = "train.eval_batches", .type = K_INT, .off = OFF(train.eval_batches),
+      .lo = 1, .hi = 1000000, .def = 20,
+      .doc = "batches of `data.val` each validation reads from the shard's start, the same "
+             "ones each time (BERT masks them anew for each step); fewer when the shard "
+             "holds fewer" },
     { .name = "train.on_nonfinite", .type = K_ENUM, .off = OFF(train.on_nonfinite),
       .enum_name = nonfinite_name, .n_enum = HY_NONFINITE_COUNT, .def = HY_NONFINITE_STOP,
       .doc = "a step whose loss or gradient is NaN or infinite is reported (where: loss, "
@@ -225,8 +256,8 @@ static const key_spec KEYS[] = {
     { .name = "data.val", .type = K_STRING, .off = OFF(data.val), .flags = F_NULLABLE,
       .def_str = "data/synth_val.bin",
       .def_doc = "`data/synth_val.bin` with the default `data.train`, else null",
-      .doc = "validation shard: the validation loss after training, and what `hanayo eval` "
-             "reads by default; null: none" },
+      .doc = "validation shard: the validation loss after training (and every "
+             "`train.eval_every` steps), and what `hanayo eval` reads by default; null: none" },
 
     { .name = "init", .type = K_STRING, .off = OFF(init), .flags = F_NULLABLE,
       .doc = "safetensors weights to start from (Hugging Face GPT-2 names); null: "
@@ -1038,6 +1069,12 @@ static int check_train(const hy_config *c, const load_ctx *ctx, hy_error *err) {
         fmt_real(c->train.lr, hi, sizeof hi);
         return hy_fail(err, HY_ERR_INPUT, "train.min_lr (%s) must be <= train.lr (%s), in %s",
                        lo, hi, where);
+    }
+    if (c->train.eval_every > 0 && !c->data.val) {
+        WHERE("train.eval_every", "data.val");
+        return hy_fail(err, HY_ERR_INPUT, "train.eval_every is %d but data.val is null, in %s; "
+                       "name a validation shard or set eval_every to 0", c->train.eval_every,
+                       where);
     }
     if (c->checkpoint.every > 0 && !c->checkpoint.dir) {
         WHERE("checkpoint.every", "checkpoint.dir");

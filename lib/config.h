@@ -29,6 +29,12 @@
  * (that step's update is never applied): end the run, or go on. */
 typedef enum { HY_NONFINITE_STOP, HY_NONFINITE_SKIP, HY_NONFINITE_COUNT } hy_nonfinite_policy;
 
+/* The learning rate's shape after the warm-up (train.h's hy_train_lr):
+ * cosine or linear decay to min_lr at the last step, constant at lr, or
+ * warmup-stable-decay (constant, then linear decay over the last
+ * decay_fraction of the steps). */
+typedef enum { HY_LR_COSINE, HY_LR_LINEAR, HY_LR_CONSTANT, HY_LR_WSD, HY_LR_COUNT } hy_lr_schedule;
+
 typedef struct {
     char *path;                 /* file it came from, or NULL */
     hy_model_shape model;
@@ -37,8 +43,10 @@ typedef struct {
              int n_layers_per_stage;                   /* 0: balance automatically */
              int split_backward;                       /* bool: B and W passes */
              double comm_cost; } schedule;             /* the transfer time the order is for */
-    struct { int steps; double lr, min_lr; int warmup_steps; double weight_decay, beta1, beta2, eps, grad_clip;
-             unsigned long long seed; int log_every; hy_nonfinite_policy on_nonfinite; } train;
+    struct { int steps; double lr, min_lr; int warmup_steps; hy_lr_schedule lr_schedule;
+             double decay_fraction, weight_decay, beta1, beta2, eps, grad_clip;
+             unsigned long long seed; int log_every; hy_nonfinite_policy on_nonfinite;
+             int eval_every, eval_batches; } train;
     struct { char *train, *val; } data;                /* val may be NULL: no validation */
     char *init;                                        /* NULL: random init from train.seed */
     struct { char *dir; int every, keep; } checkpoint; /* dir NULL: never checkpoint; every 0: only at
@@ -77,9 +85,11 @@ char *hy_config_to_json(const hy_config *c);
  * malloc'd; NULL when out of memory. */
 char *hy_config_derived_dir(const char *top, const char *config);
 
-/* "auto"/"cpu"/"cuda" and "stop"/"skip"; "?" when out of range. */
+/* "auto"/"cpu"/"cuda", "stop"/"skip" and "cosine"/"linear"/"constant"/"wsd";
+ * "?" when out of range. */
 const char *hy_backend_name(hy_backend_kind kind);
 const char *hy_nonfinite_name(hy_nonfinite_policy p);
+const char *hy_lr_schedule_name(hy_lr_schedule s);
 
 /* Every key with its type, default, allowed values and meaning, as a
  * Markdown table: docs/config.md's reference is this text (`hanayo help

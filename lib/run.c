@@ -26,11 +26,15 @@ int hy_run_resolve(hy_run *r, const hy_config *c, hy_error *err) {
     r->micro_batch_size = c->schedule.micro_batch_size;
     r->train = (hy_run_train){ .steps = c->train.steps, .lr = c->train.lr,
                                .min_lr = c->train.min_lr, .warmup_steps = c->train.warmup_steps,
+                               .lr_schedule = c->train.lr_schedule,
+                               .decay_fraction = c->train.decay_fraction,
                                .weight_decay = c->train.weight_decay, .beta1 = c->train.beta1,
                                .beta2 = c->train.beta2, .eps = c->train.eps,
                                .grad_clip = c->train.grad_clip, .seed = c->train.seed,
                                .log_every = c->train.log_every,
-                               .on_nonfinite = c->train.on_nonfinite };
+                               .on_nonfinite = c->train.on_nonfinite,
+                               .eval_every = c->train.eval_every,
+                               .eval_batches = c->train.eval_batches };
     r->checkpoint.every = c->checkpoint.every;
     r->checkpoint.keep = c->checkpoint.keep;
     r->graph = c->graph;

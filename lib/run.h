@@ -23,15 +23,20 @@
 #include "model.h"
 #include "schedule.h"
 
-/* How training goes: the optimizer and its learning rate over the steps. */
+/* How training goes: the optimizer, its learning rate over the steps and
+ * how often the validation loss is taken. */
 typedef struct {
     int steps;                  /* optimizer steps of the whole run */
-    double lr, min_lr;          /* peak learning rate and the cosine decay's floor */
+    double lr, min_lr;          /* peak learning rate and the decay's floor */
     int warmup_steps;
+    hy_lr_schedule lr_schedule; /* the shape after the warm-up (hy_train_lr) */
+    double decay_fraction;      /* wsd: the decay's share of the steps, in (0, 1] */
     double weight_decay, beta1, beta2, eps, grad_clip;
     unsigned long long seed;    /* initialization and BERT's masking */
     int log_every;
     hy_nonfinite_policy on_nonfinite;
+    int eval_every;             /* validation every this many steps; 0: at the end only */
+    int eval_batches;           /* batches of data.val per validation (at most its own) */
 } hy_run_train;
 
 typedef struct {

@@ -70,10 +70,21 @@ double hy_train_lr(const hy_run_train *t, int step) {
     double lr = t->lr, min_lr = t->min_lr;
     int warm = t->warmup_steps, total = t->steps;
     if (step <= warm) return lr * step / (warm > 0 ? warm : 1);
-    if (total <= warm) return lr;
-    double progress = (double)(step - warm) / (double)(total - warm);
-    if (progress > 1.0) progress = 1.0;
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.141592653589793 * progress));
+    if (total <= warm || t->lr_schedule == HY_LR_CONSTANT) return lr;
+    /* The decay runs from `start` (lr) to the last step (min_lr): from the
+     * warm-up's end, or for wsd over the last decay_fraction of the steps
+     * (a real point between steps: its rate is what the line gives there),
+     * never into the warm-up. */
+    double start = warm;
+    if (t->lr_schedule == HY_LR_WSD && total - t->decay_fraction * total > start)
+        start = total - t->decay_fraction * total;
+    if (step <= start) return lr;
+    double progress = (step - start) / (total - start);
+    if (progress > 1.0) progress = 1.0;   /* past the last step: its rate */
+    if (t->lr_schedule == HY_LR_COSINE)
+        return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.141592653589793 * progress));
+    /* linear and wsd's decay: min_lr exactly at the last step. */
+    return min_lr + (lr - min_lr) * (1.0 - progress);
 }
 
 int hy_train_step(hy_runtime *rt, hy_step_stats *stats, hy_error *err) {

@@ -43,7 +43,12 @@ int hy_train_runtime(hy_runtime **out, const hy_run *run, struct hy_dp *dp, int 
 int hy_train_same_config(const hy_run *run, struct hy_dp *dp, hy_error *err);
 
 /* The learning rate at step (1-based): linear warm-up to t->lr over
- * warmup_steps, then cosine decay to t->min_lr at the last step. */
+ * warmup_steps, then by t->lr_schedule: cosine or linear decay to
+ * t->min_lr at the last step (t->steps), constant t->lr, or wsd: t->lr
+ * until the last decay_fraction x steps, then linear decay to t->min_lr
+ * at the last step. Continuous from one part to the next; past the last
+ * step, the last step's rate; a warm-up as long as the run (or longer)
+ * leaves no decay. */
 double hy_train_lr(const hy_run_train *t, int step);
 
 /* Takes rt's next step at the learning rate hy_train_lr gives it for its

@@ -171,7 +171,7 @@ static void check_round_trip(scratch *s, const hy_config *c, const char *what) {
         CHECK(json_object_size(j) == 10);
         CHECK(json_object_size(json_object_get(j, "model")) == 6);
         CHECK(json_object_size(json_object_get(j, "schedule")) == 9);
-        CHECK(json_object_size(json_object_get(j, "train")) == 12);
+        CHECK(json_object_size(json_object_get(j, "train")) == 16);
         json_decref(j);
     }
     const char *path = scratch_file(s, "roundtrip.json", first);
@@ -399,6 +399,9 @@ static const bad_case BAD[] = {
     { "{\"train\": {\"grad_clip\": 1e39}}", NULL, "train.grad_clip", "[0, 1e30]" },
     { "{\"train\": {\"grad_clip\": -1}}", NULL, "train.grad_clip", "[0, 1e30]" },
     { "{\"train\": {\"seed\": -1}}", NULL, "train.seed", "got -1" },
+    { "{\"train\": {\"decay_fraction\": 0}}", NULL, "train.decay_fraction",
+      "a number in (0, 1], got 0" },
+    { "{\"train\": {\"eval_batches\": 0}}", NULL, "train.eval_batches", "1..1000000, got 0" },
     { "{\"watchdog_s\": 0}", NULL, "watchdog_s in", "a number in (0, 1000000], got 0" },
     { "{\"devices\": [-1]}", NULL, "devices[0] in", "0..1023, got -1" },
     /* cross-field */
@@ -437,6 +440,8 @@ static const bad_case BAD[] = {
     { NULL, "model.layers=4.5", "model.layers in --set model.layers=4.5", "got 4.5" },
     { NULL, "schedule.kind=Hanayo", "schedule.kind in --set schedule.kind=Hanayo",
       "did you mean \"hanayo\"?" },
+    { NULL, "train.lr_schedule=cosin", "train.lr_schedule in --set train.lr_schedule=cosin",
+      "did you mean \"cosine\"?" },
     { NULL, "model.heads=5", "model.heads (5) must divide model.d_model (64)",
       "in --set model.heads=5" },
     { NULL, "devices=[0,", "--set devices=[0,", "not a JSON value" },

@@ -8,6 +8,8 @@
  * progress line every train.log_every steps (and at the last): step,
  * loss, learning rate, gradient norm, tokens/s, ms/step and the time
  * left. With a JSON log file it also writes one JSON object per step.
+ * With a data.val it prints and logs the validation loss every
+ * train.eval_every steps and after the last.
  * Checkpoints go to checkpoint.dir every checkpoint.every steps and after
  * the last step; `resume` continues a run from one (checkpoint.h),
  * checked first. A run with a checkpoint.dir holds its lock (one writer
@@ -42,13 +44,16 @@
 #include "train.h"
 
 static const char usage_train[] =
-    "usage: hanayo train CONFIG [--set key=value]... [--log-json FILE] [--resume DIR]\n"
+    "usage: hanayo train CONFIG [--steps N] [--set key=value]... [--log-json FILE]\n"
+    "                    [--resume DIR]\n"
     "\n"
     "Trains the model of CONFIG with its pipeline schedule, one thread per\n"
     "rank, and prints a progress line every train.log_every steps: step,\n"
     "loss, learning rate, gradient norm, tokens/s, ms/step and time left.\n"
     "\n"
-    "  --set key=value   override a config key, e.g. train.steps=50\n"
+    "  --steps N         train N steps in all: --set train.steps=N, applied\n"
+    "                    after every --set (as profile and tune take it)\n"
+    "  --set key=value   override a config key, e.g. train.lr=3e-4\n"
     "  --log-json FILE   also write one JSON object per step to FILE\n"
     "                    (step, loss, lr, grad_norm, tokens_per_s, ms)\n"
     "  --resume DIR      continue from a checkpoint (a step_NNNNNN directory,\n"
@@ -59,6 +64,9 @@ static const char usage_train[] =
     "Each file's CRC-32C is in state.json and checked on every load; one run\n"
     "at a time may write a checkpoint.dir; checkpoint.keep: N keeps the\n"
     "newest N. `hanayo checkpoint verify|list DIR` checks and lists them.\n"
+    "\n"
+    "With data.val, the validation loss on train.eval_batches of its batches\n"
+    "is printed and logged every train.eval_every steps and after the last.\n"
     "\n"
     "SIGINT (Ctrl-C) or SIGTERM stops the run after the current step: it\n"
     "saves a checkpoint (with a checkpoint.dir), says where it stopped and\n"
@@ -202,23 +210,6 @@ static void print_eta(FILE *out, double seconds) {
     long s = (long)(seconds + 0.5);
     if (s >= 3600) fprintf(out, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
     else fprintf(out, "%ld:%02ld", s / 60, s % 60);
-}
-
-/* The validation loss after training: up to 20 batches of data.val. */
-static int validate(hy_runtime *rt, const hy_run *run, int step, FILE *out, hy_outfile_log *log,
-                    hy_error *err) {
-    int batches = 0;
-    int rc = hy_train_shard_batches(run, run->data.val, &batches, err);
-    double loss = 0, tokens = 0;
-    if (batches > 20) batches = 20;
-    if (!rc) rc = hy_runtime_eval(rt, run->data.val, batches, &loss, &tokens, err);
-    if (rc) return rc;
-    fprintf(out, "val loss %.4f (%d batches of %s)\n", loss, batches, run->data.val);
-    if (!log || log->fd < 0) return HY_OK;   /* no log, or one that failed */
-    char line[160];
-    snprintf(line, sizeof line, "{\"step\": %d, \"val_loss\": %.6f, \"val_batches\": %d}\n", step,
-             loss, batches);
-    return hy_outfile_log_write(log, line, err);
 }
 
 /* The stop request's signal by name (cmd_train.h: the handler stores its number). */
@@ -405,6 +396,34 @@ static int log_step(hy_outfile_log *log, int i, const hy_step_stats *stats, doub
     return hy_outfile_log_write(log, line, err);
 }
 
+/* The validation loss after step `step`: the first train.eval_batches
+ * batches of data.val (of `whole`, what it holds), the same every time,
+ * so the losses of one run compare (BERT's masks are drawn per step, as
+ * the runtime draws them in training). A line on out, step as the progress
+ * lines show it, and one in the log (log_out: the log's output; none when
+ * it has none or it failed before; a write that fails there makes the
+ * run stop after this step, as any failed write does). Reads nothing the
+ * training reads, and writes none of its state: weights, moments, step
+ * and data position stay as they were (runtime.h: forward only, no
+ * update). */
+static int validate(hy_runtime *rt, const hy_run *run, int step, int whole, FILE *out,
+                    hy_outfile_log *log, run_output *log_out, hy_error *err) {
+    int batches = run->train.eval_batches < whole ? run->train.eval_batches : whole;
+    double loss = 0, tokens = 0;
+    int rc = hy_runtime_eval(rt, run->data.val, batches, &loss, &tokens, err);
+    if (rc) return rc;
+    int steps = run->train.steps;
+    fprintf(out, "step %*d/%d  val loss %.4f (%d batches of %s)\n",
+            (int)snprintf(NULL, 0, "%d", steps), step, steps, loss, batches, run->data.val);
+    if (log->fd < 0 || log_out->failed) return HY_OK;
+    char line[160], val[32];
+    snprintf(line, sizeof line, "{\"step\": %d, \"val_loss\": %s, \"val_batches\": %d}\n", step,
+             json_real(val, loss), batches);
+    hy_error lost;   /* said as the stop's cause (output_why) */
+    if (hy_outfile_log_write(log, line, &lost) != HY_OK) output_broke(log_out);
+    return HY_OK;
+}
+
 /* Before anything is created: the checks of --resume and --log-json.
  * A resume into a checkpoint.dir holding newer checkpoints would replace
  * them (checkpoint.h); the log must be a regular file and none of the
@@ -494,6 +513,7 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
                            { NULL, log.fd >= 0 ? o->log_json : NULL, 1, stop, 0 } };
     double total_ms = 0;
     int stopped = 0, saved = 0;   /* the step a stop request ended the run at; the last saved */
+    int validated = 0;            /* the last step the validation loss was taken after */
     int stop_sig = 0;             /* the signal that asked (the largest of the replicas') */
     int bad = 0, n_bad = 0, bad_in_row = 0;   /* this step, all steps, in a row: not finite */
     char saved_path[PATH_MAX] = "";
@@ -531,6 +551,13 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
                 if (!rc) saved = i;
             }
         }
+        /* train.eval_every: after the step's checkpoint, so a failing
+         * evaluation loses no step. Every replica evaluates alike. */
+        if (!rc && run->data.val && run->train.eval_every > 0 && i % run->train.eval_every == 0) {
+            rc = validate(rt, run, i, val_batches, out, &log, &outs[1], err);
+            if (!rc) validated = i;
+            output_flush(&outs[0]);
+        }
         /* Only between steps: a step is never cut in half. Replicas stop
          * together, at the first step after any of them was asked to. */
         if (!rc) rc = stop_asked(o, output_failed(outs), dp, &stop_sig, err);
@@ -540,8 +567,9 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     if (!rc && n_bad)
         fprintf(out, "%d non-finite step%s skipped (train.on_nonfinite is \"skip\")\n", n_bad,
                 n_bad == 1 ? "" : "s");
-    if (!rc && !stopped && run->data.val)
-        rc = validate(rt, run, steps, out, outs[1].failed ? NULL : &log, err);
+    /* The validation after the last step, unless train.eval_every took it. */
+    if (!rc && !stopped && run->data.val && validated != steps)
+        rc = validate(rt, run, steps, val_batches, out, &log, &outs[1], err);
     for (int k = 0; k < 2; k++) output_flush(&outs[k]);
     /* A request that came during the last step or the validation still
      * gets its answer (the last step was saved already, when there is a
@@ -568,10 +596,13 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
 typedef struct {
     cli_train_opts opts;
     hy_flag_list sets;
+    int steps;          /* --steps; 0: not given */
 } train_args;
 
 static const hy_flag train_flags[] = {
-    CLI_SET_FLAG(train_args, "train.steps=50"),
+    { .name = "--steps", .kind = HY_FLAG_INT, .off = offsetof(train_args, steps),
+      .example = "50", .lo = 1, .hi = INT_MAX },
+    CLI_SET_FLAG(train_args, "train.lr=3e-4"),
     { .name = "--log-json", .kind = HY_FLAG_STRING, .off = offsetof(train_args, opts.log_json),
       .example = "train.jsonl" },
     { .name = "--resume", .kind = HY_FLAG_STRING, .off = offsetof(train_args, opts.resume),
@@ -580,15 +611,22 @@ static const hy_flag train_flags[] = {
 };
 static const hy_args_spec train_spec = {
     .command = "train", .flags = train_flags, .operand = "config file",
-    .synopsis = "hanayo train CONFIG [--set key=value]... [--log-json FILE]" };
+    .synopsis = "hanayo train CONFIG [--steps N] [--set key=value]... [--log-json FILE]" };
 
 static int cmd_train(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     int stopped_by = 0;
     train_args a = { .opts = { .log_json = NULL, .resume = NULL, .stop = &stop_signal,
                                .stopped_by = &stopped_by },
-                     .sets = { 0 } };
+                     .sets = { 0 }, .steps = 0 };
     hy_args_result got;
+    char steps_set[32];
     int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
+    /* --steps becomes one more --set, the last, so it wins over a --set
+     * train.steps=... and meets the config's checks. */
+    if (rc == HY_OK && a.steps > 0) {
+        snprintf(steps_set, sizeof steps_set, "train.steps=%d", a.steps);
+        rc = hy_flag_list_add(&a.sets, steps_set, err);
+    }
     hy_dp *dp = NULL;
     FILE *out = stdout;
     /* Under mpirun or srun, one of the data-parallel replicas: only
