@@ -69,6 +69,12 @@ static int ck_write_tensors(hy_runtime *rt, const hy_model *m, const char *path,
     hy_safetensors_writer_init(&w);
     int rc = hy_safetensors_writer_set_meta(&w, "format", "pt", err);
     if (!rc) rc = hy_safetensors_writer_set_meta(&w, "hanayo_step", step_text, err);
+    /* What the shapes do not tell, for weights.h to check once the file
+     * has left its checkpoint: the model's kind and its heads. */
+    char heads[16];
+    snprintf(heads, sizeof heads, "%d", m->heads);
+    if (!rc) rc = hy_safetensors_writer_set_meta(&w, "hanayo_model", hy_model_name(m->kind), err);
+    if (!rc) rc = hy_safetensors_writer_set_meta(&w, "hanayo_heads", heads, err);
     float *at = buf;
     for (int k = 0; k < n_roles && !rc; k++) {
         for (int i = 0; i < m->n_params && !rc; i++) {
@@ -265,25 +271,30 @@ static int ck_mkdirs(const char *dir, size_t *made, hy_error *err) {
     return HY_OK;
 }
 
-/* The saved config's model.* must equal the current one's. */
-static int ck_check_model(const char *path, json_t *state, const hy_model *m, hy_error *err) {
+/* The saved config's model.* must equal m: the kind first (a BERT's
+ * tensors have a GPT's names and shapes), then the shape. `what` names
+ * the checkpoint's part in messages ("ck/step_000200", or its weights
+ * file and the checkpoint), `advice` ends them. */
+static int ck_check_model(const char *path, const char *what, json_t *state, const hy_model *m,
+                          const char *advice, hy_error *err) {
     json_t *model = json_object_get(json_object_get(state, "config"), "model");
     if (!json_is_object(model))
         return hy_fail(err, HY_ERR_INPUT, "%s/state.json: no config.model section", path);
+    const char *kind = json_string_value(json_object_get(model, "kind"));
+    const char *want = hy_model_name(m->kind);
+    if (!kind || strcmp(kind, want) != 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.kind = %s, the config has "
+                       "%s; %s", what, kind ? kind : "?", want, advice);
     static const char *const keys[] = { "layers", "d_model", "heads", "seq_len", "vocab" };
     const int now[] = { m->layers, m->d_model, m->heads, m->seq_len, m->vocab };
     for (int i = 0; i < 5; i++) {
         json_t *v = json_object_get(model, keys[i]);
         if (!json_is_integer(v) || json_integer_value(v) != now[i])
-            return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.%s = %lld, the config has %d; "
-                           "resume with the checkpoint's model settings", path, keys[i],
-                           json_is_integer(v) ? (long long)json_integer_value(v) : -1LL, now[i]);
+            return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.%s = %lld, the config has "
+                           "%d; %s", what, keys[i],
+                           json_is_integer(v) ? (long long)json_integer_value(v) : -1LL, now[i],
+                           advice);
     }
-    const char *kind = json_string_value(json_object_get(model, "kind"));
-    const char *want = hy_model_name(m->kind);
-    if (!kind || strcmp(kind, want) != 0)
-        return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.kind = %s, the config has %s",
-                       path, kind ? kind : "?", want);
     return HY_OK;
 }
 
@@ -691,19 +702,44 @@ int hy_checkpoint_verify(const char *path, int *unverified, hy_error *err) {
     return rc;
 }
 
-int hy_checkpoint_verify_file(const char *file, int *unverified, hy_error *err) {
+int hy_checkpoint_verify_file(const char *file, const hy_model *m, int *unverified,
+                              hy_error *err) {
     char dir[PATH_MAX], state[PATH_MAX + 64];
     ck_parent(file, dir, sizeof dir);
     if (strchr(file, '/') == NULL) snprintf(dir, sizeof dir, ".");
     ck_path(state, sizeof state, dir, "state.json");
     *unverified = 0;
     if (!ck_exists(state)) return HY_OK;
-    int rc = hy_checkpoint_verify(dir, unverified, err);
-    if (rc) hy_error_prefix(err, "%s lies in checkpoint %s, which fails its check: ", file, dir);
+    json_t *o = NULL;
+    int rc = ck_verify(dir, &o, unverified, err);
+    if (rc) {
+        hy_error_prefix(err, "%s lies in checkpoint %s, which fails its check: ", file, dir);
+        return rc;
+    }
+    char what[2 * PATH_MAX + 32];
+    snprintf(what, sizeof what, "%s (checkpoint %s)", file, dir);
+    if (m)
+        rc = ck_check_model(dir, what, o, m, "these are another model's weights: use a config "
+                            "of the model its state.json's config.model records", err);
+    json_decref(o);
     return rc;
 }
 
-int hy_checkpoint_resolve(const char *path, char *resolved, hy_error *err) {
+/* The names of dir's checkpoints steps[from..n), the first three, then
+ * how many more, into buf. */
+static void ck_names(const char *dir, const int *steps, int from, int n, char *buf, size_t cap) {
+    char path[PATH_MAX + 64];
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = from; i < n && i < from + 3; i++) {
+        ck_step_path(path, sizeof path, dir, steps[i]);
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s", i > from ? ", " : "", path);
+        if (used >= cap) used = cap - 1;
+    }
+    if (n - from > 3) snprintf(buf + used, cap - used, " and %d more", n - from - 3);
+}
+
+int hy_checkpoint_resolve(const char *flag, const char *path, char *resolved, hy_error *err) {
     char state[PATH_MAX + 64];
     ck_path(state, sizeof state, path, "state.json");
     if (ck_exists(state) || !ck_is_dir(path)) {
@@ -712,8 +748,8 @@ int hy_checkpoint_resolve(const char *path, char *resolved, hy_error *err) {
     }
     int *steps = NULL, n = 0, rc = ck_scan(path, &steps, &n, err);
     if (!rc && n == 0)
-        rc = hy_fail(err, HY_ERR_INPUT, "%s: not a checkpoint (no state.json) and holds no "
-                     "step_NNNNNN checkpoints", path);
+        rc = hy_fail(err, HY_ERR_INPUT, "%s %s: not a checkpoint (no state.json) and holds no "
+                     "step_NNNNNN checkpoints", flag, path);
     if (!rc) ck_step_path(resolved, PATH_MAX, path, steps[n - 1]);
     /* The newest must be a checkpoint: a directory of that name without
      * a state.json (a copy cut short, another tool's) is named, with the
@@ -730,14 +766,19 @@ int hy_checkpoint_resolve(const char *path, char *resolved, hy_error *err) {
     }
     if (!rc && strcmp(prev, resolved) != 0) {
         char how[2 * PATH_MAX + 256];
-        if (*prev)
+        int resume = strcmp(flag, "--resume") == 0;
+        if (*prev && resume)
             snprintf(how, sizeof how, "the newest checkpoint before it is %s: move %s aside (or "
                      "remove it) and resume again, or resume %s into another checkpoint.dir",
                      prev, resolved, prev);
+        else if (*prev)
+            snprintf(how, sizeof how, "the newest checkpoint before it is %s: give %s %s, or "
+                     "move %s aside", prev, flag, prev, resolved);
         else
             snprintf(how, sizeof how, "no step_NNNNNN directory in %s holds one", path);
-        rc = hy_fail(err, HY_ERR_INPUT, "--resume %s: its newest step directory %s holds no "
-                     "state.json, so it is not a whole checkpoint; %s", path, resolved, how);
+        rc = hy_fail(err, HY_ERR_INPUT, "%s %s: its newest step directory %s holds no "
+                     "state.json, so it is not a whole checkpoint; %s", flag, path, resolved,
+                     how);
     }
     free(steps);
     return rc;
@@ -758,17 +799,8 @@ int hy_checkpoint_check_newer(const char *dir, const char *resumed, int step, hy
         free(steps);
         return rc;
     }
-    /* The first few by name, then how many more. */
-    char names[3 * (PATH_MAX + 64) + 64] = "";
-    size_t used = 0;
-    for (int i = first; i < n && i < first + 3; i++) {
-        ck_step_path(path, sizeof path, dir, steps[i]);
-        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s",
-                                 i > first ? ", " : "", path);
-        if (used >= sizeof names) used = sizeof names - 1;
-    }
-    if (n - first > 3)
-        snprintf(names + used, sizeof names - used, " and %d more", n - first - 3);
+    char names[3 * (PATH_MAX + 64) + 64];
+    ck_names(dir, steps, first, n, names, sizeof names);
     char how[PATH_MAX + 128];
     if (newest_good >= 0) {
         ck_step_path(path, sizeof path, dir, newest_good);
@@ -881,7 +913,8 @@ int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_err
                      named);
     if (!rc) rc = ck_int_in(path, state, "data_position", "data_position", 0, LLONG_MAX, -1, &pos,
                             err);
-    if (!rc) rc = ck_check_model(path, state, hy_runtime_model(rt), err);
+    if (!rc) rc = ck_check_model(path, path, state, hy_runtime_model(rt),
+                                 "resume with the checkpoint's model settings", err);
     if (!rc && !*unverified)
         rc = ck_check_data(path, state, hy_runtime_run(rt), hy_runtime_replicas(rt), err);
     char file[PATH_MAX + 64];

@@ -4,7 +4,9 @@
  *
  * A checkpoint is a directory per step, <checkpoint.dir>/step_%06d/:
  *   model.safetensors      the weights, Hugging Face GPT-2 names, F32,
- *                          the vocabulary unpadded
+ *                          the vocabulary unpadded; its metadata names
+ *                          the model's kind and heads (weights.h checks
+ *                          them), which no tensor's shape tells
  *   optimizer.safetensors  AdamW's moments, "m.<name>" and "v.<name>"
  *   config.json            (GPT) a Hugging Face GPT2Config, so the
  *                          directory opens with GPT2LMHeadModel
@@ -57,15 +59,22 @@ int hy_checkpoint_verify(const char *path, int *unverified, hy_error *err);
 
 /* When `file` (a weights file to start from: config key init, eval
  * --init) lies in a checkpoint directory, checks it against the
- * directory's state.json; a file elsewhere is not a checkpoint's and
- * passes (*unverified 0). */
-int hy_checkpoint_verify_file(const char *file, int *unverified, hy_error *err);
+ * directory's state.json, and (m not NULL) that the checkpoint is of
+ * model m: its recorded config.model must have m's kind, layers,
+ * d_model, heads, seq_len and vocab (a BERT checkpoint's tensors have a
+ * GPT's names and shapes, so only the record tells them apart):
+ * HY_ERR_INPUT naming the key. A file elsewhere is not a checkpoint's
+ * and passes (*unverified 0): weights.h checks its tensors' shapes (and
+ * the model a hanayo checkpoint's weights record, when they do). */
+int hy_checkpoint_verify_file(const char *file, const hy_model *m, int *unverified,
+                              hy_error *err);
 
-/* What --resume PATH means: PATH itself when it is a checkpoint (holds a
- * state.json) or not a directory (the load then says what is wrong);
- * else the newest step_NNNNNN checkpoint in it. Into resolved, PATH_MAX
- * bytes. */
-int hy_checkpoint_resolve(const char *path, char *resolved, hy_error *err);
+/* What --resume PATH (or eval --init PATH: `flag` names it in messages)
+ * means: PATH itself when it is a checkpoint (holds a state.json) or not
+ * a directory (the load then says what is wrong); else the newest
+ * step_NNNNNN checkpoint in it, which must hold a state.json (the load
+ * verifies the rest). Into resolved, PATH_MAX bytes. */
+int hy_checkpoint_resolve(const char *flag, const char *path, char *resolved, hy_error *err);
 
 /* A run that resumes checkpoint `resumed` (after step `step`) and saves
  * into checkpoint.dir `dir`: refused (HY_ERR_INPUT) when dir holds

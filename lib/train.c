@@ -56,7 +56,7 @@ int hy_train_runtime(hy_runtime **out, const hy_run *run, struct hy_dp *dp, int 
     int rc = hy_train_fits(run, hy_dp_size(dp), err);
     if (!rc) rc = hy_runtime_create_dp(out, run, dp, err);
     /* A checkpoint's weights are checked like a resume's (checkpoint.h). */
-    if (!rc && run->init) rc = hy_checkpoint_verify_file(run->init, &unchecked, err);
+    if (!rc && run->init) rc = hy_checkpoint_verify_file(run->init, &run->model, &unchecked, err);
     if (unverified) *unverified = unchecked;
     if (!rc && run->init) rc = hy_weights_load(*out, run->init, err);
     if (rc) {

@@ -26,9 +26,9 @@ int hy_train_fits(const hy_run *run, int replicas, hy_error *err);
  * hy_train_fits says it fits:
  * hy_runtime_create's seeded initialization, then the file run->init
  * names, when it does (weights.h), checked first when it is a
- * checkpoint's (hy_checkpoint_verify_file: a damaged one is refused). dp:
- * the data-parallel replicas it is one of (NULL: none;
- * hy_runtime_create_dp). *unverified (when not NULL): 1 when those
+ * checkpoint's (hy_checkpoint_verify_file: a damaged one, or another
+ * model's, is refused). dp: the data-parallel replicas it is one of
+ * (NULL: none; hy_runtime_create_dp). *unverified (when not NULL): 1 when those
  * weights came from a checkpoint without checksums (loaded, but nothing
  * could be checked: the caller says so). On failure *out is NULL. */
 struct hy_dp;

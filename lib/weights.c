@@ -56,6 +56,29 @@ static int wt_load_tensor(hy_runtime *rt, const hy_model *m, const hy_safetensor
     return rc ? rc : hy_runtime_put(rt, HY_T_PARAM, p, host, p->numel, err);
 }
 
+/* The model a hanayo checkpoint's weights record (checkpoint.h writes
+ * "hanayo_model" and "hanayo_heads" into their metadata) must be m: a
+ * BERT's tensors have a GPT's names and shapes, and the heads split
+ * d_model without changing any shape. A file without them (transformers
+ * writes none) is checked by its shapes alone. */
+static int wt_check_model(const hy_safetensors_file *f, const hy_model *m, hy_error *err) {
+    const char *kind = hy_safetensors_meta_get(f, "hanayo_model");
+    const char *heads = hy_safetensors_meta_get(f, "hanayo_heads");
+    char now[16];
+    snprintf(now, sizeof now, "%d", m->heads);
+    if (kind && strcmp(kind, hy_model_name(m->kind)) != 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s holds the weights of a %s model (its metadata "
+                       "hanayo_model), the config's model.kind is %s: these are another "
+                       "model's weights", f->path, hy_safetensors_show(kind).s,
+                       hy_model_name(m->kind));
+    if (heads && strcmp(heads, now) != 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s holds the weights of a model with %s heads (its "
+                       "metadata hanayo_heads), the config's model.heads is %d: the same "
+                       "shapes, split otherwise; use the weights' model.heads", f->path,
+                       hy_safetensors_show(heads).s, m->heads);
+    return HY_OK;
+}
+
 int hy_weights_check(const char *path, const char *name, const float *v, size_t n, int nonneg,
                      hy_error *err) {
     for (size_t i = 0; i < n; i++) {
@@ -77,6 +100,7 @@ int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err) {
     if (rc) return rc;
     float *host = malloc(hy_model_max_numel(m) * sizeof(float));
     if (!host) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory loading %s", path);
+    if (!rc) rc = wt_check_model(&f, m, err);
     /* A tensor that is not a parameter is refused before any is read. */
     for (int i = 0; i < f.n_tensors && !rc; i++) {
         const char *name = f.tensors[i].name;

@@ -26,7 +26,10 @@
  * file and the tensor: a missing parameter, a shape the config's model
  * does not have, a tensor that is not a parameter, a value that is NaN or
  * infinite (HY_ERR_INPUT); an unreadable file as safetensors.h reports
- * it. */
+ * it. A hanayo checkpoint's weights also record their model's kind and
+ * heads (metadata "hanayo_model", "hanayo_heads"), which must be the
+ * config's: GPT and BERT tensors share names and shapes. Other files
+ * (Hugging Face's) are checked by their shapes alone. */
 int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err);
 
 /* The n values just read from tensor `name` of the file at path must all

@@ -457,7 +457,7 @@ static void legacy_format(const hy_run *c, const char *ckdir) {
     /* Its weights as init: checked (nothing to check) and flagged. */
     char model[320];
     snprintf(model, sizeof model, "%s/model.safetensors", ck);
-    CHECK(hy_checkpoint_verify_file(model, &unverified, &err) == HY_OK && unverified == 1);
+    CHECK(hy_checkpoint_verify_file(model, NULL, &unverified, &err) == HY_OK && unverified == 1);
     /* A format-2 state.json without its checksum line is not taken for one. */
     snprintf(cmd, sizeof cmd, "rm -rf %s", ck);
     CHECK(system(cmd) == 0);
@@ -470,7 +470,7 @@ static void init_checked(const hy_run *c, const char *ckdir) {
     snprintf(model, sizeof model, "%s/step_000002/model.safetensors", ckdir);
     hy_error err;
     int unverified = -1;
-    CHECK(hy_checkpoint_verify_file(model, &unverified, &err) == HY_OK && unverified == 0);
+    CHECK(hy_checkpoint_verify_file(model, NULL, &unverified, &err) == HY_OK && unverified == 0);
     hy_run ci = *c;
     ci.init = model;
     flip_byte(model, file_bytes(model) / 2);
@@ -482,7 +482,7 @@ static void init_checked(const hy_run *c, const char *ckdir) {
     flip_byte(model, file_bytes(model) / 2);
     CHECKF(hy_train_runtime(&rt, &ci, NULL, NULL, &err) == HY_OK, "%s", err.msg);
     hy_runtime_destroy(rt);
-    CHECK(hy_checkpoint_verify_file(shard, &unverified, &err) == HY_OK && unverified == 0);
+    CHECK(hy_checkpoint_verify_file(shard, NULL, &unverified, &err) == HY_OK && unverified == 0);
 }
 
 /* Another shard, or another micro-batch layout, would give the data
@@ -542,7 +542,7 @@ static void verify_and_list(const char *ckdir) {
                strstr(text, "Z "), "%s", text);
     if (f) fclose(f);
     char newest[PATH_MAX];
-    CHECK(hy_checkpoint_resolve(ckdir, newest, &err) == HY_OK &&
+    CHECK(hy_checkpoint_resolve("--resume", ckdir, newest, &err) == HY_OK &&
           strstr(newest, "step_000002") != NULL);
 }
 

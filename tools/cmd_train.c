@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "args.h"
@@ -76,18 +77,25 @@ static const char usage_train[] =
     "stderr, any other write failure exits 1.\n";
 
 static const char usage_eval[] =
-    "usage: hanayo eval CONFIG [--init WEIGHTS.safetensors] [--data SHARD]\n"
-    "                   [--batches N] [--set key=value]...\n"
+    "usage: hanayo eval CONFIG [--init WEIGHTS|DIR] [--data SHARD] [--batches N]\n"
+    "                   [--set key=value]...\n"
     "\n"
     "Prints the model's mean loss over N batches read in order from the start\n"
-    "of SHARD as one JSON line: {\"loss\": x, \"batches\": n, \"tokens\": t}.\n"
+    "of SHARD as one JSON line: {\"loss\": x, \"batches\": n, \"tokens\": t,\n"
+    "\"weights\": FILE or null}, and on stderr which weights it scored.\n"
     "\n"
-    "  --init FILE       weights to evaluate (Hugging Face GPT-2 names);\n"
-    "                    default: the config's init, else its seeded init\n"
+    "  --init WEIGHTS|DIR  weights to evaluate: a safetensors file (Hugging Face\n"
+    "                    GPT-2 names), a checkpoint (step_NNNNNN directory) or a\n"
+    "                    checkpoint.dir (its newest checkpoint, as train --resume\n"
+    "                    takes it); default: the config's init, else the seeded\n"
+    "                    initialization (\"weights\": null)\n"
     "  --data SHARD      token shard (default: data.val, else data.train)\n"
     "  --batches N       batches of micro_batch_size x seq_len tokens\n"
     "                    (default: every whole batch in the shard)\n"
-    "  --set key=value   override a config key\n";
+    "  --set key=value   override a config key\n"
+    "\n"
+    "Weights of another model are refused: a checkpoint's record (model.kind and\n"
+    "shape) must be the config's model; a file of no checkpoint, by its shapes.\n";
 
 /* ---- SIGINT, SIGTERM and SIGPIPE ------------------------------------------------ */
 
@@ -470,7 +478,7 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     if (!rc) rc = hy_train_shard_batches(run, run->data.train, &train_batches, err);
     if (!rc) rc = hy_train_runtime(&rt, run, dp, &init_unverified, err);
     if (!rc && init_unverified) warn_unverified(out, run->init);
-    if (!rc && o && o->resume) rc = hy_checkpoint_resolve(o->resume, resume, err);
+    if (!rc && o && o->resume) rc = hy_checkpoint_resolve("--resume", o->resume, resume, err);
     if (!rc && *resume) rc = hy_checkpoint_load(rt, resume, &unverified, err);
     /* Opens data.train and checks that one batch fits. */
     if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);
@@ -660,8 +668,43 @@ const cli_command cli_train_command = {"train", cmd_train, usage_train, &train_s
 
 /* ---- hanayo eval ------------------------------------------------------------- */
 
-int cli_eval_run(const hy_run *run, const char *shard, int batches, FILE *out, FILE *warn,
-                 hy_error *err) {
+/* The line that says which weights eval scores, on warn. */
+static void say_weights(const hy_run *run, const char *init_flag, FILE *warn) {
+    if (!warn) return;
+    if (!run->init)
+        fprintf(warn, "weights: the seeded initialization (train.seed %llu): no --init, no init "
+                "key\n", run->train.seed);
+    else if (!init_flag)
+        fprintf(warn, "weights: %s (the config's init)\n", run->init);
+    else if (strcmp(init_flag, run->init) != 0)
+        fprintf(warn, "weights: %s (--init %s)\n", run->init, init_flag);
+    else
+        fprintf(warn, "weights: %s\n", run->init);
+    fflush(warn);
+}
+
+/* s as a JSON string, quoted and escaped, into buf (n bytes; a path is
+ * at most PATH_MAX, each byte at most 6 escaped). */
+static const char *json_quote(const char *s, char *buf, size_t n) {
+    size_t used = 0;
+    buf[used++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p && used + 8 < n; p++) {
+        if (*p == '"' || *p == '\\') {
+            buf[used++] = '\\';
+            buf[used++] = (char)*p;
+        } else if (*p < 0x20) {
+            used += (size_t)snprintf(buf + used, n - used, "\\u%04x", *p);
+        } else {
+            buf[used++] = (char)*p;
+        }
+    }
+    buf[used++] = '"';
+    buf[used] = '\0';
+    return buf;
+}
+
+int cli_eval_run(const hy_run *run, const char *shard, int batches, const char *init_flag,
+                 FILE *out, FILE *warn, hy_error *err) {
     if (!shard) shard = run->data.val ? run->data.val : run->data.train;
     int rc = pick_backend(run, NULL, err);   /* stdout is one JSON line */
     if (rc) return rc;
@@ -689,7 +732,13 @@ int cli_eval_run(const hy_run *run, const char *shard, int batches, FILE *out, F
         rc = hy_fail(err, HY_ERR_RUNTIME, "eval: the mean loss over %d batches of %s is %s: the "
                      "model's arithmetic overflowed (its weights are finite but too large?)",
                      batches, shard, isnan(loss) ? "NaN" : "infinite");
-    if (!rc) fprintf(out, "{\"loss\": %.7f, \"batches\": %d, \"tokens\": %.0f}\n", loss, batches, tokens);
+    /* Only with the loss: a failure is said by its error line alone. */
+    if (!rc) say_weights(run, init_flag, warn);
+    char weights[6 * PATH_MAX + 8];
+    if (!rc)
+        fprintf(out, "{\"loss\": %.7f, \"batches\": %d, \"tokens\": %.0f, \"weights\": %s}\n",
+                loss, batches, tokens, run->init ? json_quote(run->init, weights, sizeof weights)
+                                                 : "null");
     return rc;
 }
 
@@ -702,7 +751,7 @@ typedef struct {
 #define EVAL(field) offsetof(eval_args, field)
 static const hy_flag eval_flags[] = {
     { .name = "--init", .kind = HY_FLAG_STRING, .off = EVAL(init),
-      .example = "model.safetensors" },
+      .example = "checkpoints/tiny-gpt" },
     { .name = "--data", .kind = HY_FLAG_STRING, .off = EVAL(data),
       .example = "data/synth_val.bin" },
     { .name = "--batches", .kind = HY_FLAG_INT, .off = EVAL(batches), .example = "20",
@@ -712,25 +761,43 @@ static const hy_flag eval_flags[] = {
 };
 static const hy_args_spec eval_spec = {
     .command = "eval", .flags = eval_flags, .operand = "config file",
-    .synopsis = "hanayo eval CONFIG [--init WEIGHTS] [--data SHARD] [--batches N]" };
+    .synopsis = "hanayo eval CONFIG [--init WEIGHTS|DIR] [--data SHARD] [--batches N]" };
+
+/* eval --init PATH as the weights file it means: PATH itself, or for a
+ * directory the model.safetensors of the checkpoint it is or of its
+ * newest one (hy_checkpoint_resolve, as train --resume takes it; the
+ * load verifies it), into file (PATH_MAX bytes). */
+static int init_file(const char *path, char *file, hy_error *err) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        snprintf(file, PATH_MAX, "%s", path);   /* the load says what is wrong with it */
+        return HY_OK;
+    }
+    char ck[PATH_MAX];
+    int rc = hy_checkpoint_resolve("--init", path, ck, err);
+    if (!rc && snprintf(file, PATH_MAX, "%s/model.safetensors", ck) >= PATH_MAX)
+        rc = hy_fail(err, HY_ERR_INPUT, "--init %s: the path is too long", path);
+    return rc;
+}
 
 static int cmd_eval(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     eval_args a = { .sets = { 0 }, .init = NULL, .data = NULL, .batches = 0 };
-    char *init_set = NULL;
+    char *init_set = NULL, file[PATH_MAX];
     hy_args_result got;
     int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
+    if (rc == HY_OK && !got.help && a.init) rc = init_file(a.init, file, err);
     /* --init becomes one more --set, the last, so the config's checks see
      * it and it wins over a --set init=... */
     if (rc == HY_OK && !got.help && a.init) {
-        init_set = malloc(strlen(a.init) + sizeof "init=");
+        init_set = malloc(strlen(file) + sizeof "init=");
         if (!init_set) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-        else sprintf(init_set, "init=%s", a.init);
+        else sprintf(init_set, "init=%s", file);
         if (rc == HY_OK) rc = hy_flag_list_add(&a.sets, init_set, err);
     }
     if (rc == HY_OK && !got.help) {
         hy_run run;
         rc = cli_load_run(&run, got.operand, &a.sets, err);
-        if (rc == HY_OK) rc = cli_eval_run(&run, a.data, a.batches, stdout, stderr, err);
+        if (rc == HY_OK) rc = cli_eval_run(&run, a.data, a.batches, a.init, stdout, stderr, err);
         hy_run_free(&run);
     }
     free(init_set);

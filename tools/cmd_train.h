@@ -59,10 +59,14 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
 /* `hanayo eval`: the mean loss of the model of c (with c->init's weights)
  * over `batches` batches read in order from the start of `shard` (NULL:
  * data.val, else data.train; batches <= 0: every batch the shard holds),
- * printed as one JSON line {"loss": x, "batches": n, "tokens": t}. A
- * warning (weights from a checkpoint without checksums) goes to warn. */
-int cli_eval_run(const hy_run *run, const char *shard, int batches, FILE *out, FILE *warn,
-                 hy_error *err);
+ * printed as one JSON line {"loss": x, "batches": n, "tokens": t,
+ * "weights": FILE or null (the seeded initialization)}. Which weights
+ * those are goes to warn, "weights: ...", once they are loaded, and so
+ * does a warning (weights from a checkpoint without checksums). init_flag:
+ * --init as given (a weights file, or the checkpoint directory c->init
+ * was found in), NULL when it was not given. */
+int cli_eval_run(const hy_run *run, const char *shard, int batches, const char *init_flag,
+                 FILE *out, FILE *warn, hy_error *err);
 
 /* The signal that stopped the last `hanayo train` early, as it said
  * (0: none; SIGPIPE for a broken pipe); main exits with 128 + it. */
