@@ -819,6 +819,34 @@ int hy_checkpoint_check_newer(const char *dir, const char *resumed, int step, hy
     return rc;
 }
 
+int hy_checkpoint_check_new_run(const char *dir, int fresh, int *beside, int *newest,
+                                hy_error *err) {
+    *beside = 0;
+    *newest = -1;
+    if (!ck_is_dir(dir)) return HY_OK;
+    int *steps = NULL, n = 0, rc = ck_scan(dir, &steps, &n, err);
+    if (!rc && n > 0) {
+        *beside = n;
+        *newest = steps[n - 1];
+    }
+    if (rc || n == 0 || fresh) {
+        free(steps);
+        return rc;
+    }
+    char names[3 * (PATH_MAX + 64) + 64];
+    const char *them = n == 1 ? "it" : "them";
+    ck_names(dir, steps, 0, n, names, sizeof names);
+    rc = hy_fail(err, HY_ERR_INPUT, "checkpoint.dir %s already holds %d checkpoint%s of another "
+                 "run: %s; this new run (no --resume) would save beside %s, and --resume %s "
+                 "would then continue whichever run's step is newest. To go on, continue that "
+                 "run with --resume %s, give this run another checkpoint.dir (--set "
+                 "checkpoint.dir=DIR), remove %s first if %s to go, or pass --fresh to start "
+                 "over beside %s", dir, n, n == 1 ? "" : "s", names, them, dir, dir, them,
+                 n == 1 ? "it is" : "they are", them);
+    free(steps);
+    return rc;
+}
+
 /* ---- Loading ------------------------------------------------------------ */
 
 /* Integer `key` of object o (`name` in messages: its path in state.json)
@@ -929,6 +957,112 @@ int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_err
     if (!rc) rc = hy_runtime_get_progress(rt, &now_step, &now_pos, err);
     if (!rc && (rc = hy_runtime_set_progress(rt, (int)step, (size_t)pos, err)))
         hy_error_prefix(err, "%s/state.json: \"data_position\": ", path);
+    json_decref(state);
+    return rc;
+}
+
+/* ---- The learning-rate schedule of a resume ------------------------------- */
+
+/* A config value as a user writes it: a number in its shortest form that
+ * reads back the same (5e-4, not 0.00050000000000000001), a string as
+ * it is; into buf. */
+static const char *ck_value_text(json_t *v, char *buf, size_t n) {
+    if (json_is_string(v)) {
+        snprintf(buf, n, "%s", json_string_value(v));
+    } else if (json_is_integer(v)) {
+        snprintf(buf, n, "%lld", (long long)json_integer_value(v));
+    } else if (json_is_real(v)) {
+        double x = json_real_value(v);
+        for (int digits = 1; digits <= 17; digits++) {
+            snprintf(buf, n, "%.*g", digits, x);
+            if (strtod(buf, NULL) == x) break;
+        }
+    } else {
+        snprintf(buf, n, "?");
+    }
+    return buf;
+}
+
+/* One key of config.train, saved and now: appends "train.KEY a -> b" to
+ * diff when they differ (both as their JSON text). A key the checkpoint
+ * does not record is taken as `dflt` (NULL: as now). */
+static void ck_diff_key(json_t *saved, json_t *now, const char *key, json_t *dflt, char *diff,
+                        size_t cap) {
+    json_t *a = json_object_get(saved, key), *b = json_object_get(now, key);
+    if (!a) a = dflt ? dflt : b;
+    if (!b || json_equal(a, b)) return;
+    char ta[64], tb[64];
+    size_t used = strlen(diff);
+    if (used + 1 < cap)
+        snprintf(diff + used, cap - used, "%strain.%s %s -> %s", used ? ", " : "", key,
+                 ck_value_text(a, ta, sizeof ta), ck_value_text(b, tb, sizeof tb));
+}
+
+/* The schedule config.train `was` records into *saved (which holds the
+ * run's values for what it does not record), each bounded as config.c
+ * bounds it: a format-1 state.json may hold anything. */
+static int ck_saved_schedule(const char *path, json_t *was, hy_run_train *saved, hy_error *err) {
+    json_t *sched = json_object_get(was, "lr_schedule");
+    saved->lr_schedule = HY_LR_COSINE;   /* before train.lr_schedule, the only one */
+    if (sched) {
+        int k = HY_LR_COUNT;
+        for (int i = 0; json_is_string(sched) && i < HY_LR_COUNT; i++)
+            if (strcmp(json_string_value(sched), hy_lr_schedule_name((hy_lr_schedule)i)) == 0)
+                k = i;
+        if (k == HY_LR_COUNT)
+            return hy_fail(err, HY_ERR_INPUT, "%s/state.json: config.train.lr_schedule is not "
+                           "one of this hanayo's schedules", path);
+        saved->lr_schedule = (hy_lr_schedule)k;
+    }
+    static const char *const reals[] = { "lr", "min_lr", "decay_fraction" };
+    double *real_of[] = { &saved->lr, &saved->min_lr, &saved->decay_fraction };
+    for (int i = 0; i < 3; i++) {
+        json_t *v = json_object_get(was, reals[i]);
+        if (!v) continue;
+        if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0 ||
+            json_number_value(v) > 1e3)
+            return hy_fail(err, HY_ERR_INPUT, "%s/state.json: config.train.%s is not a number "
+                           "in [0, 1000] (the file was damaged or edited)", path, reals[i]);
+        *real_of[i] = json_number_value(v);
+    }
+    long long steps = saved->steps, warmup = saved->warmup_steps;
+    int rc = ck_int_in(path, was, "steps", "config.train.steps", 1, INT_MAX, steps, &steps, err);
+    if (!rc) rc = ck_int_in(path, was, "warmup_steps", "config.train.warmup_steps", 0, INT_MAX,
+                            warmup, &warmup, err);
+    saved->steps = (int)steps;
+    saved->warmup_steps = (int)warmup;
+    return rc;
+}
+
+int hy_checkpoint_schedule(const char *path, const hy_run *run, hy_run_train *saved, char *diff,
+                           hy_error *err) {
+    *saved = run->train;
+    diff[0] = '\0';
+    json_t *state = NULL;
+    int format = 0, rc = ck_state_load(path, &state, &format, err);
+    if (rc) return rc;
+    json_error_t je;
+    json_t *now_cfg = json_loads(run->config_json, 0, &je);
+    json_t *was = json_object_get(json_object_get(state, "config"), "train");
+    json_t *now = json_object_get(now_cfg, "train");
+    json_t *cosine = json_string(hy_lr_schedule_name(HY_LR_COSINE));
+    if (!json_is_object(now) || !cosine)
+        rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory reading the run's resolved config");
+    /* A checkpoint that records no training settings (another tool's)
+     * has no schedule to hold the run to: nothing is compared. */
+    if (!rc && json_is_object(was)) rc = ck_saved_schedule(path, was, saved, err);
+    if (!rc && json_is_object(was)) {
+        hy_lr_schedule k = run->train.lr_schedule;
+        ck_diff_key(was, now, "lr_schedule", cosine, diff, PATH_MAX);
+        ck_diff_key(was, now, "lr", NULL, diff, PATH_MAX);
+        if (k != HY_LR_CONSTANT) ck_diff_key(was, now, "min_lr", NULL, diff, PATH_MAX);
+        ck_diff_key(was, now, "warmup_steps", NULL, diff, PATH_MAX);
+        if (k == HY_LR_WSD && saved->lr_schedule == HY_LR_WSD)
+            ck_diff_key(was, now, "decay_fraction", NULL, diff, PATH_MAX);
+        if (k != HY_LR_CONSTANT) ck_diff_key(was, now, "steps", NULL, diff, PATH_MAX);
+    }
+    json_decref(cosine);
+    json_decref(now_cfg);
     json_decref(state);
     return rc;
 }

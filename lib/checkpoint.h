@@ -85,6 +85,32 @@ int hy_checkpoint_resolve(const char *flag, const char *path, char *resolved, hy
  * yet holds none. */
 int hy_checkpoint_check_newer(const char *dir, const char *resumed, int step, hy_error *err);
 
+/* A new run (no --resume) that saves into checkpoint.dir `dir`: refused
+ * (HY_ERR_INPUT) when dir already holds step_NNNNNN directories, another
+ * run's: its saves would land beside them (replacing those of the same
+ * step), and `--resume dir` would then continue whichever run's step is
+ * newest. The message names them and the ways on: --resume to continue
+ * that run, another checkpoint.dir, removing them, or --fresh. With
+ * `fresh` (train --fresh: start over beside them) it passes. *beside:
+ * how many it holds, *newest: the newest's step (-1: none). A dir that
+ * does not exist yet holds none. */
+int hy_checkpoint_check_new_run(const char *dir, int fresh, int *beside, int *newest,
+                                hy_error *err);
+
+/* The learning-rate schedule checkpoint `path` was trained with (its
+ * state.json's config.train: lr, min_lr, warmup_steps, lr_schedule,
+ * decay_fraction, steps) against run's, for a resume: a changed one bends
+ * the curve mid-run (a longer train.steps stretches the cosine, so the
+ * rate jumps at the first resumed step). *saved: run's train settings
+ * with the checkpoint's schedule in them (a key the checkpoint does not
+ * record, from before it existed, keeps the value it had then: cosine,
+ * or run's); diff: what differs, as "train.steps 200 -> 400, train.lr
+ * 0.001 -> 0.0005" ("" when nothing does, PATH_MAX bytes). Keys that
+ * do not shape run's schedule are not compared: train.steps and min_lr
+ * under `constant`, decay_fraction but under `wsd`. */
+int hy_checkpoint_schedule(const char *path, const hy_run *run, hy_run_train *saved, char *diff,
+                           hy_error *err);
+
 /* One checkpoint, as `hanayo checkpoint list` shows it. */
 typedef struct {
     char path[PATH_MAX];

@@ -663,7 +663,9 @@ static int train_keep(const char *ckdir, int steps, const char *keep) {
     hy_error err;
     hy_checkpoint_info *found = NULL;
     int n_found = 0;
-    cli_train_opts o = { .resume = NULL };
+    /* Each call trains on past the last one's train.steps: another
+     * learning-rate schedule, allowed. */
+    cli_train_opts o = { .resume = NULL, .allow_schedule_change = 1 };
     if (hy_checkpoint_find(ckdir, &found, &n_found, &err) == HY_OK && n_found > 0)
         o.resume = ckdir;
     free(found);

@@ -65,6 +65,8 @@ check_full() {
 
 # ---- a file-size limit: EFBIG ----------------------------------------------------
 cp -r "$tmp/ref" "$tmp/fsize"
+# The resumes below train on past the first run's train.steps, another
+# learning-rate schedule: --allow-schedule-change.
 # ulimit -f counts 1024-byte blocks: half a checkpoint, so some file of
 # step_000004 passes it. The limit and the ignored SIGXFSZ hold in the
 # subshell only.
@@ -72,13 +74,13 @@ cp -r "$tmp/ref" "$tmp/fsize"
     ulimit -f $((ck_bytes / 2048))
     trap '' XFSZ
     exec "$HANAYO" train configs/tiny-gpt.json "${small[@]}" --set train.steps=4 \
-        --set "checkpoint.dir=$tmp/fsize" --resume "$tmp/fsize/step_000002"
+        --set "checkpoint.dir=$tmp/fsize" --resume "$tmp/fsize/step_000002" --allow-schedule-change
 ) >"$tmp/out" 2>"$tmp/err"
 rc=$?
 last="hanayo train --resume (ulimit -f)"
 check_full "$tmp/fsize" 'File too large'
 run train configs/tiny-gpt.json "${small[@]}" --set train.steps=3 --set checkpoint.dir=null \
-    --resume "$tmp/fsize/step_000002"
+    --resume "$tmp/fsize/step_000002" --allow-schedule-change
 expect_rc 0
 expect_out 'resumed from .* after step 2'
 
@@ -96,11 +98,13 @@ fi
 mkdir "$mnt/ck"
 cp -r "$tmp/ref/step_000002" "$mnt/ck/"
 "$HANAYO" train configs/tiny-gpt.json "${small[@]}" --set train.steps=4 \
-    --set "checkpoint.dir=$mnt/ck" --resume "$mnt/ck/step_000002" >"$tmp/out" 2>"$tmp/err"
+    --set "checkpoint.dir=$mnt/ck" --resume "$mnt/ck/step_000002" --allow-schedule-change \
+    >"$tmp/out" 2>"$tmp/err"
 echo $? >"$tmp/enospc.status"
 ls -A "$mnt/ck" >"$tmp/enospc.left"
 "$HANAYO" train configs/tiny-gpt.json "${small[@]}" --set train.steps=3 \
-    --set checkpoint.dir=null --resume "$mnt/ck/step_000002" >"$tmp/resume.out" 2>&1
+    --set checkpoint.dir=null --resume "$mnt/ck/step_000002" --allow-schedule-change \
+    >"$tmp/resume.out" 2>&1
 echo $? >"$tmp/resume.status"
 EOF
 # Room for step_000002 and half of another (tmpfs counts whole pages).

@@ -116,12 +116,15 @@ if grep -q '^data parallel: 2 replicas (MPI), each 4 micro-batches of the step.s
 fi
 
 # ---- resume with another number of replicas ------------------------------------
+# (two steps past the runs' train.steps: another learning-rate schedule)
 run train "${small[@]}" --set train.steps=5 --set schedule.micro_batches=8 \
-    --set "checkpoint.dir=$tmp/dp-1f1b" --set schedule.kind=1f1b --resume "$tmp/dp-1f1b"
+    --set "checkpoint.dir=$tmp/dp-1f1b" --set schedule.kind=1f1b --resume "$tmp/dp-1f1b" \
+    --allow-schedule-change
 expect_rc 0
 expect_out "resumed from $tmp/dp-1f1b/step_000003 after step 3"
 run train "${small[@]}" --set train.steps=5 --set schedule.micro_batches=8 \
-    --set "checkpoint.dir=$tmp/one-1f1b" --set schedule.kind=1f1b --resume "$tmp/one-1f1b"
+    --set "checkpoint.dir=$tmp/one-1f1b" --set schedule.kind=1f1b --resume "$tmp/one-1f1b" \
+    --allow-schedule-change
 expect_rc 0
 close "$tmp/dp-1f1b/step_000005/model.safetensors" "$tmp/one-1f1b/step_000005/model.safetensors"
 expect_input_error train "${small[@]}" --set train.steps=5 --set schedule.micro_batches=4 \

@@ -77,7 +77,10 @@ refused() {
 }
 
 # ---- train --log-json over each input ------------------------------------------
-t=(train "$tmp/c.json" "${small[@]}" --set train.steps=3)
+# A new run into checkpoint.dir, which holds the first run's checkpoints:
+# --fresh, so that what is refused is the log (a resume continues them).
+t=(train "$tmp/c.json" "${small[@]}" --set train.steps=3 --fresh)
+tr=(train "$tmp/c.json" "${small[@]}" --set train.steps=3)
 refused "--log-json $tmp/c.json: is the same file as $tmp/c.json, an input of this run (the config)" \
     "${t[@]}" --log-json "$tmp/c.json"
 refused "$tmp/t.bin, an input of this run (data.train, the training shard)" "${t[@]}" --log-json "$tmp/t.bin"
@@ -85,9 +88,9 @@ refused "$tmp/v.bin, an input of this run (data.val, the validation shard)" "${t
 refused "(init, the weights it starts from)" \
     "${t[@]}" --set "init=$tmp/init.safetensors" --log-json "$tmp/init.safetensors"
 refused "a file of the checkpoint it resumes|$ck/state.json" \
-    "${t[@]}" --resume "$ck" --log-json "$ck/state.json"
+    "${tr[@]}" --resume "$ck" --log-json "$ck/state.json"
 refused "a file of the checkpoint it resumes|$ck/model.safetensors" \
-    "${t[@]}" --resume "$ck" --log-json "$ck/model.safetensors"
+    "${tr[@]}" --resume "$ck" --log-json "$ck/model.safetensors"
 refused "a file in checkpoint.dir|$tmp/ck/step_000001/optimizer.safetensors" \
     "${t[@]}" --log-json "$tmp/ck/step_000001/optimizer.safetensors"
 # Other names for the same file.

@@ -71,8 +71,10 @@ saved_alone() {
     fi
     run checkpoint verify "$step_dir"
     expect_rc 0
+    # Two steps more, not the stopped run's 100000: another learning-rate
+    # schedule, said so.
     run train configs/tiny-gpt.json "${small[@]}" --set "train.steps=$((n + 2))" \
-        --set "checkpoint.dir=$ck" --resume "$step_dir"
+        --set "checkpoint.dir=$ck" --resume "$step_dir" --allow-schedule-change
     expect_rc 0
     expect_out "resumed from $step_dir after step $n"
     expect_out "step $((n + 2))/$((n + 2))"

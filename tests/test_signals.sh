@@ -86,8 +86,10 @@ stop_with() {
     if [ "$left" = "$(basename "$step_dir") " ]; then ok; else
         bad "$last: $ck holds '$left', want $(basename "$step_dir") alone"
     fi
+    # Two steps more, not the stopped run's 100000: another learning-rate
+    # schedule, said so.
     run train configs/tiny-gpt.json "${small[@]}" --set "train.steps=$((n + 2))" \
-        --set "checkpoint.dir=$ck" --resume "$step_dir"
+        --set "checkpoint.dir=$ck" --resume "$step_dir" --allow-schedule-change
     expect_rc 0
     expect_out "resumed from $step_dir after step $n"
     expect_out "step $((n + 2))/$((n + 2))"

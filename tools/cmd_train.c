@@ -12,12 +12,17 @@
  * train.eval_every steps and after the last.
  * Checkpoints go to checkpoint.dir every checkpoint.every steps and after
  * the last step; `resume` continues a run from one (checkpoint.h),
- * checked first. A run with a checkpoint.dir holds its lock (one writer
- * per directory) and, with checkpoint.keep, removes older checkpoints
- * after each new one is complete. SIGINT or SIGTERM ends the run cleanly
- * after the current step, and so does a write to stdout or the JSON log
- * that fails (a reader gone: SIGPIPE is ignored). eval prints a model's
- * mean loss over a shard as one JSON line.
+ * checked first: a resume with nothing left to train, or with another
+ * learning-rate schedule than the checkpoint's (unless
+ * --allow-schedule-change), is refused, and so is a new run into a
+ * checkpoint.dir holding another run's checkpoints (unless --fresh). A
+ * run with a checkpoint.dir holds its lock (one writer per directory)
+ * and, with checkpoint.keep, removes older checkpoints after each new one
+ * is complete. SIGINT or SIGTERM ends the run cleanly after the current
+ * step, and so does a write to stdout or the JSON log that fails (a
+ * reader gone: SIGPIPE is ignored). eval prints a model's mean loss over
+ * a shard as one JSON line, and on stderr which weights it scored (a
+ * file, a checkpoint's, or the seeded initialization).
  */
 #include "cmd_train.h"
 
@@ -46,7 +51,7 @@
 
 static const char usage_train[] =
     "usage: hanayo train CONFIG [--steps N] [--set key=value]... [--log-json FILE]\n"
-    "                    [--resume DIR]\n"
+    "                    [--resume DIR [--allow-schedule-change]] [--fresh]\n"
     "\n"
     "Trains the model of CONFIG with its pipeline schedule, one thread per\n"
     "rank, and prints a progress line every train.log_every steps: step,\n"
@@ -59,9 +64,18 @@ static const char usage_train[] =
     "                    (step, loss, lr, grad_norm, tokens_per_s, ms)\n"
     "  --resume DIR      continue from a checkpoint (a step_NNNNNN directory,\n"
     "                    or a checkpoint.dir: its newest), checked first\n"
+    "  --allow-schedule-change\n"
+    "                    with --resume: take this run's learning-rate schedule\n"
+    "                    where it differs from the checkpoint's (train.lr,\n"
+    "                    min_lr, warmup_steps, steps, lr_schedule,\n"
+    "                    decay_fraction), e.g. a larger train.steps to extend a\n"
+    "                    finished run; refused without it\n"
+    "  --fresh           start a new run in a checkpoint.dir that holds another\n"
+    "                    run's checkpoints, saving beside them; refused without it\n"
     "\n"
     "Checkpoints go to checkpoint.dir every checkpoint.every steps and after\n"
     "the last step; resuming continues bit for bit on the same rank layout.\n"
+    "A checkpoint at or past train.steps has nothing left to train: refused.\n"
     "Each file's CRC-32C is in state.json and checked on every load; one run\n"
     "at a time may write a checkpoint.dir; checkpoint.keep: N keeps the\n"
     "newest N. `hanayo checkpoint verify|list DIR` checks and lists them.\n"
@@ -432,15 +446,56 @@ static int validate(hy_runtime *rt, const hy_run *run, int step, int whole, FILE
     return HY_OK;
 }
 
-/* Before anything is created: the checks of --resume and --log-json.
- * A resume into a checkpoint.dir holding newer checkpoints would replace
- * them (checkpoint.h); the log must be a regular file and none of the
- * run's inputs (outfile.h), which *inputs lists for the log's open. */
+/* What a resume of checkpoint `resume` (after step `done`) must not do
+ * silently: train nothing (it is at or past train.steps), or bend the
+ * learning-rate curve mid-run (another schedule than the checkpoint's
+ * run had: refused unless --allow-schedule-change). *was: the
+ * checkpoint's schedule; changed: what differs ("" when nothing does),
+ * which the run says once it starts (PATH_MAX bytes). */
+static int check_resume(const hy_run *run, const cli_train_opts *o, const char *resume, int done,
+                        hy_run_train *was, char *changed, hy_error *err) {
+    int rc = hy_checkpoint_schedule(resume, run, was, changed, err);
+    if (rc) return rc;
+    int steps = run->train.steps;
+    if (done >= steps) {
+        char how[160];
+        if (was->lr_schedule == HY_LR_CONSTANT)
+            snprintf(how, sizeof how, "raise train.steps above %d (--steps N)", done);
+        else
+            snprintf(how, sizeof how, "raise train.steps above %d (--steps N) with "
+                     "--allow-schedule-change: the learning rate's decay then runs to the new "
+                     "last step", done);
+        return hy_fail(err, HY_ERR_INPUT, "checkpoint %s is at step %d and train.steps is %d: "
+                       "nothing is left to train. To train on, %s; or start a new run from its "
+                       "weights (--set init=%s/model.safetensors, another checkpoint.dir)",
+                       resume, done, steps, how, resume);
+    }
+    if (*changed && !(o && o->allow_schedule_change))
+        return hy_fail(err, HY_ERR_INPUT, "--resume %s: this run's learning-rate schedule is not "
+                       "the checkpoint's (%s): the rate would go from %.2e at step %d to %.2e at "
+                       "step %d. Resume with the checkpoint's values, or pass "
+                       "--allow-schedule-change to take this schedule from step %d on (a larger "
+                       "train.steps to extend a run is such a change: the decay stretches to the "
+                       "new last step)", resume, changed, hy_train_lr(was, done), done,
+                       hy_train_lr(&run->train, done + 1), done + 1, done + 1);
+    return HY_OK;
+}
+
+/* Before anything is created: the checks of checkpoint.dir and
+ * --log-json. A resume into a checkpoint.dir holding newer checkpoints
+ * would replace them, and a new run into one holding another run's would
+ * save beside them, unless --fresh (checkpoint.h; *beside and *newest:
+ * what --fresh starts beside); the log must be a regular file and none
+ * of the run's inputs (outfile.h), which *inputs lists for the log's
+ * open. */
 static int check_outputs(const hy_run *run, const cli_train_opts *o, const char *resume,
-                         int done, hy_outfile_inputs *inputs, hy_error *err) {
+                         int done, int *beside, int *newest, hy_outfile_inputs *inputs,
+                         hy_error *err) {
     int rc = HY_OK;
     if (*resume && run->checkpoint.dir)
         rc = hy_checkpoint_check_newer(run->checkpoint.dir, resume, done, err);
+    if (!*resume && run->checkpoint.dir)
+        rc = hy_checkpoint_check_new_run(run->checkpoint.dir, o && o->fresh, beside, newest, err);
     if (!rc && o && o->log_json) {
         rc = hy_outfile_inputs_of_run(inputs, run, *resume ? resume : NULL, err);
         if (!rc) rc = hy_outfile_check(inputs, "--log-json", o->log_json, 1, err);
@@ -470,9 +525,14 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     hy_runtime *rt = NULL;
     int first = 1, steps = run->train.steps, done = 0, val_batches = 0, unverified = 0;
     size_t pos = 0;
-    char resume[PATH_MAX] = "";
+    char resume[PATH_MAX] = "", changed[PATH_MAX] = "";
+    hy_run_train was;            /* the resumed checkpoint's schedule */
+    int beside = 0, newest = -1; /* another run's checkpoints a --fresh run starts beside */
     hy_checkpoint_lock lock = { .fd = -1 };
     int init_unverified = 0, train_batches = 0;
+    if (!rc && o && o->fresh && o->resume)
+        rc = hy_fail(err, HY_ERR_INPUT, "--fresh starts a new run and --resume %s continues one: "
+                     "give one of them", o->resume);
     /* The shard first: a missing or short one is said as such, before the
      * memory is planned and allocated (hy_train_runtime). */
     if (!rc) rc = hy_train_shard_batches(run, run->data.train, &train_batches, err);
@@ -485,7 +545,9 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     if (!rc && run->data.val) rc = hy_train_shard_batches(run, run->data.val, &val_batches, err);
     hy_outfile_inputs inputs;
     hy_outfile_inputs_init(&inputs);
-    if (!rc && writer) rc = check_outputs(run, o, resume, done, &inputs, err);
+    if (!rc && writer)
+        rc = check_outputs(run, o, resume, done, &beside, &newest, &inputs, err);
+    if (!rc && *resume) rc = check_resume(run, o, resume, done, &was, changed, err);
     /* Data parallelism: one replica's bad input ends them all, with its
      * error; and they must all run the same config. */
     rc = hy_dp_agree(dp, rc, err);
@@ -510,9 +572,18 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     if (lock.leftovers)
         fprintf(out, "removed %d temporar%s an interrupted save left in %s\n", lock.leftovers,
                 lock.leftovers == 1 ? "y" : "ies", run->checkpoint.dir);
+    if (beside)
+        fprintf(out, "checkpoint.dir %s holds %d checkpoint%s of another run (newest step %d); "
+                "this run starts over beside them (--fresh): its saves replace theirs of the "
+                "same step, and --resume %s continues the newest step, whichever run's\n", run->checkpoint.dir, beside, beside == 1 ? "" : "s",
+                newest, run->checkpoint.dir);
     if (*resume) {
         if (unverified) warn_unverified(out, resume);
         fprintf(out, "resumed from %s after step %d\n", resume, done);
+        if (*changed)
+            fprintf(out, "learning-rate schedule changed (--allow-schedule-change): %s; the rate "
+                    "goes from %.2e at step %d to %.2e at step %d\n", changed,
+                    hy_train_lr(&was, done), done, hy_train_lr(&run->train, done + 1), done + 1);
         first = done + 1;
     }
     /* A write to either that fails stops the run after that step. */
@@ -615,6 +686,9 @@ static const hy_flag train_flags[] = {
       .example = "train.jsonl" },
     { .name = "--resume", .kind = HY_FLAG_STRING, .off = offsetof(train_args, opts.resume),
       .example = "checkpoints/step_000100" },
+    { .name = "--allow-schedule-change", .kind = HY_FLAG_SWITCH,
+      .off = offsetof(train_args, opts.allow_schedule_change) },
+    { .name = "--fresh", .kind = HY_FLAG_SWITCH, .off = offsetof(train_args, opts.fresh) },
     { .name = NULL },
 };
 static const hy_args_spec train_spec = {

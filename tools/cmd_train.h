@@ -19,6 +19,16 @@ typedef struct {
     const char *log_json;   /* path of the per-step JSON log, or NULL */
     const char *resume;     /* checkpoint to continue from (or a checkpoint.dir: its
                                newest, hy_checkpoint_resolve), or NULL */
+    /* --fresh: a new run (no resume) may save into a checkpoint.dir that
+     * holds another run's checkpoints, beside them; without it that is
+     * refused (hy_checkpoint_check_new_run). */
+    int fresh;
+    /* --allow-schedule-change: a resume may change the learning-rate
+     * schedule the checkpoint's run had (train.lr, min_lr, warmup_steps,
+     * steps, lr_schedule, decay_fraction; hy_checkpoint_schedule), said
+     * on out; without it that is refused, and so is every resume of a
+     * checkpoint at or past train.steps (nothing left to train). */
+    int allow_schedule_change;
     /* A request to stop, or NULL (never). Read after every step; once it is
      * non-zero the run stops there: it saves a checkpoint of that step
      * (when checkpoint.dir is set and none was just saved), skips the

@@ -239,6 +239,7 @@ checkpoint("ck_replicas_negative", data_replicas=-1)
 checkpoint("ck_micro_batches_zero", data_micro_batches=0)
 checkpoint("ck_shard_bytes_string", data_shard_bytes="1424")
 checkpoint(os.path.join("ck_named", "step_000002"), step=5)
+checkpoint("ck_lr_string", config={"model": _model, "train": {"lr": "0.001"}})
 # A second moment below 0 (its square root would be NaN), summed as if
 # written so.
 _v = {("v.ln_f.bias", 1): struct.pack("<f", -1.0)}
