@@ -409,8 +409,10 @@ run:
 	@$(MAKE) --no-print-directory $(HY_JOBS) hy-train-tiny
 
 .PHONY: hy-train-tiny
+# --fresh: a second `make run` trains the demo again beside the first run's
+# checkpoints, which a plain train refuses to mix with (docs/cli.md).
 hy-train-tiny: all $(HY_SYNTH_DATA)
-	$(HY_BIN) train configs/tiny-gpt.json
+	$(HY_BIN) train configs/tiny-gpt.json --fresh
 
 # ---------------------------------------------------------------------------
 # Benchmarks: measured side by side in one run, printed (tools/bench.c).
