@@ -26,7 +26,22 @@ static void fit(char *msg, size_t n, const char *text, size_t len) {
     memcpy(msg + head + 3, text + tail, len - tail + 1);
 }
 
-/* fmt with ap into msg (n bytes), through fit. */
+/* Control characters in msg become '?': C0 (newline, escape, ...), DEL,
+ * and C1 (CSI among them) in its UTF-8 form, both of its bytes. A message
+ * is one line of plain text, whatever a file name, a key or a JSON token
+ * quoted in it holds. */
+static void tame(char *msg) {
+    for (unsigned char *p = (unsigned char *)msg; *p; p++) {
+        if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            p[0] = p[1] = '?';
+            p++;
+        } else if (*p < 0x20 || *p == 0x7f) {
+            *p = '?';
+        }
+    }
+}
+
+/* fmt with ap into msg (n bytes), through fit, tamed. */
 static void vformat(char *msg, size_t n, const char *fmt, va_list ap) {
     va_list again;
     va_copy(again, ap);
@@ -38,6 +53,7 @@ static void vformat(char *msg, size_t n, const char *fmt, va_list ap) {
         free(whole);
     }
     va_end(again);
+    tame(msg);
 }
 
 static int vfail(hy_error *err, int status, int cause, const char *fmt, va_list ap) {

@@ -27,7 +27,9 @@ enum {
                               (backend.h, abort): another rank failed first */
 };
 
-/* A message longer than msg is cut in the middle ("..."), not at its
+/* A message is one line of text: control characters (a newline or an
+ * escape sequence in a file name, a key or a JSON token it quotes) become
+ * '?'. A message longer than msg is cut in the middle ("..."), not at its
  * end: the context in front and the reason at the end both stay, however
  * long a path between them. */
 typedef struct {

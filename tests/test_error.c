@@ -5,7 +5,10 @@
  * end: with a path of 4000 characters in it, the context before the path
  * and the reason after it both survive, joined by "...", through hy_fail
  * and through hy_error_prefix; the cut never splits a UTF-8 character;
- * short messages are kept whole; status and cause are kept.
+ * short messages are kept whole; status and cause are kept. A message is
+ * one line: a newline, an escape sequence, DEL or a C1 control (in UTF-8)
+ * in what it quotes becomes '?', through hy_fail and hy_error_prefix, and
+ * other UTF-8 stays.
  */
 #include "error.h"
 #include "test.h"
@@ -72,5 +75,13 @@ int main(void) {
     memset(full, 'b', 1023);
     hy_fail(&err, HY_ERR_INPUT, "%s", full);
     CHECK(!strcmp(err.msg, full));
+
+    /* One line of plain text, whatever it quotes. */
+    hy_fail(&err, HY_ERR_INPUT, "unknown key '%s' in %s", "a\nb\x1b[31mc\x7f\t",
+            "x\xc2\x9b" "2J\xc3\xa9.json");
+    CHECKF(!strcmp(err.msg, "unknown key 'a?b?[31mc?" "?' in x?" "?2J\xc3\xa9.json"), "%s",
+           err.msg);
+    hy_error_prefix(&err, "line\r\n%s: ", "dir\nname");
+    CHECKF(!strncmp(err.msg, "line?" "?dir?name: unknown key 'a?b", 32), "%s", err.msg);
     return TEST_END("error");
 }

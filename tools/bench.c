@@ -991,8 +991,7 @@ static int parse_args(int argc, char **argv, bench_args *a, hy_error *err) {
             exit(0);
         }
         if (i + 1 >= argc)
-            return hy_fail(err, HY_ERR_INPUT, "%s: unknown flag or missing value\n\n%s", argv[i],
-                           usage);
+            return hy_fail(err, HY_ERR_INPUT, "%s: unknown flag or missing value", argv[i]);
         if (strcmp(argv[i], "--json") == 0) {
             a->json = argv[++i];
         } else if (strcmp(argv[i], "--model") == 0) {
@@ -1010,7 +1009,7 @@ static int parse_args(int argc, char **argv, bench_args *a, hy_error *err) {
                                argv[i]);
             a->steps = (int)v;
         } else {
-            return hy_fail(err, HY_ERR_INPUT, "%s: unknown flag\n\n%s", argv[i], usage);
+            return hy_fail(err, HY_ERR_INPUT, "%s: unknown flag", argv[i]);
         }
     }
     return HY_OK;
@@ -1022,8 +1021,8 @@ int main(int argc, char **argv) {
     int rc = parse_args(argc, argv, &args, &err);
     int steps = args.steps;
     const char *json = args.json;
-    if (rc) {
-        fprintf(stderr, "hanayo-bench: %s\n", err.msg);
+    if (rc) {   /* a message is one line (error.h): the flags follow it */
+        fprintf(stderr, "hanayo-bench: %s\n\n%s", err.msg, usage);
         return rc;
     }
 
