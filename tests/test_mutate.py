@@ -845,7 +845,9 @@ def judge(world, cmd, rc, out, err, before, after):
         if out and cmd[0] != "checkpoint":
             wrong.append("printed on stdout as it failed")
     if rc == 0:
-        if any(not (l.startswith("hanayo: ") or l.startswith("warning: ")) for l in errlines):
+        # eval says on stderr which weights it scored (its stdout is JSON)
+        said = ("hanayo: ", "warning: ") + (("weights: ",) if cmd[0] == "eval" else ())
+        if any(not l.startswith(said) for l in errlines):
             wrong.append("stray lines on stderr")
         if cmd[0] in ("check", "eval"):
             try:
