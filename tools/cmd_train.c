@@ -464,10 +464,11 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     size_t pos = 0;
     char resume[PATH_MAX] = "";
     hy_checkpoint_lock lock = { .fd = -1 };
-    int init_unverified = 0, train_batches = 0;
-    /* The shard first: a missing or short one is said as such, before the
+    int init_unverified = 0;
+    size_t train_batches = 0;
+    /* The data first: a missing or short shard is said as such, before the
      * memory is planned and allocated (hy_train_runtime). */
-    if (!rc) rc = hy_train_shard_batches(run, run->data.train, &train_batches, err);
+    if (!rc) rc = hy_train_data_batches(run, &train_batches, err);
     if (!rc) rc = hy_train_runtime(&rt, run, dp, &init_unverified, err);
     if (!rc && init_unverified) warn_unverified(out, run->init);
     if (!rc && o && o->resume) rc = hy_checkpoint_resolve(o->resume, resume, err);
@@ -662,7 +663,7 @@ const cli_command cli_train_command = {"train", cmd_train, usage_train, &train_s
 
 int cli_eval_run(const hy_run *run, const char *shard, int batches, FILE *out, FILE *warn,
                  hy_error *err) {
-    if (!shard) shard = run->data.val ? run->data.val : run->data.train;
+    if (!shard) shard = run->data.val ? run->data.val : run->data.train[0];
     int rc = pick_backend(run, NULL, err);   /* stdout is one JSON line */
     if (rc) return rc;
     /* Every whole batch the shard holds by default; never more: reading
