@@ -261,8 +261,8 @@ static const key_spec KEYS[] = {
     { .name = "data.train", .type = K_PATHS, .off = OFF(data.train), .n_off = OFF(data.n_train),
       .def_str = DEF_TRAIN, .def_list = DEF_TRAIN_LIST,
       .doc = "training shards (llm.c's uint16 or uint32 format), relative to the working "
-             "directory, read in order as one stream that starts over at its end: a path, a "
-             "glob pattern "
+             "directory, read in order as one stream that starts over at its end (each new "
+             "pass is said on the console and in the log): a path, a glob pattern "
              "(`data/train_*.bin`, matches sorted by name), or a list of paths and patterns; "
              "`hanayo data synth` writes the default" },
     { .name = "data.val", .type = K_STRING, .off = OFF(data.val), .flags = F_NULLABLE,
