@@ -3,14 +3,16 @@
  *
  * state.json, format 2:
  *   {"format": 2, "step": N, "loss": x, "time": "...Z", "data_position": p,
- *    "data": {"shard": path, "shard_bytes": n, "head_crc32c": "8 hex",
+ *    "data": {"shards": [{"path": p, "bytes": n, "head_crc32c": "8 hex"}, ...],
  *             "micro_batches": M, "micro_batch_size": B, "seq_len": T},
  *    "config": {the resolved config},
  *    "files": {"model.safetensors": {"bytes": n, "crc32c": "8 hex"}, ...},
  *    "checksum": "8 hex"}
  * written with two-space indentation, "checksum" last: it is the CRC-32C of
  * every byte of the file before its own line, so the file vouches for
- * itself as well as for the others.
+ * itself as well as for the others. Checkpoints of one training shard
+ * written before data.train took several hold "shard", "shard_bytes" and
+ * "head_crc32c" in "data" instead of "shards"; they load as a list of one.
  */
 #include "checkpoint.h"
 
@@ -135,45 +137,90 @@ static json_t *ck_hf_config(const hy_model *m) {
                      "tie_word_embeddings", 1);
 }
 
-/* What identifies the data a position counts into: the training shard's
- * size and the CRC-32C of its first 64 KiB (the header, data.h: magic,
- * version, token count; then the first tokens, which tell apart two
- * shards of one size, e.g. synthesized with two seeds), and the
- * micro-batch layout that turns steps into tokens. */
+/* What identifies the data a position counts into: each training
+ * shard's size and the CRC-32C of its first 64 KiB (the header, data.h:
+ * magic, version, token count; then the first tokens, which tell apart
+ * two shards of one size, e.g. synthesized with two seeds), in reading
+ * order, and the micro-batch layout that turns steps into tokens. */
 typedef struct {
-    long long bytes;
-    uint32_t head_crc;
+    int n;                 /* shards */
+    const char **path;     /* [n], the dataset's (borrowed) */
+    long long *bytes;      /* [n] */
+    uint32_t *head_crc;    /* [n] */
     int micro_batches;     /* of the step's global batch: replicas x schedule.micro_batches */
     int replicas;          /* data-parallel (dp.h) */
     int micro_batch_size, seq_len;
 } ck_data_id;
 
-static int ck_data_of(const hy_run *run, int replicas, ck_data_id *d, hy_error *err) {
+static void ck_data_free(ck_data_id *d) {
+    free(d->path);
+    free(d->bytes);
+    free(d->head_crc);
     memset(d, 0, sizeof *d);
-    d->replicas = replicas;
-    d->micro_batches = replicas * run->sched.micro_batches;
-    d->micro_batch_size = run->micro_batch_size;
-    d->seq_len = run->model.seq_len;
+}
+
+/* One shard's size and head CRC, read raw: the file as it is on disk. */
+static int ck_shard_id(const char *path, unsigned char *h, long long *bytes, uint32_t *crc,
+                       hy_error *err) {
     FILE *f;
-    int rc = hy_infile_fopen(run->data.train, "the training shard", &f, err);
+    int rc = hy_infile_fopen(path, "the training shard", &f, err);
     if (rc) return rc;
-    unsigned char *h = malloc(CK_HEAD_BYTES);
-    if (!h) {
-        fclose(f);
-        return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    }
     size_t got = fread(h, 1, CK_HEAD_BYTES, f);
     struct stat sb;
     int ok = !ferror(f) && fstat(fileno(f), &sb) == 0;
     fclose(f);
-    if (!ok) {
-        free(h);
-        return hy_fail(err, HY_ERR_RUNTIME, "%s: cannot read the training shard", run->data.train);
-    }
-    d->bytes = (long long)sb.st_size;
-    d->head_crc = hy_crc32c(0, h, got);
-    free(h);
+    if (!ok) return hy_fail(err, HY_ERR_RUNTIME, "%s: cannot read the training shard", path);
+    *bytes = (long long)sb.st_size;
+    *crc = hy_crc32c(0, h, got);
     return HY_OK;
+}
+
+/* The id of the data rt reads (hy_runtime_data: the shards its patterns
+ * matched when it opened them). On failure *d is empty. */
+static int ck_data_of(hy_runtime *rt, ck_data_id *d, hy_error *err) {
+    memset(d, 0, sizeof *d);
+    const hy_run *run = hy_runtime_run(rt);
+    const hy_dataset *ds;
+    int rc = hy_runtime_data(rt, &ds, err);
+    if (rc) return rc;
+    d->replicas = hy_runtime_replicas(rt);
+    d->micro_batches = d->replicas * run->sched.micro_batches;
+    d->micro_batch_size = run->micro_batch_size;
+    d->seq_len = run->model.seq_len;
+    size_t n = (size_t)ds->n_shards;
+    d->path = calloc(n, sizeof *d->path);
+    d->bytes = calloc(n, sizeof *d->bytes);
+    d->head_crc = calloc(n, sizeof *d->head_crc);
+    unsigned char *h = malloc(CK_HEAD_BYTES);
+    if (!d->path || !d->bytes || !d->head_crc || !h)
+        rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+    for (int i = 0; !rc && i < ds->n_shards; i++) {
+        d->path[i] = ds->shards[i].path;
+        rc = ck_shard_id(d->path[i], h, &d->bytes[i], &d->head_crc[i], err);
+        d->n = i + 1;
+    }
+    free(h);
+    if (rc) ck_data_free(d);
+    return rc;
+}
+
+/* The "data" object of state.json. */
+static json_t *ck_data_json(const ck_data_id *d) {
+    json_t *shards = json_array();
+    for (int i = 0; shards && i < d->n; i++) {
+        char hex[9];
+        hy_crc32c_text(d->head_crc[i], hex);
+        if (json_array_append_new(shards, json_pack("{s:s, s:I, s:s}", "path", d->path[i],
+                                                     "bytes", (json_int_t)d->bytes[i],
+                                                     "head_crc32c", hex))) {
+            json_decref(shards);
+            return NULL;
+        }
+    }
+    return shards ? json_pack("{s:o, s:i, s:i, s:i, s:i}", "shards", shards,
+                              "micro_batches", d->micro_batches, "replicas", d->replicas,
+                              "micro_batch_size", d->micro_batch_size, "seq_len", d->seq_len)
+                  : NULL;
 }
 
 static json_t *ck_sum_json(const hy_file_sum *s) {
@@ -196,11 +243,7 @@ static char *ck_state_text(const hy_run *run, int step, double loss, size_t pos,
     json_error_t je;
     json_t *cfg_obj = json_loads(run->config_json, 0, &je);
     json_t *o = json_object(), *files = json_object();
-    hy_crc32c_text(d->head_crc, hex);
-    json_t *data = json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:i}", "shard", run->data.train,
-                             "shard_bytes", (json_int_t)d->bytes, "head_crc32c", hex,
-                             "micro_batches", d->micro_batches, "replicas", d->replicas,
-                             "micro_batch_size", d->micro_batch_size, "seq_len", d->seq_len);
+    json_t *data = ck_data_json(d);
     int bad = !o || !files || !cfg_obj || !data;
     ck_now(when, sizeof when);
     if (!bad) {
@@ -372,15 +415,21 @@ int hy_checkpoint_save(hy_runtime *rt, const char *dir, char *saved, hy_error *e
     ck_data_id d;
     int rc = hy_runtime_get_progress(rt, &step, &pos, err);
     if (!rc) rc = ck_mkdirs(dir, NULL, err);
-    if (!rc) rc = ck_data_of(hy_runtime_run(rt), hy_runtime_replicas(rt), &d, err);
+    if (!rc) rc = ck_data_of(rt, &d, err);
     if (rc) return rc;
     char target[PATH_MAX];
-    if (snprintf(target, sizeof target, "%s/step_%06d", dir, step) >= (int)sizeof target)
+    if (snprintf(target, sizeof target, "%s/step_%06d", dir, step) >= (int)sizeof target) {
+        ck_data_free(&d);
         return hy_fail(err, HY_ERR_INPUT, "checkpoint.dir is too long: %s", dir);
+    }
     hy_atomic_dir ad;
     rc = hy_atomic_dir_open(&ad, target, HY_ERR_INPUT, err);
-    if (rc) return rc;
+    if (rc) {
+        ck_data_free(&d);
+        return rc;
+    }
     rc = ck_write_files(rt, ad.tmp, step, pos, &d, err);
+    ck_data_free(&d);
     /* A file that failed is in a temporary directory the user never named,
      * and gone with it now: say which checkpoint it was. */
     if (rc) {
@@ -873,54 +922,108 @@ static int ck_int_in(const char *path, json_t *o, const char *key, const char *n
                    "%lld .. %lld (the file was damaged or edited)", path, name, got, lo, hi);
 }
 
+/* The shards state.json's "data" names: "shards", or a checkpoint of one
+ * shard from before data.train took several ("shard", "shard_bytes",
+ * "head_crc32c"). Into saved's n, path (borrowed from the JSON), bytes
+ * and head_crc; on failure it is empty. */
+static int ck_saved_shards(const char *path, json_t *data, ck_data_id *saved, hy_error *err) {
+    memset(saved, 0, sizeof *saved);
+    json_t *list = json_object_get(data, "shards");
+    int legacy = !list;
+    size_t n = legacy ? 1 : json_array_size(list);
+    if (!legacy && (!json_is_array(list) || n == 0 || n > INT_MAX))
+        return hy_fail(err, HY_ERR_INPUT, "%s/state.json: \"data.shards\" must be a non-empty "
+                       "array (the file was damaged or edited)", path);
+    saved->path = calloc(n, sizeof *saved->path);
+    saved->bytes = calloc(n, sizeof *saved->bytes);
+    saved->head_crc = calloc(n, sizeof *saved->head_crc);
+    int rc = !saved->path || !saved->bytes || !saved->head_crc
+                 ? hy_fail(err, HY_ERR_RUNTIME, "out of memory") : HY_OK;
+    for (size_t i = 0; !rc && i < n; i++) {
+        json_t *e = legacy ? data : json_array_get(list, i);
+        char name[64];
+        if (legacy) snprintf(name, sizeof name, "data.shard_bytes");
+        else snprintf(name, sizeof name, "data.shards[%zu].bytes", i);
+        const char *crc = json_string_value(json_object_get(e, "head_crc32c"));
+        saved->path[i] = json_string_value(json_object_get(e, legacy ? "shard" : "path"));
+        if (!json_is_object(e) || !crc || hy_crc32c_parse(crc, &saved->head_crc[i]) != 0)
+            rc = hy_fail(err, HY_ERR_INPUT, "%s/state.json: no valid \"data\" section%s", path,
+                         legacy ? "" : " (a shard without its head_crc32c)");
+        if (!rc) rc = ck_int_in(path, e, legacy ? "shard_bytes" : "bytes", name, 0, LLONG_MAX, -1,
+                                &saved->bytes[i], err);
+        saved->n = (int)i + 1;
+    }
+    if (rc) ck_data_free(saved);
+    return rc;
+}
+
+/* Says how the data saved (was) and the data now (now) differ, if they
+ * do: the shard count, or the first shard that is not the same file. */
+static int ck_same_shards(const char *path, const ck_data_id *was, const ck_data_id *now,
+                          hy_error *err) {
+    const char *why = "its data position would count into other tokens. Resume with the "
+                      "same shards in the same order, or start a new run from its weights";
+    if (was->n != now->n)
+        return hy_fail(err, HY_ERR_INPUT, "%s was saved reading %d shard%s (the first %s), "
+                       "data.train reads %d now (the first %s): %s (init = "
+                       "\"%s/model.safetensors\")", path, was->n, was->n == 1 ? "" : "s",
+                       was->path[0] ? was->path[0] : "?", now->n, now->path[0], why, path);
+    for (int i = 0; i < now->n; i++) {
+        if (was->bytes[i] == now->bytes[i] && was->head_crc[i] == now->head_crc[i]) continue;
+        char a[9], b[9], which[48] = "";
+        hy_crc32c_text(was->head_crc[i], a);
+        hy_crc32c_text(now->head_crc[i], b);
+        if (now->n > 1) snprintf(which, sizeof which, " as shard %d of %d", i + 1, now->n);
+        return hy_fail(err, HY_ERR_INPUT, "%s was saved reading %s%s (%lld bytes, first 64 KiB "
+                       "crc32c %s); data.train has %s there (%lld bytes, crc32c %s): %s (init = "
+                       "\"%s/model.safetensors\")", path, was->path[i] ? was->path[i] : "?",
+                       which, was->bytes[i], a, now->path[i], now->bytes[i], b, why, path);
+    }
+    return HY_OK;
+}
+
 /* The data the checkpoint's position counts into must be what the config
  * reads now, the same way. */
-static int ck_check_data(const char *path, json_t *state, const hy_run *run, int replicas,
-                         hy_error *err) {
+static int ck_check_data(const char *path, json_t *state, hy_runtime *rt, hy_error *err) {
     json_t *data = json_object_get(state, "data");
-    const char *crc_text = json_string_value(json_object_get(data, "head_crc32c"));
-    const char *shard = json_string_value(json_object_get(data, "shard"));
-    uint32_t want;
-    if (!json_is_object(data) || !crc_text || hy_crc32c_parse(crc_text, &want) != 0)
+    if (!json_is_object(data))
         return hy_fail(err, HY_ERR_INPUT, "%s/state.json: no valid \"data\" section", path);
-    long long bytes, saved_mb, saved_bs, saved_rep;
-    int rc = ck_int_in(path, data, "shard_bytes", "data.shard_bytes", 0, LLONG_MAX, -1, &bytes,
-                       err);
-    if (!rc) rc = ck_int_in(path, data, "micro_batches", "data.micro_batches", 1, INT_MAX, 0,
-                            &saved_mb, err);
+    long long saved_mb, saved_bs, saved_rep;
+    int rc = ck_int_in(path, data, "micro_batches", "data.micro_batches", 1, INT_MAX, 0,
+                       &saved_mb, err);
     if (!rc) rc = ck_int_in(path, data, "micro_batch_size", "data.micro_batch_size", 1, INT_MAX,
                             0, &saved_bs, err);
     if (!rc) rc = ck_int_in(path, data, "replicas", "data.replicas", 1, INT_MAX, 1, &saved_rep,
                             err);
+    ck_data_id was, now;
     if (rc) return rc;
-    ck_data_id now;
-    rc = ck_data_of(run, replicas, &now, err);
+    rc = ck_saved_shards(path, data, &was, err);
     if (rc) return rc;
-    char hex[9];
-    hy_crc32c_text(now.head_crc, hex);
-    if (bytes != now.bytes || want != now.head_crc)
-        return hy_fail(err, HY_ERR_INPUT, "%s was saved reading %s (%lld bytes, first 64 KiB "
-                       "crc32c %s); data.train is %s (%lld bytes, crc32c %s): its data "
-                       "position would count into other tokens. Resume with the same shard, or "
-                       "start a new run from its weights (init = \"%s/model.safetensors\")",
-                       path, shard ? shard : "?", bytes, crc_text,
-                       run->data.train, now.bytes, hex, path);
+    rc = ck_data_of(rt, &now, err);
+    if (!rc) rc = ck_same_shards(path, &was, &now, err);
+    ck_data_free(&was);
+    if (rc) {
+        ck_data_free(&now);
+        return rc;
+    }
     /* The global batch is what must stay: replicas x micro_batches may
      * be split otherwise (2 x 4 resumes as 1 x 8). */
+    const hy_run *run = hy_runtime_run(rt);
     const char *how = "the same position would cut the data into other batches and the run "
                       "would not continue as it was. Resume with the same global batch, or "
                       "start a new run from its weights";
     if (saved_mb != now.micro_batches)
-        return hy_fail(err, HY_ERR_INPUT, "%s was saved with %lld micro-batches a step (%lld "
-                       "replica%s x schedule.micro_batches %lld), the run has %d (%d x %d): "
-                       "%s (init = \"%s/model.safetensors\")", path, saved_mb, saved_rep,
-                       saved_rep == 1 ? "" : "s", saved_mb / saved_rep,
-                       now.micro_batches, now.replicas, run->sched.micro_batches, how, path);
-    if (saved_bs != now.micro_batch_size)
-        return hy_fail(err, HY_ERR_INPUT, "%s was saved with schedule.micro_batch_size = %lld, "
-                       "the config has %d: %s (init = \"%s/model.safetensors\")", path,
-                       saved_bs, now.micro_batch_size, how, path);
-    return HY_OK;
+        rc = hy_fail(err, HY_ERR_INPUT, "%s was saved with %lld micro-batches a step (%lld "
+                     "replica%s x schedule.micro_batches %lld), the run has %d (%d x %d): "
+                     "%s (init = \"%s/model.safetensors\")", path, saved_mb, saved_rep,
+                     saved_rep == 1 ? "" : "s", saved_mb / saved_rep,
+                     now.micro_batches, now.replicas, run->sched.micro_batches, how, path);
+    else if (saved_bs != now.micro_batch_size)
+        rc = hy_fail(err, HY_ERR_INPUT, "%s was saved with schedule.micro_batch_size = %lld, "
+                     "the config has %d: %s (init = \"%s/model.safetensors\")", path,
+                     saved_bs, now.micro_batch_size, how, path);
+    ck_data_free(&now);
+    return rc;
 }
 
 int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_error *err) {
@@ -944,14 +1047,14 @@ int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_err
     if (!rc) rc = ck_check_model(path, path, state, hy_runtime_model(rt),
                                  "resume with the checkpoint's model settings", err);
     if (!rc && !*unverified)
-        rc = ck_check_data(path, state, hy_runtime_run(rt), hy_runtime_replicas(rt), err);
+        rc = ck_check_data(path, state, rt, err);
     char file[PATH_MAX + 64];
     ck_path(file, sizeof file, path, CK_FILES[0]);
     if (!rc) rc = hy_weights_load(rt, file, err);
     ck_path(file, sizeof file, path, CK_FILES[1]);
     if (!rc) rc = ck_read_moments(rt, file, err);
-    /* The shard opened first (its own errors), so that a failure of the
-     * position is the position's: past the end of the shard. */
+    /* The data opened first (its own errors), so that a failure of the
+     * position is the position's: past the end of the shards. */
     int now_step;
     size_t now_pos;
     if (!rc) rc = hy_runtime_get_progress(rt, &now_step, &now_pos, err);

@@ -11,9 +11,10 @@
  *   config.json            (GPT) a Hugging Face GPT2Config, so the
  *                          directory opens with GPT2LMHeadModel
  *   state.json             step, loss, time, training-data position and
- *                          what it was read from (the shard's size and
- *                          the CRC-32C of its first 64 KiB, the
- *                          micro-batch layout), the resolved config, and each other
+ *                          what it was read from (each shard's path,
+ *                          size and the CRC-32C of its first 64 KiB, in
+ *                          reading order; the micro-batch layout), the
+ *                          resolved config, and each other
  *                          file's size and CRC-32C (checksum.h, summed as
  *                          it was written); its last line is the CRC-32C
  *                          of the text before it
@@ -46,9 +47,10 @@ int hy_checkpoint_save(hy_runtime *rt, const char *dir, char *saved, hy_error *e
 
 /* Checks checkpoint directory `path` (see the top) and loads it into rt,
  * whose run must describe the same model (the keys model.* must match;
- * errors name the key) and read the same data the same way (the shard's
- * size and first 64 KiB, micro_batches and micro_batch_size: else the
- * data position would mean other tokens). *unverified: 1 for a
+ * errors name the key) and read the same data the same way (the same
+ * shards in the same order, each by its size and first 64 KiB;
+ * micro_batches and micro_batch_size: else the data position would mean
+ * other tokens). *unverified: 1 for a
  * checkpoint without checksums (loaded, but nothing could be checked). */
 int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_error *err);
 

@@ -82,7 +82,9 @@ typedef enum {
     K_BOOL,     /* int 0/1, JSON true/false */
     K_STRING,   /* char *, non-empty JSON string */
     K_ENUM,     /* enum stored as int, JSON string naming one value */
-    K_INTS      /* int * plus count, JSON array of integers in [lo, hi] */
+    K_INTS,     /* int * plus count, JSON array of integers in [lo, hi] */
+    K_PATHS     /* char ** plus count, a non-empty JSON string or a non-empty array
+                   of them (a string reads as an array of one) */
 } key_type;
 
 enum {
@@ -99,7 +101,7 @@ typedef struct {
     const char *name;                 /* dotted path */
     key_type type;
     size_t off;                       /* the field in hy_config */
-    size_t n_off;                     /* K_INTS: the count field */
+    size_t n_off;                     /* K_INTS, K_PATHS: the count field */
     double lo, hi;                    /* range of the value, or of each entry */
     int max_len;                      /* K_INTS: most entries */
     unsigned flags;
@@ -107,12 +109,18 @@ typedef struct {
     int n_enum;
     double def;                       /* default of numbers, bools, enums */
     const char *def_str;              /* default of strings (NULL: null) */
+    char *const *def_list;            /* K_PATHS: default, one entry, def_str */
     const char *def_doc;              /* default as the reference shows it, when derived */
     const char *doc;
 } key_spec;
 
 #define OFF(field) offsetof(hy_config, field)
 #define INT_ANY ((double)INT_MAX)
+
+/* data.train's default as a list of one: the table's own storage, which
+ * hy_config_free knows by address and does not free. */
+static char DEF_TRAIN[] = "data/synth_train.bin";
+static char *const DEF_TRAIN_LIST[] = { DEF_TRAIN };
 
 static const key_spec KEYS[] = {
     { .name = "model", .type = K_SECTION, .doc = "the network" },
@@ -133,9 +141,10 @@ static const key_spec KEYS[] = {
       .lo = 1, .hi = 65536, .def = 64,
       .doc = "tokens per sequence (T), also the number of learned positions" },
     { .name = "model.vocab", .type = K_INT, .off = OFF(model.vocab),
-      .lo = 2, .hi = 65536, .def = 512,
-      .doc = "vocabulary size (GPT-2: 50257); at most 65536 because shards hold "
-             "uint16 token ids" },
+      .lo = 2, .hi = INT_ANY, .def = 512,
+      .doc = "vocabulary size (GPT-2: 50257, Llama 3: 128256); above 65536 the shards must "
+             "be llm.c's uint32 format (`hanayo data synth --format u32`); padded to a "
+             "multiple of 128 for the LM head, which must stay below 2^31" },
 
     { .name = "schedule", .type = K_SECTION, .doc = "the pipeline" },
     { .name = "schedule.kind", .type = K_ENUM, .off = OFF(schedule.kind),
@@ -249,9 +258,12 @@ static const key_spec KEYS[] = {
              "stops after more than 10 in a row" },
 
     { .name = "data", .type = K_SECTION, .doc = "token shards" },
-    { .name = "data.train", .type = K_STRING, .off = OFF(data.train),
-      .def_str = "data/synth_train.bin",
-      .doc = "training shard (llm.c format), relative to the working directory; "
+    { .name = "data.train", .type = K_PATHS, .off = OFF(data.train), .n_off = OFF(data.n_train),
+      .def_str = DEF_TRAIN, .def_list = DEF_TRAIN_LIST,
+      .doc = "training shards (llm.c's uint16 or uint32 format), relative to the working "
+             "directory, read in order as one stream that starts over at its end (each new "
+             "pass is said on the console and in the log): a path, a glob pattern "
+             "(`data/train_*.bin`, matches sorted by name), or a list of paths and patterns; "
              "`hanayo data synth` writes the default" },
     { .name = "data.val", .type = K_STRING, .off = OFF(data.val), .flags = F_NULLABLE,
       .def_str = "data/synth_val.bin",
@@ -480,6 +492,9 @@ static void describe_range(const key_spec *k, char *buf, size_t n) {
     case K_INTS:
         snprintf(buf, n, "an array of at most %d integers in %s..%s", k->max_len, lo, hi);
         break;
+    case K_PATHS:
+        snprintf(buf, n, "a non-empty string, or a non-empty array of them");
+        break;
     case K_SECTION:
         snprintf(buf, n, "an object");
         break;
@@ -606,6 +621,10 @@ void hy_config_init(hy_config *c) {
         /* The default strings are the table's own: hy_config_free knows
          * them by address and does not free them, so init allocates nothing. */
         case K_STRING: *(char **)f = (char *)k->def_str; break;
+        case K_PATHS:
+            *(char ***)f = (char **)k->def_list;
+            *(int *)field(c, k->n_off) = 1;
+            break;
         case K_INTS: case K_SECTION: break;   /* memset: empty arrays */
         }
     }
@@ -617,12 +636,22 @@ static void free_string(const key_spec *k, char **s) {
     *s = NULL;
 }
 
+static void free_paths(const key_spec *k, char ***list, int *n) {
+    if (*list != (char **)k->def_list) {
+        for (int i = 0; *list && i < *n; i++) free((*list)[i]);
+        free(*list);
+    }
+    *list = NULL;
+    *n = 0;
+}
+
 void hy_config_free(hy_config *c) {
     if (!c) return;
     for (int i = 0; i < N_KEYS; i++) {
         const key_spec *k = &KEYS[i];
         if (k->type == K_STRING) free_string(k, field(c, k->off));
         if (k->type == K_INTS) free(*(int **)field(c, k->off));
+        if (k->type == K_PATHS) free_paths(k, field(c, k->off), field(c, k->n_off));
     }
     free(c->path);
     hy_config_init(c);
@@ -760,12 +789,14 @@ static json_t *lookup(json_t *root, const char *name) {
  */
 
 /* A set's value: JSON when it parses as JSON; for string keys, the text
- * itself otherwise (so `schedule.kind=hanayo` needs no quotes). */
+ * itself otherwise (so `schedule.kind=hanayo` needs no quotes). A list of
+ * paths takes a JSON array too (`data.train=["a.bin","b.bin"]`). */
 static json_t *set_value(const key_spec *k, const char *text, const char *set, hy_error *err) {
     json_error_t je;
     json_t *v = json_loads(text, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
-    int stringy = k->type == K_STRING || k->type == K_ENUM;
+    int stringy = k->type == K_STRING || k->type == K_ENUM || k->type == K_PATHS;
     if (stringy && v && (json_is_string(v) || json_is_null(v))) return v;
+    if (k->type == K_PATHS && v && json_is_array(v)) return v;
     if (stringy) {
         json_decref(v);
         v = json_string(text);
@@ -845,7 +876,9 @@ static int bad_value(const key_spec *k, const char *index, const json_t *v,
                      const load_ctx *ctx, hy_error *err) {
     char want[256], got[96], where[320];
     describe_range(k, want, sizeof want);
-    if (k->type == K_INTS && index[0]) {
+    if (k->type == K_PATHS && index[0]) {
+        snprintf(want, sizeof want, "a non-empty string");
+    } else if (k->type == K_INTS && index[0]) {
         char lo[32], hi[32];
         fmt_real(k->lo, lo, sizeof lo);
         fmt_real(k->hi, hi, sizeof hi);
@@ -917,6 +950,44 @@ static int read_string(hy_config *c, const key_spec *k, const json_t *v, const l
     return HY_OK;
 }
 
+/* A non-empty string without a NUL inside (which would cut a path short). */
+static int path_string(const json_t *v) {
+    return json_is_string(v) && json_string_length(v) > 0 &&
+           strlen(json_string_value(v)) == json_string_length(v);
+}
+
+static int read_paths(hy_config *c, const key_spec *k, const json_t *v, const load_ctx *ctx,
+                      hy_error *err) {
+    int single = json_is_string(v);
+    if (!single && (!json_is_array(v) || json_array_size(v) == 0 ||
+                    json_array_size(v) > (size_t)INT_MAX))
+        return bad_value(k, "", v, ctx, err);
+    if (single && !path_string(v)) return bad_value(k, "", v, ctx, err);
+    size_t n = single ? 1 : json_array_size(v);
+    char **list = calloc(n, sizeof *list);
+    if (!list) return oom(err);
+    int rc = HY_OK;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const json_t *e = single ? v : json_array_get(v, i);
+        if (!path_string(e)) {
+            char index[32];
+            snprintf(index, sizeof index, "[%zu]", i);
+            rc = bad_value(k, index, e, ctx, err);
+        } else if (!(list[i] = strdup(json_string_value(e)))) {
+            rc = oom(err);
+        }
+    }
+    if (rc) {
+        for (size_t i = 0; i < n; i++) free(list[i]);
+        free(list);
+        return rc;
+    }
+    free_paths(k, field(c, k->off), field(c, k->n_off));
+    *(char ***)field(c, k->off) = list;
+    *(int *)field(c, k->n_off) = (int)n;
+    return HY_OK;
+}
+
 static int read_enum(hy_config *c, const key_spec *k, const json_t *v, const load_ctx *ctx,
                      hy_error *err) {
     if (json_is_string(v))
@@ -962,6 +1033,7 @@ static int read_key(hy_config *c, const key_spec *k, const json_t *v, const load
     case K_STRING: return read_string(c, k, v, ctx, err);
     case K_ENUM:   return read_enum(c, k, v, ctx, err);
     case K_INTS:   return read_ints(c, k, v, ctx, err);
+    case K_PATHS:  return read_paths(c, k, v, ctx, err);
     case K_SECTION: return HY_OK;
     }
     return HY_OK;
@@ -1003,6 +1075,15 @@ static void stages_text(const hy_config *c, char *buf, size_t n) {
 
 static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
     char where[512];
+    /* The LM head holds the vocabulary padded to HY_VOCAB_ALIGN rows
+     * (model.h), an int like every dimension the kernels take. */
+    int most = INT_MAX / HY_VOCAB_ALIGN * HY_VOCAB_ALIGN;
+    if (c->model.vocab > most) {
+        WHERE("model.vocab");
+        return hy_fail(err, HY_ERR_INPUT, "model.vocab (%d) padded to a multiple of %d rows of "
+                       "the LM head passes 2^31 - 1, in %s; give at most %d", c->model.vocab,
+                       HY_VOCAB_ALIGN, where, most);
+    }
     if (c->model.d_model % c->model.heads != 0) {
         WHERE("model.d_model", "model.heads");
         return hy_fail(err, HY_ERR_INPUT, "model.heads (%d) must divide model.d_model (%d) "
@@ -1096,7 +1177,8 @@ static int check_train(const hy_config *c, const load_ctx *ctx, hy_error *err) {
 static int derive_paths(hy_config *c, const load_ctx *ctx, hy_error *err) {
     const key_spec *val = find_key("data.val"), *dir = find_key("checkpoint.dir");
     const key_spec *train = find_key("data.train");
-    if (ctx->origin[key_index(val)] == ORIGIN_DEFAULT && strcmp(c->data.train, train->def_str) != 0)
+    int default_train = c->data.n_train == 1 && strcmp(c->data.train[0], train->def_str) == 0;
+    if (ctx->origin[key_index(val)] == ORIGIN_DEFAULT && !default_train)
         free_string(val, &c->data.val);
     if (ctx->origin[key_index(dir)] == ORIGIN_DEFAULT && ctx->path) {
         char *derived = hy_config_derived_dir(dir->def_str, ctx->path);
@@ -1206,6 +1288,17 @@ static void sb_add_value(strbuf *b, const hy_config *c, const key_spec *k) {
         sb_add(b, "[");
         for (int i = 0; i < n; i++) sb_add(b, "%s%d", i ? ", " : "", a[i]);
         sb_add(b, "]");
+        break;
+    }
+    case K_PATHS: {   /* one entry as the string it may have been written as */
+        char *const *a = *(char **const *)f;
+        int n = *(const int *)cfield(c, k->n_off);
+        if (n != 1) sb_add(b, "[");
+        for (int i = 0; i < n; i++) {
+            if (i) sb_add(b, ", ");
+            sb_add_json_string(b, a[i]);
+        }
+        if (n != 1) sb_add(b, "]");
         break;
     }
     case K_SECTION: break;

@@ -47,7 +47,8 @@ typedef struct {
              double decay_fraction, weight_decay, beta1, beta2, eps, grad_clip;
              unsigned long long seed; int log_every; hy_nonfinite_policy on_nonfinite;
              int eval_every, eval_batches; } train;
-    struct { char *train, *val; } data;                /* val may be NULL: no validation */
+    struct { char **train; int n_train;                /* paths and glob patterns, n_train >= 1 */
+             char *val; } data;                        /* val may be NULL: no validation */
     char *init;                                        /* NULL: random init from train.seed */
     struct { char *dir; int every, keep; } checkpoint; /* dir NULL: never checkpoint; every 0: only at
                                                           the end; keep 0: keep all */
@@ -68,7 +69,8 @@ void hy_config_init(hy_config *c);
  * A value in a set is read as JSON when it is a JSON scalar or array
  * (`train.lr=3e-4`, `graph=false`, `devices=[0,0,1]`, `init=null`); for
  * string keys anything else is taken as the string itself
- * (`schedule.kind=hanayo`, `data.train=my shard.bin`). Returns HY_OK, or
+ * (`schedule.kind=hanayo`, `data.train=my shard.bin`); a list of paths
+ * takes a JSON array too (`data.train=["a.bin","b.bin"]`). Returns HY_OK, or
  * HY_ERR_INPUT with err naming the file/--set, the key and the fix; on
  * failure c holds the defaults. Always hy_config_free(c) afterwards. */
 int hy_config_load(hy_config *c, const char *path, const char *const *sets, int n_sets,

@@ -2,13 +2,17 @@
  * data.c — see data.h.
  *
  * Sections: helpers (little-endian bytes, full reads) · opening a shard ·
- * batches · writing a shard (through atomicfile.h) · entropy · the
- * synthetic corpus · a shard's figures.
+ * datasets (paths and patterns, shards loaded on demand) · batches ·
+ * writing a shard (through atomicfile.h) · entropy · the synthetic corpus
+ * · a shard's figures.
  */
 #include "data.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,10 +61,6 @@ static int read_full(int fd, void *buf, size_t len, size_t *got) {
     return 0;
 }
 
-static const char *shard_name(const hy_shard *sh) {
-    return sh && sh->path ? sh->path : "(unopened shard)";
-}
-
 /* ------------------------------------------------------------------------
  * Opening a shard
  *
@@ -80,50 +80,75 @@ static const char *magic_hint(uint32_t magic) {
         return " (20240326 is an llm.c model checkpoint, not a token shard)";
     if (magic == 20240327u)
         return " (20240327 is an llm.c optimizer state file, not a token shard)";
-    if (magic == 0x8ef13701u)   /* 20240520 read with the wrong byte order */
+    /* 20240520 and 20240801 read with the wrong byte order */
+    if (magic == 0x8ef13701u || magic == 0xa1d73401u)
         return " (the bytes are in big-endian order; shards are little-endian)";
     return "";
 }
 
-/* Checks the 1024-byte header against the file's size; fills *count. */
-static int check_header(const char *path, const unsigned char *hdr,
-                        long long size, size_t *count, hy_error *err) {
+const char *hy_shard_format_name(hy_shard_format format) {
+    return format == HY_SHARD_U16 ? "u16" : format == HY_SHARD_U32 ? "u32" : "?";
+}
+
+/* Checks the 1024-byte header against the file's size; fills *count and
+ * *format. */
+static int check_header(const char *path, const unsigned char *hdr, long long size,
+                        size_t *count, hy_shard_format *format, hy_error *err) {
     uint32_t magic = le32_get(hdr), version = le32_get(hdr + 4);
     int32_t n = (int32_t)le32_get(hdr + 8);
-    if (magic != HY_SHARD_MAGIC)
-        return hy_fail(err, HY_ERR_INPUT, "%s: not an llm.c token shard: "
-                       "header[0] (magic) is %u, expected %d%s", path, magic,
-                       HY_SHARD_MAGIC, magic_hint(magic));
-    if (version != HY_SHARD_VERSION)
-        return hy_fail(err, HY_ERR_INPUT, "%s: token shard version %u is not "
-                       "supported; expected version %d (uint16 tokens)%s", path,
-                       version, HY_SHARD_VERSION, version == 2 ? "; version 2 "
-                       "holds uint32 tokens (llm.c's Llama 3 shards)" : "");
+    if (magic != HY_SHARD_MAGIC && magic != HY_SHARD32_MAGIC)
+        return hy_fail(err, HY_ERR_INPUT, "%s: not an llm.c token shard: header[0] (magic) is "
+                       "%u, expected %d (uint16 ids) or %d (uint32 ids)%s", path, magic,
+                       HY_SHARD_MAGIC, HY_SHARD32_MAGIC, magic_hint(magic));
+    hy_shard_format f = magic == HY_SHARD_MAGIC ? HY_SHARD_U16 : HY_SHARD_U32;
+    uint32_t want_version = f == HY_SHARD_U16 ? HY_SHARD_VERSION : HY_SHARD32_VERSION;
+    if (version != want_version)
+        return hy_fail(err, HY_ERR_INPUT, "%s: token shard version %u is not supported with "
+                       "magic %u; expected version %u (%s ids). llm.c's formats: magic %d "
+                       "version %d (uint16 ids), magic %d version %d (uint32 ids)", path,
+                       version, magic, want_version, f == HY_SHARD_U16 ? "uint16" : "uint32",
+                       HY_SHARD_MAGIC, HY_SHARD_VERSION, HY_SHARD32_MAGIC, HY_SHARD32_VERSION);
     if (n <= 0)
         return hy_fail(err, HY_ERR_INPUT, "%s: header[2] (token count) is %d; "
                        "a shard holds at least one token", path, (int)n);
-    long long want = HY_SHARD_HEADER_BYTES + 2LL * n;
+    long long want = HY_SHARD_HEADER_BYTES + (long long)f * n;
     if (size != want)
         return hy_fail(err, HY_ERR_INPUT, "%s: header says %d tokens, which "
-                       "take %d + 2 x %d = %lld bytes, but the file has %lld "
-                       "bytes (%s)", path, (int)n, HY_SHARD_HEADER_BYTES, (int)n,
+                       "take %d + %d x %d = %lld bytes, but the file has %lld "
+                       "bytes (%s)", path, (int)n, HY_SHARD_HEADER_BYTES, (int)f, (int)n,
                        want, size, size < want ? "truncated?"
                        : "extra bytes after the tokens: a damaged or non-llm.c file");
     *count = (size_t)n;
+    *format = f;
     return HY_OK;
 }
 
-/* Decodes the little-endian uint16s in place (char access may alias the
- * array) and returns the largest id. */
-static int decode_tokens(uint16_t *t, size_t n) {
-    const unsigned char *b = (const unsigned char *)t;
-    unsigned max = 0;
+/* Decodes the little-endian ids in place (char access may alias the
+ * array) and returns the largest, or the index of the first above
+ * HY_SHARD_MAX_ID in *bad (then the return is -1). */
+static long long decode_ids(void *ids, hy_shard_format f, size_t n, size_t *bad) {
+    const unsigned char *b = (const unsigned char *)ids;
+    uint32_t max = 0;
+    if (f == HY_SHARD_U16) {
+        uint16_t *t = ids;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = (uint32_t)b[2 * i] | (uint32_t)b[2 * i + 1] << 8;
+            t[i] = (uint16_t)v;
+            if (v > max) max = v;
+        }
+        return max;
+    }
+    uint32_t *t = ids;
     for (size_t i = 0; i < n; i++) {
-        unsigned v = (unsigned)b[2 * i] | (unsigned)b[2 * i + 1] << 8;
-        t[i] = (uint16_t)v;
+        uint32_t v = le32_get(b + 4 * i);
+        t[i] = v;
+        if (v > HY_SHARD_MAX_ID) {
+            *bad = i;
+            return -1;
+        }
         if (v > max) max = v;
     }
-    return (int)max;
+    return max;
 }
 
 /* Opens path as a regular file of at least the header's size: *fd and
@@ -152,7 +177,10 @@ static int open_regular(const char *path, int *fd, long long *size,
     return status;
 }
 
-int hy_shard_open(hy_shard *sh, const char *path, int vocab, hy_error *err) {
+/* Opens path and checks its header: sh gets everything but the ids
+ * (path a copy, max_token -1); with load, also the ids, decoded and
+ * checked against vocab (> 0). On failure *sh is left empty. */
+static int shard_read(hy_shard *sh, const char *path, int vocab, int load, hy_error *err) {
     memset(sh, 0, sizeof *sh);
     if (!path || !*path)
         return hy_fail(err, HY_ERR_INPUT, "no token shard given (an empty path)");
@@ -162,103 +190,341 @@ int hy_shard_open(hy_shard *sh, const char *path, int vocab, hy_error *err) {
 
     unsigned char hdr[HY_SHARD_HEADER_BYTES];
     size_t got = 0, n = 0;
-    uint16_t *tokens = NULL;
+    hy_shard_format f = HY_SHARD_U16;
+    void *ids = NULL;
     int e = read_full(fd, hdr, sizeof hdr, &got);
     if (e || got != sizeof hdr)
         st = hy_fail(err, HY_ERR_RUNTIME, "%s: cannot read the shard header: %s",
                      path, e ? strerror(e) : "the file shrank while being read");
-    if (st == HY_OK) st = check_header(path, hdr, size, &n, err);
-    if (st == HY_OK && !(tokens = malloc(n * sizeof *tokens)))
+    if (st == HY_OK) st = check_header(path, hdr, size, &n, &f, err);
+    size_t bytes = n * (size_t)f;
+    if (st == HY_OK && load && !(ids = malloc(bytes)))
         st = hy_fail(err, HY_ERR_RUNTIME, "%s: out of memory for %zu tokens "
-                     "(%zu bytes)", path, n, n * sizeof *tokens);
-    if (st == HY_OK) {
-        e = read_full(fd, tokens, n * sizeof *tokens, &got);
-        if (e || got != n * sizeof *tokens)
+                     "(%zu bytes)", path, n, bytes);
+    if (st == HY_OK && load) {
+        e = read_full(fd, ids, bytes, &got);
+        if (e || got != bytes)
             st = hy_fail(err, HY_ERR_RUNTIME, "%s: cannot read the tokens: %s",
                          path, e ? strerror(e) : "the file shrank while being read");
     }
     if (close(fd) != 0 && st == HY_OK)
         st = hy_fail(err, HY_ERR_RUNTIME, "%s: cannot close token shard: %s",
                      path, strerror(errno));
-    if (st != HY_OK) {
-        free(tokens);
-        return st;
-    }
-
-    int max = decode_tokens(tokens, n);
-    if (vocab > 0 && max >= vocab) {
-        size_t bad = 0;
-        while (tokens[bad] < vocab) bad++;
+    long long max = -1;
+    size_t bad = 0;
+    if (st == HY_OK && load && (max = decode_ids(ids, f, n, &bad)) < 0)
+        st = hy_fail(err, HY_ERR_INPUT, "%s: token %u at index %zu is above %u, the largest "
+                     "id any vocabulary holds (model.vocab is an int); a damaged shard?",
+                     path, ((const uint32_t *)ids)[bad], bad, HY_SHARD_MAX_ID);
+    sh->ids = ids;
+    sh->n = n;
+    sh->format = f;
+    if (st == HY_OK && vocab > 0 && max >= vocab) {
+        while (hy_shard_id(sh, bad) < (uint32_t)vocab) bad++;
         st = hy_fail(err, HY_ERR_INPUT, "%s: token %u at index %zu is not below "
                      "the vocabulary size model.vocab = %d (the largest id in "
-                     "the shard is %d); set model.vocab to at least %d, or use a "
+                     "the shard is %lld); set model.vocab to at least %lld, or use a "
                      "shard tokenized for this vocabulary", path,
-                     (unsigned)tokens[bad], bad, vocab, max, max + 1);
-        free(tokens);
+                     hy_shard_id(sh, bad), bad, vocab, max, max + 1);
+    }
+    if (st == HY_OK && !(sh->path = strdup(path)))
+        st = hy_fail(err, HY_ERR_RUNTIME, "%s: out of memory", path);
+    if (st != HY_OK) {
+        free(ids);
+        memset(sh, 0, sizeof *sh);
         return st;
     }
-    if (!(sh->path = strdup(path))) {
-        free(tokens);
-        return hy_fail(err, HY_ERR_RUNTIME, "%s: out of memory", path);
-    }
-    sh->tokens = tokens;
-    sh->n = n;
     sh->file_bytes = (uint64_t)size;
-    sh->max_token = max;
-    sh->pos = 0;
+    sh->max_token = (int)max;
     return HY_OK;
+}
+
+int hy_shard_open(hy_shard *sh, const char *path, int vocab, hy_error *err) {
+    return shard_read(sh, path, vocab, 1, err);
 }
 
 void hy_shard_close(hy_shard *sh) {
     if (!sh) return;
     free(sh->path);
-    free(sh->tokens);
+    free(sh->ids);
     memset(sh, 0, sizeof *sh);
+}
+
+/* ------------------------------------------------------------------------
+ * Datasets
+ * ------------------------------------------------------------------------ */
+
+void hy_data_paths_free(char **paths, int n_paths) {
+    for (int i = 0; paths && i < n_paths; i++) free(paths[i]);
+    free(paths);
+}
+
+static int cmp_path(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Appends a copy of s to *paths (*n entries, room for *cap). */
+static int add_path(char ***paths, int *n, int *cap, const char *s, hy_error *err) {
+    if (*n == INT_MAX)
+        return hy_fail(err, HY_ERR_INPUT, "more than %d shards", INT_MAX - 1);
+    if (*n == *cap) {
+        int grown = *cap ? (*cap > INT_MAX / 2 ? INT_MAX : 2 * *cap) : 8;
+        char **p = realloc(*paths, (size_t)grown * sizeof *p);
+        if (!p) return hy_fail(err, HY_ERR_RUNTIME, "out of memory for the shard list");
+        *paths = p;
+        *cap = grown;
+    }
+    if (!((*paths)[*n] = strdup(s)))
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory for the shard list");
+    ++*n;
+    return HY_OK;
+}
+
+/* A pattern whose expansion stopped at a directory it could not read
+ * (GLOB_ERR): the system's reason when that is the directory the pattern
+ * names before its last '/' (the usual case: it does not exist), else in
+ * general words. */
+static int glob_dir_error(const char *pattern, const char *what, hy_error *err) {
+    const char *slash = strrchr(pattern, '/');
+    size_t len = slash ? (size_t)(slash - pattern) : 0;
+    char dir[PATH_MAX];
+    if (slash && len < sizeof dir && !memchr(pattern, '*', len) && !memchr(pattern, '?', len) &&
+        !memchr(pattern, '[', len) && !memchr(pattern, '\\', len)) {
+        memcpy(dir, pattern, len);
+        dir[len] = '\0';
+        if (len == 0) snprintf(dir, sizeof dir, "/");
+        DIR *d = opendir(dir);
+        int e = errno;
+        if (d) closedir(d);
+        else
+            return hy_fail(err, HY_ERR_INPUT, "%s: the pattern %s: cannot read its directory "
+                           "%s: %s", what, pattern, dir, strerror(e));
+    }
+    return hy_fail(err, HY_ERR_INPUT, "%s: the pattern %s: a directory on its way cannot be "
+                   "read (missing, or without permission)", what, pattern);
+}
+
+/* The files pattern matches, sorted by strcmp, appended to *paths. Our
+ * own sort: glob's follows the locale's collation. */
+static int add_matches(char ***paths, int *n, int *cap, const char *pattern, const char *what,
+                       hy_error *err) {
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int r = glob(pattern, GLOB_ERR | GLOB_NOSORT, NULL, &g);
+    int rc = HY_OK;
+    if (r == GLOB_NOMATCH || (r == 0 && g.gl_pathc == 0))
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: the pattern %s matches no file; check the "
+                     "directory and the pattern (glob(3): * ? [...])", what, pattern);
+    else if (r == GLOB_ABORTED)
+        rc = glob_dir_error(pattern, what, err);
+    else if (r != 0)
+        rc = hy_fail(err, HY_ERR_RUNTIME, "%s: the pattern %s: out of memory expanding it",
+                     what, pattern);
+    if (rc == HY_OK) qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, cmp_path);
+    for (size_t i = 0; rc == HY_OK && i < g.gl_pathc; i++)
+        rc = add_path(paths, n, cap, g.gl_pathv[i], err);
+    globfree(&g);
+    return rc;
+}
+
+int hy_data_expand(const char *const *specs, int n_specs, const char *what, char ***paths,
+                   int *n_paths, hy_error *err) {
+    *paths = NULL;
+    *n_paths = 0;
+    int cap = 0, rc = HY_OK;
+    if (n_specs < 1)
+        rc = hy_fail(err, HY_ERR_INPUT, "%s names no shard", what);
+    for (int i = 0; rc == HY_OK && i < n_specs; i++) {
+        if (strpbrk(specs[i], "*?["))
+            rc = add_matches(paths, n_paths, &cap, specs[i], what, err);
+        else
+            rc = add_path(paths, n_paths, &cap, specs[i], err);
+    }
+    if (rc) {
+        hy_data_paths_free(*paths, *n_paths);
+        *paths = NULL;
+        *n_paths = 0;
+    }
+    return rc;
+}
+
+void hy_dataset_close(hy_dataset *ds) {
+    if (!ds) return;
+    for (int i = 0; ds->shards && i < ds->n_shards; i++) hy_shard_close(&ds->shards[i]);
+    free(ds->shards);
+    free(ds->start);
+    memset(ds, 0, sizeof *ds);
+    ds->resident[0] = ds->resident[1] = -1;
+}
+
+/* Loads shard i's ids into the slot not read last, dropping what it held:
+ * the shard read last stays, for a batch that crosses into shard i. The
+ * file is opened again, so it is checked again, its tokens against the
+ * vocabulary, and it must still hold as many tokens of the same width as
+ * the open found (else the positions would count into other tokens; a
+ * rewrite of the same size is not seen here, but a resume's check of the
+ * checkpoint's CRCs sees it). */
+static int dataset_load(hy_dataset *ds, int i, hy_error *err) {
+    for (int k = 0; k < 2; k++)
+        if (ds->resident[k] == i) {
+            ds->last = k;
+            return HY_OK;
+        }
+    hy_shard *sh = &ds->shards[i], now;
+    int rc = hy_shard_open(&now, sh->path, ds->vocab, err);
+    if (rc) return rc;
+    if (now.n != sh->n || now.format != sh->format) {
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: the shard changed since it was opened (%zu %s "
+                     "tokens then, %zu %s tokens now): the data positions would count into "
+                     "other tokens; leave a run's shards alone while it runs", sh->path, sh->n,
+                     hy_shard_format_name(sh->format), now.n, hy_shard_format_name(now.format));
+        hy_shard_close(&now);
+        return rc;
+    }
+    int slot = ds->resident[0] < 0 ? 0 : ds->resident[1] < 0 ? 1 : 1 - ds->last;
+    if (ds->resident[slot] >= 0) {
+        hy_shard *old = &ds->shards[ds->resident[slot]];
+        free(old->ids);
+        old->ids = NULL;
+    }
+    free(now.path);
+    sh->ids = now.ids;
+    sh->max_token = now.max_token;
+    ds->resident[slot] = i;
+    ds->last = slot;
+    return HY_OK;
+}
+
+int hy_dataset_open(hy_dataset *ds, const char *const *paths, int n_paths, int vocab,
+                    hy_error *err) {
+    memset(ds, 0, sizeof *ds);
+    ds->resident[0] = ds->resident[1] = -1;
+    if (n_paths < 1) return hy_fail(err, HY_ERR_INPUT, "no token shard given (an empty list)");
+    ds->shards = calloc((size_t)n_paths, sizeof *ds->shards);
+    ds->start = calloc((size_t)n_paths, sizeof *ds->start);
+    if (!ds->shards || !ds->start) {
+        hy_dataset_close(ds);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory for %d shards", n_paths);
+    }
+    ds->vocab = vocab;
+    int rc = HY_OK;
+    for (int i = 0; i < n_paths && !rc; i++) {
+        rc = shard_read(&ds->shards[i], paths[i], vocab, 0, err);
+        if (rc) break;
+        ds->n_shards = i + 1;
+        ds->start[i] = ds->n;
+        ds->n += ds->shards[i].n;
+    }
+    if (!rc) rc = dataset_load(ds, 0, err);
+    if (rc) hy_dataset_close(ds);
+    return rc;
+}
+
+/* The shard holding stream index t < n: the last whose start is <= t. */
+static int dataset_find(const hy_dataset *ds, size_t t) {
+    int lo = 0, hi = ds->n_shards - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (ds->start[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Tokens from..from+len-1 of the stream (all < n) into dst, loading the
+ * shards they lie in. */
+static int dataset_copy(hy_dataset *ds, size_t from, size_t len, int *dst, hy_error *err) {
+    int i = dataset_find(ds, from);
+    while (len > 0) {
+        int rc = dataset_load(ds, i, err);
+        if (rc) return rc;
+        const hy_shard *sh = &ds->shards[i];
+        size_t off = from - ds->start[i], take = sh->n - off < len ? sh->n - off : len;
+        for (size_t k = 0; k < take; k++) dst[k] = (int)hy_shard_id(sh, off + k);
+        dst += take;
+        from += take;
+        len -= take;
+        i++;
+    }
+    return HY_OK;
 }
 
 /* ------------------------------------------------------------------------
  * Batches
  * ------------------------------------------------------------------------ */
 
-int hy_batch_read(const hy_shard *sh, size_t *pos, int B, int T,
-                  int *inputs, int *targets, hy_error *err) {
-    if (B < 1 || T < 1)
-        return hy_fail(err, HY_ERR_INPUT, "%s: batch of %d x %d tokens: the "
-                       "batch size B and sequence length T must both be at "
-                       "least 1", shard_name(sh), B, T);
+/* The dataset in a message: its one shard's path, or "N shards (first,
+ * ...)". */
+static void dataset_name(const hy_dataset *ds, char *buf, size_t n) {
+    if (ds->n_shards == 1) snprintf(buf, n, "%s", ds->shards[0].path);
+    else if (ds->n_shards > 1)
+        snprintf(buf, n, "%d shards (%s, ...)", ds->n_shards, ds->shards[0].path);
+    else snprintf(buf, n, "(unopened dataset)");
+}
+
+int hy_dataset_read(hy_dataset *ds, size_t *pos, int B, int T, int *inputs, int *targets,
+                    hy_error *err) {
+    char name[512];
+    if (B < 1 || T < 1) {
+        dataset_name(ds, name, sizeof name);
+        return hy_fail(err, HY_ERR_INPUT, "%s: batch of %d x %d tokens: the batch size B and "
+                       "sequence length T must both be at least 1", name, B, T);
+    }
     size_t bt = (size_t)B * (size_t)T;   /* both < 2^31: no overflow */
-    if (sh->n < bt + 1)
-        return hy_fail(err, HY_ERR_INPUT, "%s: the shard holds %zu tokens, "
-                       "fewer than one batch needs: B x T + 1 = %d x %d + 1 = "
-                       "%zu; use a longer shard or a smaller batch "
-                       "(schedule.micro_batch_size, model.seq_len)",
-                       shard_name(sh), sh->n, B, T, bt + 1);
+    if (ds->n < bt + 1) {
+        dataset_name(ds, name, sizeof name);
+        return hy_fail(err, HY_ERR_INPUT, "%s: the %s %zu tokens, fewer than one batch needs: "
+                       "B x T + 1 = %d x %d + 1 = %zu; use more data or a smaller batch "
+                       "(schedule.micro_batch_size, model.seq_len)", name,
+                       ds->n_shards == 1 ? "shard holds" : "shards hold", ds->n, B, T, bt + 1);
+    }
     size_t p = *pos;
-    if (p > sh->n - (bt + 1)) p = 0;   /* fewer than B*T+1 left: wrap */
-    const uint16_t *src = sh->tokens + p;
-    if (inputs)
-        for (size_t i = 0; i < bt; i++) inputs[i] = src[i];
-    if (targets)
-        for (size_t i = 0; i < bt; i++) targets[i] = src[i + 1];
+    if (p > ds->n - (bt + 1)) p = 0;   /* fewer than B*T+1 left: wrap */
+    int rc = HY_OK;
+    if (inputs) {
+        rc = dataset_copy(ds, p, bt, inputs, err);
+        if (!rc && targets) {   /* the same tokens shifted, and one more */
+            memcpy(targets, inputs + 1, (bt - 1) * sizeof *targets);
+            rc = dataset_copy(ds, p + bt, 1, targets + bt - 1, err);
+        }
+    } else if (targets) {
+        rc = dataset_copy(ds, p + 1, bt, targets, err);
+    }
+    if (rc) return rc;
     *pos = p + bt;
     return HY_OK;
 }
 
-int hy_batch_next(hy_shard *sh, int B, int T, int *inputs, int *targets,
-                  hy_error *err) {
-    return hy_batch_read(sh, &sh->pos, B, T, inputs, targets, err);
+int hy_dataset_next(hy_dataset *ds, int B, int T, int *inputs, int *targets, hy_error *err) {
+    return hy_dataset_read(ds, &ds->pos, B, T, inputs, targets, err);
 }
 
-size_t hy_shard_pos(const hy_shard *sh) {
-    return sh->pos;
+size_t hy_dataset_batches(const hy_dataset *ds, int B, int T) {
+    size_t bt = (size_t)B * (size_t)T;
+    return B < 1 || T < 1 || ds->n < 1 ? 0 : (ds->n - 1) / bt;
 }
 
-int hy_shard_set_pos(hy_shard *sh, size_t pos, hy_error *err) {
-    if (pos >= sh->n)
-        return hy_fail(err, HY_ERR_INPUT, "%s: data position %zu is past the "
-                       "end of the shard (%zu tokens); was the position saved "
-                       "with a different shard?", shard_name(sh), pos, sh->n);
-    sh->pos = pos;
+uint64_t hy_data_epoch(uint64_t k, size_t batches) {
+    return k / batches + 1;
+}
+
+size_t hy_dataset_pos(const hy_dataset *ds) {
+    return ds->pos;
+}
+
+int hy_dataset_set_pos(hy_dataset *ds, size_t pos, hy_error *err) {
+    if (pos >= ds->n) {
+        if (ds->n_shards == 1)
+            return hy_fail(err, HY_ERR_INPUT, "%s: data position %zu is past the end of the "
+                           "shard (%zu tokens); was the position saved with a different "
+                           "shard?", ds->shards[0].path, pos, ds->n);
+        char name[512];
+        dataset_name(ds, name, sizeof name);
+        return hy_fail(err, HY_ERR_INPUT, "%s: data position %zu is past the end of the "
+                       "shards (%zu tokens in all); was the position saved with different "
+                       "shards?", name, pos, ds->n);
+    }
+    ds->pos = pos;
     return HY_OK;
 }
 
@@ -284,19 +550,25 @@ void hy_mask_tokens(int *inputs, int *targets, int n, int vocab, uint64_t seed, 
  * Writing a shard
  * ------------------------------------------------------------------------ */
 
-/* Header then tokens, little-endian, through one buffer. */
-static int write_tokens(hy_atomic_file *af, const uint16_t *tokens, size_t n,
-                        hy_error *err) {
+/* Header then ids, little-endian, through one buffer. */
+static int write_ids(hy_atomic_file *af, const void *ids, hy_shard_format f, size_t n,
+                     hy_error *err) {
     unsigned char buf[1 << 16];
     memset(buf, 0, HY_SHARD_HEADER_BYTES);
-    le32_put(buf, HY_SHARD_MAGIC);
-    le32_put(buf + 4, HY_SHARD_VERSION);
+    le32_put(buf, f == HY_SHARD_U16 ? HY_SHARD_MAGIC : HY_SHARD32_MAGIC);
+    le32_put(buf + 4, f == HY_SHARD_U16 ? HY_SHARD_VERSION : HY_SHARD32_VERSION);
     le32_put(buf + 8, (uint32_t)n);
     size_t used = HY_SHARD_HEADER_BYTES;
     for (size_t i = 0; i < n; i++) {
-        buf[used++] = (unsigned char)tokens[i];
-        buf[used++] = (unsigned char)(tokens[i] >> 8);
-        if (used == sizeof buf) {
+        if (f == HY_SHARD_U16) {
+            uint16_t v = ((const uint16_t *)ids)[i];
+            buf[used++] = (unsigned char)v;
+            buf[used++] = (unsigned char)(v >> 8);
+        } else {
+            le32_put(buf + used, ((const uint32_t *)ids)[i]);
+            used += 4;
+        }
+        if (used == sizeof buf) {   /* 2 and 4 divide the buffer: never past it */
             int rc = hy_atomic_write(af, buf, used, err);
             if (rc) return rc;
             used = 0;
@@ -305,20 +577,31 @@ static int write_tokens(hy_atomic_file *af, const uint16_t *tokens, size_t n,
     return hy_atomic_write(af, buf, used, err);
 }
 
-int hy_shard_write(const char *path, const uint16_t *tokens, size_t n,
-                   hy_error *err) {
+int hy_shard_write_ids(const char *path, const void *ids, hy_shard_format format, size_t n,
+                       hy_error *err) {
     if (!path || !*path)
         return hy_fail(err, HY_ERR_INPUT, "no output file given for the shard "
                        "(an empty path)");
+    if (format != HY_SHARD_U16 && format != HY_SHARD_U32)
+        return hy_fail(err, HY_ERR_INPUT, "%s: unknown shard format %d", path, (int)format);
     if (n < 1 || n > HY_SHARD_MAX_TOKENS)
         return hy_fail(err, HY_ERR_INPUT, "%s: cannot write a shard of %zu "
                        "tokens; a shard holds 1 to %u (llm.c's int32 count)",
                        path, n, HY_SHARD_MAX_TOKENS);
+    for (size_t i = 0; format == HY_SHARD_U32 && i < n; i++)
+        if (((const uint32_t *)ids)[i] > HY_SHARD_MAX_ID)
+            return hy_fail(err, HY_ERR_INPUT, "%s: token %u at index %zu is above %u, the "
+                           "largest id a shard may hold", path, ((const uint32_t *)ids)[i], i,
+                           HY_SHARD_MAX_ID);
     /* The user named the file: a path that cannot be written is bad input. */
     hy_atomic_file af;
     int rc = hy_atomic_open(&af, path, HY_ERR_INPUT, err);
-    if (!rc) rc = write_tokens(&af, tokens, n, err);   /* a failure removed the temp */
+    if (!rc) rc = write_ids(&af, ids, format, n, err);   /* a failure removed the temp */
     return rc ? rc : hy_atomic_commit(&af, err);
+}
+
+int hy_shard_write(const char *path, const uint16_t *tokens, size_t n, hy_error *err) {
+    return hy_shard_write_ids(path, tokens, HY_SHARD_U16, n, err);
 }
 
 /* ------------------------------------------------------------------------
@@ -333,27 +616,35 @@ static double sum_clogc_u64(const uint64_t *c, size_t k) {
     return s;
 }
 
-int hy_tokens_entropy(const uint16_t *tokens, size_t n, double *unigram,
+/* Id i of n ids of format f. */
+static uint32_t id_at(const void *ids, hy_shard_format f, size_t i) {
+    return f == HY_SHARD_U16 ? ((const uint16_t *)ids)[i] : ((const uint32_t *)ids)[i];
+}
+
+int hy_tokens_entropy(const void *ids, hy_shard_format format, size_t n, double *unigram,
                       double *bigram, hy_error *err) {
     *unigram = 0;
     if (bigram) *bigram = NAN;
     if (n == 0) return HY_OK;
-    uint64_t *uc = calloc(65536, sizeof *uc);
-    if (!uc) return hy_fail(err, HY_ERR_RUNTIME, "out of memory for token counts");
-    unsigned max = 0;
-    for (size_t i = 0; i < n; i++) {
-        uc[tokens[i]]++;
-        if (tokens[i] > max) max = tokens[i];
+    uint32_t max = 0;
+    for (size_t i = 0; i < n; i++)
+        if (id_at(ids, format, i) > max) max = id_at(ids, format, i);
+    size_t V = (size_t)max + 1, pairs = n - 1;
+    if (V > HY_UNIGRAM_MAX_VOCAB) {   /* then V > HY_BIGRAM_MAX_VOCAB too */
+        *unigram = NAN;
+        return HY_OK;
     }
+    uint64_t *uc = calloc(V, sizeof *uc);
+    if (!uc) return hy_fail(err, HY_ERR_RUNTIME, "out of memory for token counts");
+    for (size_t i = 0; i < n; i++) uc[id_at(ids, format, i)]++;
     /* H = log2 N - (1/N) Σ c log2 c */
-    *unigram = log2((double)n) - sum_clogc_u64(uc, 65536) / (double)n;
+    *unigram = log2((double)n) - sum_clogc_u64(uc, V) / (double)n;
     if (*unigram < 0) *unigram = 0;   /* rounding when one id is all there is */
 
     /* H(next|prev) = (Σ_a c(a) log2 c(a) - Σ_ab c(a,b) log2 c(a,b)) / pairs,
      * with c(a) the count of a as a prev (the first n-1 tokens). A dense
      * V x V table (V <= 4096: at most 64 MB, mostly untouched zero pages). */
     int rc = HY_OK;
-    size_t V = (size_t)max + 1, pairs = n - 1;
     if (bigram && n >= 2 && V <= HY_BIGRAM_MAX_VOCAB && pairs <= UINT32_MAX) {
         uint32_t *pc = calloc(V * V, sizeof *pc);
         if (!pc) {
@@ -361,8 +652,9 @@ int hy_tokens_entropy(const uint16_t *tokens, size_t n, double *unigram,
         } else {
             memset(uc, 0, V * sizeof *uc);
             for (size_t i = 0; i + 1 < n; i++) {
-                uc[tokens[i]]++;
-                pc[(size_t)tokens[i] * V + tokens[i + 1]]++;
+                uint32_t a = id_at(ids, format, i), b = id_at(ids, format, i + 1);
+                uc[a]++;
+                pc[(size_t)a * V + b]++;
             }
             double s = 0;
             for (size_t i = 0; i < V * V; i++)
@@ -386,8 +678,9 @@ int hy_tokens_entropy(const uint16_t *tokens, size_t n, double *unigram,
  * < 2^32 never meet the language's, whose tags start at 1 << 48). One
  * 64-bit draw per decision: the high 32 bits decide what comes next, the
  * low 32 bits pick among the choices, by multiply-shift ((x * k) >> 32:
- * bias below k / 2^32, at most 2^-16 here, and no loop). Integer
- * thresholds: the same tokens everywhere.
+ * relative bias below k / 2^32, at most 2^-16 up to vocab 65536 — larger
+ * vocabularies, for u32 shards, take it larger, which synthetic text can
+ * afford — and no loop). Integer thresholds: the same tokens everywhere.
  * ------------------------------------------------------------------------ */
 
 #define SYN_SUCC 4            /* successors per token */
@@ -407,22 +700,29 @@ static uint32_t below(uint32_t x, uint32_t k) {
     return (uint32_t)(((uint64_t)x * k) >> 32);
 }
 
-/* One fixed draw of the language, reduced to [0, k). a, b < 2^16. */
+/* One fixed draw of the language, reduced to [0, k). a < 2^31 (a token:
+ * bits 16..46 of the id, below the tag's), b < 2^16. */
 static uint32_t lang_draw(uint64_t seed, uint64_t tag, uint32_t a, uint32_t b,
                           uint32_t k) {
     hy_rng r = hy_rng_stream(seed, tag << 48 | (uint64_t)a << 16 | b);
     return below((uint32_t)(hy_rng_u64(&r) >> 32), k);
 }
 
-int hy_synth_tokens(uint16_t *out, size_t n, int vocab, uint64_t seed,
-                    uint32_t stream, hy_error *err) {
-    if (vocab < 2 || vocab > 65536)
-        return hy_fail(err, HY_ERR_INPUT, "synthetic vocabulary %d is out of "
-                       "range; give 2 to 65536 (shards hold uint16 ids)", vocab);
+int hy_synth_ids(void *out, hy_shard_format format, size_t n, int vocab, uint64_t seed,
+                 uint32_t stream, hy_error *err) {
+    if (format != HY_SHARD_U16 && format != HY_SHARD_U32)
+        return hy_fail(err, HY_ERR_INPUT, "unknown shard format %d", (int)format);
+    int most = format == HY_SHARD_U16 ? 65536 : INT_MAX;
+    if (vocab < 2 || vocab > most)
+        return hy_fail(err, HY_ERR_INPUT, "synthetic vocabulary %d is out of range; give 2 "
+                       "to %d (%s shards hold %s ids)", vocab, most,
+                       hy_shard_format_name(format), format == HY_SHARD_U16 ? "uint16" : "uint32");
     if (n < 1)
         return hy_fail(err, HY_ERR_INPUT, "synthetic corpus of 0 tokens; give "
                        "at least 1");
     uint32_t V = (uint32_t)vocab;
+    uint16_t *o16 = format == HY_SHARD_U16 ? out : NULL;
+    uint32_t *o32 = format == HY_SHARD_U32 ? out : NULL;
     hy_rng rng = hy_rng_stream(seed, stream);
     /* The context before the first token: drawn, not emitted. */
     uint32_t prev = below((uint32_t)(hy_rng_u64(&rng) >> 32), V);
@@ -433,9 +733,10 @@ int hy_synth_tokens(uint16_t *out, size_t n, int vocab, uint64_t seed,
         if (u < SYN_P_PHRASE) {
             uint32_t p = below(low, SYN_PHRASES);
             uint32_t len = SYN_PHRASE_MIN + lang_draw(seed, TAG_PHRASE_LEN, p, 0, SYN_PHRASE_SPAN);
-            for (uint32_t j = 0; j < len && i < n; j++) {
+            for (uint32_t j = 0; j < len && i < n; j++, i++) {
                 prev = lang_draw(seed, TAG_PHRASE_TOK, p, j, V);
-                out[i++] = (uint16_t)prev;
+                if (o16) o16[i] = (uint16_t)prev;
+                else o32[i] = prev;
             }
             continue;
         }
@@ -446,9 +747,15 @@ int hy_synth_tokens(uint16_t *out, size_t n, int vocab, uint64_t seed,
             while (k < SYN_SUCC - 1 && low >= syn_succ_cum[k]) k++;
             prev = lang_draw(seed, TAG_SUCC, prev, k, V);
         }
-        out[i++] = (uint16_t)prev;
+        if (o16) o16[i++] = (uint16_t)prev;
+        else o32[i++] = prev;
     }
     return HY_OK;
+}
+
+int hy_synth_tokens(uint16_t *out, size_t n, int vocab, uint64_t seed, uint32_t stream,
+                    hy_error *err) {
+    return hy_synth_ids(out, HY_SHARD_U16, n, vocab, seed, stream, err);
 }
 
 static double plogp(double p) {
@@ -478,11 +785,13 @@ double hy_synth_entropy_bits(int vocab) {
 int hy_shard_info(const char *path, int vocab, hy_shard_stats *info, hy_error *err) {
     hy_shard sh;
     memset(info, 0, sizeof *info);
-    info->bigram_bits = NAN;
+    info->unigram_bits = info->bigram_bits = NAN;
     int rc = hy_shard_open(&sh, path, vocab, err);
     if (rc == HY_OK)
-        rc = hy_tokens_entropy(sh.tokens, sh.n, &info->unigram_bits, &info->bigram_bits, err);
+        rc = hy_tokens_entropy(sh.ids, sh.format, sh.n, &info->unigram_bits,
+                               &info->bigram_bits, err);
     if (rc == HY_OK) {
+        info->format = sh.format;
         info->tokens = sh.n;
         info->file_bytes = sh.file_bytes;
         info->max_token = sh.max_token;

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data.h"
 #include "infile.h"
 
 /* How deep below a directory its files count: a checkpoint.dir holds
@@ -101,7 +102,14 @@ int hy_outfile_inputs_add_tree(hy_outfile_inputs *in, const char *dir, const cha
 int hy_outfile_inputs_of_run(hy_outfile_inputs *in, const hy_run *run, const char *resumed,
                              hy_error *err) {
     int rc = hy_outfile_inputs_add(in, run->config_path, "the config", err);
-    if (!rc) rc = hy_outfile_inputs_add(in, run->data.train, "data.train, the training shard", err);
+    /* data.train's shards as its patterns match them now. */
+    char **train = NULL;
+    int n_train = 0;
+    if (!rc) rc = hy_data_expand((const char *const *)run->data.train, run->data.n_train,
+                                 "data.train", &train, &n_train, err);
+    for (int i = 0; !rc && i < n_train; i++)
+        rc = hy_outfile_inputs_add(in, train[i], "data.train, the training shard", err);
+    hy_data_paths_free(train, n_train);
     if (!rc) rc = hy_outfile_inputs_add(in, run->data.val, "data.val, the validation shard", err);
     if (!rc) rc = hy_outfile_inputs_add(in, run->init, "init, the weights it starts from",
                                         err);

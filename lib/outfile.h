@@ -63,9 +63,10 @@ int hy_outfile_inputs_add(hy_outfile_inputs *in, const char *path, const char *r
 int hy_outfile_inputs_add_tree(hy_outfile_inputs *in, const char *dir, const char *role,
                                hy_error *err);
 
-/* The inputs of run: its config file, data.train, data.val, init, every
- * file in checkpoint.dir, and those of the checkpoint `resumed` (NULL:
- * none). */
+/* The inputs of run: its config file, data.train's shards (its patterns
+ * expanded: one that matches nothing is data.h's error), data.val, init,
+ * every file in checkpoint.dir, and those of the checkpoint `resumed`
+ * (NULL: none). */
 int hy_outfile_inputs_of_run(hy_outfile_inputs *in, const hy_run *run, const char *resumed,
                              hy_error *err);
 

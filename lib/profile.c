@@ -444,9 +444,9 @@ int hy_profile_run(hy_profile *p, const hy_run *run, const hy_profile_opts *o, h
     hy_runtime *rt = NULL;
     const hy_model *m = &run->model;
     step_times *steps = NULL;
-    int batches = 0;
-    /* The shard before the memory: a missing one is said as such. */
-    if (!rc) rc = hy_train_shard_batches(run, run->data.train, &batches, err);
+    size_t batches = 0;
+    /* The data before the memory: a missing shard is said as such. */
+    if (!rc) rc = hy_train_data_batches(run, &batches, err);
     if (!rc) rc = hy_schedule_copy(&p->sched, &run->sched, err);
     if (!rc) rc = hy_train_runtime(&rt, run, o->dp, NULL, err);
     if (!rc && o->slow_stage >= 0) rc = hy_runtime_slow_stage(rt, o->slow_stage, o->slow_seconds, err);

@@ -15,6 +15,17 @@ static int run_strdup(char **dst, const char *s) {
     return !s || *dst;
 }
 
+/* A copy of n strings; 0 when out of memory (then *dst holds what was
+ * copied, NULLs after it, for hy_run_free). */
+static int run_strdup_list(char ***dst, int *n_dst, char *const *src, int n) {
+    *dst = calloc((size_t)n, sizeof **dst);
+    if (!*dst) return 0;
+    *n_dst = n;
+    for (int i = 0; i < n; i++)
+        if (!run_strdup(&(*dst)[i], src[i])) return 0;
+    return 1;
+}
+
 int hy_run_resolve(hy_run *r, const hy_config *c, hy_error *err) {
     memset(r, 0, sizeof *r);
     r->sched_params = (hy_sched_params){ .kind = c->schedule.kind, .ranks = c->schedule.ranks,
@@ -48,7 +59,8 @@ int hy_run_resolve(hy_run *r, const hy_config *c, hy_error *err) {
                                        .watchdog_s = c->watchdog_s };
     r->config_json = hy_config_to_json(c);
     if (!r->config_json || !run_strdup(&r->config_path, c->path) ||
-        !run_strdup(&r->data.train, c->data.train) || !run_strdup(&r->data.val, c->data.val) ||
+        !run_strdup_list(&r->data.train, &r->data.n_train, c->data.train, c->data.n_train) ||
+        !run_strdup(&r->data.val, c->data.val) ||
         !run_strdup(&r->init, c->init) || !run_strdup(&r->checkpoint.dir, c->checkpoint.dir)) {
         hy_run_free(r);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory resolving the run");
@@ -73,6 +85,7 @@ void hy_run_free(hy_run *r) {
     free(r->config_json);
     hy_model_free(&r->model);
     hy_schedule_free(&r->sched);
+    for (int i = 0; r->data.train && i < r->data.n_train; i++) free(r->data.train[i]);
     free(r->data.train);
     free(r->data.val);
     free(r->init);

@@ -50,7 +50,10 @@ typedef struct {
     hy_schedule sched;        /* every rank's actions, in that order */
     int micro_batch_size;     /* sequences per micro-batch (B) */
     hy_run_train train;
-    struct { char *train, *val; } data;              /* val NULL: no validation */
+    struct { char **train; int n_train;              /* the shards' paths and glob patterns,
+                                                        as given: data.h's hy_data_expand
+                                                        lists the files where they are read */
+             char *val; } data;                      /* val NULL: no validation */
     char *init;                                      /* weights to start from, or NULL */
     struct { char *dir; int every, keep; } checkpoint;   /* dir NULL: no checkpoints */
     hy_backend_request backend;                      /* its devices point into the run */

@@ -83,7 +83,7 @@ struct hy_runtime {
     hy_backend *be;
     hy_transformer tf;             /* the math: shapes, ops, each stage's weights and gradients */
     size_t A;                      /* bytes per activation element (backend's act_size) */
-    hy_shard train;                /* opened at the first step: eval needs none */
+    hy_dataset train;              /* data.train, opened at the first step: eval needs none */
     int train_open;
     rt_stage *stages;              /* [S] */
     rt_rank *ranks;                /* [P] */
@@ -818,23 +818,23 @@ int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, hy_dp *dp, hy_erro
 /* ------------------------------------------------------------------------ */
 /* Steps */
 
-/* Reads `count` micro-batches from sh onto the ranks that need them. For
+/* Reads `count` micro-batches from ds onto the ranks that need them. For
  * training with replicas, this replica's share of the step's global
  * batch: it passes over the batches of the replicas before it, reads its
- * own M and passes over the rest, so the shard's position moves on by
+ * own M and passes over the rest, so the data's position moves on by
  * the whole global batch and every replica agrees on it. */
-static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, int train, hy_error *err) {
+static int rt_load_batches(hy_runtime *rt, hy_dataset *ds, int count, int train, hy_error *err) {
     const hy_backend_ops *o = rt->be->ops;
     size_t N = (size_t)rt->N;
     int first = rt->sched->placement[0], last = rt->sched->placement[rt->S - 1];
     int before = train ? rt->replica * count : 0;
     int after = train ? (rt->replicas - 1 - rt->replica) * count : 0;
     for (int k = 0; k < before; k++) {
-        int rc = hy_batch_next(sh, rt->B, rt->T, NULL, NULL, err);
+        int rc = hy_dataset_next(ds, rt->B, rt->T, NULL, NULL, err);
         if (rc) return rc;
     }
     for (int m = 0; m < count; m++) {
-        int rc = hy_batch_next(sh, rt->B, rt->T, rt->batch_in, rt->batch_tg, err);
+        int rc = hy_dataset_next(ds, rt->B, rt->T, rt->batch_in, rt->batch_tg, err);
         if (rc) return rc;
         /* BERT's masks are drawn per micro-batch of the global batch. */
         if (rt->model->kind == HY_MODEL_BERT)
@@ -846,7 +846,7 @@ static int rt_load_batches(hy_runtime *rt, hy_shard *sh, int count, int train, h
         if (rc) return rc;
     }
     for (int k = 0; k < after; k++) {
-        int rc = hy_batch_next(sh, rt->B, rt->T, NULL, NULL, err);
+        int rc = hy_dataset_next(ds, rt->B, rt->T, NULL, NULL, err);
         if (rc) return rc;
     }
     return HY_OK;
@@ -880,17 +880,24 @@ static double rt_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The training shard, opened at first use: evaluation needs none. */
+/* The training data, opened at first use: evaluation needs none. Its
+ * patterns are expanded here, once: the files found now are the ones
+ * the run reads, and the ones its checkpoints name. */
 static int rt_open_train(hy_runtime *rt, hy_error *err) {
     if (rt->train_open) return HY_OK;
-    int rc = hy_shard_open(&rt->train, rt->run->data.train, rt->V, err);
+    char **paths = NULL;
+    int n = 0;
+    int rc = hy_data_expand((const char *const *)rt->run->data.train, rt->run->data.n_train,
+                            "data.train", &paths, &n, err);
+    if (!rc) rc = hy_dataset_open(&rt->train, (const char *const *)paths, n, rt->V, err);
+    hy_data_paths_free(paths, n);
     if (rc) return rc;
-    /* A shard too short for one batch is refused now, not at the first
+    /* Data too short for one batch is refused now, not at the first
      * step: the trial read says so in the data module's words. */
     size_t pos = 0;
-    rc = hy_batch_read(&rt->train, &pos, rt->B, rt->T, NULL, NULL, err);
+    rc = hy_dataset_read(&rt->train, &pos, rt->B, rt->T, NULL, NULL, err);
     if (rc) {
-        hy_shard_close(&rt->train);
+        hy_dataset_close(&rt->train);
         return rc;
     }
     rt->train_open = 1;
@@ -936,8 +943,8 @@ int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *stats, hy_error *e
 
 int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss, double *tokens,
                     hy_error *err) {
-    hy_shard sh;
-    int rc = hy_shard_open(&sh, shard, rt->V, err);
+    hy_dataset sh;
+    int rc = hy_dataset_open(&sh, &shard, 1, rt->V, err);
     if (rc) return rc;
     int last = rt->sched->placement[rt->S - 1];
     double sum = 0;
@@ -950,7 +957,7 @@ int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss
         sum += part;
         done += count;
     }
-    hy_shard_close(&sh);
+    hy_dataset_close(&sh);
     if (rc) return rc;
     *loss = sum / batches;
     *tokens = (double)batches * rt->N;
@@ -1038,13 +1045,19 @@ int hy_runtime_get_progress(hy_runtime *rt, int *step, size_t *data_pos, hy_erro
     int rc = rt_open_train(rt, err);
     if (rc) return rc;
     *step = rt->step;
-    *data_pos = hy_shard_pos(&rt->train);
+    *data_pos = hy_dataset_pos(&rt->train);
     return HY_OK;
+}
+
+int hy_runtime_data(hy_runtime *rt, const hy_dataset **ds, hy_error *err) {
+    int rc = rt_open_train(rt, err);
+    *ds = rc ? NULL : &rt->train;
+    return rc;
 }
 
 int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error *err) {
     int rc = rt_open_train(rt, err);
-    if (!rc) rc = hy_shard_set_pos(&rt->train, data_pos, err);
+    if (!rc) rc = hy_dataset_set_pos(&rt->train, data_pos, err);
     if (!rc) rt->step = step;
     return rc;
 }
@@ -1185,7 +1198,7 @@ void hy_runtime_destroy(hy_runtime *rt) {
     free(rt->norm_ch);
     free(rt->batch_in);
     free(rt->batch_tg);
-    if (rt->train_open) hy_shard_close(&rt->train);
+    if (rt->train_open) hy_dataset_close(&rt->train);
     hy_record_gate_destroy(&rt->recorded);
     pthread_mutex_destroy(&rt->lock);
     pthread_cond_destroy(&rt->cv);

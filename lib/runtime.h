@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "data.h"
 #include "error.h"
 #include "model.h"
 #include "run.h"
@@ -97,10 +98,15 @@ int hy_runtime_write(hy_runtime *rt, hy_tensor_role role, const char *name, cons
 int hy_runtime_read_param(hy_runtime *rt, const char *name, float *dst, size_t n, hy_error *err);
 
 /* Where training stands, for checkpoints: the last step taken and the
- * training shard's read position. Setting them makes the next step
- * continue exactly there. */
+ * read position in the training data's stream of shards. Setting them
+ * makes the next step continue exactly there. */
 int hy_runtime_get_progress(hy_runtime *rt, int *step, size_t *data_pos, hy_error *err);
 int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error *err);
+
+/* The training data as the runtime reads it (data.train's shards, its
+ * patterns expanded when it was opened), opening it first if need be:
+ * what a checkpoint identifies, and what a pass over the data holds. */
+int hy_runtime_data(hy_runtime *rt, const hy_dataset **ds, hy_error *err);
 
 /* The loss of the last step taken (hy_runtime_step), NaN before the
  * first: what a checkpoint records beside its step. */

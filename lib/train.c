@@ -109,6 +109,23 @@ int hy_train_shard_batches(const hy_run *run, const char *path, int *batches, hy
     return HY_OK;
 }
 
+int hy_train_data_batches(const hy_run *run, size_t *batches, hy_error *err) {
+    char **paths = NULL;
+    int n = 0;
+    hy_dataset ds;
+    int rc = hy_data_expand((const char *const *)run->data.train, run->data.n_train,
+                            "data.train", &paths, &n, err);
+    if (!rc) rc = hy_dataset_open(&ds, (const char *const *)paths, n, run->model.vocab, err);
+    hy_data_paths_free(paths, n);
+    if (rc) return rc;
+    /* A trial read: too little data for one batch is said in data.h's words. */
+    size_t pos = 0;
+    rc = hy_dataset_read(&ds, &pos, run->micro_batch_size, run->model.seq_len, NULL, NULL, err);
+    *batches = hy_dataset_batches(&ds, run->micro_batch_size, run->model.seq_len);
+    hy_dataset_close(&ds);
+    return rc;
+}
+
 /* The CRC-32C of every weight of rt, in the model's parameter order. */
 static int train_weights_crc(hy_runtime *rt, uint32_t *crc, hy_error *err) {
     const hy_model *m = hy_runtime_model(rt);

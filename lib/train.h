@@ -63,6 +63,13 @@ int hy_train_step(hy_runtime *rt, hy_step_stats *st, hy_error *err);
  * opened, or holds less than one batch, is an error saying so. */
 int hy_train_shard_batches(const hy_run *run, const char *path, int *batches, hy_error *err);
 
+/* The same for the training data, data.train's shards as one stream:
+ * opened (its patterns expanded, every header checked, the first shard
+ * read whole) and closed again, so that missing or short data is said
+ * before anything bigger is set up. *batches: the batches one pass over
+ * the data holds (hy_dataset_batches), not capped. */
+int hy_train_data_batches(const hy_run *run, size_t *batches, hy_error *err);
+
 /* Data parallelism: every replica must hold the same weights, since the
  * summed gradients are the same everywhere. Collective: compares the
  * CRC-32C of each one's weights, and when they differ every replica gets

@@ -73,6 +73,18 @@ err=$work/err
 # ---- the good inputs are good ------------------------------------------------
 (cd "$bad_dir" && "$HANAYO" data info shard_ok.bin --vocab 16 >"$out" 2>"$err")
 if [ $? -eq 0 ]; then ok; else bad "control: data info shard_ok.bin: $(head -c 300 "$err")"; fi
+(cd "$bad_dir" && "$HANAYO" data info shard32_ok.bin --vocab 16 >"$out" 2>"$err")
+if [ $? -eq 0 ] && grep -q '^format  *u32' "$out"; then ok; else
+    bad "control: data info shard32_ok.bin: $(head -c 300 "$err")"
+fi
+# Both formats in one list train, as does a pattern matching both.
+for data in '["shard_ok.bin","shard32_ok.bin"]' 'shard*_ok.bin'; do
+    (cd "$bad_dir" && "$HANAYO" train tiny.json --set "data.train=$data" --set train.steps=30 \
+        >"$out" 2>"$err")
+    if [ $? -eq 0 ] && grep -q '^step 30/30' "$out"; then ok; else
+        bad "control: train tiny.json --set data.train=$data: $(head -c 300 "$err")"
+    fi
+done
 (cd "$bad_dir" && "$HANAYO" eval tiny.json --init st_ok.safetensors >"$out" 2>"$err")
 if [ $? -eq 0 ] && grep -q '"loss"' "$out"; then ok; else
     bad "control: eval tiny.json --init st_ok.safetensors: $(head -c 300 "$err")"

@@ -73,7 +73,7 @@ static void test_defaults(void) {
     CHECK(c.train.warmup_steps == 20 && c.train.weight_decay == 0.1);
     CHECK(c.train.beta1 == 0.9 && c.train.beta2 == 0.95 && c.train.eps == 1e-8);
     CHECK(c.train.grad_clip == 1.0 && c.train.seed == 1234 && c.train.log_every == 10);
-    CHECK(strcmp(c.data.train, "data/synth_train.bin") == 0);
+    CHECK(c.data.n_train == 1 && strcmp(c.data.train[0], "data/synth_train.bin") == 0);
     CHECK(strcmp(c.data.val, "data/synth_val.bin") == 0);
     CHECK(c.init == NULL);
     CHECK(strcmp(c.checkpoint.dir, "checkpoints") == 0 && c.checkpoint.every == 0);
@@ -89,7 +89,8 @@ static void test_defaults(void) {
     CHECK(p->waves == 1 && p->chunks == 2);
     CHECK(run.micro_batch_size == c.schedule.micro_batch_size && run.train.lr == c.train.lr);
     CHECK(run.sched.stages == 4 && run.model.stages == 4 && run.model.layers == c.model.layers);
-    CHECK(strcmp(run.data.train, c.data.train) == 0 && run.backend.watchdog_s == 60);
+    CHECK(run.data.n_train == 1 && strcmp(run.data.train[0], c.data.train[0]) == 0);
+    CHECK(run.data.train[0] != c.data.train[0] && run.backend.watchdog_s == 60);   /* a copy */
     hy_run_free(&run);
 
     /* init alone gives the same config as loading nothing. */
@@ -119,7 +120,7 @@ static void test_derived_defaults(scratch *s) {
     hy_error err = { 0 };
     const char *p = scratch_file(s, "mine.json", "{\"data\": {\"train\": \"my.bin\"}}");
     CHECK(hy_config_load(&c, p, NULL, 0, &err) == HY_OK);
-    CHECK(strcmp(c.data.train, "my.bin") == 0 && c.data.val == NULL);
+    CHECK(c.data.n_train == 1 && strcmp(c.data.train[0], "my.bin") == 0 && c.data.val == NULL);
     CHECKF(c.checkpoint.dir && strcmp(c.checkpoint.dir, "checkpoints/mine") == 0, "%s",
            c.checkpoint.dir ? c.checkpoint.dir : "(null)");
     hy_config_free(&c);
@@ -264,7 +265,7 @@ static void test_sets(scratch *s) {
     CHECK(c.n_devices == 2 && c.devices[0] == 0 && c.devices[1] == 0);
     CHECK(c.init && strcmp(c.init, "w.safetensors") == 0);
     CHECK(c.data.val == NULL);
-    CHECK(strcmp(c.data.train, "123") == 0);          /* string keys take the text */
+    CHECK(c.data.n_train == 1 && strcmp(c.data.train[0], "123") == 0);   /* the text */
     CHECK(c.train.seed == 42 && c.backend == HY_BACKEND_CPU && c.watchdog_s == 5.0);
     CHECK(c.train.min_lr == 1e-4);                    /* tiny-gpt gives min_lr itself */
     char *j = hy_config_to_json(&c);
@@ -286,8 +287,47 @@ static void test_sets(scratch *s) {
     CHECK(c.train.min_lr == 0.02 / 10);
     hy_config_free(&c);
 
+    /* data.train: a list of paths, from a file or a --set, round-trips as a
+     * list; one path (or a list of one) as a string; a list of one is
+     * the default only when it is the default path, for data.val. */
+    const char *path = scratch_file(s, "list.json", "{\"data\": {\"train\": [\"a.bin\", "
+                                    "\"d/*.bin\", \"c.bin\"]}}");
+    CHECKF(hy_config_load(&c, path, NULL, 0, &err) == HY_OK, "%s", err.msg);
+    CHECK(c.data.n_train == 3 && strcmp(c.data.train[1], "d/*.bin") == 0 && !c.data.val);
+    j = hy_config_to_json(&c);
+    CHECKF(j && strstr(j, "\"train\": [\"a.bin\", \"d/*.bin\", \"c.bin\"]"), "%s", j);
+    free(j);
+    check_round_trip(s, &c, "data.train a list");
+    hy_run run;
+    CHECK(hy_run_resolve(&run, &c, &err) == HY_OK);
+    CHECK(run.data.n_train == 3 && strcmp(run.data.train[2], "c.bin") == 0);
+    hy_run_free(&run);
+    hy_config_free(&c);
+    const char *list[] = { "data.train=[\"x.bin\",\"y.bin\"]", "data.train=[\"z.bin\"]" };
+    CHECKF(hy_config_load(&c, path, list, 1, &err) == HY_OK, "%s", err.msg);
+    CHECK(c.data.n_train == 2 && strcmp(c.data.train[1], "y.bin") == 0);
+    hy_config_free(&c);
+    CHECKF(hy_config_load(&c, NULL, list + 1, 1, &err) == HY_OK, "%s", err.msg);
+    CHECK(c.data.n_train == 1 && strcmp(c.data.train[0], "z.bin") == 0 && !c.data.val);
+    j = hy_config_to_json(&c);
+    CHECKF(j && strstr(j, "\"train\": \"z.bin\""), "%s", j);
+    free(j);
+    hy_config_free(&c);
+    const char *same[] = { "data.train=[\"data/synth_train.bin\"]" };
+    CHECK(hy_config_load(&c, NULL, same, 1, &err) == HY_OK && c.data.val);
+    hy_config_free(&c);
+
+    /* model.vocab past uint16 (u32 shards), up to what the LM head's
+     * padded rows allow. */
+    const char *big[] = { "model.vocab=128256" }, *most[] = { "model.vocab=2147483520" };
+    CHECKF(hy_config_load(&c, NULL, big, 1, &err) == HY_OK, "%s", err.msg);
+    CHECK(c.model.vocab == 128256);
+    hy_config_free(&c);
+    CHECKF(hy_config_load(&c, NULL, most, 1, &err) == HY_OK, "%s", err.msg);
+    hy_config_free(&c);
+
     /* A set can repair a file: checks run once, on the merged result. */
-    const char *path = scratch_file(s, "fixable.json", "{\"schedule\": {\"waves\": 0}}");
+    path = scratch_file(s, "fixable.json", "{\"schedule\": {\"waves\": 0}}");
     const char *fix[] = { "schedule.waves=1" };
     CHECKF(hy_config_load(&c, path, fix, 1, &err) == HY_OK, "%s", err.msg);
     hy_config_free(&c);
@@ -378,7 +418,17 @@ static const bad_case BAD[] = {
     { "{\"schedule\": {\"chunks\": 0}}", NULL, "schedule.chunks", "1..64" },
     { "{\"schedule\": {\"micro_batches\": 0}}", NULL, "schedule.micro_batches", "got 0" },
     { "{\"model\": {\"d_model\": -64}}", NULL, "model.d_model", "got -64" },
-    { "{\"model\": {\"vocab\": 70000}}", NULL, "model.vocab", "2..65536" },
+    { "{\"model\": {\"vocab\": 2147483521}}", NULL, "model.vocab (2147483521) padded to a "
+      "multiple of 128", "give at most 2147483520" },
+    { "{\"model\": {\"vocab\": 2147483648}}", NULL, "model.vocab", "an integer >= 2" },
+    { "{\"data\": {\"train\": []}}", NULL, "data.train in ",
+      "a non-empty string, or a non-empty array of them, got an array" },
+    { "{\"data\": {\"train\": [\"a.bin\", 3]}}", NULL, "data.train[1] in ",
+      "must be a non-empty string, got 3" },
+    { "{\"data\": {\"train\": [\"a.bin\", \"\"]}}", NULL, "data.train[1]", "got \"\"" },
+    { "{\"data\": {\"train\": {\"a\": 1}}}", NULL, "data.train", "got an object" },
+    { NULL, "data.train=[]", "data.train in --set data.train=[]", "got an array" },
+    { NULL, "data.train=[\"a\",null]", "data.train[1] in --set", "got null" },
     { "{\"model\": {\"layers\": 99999999999999999999}}", NULL, "invalid JSON", "too big" },
     { "{\"train\": {\"steps\": 3000000000}}", NULL, "train.steps",
       "must be an integer >= 1, got 3000000000" },

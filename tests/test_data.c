@@ -1,10 +1,15 @@
 /*
  * test_data.c — token shards (lib/data.h): the write/read round trip and
- * the exact bytes, llm.c's batch layout with its wrap-around and position
- * save/restore, every malformed shard refused with HY_ERR_INPUT and a
- * message naming the file, atomic writes that leave nothing behind on
- * failure, the entropy estimates, and the synthetic corpus: deterministic
- * to the byte, different per seed and stream, and learnable (its measured
+ * the exact bytes of both formats (uint16 and uint32 ids, read back
+ * equal; ids above 65535), llm.c's batch layout with its wrap-around and
+ * position save/restore, datasets of several shards read as one stream
+ * (batches across shard boundaries equal to one shard holding them all,
+ * at most two shards in memory, later shards checked when reached), the
+ * expansion of paths and glob patterns, every malformed shard refused
+ * with HY_ERR_INPUT and a message naming the file (magic and version
+ * named), atomic writes that leave nothing behind on failure, the
+ * entropy estimates, and the synthetic corpus: deterministic to the
+ * byte, different per seed and stream, and learnable (its measured
  * H(next|prev) far below log2 vocab); BERT's masked-LM inputs, pinned to
  * the byte.
  *
@@ -45,6 +50,28 @@ static void put_le32(unsigned char *p, uint32_t v) {
 }
 
 /* Writes a raw file: a header with these three fields (the rest zero),
+ * then ntok little-endian uint32 ids from tok, then `extra` zero bytes. */
+static const char *raw_shard32(const char *name, uint32_t magic, uint32_t version,
+                               uint32_t count, size_t ntok, const uint32_t *tok,
+                               size_t extra) {
+    const char *path = in_scratch(name);
+    FILE *f = fopen(path, "wb");
+    if (!f) { perror(path); exit(1); }
+    unsigned char hdr[1024] = {0}, b[4];
+    put_le32(hdr, magic);
+    put_le32(hdr + 4, version);
+    put_le32(hdr + 8, count);
+    fwrite(hdr, 1, sizeof hdr, f);
+    for (size_t i = 0; i < ntok; i++) {
+        put_le32(b, tok[i]);
+        fwrite(b, 1, 4, f);
+    }
+    for (size_t i = 0; i < extra; i++) fputc(0, f);
+    if (fclose(f) != 0) { perror(path); exit(1); }
+    return path;
+}
+
+/* Writes a raw file: a header with these three fields (the rest zero),
  * then ntok little-endian uint16 tokens from tok (NULL: 0, 1, 2, ...),
  * then `extra` zero bytes. hdr_bytes < 1024 cuts the header short. */
 static const char *raw_shard(const char *name, uint32_t magic, uint32_t version,
@@ -66,6 +93,19 @@ static const char *raw_shard(const char *name, uint32_t magic, uint32_t version,
     for (size_t i = 0; i < extra; i++) fputc(0, f);
     if (fclose(f) != 0) { perror(path); exit(1); }
     return path;
+}
+
+/* Whether raw begins with llm.c's header of these three fields, zeros
+ * after them. */
+static int is_header(const unsigned char *raw, uint32_t magic, uint32_t version,
+                     uint32_t count) {
+    unsigned char want[12];
+    put_le32(want, magic);
+    put_le32(want + 4, version);
+    put_le32(want + 8, count);
+    int ok = memcmp(raw, want, 12) == 0;
+    for (int i = 12; i < 1024; i++) ok &= raw[i] == 0;
+    return ok;
 }
 
 static long long file_size(const char *path) {
@@ -114,7 +154,7 @@ static void expect_bad(const char *path, int vocab, const char *want,
     if (want2)
         CHECKF(strstr(err.msg, want2) != NULL, "line %d: message lacks '%s': %s",
                line, want2, err.msg);
-    CHECK(sh.tokens == NULL && sh.n == 0 && sh.path == NULL);
+    CHECK(sh.ids == NULL && sh.n == 0 && sh.path == NULL);
     hy_shard_close(&sh);   /* safe on a failed open */
 }
 #define EXPECT_BAD(path, vocab, want, want2) expect_bad(path, vocab, want, want2, __LINE__)
@@ -148,14 +188,7 @@ static void test_round_trip(void) {
     unsigned char *raw = malloc(1024 + 2 * N);
     CHECK(f && fread(raw, 1, 1024 + 2 * N, f) == 1024 + 2 * N);
     if (f) fclose(f);
-    unsigned char want[12];
-    put_le32(want, 20240520);
-    put_le32(want + 4, 1);
-    put_le32(want + 8, N);
-    CHECK(memcmp(raw, want, 12) == 0);
-    int zeros = 1;
-    for (int i = 12; i < 1024; i++) zeros &= raw[i] == 0;
-    CHECK(zeros);
+    CHECK(is_header(raw, 20240520, 1, N));
     CHECK(raw[1024 + 2] == 0xff && raw[1024 + 3] == 0xff);
     CHECK(raw[1024 + 4] == (unsigned char)tok[2] && raw[1024 + 5] == tok[2] >> 8);
     free(raw);
@@ -163,10 +196,11 @@ static void test_round_trip(void) {
     hy_shard sh;
     CHECKF(hy_shard_open(&sh, path, 0, &err) == HY_OK, "%s", err.msg);
     CHECK(sh.n == N && sh.file_bytes == 1024 + 2ull * N && sh.max_token == 65535);
-    CHECK(sh.pos == 0 && strcmp(sh.path, path) == 0);
-    CHECK(sh.tokens && memcmp(sh.tokens, tok, N * sizeof *tok) == 0);
+    CHECK(sh.format == HY_SHARD_U16 && strcmp(sh.path, path) == 0);
+    CHECK(sh.ids && memcmp(sh.ids, tok, N * sizeof *tok) == 0);   /* 2 bytes a token */
+    CHECK(hy_shard_id(&sh, 1) == 65535 && hy_shard_id(&sh, 2) == tok[2]);
     hy_shard_close(&sh);
-    CHECK(sh.tokens == NULL && sh.path == NULL && sh.n == 0);
+    CHECK(sh.ids == NULL && sh.path == NULL && sh.n == 0);
     hy_shard_close(&sh);   /* twice is fine */
     CHECKF(hy_shard_open(&sh, path, 65536, &err) == HY_OK, "%s", err.msg);
     hy_shard_close(&sh);
@@ -175,7 +209,7 @@ static void test_round_trip(void) {
     CHECKF(hy_shard_write(path, tok + 10, 5, &err) == HY_OK, "%s", err.msg);
     CHECK(file_size(path) == 1024 + 10);
     CHECKF(hy_shard_open(&sh, path, 0, &err) == HY_OK, "%s", err.msg);
-    CHECK(sh.n == 5 && memcmp(sh.tokens, tok + 10, 5 * sizeof *tok) == 0);
+    CHECK(sh.n == 5 && memcmp(sh.ids, tok + 10, 5 * sizeof *tok) == 0);
     hy_shard_close(&sh);
 
     /* A new file gets 0666 less the umask, like any other. */
@@ -188,21 +222,108 @@ static void test_round_trip(void) {
     free(tok);
 }
 
+/* Both formats written and read back: the exact bytes of the uint32 one,
+ * ids above 65535, and the same ids through either format alike. */
+static void test_u32(void) {
+    enum { N = 20000 };   /* 80 KB of ids: more than the writer's 64 KiB buffer */
+    uint32_t *ids = malloc(N * sizeof *ids);
+    uint16_t *small = malloc(N * sizeof *small);
+    for (int i = 0; i < N; i++) {
+        ids[i] = (uint32_t)i * 104729u % 128256u;
+        small[i] = (uint16_t)(ids[i] % 65536u);
+    }
+    ids[0] = 65536;
+    ids[1] = 2147483647u;   /* the largest id a shard may hold */
+    hy_error err = {0};
+    const char *p32 = in_scratch("u32.bin");
+    CHECKF(hy_shard_write_ids(p32, ids, HY_SHARD_U32, N, &err) == HY_OK, "%s", err.msg);
+    CHECK(file_size(p32) == 1024 + 4LL * N && count_temps(scratch) == 0);
+    FILE *f = fopen(p32, "rb");
+    unsigned char raw[1024 + 12], want[12];
+    CHECK(f && fread(raw, 1, sizeof raw, f) == sizeof raw);
+    if (f) fclose(f);
+    CHECK(is_header(raw, 20240801, 7, N));
+    put_le32(want, 65536);
+    put_le32(want + 4, 2147483647u);
+    put_le32(want + 8, ids[2]);
+    CHECK(memcmp(raw + 1024, want, 12) == 0);
+
+    hy_shard sh;
+    CHECKF(hy_shard_open(&sh, p32, 0, &err) == HY_OK, "%s", err.msg);
+    CHECK(sh.format == HY_SHARD_U32 && sh.n == N && sh.file_bytes == 1024 + 4ull * N);
+    CHECK(sh.max_token == 2147483647 && memcmp(sh.ids, ids, N * sizeof *ids) == 0);
+    CHECK(hy_shard_id(&sh, 0) == 65536 && hy_shard_id(&sh, 2) == ids[2]);
+    hy_shard_close(&sh);
+    /* Against a vocabulary: the first id at or above it is named. */
+    CHECK(hy_shard_open(&sh, p32, 128256, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "token 2147483647 at index 1") && strstr(err.msg, p32), "%s", err.msg);
+    ids[1] = 128255;
+    CHECK(hy_shard_write_ids(p32, ids, HY_SHARD_U32, N, &err) == HY_OK);
+    CHECKF(hy_shard_open(&sh, p32, 128256, &err) == HY_OK, "%s", err.msg);
+    CHECK(sh.max_token == 128255);
+    hy_shard_close(&sh);
+
+    /* The same ids in both formats read back equal, and the uint16 one
+     * keeps 2 bytes a token; a uint16 shard under a vocabulary above
+     * 65536 is fine. */
+    uint32_t *wide = malloc(N * sizeof *wide);
+    for (int i = 0; i < N; i++) wide[i] = small[i];
+    const char *p16 = in_scratch("same16.bin"), *q32 = in_scratch("same32.bin");
+    CHECK(hy_shard_write_ids(p16, small, HY_SHARD_U16, N, &err) == HY_OK);
+    CHECK(hy_shard_write_ids(q32, wide, HY_SHARD_U32, N, &err) == HY_OK);
+    hy_shard a, b;
+    CHECKF(hy_shard_open(&a, p16, 128256, &err) == HY_OK, "%s", err.msg);
+    CHECKF(hy_shard_open(&b, q32, 128256, &err) == HY_OK, "%s", err.msg);
+    CHECK(a.format == HY_SHARD_U16 && b.format == HY_SHARD_U32 && a.n == b.n);
+    CHECK(a.max_token == b.max_token && file_size(p16) == 1024 + 2LL * N);
+    int same = 1;
+    for (size_t i = 0; i < a.n; i++) same &= hy_shard_id(&a, i) == hy_shard_id(&b, i);
+    CHECK(same);
+    /* ... and batch alike. */
+    int ia[64], ib[64], ta[64], tb[64];
+    hy_dataset da, db;
+    CHECK(hy_dataset_open(&da, &p16, 1, 0, &err) == HY_OK);
+    CHECK(hy_dataset_open(&db, &q32, 1, 0, &err) == HY_OK);
+    for (int k = 0; k < 5; k++) {
+        CHECK(hy_dataset_next(&da, 4, 16, ia, ta, &err) == HY_OK);
+        CHECK(hy_dataset_next(&db, 4, 16, ib, tb, &err) == HY_OK);
+        CHECK(memcmp(ia, ib, sizeof ia) == 0 && memcmp(ta, tb, sizeof ta) == 0);
+    }
+    hy_dataset_close(&da);
+    hy_dataset_close(&db);
+    hy_shard_close(&a);
+    hy_shard_close(&b);
+
+    /* The writer refuses what no reader takes; nothing is left behind. */
+    const char *no = in_scratch("no32.bin");
+    wide[3] = 2147483648u;
+    CHECK(hy_shard_write_ids(no, wide, HY_SHARD_U32, N, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "token 2147483648 at index 3") && strstr(err.msg, no), "%s", err.msg);
+    CHECK(file_size(no) == -1 && count_temps(scratch) == 0);
+    CHECK(hy_shard_write_ids(no, wide, (hy_shard_format)3, N, &err) == HY_ERR_INPUT);
+    CHECK(strcmp(hy_shard_format_name(HY_SHARD_U16), "u16") == 0);
+    CHECK(strcmp(hy_shard_format_name(HY_SHARD_U32), "u32") == 0);
+    free(wide);
+    free(ids);
+    free(small);
+}
+
 static void test_batches(void) {
     enum { B = 2, T = 3, BT = B * T, N = 2 * BT + 5 };   /* 17 tokens */
     uint16_t tok[N];
     for (int i = 0; i < N; i++) tok[i] = (uint16_t)(100 + i);
     const char *path = in_scratch("batch.bin");
     hy_error err = {0};
-    hy_shard sh;
+    hy_dataset sh;
     CHECK(hy_shard_write(path, tok, N, &err) == HY_OK);
-    CHECKF(hy_shard_open(&sh, path, 200, &err) == HY_OK, "%s", err.msg);
+    CHECKF(hy_dataset_open(&sh, &path, 1, 200, &err) == HY_OK, "%s", err.msg);
+    CHECK(sh.n == N && sh.n_shards == 1 && hy_dataset_batches(&sh, B, T) == 2);
 
     /* Batches start at 0, 6, then 12 would need tokens 12..18 > 16: wrap. */
     int in[BT], tg[BT];
     size_t starts[] = {0, 6, 0, 6, 0};
     for (int k = 0; k < NELEM(starts); k++) {
-        CHECK(hy_batch_next(&sh, B, T, in, tg, &err) == HY_OK);
+        CHECK(hy_dataset_next(&sh, B, T, in, tg, &err) == HY_OK);
         int ok = 1;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
@@ -211,50 +332,220 @@ static void test_batches(void) {
             }
         CHECKF(ok, "batch %d (start %zu): inputs %d.., targets %d..", k,
                starts[k], in[0], tg[0]);
-        CHECK(hy_shard_pos(&sh) == starts[k] + BT);
+        CHECK(hy_dataset_pos(&sh) == starts[k] + BT);
+        /* The pass hy_data_epoch says batch k is in starts at 0. */
+        CHECK(hy_data_epoch((uint64_t)k, 2) == (uint64_t)k / 2 + 1 && (starts[k] == 0) == (k % 2 == 0));
     }
 
     /* Position save/restore resumes bit for bit. */
-    CHECK(hy_shard_set_pos(&sh, 4, &err) == HY_OK && hy_shard_pos(&sh) == 4);
+    CHECK(hy_dataset_set_pos(&sh, 4, &err) == HY_OK && hy_dataset_pos(&sh) == 4);
     int first[4][BT], again[4][BT];
-    for (int k = 0; k < 4; k++) CHECK(hy_batch_next(&sh, B, T, first[k], NULL, &err) == HY_OK);
+    for (int k = 0; k < 4; k++) CHECK(hy_dataset_next(&sh, B, T, first[k], NULL, &err) == HY_OK);
     CHECK(first[0][0] == 104 && first[1][0] == 110 && first[2][0] == 100);
-    CHECK(hy_shard_set_pos(&sh, 4, &err) == HY_OK);
-    for (int k = 0; k < 4; k++) CHECK(hy_batch_next(&sh, B, T, again[k], NULL, &err) == HY_OK);
+    CHECK(hy_dataset_set_pos(&sh, 4, &err) == HY_OK);
+    for (int k = 0; k < 4; k++) CHECK(hy_dataset_next(&sh, B, T, again[k], NULL, &err) == HY_OK);
     CHECK(memcmp(first, again, sizeof first) == 0);
-    CHECK(first[3][0] == 106 && hy_shard_pos(&sh) == 12);
-    CHECK(hy_batch_next(&sh, B, T, NULL, tg, &err) == HY_OK);   /* 12+7 > 17: wraps */
-    CHECK(tg[0] == 101 && hy_shard_pos(&sh) == 6);
-    CHECK(hy_shard_set_pos(&sh, N - 1, &err) == HY_OK);
-    CHECK(hy_batch_next(&sh, B, T, in, NULL, &err) == HY_OK && in[0] == 100);
+    CHECK(first[3][0] == 106 && hy_dataset_pos(&sh) == 12);
+    CHECK(hy_dataset_next(&sh, B, T, NULL, tg, &err) == HY_OK);   /* 12+7 > 17: wraps */
+    CHECK(tg[0] == 101 && tg[BT - 1] == 106 && hy_dataset_pos(&sh) == 6);
+    CHECK(hy_dataset_set_pos(&sh, N - 1, &err) == HY_OK);
+    CHECK(hy_dataset_next(&sh, B, T, in, NULL, &err) == HY_OK && in[0] == 100);
     hy_error_clear(&err);
-    CHECK(hy_shard_set_pos(&sh, N, &err) == HY_ERR_INPUT);
+    CHECK(hy_dataset_set_pos(&sh, N, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, path) && strstr(err.msg, "17 tokens"));
-    CHECK(hy_shard_pos(&sh) == 6);   /* unchanged by the refused set */
+    CHECK(hy_dataset_pos(&sh) == 6);   /* unchanged by the refused set */
 
-    /* Independent positions over one const shard (one per thread). */
+    /* Independent positions over one dataset. */
     size_t p1 = 0, p2 = 6;
     int a[BT], b2[BT];
-    CHECK(hy_batch_read(&sh, &p1, B, T, a, NULL, &err) == HY_OK && p1 == 6);
-    CHECK(hy_batch_read(&sh, &p2, B, T, b2, NULL, &err) == HY_OK && p2 == 12);
+    CHECK(hy_dataset_read(&sh, &p1, B, T, a, NULL, &err) == HY_OK && p1 == 6);
+    CHECK(hy_dataset_read(&sh, &p2, B, T, b2, NULL, &err) == HY_OK && p2 == 12);
     CHECK(a[0] == 100 && b2[0] == 106);
 
     /* Exactly B*T+1 tokens: one batch, the same one every time. */
-    CHECK(hy_batch_next(&sh, 4, 4, NULL, NULL, &err) == HY_OK);   /* 17 = 16+1 */
-    CHECK(hy_shard_pos(&sh) == 16);
+    CHECK(hy_dataset_next(&sh, 4, 4, NULL, NULL, &err) == HY_OK);   /* 17 = 16+1 */
+    CHECK(hy_dataset_pos(&sh) == 16 && hy_dataset_batches(&sh, 4, 4) == 1);
     int in16[16], tg16[16];
-    CHECK(hy_batch_next(&sh, 4, 4, in16, tg16, &err) == HY_OK);
+    CHECK(hy_dataset_next(&sh, 4, 4, in16, tg16, &err) == HY_OK);
     CHECK(in16[0] == 100 && in16[15] == 115 && tg16[15] == 116);
 
     /* Too short for one batch, and nonsense sizes. */
     hy_error_clear(&err);
-    CHECK(hy_batch_next(&sh, 3, 8, in16, NULL, &err) == HY_ERR_INPUT);
+    CHECK(hy_dataset_next(&sh, 3, 8, in16, NULL, &err) == HY_ERR_INPUT);
     CHECKF(strstr(err.msg, path) && strstr(err.msg, "17 tokens") &&
            strstr(err.msg, "3 x 8 + 1 = 25"), "%s", err.msg);
-    CHECK(hy_shard_pos(&sh) == 16);   /* a refused read moves nothing */
-    CHECK(hy_batch_next(&sh, 0, 4, NULL, NULL, &err) == HY_ERR_INPUT);
-    CHECK(hy_batch_next(&sh, 4, -1, NULL, NULL, &err) == HY_ERR_INPUT);
-    hy_shard_close(&sh);
+    CHECK(hy_dataset_pos(&sh) == 16 && hy_dataset_batches(&sh, 3, 8) == 0);
+    CHECK(hy_dataset_next(&sh, 0, 4, NULL, NULL, &err) == HY_ERR_INPUT);
+    CHECK(hy_dataset_next(&sh, 4, -1, NULL, NULL, &err) == HY_ERR_INPUT);
+    hy_dataset_close(&sh);
+    hy_dataset_close(&sh);   /* twice is fine */
+}
+
+/* How many of ds's shards hold their ids in memory now. */
+static int resident(const hy_dataset *ds) {
+    int n = 0;
+    for (int i = 0; i < ds->n_shards; i++) n += ds->shards[i].ids != NULL;
+    return n;
+}
+
+/* Several shards are one stream: split a token sequence into shards of
+ * uneven sizes (some shorter than a batch, both formats), and every
+ * batch read from them (wrapping, restored positions, inputs or targets
+ * alone) equals the same batch read from one shard of all the tokens;
+ * at most two shards are ever in memory. */
+static void test_datasets(void) {
+    enum { N = 3001 };
+    static const size_t cut[] = { 700, 3, 1, 2, 900, 5, 1390 };   /* sums to N */
+    enum { K = (int)(sizeof cut / sizeof cut[0]) };
+    uint32_t *all = malloc(N * sizeof *all);
+    for (int i = 0; i < N; i++) all[i] = (uint32_t)(i * 7919u % 60000u);
+    hy_error err = {0};
+    const char *whole = in_scratch("whole.bin");
+    CHECK(hy_shard_write_ids(whole, all, HY_SHARD_U32, N, &err) == HY_OK);
+    const char *paths[K];
+    char names[K][32];
+    size_t at = 0;
+    for (int k = 0; k < K; k++) {
+        snprintf(names[k], sizeof names[k], "part%d.bin", k);
+        paths[k] = strdup(in_scratch(names[k]));
+        hy_shard_format f = k % 2 ? HY_SHARD_U32 : HY_SHARD_U16;
+        uint16_t part16[1400];
+        for (size_t i = 0; i < cut[k]; i++) part16[i] = (uint16_t)all[at + i];
+        CHECK(hy_shard_write_ids(paths[k], f == HY_SHARD_U16 ? (void *)part16 : (void *)(all + at),
+                                 f, cut[k], &err) == HY_OK);
+        at += cut[k];
+    }
+    CHECK(at == N);
+    hy_dataset one, many;
+    CHECKF(hy_dataset_open(&one, &whole, 1, 60000, &err) == HY_OK, "%s", err.msg);
+    CHECKF(hy_dataset_open(&many, paths, K, 60000, &err) == HY_OK, "%s", err.msg);
+    CHECK(many.n == N && many.n_shards == K && many.start[4] == 706 && resident(&many) == 1);
+    int shapes[][2] = { {4, 16}, {1, 1}, {3, 7}, {2, 500} };
+    for (int s = 0; s < NELEM(shapes); s++) {
+        int B = shapes[s][0], T = shapes[s][1], bt = B * T;
+        CHECK(hy_dataset_batches(&many, B, T) == hy_dataset_batches(&one, B, T));
+        int *i1 = malloc(4 * (size_t)bt * sizeof(int)), *t1 = i1 + bt, *i2 = t1 + bt, *t2 = i2 + bt;
+        size_t p1 = 0, p2 = 0;
+        int ok = 1, most = 0;
+        for (int k = 0; k < 300 && ok; k++) {
+            int mode = k % 3;   /* both, inputs only, targets only */
+            ok &= hy_dataset_read(&one, &p1, B, T, mode == 2 ? NULL : i1, mode == 1 ? NULL : t1,
+                                  &err) == HY_OK;
+            ok &= hy_dataset_read(&many, &p2, B, T, mode == 2 ? NULL : i2, mode == 1 ? NULL : t2,
+                                  &err) == HY_OK;
+            ok &= p1 == p2;
+            if (mode != 2) ok &= memcmp(i1, i2, (size_t)bt * sizeof(int)) == 0;
+            if (mode != 1) ok &= memcmp(t1, t2, (size_t)bt * sizeof(int)) == 0;
+            most = resident(&many) > most ? resident(&many) : most;
+        }
+        CHECKF(ok && most <= 2, "B %d T %d: batches differ (%s), %d shards resident", B, T,
+               err.msg, most);
+        /* A restored position continues the same way. */
+        p2 = 1234;
+        p1 = 1234;
+        CHECK(hy_dataset_read(&one, &p1, B, T, i1, t1, &err) == HY_OK);
+        CHECK(hy_dataset_read(&many, &p2, B, T, i2, t2, &err) == HY_OK);
+        CHECK(memcmp(i1, i2, (size_t)bt * sizeof(int)) == 0 && p1 == p2);
+        free(i1);
+    }
+    /* Skipping batches (a replica passing over the others') loads nothing. */
+    hy_dataset_close(&many);
+    CHECK(hy_dataset_open(&many, paths, K, 60000, &err) == HY_OK);
+    for (int k = 0; k < 100; k++) CHECK(hy_dataset_next(&many, 2, 8, NULL, NULL, &err) == HY_OK);
+    CHECK(resident(&many) == 1 && many.resident[0] == 0);
+    CHECK(hy_dataset_set_pos(&many, N, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "7 shards") && strstr(err.msg, "3001 tokens in all"), "%s", err.msg);
+    hy_dataset_close(&many);
+    hy_dataset_close(&one);
+
+    /* Headers are checked at the open, every shard's. */
+    const char *badh[3] = { paths[0], raw_shard("hdr_bad.bin", 1, 1, 3, 1024, 3, NULL, 0),
+                            paths[1] };
+    CHECK(hy_dataset_open(&many, badh, 3, 0, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "hdr_bad.bin: not an llm.c token shard"), "%s", err.msg);
+    CHECK(many.shards == NULL && many.n_shards == 0);
+    const char *missing[2] = { paths[0], in_scratch("no_part.bin") };
+    CHECK(hy_dataset_open(&many, missing, 2, 0, &err) == HY_ERR_INPUT);
+    CHECK(strstr(err.msg, "no_part.bin") && strstr(err.msg, "No such file"));
+
+    /* A later shard's tokens are checked when reading reaches it: its
+     * error names it, and the position does not move. */
+    uint16_t t3[3] = { 1, 2, 9 };
+    const char *later[2] = { in_scratch("low.bin"), in_scratch("high.bin") };   /* 1, then 3 */
+    CHECK(hy_shard_write(later[0], t3, 1, &err) == HY_OK);
+    CHECK(hy_shard_write(later[1], t3, 3, &err) == HY_OK);
+    CHECKF(hy_dataset_open(&many, later, 2, 9, &err) == HY_OK, "%s", err.msg);
+    size_t p = 0;
+    hy_error_clear(&err);
+    CHECK(hy_dataset_read(&many, &p, 1, 2, NULL, NULL, &err) == HY_OK && p == 2);   /* no load */
+    p = 0;
+    CHECK(hy_dataset_read(&many, &p, 1, 2, NULL, (int[2]){0}, &err) == HY_ERR_INPUT && p == 0);
+    CHECKF(strstr(err.msg, "high.bin: token 9 at index 2") &&
+           strstr(err.msg, "model.vocab = 9"), "%s", err.msg);
+    hy_dataset_close(&many);
+
+    /* A shard that changes under a running dataset is refused, not read. */
+    const char *grow[2] = { paths[0], in_scratch("grow.bin") };
+    CHECK(hy_shard_write(grow[1], t3, 3, &err) == HY_OK);
+    CHECK(hy_dataset_open(&many, grow, 2, 0, &err) == HY_OK);
+    CHECK(hy_shard_write(grow[1], t3, 2, &err) == HY_OK);
+    p = 698;
+    int two[2];
+    CHECK(hy_dataset_read(&many, &p, 1, 2, two, NULL, &err) == HY_OK && two[1] == (int)all[699]);
+    CHECK(hy_dataset_read(&many, &p, 1, 2, two, NULL, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "grow.bin: the shard changed since it was opened (3 u16 tokens then, "
+                           "2 u16 tokens now)"), "%s", err.msg);
+    hy_dataset_close(&many);
+    CHECK(hy_dataset_open(&many, paths, 0, 0, &err) == HY_ERR_INPUT);
+    for (int k = 0; k < K; k++) free((char *)paths[k]);
+    free(all);
+}
+
+/* Paths stay as they are; patterns become their matches, sorted by name
+ * in byte order; a pattern that matches nothing is refused. */
+static void test_expand(void) {
+    const char *dir = in_scratch("g");
+    CHECK(mkdir(dir, 0755) == 0);
+    const char *names[] = { "g/shard_2.bin", "g/shard_10.bin", "g/shard_1.bin", "g/other.txt",
+                            "g/x[1].bin" };
+    for (int i = 0; i < NELEM(names); i++) raw_shard(names[i], 20240520, 1, 1, 1024, 1, NULL, 0);
+    char pat[600], lit[600], esc[600], none[600];
+    snprintf(pat, sizeof pat, "%s/shard_*.bin", dir);
+    snprintf(lit, sizeof lit, "%s/not_yet.bin", dir);
+    snprintf(esc, sizeof esc, "%s/x\\[1].bin", dir);
+    snprintf(none, sizeof none, "%s/train_*.bin", dir);
+    const char *specs[] = { lit, pat, esc };
+    char **paths = NULL;
+    int n = -1;
+    hy_error err = {0};
+    CHECKF(hy_data_expand(specs, 3, "data.train", &paths, &n, &err) == HY_OK, "%s", err.msg);
+    CHECK(n == 5);
+    const char *want[] = { "not_yet.bin", "shard_1.bin", "shard_10.bin", "shard_2.bin",
+                           "x[1].bin" };
+    for (int i = 0; i < n && i < 5; i++) {
+        const char *base = strrchr(paths[i], '/');
+        CHECKF(base && strcmp(base + 1, want[i]) == 0, "entry %d: %s, want %s", i, paths[i],
+               want[i]);
+    }
+    hy_data_paths_free(paths, n);
+    const char *bad[] = { pat, none };
+    CHECK(hy_data_expand(bad, 2, "data.train", &paths, &n, &err) == HY_ERR_INPUT);
+    CHECK(paths == NULL && n == 0);
+    CHECKF(strstr(err.msg, "data.train: the pattern") && strstr(err.msg, none) &&
+           strstr(err.msg, "matches no file"), "%s", err.msg);
+    snprintf(none, sizeof none, "%s/no-dir/*.bin", dir);
+    CHECK(hy_data_expand(bad, 2, "data.train", &paths, &n, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, none) && strstr(err.msg, "cannot read its directory") &&
+           strstr(err.msg, "No such file or directory"), "%s", err.msg);
+    CHECK(hy_data_expand(bad, 0, "data.train", &paths, &n, &err) == HY_ERR_INPUT);
+    CHECK(strstr(err.msg, "data.train names no shard") != NULL);
+    /* A directory that cannot be read (not as root, who reads anyway). */
+    if (geteuid() != 0) {
+        CHECK(chmod(dir, 0) == 0);
+        CHECK(hy_data_expand(specs + 1, 1, "data.train", &paths, &n, &err) == HY_ERR_INPUT);
+        CHECK(strstr(err.msg, pat) && strstr(err.msg, "Permission denied"));
+        CHECK(chmod(dir, 0755) == 0);
+    }
 }
 
 static void test_bad_shards(void) {
@@ -297,6 +588,29 @@ static void test_bad_shards(void) {
     const char *fifo = in_scratch("fifo");
     CHECK(mkfifo(fifo, 0600) == 0);
     EXPECT_BAD(fifo, 0, "not a regular file", NULL);
+
+    /* The uint32 format: its own magic and version, each named when wrong,
+     * and 4 bytes a token in the size check. */
+    uint32_t tok32[20];
+    for (int i = 0; i < 20; i++) tok32[i] = 70000u + (uint32_t)i;
+    EXPECT_BAD(raw_shard32("v32.bin", 20240801, 1, 20, 20, tok32, 0), 0, "version 1 is not "
+               "supported with magic 20240801", "expected version 7 (uint32 ids)");
+    EXPECT_BAD(raw_shard("v7of16.bin", 20240520, 7, 20, 1024, 20, tok, 0), 0,
+               "version 7 is not supported with magic 20240520", "magic 20240801 version 7");
+    EXPECT_BAD(raw_shard32("trunc32.bin", 20240801, 7, 20, 19, tok32, 0), 0,
+               "1024 + 4 x 20 = 1104 bytes", "1100 bytes (truncated?)");
+    EXPECT_BAD(raw_shard32("odd32.bin", 20240801, 7, 20, 20, tok32, 2), 0, "1106 bytes",
+               "extra bytes");
+    EXPECT_BAD(raw_shard("be32.bin", 0xa1d73401u, 7, 20, 1024, 20, tok, 0), 0, "big-endian",
+               NULL);
+    EXPECT_BAD(raw_shard32("magic32.bin", 20240802, 7, 20, 20, tok32, 0), 0, "20240802",
+               "expected 20240520 (uint16 ids) or 20240801 (uint32 ids)");
+    tok32[5] = 2147483648u;   /* no vocabulary holds it, checked or not */
+    EXPECT_BAD(raw_shard32("id31.bin", 20240801, 7, 20, 20, tok32, 0), 0,
+               "token 2147483648 at index 5", "above 2147483647");
+    tok32[5] = 70005;
+    const char *ok32 = raw_shard32("ok32.bin", 20240801, 7, 20, 20, tok32, 0);
+    EXPECT_BAD(ok32, 70010, "token 70010 at index 10", "model.vocab = 70010");
 
     /* Token >= vocab: the first bad index and value, and the config key. */
     const char *ok = raw_shard("vocab.bin", 20240520, 1, 20, 1024, 20, tok, 0);
@@ -363,7 +677,7 @@ static void test_write_errors(void) {
     CHECK(count_temps(scratch) == 0);
     CHECK(file_size(keep) == 1024 + 16);
     hy_shard sh;
-    CHECK(hy_shard_open(&sh, keep, 0, &err) == HY_OK && sh.n == 8 && sh.tokens[7] == 8);
+    CHECK(hy_shard_open(&sh, keep, 0, &err) == HY_OK && sh.n == 8 && hy_shard_id(&sh, 7) == 8);
     hy_shard_close(&sh);
     free(big);
 
@@ -384,26 +698,37 @@ static void test_entropy(void) {
     uint16_t same[100], alt[100], four[400];
     for (int i = 0; i < 100; i++) same[i] = 7, alt[i] = (uint16_t)(i % 2);
     for (int i = 0; i < 400; i++) four[i] = (uint16_t)(i % 4);
-    CHECK(hy_tokens_entropy(same, 100, &u, &b, &err) == HY_OK);
+    CHECK(hy_tokens_entropy(same, HY_SHARD_U16, 100, &u, &b, &err) == HY_OK);
     CHECK_NEAR(u, 0, 1e-12);
     CHECK_NEAR(b, 0, 1e-12);
-    CHECK(hy_tokens_entropy(alt, 100, &u, &b, &err) == HY_OK);
+    CHECK(hy_tokens_entropy(alt, HY_SHARD_U16, 100, &u, &b, &err) == HY_OK);
     CHECK_NEAR(u, 1, 1e-12);
     CHECK_NEAR(b, 0, 1e-12);
-    CHECK(hy_tokens_entropy(four, 400, &u, &b, &err) == HY_OK);
+    CHECK(hy_tokens_entropy(four, HY_SHARD_U16, 400, &u, &b, &err) == HY_OK);
     CHECK_NEAR(u, 2, 1e-12);
     CHECK_NEAR(b, 0, 1e-12);
     /* All 16 pairs over {0..3} once each (a de Bruijn sequence plus its
      * wrap): next|prev is uniform, 2 bits. */
     uint16_t db[17] = {0, 0, 1, 0, 2, 0, 3, 1, 1, 2, 1, 3, 2, 2, 3, 3, 0};
-    CHECK(hy_tokens_entropy(db, 17, &u, &b, &err) == HY_OK);
+    CHECK(hy_tokens_entropy(db, HY_SHARD_U16, 17, &u, &b, &err) == HY_OK);
     CHECK_NEAR(b, 2, 1e-12);
-    /* One token: no pairs. Large ids: no bigram table. */
-    CHECK(hy_tokens_entropy(same, 1, &u, &b, &err) == HY_OK && u == 0 && isnan(b));
+    /* The same ids as uint32: the same figures. */
+    uint32_t db32[17];
+    for (int i = 0; i < 17; i++) db32[i] = db[i];
+    double u32 = -1, b32 = -1;
+    CHECK(hy_tokens_entropy(db32, HY_SHARD_U32, 17, &u32, &b32, &err) == HY_OK);
+    CHECK(u32 == u && b32 == b);
+    /* One token: no pairs. Large ids: no bigram table; past 2^22 no
+     * unigram table either. */
+    CHECK(hy_tokens_entropy(same, HY_SHARD_U16, 1, &u, &b, &err) == HY_OK && u == 0 && isnan(b));
     uint16_t wide[3] = {1, 5000, 1};
-    CHECK(hy_tokens_entropy(wide, 3, &u, &b, &err) == HY_OK && isnan(b));
+    CHECK(hy_tokens_entropy(wide, HY_SHARD_U16, 3, &u, &b, &err) == HY_OK && isnan(b));
     CHECK_NEAR(u, log2(3) - 2.0 / 3, 1e-12);
-    CHECK(hy_tokens_entropy(wide, 3, &u, NULL, &err) == HY_OK);
+    CHECK(hy_tokens_entropy(wide, HY_SHARD_U16, 3, &u, NULL, &err) == HY_OK);
+    uint32_t wide32[3] = {70000, 128255, 70000}, huge[3] = {1, 1u << 22, 1};
+    CHECK(hy_tokens_entropy(wide32, HY_SHARD_U32, 3, &u, &b, &err) == HY_OK && isnan(b));
+    CHECK_NEAR(u, log2(3) - 2.0 / 3, 1e-12);
+    CHECK(hy_tokens_entropy(huge, HY_SHARD_U32, 3, &u, &b, &err) == HY_OK && isnan(u) && isnan(b));
 }
 
 static void test_synth(void) {
@@ -437,7 +762,7 @@ static void test_synth(void) {
     hy_shard s1, s2;
     CHECK(hy_shard_open(&s1, f1, V, &err) == HY_OK);
     CHECK(hy_shard_open(&s2, f2, V, &err) == HY_OK);
-    CHECK(s1.n == N && s2.n == N && memcmp(s1.tokens, s2.tokens, N * 2) == 0);
+    CHECK(s1.n == N && s2.n == N && memcmp(s1.ids, s2.ids, N * 2) == 0);
     CHECK(s1.max_token == V - 1);
     hy_shard_close(&s1);
     hy_shard_close(&s2);
@@ -445,7 +770,7 @@ static void test_synth(void) {
     /* Learnable: measured H(next|prev) far below log2 V, and close to the
      * documented numbers; the source's rate estimate lower still. */
     double u, bi;
-    CHECK(hy_tokens_entropy(a, N, &u, &bi, &err) == HY_OK);
+    CHECK(hy_tokens_entropy(a, HY_SHARD_U16, N, &u, &bi, &err) == HY_OK);
     double uniform = log2(V), rate = hy_synth_entropy_bits(V);
     printf("synth vocab %d, 1M tokens: unigram %.3f, next|prev %.3f, source "
            "rate %.3f, uniform %.3f bits/token\n", V, u, bi, rate, uniform);
@@ -495,6 +820,28 @@ static void test_synth(void) {
     CHECK(strstr(err.msg, "65536") != NULL);
     CHECK(hy_synth_tokens(b, 10, 65537, 1, 0, &err) == HY_ERR_INPUT);
     CHECK(hy_synth_tokens(b, 0, 512, 1, 0, &err) == HY_ERR_INPUT);
+
+    /* uint32 ids: the same ids as uint16 at a vocabulary both hold; past
+     * 65536, ids above 65535 and below the vocabulary. */
+    enum { N32 = 200000 };
+    uint32_t *w = malloc(N32 * sizeof *w);
+    CHECK(hy_synth_ids(w, HY_SHARD_U32, N32, V, 1, 0, &err) == HY_OK);
+    int same = 1;
+    for (int i = 0; i < N32; i++) same &= w[i] == a[i];
+    CHECK(same);
+    CHECK(hy_synth_ids(w, HY_SHARD_U32, N32, 128256, 3, 0, &err) == HY_OK);
+    int above = 0, out = 0;
+    for (int i = 0; i < N32; i++) {
+        above += w[i] > 65535;
+        out += w[i] >= 128256;
+    }
+    CHECKF(above > N32 / 4 && out == 0, "%d ids above 65535, %d out of range", above, out);
+    CHECK(hy_synth_ids(w, HY_SHARD_U32, 10, 2147483647, 3, 0, &err) == HY_OK);
+    CHECK(hy_synth_ids(w, HY_SHARD_U32, 10, 1, 3, 0, &err) == HY_ERR_INPUT);
+    CHECK(strstr(err.msg, "2147483647") != NULL);
+    CHECK(hy_synth_ids(w, HY_SHARD_U16, 10, 65537, 3, 0, &err) == HY_ERR_INPUT);
+    CHECK(strstr(err.msg, "u16") != NULL);
+    free(w);
     free(a);
     free(b);
 }
@@ -553,7 +900,7 @@ static void test_mask(void) {
 static void test_commands(void) {
     hy_error err = {0};
     const char *tr = in_scratch("cmd_train.bin"), *va = in_scratch("cmd_val.bin");
-    cli_data_synth_request rq = {tr, 5000, va, 700, 64, 3};
+    cli_data_synth_request rq = {tr, 5000, va, 700, 64, 3, 0};
     char buf[4096] = {0};
     FILE *out = fmemopen(buf, sizeof buf - 1, "w");
     CHECK(cli_data_synth(&rq, out, &err) == HY_OK);
@@ -575,6 +922,27 @@ static void test_commands(void) {
     CHECK(cli_data_info(va, 10, 0, stdout, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "model.vocab = 10") != NULL);
     CHECK(cli_data_info(in_scratch("nope.bin"), 0, 0, stdout, &err) == HY_ERR_INPUT);
+
+    /* The format: u32 when asked, or when the vocabulary needs it; u16
+     * refused for a vocabulary it cannot hold. */
+    const char *w = in_scratch("cmd_u32.bin");
+    cli_data_synth_request r32 = {w, 3000, NULL, 0, 64, 3, HY_SHARD_U32};
+    out = fmemopen(buf, sizeof buf - 1, "w");
+    CHECK(cli_data_synth(&r32, out, &err) == HY_OK);
+    fclose(out);
+    CHECKF(strstr(buf, "3000 tokens (13024 bytes, u32)"), "%s", buf);
+    CHECK(file_size(w) == 1024 + 4 * 3000);
+    memset(buf, 0, sizeof buf);
+    out = fmemopen(buf, sizeof buf - 1, "w");
+    CHECK(cli_data_info(w, 0, 1, out, &err) == HY_OK);
+    fclose(out);
+    CHECKF(strstr(buf, "\"format\":\"u32\"") && strstr(buf, "\"tokens\":3000"), "%s", buf);
+    r32.format = 0;
+    r32.vocab = 200000;
+    CHECK(cli_data_synth(&r32, stdout, &err) == HY_OK && file_size(w) == 1024 + 4 * 3000);
+    r32.format = HY_SHARD_U16;
+    CHECK(cli_data_synth(&r32, stdout, &err) == HY_ERR_INPUT);
+    CHECK(strstr(err.msg, "--format u32") != NULL);
 }
 
 int main(void) {
@@ -585,7 +953,10 @@ int main(void) {
         return 1;
     }
     test_round_trip();
+    test_u32();
     test_batches();
+    test_datasets();
+    test_expand();
     test_bad_shards();
     test_write_errors();
     test_entropy();

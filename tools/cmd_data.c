@@ -18,11 +18,13 @@
 
 static const char usage_data[] =
     "usage: hanayo data synth --out FILE --tokens N --vocab V [--seed S]\n"
-    "                         [--val-out FILE [--val-tokens N]]\n"
+    "                         [--format u16|u32] [--val-out FILE [--val-tokens N]]\n"
     "       hanayo data info SHARD [--vocab V] [--json]\n"
     "\n"
-    "Token shards are llm.c's format: a 1024-byte header (magic 20240520,\n"
-    "version 1, token count), then the token ids as uint16.\n"
+    "Token shards are llm.c's formats: a 1024-byte header (magic, version,\n"
+    "token count), then the token ids: u16 (magic 20240520, version 1) holds\n"
+    "uint16 ids, u32 (magic 20240801, version 7) uint32 ids for vocabularies\n"
+    "above 65536 (Llama 3's 128256).\n"
     "\n"
     "synth writes a deterministic synthetic corpus with learnable structure\n"
     "(a sparse random Markov chain mixed with repeated phrases: about 1.6\n"
@@ -30,28 +32,30 @@ static const char usage_data[] =
     "loss falls at once. The same seed gives the same bytes.\n"
     "  --out FILE          the shard to write (atomically; the directory must exist)\n"
     "  --tokens N          its token count, 1..2147483647\n"
-    "  --vocab V           ids 0..V-1, 2..65536: the config's model.vocab\n"
+    "  --vocab V           ids 0..V-1, 2..2147483647: the config's model.vocab\n"
     "  --seed S            0..2147483647 (default 1)\n"
+    "  --format u16|u32    the shard format (default: u16 when V <= 65536)\n"
     "  --val-out FILE      also write a validation shard: the same language,\n"
     "                      different text\n"
     "  --val-tokens N      its token count (default: a tenth of --tokens)\n"
     "\n"
-    "info checks a shard and prints its token count, file size, the ids seen\n"
-    "and entropy estimates in bits/token (unigram; next|prev when every id\n"
-    "is below 4096).\n"
+    "info checks a shard and prints its format, token count, file size, the\n"
+    "ids seen and entropy estimates in bits/token (unigram when every id is\n"
+    "below 4194304; next|prev when every id is below 4096).\n"
     "  --vocab V           also check every id is below V (exit 2 if not)\n"
     "  --json              print one JSON line instead\n";
 
 /* ---- synth ----------------------------------------------------------------- */
 
-static int synth_one(const char *path, long long n, int vocab, uint64_t seed,
-                     uint32_t stream, uint16_t *buf, FILE *out, hy_error *err) {
-    int rc = hy_synth_tokens(buf, (size_t)n, vocab, seed, stream, err);
-    if (rc == HY_OK) rc = hy_shard_write(path, buf, (size_t)n, err);
+static int synth_one(const char *path, long long n, int vocab, hy_shard_format format,
+                     uint64_t seed, uint32_t stream, void *buf, FILE *out, hy_error *err) {
+    int rc = hy_synth_ids(buf, format, (size_t)n, vocab, seed, stream, err);
+    if (rc == HY_OK) rc = hy_shard_write_ids(path, buf, format, (size_t)n, err);
     if (rc == HY_OK)
-        fprintf(out, "wrote %s: %lld tokens (%lld bytes), vocab %d, seed %llu, "
-                "stream %u\n", path, n, HY_SHARD_HEADER_BYTES + 2 * n, vocab,
-                (unsigned long long)seed, (unsigned)stream);
+        fprintf(out, "wrote %s: %lld tokens (%lld bytes, %s), vocab %d, seed %llu, "
+                "stream %u\n", path, n, HY_SHARD_HEADER_BYTES + (long long)format * n,
+                hy_shard_format_name(format), vocab, (unsigned long long)seed,
+                (unsigned)stream);
     return rc;
 }
 
@@ -70,15 +74,21 @@ int cli_data_synth(const cli_data_synth_request *rq, FILE *out, hy_error *err) {
     if (rq->val_out && (strcmp(rq->out, rq->val_out) == 0 || hy_outfile_same(rq->out, rq->val_out)))
         return hy_fail(err, HY_ERR_INPUT, "data synth: --out %s and --val-out %s are the same "
                        "file; give two files", rq->out, rq->val_out);
+    /* 0: the smallest that holds the vocabulary. */
+    hy_shard_format format = rq->format ? rq->format
+                                        : rq->vocab <= 65536 ? HY_SHARD_U16 : HY_SHARD_U32;
+    if (format == HY_SHARD_U16 && rq->vocab > 65536)
+        return hy_fail(err, HY_ERR_INPUT, "data synth: --vocab %d does not fit --format u16 "
+                       "(uint16 ids: at most 65536); give --format u32", rq->vocab);
     long long most = rq->val_out && rq->val_tokens > rq->tokens ? rq->val_tokens
                                                                  : rq->tokens;
-    uint16_t *buf = malloc((size_t)most * sizeof *buf);
+    void *buf = malloc((size_t)most * (size_t)format);
     if (!buf)
         return hy_fail(err, HY_ERR_RUNTIME, "data synth: out of memory for "
                        "%lld tokens", most);
-    int rc = synth_one(rq->out, rq->tokens, rq->vocab, rq->seed, 0, buf, out, err);
+    int rc = synth_one(rq->out, rq->tokens, rq->vocab, format, rq->seed, 0, buf, out, err);
     if (rc == HY_OK && rq->val_out)
-        rc = synth_one(rq->val_out, rq->val_tokens, rq->vocab, rq->seed, 1, buf,
+        rc = synth_one(rq->val_out, rq->val_tokens, rq->vocab, format, rq->seed, 1, buf,
                        out, err);
     free(buf);
     if (rc == HY_OK) {
@@ -95,7 +105,10 @@ int cli_data_synth(const cli_data_synth_request *rq, FILE *out, hy_error *err) {
 typedef struct {
     const char *out, *val_out;
     int tokens, val_tokens, vocab, seed;
+    int format;   /* index in format_names; -1: not given */
 } synth_args;
+
+static const char *const format_names[] = { "u16", "u32", NULL };
 
 #define SYNTH(field) offsetof(synth_args, field)
 static const hy_flag synth_flags[] = {
@@ -103,7 +116,9 @@ static const hy_flag synth_flags[] = {
     { .name = "--tokens", .kind = HY_FLAG_INT, .off = SYNTH(tokens), .example = "1000000",
       .lo = 1, .hi = INT_MAX },
     { .name = "--vocab", .kind = HY_FLAG_INT, .off = SYNTH(vocab), .example = "512",
-      .lo = 2, .hi = 65536 },
+      .lo = 2, .hi = INT_MAX },
+    { .name = "--format", .kind = HY_FLAG_CHOICE, .off = SYNTH(format), .example = "u32",
+      .choices = format_names },
     { .name = "--seed", .kind = HY_FLAG_INT, .off = SYNTH(seed), .example = "1",
       .lo = 0, .hi = INT_MAX },
     { .name = "--val-out", .kind = HY_FLAG_STRING, .off = SYNTH(val_out),
@@ -116,7 +131,7 @@ static const hy_args_spec synth_spec = {
     .command = "data synth", .flags = synth_flags, .operand_hint = "give it as --out FILE" };
 
 static int data_synth(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    synth_args a = { .out = NULL, .seed = 1 };
+    synth_args a = { .out = NULL, .seed = 1, .format = -1 };
     hy_args_result got;
     int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
     if (rc != HY_OK || got.help) return rc;
@@ -131,7 +146,9 @@ static int data_synth(const cli_command *cmd, int argc, char **argv, hy_error *e
         a.val_tokens = a.tokens / 10 > 0 ? a.tokens / 10 : 1;
     cli_data_synth_request rq = { .out = a.out, .tokens = a.tokens, .val_out = a.val_out,
                                   .val_tokens = a.val_tokens, .vocab = a.vocab,
-                                  .seed = (uint64_t)a.seed };
+                                  .seed = (uint64_t)a.seed,
+                                  .format = a.format < 0 ? 0 : a.format == 0 ? HY_SHARD_U16
+                                                                            : HY_SHARD_U32 };
     return cli_data_synth(&rq, stdout, err);
 }
 
@@ -139,14 +156,16 @@ static int data_synth(const cli_command *cmd, int argc, char **argv, hy_error *e
 
 static int info_json(const char *path, const hy_shard_stats *in, int vocab, FILE *out,
                      hy_error *err) {
-    json_t *o = json_pack("{s:s, s:I, s:I, s:i, s:i}", "path", path,
+    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:i, s:I}", "path", path,
+                          "format", hy_shard_format_name(in->format),
                           "tokens", (json_int_t)in->tokens, "bytes",
                           (json_int_t)in->file_bytes, "max_token", in->max_token,
-                          "vocab_seen", in->max_token + 1);
+                          "vocab_seen", (json_int_t)in->max_token + 1);
     int rc = o ? HY_OK : hy_fail(err, HY_ERR_RUNTIME, "out of memory");
     if (rc == HY_OK) {
         json_object_set_new(o, "vocab", vocab > 0 ? json_integer(vocab) : json_null());
-        json_object_set_new(o, "unigram_bits", json_real(in->unigram_bits));
+        json_object_set_new(o, "unigram_bits",
+                            isnan(in->unigram_bits) ? json_null() : json_real(in->unigram_bits));
         json_object_set_new(o, "bigram_bits",
                             isnan(in->bigram_bits) ? json_null() : json_real(in->bigram_bits));
         char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT |
@@ -164,15 +183,23 @@ int cli_data_info(const char *path, int vocab, int json, FILE *out, hy_error *er
     int rc = hy_shard_info(path, vocab, &in, err);
     if (rc == HY_OK && json) rc = info_json(path, &in, vocab, out, err);
     else if (rc == HY_OK) {
-        int range = vocab > 0 ? vocab : in.max_token + 1;
+        long long range = vocab > 0 ? vocab : (long long)in.max_token + 1;
+        int u16 = in.format == HY_SHARD_U16;
         fprintf(out, "shard        %s\n", path);
+        fprintf(out, "format       %s: llm.c magic %d, version %d, %s ids\n",
+                hy_shard_format_name(in.format), u16 ? HY_SHARD_MAGIC : HY_SHARD32_MAGIC,
+                u16 ? HY_SHARD_VERSION : HY_SHARD32_VERSION, u16 ? "uint16" : "uint32");
         fprintf(out, "tokens       %zu\n", in.tokens);
         fprintf(out, "file size    %llu bytes\n", (unsigned long long)in.file_bytes);
-        fprintf(out, "vocab seen   %d (largest id %d)%s\n", in.max_token + 1,
+        fprintf(out, "vocab seen   %lld (largest id %d)%s\n", (long long)in.max_token + 1,
                 in.max_token, vocab > 0 ? "; all below the vocab given" : "");
-        fprintf(out, "entropy      %.3f bits/token unigram", in.unigram_bits);
+        if (isnan(in.unigram_bits))
+            fprintf(out, "entropy      not estimated: ids up to %d need too large a count "
+                    "table", in.max_token);
+        else
+            fprintf(out, "entropy      %.3f bits/token unigram", in.unigram_bits);
         if (!isnan(in.bigram_bits)) fprintf(out, ", %.3f next|prev", in.bigram_bits);
-        fprintf(out, " (uniform over %d ids: %.3f)\n", range, log2(range));
+        fprintf(out, " (uniform over %lld ids: %.3f)\n", range, log2((double)range));
     }
     return rc;
 }

@@ -82,6 +82,8 @@ static const char usage_train[] =
     "\n"
     "With data.val, the validation loss on train.eval_batches of its batches\n"
     "is printed and logged every train.eval_every steps and after the last.\n"
+    "data.train's shards are read in order as one stream; when it starts over,\n"
+    "\"data: epoch E begins at step N\" is printed and logged.\n"
     "\n"
     "SIGINT (Ctrl-C) or SIGTERM stops the run after the current step: it\n"
     "saves a checkpoint (with a checkpoint.dir), says where it stopped and\n"
@@ -418,6 +420,29 @@ static int log_step(hy_outfile_log *log, int i, const hy_step_stats *stats, doub
     return hy_outfile_log_write(log, line, err);
 }
 
+/* The passes over the training data (epochs) that began in step i: data.h
+ * puts batch k of a run (counted from 0 over its steps, every replica's
+ * micro-batches) in pass hy_data_epoch(k, per_pass), and step i reads
+ * batches (i - 1) * per_step .. i * per_step - 1. A line on out for each
+ * pass that began, and one in the log (as validate writes its lines). A
+ * resumed run counts the same way: the data position restored is where
+ * these batches left it. */
+static void say_epochs(int i, int per_step, size_t per_pass, FILE *out, hy_outfile_log *log,
+                       run_output *log_out) {
+    uint64_t k = (uint64_t)i * (uint64_t)per_step;   /* batches read after step i */
+    uint64_t was = i > 1 ? hy_data_epoch(k - (uint64_t)per_step - 1, per_pass) : 1;
+    uint64_t now = hy_data_epoch(k - 1, per_pass);
+    for (uint64_t e = was + 1; e <= now; e++) {
+        fprintf(out, "data: epoch %llu begins at step %d\n", (unsigned long long)e, i);
+        if (log->fd < 0 || log_out->failed) continue;
+        char line[96];
+        hy_error err;
+        snprintf(line, sizeof line, "{\"step\": %d, \"epoch\": %llu}\n", i,
+                 (unsigned long long)e);
+        if (hy_outfile_log_write(log, line, &err) != HY_OK) output_broke(log_out);
+    }
+}
+
 /* The validation loss after step `step`: the first train.eval_batches
  * batches of data.val (of `whole`, what it holds), the same every time,
  * so the losses of one run compare (BERT's masks are drawn per step, as
@@ -529,19 +554,24 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     hy_run_train was;            /* the resumed checkpoint's schedule */
     int beside = 0, newest = -1; /* another run's checkpoints a --fresh run starts beside */
     hy_checkpoint_lock lock = { .fd = -1 };
-    int init_unverified = 0, train_batches = 0;
+    int init_unverified = 0;
+    size_t per_pass = 0;   /* batches in one pass over data.train */
+    const hy_dataset *train_data = NULL;
     if (!rc && o && o->fresh && o->resume)
         rc = hy_fail(err, HY_ERR_INPUT, "--fresh starts a new run and --resume %s continues one: "
                      "give one of them", o->resume);
-    /* The shard first: a missing or short one is said as such, before the
+    /* The data first: a missing or short shard is said as such, before the
      * memory is planned and allocated (hy_train_runtime). */
-    if (!rc) rc = hy_train_shard_batches(run, run->data.train, &train_batches, err);
+    if (!rc) rc = hy_train_data_batches(run, &per_pass, err);
     if (!rc) rc = hy_train_runtime(&rt, run, dp, &init_unverified, err);
     if (!rc && init_unverified) warn_unverified(out, run->init);
     if (!rc && o && o->resume) rc = hy_checkpoint_resolve("--resume", o->resume, resume, err);
     if (!rc && *resume) rc = hy_checkpoint_load(rt, resume, &unverified, err);
-    /* Opens data.train and checks that one batch fits. */
+    /* Opens data.train and checks that one batch fits; a pass is counted
+     * over the shards the runtime reads. */
     if (!rc) rc = hy_runtime_get_progress(rt, &done, &pos, err);
+    if (!rc) rc = hy_runtime_data(rt, &train_data, err);
+    if (!rc) per_pass = hy_dataset_batches(train_data, run->micro_batch_size, run->model.seq_len);
     if (!rc && run->data.val) rc = hy_train_shard_batches(run, run->data.val, &val_batches, err);
     hy_outfile_inputs inputs;
     hy_outfile_inputs_init(&inputs);
@@ -612,6 +642,7 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
         }
         if (log.fd >= 0 && !outs[1].failed && log_step(&log, i, &stats, tps, err) != HY_OK)
             output_broke(&outs[1]);   /* the run stops after this step, saved */
+        say_epochs(i, hy_dp_size(dp) * run->sched.micro_batches, per_pass, out, &log, &outs[1]);
         bad = stats.nonfinite;
         if (!bad) bad_in_row = 0;
         else if (!rc) rc = nonfinite(rt, run, i, &stats, &n_bad, &bad_in_row, out, err);
@@ -779,7 +810,7 @@ static const char *json_quote(const char *s, char *buf, size_t n) {
 
 int cli_eval_run(const hy_run *run, const char *shard, int batches, const char *init_flag,
                  FILE *out, FILE *warn, hy_error *err) {
-    if (!shard) shard = run->data.val ? run->data.val : run->data.train;
+    if (!shard) shard = run->data.val ? run->data.val : run->data.train[0];
     int rc = pick_backend(run, NULL, err);   /* stdout is one JSON line */
     if (rc) return rc;
     /* Every whole batch the shard holds by default; never more: reading

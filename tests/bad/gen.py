@@ -2,12 +2,13 @@
 """gen.py OUTDIR — writes the binary half of the bad-input corpus.
 
 Run by tests/test_bad_inputs.sh (it is not a test itself). Everything is
-deterministic: no randomness, no clock. Shards use llm.c's layout (256 x
-int32 header: magic 20240520, version 1, token count; uint16 tokens) and
+deterministic: no randomness, no clock. Shards use llm.c's layouts (256 x
+int32 header: magic 20240520, version 1, token count; uint16 tokens; or
+magic 20240801, version 7 and uint32 tokens: shard32_*) and
 the safetensors files are sized for tests/bad/tiny.json (GPT, 1 layer,
 d_model 8, 2 heads, seq_len 8, vocab 16).
 
-A few files are good on purpose (shard_ok.bin, st_ok.safetensors, the
+A few files are good on purpose (shard_ok.bin, shard32_ok.bin, st_ok.safetensors, the
 checkpoints ck_ok and ck_v1_ok): the bad cases use them for the parts of a command line that are not under
 test, and the runner checks once that they are accepted.
 """
@@ -51,6 +52,21 @@ put("shard_token_ge_vocab.bin",
     header(count=200) + toks(150) + struct.pack("<H", V) + toks(49))
 put("shard_token_max.bin", header(count=200) + toks(199) + struct.pack("<H", 65535))
 put("shard_too_few_tokens.bin", header(count=5) + toks(5))   # < one batch of seq_len 8
+
+
+# llm.c's uint32 format: magic 20240801, version 7.
+def toks32(n, vocab=V):
+    return struct.pack("<%dI" % n, *[(i * 5 + 1) % vocab for i in range(n)])
+
+
+U32 = dict(magic=20240801, version=7)
+put("shard32_ok.bin", header(count=200, **U32) + toks32(200))
+put("shard32_bad_version.bin", header(magic=20240801, version=1, count=200) + toks32(200))
+put("shard32_as_u16.bin", header(count=200, **U32) + toks(200))   # uint16 ids: too short
+put("shard32_token_ge_vocab.bin",
+    header(count=200, **U32) + toks32(150) + struct.pack("<I", 70000) + toks32(49))
+put("shard32_id_2_31.bin",
+    header(count=200, **U32) + toks32(10) + struct.pack("<I", 1 << 31) + toks32(189))
 
 
 # ---- safetensors --------------------------------------------------------------

@@ -44,7 +44,7 @@ seed() {
     find "$@" -maxdepth 1 -type f -readable -size -65537c -exec cp {} "$seeds/$dest/" \;
 }
 seed config tests/bad configs "$seeds/gen" -name '*.json'
-seed shard "$seeds/gen" -name 'shard_*.bin'
+seed shard "$seeds/gen" -name 'shard*.bin'
 seed safetensors "$seeds/gen" tests/fixtures -name '*.safetensors'
 rm -rf "$seeds/gen"
 
