@@ -22,18 +22,35 @@
  * the canonical order returned, when the costs are the uniform ones it is
  * made for, and narrowed to the canonical merge's neighbours when the
  * schedule is too large for many simulations to be cheap.
+ *
+ * What it costs: a candidate is a merge and a simulation, each a few
+ * logarithms per action (schedule.c's merge_run). A candidate whose merge
+ * never found a rank at its cap builds the same lists at every larger
+ * cap, so those are not built again (below_caps): with M <= P most caps
+ * are never reached. And the search stops, keeping the best so far, once
+ * the next candidate would take the actions simulated past the budget
+ * (order.h): the candidates are tried in the order above, so the
+ * smallest caps are the ones tried in full.
  */
 #include "order.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
 #include "justify.h"
 #include "sim.h"
 
-/* Past this many actions over all ranks only a few candidates are tried:
- * each costs a merge and a simulation, about a microsecond per action. */
+/* Past this many actions over all ranks only a few candidates are tried
+ * (each costs a merge and a simulation, a tenth to a fifth of a
+ * microsecond per action). */
 #define ORDER_SEARCH_ACTIONS 200000
+
+/* The work a choice may do (order.h, HY_ORDER_WORK), or this many whole
+ * simulations of the schedule when that is more: the narrowed search of
+ * the largest schedules (the canonical order and four merges, unsplit)
+ * fits in it. */
+#define ORDER_SEARCH_ORDERS 6
 
 /* Justification rounds at most (each two passes and a simulation), and
  * the work past which it is skipped: a pass costs about (actions) x
@@ -48,6 +65,19 @@ static int is_uniform(const hy_sched_params *p, const hy_costs *c) {
            c->fwd == u.fwd && c->bwd == u.bwd && (!p->split_backward || c->wgrad == u.wgrad);
 }
 
+/* A candidate already priced, kept for the same knobs at the next
+ * cap_extra: when no rank reached its cap (below_caps) a larger cap
+ * builds the same lists, so the search judges them again without
+ * building them. */
+typedef struct {
+    int same_above;     /* its lists are those of every larger cap_extra */
+    double makespan;
+    int peak, peak_sum;
+} priced;
+
+/* Candidates tried for one cap_extra, at most (search's loops). */
+#define ORDER_PER_CAP 256
+
 typedef struct {
     const hy_sched_params *p;
     const hy_costs *c;
@@ -55,7 +85,11 @@ typedef struct {
     hy_schedule best;
     double makespan;        /* of best; < 0: none yet */
     int peak, peak_sum;
-    int tried;
+    hy_order_work work;
+    long long actions;      /* of one order of the schedule */
+    long long budget;       /* the most work.actions may reach */
+    priced known[ORDER_PER_CAP];   /* by the candidate's place in one cap_extra's loops */
+    int slot;                      /* the next candidate's place */
 } order_search;
 
 static int peak_of(const hy_sim_result *r, int *sum) {
@@ -64,9 +98,61 @@ static int peak_of(const hy_sim_result *r, int *sum) {
     return hy_sim_peak_max(r);
 }
 
+/* Whether an order of that makespan and peak beats the best so far:
+ * shorter by more than rounding, else as short with less memory. */
+static int beats(const order_search *g, double makespan, int peak, int sum) {
+    double eps = 1e-9 * (g->makespan > 1 ? g->makespan : 1);
+    return g->makespan < 0 ||
+           (peak <= g->peak_limit &&
+            (makespan < g->makespan - eps ||
+             (makespan <= g->makespan + eps &&
+              (peak < g->peak || (peak == g->peak && sum < g->peak_sum)))));
+}
+
+/* The most activations rank r of s holds: each F adds one, each
+ * `frees` (B, or W when that is what releases them) takes one away. What
+ * the simulator counts (sim.h, peak_activations), read from the list. */
+static int rank_peak(const hy_schedule *s, int r, int frees) {
+    int live = 0, peak = 0;
+    for (int i = 0; i < s->n_actions[r]; i++) {
+        int op = s->actions[r][i].op;
+        live += op == HY_FWD ? 1 : op == frees ? -1 : 0;
+        if (live > peak) peak = live;
+    }
+    return peak;
+}
+
+/* Whether hanayo's merge, building s under o, never found a rank at its
+ * cap (2WP + cap_extra, + r with cap_rises: schedule.h). The merge
+ * counts a rank's activations from each F to its B (to its W when it
+ * places the W's itself) as it appends to the rank's list, so the
+ * largest of those counts is read back from the list. Then the cap never
+ * changed a choice, and any larger one builds the same lists. */
+static int below_caps(const order_search *g, const hy_sched_order *o, const hy_schedule *s) {
+    if (g->p->kind != HY_SCHED_HANAYO || o->zbv) return 0;
+    int group = hy_sched_chunks(g->p) * g->p->ranks;
+    int frees = s->split && o->w_in_merge ? HY_WGRAD : HY_BWD;
+    for (int r = 0; r < s->ranks; r++)
+        if (rank_peak(s, r, frees) >= group + o->cap_extra + (o->cap_rises ? r : 0)) return 0;
+    return 1;
+}
+
 /* Builds and prices one candidate (o NULL: the canonical order, made for
  * the uniform costs); keeps it if it beats the best so far. */
 static int try_order(order_search *g, const hy_sched_order *o, hy_error *err) {
+    priced *known = NULL;
+    if (g->work.stopped) return HY_OK;
+    if (o) {
+        assert(g->slot < ORDER_PER_CAP);
+        known = &g->known[g->slot++];
+        /* The lists of the last cap_extra: built again only if they win. */
+        if (known->same_above && !beats(g, known->makespan, known->peak, known->peak_sum))
+            return HY_OK;
+        if (g->work.actions + g->actions > g->budget) {
+            g->work.stopped = 1;   /* this one and every one after it */
+            return HY_OK;
+        }
+    }
     hy_schedule s;
     int rc = o ? hy_schedule_build_order(&s, g->p, g->c, o, err) : hy_schedule_build(&s, g->p, err);
     if (rc) return rc;
@@ -76,18 +162,13 @@ static int try_order(order_search *g, const hy_sched_order *o, hy_error *err) {
         hy_schedule_free(&s);
         return rc;
     }
-    g->tried++;
+    g->work.orders++;
+    g->work.actions += (long long)hy_action_keys(&s);
     int sum, peak = peak_of(&r, &sum);
     double makespan = r.makespan;
+    if (known) *known = (priced){ below_caps(g, o, &s), makespan, peak, sum };
     hy_sim_result_free(&r);
-    /* Shorter by more than rounding, else as short with less memory. */
-    double eps = 1e-9 * (g->makespan > 1 ? g->makespan : 1);
-    int better = g->makespan < 0 ||
-                 (peak <= g->peak_limit &&
-                  (makespan < g->makespan - eps ||
-                   (makespan <= g->makespan + eps &&
-                    (peak < g->peak || (peak == g->peak && sum < g->peak_sum)))));
-    if (!better) {
+    if (!beats(g, makespan, peak, sum)) {
         hy_schedule_free(&s);
         return HY_OK;
     }
@@ -100,19 +181,24 @@ static int try_order(order_search *g, const hy_sched_order *o, hy_error *err) {
 }
 
 /* The memory the canonical unsplit order of p needs at most on a rank:
- * the bound a candidate must keep to. */
-static int canonical_peak(const hy_sched_params *p, hy_error *err) {
-    hy_sched_params q = *p;
-    q.split_backward = 0;
-    hy_schedule s;
-    int rc = hy_schedule_build(&s, &q, err);
-    if (rc) return -1;
-    hy_costs u = hy_costs_uniform();
-    hy_sim_result r;
-    rc = hy_simulate(&s, &u, NULL, &r, err);
-    int sum, peak = rc ? -1 : peak_of(&r, &sum);
-    if (!rc) hy_sim_result_free(&r);
-    hy_schedule_free(&s);
+ * the bound a candidate must keep to. Unsplit, that order is the first
+ * candidate, g->best still. */
+static int canonical_peak(order_search *g, hy_error *err) {
+    const hy_sched_params *p = g->p;
+    int peak = 0;
+    if (p->split_backward) {
+        hy_sched_params q = *p;
+        q.split_backward = 0;
+        hy_schedule s;
+        if (hy_schedule_build(&s, &q, err)) return -1;
+        for (int r = 0; r < s.ranks; r++) {
+            int most = rank_peak(&s, r, HY_BWD);
+            if (most > peak) peak = most;
+        }
+        hy_schedule_free(&s);
+    } else {
+        peak = g->peak;
+    }
     if (p->kind == HY_SCHED_HANAYO) {
         /* Interleaved v = 2W's peak, which the canonical wave order meets
          * when M fills the pipeline and may undercut when it does not. */
@@ -141,15 +227,15 @@ static int search(order_search *g, hy_error *err) {
     const hy_sched_params *p = g->p;
     int rc = try_order(g, NULL, err);   /* always kept: the first */
     if (rc) return rc;
-    g->peak_limit = canonical_peak(p, err);
+    g->peak_limit = canonical_peak(g, err);
     if (g->peak_limit < 0) return err ? err->status : HY_ERR_RUNTIME;
     int P = p->ranks, hanayo = p->kind == HY_SCHED_HANAYO;
-    long actions = P * hy_sched_rank_actions(p->split_backward, hy_sched_chunks(p), p->micro_batches);
-    int wide = actions <= ORDER_SEARCH_ACTIONS;
+    int wide = g->actions <= ORDER_SEARCH_ACTIONS;
     int group = hanayo ? 2 * p->waves * P : 0;
     int windows[3] = { group, 1, group / 2 };
     int max_extra = hanayo ? (wide ? P : 1) : 0;
-    for (int extra = 0; extra <= max_extra && !rc; extra++)
+    for (int extra = 0; extra <= max_extra && !rc; extra++) {
+        g->slot = 0;   /* the same loops, in the same order, for every cap */
         for (int rises = 0; rises <= (hanayo ? 1 : 0) && !rc; rises++)
             for (int w = 0; w < (hanayo && wide ? 3 : 1) && !rc; w++)
               for (int bf = 0; bf <= (hanayo && wide ? 1 : 0) && !rc; bf++)
@@ -163,11 +249,18 @@ static int search(order_search *g, hy_error *err) {
                         if (!rc && hanayo && p->split_backward && slope == 0 && b == 0)
                             rc = try_merged_wgrads(g, &o, err);
                     }
+    }
     return rc;
 }
 
 int hy_order_schedule(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                           hy_error *err) {
+    return hy_order_schedule_work(s, p, c, NULL, err);
+}
+
+int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
+                           hy_order_work *work, hy_error *err) {
+    if (work) *work = (hy_order_work){ 0, 0, 0 };
     if (!c || is_uniform(p, c)) return hy_schedule_build(s, p, err);
     int rc = hy_costs_check(c, 0, err);
     if (rc) {
@@ -175,8 +268,13 @@ int hy_order_schedule(hy_schedule *s, const hy_sched_params *p, const hy_costs *
         return rc;
     }
     order_search g = { .p = p, .c = c, .makespan = -1, .peak_limit = 1 << 30 };
+    g.actions = (long long)p->ranks *
+                hy_sched_rank_actions(p->split_backward, hy_sched_chunks(p), p->micro_batches);
+    g.budget = ORDER_SEARCH_ORDERS * g.actions > HY_ORDER_WORK ? ORDER_SEARCH_ORDERS * g.actions
+                                                               : HY_ORDER_WORK;
     memset(&g.best, 0, sizeof g.best);
     rc = search(&g, err);
+    if (work) *work = g.work;
     if (rc) {
         hy_schedule_free(&g.best);
         memset(s, 0, sizeof *s);

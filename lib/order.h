@@ -17,6 +17,13 @@
  * comes back, and the result is a deterministic function of (schedule,
  * costs).
  *
+ * The work is bounded, and counted rather than timed so that every
+ * process (ranks, data-parallel replicas, a resumed run) makes the same
+ * choice on any machine: the search simulates at most HY_ORDER_WORK
+ * actions over all the orders it builds (or six whole simulations of the
+ * schedule, if more), and where that stops it the best order so far is
+ * the choice (docs/schedules.md, "What the choice costs").
+ *
  * It sits above schedule.h and sim.h so that neither needs the other.
  */
 #ifndef HY_ORDER_H
@@ -30,5 +37,25 @@
  * the uniform costs, hence the canonical order). */
 int hy_order_schedule(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                           hy_error *err);
+
+/* The actions the search may simulate, over all the orders it builds:
+ * a few seconds' work at most. */
+#define HY_ORDER_WORK (1LL << 24)
+
+/* What a choice cost: the orders built and simulated (the candidates,
+ * the canonical order first) and the actions those simulations ran, over
+ * all ranks. Each costs a merge and a simulation of that many actions,
+ * each action a few logarithms' work. The justification of unsplit
+ * hanayo's winner (justify.h) is bounded apart and not counted. */
+typedef struct {
+    int orders;
+    long long actions;
+    int stopped;        /* the bound stopped the search before its last candidate */
+} hy_order_work;
+
+/* hy_order_schedule, also saying in *work (when not NULL) what the
+ * choice cost (all 0 when there was nothing to choose). */
+int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
+                           hy_order_work *work, hy_error *err);
 
 #endif

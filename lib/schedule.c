@@ -30,6 +30,7 @@
 #include "schedule.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,45 +240,103 @@ static void build_interleaved(hy_schedule *s) {
 
 typedef struct {
     int mb, stage;
-    long key;
 } stream_item;
 
-static int stream_cmp(const void *a, const void *b) {
-    const stream_item *x = a, *y = b;
-    if (x->key != y->key) return x->key < y->key ? -1 : 1;
-    return x->mb - y->mb;
+/* A stream entry's key (see the file comment): rank r's stage `stage` at
+ * `depth` in the wave, of micro-batch m. */
+static long stream_key(const hy_schedule *s, int m, long depth) {
+    return 2L * s->ranks * s->waves * (m / s->ranks) + 2L * (m % s->ranks) + depth;
 }
 
-/* The wave streams of one rank: forward (backward = 0) or backward. */
-static void wave_stream(const hy_schedule *s, int r, int backward, stream_item *out) {
-    int P = s->ranks, S = s->stages, n = 0;
-    long group = 2L * P * s->waves;
-    for (int m = 0; m < s->micro_batches; m++) {
-        for (int c = 0; c < s->chunks; c++) {
-            int rc = stage_of(s, r, c);
-            long depth = backward ? S - 1 - rc : rc;
-            out[n].mb = m;
-            out[n].stage = rc;
-            out[n].key = group * (m / P) + 2L * (m % P) + depth;
-            n++;
-        }
-    }
-    qsort(out, (size_t)n, sizeof *out, stream_cmp);
+/* One more than the largest key of s's streams. */
+static long stream_keys(const hy_schedule *s) {
+    return stream_key(s, s->micro_batches - 1, 0) + s->stages;
 }
+
+/* The wave streams of one rank: forward (backward = 0) or backward, in
+ * the order of their keys, micro-batch order between equal keys (no two
+ * entries of one micro-batch share a key). A counting sort: the keys are
+ * dense, about one per entry, and count (stream_keys + 1 of them) is the
+ * scratch it counts in. */
+static void wave_stream(const hy_schedule *s, int r, int backward, int *count, stream_item *out) {
+    long keys = stream_keys(s);
+    memset(count, 0, (size_t)(keys + 1) * sizeof *count);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int m = 0; m < s->micro_batches; m++)
+            for (int c = 0; c < s->chunks; c++) {
+                int rc = stage_of(s, r, c);
+                long key = stream_key(s, m, backward ? s->stages - 1 - rc : rc);
+                if (pass == 0) count[key + 1]++;
+                else out[count[key]++] = (stream_item){ m, rc };
+            }
+        if (pass == 0)
+            for (long k = 1; k <= keys; k++) count[k] += count[k - 1];
+    }
+}
+
+/* The forwards of one rank's stream that the merge may pick, as a
+ * tournament over the stream's entries: leaf i holds the time entry i's
+ * input arrives, +inf while that input has not run, the entry is taken
+ * or lies beyond the window; each node the least of its two children. */
+typedef struct {
+    int size;         /* leaves, a power of two >= the stream's length */
+    double *t;        /* [2 * size], t[1] the root */
+} ready_tree;
+
+static void tree_set(ready_tree *q, int i, double t) {
+    int k = q->size + i;
+    q->t[k] = t;
+    for (k /= 2; k >= 1; k /= 2) {
+        double a = q->t[2 * k], b = q->t[2 * k + 1], least = a <= b ? a : b;
+        if (q->t[k] == least) break;   /* and so is every node above */
+        q->t[k] = least;
+    }
+}
+
+/* The first entry in stream order whose input arrives by `at` (the
+ * tree's least is known to be <= at). */
+static int tree_first_by(const ready_tree *q, double at) {
+    int k = 1;
+    while (k < q->size) k = q->t[2 * k] <= at ? 2 * k : 2 * k + 1;
+    return k - q->size;
+}
+
+/* The entry whose input arrives first, the first in stream order of
+ * equals. */
+static int tree_first_least(const ready_tree *q) {
+    int k = 1;
+    while (k < q->size) k = q->t[2 * k] <= q->t[2 * k + 1] ? 2 * k : 2 * k + 1;
+    return k - q->size;
+}
+
+/* What a rank would run next, and from when: op < 0 if nothing can. */
+typedef struct {
+    int op, pick;     /* pick: the forward's index in the rank's stream */
+    double t;
+} merge_choice;
 
 typedef struct {
     const hy_schedule *sched;    /* the one being ordered: its shape and dependencies */
     int P, S, n;                 /* ranks, stages, items per stream */
     const int *placement;
     const hy_costs *c;           /* what the replay takes each action to cost */
-    stream_item **fs, **bs;   /* [P][n] forward and backward streams */
+    stream_item **fs, **bs;      /* [P][n] forward and backward streams */
+    int *fpos;                   /* [M*S]: (m, s)'s index in its rank's forward stream */
     double *fend, *bend;         /* [M*S]: end time, or -1 while not run */
-    char **ftaken;               /* [P][n] */
-    int *fhead, *bhead, *live;   /* [P] */
+    int window;                  /* how many untaken stream entries a forward may overtake */
+    ready_tree *ready;           /* [P]: the forwards within the window, their inputs' arrival */
+    ready_tree *ready_tail;      /* [P], with split_w: the same for the last cap_tail stages */
+    int *ftaken, *bhead, *live;  /* [P]: forwards taken, next backward, activations held */
     double *free_at;             /* [P] */
+    const int *cap;              /* [P] or NULL */
+    int b_first;
+    merge_choice *choice;        /* [P]: each rank's next action, kept current */
+    double *start;               /* [P2]: when it starts, +inf for none (and past P) */
+    int *best;                   /* [2 * P2]: tournament of the ranks' choices, best[1] the winner */
+    int P2;                      /* leaves of that tournament, a power of two >= P */
     int split_w;                 /* > 0: the merge places the W's too (hy_sched_order.w_in_merge) */
     int cap_tail;                /* then, forwards of the last cap_tail stages pass a cap */
-    stream_item **wq;         /* [P][n]: each rank's B's whose W has not run, in order */
+    stream_item **wq;            /* [P][n]: each rank's B's whose W has not run, in order */
     int *whead, *wtail;          /* [P] */
 } merge_state;
 
@@ -303,102 +362,159 @@ static double inputs_ready(const merge_state *g, int op, int m, int rc, int r) {
     return t;
 }
 
-/* Earliest start of rank r's next forward: scans up to `window` untaken
- * stream entries (1 = strict stream order), of stages `from` and above.
- * Returns -1 if none is ready. */
-static double next_forward(const merge_state *g, int r, int window, int from, int *pick) {
-    double best = -1;
-    int seen = 0;
-    for (int i = g->fhead[r]; i < g->n && seen < window; i++) {
-        if (g->ftaken[r][i]) continue;
-        seen++;
-        if (g->fs[r][i].stage < from) continue;
-        double t = inputs_ready(g, HY_FWD, g->fs[r][i].mb, g->fs[r][i].stage, r);
-        if (t < 0) continue;
-        if (t < g->free_at[r]) t = g->free_at[r];
-        if (best < 0 || t < best) { best = t; *pick = i; }
-        if (best <= g->free_at[r]) break;
+/* Entry i of rank r's forward stream, within the window: in the trees
+ * with its input's arrival once that has run. */
+static void forward_in_window(merge_state *g, int r, int i) {
+    const stream_item *f = &g->fs[r][i];
+    double t = inputs_ready(g, HY_FWD, f->mb, f->stage, r);
+    if (t < 0) return;
+    tree_set(&g->ready[r], i, t);
+    if (g->split_w && f->stage >= g->S - g->cap_tail) tree_set(&g->ready_tail[r], i, t);
+}
+
+/* Rank r takes entry i of its forward stream: out of the trees, and the
+ * window, the first `window` untaken entries, reaches one further. */
+static void forward_taken(merge_state *g, int r, int i) {
+    tree_set(&g->ready[r], i, INFINITY);
+    if (g->split_w) tree_set(&g->ready_tail[r], i, INFINITY);
+    int edge = g->ftaken[r]++ + g->window;   /* every entry past the window is untaken */
+    if (edge < g->n) forward_in_window(g, r, edge);
+}
+
+/* Earliest start of a forward in tree q of rank r: the first in stream
+ * order of those ready when the rank is free, else the first of those
+ * ready earliest. Returns -1 if none is ready. */
+static double next_forward(const merge_state *g, const ready_tree *q, int r, int *pick) {
+    double least = q->t[1], free_at = g->free_at[r];
+    if (least == INFINITY) return -1;
+    if (least <= free_at) {
+        *pick = tree_first_by(q, free_at);
+        return free_at;
     }
-    return best;
+    *pick = tree_first_least(q);
+    return least;
+}
+
+/* What rank r runs next: the earlier of its next backward and the
+ * forward that starts first within the window (the forward on a tie,
+ * unless b_first), and with split_w a W instead when that would wait. */
+static merge_choice choose(const merge_state *g, int r) {
+    double tb = -1, tf = -1;
+    int fi = 0;
+    if (g->bhead[r] < g->n) {
+        const stream_item *b = &g->bs[r][g->bhead[r]];
+        tb = inputs_ready(g, HY_BWD, b->mb, b->stage, r);
+        if (tb >= 0 && tb < g->free_at[r]) tb = g->free_at[r];
+    }
+    /* At its cap a rank may still run a forward of the last cap_tail
+     * stages when the merge places the W's: such a forward leads to the
+     * backward that frees memory, and with activations held until their
+     * W the rank holding the last stage could otherwise starve. */
+    if (!g->cap || g->live[r] < g->cap[r]) tf = next_forward(g, &g->ready[r], r, &fi);
+    else if (g->split_w) tf = next_forward(g, &g->ready_tail[r], r, &fi);
+    merge_choice ch = { -1, fi, 0 };
+    if (tf >= 0 && (tb < 0 || tf < tb || (tf == tb && !g->b_first))) { ch.op = HY_FWD; ch.t = tf; }
+    else if (tb >= 0) { ch.op = HY_BWD; ch.t = tb; }
+    /* A weight pass, always ready once its B has run, fills a wait for
+     * the next F or B longer than (split_w - 1) halves of it
+     * (hy_sched_order.w_in_merge), and frees an activation. */
+    double gap = (g->split_w - 1) * 0.5;
+    if (g->split_w && g->wtail[r] > g->whead[r] &&
+        (ch.op < 0 ||
+         ch.t > g->free_at[r] + gap * hy_costs_wgrad(g->c, g->wq[r][g->whead[r]].stage))) {
+        ch.op = HY_WGRAD;
+        ch.t = g->free_at[r];
+    }
+    return ch;
+}
+
+/* Rank r's choice made again, after its state or its inputs changed,
+ * and played up the tournament: a node holds the rank of its two
+ * children's whose choice starts first, the left one (the lower ranks)
+ * of equals. */
+static void rechoose(merge_state *g, int r) {
+    g->choice[r] = choose(g, r);
+    g->start[r] = g->choice[r].op < 0 ? INFINITY : g->choice[r].t;
+    for (int k = (g->P2 + r) / 2; k >= 1; k /= 2) {
+        int a = g->best[2 * k], b = g->best[2 * k + 1], was = g->best[k];
+        g->best[k] = g->start[b] < g->start[a] ? b : a;
+        if (g->best[k] == was && was != r) break;   /* nothing above changes */
+    }
 }
 
 /* Replays the merge and writes the F and B order into s (and with
  * split_w the W's: an activation is then held until its W). Rank r holds
  * at most cap[r] activations (no limit when cap is NULL); `window` is how
- * far a forward may overtake in its stream. Returns 0 if it ran to
- * completion, -1 if a cap starved it. */
+ * far a forward may overtake in its stream.
+ *
+ * At every step the rank whose next action starts first (the lower rank
+ * of equals) runs it. Each rank's choice is kept (choose) and made again
+ * only when it can change: after the rank runs an action, or when an
+ * action it may run next gets an input. A rank's forwards within the
+ * window are kept ordered by their inputs' arrival (ready_tree), and the
+ * ranks' choices in a tournament, so a step costs a few logarithms
+ * rather than a scan of every rank and of its whole window.
+ *
+ * Returns 0 if it ran to completion, -1 if a cap starved it. */
 static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window, int b_first) {
-    int P = g->P;
+    int P = g->P, S = g->S;
     int total = (int)hy_sched_rank_actions(g->split_w, s->chunks, s->micro_batches) * P;
-    for (int i = 0; i < s->micro_batches * g->S; i++) g->fend[i] = g->bend[i] = -1;
+    g->cap = cap;
+    g->window = window;
+    g->b_first = b_first;
+    for (int i = 0; i < s->micro_batches * S; i++) g->fend[i] = g->bend[i] = -1;
     for (int r = 0; r < P; r++) {
-        memset(g->ftaken[r], 0, (size_t)g->n);
-        g->fhead[r] = g->bhead[r] = g->live[r] = 0;
+        ready_tree *q = &g->ready[r];
+        for (int k = 0; k < 2 * q->size; k++) q->t[k] = INFINITY;
+        if (g->split_w)
+            for (int k = 0; k < 2 * q->size; k++) g->ready_tail[r].t[k] = INFINITY;
+        g->ftaken[r] = g->bhead[r] = g->live[r] = 0;
         g->free_at[r] = 0;
         s->n_actions[r] = 0;
         if (g->split_w) g->whead[r] = g->wtail[r] = 0;
+        for (int i = 0; i < window && i < g->n; i++) forward_in_window(g, r, i);
     }
+    for (int r = 0; r < g->P2; r++) {
+        g->best[g->P2 + r] = r;
+        g->start[r] = INFINITY;
+    }
+    for (int k = g->P2 - 1; k >= 1; k--) g->best[k] = g->best[2 * k];
+    for (int r = 0; r < P; r++) rechoose(g, r);
     for (int done = 0; done < total; done++) {
-        int best_r = -1, best_op = 0, best_i = 0;
-        double best_t = 0;
-        for (int r = 0; r < P; r++) {
-            double tb = -1, tf = -1;
-            int fi = 0;
-            if (g->bhead[r] < g->n) {
-                const stream_item *b = &g->bs[r][g->bhead[r]];
-                tb = inputs_ready(g, HY_BWD, b->mb, b->stage, r);
-                if (tb >= 0 && tb < g->free_at[r]) tb = g->free_at[r];
-            }
-            /* At its cap a rank may still run a forward of the last
-             * cap_tail stages when the merge places the W's: such a
-             * forward leads to the backward that frees memory, and with
-             * activations held until their W the rank holding the last
-             * stage could otherwise starve. */
-            if (!cap || g->live[r] < cap[r]) tf = next_forward(g, r, window, 0, &fi);
-            else if (g->split_w) tf = next_forward(g, r, window, g->S - g->cap_tail, &fi);
-            int op = -1;
-            double t = 0;
-            if (tf >= 0 && (tb < 0 || tf < tb || (tf == tb && !b_first))) { op = HY_FWD; t = tf; }
-            else if (tb >= 0) { op = HY_BWD; t = tb; }
-            /* A weight pass, always ready once its B has run, fills a
-             * wait for the next F or B longer than (split_w - 1) halves of
-             * it (hy_sched_order.w_in_merge), and frees an activation. */
-            double gap = (g->split_w - 1) * 0.5;
-            if (g->split_w && g->wtail[r] > g->whead[r] &&
-                (op < 0 ||
-                 t > g->free_at[r] + gap * hy_costs_wgrad(g->c, g->wq[r][g->whead[r]].stage))) {
-                op = HY_WGRAD;
-                t = g->free_at[r];
-            }
-            if (op >= 0 && (best_r < 0 || t < best_t)) {
-                best_r = r; best_op = op; best_t = t; best_i = fi;
-            }
-        }
-        if (best_r < 0) return -1;
-        int r = best_r;
-        if (best_op == HY_FWD) {
-            const stream_item *f = &g->fs[r][best_i];
-            g->ftaken[r][best_i] = 1;
-            while (g->fhead[r] < g->n && g->ftaken[r][g->fhead[r]]) g->fhead[r]++;
-            double end = best_t + hy_costs_fwd(g->c, f->stage);
-            g->fend[f->mb * g->S + f->stage] = end;
+        int r = g->best[1];
+        if (g->start[r] == INFINITY) return -1;
+        merge_choice ch = g->choice[r];
+        int fed = -1;   /* another rank whose next action may have got its input */
+        if (ch.op == HY_FWD) {
+            const stream_item *f = &g->fs[r][ch.pick];
+            double end = ch.t + hy_costs_fwd(g->c, f->stage);
+            g->fend[f->mb * S + f->stage] = end;
             g->free_at[r] = end;
             g->live[r]++;
             push(s, r, HY_FWD, f->mb, f->stage);
-        } else if (best_op == HY_BWD) {
+            forward_taken(g, r, ch.pick);
+            if (f->stage + 1 < S) {
+                int to = g->placement[f->stage + 1], i = g->fpos[f->mb * S + f->stage + 1];
+                if (i < g->ftaken[to] + window) forward_in_window(g, to, i);
+                fed = to;
+            }
+        } else if (ch.op == HY_BWD) {
             const stream_item *b = &g->bs[r][g->bhead[r]++];
-            double end = best_t + hy_costs_bwd(g->c, b->stage);
-            g->bend[b->mb * g->S + b->stage] = end;
+            double end = ch.t + hy_costs_bwd(g->c, b->stage);
+            g->bend[b->mb * S + b->stage] = end;
             g->free_at[r] = end;
             if (g->split_w) g->wq[r][g->wtail[r]++] = *b;
             else g->live[r]--;
             push(s, r, HY_BWD, b->mb, b->stage);
+            if (b->stage > 0) fed = g->placement[b->stage - 1];
         } else {
             const stream_item *w = &g->wq[r][g->whead[r]++];
-            g->free_at[r] = best_t + hy_costs_wgrad(g->c, w->stage);
+            g->free_at[r] = ch.t + hy_costs_wgrad(g->c, w->stage);
             g->live[r]--;
             push(s, r, HY_WGRAD, w->mb, w->stage);
         }
+        rechoose(g, r);
+        if (fed >= 0 && fed != r) rechoose(g, fed);
     }
     return 0;
 }
@@ -407,12 +523,15 @@ static void merge_free(merge_state *g) {
     for (int r = 0; r < g->P; r++) {
         if (g->fs) free(g->fs[r]);
         if (g->bs) free(g->bs[r]);
-        if (g->ftaken) free(g->ftaken[r]);
+        if (g->ready) free(g->ready[r].t);
+        if (g->ready_tail) free(g->ready_tail[r].t);
+        if (g->wq) free(g->wq[r]);
     }
-    free(g->fs); free(g->bs); free(g->ftaken);
+    free(g->fs); free(g->bs); free(g->fpos);
     free(g->fend); free(g->bend);
-    free(g->fhead); free(g->bhead); free(g->live); free(g->free_at);
-    for (int r = 0; g->wq && r < g->P; r++) free(g->wq[r]);
+    free(g->ready); free(g->ready_tail);
+    free(g->ftaken); free(g->bhead); free(g->live); free(g->free_at);
+    free(g->choice); free(g->start); free(g->best);
     free(g->wq); free(g->whead); free(g->wtail);
 }
 
@@ -427,35 +546,58 @@ static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, i
     g->sched = s;
     g->placement = s->placement;
     g->c = c;
+    for (g->P2 = 1; g->P2 < g->P; g->P2 *= 2) {}
+    int leaves = 1;
+    while (leaves < g->n) leaves *= 2;
     size_t P = (size_t)g->P, n = (size_t)g->n, MS = (size_t)s->micro_batches * (size_t)g->S;
     g->fs = calloc(P, sizeof *g->fs);
     g->bs = calloc(P, sizeof *g->bs);
-    g->ftaken = calloc(P, sizeof *g->ftaken);
+    g->ready = calloc(P, sizeof *g->ready);
+    g->fpos = malloc(MS * sizeof(int));
     g->fend = malloc(MS * sizeof(double));
     g->bend = malloc(MS * sizeof(double));
-    g->fhead = malloc(P * sizeof(int));
+    g->ftaken = malloc(P * sizeof(int));
     g->bhead = malloc(P * sizeof(int));
     g->live = malloc(P * sizeof(int));
     g->free_at = malloc(P * sizeof(double));
-    if (!g->fs || !g->bs || !g->ftaken || !g->fend || !g->bend || !g->fhead ||
-        !g->bhead || !g->live || !g->free_at)
+    g->choice = malloc(P * sizeof *g->choice);
+    g->start = malloc((size_t)g->P2 * sizeof(double));
+    g->best = malloc(2 * (size_t)g->P2 * sizeof(int));
+    if (!g->fs || !g->bs || !g->ready || !g->fpos || !g->fend || !g->bend || !g->ftaken ||
+        !g->bhead || !g->live || !g->free_at || !g->choice || !g->start || !g->best)
         return -1;
-    for (int r = 0; r < g->P; r++) {
-        g->fs[r] = malloc(n * sizeof(stream_item));
-        g->bs[r] = malloc(n * sizeof(stream_item));
-        g->ftaken[r] = malloc(n);
-        if (!g->fs[r] || !g->bs[r] || !g->ftaken[r]) return -1;
-        wave_stream(s, r, 0, g->fs[r]);
-        wave_stream(s, r, 1, g->bs[r]);
-    }
     if (g->split_w) {
+        g->ready_tail = calloc(P, sizeof *g->ready_tail);
         g->wq = calloc(P, sizeof *g->wq);
         g->whead = malloc(P * sizeof(int));
         g->wtail = malloc(P * sizeof(int));
-        if (!g->wq || !g->whead || !g->wtail) return -1;
-        for (int r = 0; r < g->P; r++)
-            if (!(g->wq[r] = malloc(n * sizeof(stream_item)))) return -1;
+        if (!g->ready_tail || !g->wq || !g->whead || !g->wtail) return -1;
     }
+    int *count = malloc((size_t)(stream_keys(s) + 1) * sizeof *count);
+    if (!count) return -1;
+    for (int r = 0; r < g->P; r++) {
+        g->fs[r] = malloc(n * sizeof(stream_item));
+        g->bs[r] = malloc(n * sizeof(stream_item));
+        g->ready[r].size = leaves;
+        g->ready[r].t = malloc(2 * (size_t)leaves * sizeof(double));
+        if (!g->fs[r] || !g->bs[r] || !g->ready[r].t) {
+            free(count);
+            return -1;
+        }
+        wave_stream(s, r, 0, count, g->fs[r]);
+        wave_stream(s, r, 1, count, g->bs[r]);
+        for (int i = 0; i < g->n; i++) g->fpos[g->fs[r][i].mb * g->S + g->fs[r][i].stage] = i;
+        if (g->split_w) {
+            g->ready_tail[r].size = leaves;
+            g->ready_tail[r].t = malloc(2 * (size_t)leaves * sizeof(double));
+            g->wq[r] = malloc(n * sizeof(stream_item));
+            if (!g->ready_tail[r].t || !g->wq[r]) {
+                free(count);
+                return -1;
+            }
+        }
+    }
+    free(count);
     return 0;
 }
 

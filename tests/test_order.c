@@ -17,7 +17,10 @@
  * interleaved's (test_wave_bound_at_memory), and its order is below
  * interleaved's order all the same: the bounds are bounds.
  * And at c = 0 the choice is the canonical order (nothing to choose), and
- * the choice is a function of its inputs.
+ * the choice is a function of its inputs. At P = 64 the choice is cheap
+ * and its work bounded (test_work_at_64_ranks, test_work_bound): counted
+ * orders and simulated actions are asserted, never a time; make's
+ * TEST_TIMEOUT fails a search that does not end.
  */
 #include "order.h"
 #include "schedule.h"
@@ -144,9 +147,76 @@ static void test_canonical_and_deterministic(void) {
     hy_schedule_free(&canon);
 }
 
+/* Uniform costs, f = 1, b = 2 (split: B = W = 1), and a transfer c: what
+ * `hanayo plan --comm-cost c` chooses for. The order is checked valid and
+ * within the memory rule (2WP + P - 1), its makespan returned. */
+static double choose_counted(int P, int W, int M, int split, double comm, hy_order_work *work) {
+    hy_sched_params p = { HY_SCHED_HANAYO, P, M, W, W, split };
+    hy_costs c = hy_costs_uniform_for(split, comm);
+    hy_schedule s;
+    hy_error err;
+    int rc = hy_order_schedule_work(&s, &p, &c, work, &err);
+    if (!rc) rc = hy_schedule_validate(&s, &err);
+    hy_sim_result r;
+    if (!rc) rc = hy_simulate(&s, &c, NULL, &r, &err);
+    CHECKF(rc == HY_OK, "P=%d W=%d M=%d split=%d c=%g: %s", P, W, M, split, comm, err.msg);
+    if (rc) {
+        hy_schedule_free(&s);
+        return -1;
+    }
+    int peak = hy_sim_peak_max(&r), limit = 2 * W * P + P - 1;
+    CHECKF(peak <= limit, "P=%d W=%d M=%d: peak %d above %d", P, W, M, peak, limit);
+    double makespan = r.makespan;
+    hy_sim_result_free(&r);
+    hy_schedule_free(&s);
+    return makespan;
+}
+
+/* P = 64 (issue 22: the choice grew as P^3 M W^2, 91 s for the first
+ * case below and hours for the second). M = P = 64, W = 2: a full
+ * search, but no merge reaches a cap above the smallest ones, so a few
+ * orders are built, and the order is the one the search chose before it
+ * was made cheap (makespan pinned). M = 1024, W = 16: 4M actions, the
+ * most `plan` takes; the narrowed search, six simulations at most. */
+static void test_work_at_64_ranks(void) {
+    hy_order_work w;
+    double makespan = choose_counted(64, 2, 64, 0, 0.3, &w);
+    CHECK_NEAR(makespan, 1203.6, 1e-6);
+    CHECKF(w.orders <= 32 && !w.stopped, "%d orders", w.orders);
+    makespan = choose_counted(64, 16, 1024, 0, 0.3, &w);
+    long long actions = 64LL * 2 * 32 * 1024;
+    CHECK(makespan > 0);
+    CHECKF(w.orders >= 2 && w.actions <= 6 * actions && !w.stopped, "%d orders, %lld actions",
+           w.orders, w.actions);
+}
+
+/* Split, P = 16, W = 2, M = 32: the full search (17 caps of 180
+ * candidates) would simulate 3M x 6144 actions; it stops at the budget,
+ * with the best order so far (better than the canonical one), the same on
+ * every machine (makespan pinned). */
+static void test_work_bound(void) {
+    hy_order_work w;
+    double makespan = choose_counted(16, 2, 32, 1, 0.2, &w);
+    CHECKF(w.stopped && w.actions <= HY_ORDER_WORK && w.actions > HY_ORDER_WORK - 16 * 3 * 4 * 32,
+           "stopped %d at %lld actions", w.stopped, w.actions);
+    CHECK_NEAR(makespan, 414, 1e-6);
+    hy_sched_params p = { HY_SCHED_HANAYO, 16, 32, 2, 2, 1 };
+    hy_costs c = hy_costs_uniform_for(1, 0.2);
+    hy_schedule canon;
+    hy_error err;
+    hy_sim_result r;
+    CHECK(hy_schedule_build(&canon, &p, &err) == HY_OK);
+    CHECK(hy_simulate(&canon, &c, NULL, &r, &err) == HY_OK);
+    CHECKF(makespan < r.makespan, "%g, canonical %g", makespan, r.makespan);
+    hy_sim_result_free(&r);
+    hy_schedule_free(&canon);
+}
+
 int main(void) {
     test_goals_with_transfer_time();
     test_wave_bound_at_memory();
     test_canonical_and_deterministic();
+    test_work_at_64_ranks();
+    test_work_bound();
     return TEST_END("order");
 }
