@@ -82,15 +82,24 @@ int hy_backend_describe(const hy_backend_request *rq, hy_backend_choice *out, hy
     return rc ? rc : be_rank_bytes(rq, out, err);
 }
 
-/* The host's available memory: MemAvailable from /proc/meminfo (free plus
- * what the kernel can reclaim), else the free pages. */
-static double be_host_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
+/* The kB a /proc file gives on its line "<key>: N kB" (0: not there). */
+static unsigned long long be_proc_kb(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
     char line[256];
+    size_t n = strlen(key);
     unsigned long long kb = 0;
     while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+        if (strncmp(line, key, n) == 0 && line[n] == ':' &&
+            sscanf(line + n + 1, "%llu kB", &kb) == 1)
+            break;
     if (f) fclose(f);
+    return kb;
+}
+
+/* The host's available memory: MemAvailable (free plus what the kernel
+ * can reclaim), else the free pages. */
+static double be_host_available(void) {
+    unsigned long long kb = be_proc_kb("/proc/meminfo", "MemAvailable");
     if (kb > 0) return (double)kb * 1024.0;
     long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && size > 0 ? (double)pages * (double)size : INFINITY;
@@ -101,13 +110,7 @@ static double be_host_available(void) {
 static double be_address_space_left(void) {
     struct rlimit lim;
     if (getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return INFINITY;
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    unsigned long long kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmSize: %llu kB", &kb) == 1) break;
-    if (f) fclose(f);
-    double left = (double)lim.rlim_cur - (double)kb * 1024.0;
+    double left = (double)lim.rlim_cur - (double)be_proc_kb("/proc/self/status", "VmSize") * 1024.0;
     return left > 0 ? left : 0;
 }
 
