@@ -191,7 +191,7 @@ static void test_work_at_64_ranks(void) {
 }
 
 /* Split, P = 16, W = 2, M = 32: the full search (17 caps of 180
- * candidates) would simulate 3M x 6144 actions; it stops at the budget,
+ * candidates) would simulate 3,060 x 6,144 actions; it stops at the bound,
  * with the best order so far (better than the canonical one), the same on
  * every machine (makespan pinned). */
 static void test_work_bound(void) {
