@@ -247,6 +247,8 @@ typedef struct {
     int (*zero)(hy_stream *s, void *p, size_t bytes, hy_error *err);
     int (*add)(hy_stream *s, void *acc, const void *x, size_t n, hy_error *err);     /* act */
     int (*add_f32)(hy_stream *s, float *acc, const float *x, size_t n, hy_error *err);
+    /* wpe NULL: no learned positions (Llama: RoPE inside attention);
+     * embedding_bwd's dwpe is then NULL too. */
     int (*embedding_fwd)(hy_stream *s, void *out, const int *tokens, const void *wte,
                          const void *wpe, int B, int T, int C, hy_error *err);
     int (*embedding_bwd)(hy_stream *s, float *dwte, float *dwpe, const void *dout,
@@ -288,6 +290,41 @@ typedef struct {
     int (*attention_bwd)(hy_stream *s, void *dqkv, void *scratch, const void *dout,
                          const void *qkv, const void *att, int B, int T, int C, int NH,
                          hy_error *err);
+    /* Llama-family ops (DESIGN §5 "Model, numerics, data, files"). Each
+     * stays NULL in a backend that does not have it yet; a model that
+     * needs one is then refused where the run is opened.
+     *
+     * RMSNorm over the last dimension, no mean, no bias:
+     *   rstd[n] = 1 / sqrt((1/C) Σ_i x[n,i]² + eps)    (saved, fp32 [N])
+     *   out[n,i] = x[n,i] · rstd[n] · w[i]
+     * backward, with g = dout ⊙ w and xhat = x · rstd:
+     *   dinp[n,i] += rstd[n] · (g[n,i] − xhat[n,i] · mean_i(g ⊙ xhat)[n])
+     *   dw[i]     += Σ_n dout[n,i] · xhat[n,i]        (dinp, dw may be NULL) */
+    int (*rmsnorm_fwd)(hy_stream *s, void *out, float *rstd, const void *inp, const void *w,
+                       int N, int C, float eps, hy_error *err);
+    int (*rmsnorm_bwd)(hy_stream *s, void *dinp, float *dw, const void *dout, const void *inp,
+                       const void *w, const float *rstd, int N, int C, hy_error *err);
+    /* Rotary position embedding, in place on the q and k heads of a
+     * [B, T, (NH + 2·NKV)·hd] attention input (q heads, then k heads, then
+     * v heads, each hd wide; v is not touched). Hugging Face Llama's
+     * "rotate half" pairing: for position t and i < hd/2, with
+     * c = cs[t·hd/2 + i] and s = cs[T·hd/2 + t·hd/2 + i] (the cosines, then
+     * the sines, fp32, built once by the host: model.h's hy_rope_table),
+     *   x'[i]        = x[i] · c − x[i + hd/2] · s
+     *   x'[i + hd/2] = x[i + hd/2] · c + x[i] · s
+     * inverse != 0 rotates by −angle (s negated): the backward, applied in
+     * place to d(q) and d(k) after the attention's backward wrote them. */
+    int (*rope)(hy_stream *s, void *qkv, const float *cs, int B, int T, int NH, int NKV, int hd,
+                int inverse, hy_error *err);
+    /* SwiGLU on one fused up-projection: inp [N, 2F] holds per row the gate
+     * (columns 0..F−1) then the up values (F..2F−1);
+     *   out[n,i] = silu(gate[n,i]) · up[n,i],  silu(x) = x / (1 + e^−x)
+     * backward, with σ = 1/(1+e^−gate):
+     *   dgate += dout · up · σ · (1 + gate · (1 − σ));  dup += dout · silu(gate)
+     * into dinp [N, 2F] (accumulated, like every backward). */
+    int (*swiglu_fwd)(hy_stream *s, void *out, const void *inp, int N, int F, hy_error *err);
+    int (*swiglu_bwd)(hy_stream *s, void *dinp, const void *dout, const void *inp, int N, int F,
+                      hy_error *err);
     int (*lm_head_fwd)(hy_stream *s, void *logits, const void *inp, const void *wte, int N, int C,
                        int V, hy_error *err);
     int (*lm_head_bwd)(hy_stream *s, void *dinp, float *dwte, const void *dlogits,
