@@ -308,8 +308,9 @@ typedef struct {
      * [B, T, (NH + 2·NKV)·hd] attention input (q heads, then k heads, then
      * v heads, each hd wide; v is not touched). Hugging Face Llama's
      * "rotate half" pairing: for position t and i < hd/2, with
-     * c = cs[t·hd/2 + i] and s = cs[T·hd/2 + t·hd/2 + i] (the cosines, then
-     * the sines, fp32, built once by the host: model.h's hy_rope_table),
+     * c = cs[t·hd + i] and s = cs[t·hd + hd/2 + i] (per position its hd/2
+     * cosines, then its hd/2 sines, fp32, built once by the host: model.h's
+     * hy_rope_table; a caller at positions t0.. passes cs + t0·hd),
      *   x'[i]        = x[i] · c − x[i + hd/2] · s
      *   x'[i + hd/2] = x[i + hd/2] · c + x[i] · s
      * inverse != 0 rotates by −angle (s negated): the backward, applied in
