@@ -154,13 +154,21 @@ int hy_sampler_position(const hy_sampler *s) { return s->pos; }
 /* ------------------------------------------------------------------------ */
 /* The forward */
 
-static int sp_check_tokens(const hy_sampler *s, const int *tokens, int n, hy_error *err) {
+static int sp_check_tokens(int vocab, const int *tokens, int n, hy_error *err) {
     for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= s->model.vocab)
+        if (tokens[i] < 0 || tokens[i] >= vocab)
             return hy_fail(err, HY_ERR_INPUT, "token %d (at %d) is not in the model's vocabulary "
-                           "(model.vocab %d: ids 0 .. %d)", tokens[i], i, s->model.vocab,
-                           s->model.vocab - 1);
+                           "(model.vocab %d: ids 0 .. %d)", tokens[i], i, vocab, vocab - 1);
     return HY_OK;
+}
+
+int hy_sample_check_prompt(const hy_model_shape *shape, const int *prompt, int n, hy_error *err) {
+    if (n < 1)
+        return hy_fail(err, HY_ERR_INPUT, "sample: the prompt is empty; give at least one token");
+    if (n > shape->seq_len)
+        return hy_fail(err, HY_ERR_INPUT, "sample: the prompt is %d tokens, longer than "
+                       "model.seq_len %d (the positions the model has)", n, shape->seq_len);
+    return sp_check_tokens(shape->vocab, prompt, n, err);
 }
 
 /* tokens[0..n) at positions t0 .. through the embeddings, the blocks
@@ -170,7 +178,7 @@ static int sp_forward(hy_sampler *s, const int *tokens, int n, int t0, int kv, f
                       hy_error *err) {
     const hy_backend_ops *o = s->o;
     const hy_model *m = &s->model;
-    int C = m->d_model, V = m->vocab, Vp = m->vocab_padded, rc = sp_check_tokens(s, tokens, n, err);
+    int C = m->d_model, V = m->vocab, Vp = m->vocab_padded, rc = sp_check_tokens(m->vocab, tokens, n, err);
     if (rc) return rc;
     if (n < 1 || t0 + n > m->seq_len)
         return hy_fail(err, HY_ERR_INPUT, "%d token%s at position %d: past model.seq_len %d",
@@ -271,16 +279,15 @@ int hy_sample_generate(hy_sampler *s, const int *prompt, int n_prompt, const hy_
     const hy_model *m = &s->model;
     *n_new = 0;
     *end = HY_SAMPLE_MAX_NEW;
-    if (n_prompt < 1)
-        return hy_fail(err, HY_ERR_INPUT, "sample: the prompt is empty; give at least one token");
-    if (n_prompt > m->seq_len)
-        return hy_fail(err, HY_ERR_INPUT, "sample: the prompt is %d tokens, longer than "
-                       "model.seq_len %d (the positions the model has)", n_prompt, m->seq_len);
+    hy_model_shape shape = hy_model_shape_of(m);
+    int rc = hy_sample_check_prompt(&shape, prompt, n_prompt, err);
+    if (rc) return rc;
     float *logits = malloc((size_t)m->vocab * sizeof *logits);
     if (!logits) return hy_fail(err, HY_ERR_RUNTIME, "sample: out of memory");
     hy_rng rng = hy_rng_stream(p->seed, 0);
     hy_sampler_reset(s);
-    int rc = hy_sampler_feed(s, prompt, n_prompt, logits, err), total = n_prompt, token = -1;
+    rc = hy_sampler_feed(s, prompt, n_prompt, logits, err);
+    int total = n_prompt, token = -1;
     while (!rc && *n_new < p->max_new) {
         /* Every position is taken: a next token would have none. */
         if (total == m->seq_len) {

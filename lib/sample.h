@@ -88,6 +88,10 @@ int hy_sampler_forward_full(hy_sampler *s, const int *tokens, int n, float *logi
 int hy_sample_pick(const float *logits, int V, const hy_sample_params *p, hy_rng *rng,
                    int *token, hy_error *err);
 
+/* A prompt generation takes: at least one token, at most seq_len, each an
+ * id of the vocabulary; else HY_ERR_INPUT saying which. */
+int hy_sample_check_prompt(const hy_model_shape *shape, const int *prompt, int n, hy_error *err);
+
 /* Called with each token as it is generated; non-zero stops generation
  * with that status (err set by it). */
 typedef int (*hy_sample_emit)(void *ctx, int token, hy_error *err);
@@ -95,9 +99,9 @@ typedef int (*hy_sample_emit)(void *ctx, int token, hy_error *err);
 /* Generation from the empty cache: prompt[0..n_prompt) as one prefill,
  * then one token per step, each given to emit, until max_new tokens, the
  * stop token (given to emit too), or prompt and tokens fill seq_len
- * positions (*end says which; a prompt of seq_len tokens gets none). An
- * empty prompt, one longer than seq_len, or one holding an id outside the
- * vocabulary is HY_ERR_INPUT. *n_new: the tokens generated. */
+ * positions (*end says which; a prompt of seq_len tokens gets none). A
+ * prompt hy_sample_check_prompt refuses is refused. *n_new: the tokens
+ * generated. */
 int hy_sample_generate(hy_sampler *s, const int *prompt, int n_prompt, const hy_sample_params *p,
                        hy_sample_emit emit, void *ctx, int *n_new, hy_sample_end *end,
                        hy_error *err);

@@ -162,12 +162,14 @@ static int sample_run(const sample_args *a, const hy_run *run, const char *weigh
     if (a->tokenizer) rc = hy_tokenizer_load(&tk, a->tokenizer, err);
     if (!rc && a->prompt) rc = hy_tokenizer_encode(tk, a->prompt, &prompt, &n_prompt, err);
     if (!rc && a->prompt_tokens) rc = parse_ids(a->prompt_tokens, &prompt, &n_prompt, err);
+    /* Before anything is opened: a bad prompt is said alone. */
+    hy_model_shape shape = hy_model_shape_of(&run->model);
+    if (!rc) rc = hy_sample_check_prompt(&shape, prompt, n_prompt, err);
     /* One rank: the whole model on rank 0's device. */
     hy_backend_request rq = run->backend;
     rq.ranks = 1;
     hy_backend_choice chosen;
     if (!rc) rc = hy_backend_open(&rq, &be, &chosen, err);
-    hy_model_shape shape = hy_model_shape_of(&run->model);
     if (!rc) rc = hy_sampler_open(&sp, be, &shape, weights, &unverified, err);
     if (!rc) {
         fprintf(stderr, "backend: %s, one rank\nweights: %s%s\n", chosen.why, weights,
