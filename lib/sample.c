@@ -119,9 +119,10 @@ int hy_sampler_create(hy_sampler **out, hy_backend *be, const hy_model_shape *sh
 int hy_sampler_open(hy_sampler **out, hy_backend *be, const hy_model_shape *shape,
                     const char *path, int *unverified, hy_error *err) {
     float *block = NULL;
-    int rc = sp_new(out, be, shape, err);
+    int unchecked = 0, rc = sp_new(out, be, shape, err);
     /* A checkpoint's weights are checked as training's init is. */
-    if (!rc) rc = hy_checkpoint_verify_file(path, &(*out)->model, unverified, err);
+    if (!rc) rc = hy_checkpoint_verify_file(path, &(*out)->model, &unchecked, err);
+    if (unverified) *unverified = unchecked;
     if (!rc) {
         block = calloc((*out)->model.stage_numel[0], sizeof(float));
         if (!block) rc = hy_fail(err, HY_ERR_RUNTIME, "sample: out of memory for %s", path);
@@ -186,7 +187,9 @@ static int sp_forward(hy_sampler *s, const int *tokens, int n, int t0, int kv, f
     hy_transformer t = s->tf;
     t.T = n;
     rc = s->be->ops->upload(s->be, 0, s->tokens, tokens, (size_t)n * sizeof(int), err);
-    /* The learned positions from t0: wpe's rows are the positions. */
+    /* The learned positions from t0: wpe's rows are the positions. (A
+     * Llama has none: its RoPE turns q and k inside the block, with the
+     * table's rows from t0, backend.h's rope.) */
     const unsigned char *wpe = hy_transformer_weight(&t, HY_P_WPE, 0);
     if (!rc) rc = o->embedding_fwd(s->st, s->x[0], s->tokens, hy_transformer_weight(&t, HY_P_WTE, 0),
                                    wpe + sp_acts(s, (size_t)t0 * C), 1, n, C, err);
