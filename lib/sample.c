@@ -72,7 +72,8 @@ static int sp_new(hy_sampler **out, hy_backend *be, const hy_model_shape *shape,
     s->k = calloc((size_t)m->layers, sizeof *s->k);
     s->v = calloc((size_t)m->layers, sizeof *s->v);
     s->host_logits = malloc(sp_acts(s, (size_t)m->vocab_padded));
-    if (!s->k || !s->v || !s->host_logits) return hy_fail(err, HY_ERR_RUNTIME, "sample: out of memory");
+    if (!s->k || !s->v || !s->host_logits)
+        return hy_fail(err, HY_ERR_RUNTIME, "sample: out of memory");
     rc = o->stream_create(be, 0, &s->st, err);
     for (int l = 0; l < m->layers && !rc; l++) {
         rc = sp_alloc(s, sp_acts(s, S * C), &s->k[l], err);
@@ -179,11 +180,12 @@ static int sp_forward(hy_sampler *s, const int *tokens, int n, int t0, int kv, f
                       hy_error *err) {
     const hy_backend_ops *o = s->o;
     const hy_model *m = &s->model;
-    int C = m->d_model, V = m->vocab, Vp = m->vocab_padded, rc = sp_check_tokens(m->vocab, tokens, n, err);
-    if (rc) return rc;
+    int C = m->d_model, V = m->vocab, Vp = m->vocab_padded;
     if (n < 1 || t0 + n > m->seq_len)
         return hy_fail(err, HY_ERR_INPUT, "%d token%s at position %d: past model.seq_len %d",
                        n, n == 1 ? "" : "s", t0, m->seq_len);
+    int rc = sp_check_tokens(m->vocab, tokens, n, err);
+    if (rc) return rc;
     hy_transformer t = s->tf;
     t.T = n;
     rc = s->be->ops->upload(s->be, 0, s->tokens, tokens, (size_t)n * sizeof(int), err);
@@ -191,8 +193,9 @@ static int sp_forward(hy_sampler *s, const int *tokens, int n, int t0, int kv, f
      * Llama has none: its RoPE turns q and k inside the block, with the
      * table's rows from t0, backend.h's rope.) */
     const unsigned char *wpe = hy_transformer_weight(&t, HY_P_WPE, 0);
-    if (!rc) rc = o->embedding_fwd(s->st, s->x[0], s->tokens, hy_transformer_weight(&t, HY_P_WTE, 0),
-                                   wpe + sp_acts(s, (size_t)t0 * C), 1, n, C, err);
+    const void *wte = hy_transformer_weight(&t, HY_P_WTE, 0);
+    if (!rc) rc = o->embedding_fwd(s->st, s->x[0], s->tokens, wte, wpe + sp_acts(s, (size_t)t0 * C),
+                                   1, n, C, err);
     int cur = 0;
     for (int l = 0; l < m->layers && !rc; l++, cur = !cur) {
         hy_kv_layer cache = { .k = s->k[l], .v = s->v[l], .t0 = t0, .Tmax = m->seq_len };
@@ -203,8 +206,7 @@ static int sp_forward(hy_sampler *s, const int *tokens, int n, int t0, int kv, f
     if (!rc) rc = o->layernorm_fwd(s->st, s->ln, s->mean, s->rstd, last,
                                    hy_transformer_weight(&t, HY_P_LNF_W, 0),
                                    hy_transformer_weight(&t, HY_P_LNF_B, 0), 1, C, err);
-    if (!rc) rc = o->lm_head_fwd(s->st, s->logits, s->ln, hy_transformer_weight(&t, HY_P_WTE, 0),
-                                 1, C, Vp, err);
+    if (!rc) rc = o->lm_head_fwd(s->st, s->logits, s->ln, wte, 1, C, Vp, err);
     if (!rc) rc = o->sync(s->st, err);
     if (!rc) rc = s->be->ops->download(s->be, 0, s->host_logits, s->logits, sp_acts(s, (size_t)Vp),
                                        err);

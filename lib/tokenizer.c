@@ -173,7 +173,8 @@ static int tk_check(hy_tokenizer *tk, json_t *root, hy_error *err) {
         return hy_fail(err, HY_ERR_INPUT, "%s: decoder.type is %s, not \"ByteLevel\": only "
                        "byte-level BPE tokenizers (GPT-2's kind) are read", tk->path,
                        json_is_object(dec) ? tk_type(dec) : "(none)");
-    json_t *norm = json_object_get(root, "normalizer"), *pre = json_object_get(root, "pre_tokenizer");
+    json_t *norm = json_object_get(root, "normalizer");
+    json_t *pre = json_object_get(root, "pre_tokenizer");
     if (norm && !json_is_null(norm))
         tk->no_encode = "it has a normalizer (normalizer.type), which is not applied here";
     else if (!json_is_object(pre) || strcmp(tk_type(pre), "ByteLevel") != 0)
@@ -181,8 +182,20 @@ static int tk_check(hy_tokenizer *tk, json_t *root, hy_error *err) {
                         "here)";
     else if (json_is_false(json_object_get(pre, "use_regex")))
         tk->no_encode = "its ByteLevel pre_tokenizer has use_regex false";
-    if (json_is_object(pre)) tk->prefix_space = json_is_true(json_object_get(pre, "add_prefix_space"));
+    if (json_is_object(pre))
+        tk->prefix_space = json_is_true(json_object_get(pre, "add_prefix_space"));
     return HY_OK;
+}
+
+/* The most ids a tokenizer may have: 10^8, 2000 times GPT-2's. */
+#define TK_MAX_ID 100000000
+
+/* One past the largest of size - 1 and id (an id in 0 .. TK_MAX_ID:
+ * else size, and the readers below refuse it). */
+static int tk_past(int size, json_t *id) {
+    if (!json_is_integer(id) || json_integer_value(id) < size || json_integer_value(id) > TK_MAX_ID)
+        return size;
+    return (int)json_integer_value(id) + 1;
 }
 
 /* The largest id of the vocabulary and the added tokens, + 1. */
@@ -190,13 +203,9 @@ static int tk_size(json_t *vocab, json_t *added) {
     int size = 0;
     const char *key;
     json_t *v;
-    json_object_foreach(vocab, key, v)
-        if (json_is_integer(v) && json_integer_value(v) >= size) size = (int)json_integer_value(v) + 1;
+    json_object_foreach(vocab, key, v) size = tk_past(size, v);
     size_t i;
-    json_array_foreach(added, i, v) {
-        json_t *id = json_object_get(v, "id");
-        if (json_is_integer(id) && json_integer_value(id) >= size) size = (int)json_integer_value(id) + 1;
-    }
+    json_array_foreach(added, i, v) size = tk_past(size, json_object_get(v, "id"));
     return size;
 }
 
@@ -209,7 +218,7 @@ static int tk_read_vocab(hy_tokenizer *tk, json_t *vocab, hy_error *err) {
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory reading %s", tk->path);
     json_object_foreach(vocab, key, v) {
         json_int_t id = json_integer_value(v);
-        if (!json_is_integer(v) || id < 0 || id > 100000000) {
+        if (!json_is_integer(v) || id < 0 || id > TK_MAX_ID) {
             free(bytes);
             return hy_fail(err, HY_ERR_INPUT, "%s: model.vocab[\"%.40s\"] is not a token id "
                            "(a whole number >= 0)", tk->path, key);
@@ -270,9 +279,10 @@ static int tk_read_added(hy_tokenizer *tk, json_t *added, hy_error *err) {
     json_array_foreach(added, i, a) {
         json_t *id = json_object_get(a, "id");
         const char *text = json_string_value(json_object_get(a, "content"));
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || !text || !*text)
-            return hy_fail(err, HY_ERR_INPUT, "%s: added_tokens[%zu] lacks an id >= 0 or a "
-                           "non-empty content", tk->path, i);
+        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) > TK_MAX_ID || !text || !*text)
+            return hy_fail(err, HY_ERR_INPUT, "%s: added_tokens[%zu] lacks an id in 0 .. %d or "
+                           "a non-empty content", tk->path, i, TK_MAX_ID);
         int k = tk->n_added++;
         tk->added[k] = strdup(text);
         tk->added_id[k] = (int)json_integer_value(id);

@@ -512,7 +512,8 @@ static void test_kvcache(hy_rng *r, int B, const int *pieces, int n_pieces, int 
             int n = pieces[p];
             float *in = malloc(sizeof(float) * B * n * W), *got = malloc(sizeof(float) * B * n * C);
             for (int b = 0; b < B; b++)
-                memcpy(in + (size_t)b * n * W, qkv + ((size_t)b * T + t0) * W, sizeof(float) * n * W);
+                memcpy(in + (size_t)b * n * W, qkv + ((size_t)b * T + t0) * W,
+                       sizeof(float) * n * W);
             void *pin = put_act(d, in, (size_t)B * n * W);
             void *po = dev_alloc(d, (size_t)B * n * C * o->act_size);
             CHECK(o->kv_append(d->st, kc, vc, pin, B, n, t0, Tmax, NH, NKV, hd, &d->err) == HY_OK);

@@ -171,7 +171,8 @@ static void test_cached_equals_full(hy_backend *be) {
     CHECK(hy_sampler_feed(s, bad, 2, cached, &err) == HY_ERR_INPUT && strstr(err.msg, "61"));
     bad[1] = -1;
     CHECK(hy_sampler_feed(s, bad, 2, cached, &err) == HY_ERR_INPUT);
-    CHECK(hy_sampler_forward_full(s, seq, 13, cached, &err) == HY_ERR_INPUT);
+    int longer[13] = { 0 };
+    CHECK(hy_sampler_forward_full(s, longer, 13, cached, &err) == HY_ERR_INPUT);
     free(one);
     free(cached);
     free(full);

@@ -128,6 +128,14 @@ static void test_refused(void) {
     CHECK(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [7]},"
                     " \"decoder\": {\"type\": \"ByteLevel\"}}", &tk, &err) == HY_ERR_INPUT &&
           strstr(err.msg, "model.merges[0]"));
+    /* Ids past 10^8 are refused, not allocated for. */
+    CHECK(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1099511627776}, \"merges\":"
+                    " []}, \"decoder\": {\"type\": \"ByteLevel\"}}", &tk, &err) == HY_ERR_INPUT &&
+          strstr(err.msg, "model.vocab"));
+    CHECK(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                    " \"decoder\": {\"type\": \"ByteLevel\"}, \"added_tokens\": [{\"id\":"
+                    " 4000000000, \"content\": \"x\"}]}", &tk, &err) == HY_ERR_INPUT &&
+          strstr(err.msg, "added_tokens[0]"));
     /* A character outside the byte alphabet: not a byte-level vocabulary. */
     CHECK(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u2603\": 0}, \"merges\": []},"
                     " \"decoder\": {\"type\": \"ByteLevel\"}}", &tk, &err) == HY_ERR_INPUT &&
