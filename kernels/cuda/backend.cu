@@ -325,6 +325,30 @@ static int cuda_layernorm_bwd(hy_stream *s, void *dinp, float *dw, float *db, co
                                         HY_CBF(w), mean, rstd, N, C, scr, err);
 }
 
+/* RMSNorm takes a held add into exactly inp as LayerNorm does. */
+static int cuda_rmsnorm_fwd(hy_stream *s, void *out, float *rstd, const void *inp, const void *w,
+                            int N, int C, float eps, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    const hy_bf16 *x = NULL;
+    int rc = enter_stream_holding(cs, err);
+    if (!rc) rc = hy_cuda_take_add(cs, inp, (size_t)N * (size_t)C, &x, err);
+    if (rc) return rc;
+    if (x != NULL)
+        return hy_k_add_rmsnorm_fwd(cs->s, HY_BF(out), rstd, (hy_bf16 *)inp, x, HY_CBF(w), N, C, eps,
+                                    err);
+    return hy_k_rmsnorm_fwd(cs->s, HY_BF(out), rstd, HY_CBF(inp), HY_CBF(w), N, C, eps, err);
+}
+
+static int cuda_rmsnorm_bwd(hy_stream *s, void *dinp, float *dw, const void *dout, const void *inp,
+                            const void *w, const float *rstd, int N, int C, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    void *scr = NULL;
+    int rc = enter_stream(cs, err);
+    if (!rc) rc = scratch(cs, hy_k_layernorm_bwd_scratch(N, C), &scr, err);
+    return rc ? rc : hy_k_rmsnorm_bwd(cs->s, HY_BF(dinp), dw, HY_CBF(dout), HY_CBF(inp), HY_CBF(w),
+                                      rstd, N, C, scr, err);
+}
+
 static int cuda_matmul_fwd(hy_stream *s, void *out, const void *inp, const void *w, const void *bias,
                            int N, int C, int OC, hy_error *err) {
     int rc = enter_stream(cs_of(s), err);
@@ -374,6 +398,25 @@ static int cuda_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void 
     int rc = enter_first_writer(cs_of(s), dinp, n, &overwrite, err);
     return rc ? rc : hy_k_gelu_bwd(cs_of(s)->s, HY_BF(dinp), HY_CBF(dout), HY_CBF(inp), n, overwrite,
                                    err);
+}
+
+static int cuda_swiglu_fwd(hy_stream *s, void *out, const void *inp, int N, int F, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_swiglu_fwd(cs_of(s)->s, HY_BF(out), HY_CBF(inp), N, F, err);
+}
+
+static int cuda_swiglu_bwd(hy_stream *s, void *dinp, const void *dout, const void *inp, int N, int F,
+                           hy_error *err) {
+    int overwrite = 0;
+    int rc = enter_first_writer(cs_of(s), dinp, (size_t)N * 2 * (size_t)F, &overwrite, err);
+    return rc ? rc : hy_k_swiglu_bwd(cs_of(s)->s, HY_BF(dinp), HY_CBF(dout), HY_CBF(inp), N, F,
+                                     overwrite, err);
+}
+
+static int cuda_rope(hy_stream *s, void *qkv, const float *cs, int B, int T, int NH, int NKV, int hd,
+                     int inverse, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_rope(cs_of(s)->s, HY_BF(qkv), cs, B, T, NH, NKV, hd, inverse, err);
 }
 
 static int cuda_attention_fwd(hy_stream *s, void *out, float *lse, const void *qkv, int B, int T,
@@ -538,6 +581,11 @@ static hy_backend_ops cuda_ops_init(void) {
     o.gelu_bwd = cuda_gelu_bwd;
     o.matmul_gelu_fwd = cuda_matmul_gelu_fwd;
     o.matmul_gelu_bwd = cuda_matmul_gelu_bwd;
+    o.rmsnorm_fwd = cuda_rmsnorm_fwd;
+    o.rmsnorm_bwd = cuda_rmsnorm_bwd;
+    o.rope = cuda_rope;
+    o.swiglu_fwd = cuda_swiglu_fwd;
+    o.swiglu_bwd = cuda_swiglu_bwd;
     o.attention_fwd = cuda_attention_fwd;
     o.attention_bwd = cuda_attention_bwd;
     o.lm_head_fwd = cuda_lm_head_fwd;
@@ -626,6 +674,8 @@ int hy_k_preload(hy_error *err) {
     if (!rc) rc = hy_k_layernorm_preload(err);
     if (!rc) rc = hy_k_gelu_preload(err);
     if (!rc) rc = hy_k_attention_preload(err);
+    if (!rc) rc = hy_k_rope_preload(err);
+    if (!rc) rc = hy_k_swiglu_preload(err);
     if (!rc) rc = hy_k_embedding_preload(err);
     if (!rc) rc = hy_k_classifier_preload(err);
     if (!rc) rc = hy_k_adamw_preload(err);

@@ -23,6 +23,12 @@
  * 2 · ceil(N/LN_CHUNK) · C floats. The column pass re-reads dout and inp
  * (a second read of two [N,C] bf16 arrays); fusing it into the row pass
  * would need per-column accumulators for every row a warp visits.
+ *
+ * RMSNorm (Llama; eps given) is the same kernels with no mean and no bias
+ * (template flag RMS, mean taken as 0): rstd = 1/sqrt((1/C) Σ x_i² + eps),
+ * out_i = x_i · rstd · w_i, dinp_i += rstd · (g_i − xhat_i · mean(g ⊙ xhat)),
+ * dw_i += Σ_rows dout_i · xhat_i (the same two-pass column sum); its
+ * forward takes the residual add before it as LayerNorm's does.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -71,11 +77,12 @@ static __device__ __forceinline__ void ln_floats(const ln_pack &p, float f[8]) {
 
 /* One warp per row. With ADD the row is first inp ← inp + addend, rounded
  * to bf16 exactly as hy_k_add_bf16 rounds, and stored: the residual add
- * fused into the norm that follows it (fuse.cu). */
-template <int ADD, int VEC>
+ * fused into the norm that follows it (fuse.cu). With RMS: RMSNorm (no
+ * mean, no bias: mean and b are not read). */
+template <int ADD, int VEC, int RMS>
 static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_bf16 *inp,
                                      const hy_bf16 *addend, const hy_bf16 *w, const hy_bf16 *b, int N,
-                                     int C) {
+                                     int C, float eps) {
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -107,20 +114,25 @@ static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_
         }
         for (int j = 0; j < LN_WIDTH(VEC); j++) sum += f[j];
     }
-    float m = ln_warp_sum(sum) / (float)C;
+    float m = RMS ? 0.0f : ln_warp_sum(sum) / (float)C;
     float sq = 0.0f;
     LN_FOR_EACH(VEC, c, C) {
         if (VEC) ln_floats(ln_load(x + c), f);
         else f[0] = __bfloat162float(x[c]);
         for (int j = 0; j < LN_WIDTH(VEC); j++) sq += (f[j] - m) * (f[j] - m);
     }
-    float r = 1.0f / sqrtf(ln_warp_sum(sq) / (float)C + LN_EPS);
+    float r = 1.0f / sqrtf(ln_warp_sum(sq) / (float)C + eps);
     LN_FOR_EACH(VEC, c, C) {
         if (VEC) {
             float wv[8], bv[8];
             ln_floats(ln_load(x + c), f);
             ln_floats(ln_load(w + c), wv);
-            ln_floats(ln_load(b + c), bv);
+            if (RMS) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) bv[j] = 0.0f;
+            } else {
+                ln_floats(ln_load(b + c), bv);
+            }
 #pragma unroll
             for (int j = 0; j < 8; j++) g[j] = (f[j] - m) * r * wv[j] + bv[j];
             ln_pack p;
@@ -129,7 +141,7 @@ static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_
             *(ln_pack *)(o + c) = p;
         } else {
             float xhat = (__bfloat162float(x[c]) - m) * r;
-            o[c] = __float2bfloat16(xhat * __bfloat162float(w[c]) + __bfloat162float(b[c]));
+            o[c] = __float2bfloat16(xhat * __bfloat162float(w[c]) + (RMS ? 0.0f : __bfloat162float(b[c])));
         }
     }
     if (lane == 0) {
@@ -141,8 +153,9 @@ static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_
 // ----------------------------------------------------------------------------
 // Backward
 
-/* dinp[row] += rstd · (g − mean(g) − xhat · mean(g ⊙ xhat)), one warp per row. */
-template <int VEC>
+/* dinp[row] += rstd · (g − mean(g) − xhat · mean(g ⊙ xhat)), one warp per
+ * row; RMS: RMSNorm's, with neither mean (mean is not read). */
+template <int VEC, int RMS>
 static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
                                           const hy_bf16 *w, const float *mean, const float *rstd,
                                           int N, int C) {
@@ -152,7 +165,7 @@ static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, co
     size_t off = (size_t)row * C;
     const hy_bf16 *x = inp + off, *dy = dout + off;
     hy_bf16 *dx = dinp + off;
-    float m = mean[row], r = rstd[row];
+    float m = RMS ? 0.0f : mean[row], r = rstd[row];
     float xv[8], dv[8], wv[8], av[8];
 
     float sg = 0.0f, sgx = 0.0f;
@@ -172,7 +185,7 @@ static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, co
             sgx += g * ((xv[j] - m) * r);
         }
     }
-    float mg = ln_warp_sum(sg) / (float)C, mgx = ln_warp_sum(sgx) / (float)C;
+    float mg = RMS ? 0.0f : ln_warp_sum(sg) / (float)C, mgx = ln_warp_sum(sgx) / (float)C;
     LN_FOR_EACH(VEC, c, C) {
         if (VEC) {
             ln_floats(ln_load(x + c), xv);
@@ -201,7 +214,8 @@ static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, co
 }
 
 /* Per chunk of LN_CHUNK rows: pw[chunk, c] = Σ dout·xhat, pb[chunk, c] =
- * Σ dout. Block (32, 8), grid (nchunks, ceil(C/32)). */
+ * Σ dout. Block (32, 8), grid (nchunks, ceil(C/32)). mean NULL: RMSNorm's
+ * xhat, x · rstd. */
 static __global__ void ln_bwd_partial_kernel(float *pw, float *pb, const hy_bf16 *dout,
                                       const hy_bf16 *inp, const float *mean, const float *rstd,
                                       int N, int C) {
@@ -214,7 +228,7 @@ static __global__ void ln_bwd_partial_kernel(float *pw, float *pb, const hy_bf16
         for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) {
             size_t off = (size_t)r * C + c;
             float d = __bfloat162float(dout[off]);
-            float xhat = (__bfloat162float(inp[off]) - mean[r]) * rstd[r];
+            float xhat = (__bfloat162float(inp[off]) - (mean ? mean[r] : 0.0f)) * rstd[r];
             aw += d * xhat;
             ab += d;
         }
@@ -261,20 +275,25 @@ static int ln_vec(int C, const void *a, const void *b, const void *c, const void
            ln_aligned(e);
 }
 
-#define LN_FWD(ADD, VEC) ln_fwd_kernel<ADD, VEC><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>( \
-    out, mean, rstd, acc, x, w, b, N, C)
+#define LN_FWD(ADD, VEC, RMS) ln_fwd_kernel<ADD, VEC, RMS><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>( \
+    out, mean, rstd, acc, x, w, b, N, C, eps)
 
+/* LayerNorm, or RMSNorm when b is NULL, of acc (after acc += x when x is
+ * not NULL). */
 static int ln_forward(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
-                      const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
+                      const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C, float eps,
                       hy_error *err) {
     if (N <= 0 || C <= 0) return HY_OK;
-    int vec = ln_vec(C, out, acc, x, w, b);
-    if (x != NULL) {
-        if (vec) LN_FWD(1, 1);
-        else LN_FWD(1, 0);
-    } else {
-        if (vec) LN_FWD(0, 1);
-        else LN_FWD(0, 0);
+    int vec = ln_vec(C, out, acc, x, w, b), add = x != NULL, rms = b == NULL;
+    switch (add * 4 + vec * 2 + rms) {
+    case 0: LN_FWD(0, 0, 0); break;
+    case 1: LN_FWD(0, 0, 1); break;
+    case 2: LN_FWD(0, 1, 0); break;
+    case 3: LN_FWD(0, 1, 1); break;
+    case 4: LN_FWD(1, 0, 0); break;
+    case 5: LN_FWD(1, 0, 1); break;
+    case 6: LN_FWD(1, 1, 0); break;
+    default: LN_FWD(1, 1, 1); break;
     }
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
@@ -284,13 +303,23 @@ int hy_k_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd,
                        const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
                        hy_error *err) {
     /* Without an addend the kernel only reads inp. */
-    return ln_forward(s, out, mean, rstd, (hy_bf16 *)inp, NULL, w, b, N, C, err);
+    return ln_forward(s, out, mean, rstd, (hy_bf16 *)inp, NULL, w, b, N, C, LN_EPS, err);
 }
 
 int hy_k_add_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
                            const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
                            hy_error *err) {
-    return ln_forward(s, out, mean, rstd, acc, x, w, b, N, C, err);
+    return ln_forward(s, out, mean, rstd, acc, x, w, b, N, C, LN_EPS, err);
+}
+
+int hy_k_rmsnorm_fwd(cudaStream_t s, hy_bf16 *out, float *rstd, const hy_bf16 *inp, const hy_bf16 *w,
+                     int N, int C, float eps, hy_error *err) {
+    return ln_forward(s, out, NULL, rstd, (hy_bf16 *)inp, NULL, w, NULL, N, C, eps, err);
+}
+
+int hy_k_add_rmsnorm_fwd(cudaStream_t s, hy_bf16 *out, float *rstd, hy_bf16 *acc, const hy_bf16 *x,
+                         const hy_bf16 *w, int N, int C, float eps, hy_error *err) {
+    return ln_forward(s, out, NULL, rstd, acc, x, w, NULL, N, C, eps, err);
 }
 
 size_t hy_k_layernorm_bwd_scratch(int N, int C) {
@@ -298,17 +327,18 @@ size_t hy_k_layernorm_bwd_scratch(int N, int C) {
     return 2 * (size_t)ln_chunks(N) * (size_t)C * sizeof(float);
 }
 
-int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
+/* LayerNorm's backward, or RMSNorm's when mean is NULL (then db is NULL). */
+static int ln_backward(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
                        const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
                        int N, int C, void *scratch, hy_error *err) {
     if (N <= 0 || C <= 0) return HY_OK;
     if (dinp != NULL) {
-        if (ln_vec(C, dinp, dout, inp, w, NULL))
-            ln_bwd_dinp_kernel<1><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(dinp, dout, inp, w, mean,
-                                                                            rstd, N, C);
-        else
-            ln_bwd_dinp_kernel<0><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(dinp, dout, inp, w, mean,
-                                                                            rstd, N, C);
+        int vec = ln_vec(C, dinp, dout, inp, w, NULL), rms = mean == NULL;
+        void (*k)(hy_bf16 *, const hy_bf16 *, const hy_bf16 *, const hy_bf16 *, const float *,
+                  const float *, int, int) =
+            vec ? (rms ? ln_bwd_dinp_kernel<1, 1> : ln_bwd_dinp_kernel<1, 0>)
+                : (rms ? ln_bwd_dinp_kernel<0, 1> : ln_bwd_dinp_kernel<0, 0>);
+        k<<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
         HY_CUDA_CHECK(cudaGetLastError(), err);
     }
     if (dw != NULL || db != NULL) {
@@ -323,16 +353,33 @@ int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, cons
     return HY_OK;
 }
 
+int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
+                       const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
+                       int N, int C, void *scratch, hy_error *err) {
+    return ln_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C, scratch, err);
+}
+
+int hy_k_rmsnorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, const hy_bf16 *dout, const hy_bf16 *inp,
+                     const hy_bf16 *w, const float *rstd, int N, int C, void *scratch, hy_error *err) {
+    return ln_backward(s, dinp, dw, NULL, dout, inp, w, NULL, rstd, N, C, scratch, err);
+}
+
 // ----------------------------------------------------------------------------
 // Preload (kernels.cuh)
 
 int hy_k_layernorm_preload(hy_error *err) {
-    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 0>), err);
-    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 1>), err);
-    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 0>), err);
-    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 1>), err);
-    HY_CUDA_PRELOAD(ln_bwd_dinp_kernel<0>, err);
-    HY_CUDA_PRELOAD(ln_bwd_dinp_kernel<1>, err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 0, 0>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 1, 0>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 0, 0>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 1, 0>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 0, 1>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 1, 1>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 0, 1>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 1, 1>), err);
+    HY_CUDA_PRELOAD((ln_bwd_dinp_kernel<0, 0>), err);
+    HY_CUDA_PRELOAD((ln_bwd_dinp_kernel<1, 0>), err);
+    HY_CUDA_PRELOAD((ln_bwd_dinp_kernel<0, 1>), err);
+    HY_CUDA_PRELOAD((ln_bwd_dinp_kernel<1, 1>), err);
     HY_CUDA_PRELOAD(ln_bwd_partial_kernel, err);
     HY_CUDA_PRELOAD(ln_bwd_finish_kernel, err);
     return HY_OK;
