@@ -106,29 +106,22 @@ int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte,
                      const hy_bf16 *dlogits, const hy_bf16 *inp, const hy_bf16 *wte, int N,
                      int C, int V, int overwrite, hy_error *err);
 
-/* ---- layernorm.cu ---- (eps = 1e-5; w, b: the bf16 compute copy) */
-int hy_k_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd,
-                       const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
-                       hy_error *err);
-/* The residual add and the LayerNorm after it in one pass: acc ← acc + x
- * (rounded to bf16, as hy_k_add_bf16 does), then out = LayerNorm(acc). */
-int hy_k_add_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
-                           const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
-                           hy_error *err);
-size_t hy_k_layernorm_bwd_scratch(int N, int C);
-int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
-                       const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
-                       int N, int C, void *scratch, hy_error *err);
-
-/* RMSNorm (Llama; backend.h's rmsnorm_fwd/bwd): the same kernels without
- * mean and bias; eps given. The add_ form takes the residual add before it
- * as hy_k_add_layernorm_fwd does. Scratch: hy_k_layernorm_bwd_scratch. */
-int hy_k_rmsnorm_fwd(cudaStream_t s, hy_bf16 *out, float *rstd, const hy_bf16 *inp, const hy_bf16 *w,
-                     int N, int C, float eps, hy_error *err);
-int hy_k_add_rmsnorm_fwd(cudaStream_t s, hy_bf16 *out, float *rstd, hy_bf16 *acc, const hy_bf16 *x,
-                         const hy_bf16 *w, int N, int C, float eps, hy_error *err);
-int hy_k_rmsnorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, const hy_bf16 *dout, const hy_bf16 *inp,
-                     const hy_bf16 *w, const float *rstd, int N, int C, void *scratch, hy_error *err);
+/* ---- layernorm.cu ---- LayerNorm and RMSNorm (w, b: the bf16 compute
+ * copy) */
+#define HY_K_LAYERNORM_EPS 1e-5f   /* GPT-2's and BERT's: HY_LAYERNORM_EPS of kernels/cpu/ops.h */
+/* out = LayerNorm(acc) (mean, rstd saved), or RMSNorm(acc) when b is NULL
+ * (mean is then NULL: Llama's, backend.h's rmsnorm_fwd); with x not NULL
+ * the residual add before it in the same pass: acc ← acc + x first
+ * (rounded to bf16, as hy_k_add_bf16 does), else acc is only read. */
+int hy_k_norm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
+                  const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C, float eps,
+                  hy_error *err);
+/* The backward of either: RMSNorm's when mean is NULL (db is then NULL).
+ * dinp, dw, db may each be NULL. Scratch: hy_k_norm_bwd_scratch bytes. */
+size_t hy_k_norm_bwd_scratch(int N, int C);
+int hy_k_norm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
+                  const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
+                  int N, int C, void *scratch, hy_error *err);
 
 /* ---- gelu.cu ---- (tanh approximation; out may alias inp) */
 int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, hy_error *err);

@@ -38,30 +38,14 @@
 
 #include "check.cuh"
 #include "kernels.cuh"
+#include "pack.cuh"
 
-#define LN_EPS 1e-5f   /* HY_LAYERNORM_EPS of kernels/cpu/ops.h */
 #define LN_WARPS 8     /* rows per block, one warp each */
 #define LN_CHUNK 64    /* rows per dw/db partial */
 
 static __device__ __forceinline__ float ln_warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
-}
-
-/* 8 bf16: one 16-byte access. */
-struct __align__(16) ln_pack {
-    __nv_bfloat162 h[4];
-};
-
-static __device__ __forceinline__ ln_pack ln_load(const hy_bf16 *p) { return *(const ln_pack *)p; }
-
-static __device__ __forceinline__ void ln_floats(const ln_pack &p, float f[8]) {
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float2 v = __bfloat1622float2(p.h[j]);
-        f[2 * j] = v.x;
-        f[2 * j + 1] = v.y;
-    }
 }
 
 /* The elements of a row a lane owns: with VEC, packs of 8 at 8·lane,
@@ -93,17 +77,17 @@ static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_
     float sum = 0.0f, f[8], g[8];
     LN_FOR_EACH(VEC, c, C) {
         if (VEC) {
-            ln_pack p = ln_load(x + c);
+            hy_k_bf16x8 p = hy_k_load8(x + c);
             if (ADD) {
-                ln_pack q = ln_load(y + c);
+                hy_k_bf16x8 q = hy_k_load8(y + c);
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     float2 a = __bfloat1622float2(p.h[j]), d = __bfloat1622float2(q.h[j]);
                     p.h[j] = __floats2bfloat162_rn(a.x + d.x, a.y + d.y);
                 }
-                *(ln_pack *)(x + c) = p;
+                *(hy_k_bf16x8 *)(x + c) = p;
             }
-            ln_floats(p, f);
+            hy_k_unpack8(p, f);
         } else {
             f[0] = __bfloat162float(x[c]);
             if (ADD) {
@@ -117,7 +101,7 @@ static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_
     float m = RMS ? 0.0f : ln_warp_sum(sum) / (float)C;
     float sq = 0.0f;
     LN_FOR_EACH(VEC, c, C) {
-        if (VEC) ln_floats(ln_load(x + c), f);
+        if (VEC) hy_k_unpack8(hy_k_load8(x + c), f);
         else f[0] = __bfloat162float(x[c]);
         for (int j = 0; j < LN_WIDTH(VEC); j++) sq += (f[j] - m) * (f[j] - m);
     }
@@ -125,20 +109,20 @@ static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_
     LN_FOR_EACH(VEC, c, C) {
         if (VEC) {
             float wv[8], bv[8];
-            ln_floats(ln_load(x + c), f);
-            ln_floats(ln_load(w + c), wv);
+            hy_k_unpack8(hy_k_load8(x + c), f);
+            hy_k_unpack8(hy_k_load8(w + c), wv);
             if (RMS) {
 #pragma unroll
                 for (int j = 0; j < 8; j++) bv[j] = 0.0f;
             } else {
-                ln_floats(ln_load(b + c), bv);
+                hy_k_unpack8(hy_k_load8(b + c), bv);
             }
 #pragma unroll
             for (int j = 0; j < 8; j++) g[j] = (f[j] - m) * r * wv[j] + bv[j];
-            ln_pack p;
+            hy_k_bf16x8 p;
 #pragma unroll
             for (int j = 0; j < 4; j++) p.h[j] = __floats2bfloat162_rn(g[2 * j], g[2 * j + 1]);
-            *(ln_pack *)(o + c) = p;
+            *(hy_k_bf16x8 *)(o + c) = p;
         } else {
             float xhat = (__bfloat162float(x[c]) - m) * r;
             o[c] = __float2bfloat16(xhat * __bfloat162float(w[c]) + (RMS ? 0.0f : __bfloat162float(b[c])));
@@ -171,9 +155,9 @@ static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, co
     float sg = 0.0f, sgx = 0.0f;
     LN_FOR_EACH(VEC, c, C) {
         if (VEC) {
-            ln_floats(ln_load(x + c), xv);
-            ln_floats(ln_load(dy + c), dv);
-            ln_floats(ln_load(w + c), wv);
+            hy_k_unpack8(hy_k_load8(x + c), xv);
+            hy_k_unpack8(hy_k_load8(dy + c), dv);
+            hy_k_unpack8(hy_k_load8(w + c), wv);
         } else {
             xv[0] = __bfloat162float(x[c]);
             dv[0] = __bfloat162float(dy[c]);
@@ -188,11 +172,11 @@ static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, co
     float mg = RMS ? 0.0f : ln_warp_sum(sg) / (float)C, mgx = ln_warp_sum(sgx) / (float)C;
     LN_FOR_EACH(VEC, c, C) {
         if (VEC) {
-            ln_floats(ln_load(x + c), xv);
-            ln_floats(ln_load(dy + c), dv);
-            ln_floats(ln_load(w + c), wv);
-            ln_floats(ln_load(dx + c), av);
-            ln_pack p;
+            hy_k_unpack8(hy_k_load8(x + c), xv);
+            hy_k_unpack8(hy_k_load8(dy + c), dv);
+            hy_k_unpack8(hy_k_load8(w + c), wv);
+            hy_k_unpack8(hy_k_load8(dx + c), av);
+            hy_k_bf16x8 p;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 float v[2];
@@ -204,7 +188,7 @@ static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, co
                 }
                 p.h[j] = __floats2bfloat162_rn(v[0], v[1]);
             }
-            *(ln_pack *)(dx + c) = p;
+            *(hy_k_bf16x8 *)(dx + c) = p;
         } else {
             float xhat = (__bfloat162float(x[c]) - m) * r;
             float g = __bfloat162float(dy[c]) * __bfloat162float(w[c]);
@@ -278,11 +262,9 @@ static int ln_vec(int C, const void *a, const void *b, const void *c, const void
 #define LN_FWD(ADD, VEC, RMS) ln_fwd_kernel<ADD, VEC, RMS><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>( \
     out, mean, rstd, acc, x, w, b, N, C, eps)
 
-/* LayerNorm, or RMSNorm when b is NULL, of acc (after acc += x when x is
- * not NULL). */
-static int ln_forward(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
-                      const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C, float eps,
-                      hy_error *err) {
+int hy_k_norm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
+                  const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C, float eps,
+                  hy_error *err) {
     if (N <= 0 || C <= 0) return HY_OK;
     int vec = ln_vec(C, out, acc, x, w, b), add = x != NULL, rms = b == NULL;
     switch (add * 4 + vec * 2 + rms) {
@@ -299,36 +281,12 @@ static int ln_forward(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy
     return HY_OK;
 }
 
-int hy_k_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd,
-                       const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
-                       hy_error *err) {
-    /* Without an addend the kernel only reads inp. */
-    return ln_forward(s, out, mean, rstd, (hy_bf16 *)inp, NULL, w, b, N, C, LN_EPS, err);
-}
-
-int hy_k_add_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
-                           const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
-                           hy_error *err) {
-    return ln_forward(s, out, mean, rstd, acc, x, w, b, N, C, LN_EPS, err);
-}
-
-int hy_k_rmsnorm_fwd(cudaStream_t s, hy_bf16 *out, float *rstd, const hy_bf16 *inp, const hy_bf16 *w,
-                     int N, int C, float eps, hy_error *err) {
-    return ln_forward(s, out, NULL, rstd, (hy_bf16 *)inp, NULL, w, NULL, N, C, eps, err);
-}
-
-int hy_k_add_rmsnorm_fwd(cudaStream_t s, hy_bf16 *out, float *rstd, hy_bf16 *acc, const hy_bf16 *x,
-                         const hy_bf16 *w, int N, int C, float eps, hy_error *err) {
-    return ln_forward(s, out, NULL, rstd, acc, x, w, NULL, N, C, eps, err);
-}
-
-size_t hy_k_layernorm_bwd_scratch(int N, int C) {
+size_t hy_k_norm_bwd_scratch(int N, int C) {
     if (N <= 0 || C <= 0) return 0;
     return 2 * (size_t)ln_chunks(N) * (size_t)C * sizeof(float);
 }
 
-/* LayerNorm's backward, or RMSNorm's when mean is NULL (then db is NULL). */
-static int ln_backward(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
+int hy_k_norm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
                        const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
                        int N, int C, void *scratch, hy_error *err) {
     if (N <= 0 || C <= 0) return HY_OK;
@@ -351,17 +309,6 @@ static int ln_backward(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, cons
         HY_CUDA_CHECK(cudaGetLastError(), err);
     }
     return HY_OK;
-}
-
-int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
-                       const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
-                       int N, int C, void *scratch, hy_error *err) {
-    return ln_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C, scratch, err);
-}
-
-int hy_k_rmsnorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, const hy_bf16 *dout, const hy_bf16 *inp,
-                     const hy_bf16 *w, const float *rstd, int N, int C, void *scratch, hy_error *err) {
-    return ln_backward(s, dinp, dw, NULL, dout, inp, w, NULL, rstd, N, C, scratch, err);
 }
 
 // ----------------------------------------------------------------------------

@@ -24,30 +24,10 @@
 
 #include "check.cuh"
 #include "kernels.cuh"
+#include "pack.cuh"
 
 #define SW_THREADS 256
 #define SW_MAX_BLOCKS 65536u
-
-/* 8 bf16, one 16-byte load or store. */
-struct __align__(16) sw_pack {
-    __nv_bfloat162 h[4];
-};
-
-static __device__ __forceinline__ void sw_floats(const sw_pack &p, float f[8]) {
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float2 v = __bfloat1622float2(p.h[j]);
-        f[2 * j] = v.x;
-        f[2 * j + 1] = v.y;
-    }
-}
-
-static __device__ __forceinline__ sw_pack sw_pack_of(const float f[8]) {
-    sw_pack p;
-#pragma unroll
-    for (int j = 0; j < 4; j++) p.h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
-    return p;
-}
 
 static __device__ __forceinline__ float sw_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -65,11 +45,11 @@ static __global__ void swiglu_fwd_kernel(hy_bf16 *out, const hy_bf16 *inp, size_
         hy_bf16 *o = out + row * (size_t)F + col;
         if (VEC) {
             float g[8], u[8], y[8];
-            sw_floats(*(const sw_pack *)gate, g);
-            sw_floats(*(const sw_pack *)up, u);
+            hy_k_unpack8(hy_k_load8(gate), g);
+            hy_k_unpack8(hy_k_load8(up), u);
 #pragma unroll
             for (int j = 0; j < 8; j++) y[j] = g[j] * sw_sigmoid(g[j]) * u[j];
-            *(sw_pack *)o = sw_pack_of(y);
+            *(hy_k_bf16x8 *)o = hy_k_pack8(y);
         } else {
             float g = __bfloat162float(*gate);
             *o = __float2bfloat16(g * sw_sigmoid(g) * __bfloat162float(*up));
@@ -88,12 +68,12 @@ static __global__ void swiglu_bwd_kernel(hy_bf16 *dinp, const hy_bf16 *dout, con
         hy_bf16 *dgate = dinp + at, *dup = dgate + F;
         if (VEC) {
             float g[8], u[8], d[8], ag[8], au[8];
-            sw_floats(*(const sw_pack *)gate, g);
-            sw_floats(*(const sw_pack *)up, u);
-            sw_floats(*(const sw_pack *)dy, d);
+            hy_k_unpack8(hy_k_load8(gate), g);
+            hy_k_unpack8(hy_k_load8(up), u);
+            hy_k_unpack8(hy_k_load8(dy), d);
             if (ADD) {
-                sw_floats(*(const sw_pack *)dgate, ag);
-                sw_floats(*(const sw_pack *)dup, au);
+                hy_k_unpack8(hy_k_load8(dgate), ag);
+                hy_k_unpack8(hy_k_load8(dup), au);
             }
 #pragma unroll
             for (int j = 0; j < 8; j++) {
@@ -102,8 +82,8 @@ static __global__ void swiglu_bwd_kernel(hy_bf16 *dinp, const hy_bf16 *dout, con
                 ag[j] = a0 + d[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
                 au[j] = a1 + d[j] * g[j] * sg;
             }
-            *(sw_pack *)dgate = sw_pack_of(ag);
-            *(sw_pack *)dup = sw_pack_of(au);
+            *(hy_k_bf16x8 *)dgate = hy_k_pack8(ag);
+            *(hy_k_bf16x8 *)dup = hy_k_pack8(au);
         } else {
             float g = __bfloat162float(*gate), u = __bfloat162float(*up), d = __bfloat162float(*dy);
             float sg = sw_sigmoid(g);
