@@ -1018,10 +1018,9 @@ static void test_ops(void) {
     test_gelu_add(&r, 1);
     test_gelu_add(&r, 100003);
     /* Head sizes 4 .. 128 (padded to 32, 64, 128), 16-byte and element
-     * loads (hd or C not a multiple of 8), partial tiles of 64, causal
-     * and not, the stash in att and the backward's rerun of the forward
-     * where att is too small for it (T = 1, 33 with hd 64, 65 with 128). */
-    /* (B, T, NH, NKV, hd, causal) */
+     * loads (hd not a multiple of 8), partial tiles of 64, causal and
+     * not, T from 1 (one query, one key) to 1024. (B, T, NH, NKV, hd,
+     * causal) */
     test_attention(&r, 1, 1, 1, 1, 4, 1);
     test_attention(&r, 2, 17, 3, 3, 8, 1);
     test_attention(&r, 2, 64, 4, 4, 32, 1);

@@ -30,7 +30,7 @@
  *     purpose (L is smooth everywhere we evaluate it: GELU and softmax are
  *     analytic, LayerNorm's variance is bounded away from 0).
  *   - Backward, tol 1e-4. The fp32 backward works from fp32 inputs and from
- *     fp32 saved activations (mean, rstd, att: each ~1e-7 relative), then
+ *     fp32 saved activations (mean, rstd, lse: each ~1e-7 relative), then
  *     chains two or three reductions of ≤ 40 terms: a few 1e-6 of the
  *     largest gradient in the worst case. 1e-4 is an order of magnitude
  *     above that and still three orders below a real error.

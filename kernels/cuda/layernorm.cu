@@ -119,10 +119,7 @@ static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_
             }
 #pragma unroll
             for (int j = 0; j < 8; j++) g[j] = (f[j] - m) * r * wv[j] + bv[j];
-            hy_k_bf16x8 p;
-#pragma unroll
-            for (int j = 0; j < 4; j++) p.h[j] = __floats2bfloat162_rn(g[2 * j], g[2 * j + 1]);
-            *(hy_k_bf16x8 *)(o + c) = p;
+            *(hy_k_bf16x8 *)(o + c) = hy_k_pack8(g);
         } else {
             float xhat = (__bfloat162float(x[c]) - m) * r;
             o[c] = __float2bfloat16(xhat * __bfloat162float(w[c]) + (RMS ? 0.0f : __bfloat162float(b[c])));
