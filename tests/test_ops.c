@@ -537,7 +537,7 @@ static void rmsnorm_case(int N, int C, float eps, uint64_t seed) {
 static void test_rmsnorm(void) {
     rmsnorm_case(10, 12, 1e-5f, 20);
     rmsnorm_case(1, 7, 1e-6f, 21);    /* N = 1, C odd, Llama 3's eps */
-    rmsnorm_case(5, 33, 1e-5f, 22);
+    rmsnorm_case(5, 33, 1e-6f, 22);   /* the tiny row against a smaller eps */
 }
 
 // ----------------------------------------------------------------------------
