@@ -3,8 +3,9 @@
  * section as a host function that enqueues kernels (or cuBLASLt calls) on
  * a stream. backend.cu turns each hy_backend_ops math entry into one call
  * here; the equations are kernels/cpu/ops.h's, family by family in files
- * of the same names (matmul.cu, layernorm.cu, gelu.cu, attention.cu,
- * kvcache.cu, embedding.cu, classifier.cu, adamw.cu), plus the test ops (testops.cu).
+ * of the same names (matmul.cu, layernorm.cu, gelu.cu, swiglu.cu,
+ * attention.cu, kvcache.cu, rope.cu, embedding.cu, classifier.cu,
+ * adamw.cu), plus the test ops (testops.cu).
  *
  * Types: activations, activation gradients and the compute copy of the
  * weights are bf16 (hy_bf16); parameter gradients, AdamW state, the fp32
@@ -47,6 +48,8 @@ int hy_k_preload(hy_error *err);
 int hy_k_matmul_preload(hy_error *err);
 int hy_k_layernorm_preload(hy_error *err);
 int hy_k_gelu_preload(hy_error *err);
+int hy_k_swiglu_preload(hy_error *err);
+int hy_k_rope_preload(hy_error *err);
 int hy_k_attention_preload(hy_error *err);
 int hy_k_kvcache_preload(hy_error *err);
 int hy_k_embedding_preload(hy_error *err);
@@ -104,19 +107,22 @@ int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte,
                      const hy_bf16 *dlogits, const hy_bf16 *inp, const hy_bf16 *wte, int N,
                      int C, int V, int overwrite, hy_error *err);
 
-/* ---- layernorm.cu ---- (eps = 1e-5; w, b: the bf16 compute copy) */
-int hy_k_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd,
-                       const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
-                       hy_error *err);
-/* The residual add and the LayerNorm after it in one pass: acc ← acc + x
- * (rounded to bf16, as hy_k_add_bf16 does), then out = LayerNorm(acc). */
-int hy_k_add_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
-                           const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
-                           hy_error *err);
-size_t hy_k_layernorm_bwd_scratch(int N, int C);
-int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
-                       const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
-                       int N, int C, void *scratch, hy_error *err);
+/* ---- layernorm.cu ---- LayerNorm and RMSNorm (w, b: the bf16 compute
+ * copy) */
+#define HY_K_LAYERNORM_EPS 1e-5f   /* GPT-2's and BERT's: HY_LAYERNORM_EPS of kernels/cpu/ops.h */
+/* out = LayerNorm(acc) (mean, rstd saved), or RMSNorm(acc) when b is NULL
+ * (mean is then NULL: Llama's, backend.h's rmsnorm_fwd); with x not NULL
+ * the residual add before it in the same pass: acc ← acc + x first
+ * (rounded to bf16, as hy_k_add_bf16 does), else acc is only read. */
+int hy_k_norm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
+                  const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C, float eps,
+                  hy_error *err);
+/* The backward of either: RMSNorm's when mean is NULL (db is then NULL).
+ * dinp, dw, db may each be NULL. Scratch: hy_k_norm_bwd_scratch bytes. */
+size_t hy_k_norm_bwd_scratch(int N, int C);
+int hy_k_norm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
+                  const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
+                  int N, int C, void *scratch, hy_error *err);
 
 /* ---- gelu.cu ---- (tanh approximation; out may alias inp) */
 int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, hy_error *err);
@@ -134,22 +140,34 @@ int hy_k_attention_cached(cudaStream_t s, hy_bf16 *out, const hy_bf16 *qkv, cons
                           const hy_bf16 *vc, int B, int Tq, int t0, int Tmax, int NH, int NKV,
                           int hd, hy_error *err);
 
-/* ---- attention.cu ---- fused (flash-style) attention: qkv [B,T,3C], out
- * [B,T,C], head size C/NH at most 128. att is the B·NH·T·T-activation
- * buffer backend.h gives the forward; here it is the forward's stash for
- * the backward (its log-sum-exps, a copy of out and the causal flag; see
- * attention.cu), not the probabilities. Scratch for the backward:
- * hy_k_attention_scratch bytes (also what backend.h's attention_scratch
- * reports, and what the runtime allocates). */
-size_t hy_k_attention_scratch(int B, int T, int C, int NH);
-int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, hy_bf16 *att, const hy_bf16 *qkv, int B, int T,
-                       int C, int NH, int causal, hy_error *err);
+/* ---- swiglu.cu ---- inp [N, 2F] (gate, then up), out [N, F] */
+int hy_k_swiglu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, int N, int F, hy_error *err);
+/* dinp [N, 2F] += the gradients; overwrite: dinp = them */
+int hy_k_swiglu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp, int N,
+                    int F, int overwrite, hy_error *err);
+
+/* ---- rope.cu ---- in place on the q and k heads of qkv
+ * [B,T,(NH+2·NKV)·hd]; cs: the fp32 table of lib/model.h's hy_rope_table;
+ * inverse: rotate by −angle (the backward) */
+int hy_k_rope(cudaStream_t s, hy_bf16 *qkv, const float *cs, int B, int T, int NH, int NKV, int hd,
+              int inverse, hy_error *err);
+
+/* ---- attention.cu ---- fused (flash-style) attention with grouped-query
+ * attention (backend.h's attention_fwd/bwd): qkv [B,T,(NH+2·NKV)·hd], out
+ * [B,T,NH·hd], head size hd at most 128. lse [B,NH,T] fp32: the forward's
+ * per-row log-sum-exp in base 2 (L = m + log2 l), which the backward reads
+ * with out. Scratch for the backward: hy_k_attention_scratch bytes (also
+ * what backend.h's attention_scratch reports, and what the runtime
+ * allocates). */
+size_t hy_k_attention_scratch(int B, int T, int NH, int NKV, int hd);
+int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, float *lse, const hy_bf16 *qkv, int B, int T,
+                       int NH, int NKV, int hd, int causal, hy_error *err);
 /* dqkv += the gradients; overwrite: dqkv = them */
 int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf16 *dout,
-                       const hy_bf16 *qkv, const hy_bf16 *att, int B, int T, int C, int NH,
-                       int overwrite, hy_error *err);
+                       const hy_bf16 *qkv, const hy_bf16 *out, const float *lse, int B, int T,
+                       int NH, int NKV, int hd, int causal, int overwrite, hy_error *err);
 
-/* ---- embedding.cu ---- tokens [B,T] in [0, V) */
+/* ---- embedding.cu ---- tokens [B,T] in [0, V); wpe, dwpe may be NULL */
 int hy_k_embedding_fwd(cudaStream_t s, hy_bf16 *out, const int *tokens, const hy_bf16 *wte,
                        const hy_bf16 *wpe, int B, int T, int C, hy_error *err);
 size_t hy_k_embedding_bwd_scratch(int B, int T, int C);
