@@ -19,7 +19,8 @@
 # Bad input exits 2 with one line: a prompt longer than seq_len, an id
 # outside the vocabulary, a malformed id list, no prompt or two, --prompt
 # without --tokenizer, a tokenizer file that is unreadable or not
-# byte-level BPE, a BERT config, weights of another shape, no weights.
+# byte-level BPE or has fewer ids than model.vocab, a BERT config,
+# weights of another shape, no weights.
 #
 # Prints "sample-cli: N passed, N failed"; exits non-zero on any failure.
 set -u
@@ -35,9 +36,10 @@ ref=$(dirname "$0")/gpt2_ref.py
 fix=$(dirname "$0")/fixtures
 tok=$fix/tokenizer-bpe.json
 
-run data synth --out "$tmp/t.bin" --tokens 20000 --vocab 512 --seed 3
+run data synth --out "$tmp/t.bin" --tokens 20000 --vocab 400 --seed 3
 expect_rc 0
-shape=(--set model.d_model=32 --set model.seq_len=24)
+# vocab 400: the fixture tokenizer's, so the sample can be printed as text
+shape=(--set model.d_model=32 --set model.seq_len=24 --set model.vocab=400)
 gpt=(configs/tiny-gpt.json "${shape[@]}" --set "data.train=$tmp/t.bin" --set data.val=null)
 run train "${gpt[@]}" --steps 8 --set "checkpoint.dir=$tmp/ck" --set train.warmup_steps=2
 expect_rc 0
@@ -58,7 +60,7 @@ if [ -z "$py" ]; then
     bad "no python3 with numpy: the reference cannot run (bash tools/deps.sh test)"
 else
     "$py" "$ref" greedy --weights "$w" --heads 4 --prompt 7,300,12,99 --max-len 24 \
-        --vocab 512 >"$tmp/want"
+        --vocab 400 >"$tmp/want"
     if [ "$(wc -w <"$tmp/want")" -eq 20 ] && cmp -s "$tmp/want" "$tmp/greedy"; then ok; else
         bad "greedy sample '$(cat "$tmp/greedy")' is not the reference's '$(cat "$tmp/want")'"
     fi
@@ -151,8 +153,8 @@ fi
 long=$(seq -s, 1 25)
 expect_input_error sample "${gpt[@]}" --init "$w" --prompt-tokens "$long"
 expect_err 'prompt is 25 tokens, longer than model.seq_len 24'
-expect_input_error sample "${gpt[@]}" --init "$w" --prompt-tokens 1,512
-expect_err 'token 512 .* vocabulary'
+expect_input_error sample "${gpt[@]}" --init "$w" --prompt-tokens 1,400
+expect_err 'token 400 .* vocabulary'
 expect_input_error sample "${gpt[@]}" --init "$w" --prompt-tokens 1,x
 expect_err "'x' is not a token id"
 expect_input_error sample "${gpt[@]}" --init "$w" --prompt-tokens ,
@@ -167,6 +169,10 @@ printf '{"model": {"type": "WordPiece", "vocab": {}}}' >"$tmp/wp.json"
 expect_input_error sample "${gpt[@]}" --init "$w" --prompt hi --tokenizer "$tmp/wp.json"
 expect_err 'WordPiece.*byte-level BPE'
 expect_input_error sample "${gpt[@]}" --init "$w" --prompt-tokens 1 --tokenizer "$tmp/wp.json"
+# A tokenizer with fewer ids than the model's vocabulary: ids without text.
+expect_input_error sample "${gpt[@]}" --set model.vocab=512 --init "$w" --prompt-tokens 1 \
+    --tokenizer "$tok"
+expect_err 'has 400 ids, but model.vocab is 512'
 expect_input_error sample configs/tiny-bert.json "${shape[@]}" --init "$w" --prompt-tokens 1
 expect_err 'bert'
 expect_input_error sample "${gpt[@]}" --set model.d_model=64 --init "$w" --prompt-tokens 1

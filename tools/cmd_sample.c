@@ -55,7 +55,8 @@ static const char usage_sample[] =
     "Generation ends after N tokens, at the stop token, or when the prompt and\n"
     "the new tokens fill model.seq_len positions (said on stderr). A prompt\n"
     "longer than model.seq_len, an id outside model.vocab, or a tokenizer file\n"
-    "that is not byte-level BPE is refused (exit 2).\n";
+    "that is not byte-level BPE or has fewer ids than model.vocab is refused\n"
+    "(exit 2).\n";
 
 typedef struct {
     hy_flag_list sets;
@@ -160,6 +161,11 @@ static int sample_run(const sample_args *a, const hy_run *run, const char *weigh
     int *prompt = NULL, n_prompt = 0, unverified = 0, n_new = 0, rc = HY_OK;
     hy_sample_end end = HY_SAMPLE_MAX_NEW;
     if (a->tokenizer) rc = hy_tokenizer_load(&tk, a->tokenizer, err);
+    /* Every id the model can give must have a text to print. */
+    if (!rc && tk && hy_tokenizer_size(tk) < run->model.vocab)
+        rc = hy_fail(err, HY_ERR_INPUT, "--tokenizer %s has %d ids, but model.vocab is %d: the "
+                     "model can generate ids the tokenizer has no text for; is it the model's "
+                     "tokenizer?", a->tokenizer, hy_tokenizer_size(tk), run->model.vocab);
     if (!rc && a->prompt) rc = hy_tokenizer_encode(tk, a->prompt, &prompt, &n_prompt, err);
     if (!rc && a->prompt_tokens) rc = parse_ids(a->prompt_tokens, &prompt, &n_prompt, err);
     /* Before anything is opened: a bad prompt is said alone. */
