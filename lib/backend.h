@@ -341,6 +341,22 @@ typedef struct {
     int (*swiglu_fwd)(hy_stream *s, void *out, const void *inp, int N, int F, hy_error *err);
     int (*swiglu_bwd)(hy_stream *s, void *dinp, const void *dout, const void *inp, int N, int F,
                       hy_error *err);
+    /* Generation with a KV cache (lib/sample.h): kc and vc [B, Tmax,
+     * NKV·hd] are one layer's cache in the compute type; qkv [B, Tq,
+     * (NH + 2·NKV)·hd] the attention input of Tq new tokens at positions
+     * t0 .. t0+Tq−1 (q heads, k heads, v heads; GPT-2: NKV = NH).
+     * kv_append copies their k and v into rows t0.. of the cache;
+     * attention_cached then attends each new query to the cached keys
+     * 0 .. its own position (causal among the new ones), query head h
+     * reading kv head h / (NH/NKV) (grouped-query), into out [B, Tq,
+     * NH·hd]: row for row attention_fwd's causal forward over the whole
+     * sequence (kernels/cpu/ops.h, kvcache.c). NULL in a backend without
+     * them: `hanayo sample` is then refused. */
+    int (*kv_append)(hy_stream *s, void *kc, void *vc, const void *qkv, int B, int Tq, int t0,
+                     int Tmax, int NH, int NKV, int hd, hy_error *err);
+    int (*attention_cached)(hy_stream *s, void *out, const void *qkv, const void *kc,
+                            const void *vc, int B, int Tq, int t0, int Tmax, int NH, int NKV,
+                            int hd, hy_error *err);
     int (*lm_head_fwd)(hy_stream *s, void *logits, const void *inp, const void *wte, int N, int C,
                        int V, hy_error *err);
     int (*lm_head_bwd)(hy_stream *s, void *dinp, float *dwte, const void *dlogits,

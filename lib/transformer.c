@@ -10,6 +10,8 @@
  */
 #include "transformer.h"
 
+#include <assert.h>
+
 /* The activations one block keeps for its backward: activations in the
  * backend's compute type (act_size bytes each, void *), LayerNorm
  * statistics in fp32. */
@@ -209,16 +211,31 @@ int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int h
 /* GPT's attention looks back only; BERT's both ways. */
 static int tf_causal(const hy_transformer *t) { return t->model->kind == HY_MODEL_GPT; }
 
-static int tf_layer_forward(const hy_transformer *t, hy_stream *st, int l, const void *in,
-                            const tf_layer_acts *a, void *out, hy_error *err) {
+/* The attention core of a block: over the micro-batch's T tokens, or
+ * (kv) over a generation's cache after the new tokens' keys go in. */
+static int tf_attention(const hy_transformer *t, hy_stream *st, const tf_layer_acts *a,
+                        const hy_kv_layer *kv, hy_error *err) {
     const hy_backend_ops *o = t->ops;
-    int N = (int)tf_N(t), C = (int)tf_C(t), NH = t->model->heads, rc;
+    int C = (int)tf_C(t), NH = t->model->heads, hd = C / NH;
+    int NKV = NH;   /* GPT-2's heads each have their own keys and values */
+    if (!kv)
+        return o->attention_fwd(st, a->atty, a->lse, a->qkv, t->B, t->T, NH, NKV, hd,
+                                tf_causal(t), err);
+    int rc = o->kv_append(st, kv->k, kv->v, a->qkv, t->B, t->T, kv->t0, kv->Tmax, NH, NKV, hd, err);
+    return rc ? rc : o->attention_cached(st, a->atty, a->qkv, kv->k, kv->v, t->B, t->T, kv->t0,
+                                         kv->Tmax, NH, NKV, hd, err);
+}
+
+static int tf_layer_forward(const hy_transformer *t, hy_stream *st, int l, const void *in,
+                            const tf_layer_acts *a, void *out, const hy_kv_layer *kv,
+                            hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    int N = (int)tf_N(t), C = (int)tf_C(t), rc;
     const void *ln1w = tf_w(t, tf_p(t, HY_P_LN1_W, l)), *ln1b = tf_w(t, tf_p(t, HY_P_LN1_B, l));
     rc = o->layernorm_fwd(st, a->ln1, a->ln1_mean, a->ln1_rstd, in, ln1w, ln1b, N, C, err);
     if (!rc) rc = o->matmul_fwd(st, a->qkv, a->ln1, tf_w(t, tf_p(t, HY_P_QKV_W, l)),
                                 tf_w(t, tf_p(t, HY_P_QKV_B, l)), N, C, 3 * C, err);
-    if (!rc) rc = o->attention_fwd(st, a->atty, a->lse, a->qkv, t->B, t->T, NH, NH, C / NH,
-                                   tf_causal(t), err);
+    if (!rc) rc = tf_attention(t, st, a, kv, err);
     if (!rc) rc = o->matmul_fwd(st, a->res2, a->atty, tf_w(t, tf_p(t, HY_P_ATTN_PROJ_W, l)),
                                 tf_w(t, tf_p(t, HY_P_ATTN_PROJ_B, l)), N, C, C, err);
     if (!rc) rc = o->add(st, a->res2, in, (size_t)N * C, err);
@@ -362,7 +379,8 @@ int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream 
     for (int l = 0; l < L && !rc; l++) {
         tf_layer_acts acts = tf_layer(t, slot, l);
         const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
-        rc = tf_layer_forward(t, st, first + l, lin, &acts, l == L - 1 ? out : acts.res3, err);
+        rc = tf_layer_forward(t, st, first + l, lin, &acts, l == L - 1 ? out : acts.res3, NULL,
+                              err);
     }
     if (!rc && L == 0 && out != in) rc = t->ops->copy(st, out, in, hy_boundary_bytes(t), err);
     if (!rc && tf_last(t, stage)) rc = tf_head(t, w, st, out, slot, targets, train, err);
@@ -400,4 +418,22 @@ int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, 
     const hy_param *wte = tf_p(t, HY_P_WTE, 0), *wpe = tf_p(t, HY_P_WPE, 0);
     return t->ops->embedding_bwd(st, tf_g(t, wte), tf_g(t, wpe), dres, tokens, t->B, t->T,
                                  (int)tf_C(t), err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Generation */
+
+size_t hy_block_work_bytes(const hy_transformer *t) { return tf_layer_bytes(t); }
+
+int hy_block_forward(const hy_transformer *t, hy_stream *st, int l, const void *in, void *work,
+                     void *out, const hy_kv_layer *kv, hy_error *err) {
+    assert(!t->split);   /* nothing is kept for a backward */
+    assert(!kv || (kv->t0 >= 0 && kv->t0 + t->T <= kv->Tmax));
+    size_t used = 0;
+    tf_layer_acts acts = tf_layer_carve(t, work, &used);
+    return tf_layer_forward(t, st, l, in, &acts, out, kv, err);
+}
+
+void *hy_transformer_weight(const hy_transformer *t, hy_param_kind kind, int layer) {
+    return tf_w(t, tf_p(t, kind, layer));
 }

@@ -129,4 +129,33 @@ int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, 
 int hy_stage_wgrad(const hy_transformer *t, hy_stream *st, int stage, const void *in, void *slot,
                    const int *tokens, hy_error *err);
 
+/* ---- Generation (sample.h) -------------------------------------------
+ *
+ * The same block, run forward only, token by token over a KV cache. */
+
+/* One layer's KV cache: k and v [B, Tmax, NKV·hd] in the rank's memory
+ * (GPT-2: NKV = heads, hd = d_model / heads); t0 is the position of the
+ * first of the tokens a call brings. */
+typedef struct {
+    void *k, *v;
+    int t0, Tmax;
+} hy_kv_layer;
+
+/* Bytes of the activations one block's forward writes for t's B x T
+ * tokens: what hy_block_forward's `work` holds. */
+size_t hy_block_work_bytes(const hy_transformer *t);
+
+/* The forward of global block l over t->B x t->T tokens, from `in` to
+ * `out` ([B·T, d_model] each, apart), its activations in `work` and kept
+ * for nothing after. kv NULL: attention as training has it, over the T
+ * tokens at positions 0 .. T−1; else the tokens are at positions kv->t0
+ * .. t0+T−1: their keys and values go into kv's cache (kv_append) and
+ * they attend to its rows up to their own (attention_cached). */
+int hy_block_forward(const hy_transformer *t, hy_stream *st, int l, const void *in, void *work,
+                     void *out, const hy_kv_layer *kv, hy_error *err);
+
+/* The compute copy of parameter `kind` of global block `layer` (ignored
+ * for the embeddings and ln_f), as the ops read it. */
+void *hy_transformer_weight(const hy_transformer *t, hy_param_kind kind, int layer);
+
 #endif

@@ -28,9 +28,13 @@ static void wt_shape_text(char *buf, size_t n, int ndim, const size_t *shape) {
     if (used < n) snprintf(buf + used, n - used, "]");
 }
 
+/* Where the values read go: each parameter's numel floats, once. */
+typedef int (*wt_sink)(void *ctx, const hy_param *p, const float *v, hy_error *err);
+
 /* Reads parameter p from f into host (p->numel floats: wte's padding rows,
- * when the file has only the real vocabulary's, stay zero) and puts it. */
-static int wt_load_tensor(hy_runtime *rt, const hy_model *m, const hy_safetensors_file *f,
+ * when the file has only the real vocabulary's, stay zero) and hands it
+ * to put. */
+static int wt_load_tensor(wt_sink put, void *ctx, const hy_model *m, const hy_safetensors_file *f,
                           const hy_param *p, float *host, hy_error *err) {
     char prefixed[64];
     snprintf(prefixed, sizeof prefixed, "transformer.%s", p->name);
@@ -53,7 +57,7 @@ static int wt_load_tensor(hy_runtime *rt, const hy_model *m, const hy_safetensor
     memset(host, 0, p->numel * sizeof(float));
     int rc = hy_safetensors_read_f32(f, t, host, t->numel, err);
     if (!rc) rc = hy_weights_check(f->path, t->name, host, t->numel, 0, err);
-    return rc ? rc : hy_runtime_put(rt, HY_T_PARAM, p, host, p->numel, err);
+    return rc ? rc : put(ctx, p, host, err);
 }
 
 /* The model a hanayo checkpoint's weights record (checkpoint.h writes
@@ -93,8 +97,8 @@ int hy_weights_check(const char *path, const char *name, const float *v, size_t 
     return HY_OK;
 }
 
-int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err) {
-    const hy_model *m = hy_runtime_model(rt);
+/* Every parameter of m from the file at path, checked, to put. */
+static int wt_read(const hy_model *m, const char *path, wt_sink put, void *ctx, hy_error *err) {
     hy_safetensors_file f;
     int rc = hy_safetensors_open(&f, path, err);
     if (rc) return rc;
@@ -110,9 +114,28 @@ int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err) {
                          hy_safetensors_show(name).s, m->layers);
     }
     for (int i = 0; i < m->n_params && !rc; i++)
-        rc = wt_load_tensor(rt, m, &f, &m->params[i], host, err);
-    if (!rc) rc = hy_runtime_refresh(rt, err);
+        rc = wt_load_tensor(put, ctx, m, &f, &m->params[i], host, err);
     free(host);
     hy_safetensors_close(&f);
     return rc;
+}
+
+static int wt_put_runtime(void *ctx, const hy_param *p, const float *v, hy_error *err) {
+    return hy_runtime_put(ctx, HY_T_PARAM, p, v, p->numel, err);
+}
+
+int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err) {
+    int rc = wt_read(hy_runtime_model(rt), path, wt_put_runtime, rt, err);
+    return rc ? rc : hy_runtime_refresh(rt, err);
+}
+
+static int wt_put_block(void *ctx, const hy_param *p, const float *v, hy_error *err) {
+    (void)err;
+    float *const *blocks = ctx;
+    memcpy(blocks[p->stage] + p->offset, v, p->numel * sizeof(float));
+    return HY_OK;
+}
+
+int hy_weights_read(const hy_model *m, const char *path, float *const *blocks, hy_error *err) {
+    return wt_read(m, path, wt_put_block, (void *)blocks, err);
 }

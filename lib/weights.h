@@ -14,7 +14,7 @@
  *
  * It talks to the runtime through runtime.h only: each tensor is put as it
  * is read (hy_runtime_put), then the compute copies are refreshed once
- * (hy_runtime_refresh).
+ * (hy_runtime_refresh); hy_weights_read reads the same into host blocks.
  */
 #ifndef HY_WEIGHTS_H
 #define HY_WEIGHTS_H
@@ -31,6 +31,12 @@
  * config's: GPT and BERT tensors share names and shapes. Other files
  * (Hugging Face's) are checked by their shapes alone. */
 int hy_weights_load(hy_runtime *rt, const char *path, hy_error *err);
+
+/* The same checks and values into host memory instead of a runtime:
+ * blocks[s] holds stage s's parameter block of m (m->stage_numel[s]
+ * floats, wte's padding rows left as they were). What generation loads
+ * (sample.h), which runs no training runtime. */
+int hy_weights_read(const hy_model *m, const char *path, float *const *blocks, hy_error *err);
 
 /* The n values just read from tensor `name` of the file at path must all
  * be finite and, with nonneg, >= 0 (AdamW's second moments): else

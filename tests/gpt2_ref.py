@@ -18,6 +18,8 @@ What is here (all usable as a module: `import gpt2_ref`):
   read_shard / write_shard
       llm.c token shards: 256 little-endian int32 (magic 20240520, version 1,
       token count, rest zero), then the tokens as little-endian uint16.
+  gpt2_greedy
+      Greedy decoding as transformers' generate(do_sample=False) does it.
   gpt2_logits / gpt2_token_losses / gpt2_loss
       GPT-2's forward in float64 from Hugging Face GPT-2 names and layouts
       (a "transformer." prefix is accepted): token + learned position
@@ -44,6 +46,10 @@ Command line (run from anywhere):
                    --seq-len T --heads NH --batches N [--vocab V] [--bidirectional]
       prints {"loss": x, "batches": n, "tokens": t}, the line `hanayo eval`
       prints.
+  gpt2_ref.py greedy --weights W.safetensors --heads NH --prompt 1,2,3 --max-len T
+                     [--vocab V]
+      prints the ids greedy decoding adds to the prompt until it holds T
+      tokens, space-separated: the line `hanayo sample --temperature 0` prints.
   gpt2_ref.py init --out W.safetensors --layers L --d-model C --heads NH
                    --seq-len T --vocab V --seed S [--std STD] [--dtype F32|BF16]
                    [--prefix transformer.]
@@ -336,6 +342,21 @@ def shard_loss(params, tokens, B, T, n_heads, n_batches, causal=True):
     return float(np.mean(losses)), n_batches, n_batches * B * T
 
 
+def gpt2_greedy(params, prompt, n_heads, max_len, vocab=None):
+    """Greedy decoding, as transformers' generate(do_sample=False,
+    max_length=max_len) does it: append the argmax of the last position's
+    logits (the first of equal maxima) until the sequence holds max_len
+    tokens. Returns the new tokens only."""
+    params, dims = normalize_weights(params, vocab)
+    seq = [int(t) for t in prompt]
+    new = []
+    while len(seq) < max_len:
+        nxt = int(np.argmax(gpt2_logits(params, np.array(seq)[None, :], n_heads)[0, -1]))
+        seq.append(nxt)
+        new.append(nxt)
+    return new
+
+
 def init_weights(layers, d_model, heads, seq_len, vocab, seed, std=0.02):
     """GPT-2-shaped random weights (float32): matrices and embeddings
     N(0, std), biases and LN biases N(0, std), LN weights 1 + N(0, 0.1) —
@@ -432,6 +453,13 @@ def main(argv=None):
     lo.add_argument("--batches", type=int, required=True)
     lo.add_argument("--vocab", type=int, default=None, help="real vocabulary (default: wte's rows)")
     lo.add_argument("--bidirectional", action="store_true", help="attention not causal")
+    gr = sub.add_parser("greedy", help="greedy decoding: the new ids, as `hanayo sample "
+                        "--temperature 0` prints them")
+    gr.add_argument("--weights", required=True)
+    gr.add_argument("--heads", type=int, required=True)
+    gr.add_argument("--prompt", required=True, help="ids, comma-separated")
+    gr.add_argument("--max-len", type=int, required=True, help="prompt and new tokens")
+    gr.add_argument("--vocab", type=int, default=None, help="real vocabulary (default: wte's rows)")
     it = sub.add_parser("init", help="write random GPT-2-style weights")
     it.add_argument("--out", required=True)
     it.add_argument("--layers", type=int, required=True)
@@ -450,6 +478,10 @@ def main(argv=None):
             loss, n, t = shard_loss(params, read_shard(a.data), a.batch_size, a.seq_len,
                                     a.heads, a.batches, causal=not a.bidirectional)
             print(json.dumps({"loss": loss, "batches": n, "tokens": t}))
+        elif a.cmd == "greedy":
+            prompt = [int(x) for x in a.prompt.split(",")]
+            new = gpt2_greedy(read_safetensors(a.weights), prompt, a.heads, a.max_len, a.vocab)
+            print(" ".join(str(t) for t in new))
         else:
             w = init_weights(a.layers, a.d_model, a.heads, a.seq_len, a.vocab, a.seed, a.std)
             write_safetensors(a.out, {a.prefix + k: v for k, v in w.items()}, dtype=a.dtype)

@@ -375,9 +375,9 @@ static int table_commands(const cli_command **out, int max) {
 static void test_tables_match_usage(void) {
     const cli_command *cmds[32];
     int n_cmds = table_commands(cmds, 32);
-    /* train eval plan profile tune check plot, data synth and info,
-     * checkpoint verify and list */
-    CHECK(n_cmds == 11);
+    /* train eval sample plan profile tune check plot, data synth and
+     * info, checkpoint verify and list */
+    CHECK(n_cmds == 12);
     for (int c = 0; c < n_cmds; c++) {
         const cli_command *cmd = cmds[c];
         char names[MAX_DOCUMENTED][32];

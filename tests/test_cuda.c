@@ -41,6 +41,7 @@
 #include "model.h"
 #include "rng.h"
 #include "runtime.h"
+#include "sample.h"
 #include "train.h"
 #include "test.h"
 #include "lib/testrun.h"
@@ -501,6 +502,91 @@ static void test_attention(hy_rng *r, int B, int T, int NH, int NKV, int hd, int
     CHECKF(memcmp(dqkv[3], dqkv[4], nqkv * sizeof(float)) == 0, "%s: dqkv differs between runs", what);
     for (int k = 0; k < 5; k++) { free(out[k]); free(lse[k]); free(dqkv[k]); }
     free(qkv); free(dout); free(dqkv0);
+}
+
+/* Attention over a KV cache: B sequences of T tokens arrive in pieces
+ * (the sizes in `pieces`, summing to T: a prefill, then decode steps),
+ * each kv_append'ed into a cache of Tmax positions and attended over it;
+ * the outputs of every piece, on the GPU, against the CPU's. */
+static void test_kvcache(hy_rng *r, int B, const int *pieces, int n_pieces, int Tmax, int NH,
+                         int NKV, int hd) {
+    int T = 0, W = (NH + 2 * NKV) * hd, C = NH * hd;
+    for (int p = 0; p < n_pieces; p++) T += pieces[p];
+    size_t ncache = (size_t)B * Tmax * NKV * hd;
+    float *qkv = rnd(r, (size_t)B * T * W, 2), *zero = calloc(ncache, sizeof(float));
+    float *out[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *kc = put_act(d, zero, ncache), *vc = put_act(d, zero, ncache);
+        out[k] = malloc(sizeof(float) * B * T * C);
+        int t0 = 0;
+        for (int p = 0; p < n_pieces; p++) {
+            int n = pieces[p];
+            float *in = malloc(sizeof(float) * B * n * W), *got = malloc(sizeof(float) * B * n * C);
+            for (int b = 0; b < B; b++)
+                memcpy(in + (size_t)b * n * W, qkv + ((size_t)b * T + t0) * W,
+                       sizeof(float) * n * W);
+            void *pin = put_act(d, in, (size_t)B * n * W);
+            void *po = dev_alloc(d, (size_t)B * n * C * o->act_size);
+            CHECK(o->kv_append(d->st, kc, vc, pin, B, n, t0, Tmax, NH, NKV, hd, &d->err) == HY_OK);
+            CHECK(o->attention_cached(d->st, po, pin, kc, vc, B, n, t0, Tmax, NH, NKV, hd,
+                                      &d->err) == HY_OK);
+            get_act(d, got, po, (size_t)B * n * C);
+            for (int b = 0; b < B; b++)
+                memcpy(out[k] + ((size_t)b * T + t0) * C, got + (size_t)b * n * C,
+                       sizeof(float) * n * C);
+            free(in);
+            free(got);
+            t0 += n;
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "kvcache B=%d T=%d Tmax=%d NH=%d NKV=%d hd=%d", B, T, Tmax, NH,
+             NKV, hd);
+    compare(what, out[1], out[0], (size_t)B * T * C, 1e-2);
+    BOTH free(out[k]);
+    free(qkv);
+    free(zero);
+}
+
+/* A sampler (lib/sample.h) on the GPU: its logits after a prefill and
+ * each decode step over its cache match the CPU sampler's on the same
+ * weights, and a full recompute on the GPU (its flash attention) too. */
+static void test_sampler(void) {
+    hy_model_shape shape = { .kind = HY_MODEL_GPT, .layers = 2, .d_model = 64, .heads = 4,
+                             .seq_len = 40, .vocab = 100 };
+    hy_model m;
+    hy_error err;
+    if (hy_model_build(&m, &shape, NULL, 1, 1, &err) != HY_OK) {
+        CHECKF(0, "%s", err.msg);
+        return;
+    }
+    float *block = malloc(sizeof(float) * m.stage_numel[0]);
+    hy_model_init_stage(&m, 0, 9, block);
+    for (size_t i = 0; i < m.stage_numel[0]; i++) block[i] *= 5.0f;   /* logits far from flat */
+    hy_sampler *sp[2] = { NULL, NULL };
+    BOTH CHECKF(hy_sampler_create(&sp[k], D[k].be, &shape, block, &err) == HY_OK, "%s", err.msg);
+    if (sp[0] && sp[1]) {
+        int seq[40];
+        for (int i = 0; i < 40; i++) seq[i] = (i * 37 + 11) % 100;
+        float *cached[2], *full = malloc(sizeof(float) * 100);
+        BOTH cached[k] = malloc(sizeof(float) * 100);
+        for (int n = 9; n <= 40; n++) {
+            BOTH CHECK(n == 9 ? hy_sampler_feed(sp[k], seq, 9, cached[k], &err) == HY_OK
+                              : hy_sampler_feed(sp[k], &seq[n - 1], 1, cached[k], &err) == HY_OK);
+            char what[64];
+            snprintf(what, sizeof what, "sampler logits at %d tokens", n);
+            compare(what, cached[1], cached[0], 100, 5e-2);
+            CHECK(hy_sampler_forward_full(sp[1], seq, n, full, &err) == HY_OK);
+            compare(what, cached[1], full, 100, 5e-2);
+        }
+        BOTH free(cached[k]);
+        free(full);
+    }
+    BOTH hy_sampler_destroy(sp[k]);
+    free(block);
+    hy_model_free(&m);
 }
 
 /* RMSNorm (Llama): the layernorm kernels without mean and bias, so the
@@ -1039,6 +1125,15 @@ static void test_ops(void) {
     test_attention(&r, 1, 300, 8, 2, 128, 1);
     test_attention(&r, 1, 33, 4, 2, 20, 0);
     test_attention(&r, 1, 512, 32, 8, 64, 1);
+    /* The cache: a prefill then single steps, grouped-query heads (NKV <
+     * NH), head sizes 4 .. 128, more keys than threads in a block, and a
+     * cache long enough to need more than 48 KiB of shared memory. */
+    test_kvcache(&r, 1, (const int[]){ 1, 1, 1 }, 3, 4, 1, 1, 4);
+    test_kvcache(&r, 2, (const int[]){ 5, 1, 1, 4 }, 4, 16, 4, 4, 8);
+    test_kvcache(&r, 2, (const int[]){ 7, 1, 3 }, 3, 12, 8, 2, 64);
+    test_kvcache(&r, 1, (const int[]){ 300, 1, 1 }, 3, 400, 12, 12, 64);
+    test_kvcache(&r, 1, (const int[]){ 1, 200 }, 2, 256, 6, 3, 128);
+    test_kvcache(&r, 1, (const int[]){ 12300, 1 }, 2, 12301, 1, 1, 4);
     test_embedding(&r, 1, 1, 1, 2);
     test_embedding(&r, 3, 17, 33, 50);
     test_embedding(&r, 4, 128, 256, 1000);
@@ -1054,6 +1149,7 @@ static void test_ops(void) {
     test_fused(&r, 33, 36);
     test_nonfinite();
     test_conversions_and_patterns(&r);
+    test_sampler();
     dev_close(&D[0]);
     dev_close(&D[1]);
 }

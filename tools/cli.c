@@ -4,9 +4,12 @@
 #include "cli.h"
 
 #include <assert.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "checkpoint.h"
 #include "suggest.h"
 
 int cli_read_args(const cli_command *cmd, int argc, char **argv, void *dest,
@@ -97,5 +100,18 @@ int cli_replica_failed(hy_dp *dp, int rc, hy_error *err) {
     fprintf(stderr, "hanayo: replica %d: %s\n", hy_dp_rank(dp), err->msg);
     fflush(stderr);
     hy_dp_abort(dp, rc);
+    return rc;
+}
+
+int cli_weights_file(const char *flag, const char *path, char *file, hy_error *err) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        snprintf(file, PATH_MAX, "%s", path);   /* the load says what is wrong with it */
+        return HY_OK;
+    }
+    char ck[PATH_MAX];
+    int rc = hy_checkpoint_resolve(flag, path, ck, err);
+    if (!rc && snprintf(file, PATH_MAX, "%s/model.safetensors", ck) >= PATH_MAX)
+        rc = hy_fail(err, HY_ERR_INPUT, "%s %s: the path is too long", flag, path);
     return rc;
 }

@@ -38,7 +38,7 @@ struct cli_command {
  * tools/hanayo.c's table lists them. */
 extern const cli_command cli_train_command, cli_eval_command, cli_plan_command,
     cli_profile_command, cli_tune_command, cli_check_command, cli_data_command,
-    cli_checkpoint_command, cli_plot_command;
+    cli_checkpoint_command, cli_plot_command, cli_sample_command;
 
 /* Reads cmd's arguments into dest; with --help it prints cmd's usage
  * instead, and got->help tells the caller there is nothing more to do. */
@@ -63,6 +63,13 @@ int cli_load_config(hy_config *c, const char *path, const hy_flag_list *sets, hy
  * *run (run.h), once: what train, eval, profile and tune run. The config
  * is freed; *run is safe to free on failure too. */
 int cli_load_run(hy_run *run, const char *path, const hy_flag_list *sets, hy_error *err);
+
+/* A weights flag's PATH (eval --init, sample --init) as the weights file
+ * it means: PATH itself, or for a directory the model.safetensors of the
+ * checkpoint it is or of its newest one (hy_checkpoint_resolve, as train
+ * --resume takes it; the load verifies it), into file (PATH_MAX bytes).
+ * flag names it in messages. */
+int cli_weights_file(const char *flag, const char *path, char *file, hy_error *err);
 
 /* Memory per rank for a run on backend `chosen`: memory_gb GiB when > 0,
  * else the GPU's (shared by the ranks on it), else the host's over the

@@ -33,7 +33,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "args.h"
@@ -868,29 +867,12 @@ static const hy_args_spec eval_spec = {
     .command = "eval", .flags = eval_flags, .operand = "config file",
     .synopsis = "hanayo eval CONFIG [--init WEIGHTS|DIR] [--data SHARD] [--batches N]" };
 
-/* eval --init PATH as the weights file it means: PATH itself, or for a
- * directory the model.safetensors of the checkpoint it is or of its
- * newest one (hy_checkpoint_resolve, as train --resume takes it; the
- * load verifies it), into file (PATH_MAX bytes). */
-static int init_file(const char *path, char *file, hy_error *err) {
-    struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        snprintf(file, PATH_MAX, "%s", path);   /* the load says what is wrong with it */
-        return HY_OK;
-    }
-    char ck[PATH_MAX];
-    int rc = hy_checkpoint_resolve("--init", path, ck, err);
-    if (!rc && snprintf(file, PATH_MAX, "%s/model.safetensors", ck) >= PATH_MAX)
-        rc = hy_fail(err, HY_ERR_INPUT, "--init %s: the path is too long", path);
-    return rc;
-}
-
 static int cmd_eval(const cli_command *cmd, int argc, char **argv, hy_error *err) {
     eval_args a = { .sets = { 0 }, .init = NULL, .data = NULL, .batches = 0 };
     char *init_set = NULL, file[PATH_MAX];
     hy_args_result got;
     int rc = cli_read_args(cmd, argc, argv, &a, &got, err);
-    if (rc == HY_OK && !got.help && a.init) rc = init_file(a.init, file, err);
+    if (rc == HY_OK && !got.help && a.init) rc = cli_weights_file("--init", a.init, file, err);
     /* --init becomes one more --set, the last, so the config's checks see
      * it and it wins over a --set init=... */
     if (rc == HY_OK && !got.help && a.init) {

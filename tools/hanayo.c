@@ -38,6 +38,8 @@ static const char usage_main[] =
     "          train a model\n"
     "  eval    CONFIG [--init WEIGHTS.safetensors] [--data SHARD] [--batches N]\n"
     "          print the loss as one JSON line\n"
+    "  sample  CONFIG --init DIR --prompt-tokens IDS | --prompt TEXT --tokenizer F\n"
+    "          generate text from a trained GPT, on one rank\n"
     "  plan    CONFIG | --schedule K --ranks P --micro-batches M [...]\n"
     "          show a schedule: timeline, bubble, memory, transfers\n"
     "  profile CONFIG [--steps N] [--out DIR]\n"
@@ -83,15 +85,16 @@ static const cli_command help_commands[] = {
 };
 
 static const cli_command *const commands[] = {
-    &cli_train_command, &cli_eval_command, &cli_plan_command, &cli_profile_command,
-    &cli_tune_command, &cli_check_command, &cli_data_command, &cli_checkpoint_command,
-    &cli_plot_command, &help_commands[0], &help_commands[1], &help_commands[2], &help_commands[3],
+    &cli_train_command, &cli_eval_command, &cli_sample_command, &cli_plan_command,
+    &cli_profile_command, &cli_tune_command, &cli_check_command, &cli_data_command,
+    &cli_checkpoint_command, &cli_plot_command, &help_commands[0], &help_commands[1],
+    &help_commands[2], &help_commands[3],
 };
 
 /* What a mistyped command is matched against (not the spellings of help). */
 static const char *const command_names[] = {
-    "train", "eval", "plan", "profile", "tune", "check", "data", "checkpoint", "plot", "help",
-    "--version",
+    "train", "eval", "sample", "plan", "profile", "tune", "check", "data", "checkpoint", "plot",
+    "help", "--version",
     NULL};
 
 static const cli_command *find_command(const char *name) {

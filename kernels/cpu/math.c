@@ -259,6 +259,38 @@ static int cpu_attention_bwd(hy_stream *s, void *dqkv, void *scratch, const void
     return HY_CALL(s, HY_OPK_ATTENTION_BWD, run_attn_bwd, a, err);
 }
 
+/* ---- attention over a KV cache ------------------------------------------ */
+
+typedef struct {
+    float *out, *kc, *vc;
+    const float *qkv;
+    int B, Tq, t0, Tmax, NH, NKV, hd;
+} kv_args;
+static void run_kv_append(const void *p) {
+    const kv_args *a = p;
+    hy_cpu_kv_append(a->kc, a->vc, a->qkv, a->B, a->Tq, a->t0, a->Tmax, a->NH, a->NKV, a->hd);
+}
+static int cpu_kv_append(hy_stream *s, void *kc, void *vc, const void *qkv, int B, int Tq,
+                         int t0, int Tmax, int NH, int NKV, int hd, hy_error *err) {
+    kv_args a = { .kc = kc, .vc = vc, .qkv = qkv, .B = B, .Tq = Tq, .t0 = t0, .Tmax = Tmax,
+                  .NH = NH, .NKV = NKV, .hd = hd };
+    return HY_CALL(s, HY_OPK_OTHER, run_kv_append, a, err);
+}
+static void run_attention_cached(const void *p) {
+    const kv_args *a = p;
+    hy_cpu_attention_cached(a->out, a->qkv, a->kc, a->vc, a->B, a->Tq, a->t0, a->Tmax, a->NH,
+                            a->NKV, a->hd);
+}
+static int cpu_attention_cached(hy_stream *s, void *out, const void *qkv, const void *kc,
+                                const void *vc, int B, int Tq, int t0, int Tmax, int NH, int NKV,
+                                int hd, hy_error *err) {
+    /* The op only reads the cache; the struct's pointers are shared with
+     * kv_append's, which writes it. */
+    kv_args a = { .out = out, .kc = (float *)kc, .vc = (float *)vc, .qkv = qkv, .B = B, .Tq = Tq,
+                  .t0 = t0, .Tmax = Tmax, .NH = NH, .NKV = NKV, .hd = hd };
+    return HY_CALL(s, HY_OPK_ATTENTION_FWD, run_attention_cached, a, err);
+}
+
 typedef struct {
     float *qkv;
     const float *cs;
@@ -387,6 +419,8 @@ void hy_cpu_math_ops(hy_backend_ops *o) {
     o->swiglu_bwd = cpu_swiglu_bwd;
     o->attention_fwd = cpu_attention_fwd;
     o->attention_bwd = cpu_attention_bwd;
+    o->kv_append = cpu_kv_append;
+    o->attention_cached = cpu_attention_cached;
     o->lm_head_fwd = cpu_lm_head_fwd;
     o->lm_head_bwd = cpu_lm_head_bwd;
     o->classifier = cpu_classifier;

@@ -4,8 +4,8 @@
  * float arrays.
  *
  * One family per file in kernels/cpu/ (matmul.c, layernorm.c, gelu.c,
- * swiglu.c, attention.c, rope.c, embedding.c, classifier.c, adamw.c);
- * kernels/cuda/ holds the
+ * swiglu.c, attention.c, kvcache.c, rope.c, embedding.c, classifier.c,
+ * adamw.c); kernels/cuda/ holds the
  * same families under the same names, so the two are read side by side.
  *
  * Conventions, for every op below:
@@ -179,6 +179,28 @@ void hy_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, c
  */
 void hy_cpu_rope(float *qkv, const float *cs, int B, int T, int NH, int NKV, int hd,
                  int inverse);
+
+/* ---------------------------------------------------------------------- */
+/* kvcache.c — attention over a KV cache (generation, lib/sample.h)
+ *
+ * The cache of one layer: kc, vc [B, Tmax, NKV·hd], row t the keys (values)
+ * of position t, kv head g at columns g·hd .. g·hd+hd−1. qkv [B, Tq, W],
+ * W = (NH + 2·NKV)·hd, holds Tq new tokens at positions t0 .. t0+Tq−1:
+ * per row NH query heads, then NKV key heads, then NKV value heads (GPT-2:
+ * NKV = NH, c_attn's q | k | v).
+ *   kv_append          kc[b,t0+i,:] = k of qkv[b,i];  vc[b,t0+i,:] = v of it
+ *   attention_cached   for query i (position p = t0+i), head h, its kv head
+ *                      g = h / (NH/NKV) (grouped-query attention):
+ *     out[b,i,h·hd+d] = Σ_{s ≤ p} softmax_s(q·kc[b,s,g] / sqrt(hd)) · vc[b,s,g·hd+d]
+ * so the new tokens attend to every cached position and, among themselves,
+ * causally: the forward of attention.c (causal) on the whole sequence,
+ * row for row, once kv_append has put the new keys in. out [B, Tq, NH·hd].
+ * Requires t0 + Tq ≤ Tmax and NH a multiple of NKV. No scratch.
+ */
+void hy_cpu_kv_append(float *kc, float *vc, const float *qkv, int B, int Tq, int t0, int Tmax,
+                      int NH, int NKV, int hd);
+void hy_cpu_attention_cached(float *out, const float *qkv, const float *kc, const float *vc,
+                             int B, int Tq, int t0, int Tmax, int NH, int NKV, int hd);
 
 /* ---------------------------------------------------------------------- */
 /* embedding.c — token + learned position embedding

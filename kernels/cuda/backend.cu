@@ -427,6 +427,21 @@ static int cuda_attention_bwd(hy_stream *s, void *dqkv, void *scr, const void *d
                                         HY_CBF(out), lse, B, T, NH, NKV, hd, causal, overwrite, err);
 }
 
+static int cuda_kv_append(hy_stream *s, void *kc, void *vc, const void *qkv, int B, int Tq,
+                          int t0, int Tmax, int NH, int NKV, int hd, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_kv_append(cs_of(s)->s, HY_BF(kc), HY_BF(vc), HY_CBF(qkv), B, Tq, t0,
+                                    Tmax, NH, NKV, hd, err);
+}
+
+static int cuda_attention_cached(hy_stream *s, void *out, const void *qkv, const void *kc,
+                                 const void *vc, int B, int Tq, int t0, int Tmax, int NH, int NKV,
+                                 int hd, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_attention_cached(cs_of(s)->s, HY_BF(out), HY_CBF(qkv), HY_CBF(kc),
+                                           HY_CBF(vc), B, Tq, t0, Tmax, NH, NKV, hd, err);
+}
+
 static size_t cuda_attention_scratch(int B, int T, int NH, int NKV, int hd) {
     return hy_k_attention_scratch(B, T, NH, NKV, hd);
 }
@@ -579,6 +594,8 @@ static hy_backend_ops cuda_ops_init(void) {
     o.swiglu_bwd = cuda_swiglu_bwd;
     o.attention_fwd = cuda_attention_fwd;
     o.attention_bwd = cuda_attention_bwd;
+    o.kv_append = cuda_kv_append;
+    o.attention_cached = cuda_attention_cached;
     o.lm_head_fwd = cuda_lm_head_fwd;
     o.lm_head_bwd = cuda_lm_head_bwd;
     o.classifier = cuda_classifier;
@@ -665,6 +682,7 @@ int hy_k_preload(hy_error *err) {
     if (!rc) rc = hy_k_layernorm_preload(err);
     if (!rc) rc = hy_k_gelu_preload(err);
     if (!rc) rc = hy_k_attention_preload(err);
+    if (!rc) rc = hy_k_kvcache_preload(err);
     if (!rc) rc = hy_k_rope_preload(err);
     if (!rc) rc = hy_k_swiglu_preload(err);
     if (!rc) rc = hy_k_embedding_preload(err);

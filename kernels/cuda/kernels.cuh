@@ -4,8 +4,8 @@
  * a stream. backend.cu turns each hy_backend_ops math entry into one call
  * here; the equations are kernels/cpu/ops.h's, family by family in files
  * of the same names (matmul.cu, layernorm.cu, gelu.cu, swiglu.cu,
- * attention.cu, rope.cu, embedding.cu, classifier.cu, adamw.cu), plus the
- * test ops (testops.cu).
+ * attention.cu, kvcache.cu, rope.cu, embedding.cu, classifier.cu,
+ * adamw.cu), plus the test ops (testops.cu).
  *
  * Types: activations, activation gradients and the compute copy of the
  * weights are bf16 (hy_bf16); parameter gradients, AdamW state, the fp32
@@ -51,6 +51,7 @@ int hy_k_gelu_preload(hy_error *err);
 int hy_k_swiglu_preload(hy_error *err);
 int hy_k_rope_preload(hy_error *err);
 int hy_k_attention_preload(hy_error *err);
+int hy_k_kvcache_preload(hy_error *err);
 int hy_k_embedding_preload(hy_error *err);
 int hy_k_classifier_preload(hy_error *err);
 int hy_k_adamw_preload(hy_error *err);
@@ -128,6 +129,16 @@ int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, hy
 /* dinp += dout · gelu'(inp); overwrite: dinp = dout · gelu'(inp) */
 int hy_k_gelu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
                   size_t n, int overwrite, hy_error *err);
+
+/* ---- kvcache.cu ---- attention over a KV cache (generation): the cache
+ * kc, vc [B, Tmax, NKV·hd], qkv [B, Tq, (NH + 2·NKV)·hd] of the new tokens at
+ * positions t0.., out [B, Tq, NH·hd]; backend.h's kv_append and
+ * attention_cached, kernels/cpu/ops.h's equations. No scratch. */
+int hy_k_kv_append(cudaStream_t s, hy_bf16 *kc, hy_bf16 *vc, const hy_bf16 *qkv, int B, int Tq,
+                   int t0, int Tmax, int NH, int NKV, int hd, hy_error *err);
+int hy_k_attention_cached(cudaStream_t s, hy_bf16 *out, const hy_bf16 *qkv, const hy_bf16 *kc,
+                          const hy_bf16 *vc, int B, int Tq, int t0, int Tmax, int NH, int NKV,
+                          int hd, hy_error *err);
 
 /* ---- swiglu.cu ---- inp [N, 2F] (gate, then up), out [N, F] */
 int hy_k_swiglu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, int N, int F, hy_error *err);
