@@ -328,16 +328,46 @@ static int ck_check_model(const char *path, const char *what, json_t *state, con
     if (!kind || strcmp(kind, want) != 0)
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.kind = %s, the config has "
                        "%s; %s", what, kind ? kind : "?", want, advice);
-    static const char *const keys[] = { "layers", "d_model", "heads", "seq_len", "vocab" };
-    const int now[] = { m->layers, m->d_model, m->heads, m->seq_len, m->vocab };
-    for (int i = 0; i < 5; i++) {
+    /* kv_heads, ffn_dim and tie_embeddings came with Llama: a checkpoint
+     * older than them is a GPT's or a BERT's, whose kind fixes them. */
+    static const char *const keys[] = { "layers", "d_model", "heads", "seq_len", "vocab",
+                                        "kv_heads", "ffn_dim" };
+    const int now[] = { m->layers, m->d_model, m->heads, m->seq_len, m->vocab, m->kv_heads,
+                        m->ffn_dim };
+    for (int i = 0; i < 7; i++) {
         json_t *v = json_object_get(model, keys[i]);
+        if (!v && i >= 5) continue;
         if (!json_is_integer(v) || json_integer_value(v) != now[i])
             return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.%s = %lld, the config has "
                            "%d; %s", what, keys[i],
                            json_is_integer(v) ? (long long)json_integer_value(v) : -1LL, now[i],
                            advice);
     }
+    json_t *tie = json_object_get(model, "tie_embeddings");
+    if (tie && (!json_is_boolean(tie) || json_is_true(tie) != !!m->tie_embeddings))
+        return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.tie_embeddings = %s, the "
+                       "config has %s; %s", what, json_is_true(tie) ? "true" : "false",
+                       m->tie_embeddings ? "true" : "false", advice);
+    if (m->kind != HY_MODEL_LLAMA) return HY_OK;
+    /* Llama's reals change the function the weights compute, not their shapes. */
+    json_t *scaling = json_object_get(model, "rope_scaling");
+    const char *const reals[] = { "norm_eps", "rope_theta", "factor", "low_freq_factor",
+                                  "high_freq_factor" };
+    const double rnow[] = { m->norm_eps, m->rope_theta, m->rope_scaling.factor,
+                            m->rope_scaling.low_freq_factor, m->rope_scaling.high_freq_factor };
+    for (int i = 0; i < 5; i++) {
+        json_t *v = json_object_get(i < 2 ? model : scaling, reals[i]);
+        if (!json_is_number(v) || json_number_value(v) != rnow[i])
+            return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.%s%s = %g, the config "
+                           "has %g; %s", what, i < 2 ? "" : "rope_scaling.", reals[i],
+                           json_is_number(v) ? json_number_value(v) : NAN, rnow[i], advice);
+    }
+    json_t *orig = json_object_get(scaling, "original_max_position_embeddings");
+    if (!json_is_integer(orig) || json_integer_value(orig) != m->rope_scaling.original_max_pos)
+        return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.rope_scaling."
+                       "original_max_position_embeddings = %lld, the config has %d; %s", what,
+                       json_is_integer(orig) ? (long long)json_integer_value(orig) : -1LL,
+                       m->rope_scaling.original_max_pos, advice);
     return HY_OK;
 }
 
