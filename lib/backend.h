@@ -156,10 +156,10 @@ typedef enum {
     HY_OPK_MATMUL_BWD,     /* matmul_bwd */
     HY_OPK_LM_HEAD_FWD,    /* lm_head_fwd */
     HY_OPK_LM_HEAD_BWD,    /* lm_head_bwd */
-    HY_OPK_ATTENTION_FWD,  /* attention_fwd (its per-head GEMMs and softmax) */
-    HY_OPK_ATTENTION_BWD,  /* attention_bwd */
-    HY_OPK_LAYERNORM,      /* layernorm_fwd and _bwd */
-    HY_OPK_GELU,           /* gelu_fwd and _bwd */
+    HY_OPK_ATTENTION_FWD,  /* attention_fwd (its per-head GEMMs and softmax), rope */
+    HY_OPK_ATTENTION_BWD,  /* attention_bwd, rope's inverse */
+    HY_OPK_LAYERNORM,      /* layernorm_fwd and _bwd, rmsnorm_fwd and _bwd */
+    HY_OPK_GELU,           /* gelu_fwd and _bwd, swiglu_fwd and _bwd */
     HY_OPK_EMBEDDING,      /* embedding_fwd and _bwd */
     HY_OPK_CLASSIFIER,     /* classifier */
     HY_OPK_ADAMW,          /* adamw */

@@ -55,6 +55,25 @@ static int cpu_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void *
     return HY_CALL(s, HY_OPK_GELU, run_gelu_bwd, a, err);
 }
 
+typedef struct { float *out; const float *inp, *dout; int N, F; } swiglu_args;
+static void run_swiglu_fwd(const void *p) {
+    const swiglu_args *a = p;
+    hy_cpu_swiglu_forward(a->out, a->inp, a->N, a->F);
+}
+static int cpu_swiglu_fwd(hy_stream *s, void *out, const void *inp, int N, int F, hy_error *err) {
+    swiglu_args a = { .out = out, .inp = inp, .N = N, .F = F };
+    return HY_CALL(s, HY_OPK_GELU, run_swiglu_fwd, a, err);
+}
+static void run_swiglu_bwd(const void *p) {
+    const swiglu_args *a = p;
+    hy_cpu_swiglu_backward(a->out, a->dout, a->inp, a->N, a->F);
+}
+static int cpu_swiglu_bwd(hy_stream *s, void *dinp, const void *dout, const void *inp, int N,
+                          int F, hy_error *err) {
+    swiglu_args a = { .out = dinp, .inp = inp, .dout = dout, .N = N, .F = F };
+    return HY_CALL(s, HY_OPK_GELU, run_swiglu_bwd, a, err);
+}
+
 /* ---- embedding --------------------------------------------------------- */
 
 typedef struct {
@@ -112,6 +131,32 @@ static int cpu_layernorm_bwd(hy_stream *s, void *dinp, float *dw, float *db, con
     ln_args a = { .out = dinp, .dw = dw, .db = db, .dout = dout, .inp = inp, .w = w,
                   .cmean = mean, .crstd = rstd, .N = N, .C = C };
     return HY_CALL(s, HY_OPK_LAYERNORM, run_ln_bwd, a, err);
+}
+
+typedef struct {
+    float *out, *rstd, *dw;
+    const float *inp, *w, *dout, *crstd;
+    int N, C;
+    float eps;
+} rms_args;
+static void run_rms_fwd(const void *p) {
+    const rms_args *a = p;
+    hy_cpu_rmsnorm_forward(a->out, a->rstd, a->inp, a->w, a->N, a->C, a->eps);
+}
+static int cpu_rmsnorm_fwd(hy_stream *s, void *out, float *rstd, const void *inp, const void *w,
+                           int N, int C, float eps, hy_error *err) {
+    rms_args a = { .out = out, .rstd = rstd, .inp = inp, .w = w, .N = N, .C = C, .eps = eps };
+    return HY_CALL(s, HY_OPK_LAYERNORM, run_rms_fwd, a, err);
+}
+static void run_rms_bwd(const void *p) {
+    const rms_args *a = p;
+    hy_cpu_rmsnorm_backward(a->out, a->dw, a->dout, a->inp, a->w, a->crstd, a->N, a->C);
+}
+static int cpu_rmsnorm_bwd(hy_stream *s, void *dinp, float *dw, const void *dout, const void *inp,
+                           const void *w, const float *rstd, int N, int C, hy_error *err) {
+    rms_args a = { .out = dinp, .dw = dw, .dout = dout, .inp = inp, .w = w, .crstd = rstd, .N = N,
+                   .C = C };
+    return HY_CALL(s, HY_OPK_LAYERNORM, run_rms_bwd, a, err);
 }
 
 /* ---- matmul and the tied head ------------------------------------------ */
@@ -211,6 +256,22 @@ static int cpu_attention_bwd(hy_stream *s, void *dqkv, void *scratch, const void
     attn_args a = { .out = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv, .catt = att,
                     .B = B, .T = T, .C = C, .NH = NH };
     return HY_CALL(s, HY_OPK_ATTENTION_BWD, run_attn_bwd, a, err);
+}
+
+typedef struct {
+    float *qkv;
+    const float *cs;
+    int B, T, NH, NKV, hd, inverse;
+} rope_args;
+static void run_rope(const void *p) {
+    const rope_args *a = p;
+    hy_cpu_rope(a->qkv, a->cs, a->B, a->T, a->NH, a->NKV, a->hd, a->inverse);
+}
+static int cpu_rope(hy_stream *s, void *qkv, const float *cs, int B, int T, int NH, int NKV,
+                    int hd, int inverse, hy_error *err) {
+    rope_args a = { qkv, cs, B, T, NH, NKV, hd, inverse };
+    /* timed with the attention it belongs to */
+    return HY_CALL(s, inverse ? HY_OPK_ATTENTION_BWD : HY_OPK_ATTENTION_FWD, run_rope, a, err);
 }
 
 /* ---- classifier --------------------------------------------------------- */
@@ -318,6 +379,11 @@ void hy_cpu_math_ops(hy_backend_ops *o) {
     o->gelu_bwd = cpu_gelu_bwd;
     o->matmul_gelu_fwd = cpu_matmul_gelu_fwd;
     o->matmul_gelu_bwd = cpu_matmul_gelu_bwd;
+    o->rmsnorm_fwd = cpu_rmsnorm_fwd;
+    o->rmsnorm_bwd = cpu_rmsnorm_bwd;
+    o->rope = cpu_rope;
+    o->swiglu_fwd = cpu_swiglu_fwd;
+    o->swiglu_bwd = cpu_swiglu_bwd;
     o->attention_fwd = cpu_attention_fwd;
     o->attention_bwd = cpu_attention_bwd;
     o->lm_head_fwd = cpu_lm_head_fwd;

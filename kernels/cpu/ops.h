@@ -1,9 +1,11 @@
 /*
- * ops.h — the CPU backend's math: every fp32 op a GPT-2 / BERT transformer
- * needs, forward and backward, as plain functions over raw float arrays.
+ * ops.h — the CPU backend's math: every fp32 op a GPT-2 / BERT / Llama
+ * transformer needs, forward and backward, as plain functions over raw
+ * float arrays.
  *
  * One family per file in kernels/cpu/ (matmul.c, layernorm.c, gelu.c,
- * attention.c, embedding.c, classifier.c, adamw.c); kernels/cuda/ holds the
+ * swiglu.c, attention.c, rope.c, embedding.c, classifier.c, adamw.c);
+ * kernels/cuda/ holds the
  * same families under the same names, so the two are read side by side.
  *
  * Conventions, for every op below:
@@ -106,6 +108,18 @@ void hy_cpu_residual_layernorm_forward(float *residual, float *out, float *mean,
                                        const float *weight, const float *bias,
                                        int N, int C);
 
+/* RMSNorm (Llama) over the last dimension, eps given (the model's):
+ *   rstd[n] = 1 / sqrt((1/C) Σ_i x[n,i]² + eps)             (saved, [N])
+ *   out[n,i] = x[n,i] · rstd[n] · weight[i]
+ * backward, with xhat = x · rstd and g = dout ⊙ weight:
+ *   dinp[n,i]  += rstd[n] · (g[n,i] − xhat[n,i] · mean_i(g ⊙ xhat)[n])
+ *   dweight[i] += Σ_n dout[n,i] · xhat[n,i]                 (either may be NULL)
+ */
+void hy_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                            int N, int C, float eps);
+void hy_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C);
+
 /* ---------------------------------------------------------------------- */
 /* gelu.c — GELU, tanh approximation (GPT-2's "gelu_new"), elementwise
  *   u = sqrt(2/π) · (x + 0.044715 x³)
@@ -114,6 +128,16 @@ void hy_cpu_residual_layernorm_forward(float *residual, float *out, float *mean,
  */
 void hy_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void hy_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
+
+/* ---------------------------------------------------------------------- */
+/* swiglu.c — SwiGLU (Llama's MLP activation) on one fused up-projection
+ *   inp[N, 2F]: per row the gate (columns 0..F−1) then the up values (F..2F−1)
+ *   forward   out[n,i] = silu(gate[n,i]) · up[n,i],   silu(x) = x σ(x), σ(x) = 1/(1+e^−x)
+ *   backward  dinp[n,i]   += dout[n,i] · up[n,i] · σ · (1 + gate · (1 − σ))   (σ of gate[n,i])
+ *             dinp[n,F+i] += dout[n,i] · silu(gate[n,i])
+ */
+void hy_cpu_swiglu_forward(float *out, const float *inp, int N, int F);
+void hy_cpu_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F);
 
 /* ---------------------------------------------------------------------- */
 /* attention.c — multi-head self-attention core (after c_attn, before c_proj)
@@ -138,12 +162,28 @@ void hy_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
                                int B, int T, int C, int NH);
 
 /* ---------------------------------------------------------------------- */
+/* rope.c — rotary position embedding (Llama), in place on q and k
+ *
+ * qkv[B,T,(NH+2·NKV)·hd]: NH query heads, NKV key heads, NKV value heads,
+ * each hd wide (hd even). For every query and key head of token (b,t) and
+ * i < hd/2, with c = cs[t·hd + i] and s = cs[t·hd + hd/2 + i] (the table of
+ * lib/model.h's hy_rope_table: per position hd/2 cosines then hd/2 sines):
+ *   x'[i]        = x[i] · c − x[i + hd/2] · s
+ *   x'[i + hd/2] = x[i + hd/2] · c + x[i] · s
+ * inverse != 0 rotates by −angle (s negated): the backward, applied in
+ * place to d(q), d(k). Value heads are left as they are.
+ */
+void hy_cpu_rope(float *qkv, const float *cs, int B, int T, int NH, int NKV, int hd,
+                 int inverse);
+
+/* ---------------------------------------------------------------------- */
 /* embedding.c — token + learned position embedding
  *   forward   out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
  *   backward  dwte[tokens[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
  *             (either may be NULL)
  * tokens are [B,T] ints in [0, V) (checked where they are read, lib/data);
- * wpe has at least T rows.
+ * wpe has at least T rows, or is NULL: no learned positions (Llama), and
+ * out is the token embedding alone.
  */
 void hy_cpu_embedding_forward(float *out, const int *tokens, const float *wte,
                               const float *wpe, int B, int T, int C);
