@@ -180,7 +180,7 @@ static const key_spec KEYS[] = {
       .off = OFF(model.rope_scaling.high_freq_factor), .lo = 0, .hi = 1e6, .flags = F_LO_OPEN,
       .def = 4, .doc = "wavelengths below original / this are kept; between, blended" },
     { .name = "model.rope_scaling.original_max_position_embeddings", .type = K_INT,
-      .off = OFF(model.rope_scaling.original_max_pos), .lo = 1, .hi = INT_ANY, .def = 8192,
+      .off = OFF(model.rope_scaling.original_max_position_embeddings), .lo = 1, .hi = INT_ANY, .def = 8192,
       .doc = "the context length the model was trained at before scaling" },
 
     { .name = "schedule", .type = K_SECTION, .doc = "the pipeline" },
@@ -1150,6 +1150,13 @@ static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
                        "of %d", m->kv_heads, m->heads, where, m->heads);
     }
     if (m->kind == HY_MODEL_LLAMA) {
+        const hy_rope_scaling *rs = &m->rope_scaling;
+        if (rs->factor != 0 && !(rs->high_freq_factor > rs->low_freq_factor)) {
+            WHERE("model.rope_scaling.high_freq_factor", "model.rope_scaling.low_freq_factor");
+            return hy_fail(err, HY_ERR_INPUT, "model.rope_scaling.high_freq_factor (%g) must "
+                           "exceed low_freq_factor (%g) in %s: the blend runs between them",
+                           rs->high_freq_factor, rs->low_freq_factor, where);
+        }
         if ((m->d_model / m->heads) % 2 != 0) {
             WHERE("model.d_model", "model.heads");
             return hy_fail(err, HY_ERR_INPUT, "the head size d_model / heads = %d / %d = %d "

@@ -37,13 +37,16 @@
 
 typedef enum { HY_MODEL_GPT, HY_MODEL_BERT, HY_MODEL_LLAMA, HY_MODEL_COUNT } hy_model_kind;
 
-/* Llama 3's frequency scaling of RoPE (Hugging Face's rope_type "llama3"):
- * wavelengths longer than original_max_pos / low_freq_factor are divided
- * by factor, shorter than original_max_pos / high_freq_factor kept, the
- * ones between blended. factor 0: no scaling. */
+/* Llama 3's RoPE frequency scaling (Hugging Face's rope_scaling with
+ * rope_type "llama3"): frequencies whose wavelength exceeds
+ * original_max_position_embeddings / low_freq_factor are divided by
+ * factor, those below original / high_freq_factor are kept, and those in
+ * between are blended smoothly. factor 0: no scaling. */
 typedef struct {
-    double factor, low_freq_factor, high_freq_factor;
-    int original_max_pos;
+    double factor;              /* Llama 3.1: 8; 0: none */
+    double low_freq_factor;     /* 1 */
+    double high_freq_factor;    /* 4; must exceed low_freq_factor */
+    int original_max_position_embeddings;   /* 8192 */
 } hy_rope_scaling;
 
 /* The model's shape: what a config's "model" block says and a checkpoint
@@ -181,18 +184,6 @@ size_t hy_model_max_numel(const hy_model *m);
  * stream of (seed, global index), so the values do not depend on the
  * partition: a P = 1 run and a P = 8 run start from the same weights. */
 void hy_model_init_stage(const hy_model *m, int stage, uint64_t seed, float *block);
-
-/* Llama 3's RoPE frequency scaling (Hugging Face's rope_scaling with
- * rope_type "llama3"): frequencies whose wavelength exceeds
- * original_max_position_embeddings / low_freq_factor are divided by
- * factor, those below original / high_freq_factor are kept, and those in
- * between are blended smoothly. factor 0: no scaling. */
-typedef struct {
-    double factor;              /* Llama 3.1: 8; 0: none */
-    double low_freq_factor;     /* 1 */
-    double high_freq_factor;    /* 4; must exceed low_freq_factor */
-    int original_max_position_embeddings;   /* 8192 */
-} hy_rope_scaling;
 
 /* The table the backend's rope op reads (backend.h), for positions
  * 0..T−1 of heads of size hd (even): cs[t·hd + i] = cos(t · f_i) and
