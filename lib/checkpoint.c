@@ -363,11 +363,12 @@ static int ck_check_model(const char *path, const char *what, json_t *state, con
                            json_is_number(v) ? json_number_value(v) : NAN, rnow[i], advice);
     }
     json_t *orig = json_object_get(scaling, "original_max_position_embeddings");
-    if (!json_is_integer(orig) || json_integer_value(orig) != m->rope_scaling.original_max_position_embeddings)
+    int orig_now = m->rope_scaling.original_max_position_embeddings;
+    if (!json_is_integer(orig) || json_integer_value(orig) != orig_now)
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.rope_scaling."
                        "original_max_position_embeddings = %lld, the config has %d; %s", what,
                        json_is_integer(orig) ? (long long)json_integer_value(orig) : -1LL,
-                       m->rope_scaling.original_max_position_embeddings, advice);
+                       orig_now, advice);
     return HY_OK;
 }
 

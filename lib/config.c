@@ -180,7 +180,8 @@ static const key_spec KEYS[] = {
       .off = OFF(model.rope_scaling.high_freq_factor), .lo = 0, .hi = 1e6, .flags = F_LO_OPEN,
       .def = 4, .doc = "wavelengths below original / this are kept; between, blended" },
     { .name = "model.rope_scaling.original_max_position_embeddings", .type = K_INT,
-      .off = OFF(model.rope_scaling.original_max_position_embeddings), .lo = 1, .hi = INT_ANY, .def = 8192,
+      .off = OFF(model.rope_scaling.original_max_position_embeddings), .lo = 1,
+      .hi = INT_ANY, .def = 8192,
       .doc = "the context length the model was trained at before scaling" },
 
     { .name = "schedule", .type = K_SECTION, .doc = "the pipeline" },
