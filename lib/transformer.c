@@ -247,6 +247,13 @@ int hy_transformer_check_ops(const hy_model *m, const hy_backend_ops *o, hy_erro
     if (missing)
         return hy_fail(err, HY_ERR_INPUT, "model.kind llama needs the %s op, which the %s backend "
                        "does not have yet; run it with backend \"cpu\"", missing, o->name);
+    /* The attention op reads Q, K and V heads alike until it learns to
+     * share K/V heads. */
+    if (m->kv_heads != m->heads)
+        return hy_fail(err, HY_ERR_INPUT, "model.kv_heads (%d) below model.heads (%d) needs "
+                       "grouped-query attention, which the %s backend's attention does not "
+                       "have yet; set model.kv_heads to %d", m->kv_heads, m->heads, o->name,
+                       m->heads);
     return HY_OK;
 }
 

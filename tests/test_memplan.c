@@ -91,8 +91,8 @@ static void test_every_schedule(void) {
         { "schedule.kind=hanayo", "schedule.ranks=1", "schedule.waves=2" },
         { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "schedule.comm_cost=0.2" },
     };
-    const char *kinds[] = { "gpt", "bert" };
-    for (int k = 0; k < 2; k++)
+    const char *kinds[] = { "gpt", "bert", "llama" };
+    for (int k = 0; k < 3; k++)
         for (size_t i = 0; i < sizeof scheds / sizeof scheds[0]; i++)
             for (int split = 0; split <= 1; split++) {
                 const char *sets[6];
