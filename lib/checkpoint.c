@@ -60,6 +60,30 @@ static size_t ck_total(const hy_model *m) {
     return n;
 }
 
+/* Adds Llama parameter p, whose values are at v, as its Hugging Face
+ * tensors (weights.h): a transposed parameter is turned in place (through
+ * a copy), then its pieces are consecutive rows of it. */
+static int ck_add_llama(hy_safetensors_writer *w, const hy_model *m, const hy_param *p, float *v,
+                        hy_error *err) {
+    hy_weights_piece pc[3];
+    int n = hy_weights_llama_pieces(m, p, pc), rc = HY_OK;
+    size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 0;
+    if (hy_weights_llama_transposed(p)) {
+        float *copy = malloc(p->numel * sizeof(float));
+        if (!copy) return hy_fail(err, HY_ERR_RUNTIME, "out of memory writing %s", p->name);
+        memcpy(copy, v, p->numel * sizeof(float));
+        hy_weights_transpose(v, copy, (size_t)p->shape[0], (size_t)p->shape[1]);
+        free(copy);
+        cols = (size_t)p->shape[0];
+    }
+    for (int k = 0; k < n && !rc; k++) {
+        size_t shape[2] = { pc[k].rows, cols };
+        rc = hy_safetensors_writer_add(w, pc[k].name, HY_ST_F32, p->ndim, shape, v, err);
+        v += pc[k].rows * (p->ndim == 2 ? cols : 1);
+    }
+    return rc;
+}
+
 /* Writes one safetensors file holding, for each parameter, the tensors of
  * the given roles ("" prefix for the weights, "m."/"v." for moments). */
 static int ck_write_tensors(hy_runtime *rt, const hy_model *m, const char *path,
@@ -86,7 +110,12 @@ static int ck_write_tensors(hy_runtime *rt, const hy_model *m, const char *path,
             snprintf(name, sizeof name, "%s%s", prefixes[k], p->name);
             ck_shape(m, p, shape);
             rc = hy_runtime_get(rt, roles[k], p, at, n, err);
-            if (!rc) rc = hy_safetensors_writer_add(&w, name, HY_ST_F32, p->ndim, shape, at, err);
+            /* A Llama's weights go out as Hugging Face's, so transformers
+             * opens the checkpoint; the moments stay in this layout. */
+            if (!rc && m->kind == HY_MODEL_LLAMA && roles[k] == HY_T_PARAM)
+                rc = ck_add_llama(&w, m, p, at, err);
+            else if (!rc)
+                rc = hy_safetensors_writer_add(&w, name, HY_ST_F32, p->ndim, shape, at, err);
             at += n;
         }
     }
@@ -127,14 +156,35 @@ static char *ck_json_text(json_t *o) {
     return out;
 }
 
-/* Hugging Face's GPT2Config for the model, so transformers opens it. */
+/* Hugging Face's GPT2Config or LlamaConfig for the model, so transformers
+ * opens it. A Llama's rope settings go in the form checkpoints have had
+ * (rope_theta, rope_scaling), which transformers 5 reads as well. */
 static json_t *ck_hf_config(const hy_model *m) {
-    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:b}",
-                     "architectures", "GPT2LMHeadModel", "model_type", "gpt2",
-                     "n_layer", m->layers, "n_embd", m->d_model, "n_head", m->heads,
-                     "n_positions", m->seq_len, "n_ctx", m->seq_len, "vocab_size", m->vocab,
-                     "layer_norm_epsilon", 1e-5, "activation_function", "gelu_new",
-                     "tie_word_embeddings", 1);
+    if (m->kind != HY_MODEL_LLAMA)
+        return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:b}",
+                         "architectures", "GPT2LMHeadModel", "model_type", "gpt2",
+                         "n_layer", m->layers, "n_embd", m->d_model, "n_head", m->heads,
+                         "n_positions", m->seq_len, "n_ctx", m->seq_len, "vocab_size", m->vocab,
+                         "layer_norm_epsilon", 1e-5, "activation_function", "gelu_new",
+                         "tie_word_embeddings", 1);
+    const hy_rope_scaling *rs = &m->rope_scaling;
+    json_t *scaling = rs->factor == 0 ? json_null()
+                    : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3",
+                                "factor", rs->factor, "low_freq_factor", rs->low_freq_factor,
+                                "high_freq_factor", rs->high_freq_factor,
+                                "original_max_position_embeddings",
+                                rs->original_max_position_embeddings);
+    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:s, "
+                     "s:b, s:b, s:b, s:s}",
+                     "architectures", "LlamaForCausalLM", "model_type", "llama",
+                     "num_hidden_layers", m->layers, "hidden_size", m->d_model,
+                     "num_attention_heads", m->heads, "num_key_value_heads", m->kv_heads,
+                     "head_dim", m->head_dim, "intermediate_size", m->ffn_dim,
+                     "vocab_size", m->vocab, "max_position_embeddings", m->seq_len,
+                     "rms_norm_eps", (double)(float)m->norm_eps, "rope_theta", m->rope_theta,
+                     "rope_scaling", scaling, "hidden_act", "silu",
+                     "attention_bias", 0, "mlp_bias", 0,
+                     "tie_word_embeddings", m->tie_embeddings, "torch_dtype", "float32");
 }
 
 /* What identifies the data a position counts into: each training
@@ -416,13 +466,14 @@ static int ck_write_owned(const char *path, char *text, hy_file_sum *sum, hy_err
 /* ---- Saving ------------------------------------------------------------- */
 
 /* The files of step `step` into the checkpoint's temporary directory tmp:
- * the tensors, config.json (GPT), then state.json with their sums. */
+ * the tensors, config.json (GPT, Llama), then state.json with their sums. */
 static int ck_write_files(hy_runtime *rt, const char *tmp, int step,
                           size_t pos, const ck_data_id *d, hy_error *err) {
     const hy_model *m = hy_runtime_model(rt);
     const hy_tensor_role w[1] = { HY_T_PARAM }, mv[2] = { HY_T_ADAM_M, HY_T_ADAM_V };
     const char *const wp[1] = { "" }, *const mvp[2] = { "m.", "v." };
-    int n_files = m->kind == HY_MODEL_GPT ? CK_N_FILES : CK_N_FILES - 1;   /* config.json: GPT */
+    /* config.json: the models transformers has a class for */
+    int n_files = m->kind != HY_MODEL_BERT ? CK_N_FILES : CK_N_FILES - 1;
     hy_file_sum sums[CK_N_FILES] = { { 0, 0 } }, self;
     char file[PATH_MAX + 64], step_text[32];
     snprintf(step_text, sizeof step_text, "%d", step);
