@@ -739,101 +739,129 @@ static void test_rope(void) {
 // ----------------------------------------------------------------------------
 // attention
 
-static void ref_attention(double *out, double *att, const double *qkv,
-                          int B, int T, int C, int NH, int causal) {
-    int hd = C / NH;
+/* float64 attention straight from the equations of ops.h: query head h
+ * reads kv head h / (NH/NKV); lse in natural log. */
+static void ref_attention(double *out, double *lse, const double *qkv, int B, int T, int NH,
+                          int NKV, int hd, int causal) {
+    size_t ld = (size_t)(NH + 2 * NKV) * hd, C = (size_t)NH * hd;
     double scale = 1.0 / sqrt((double)hd);
+    double *a = dalloc((size_t)T);
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
+        for (int h = 0; h < NH; h++) {
+            int j = h / (NH / NKV);
             for (int t = 0; t < T; t++) {
-                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * hd;
-                double *a = att + (((size_t)b * NH + h) * T + t) * T;
+                const double *q = qkv + ((size_t)b * T + t) * ld + (size_t)h * hd;
                 int len = causal ? t + 1 : T;
                 double mx = -INFINITY, sum = 0.0;
                 for (int s = 0; s < len; s++) {
-                    const double *k = qkv + ((size_t)b * T + s) * 3 * C + C + h * hd;
+                    const double *k = qkv + ((size_t)b * T + s) * ld + (size_t)(NH + j) * hd;
                     double dot = 0.0;
                     for (int d = 0; d < hd; d++) dot += q[d] * k[d];
                     a[s] = dot * scale;
                     if (a[s] > mx) mx = a[s];
                 }
-                for (int s = 0; s < len; s++) sum += (a[s] = exp(a[s] - mx));
-                for (int s = 0; s < T; s++) a[s] = s < len ? a[s] / sum : 0.0;
+                for (int s = 0; s < len; s++) sum += exp(a[s] - mx);
+                if (lse != NULL) lse[((size_t)b * NH + h) * T + t] = mx + log(sum);
                 for (int d = 0; d < hd; d++) {
                     double o = 0.0;
                     for (int s = 0; s < len; s++)
-                        o += a[s] * qkv[((size_t)b * T + s) * 3 * C + 2 * C + h * hd + d];
-                    out[((size_t)b * T + t) * C + h * hd + d] = o;
+                        o += exp(a[s] - mx) / sum *
+                             qkv[((size_t)b * T + s) * ld + (size_t)(NH + NKV + j) * hd + d];
+                    out[((size_t)b * T + t) * C + (size_t)h * hd + d] = o;
                 }
             }
+        }
+    free(a);
 }
 
 typedef struct {
-    int B, T, C, NH, causal;
-    double *qkv, *out, *att;
+    int B, T, NH, NKV, hd, causal;
+    double *qkv, *out;
     const float *r;
 } attention_ctx;
 
 static double attention_loss(void *p) {
     attention_ctx *c = p;
-    ref_attention(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, c->causal);
-    return dot_fd(c->r, c->out, (size_t)c->B * c->T * c->C);
+    ref_attention(c->out, NULL, c->qkv, c->B, c->T, c->NH, c->NKV, c->hd, c->causal);
+    return dot_fd(c->r, c->out, (size_t)c->B * c->T * c->NH * c->hd);
 }
 
-static void attention_case(int B, int T, int C, int NH, int causal, uint64_t seed) {
-    char what[128];
+static void attention_case(int B, int T, int NH, int NKV, int hd, int causal, uint64_t seed) {
+    char what[160], shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d hd=%d causal=%d", B, T, NH, NKV, hd,
+             causal);
     rng r = {seed};
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-    /* Scores of a few units, so the softmax is neither flat nor one-hot. */
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * hd, no = (size_t)B * T * NH * hd;
+    size_t nl = (size_t)B * NH * T;
+    /* Scores of a few units, so the softmax is neither flat nor one-hot
+     * (q·k / sqrt(hd) has the same spread for every hd). */
     float *qkv = frand(&r, nq, -1.5f, 1.5f), *dout = frand(&r, no, -1, 1);
-    float *out = falloc(no), *att = falloc(na);
-    attention_ctx ctx = {B, T, C, NH, causal, to_d(qkv, nq), dalloc(no), dalloc(na), dout};
+    float *out = falloc(no), *lse = falloc(nl);
+    attention_ctx ctx = {B, T, NH, NKV, hd, causal, to_d(qkv, nq), dalloc(no), dout};
+    double *lse64 = dalloc(nl);
 
-    hy_cpu_attention_forward(out, att, qkv, B, T, C, NH, causal);
-    ref_attention(ctx.out, ctx.att, ctx.qkv, B, T, C, NH, causal);
-    snprintf(what, sizeof what, "attention forward B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH, causal);
+    hy_cpu_attention_forward(out, lse, qkv, B, T, NH, NKV, hd, causal);
+    ref_attention(ctx.out, lse64, ctx.qkv, B, T, NH, NKV, hd, causal);
+    snprintf(what, sizeof what, "attention forward %s", shape);
     check_close_d(what, out, ctx.out, no, TOL_FWD);
-    snprintf(what, sizeof what, "attention att B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH, causal);
-    check_close_d(what, att, ctx.att, na, TOL_FWD);
+    snprintf(what, sizeof what, "attention lse %s", shape);
+    check_close_d(what, lse, lse64, nl, TOL_FWD);
 
-    /* Rows of att are distributions; masked entries exactly 0. */
-    int rows_ok = 1, mask_ok = 1;
-    for (size_t row = 0; row < (size_t)B * NH * T; row++) {
-        int t = (int)(row % T);
-        double s = 0.0;
-        for (int j = 0; j < T; j++) {
-            s += att[row * T + j];
-            if (causal && j > t && att[row * T + j] != 0.0f) mask_ok = 0;
-        }
-        if (fabs(s - 1.0) > 1e-6) rows_ok = 0;
-    }
-    CHECKF(rows_ok, "attention: a row of att does not sum to 1 (causal=%d)", causal);
-    CHECKF(mask_ok, "attention: a masked entry of att is not 0 (causal=%d)", causal);
-
-    /* Backward. The scratch is exactly T·T floats and starts as NaN, so any
-     * read before write or any overrun shows (ASan catches the overrun). */
-    float *dqkv = falloc(nq), *scratch = falloc((size_t)T * T);
-    for (size_t i = 0; i < (size_t)T * T; i++) scratch[i] = NAN;
-    hy_cpu_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
-    snprintf(what, sizeof what, "attention dqkv B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH, causal);
+    /* Backward. The scratch is exactly 2·T·T floats and starts as NaN, so
+     * any read before write or any overrun shows (ASan catches the
+     * overrun). */
+    size_t ns = 2 * (size_t)T * T;
+    float *dqkv = falloc(nq), *scratch = falloc(ns);
+    for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
+    hy_cpu_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, hd, causal);
+    snprintf(what, sizeof what, "attention dqkv %s", shape);
     check_grad(what, dqkv, ctx.qkv, nq, attention_loss, &ctx);
 
     float *dqkv2 = falloc(nq);
     memcpy(dqkv2, dqkv, nq * sizeof *dqkv);
-    hy_cpu_attention_backward(dqkv2, scratch, dout, qkv, att, B, T, C, NH);
-    snprintf(what, sizeof what, "attention dqkv twice causal=%d", causal);
+    hy_cpu_attention_backward(dqkv2, scratch, dout, qkv, out, lse, B, T, NH, NKV, hd, causal);
+    snprintf(what, sizeof what, "attention dqkv twice %s", shape);
     check_doubled(what, dqkv2, dqkv, nq);
 
-    free(qkv); free(dout); free(out); free(att); free(dqkv); free(dqkv2); free(scratch);
-    free(ctx.qkv); free(ctx.out); free(ctx.att);
+    free(qkv); free(dout); free(out); free(lse); free(lse64); free(dqkv); free(dqkv2);
+    free(scratch); free(ctx.qkv); free(ctx.out);
+}
+
+/* Causal masking, on its own: a query's output must not depend on a later
+ * key or value at all, to the bit, and neither may its gradient flow
+ * there. */
+static void test_attention_mask(void) {
+    rng r = {80};
+    int T = 6, NH = 2, NKV = 1, hd = 4;
+    size_t ld = (size_t)(NH + 2 * NKV) * hd, nq = (size_t)T * ld, no = (size_t)T * NH * hd;
+    float *qkv = frand(&r, nq, -1, 1), *out = falloc(no), *out2 = falloc(no);
+    float *lse = falloc((size_t)NH * T), *lse2 = falloc((size_t)NH * T);
+    hy_cpu_attention_forward(out, lse, qkv, 1, T, NH, NKV, hd, 1);
+    for (size_t i = (size_t)NH * hd; i < ld; i++) qkv[(T - 1) * ld + i] += 5.0f;   /* last k, v */
+    hy_cpu_attention_forward(out2, lse2, qkv, 1, T, NH, NKV, hd, 1);
+    CHECK(memcmp(out, out2, (size_t)(T - 1) * NH * hd * sizeof *out) == 0);
+    /* Only the dout of the last row is non-zero: q of the earlier rows gets
+     * nothing, and the last key only what the last query gave it. */
+    float *dout = falloc(no), *dqkv = falloc(nq), *scratch = falloc(2 * (size_t)T * T);
+    for (int i = 0; i < NH * hd; i++) dout[(size_t)(T - 1) * NH * hd + i] = 1.0f;
+    hy_cpu_attention_backward(dqkv, scratch, dout, qkv, out2, lse2, 1, T, NH, NKV, hd, 1);
+    for (int t = 0; t < T - 1; t++)
+        check_exact_zero("attention: dq of a row before the only dout", dqkv + (size_t)t * ld,
+                         (size_t)NH * hd);
+    free(qkv); free(out); free(out2); free(lse); free(lse2); free(dout); free(dqkv); free(scratch);
 }
 
 static void test_attention(void) {
     for (int causal = 0; causal <= 1; causal++) {
-        attention_case(2, 5, 12, 3, causal, 50 + causal); /* hd = 4 */
-        attention_case(1, 7, 15, 3, causal, 60 + causal); /* hd = 5, odd everywhere */
-        attention_case(3, 1, 8, 2, causal, 70 + causal);  /* T = 1: att is [1] */
+        attention_case(2, 5, 3, 3, 4, causal, 50 + causal);   /* NKV = NH: GPT-2's layout */
+        attention_case(1, 7, 3, 3, 5, causal, 60 + causal);   /* hd = 5, odd everywhere */
+        attention_case(3, 1, 2, 2, 4, causal, 70 + causal);   /* T = 1 */
+        attention_case(2, 5, 4, 2, 4, causal, 90 + causal);   /* NKV = NH/2 */
+        attention_case(1, 7, 3, 1, 6, causal, 100 + causal);  /* NKV = 1 (multi-query) */
+        attention_case(1, 3, 2, 1, 128, causal, 110 + causal);   /* hd = 128 */
+        attention_case(1, 9, 2, 1, 2, causal, 120 + causal);  /* hd = 2 */
     }
+    test_attention_mask();
 }
 
 // ----------------------------------------------------------------------------

@@ -228,33 +228,34 @@ static int cpu_matmul_gelu_bwd(hy_stream *s, void *dpre, float *dbias_pre, float
     return rc;
 }
 
-/* ---- attention --------------------------------------------------------- */
+/* ---- attention and RoPE ------------------------------------------------- */
 
 typedef struct {
-    float *out, *att, *scratch;
-    const float *qkv, *dout, *catt;
-    int B, T, C, NH, causal;
+    float *out, *lse, *scratch;
+    const float *qkv, *dout, *cout, *clse;
+    int B, T, NH, NKV, hd, causal;
 } attn_args;
 static void run_attn_fwd(const void *p) {
     const attn_args *a = p;
-    hy_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->causal);
+    hy_cpu_attention_forward(a->out, a->lse, a->qkv, a->B, a->T, a->NH, a->NKV, a->hd, a->causal);
 }
-static int cpu_attention_fwd(hy_stream *s, void *out, void *att, const void *qkv, int B, int T,
-                             int C, int NH, int causal, hy_error *err) {
-    attn_args a = { .out = out, .att = att, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH,
-                    .causal = causal };
+static int cpu_attention_fwd(hy_stream *s, void *out, float *lse, const void *qkv, int B, int T,
+                             int NH, int NKV, int hd, int causal, hy_error *err) {
+    attn_args a = { .out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .NH = NH, .NKV = NKV,
+                    .hd = hd, .causal = causal };
     return HY_CALL(s, HY_OPK_ATTENTION_FWD, run_attn_fwd, a, err);
 }
 static void run_attn_bwd(const void *p) {
     const attn_args *a = p;
-    hy_cpu_attention_backward(a->out, a->scratch, a->dout, a->qkv, a->catt, a->B, a->T, a->C,
-                              a->NH);
+    hy_cpu_attention_backward(a->out, a->scratch, a->dout, a->qkv, a->cout, a->clse, a->B, a->T,
+                              a->NH, a->NKV, a->hd, a->causal);
 }
 static int cpu_attention_bwd(hy_stream *s, void *dqkv, void *scratch, const void *dout,
-                             const void *qkv, const void *att, int B, int T, int C, int NH,
-                             hy_error *err) {
-    attn_args a = { .out = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv, .catt = att,
-                    .B = B, .T = T, .C = C, .NH = NH };
+                             const void *qkv, const void *out, const float *lse, int B, int T,
+                             int NH, int NKV, int hd, int causal, hy_error *err) {
+    attn_args a = { .out = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv, .cout = out,
+                    .clse = lse, .B = B, .T = T, .NH = NH, .NKV = NKV, .hd = hd,
+                    .causal = causal };
     return HY_CALL(s, HY_OPK_ATTENTION_BWD, run_attn_bwd, a, err);
 }
 
@@ -358,10 +359,10 @@ static int cpu_to_act(hy_stream *s, void *dst, const float *src, size_t n, hy_er
     return HY_CALL(s, HY_OPK_OTHER, run_to_act, a, err);
 }
 
-/* attention.c works one head at a time: one T x T block. */
-static size_t cpu_attention_scratch(int B, int T, int C, int NH) {
-    (void)B; (void)C; (void)NH;
-    return (size_t)T * (size_t)T * sizeof(float);
+/* attention.c's backward works one head at a time: its P and dP, T x T each. */
+static size_t cpu_attention_scratch(int B, int T, int NH, int NKV, int hd) {
+    (void)B; (void)NH; (void)NKV; (void)hd;
+    return 2 * (size_t)T * (size_t)T * sizeof(float);
 }
 
 void hy_cpu_math_ops(hy_backend_ops *o) {

@@ -140,26 +140,30 @@ void hy_cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 void hy_cpu_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F);
 
 /* ---------------------------------------------------------------------- */
-/* attention.c — multi-head self-attention core (after c_attn, before c_proj)
+/* attention.c — self-attention core (after the qkv projection, before
+ * the output projection), with grouped-query attention
  *
- * qkv[B,T,3C] packs q, k, v per token as GPT-2's c_attn output does:
- * qkv[b,t,:] = [q | k | v], each C = NH·hd wide and head-major within C
- * (head h is columns h·hd .. h·hd+hd−1). For each b and head h:
- *   att[b,h,t,s] = softmax_s( (q_t · k_s) / sqrt(hd) ),  s ranging over
- *                  s ≤ t when causal (GPT), all s when not (BERT);
- *                  masked entries are stored as exactly 0
- *   out[b,t,h·hd+d] = Σ_s att[b,h,t,s] · v_s[d]
- * att [B,NH,T,T] is the saved softmax for the backward. Backward, with
- * dA = dout_h · Vᵀ and dS = att ⊙ (dA − rowsum(att ⊙ dA)) / sqrt(hd):
- *   dv += attᵀ · dout_h;  dq += dS · K;  dk += dSᵀ · Q      (all into dqkv)
- * dqkv [B,T,3C] ACCUMULATES like every other backward. scratch holds T·T
- * floats (one head's dA at a time); its contents on return are undefined.
+ * qkv[B,T,(NH+2·NKV)·hd] packs per token the NH query heads, then the NKV
+ * key heads, then the NKV value heads, each hd wide (NKV = NH: GPT-2's
+ * c_attn output [q | k | v]). NKV divides NH; query head h reads kv head
+ * j = h / (NH/NKV). For each b and query head h, with keys s ≤ t when
+ * causal (GPT, Llama) and all s when not (BERT):
+ *   S[t,s] = (q_t · k_s) / sqrt(hd),   P = softmax_s(S)
+ *   out[b,t,h·hd+d] = Σ_s P[t,s] · v_s[d]                   (out [B,T,NH·hd])
+ *   lse[b,h,t] = ln Σ_s e^(S[t,s])                          (saved, [B,NH,T])
+ * Backward, from lse and the forward's out (nothing T×T is saved), with
+ * P = e^(S − lse), D_t = dout_t · out_t, dP = dout_h · Vᵀ, dS = P ⊙ (dP − D):
+ *   dv_j += Pᵀ · dout_h;  dq_h += dS · K_j / sqrt(hd);  dk_j += dSᵀ · Q_h / sqrt(hd)
+ * into dqkv (qkv's layout), a kv head's summing over its group's query
+ * heads. dqkv ACCUMULATES like every other backward. scratch holds 2·T·T
+ * floats (one head's P and dP at a time); its contents on return are
+ * undefined.
  */
-void hy_cpu_attention_forward(float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH, int causal);
-void hy_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att,
-                               int B, int T, int C, int NH);
+void hy_cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                              int NKV, int hd, int causal);
+void hy_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int B, int T, int NH, int NKV,
+                               int hd, int causal);
 
 /* ---------------------------------------------------------------------- */
 /* rope.c — rotary position embedding (Llama), in place on q and k
