@@ -181,7 +181,7 @@ static json_t *ck_hf_config(const hy_model *m) {
                      "num_attention_heads", m->heads, "num_key_value_heads", m->kv_heads,
                      "head_dim", m->head_dim, "intermediate_size", m->ffn_dim,
                      "vocab_size", m->vocab, "max_position_embeddings", m->seq_len,
-                     "rms_norm_eps", (double)(float)m->norm_eps, "rope_theta", m->rope_theta,
+                     "rms_norm_eps", m->norm_eps, "rope_theta", m->rope_theta,
                      "rope_scaling", scaling, "hidden_act", "silu",
                      "attention_bias", 0, "mlp_bias", 0,
                      "tie_word_embeddings", m->tie_embeddings, "torch_dtype", "float32");

@@ -46,9 +46,12 @@ static int train(const char *kind, const char *const *extra, int n_extra, int st
     snprintf(data_set, sizeof data_set, "data.train=%s", shard);
     base[n++] = kind_set;
     base[n++] = data_set;
-    /* A Llama whose MLP width is no multiple of d_model and whose head
-     * is untied, so a width or a head mixed up shows. */
-    if (strcmp(kind, "llama") == 0) base[n++] = "model.ffn_dim=40";
+    /* A Llama whose MLP width is no multiple of d_model, with grouped-query
+     * attention and an untied head, so a width or a head mixed up shows. */
+    if (strcmp(kind, "llama") == 0) {
+        base[n++] = "model.ffn_dim=40";
+        base[n++] = "model.kv_heads=2";   /* grouped-query: 2 query heads a K/V head */
+    }
     for (int i = 0; i < n_extra; i++) base[n++] = extra[i];
     hy_run c;
     hy_error err;
@@ -323,6 +326,7 @@ int main(void) {
     whole_model_gradient("gpt", "schedule.kind=1f1b", "schedule.ranks=2");
     whole_model_gradient("bert", "schedule.kind=hanayo", "schedule.ranks=1");
     whole_model_gradient("llama", "schedule.kind=1f1b", "schedule.ranks=2");
+    whole_model_gradient("llama", "schedule.kind=1f1b", "model.kv_heads=1");
     whole_model_gradient("llama", "schedule.kind=hanayo", "schedule.ranks=1");
     hy_test_shard_remove(shard);
     return TEST_END("runtime");

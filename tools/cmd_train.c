@@ -871,10 +871,16 @@ static const hy_args_spec eval_spec = {
 /* eval --init PATH as the weights file it means: PATH itself, or for a
  * directory the model.safetensors of the checkpoint it is or of its
  * newest one (hy_checkpoint_resolve, as train --resume takes it; the
- * load verifies it), into file (PATH_MAX bytes). */
+ * load verifies it), into file (PATH_MAX bytes). A directory with a
+ * config.json and no state.json is a Hugging Face checkpoint, which the
+ * load reads as a directory (weights.h). */
 static int init_file(const char *path, char *file, hy_error *err) {
     struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    char probe[PATH_MAX + 32], state[PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/config.json", path);
+    snprintf(state, sizeof state, "%s/state.json", path);
+    int hf = stat(probe, &sb) == 0 && stat(state, &sb) != 0;
+    if (hf || stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         snprintf(file, PATH_MAX, "%s", path);   /* the load says what is wrong with it */
         return HY_OK;
     }
