@@ -17,7 +17,8 @@ head, rope_theta 500000, bf16 on disk), its tokens and its losses in fp32:
   4. the same weights as two shards with model.safetensors.index.json, in
      fp32, give the same loss;
   5. bad input exits 2 with one message naming the cause: a config.json that
-     disagrees with the model block (kv heads, rope_theta, tied head),
+     disagrees with the model block (kv heads, rope_theta, tied head), a
+     resume under another shape,
      kv_heads not dividing heads, an unknown model.kind;
   6. configs/tiny-llama.json trains on the synthetic corpus and its loss
      falls.
@@ -141,6 +142,9 @@ def main():
         expect_refused("a tied head", "tie_word_embeddings",
                        "eval", CONFIG, "--init", FIX, "--set", "model.tie_embeddings=true",
                        "--batches", "1")
+        expect_refused("a resume under another shape", "model.kv_heads",
+                       "train", CONFIG, "--resume", ck, "--steps", "4",
+                       "--set", "checkpoint.dir=" + ck, "--set", "model.kv_heads=2")
         expect_refused("kv_heads not dividing heads", "model.kv_heads (3) must divide",
                        "check", CONFIG, "--set", "model.heads=4", "--set", "model.kv_heads=3")
         expect_refused("an unknown kind", "model.kind", "check", CONFIG,
