@@ -503,6 +503,121 @@ static void test_attention(hy_rng *r, int B, int T, int NH, int NKV, int hd, int
     free(qkv); free(dout); free(dqkv0);
 }
 
+/* RMSNorm (Llama): the layernorm kernels without mean and bias, so the
+ * same tolerances as test_layernorm; then, on the GPU alone, the residual
+ * add fused into it (fuse.cu) against the two unfused (a sync between
+ * them), bit for bit. */
+static void test_rmsnorm(hy_rng *r, int N, int C, float eps) {
+    size_t NC = (size_t)N * C;
+    float *inp = rnd(r, NC, 2), *w = rnd(r, C, 1), *x = rnd(r, NC, 1);
+    float *dout = rnd(r, NC, 1), *dinp0 = rnd(r, NC, 1), *dw0 = rnd(r, C, 1);
+    float *out[2], *rstd[2], *dinp[2], *dw[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *pi = put_act(d, inp, NC), *pw = put_act(d, w, C), *po = put_act(d, inp, NC);
+        void *pdo = put_act(d, dout, NC), *pdi = put_act(d, dinp0, NC);
+        float *pdw = put_f32(d, dw0, C), *prs = dev_alloc(d, (size_t)N * sizeof(float));
+        CHECK(o->rmsnorm_fwd(d->st, po, prs, pi, pw, N, C, eps, &d->err) == HY_OK);
+        CHECK(o->rmsnorm_bwd(d->st, pdi, pdw, pdo, pi, pw, prs, N, C, &d->err) == HY_OK);
+        out[k] = fetch_act(d, po, NC);
+        rstd[k] = fetch_f32(d, prs, N);
+        dinp[k] = fetch_act(d, pdi, NC);
+        dw[k] = fetch_f32(d, pdw, C);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "rmsnorm N=%d C=%d", N, C);
+    compare(what, out[1], out[0], NC, 1e-2);
+    compare(what, rstd[1], rstd[0], N, 1e-4);
+    compare(what, dinp[1], dinp[0], NC, 1e-2);
+    compare(what, dw[1], dw[0], C, 1e-3);
+    BOTH { free(out[k]); free(rstd[k]); free(dinp[k]); free(dw[k]); }
+
+    float *acc[2], *fo[2], *frs[2];
+    for (int unfused = 0; unfused < 2; unfused++) {
+        dev *d = &D[1];
+        const hy_backend_ops *o = d->be->ops;
+        void *pacc = put_act(d, inp, NC), *px = put_act(d, x, NC), *pw = put_act(d, w, C);
+        void *po = dev_alloc(d, NC * o->act_size);
+        float *prs = dev_alloc(d, (size_t)N * sizeof(float));
+        CHECK(o->add(d->st, pacc, px, NC, &d->err) == HY_OK);
+        if (unfused) CHECK(o->sync(d->st, &d->err) == HY_OK);
+        CHECK(o->rmsnorm_fwd(d->st, po, prs, pacc, pw, N, C, eps, &d->err) == HY_OK);
+        acc[unfused] = fetch_act(d, pacc, NC);
+        fo[unfused] = fetch_act(d, po, NC);
+        frs[unfused] = fetch_f32(d, prs, N);
+    }
+    CHECKF(memcmp(acc[0], acc[1], NC * sizeof(float)) == 0, "%s: fused residual differs", what);
+    CHECKF(memcmp(fo[0], fo[1], NC * sizeof(float)) == 0, "%s: fused add+rmsnorm differs", what);
+    CHECKF(memcmp(frs[0], frs[1], (size_t)N * sizeof(float)) == 0, "%s: fused rstd differs", what);
+    for (int k = 0; k < 2; k++) { free(acc[k]); free(fo[k]); free(frs[k]); }
+    free(inp); free(w); free(x); free(dout); free(dinp0); free(dw0);
+}
+
+/* SwiGLU: bf16 outputs of fp32 arithmetic, 1e-2 (see the top); the
+ * backward added to random values and alone from zero (where the GPU
+ * stores instead, fuse.cu). F not a multiple of 8, or a row start off 16
+ * bytes, takes the element-wise path. */
+static void test_swiglu(hy_rng *r, int N, int F) {
+    size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
+    float *inp = rnd(r, ni, 4), *dout = rnd(r, no, 1), *dinp0 = rnd(r, ni, 1);
+    float *out[2], *dinp[2], *dalone[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *pi = put_act(d, inp, ni), *po = dev_alloc(d, no * o->act_size);
+        void *pdo = put_act(d, dout, no), *pdi = put_act(d, dinp0, ni);
+        void *pda = dev_alloc(d, ni * o->act_size);
+        CHECK(o->swiglu_fwd(d->st, po, pi, N, F, &d->err) == HY_OK);
+        CHECK(o->swiglu_bwd(d->st, pdi, pdo, pi, N, F, &d->err) == HY_OK);
+        CHECK(o->zero(d->st, pda, ni * o->act_size, &d->err) == HY_OK);
+        CHECK(o->swiglu_bwd(d->st, pda, pdo, pi, N, F, &d->err) == HY_OK);
+        out[k] = fetch_act(d, po, no);
+        dinp[k] = fetch_act(d, pdi, ni);
+        dalone[k] = fetch_act(d, pda, ni);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "swiglu N=%d F=%d", N, F);
+    compare(what, out[1], out[0], no, 1e-2);
+    compare(what, dinp[1], dinp[0], ni, 1e-2);
+    compare(what, dalone[1], dalone[0], ni, 1e-2);
+    BOTH { free(out[k]); free(dinp[k]); free(dalone[k]); }
+    free(inp); free(dout); free(dinp0);
+}
+
+/* RoPE in place, forward then inverse, on both: the rotated q and k within
+ * bf16's 1e-2 of the CPU's (each output one rounding of fp32 arithmetic on
+ * the same table), the value heads untouched to the bit, and the inverse
+ * of the forward back at the input within two roundings. The positions
+ * start at t0 (a caller passes cs + t0·hd). */
+static void test_rope(hy_rng *r, int B, int T, int NH, int NKV, int hd, int t0) {
+    size_t row = (size_t)(NH + 2 * NKV) * hd, n = (size_t)B * T * row;
+    float *qkv = rnd(r, n, 2), *cs = malloc((size_t)(t0 + T) * hd * sizeof(float));
+    hy_rope_table(cs, t0 + T, hd, 500000.0, NULL);
+    float *fwd[2], *back[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *pq = put_act(d, qkv, n);
+        float *pcs = put_f32(d, cs, (size_t)(t0 + T) * hd);
+        CHECK(o->rope(d->st, pq, pcs + (size_t)t0 * hd, B, T, NH, NKV, hd, 0, &d->err) == HY_OK);
+        fwd[k] = fetch_act(d, pq, n);
+        CHECK(o->rope(d->st, pq, pcs + (size_t)t0 * hd, B, T, NH, NKV, hd, 1, &d->err) == HY_OK);
+        back[k] = fetch_act(d, pq, n);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "rope B=%d T=%d NH=%d NKV=%d hd=%d t0=%d", B, T, NH, NKV, hd, t0);
+    compare(what, fwd[1], fwd[0], n, 1e-2);
+    compare(what, back[1], back[0], n, 1e-2);
+    compare(what, back[1], qkv, n, 1e-2);
+    size_t changed = 0;
+    for (size_t bt = 0; bt < (size_t)B * T; bt++)
+        for (size_t j = (size_t)(NH + NKV) * hd; j < row; j++) changed += fwd[1][bt * row + j] != qkv[bt * row + j];
+    CHECKF(changed == 0, "%s: %zu value-head elements changed", what, changed);
+    BOTH { free(fwd[k]); free(back[k]); }
+    free(qkv); free(cs);
+}
+
 static void test_embedding(hy_rng *r, int B, int T, int C, int V) {
     size_t N = (size_t)B * T;
     int *tok = malloc(N * sizeof(int));
@@ -533,6 +648,35 @@ static void test_embedding(hy_rng *r, int B, int T, int C, int V) {
     compare(what, dwpe[1], dwpe[0], (size_t)T * C, 1e-4);
     BOTH { free(out[k]); free(dwte[k]); free(dwpe[k]); }
     free(tok); free(wte); free(wpe); free(dout); free(dwte0); free(dwpe0);
+}
+
+/* Without learned positions (wpe NULL, Llama): each output row is its
+ * token's row of wte, to the bit (a bf16 copy), and dwte as with them. */
+static void test_embedding_no_wpe(hy_rng *r, int B, int T, int C, int V) {
+    size_t N = (size_t)B * T;
+    int *tok = malloc(N * sizeof(int));
+    for (size_t i = 0; i < N; i++) tok[i] = (int)hy_rng_below(r, (uint64_t)(i % 3 ? V : 3));
+    float *wte = rnd(r, (size_t)V * C, 1), *dout = rnd(r, N * C, 1), *dwte0 = rnd(r, (size_t)V * C, 1);
+    float *out[2], *dwte[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        int *pt = put_int(d, tok, N);
+        void *pwte = put_act(d, wte, (size_t)V * C), *po = dev_alloc(d, N * C * o->act_size);
+        void *pdo = put_act(d, dout, N * C);
+        float *pdwte = put_f32(d, dwte0, (size_t)V * C);
+        CHECK(o->embedding_fwd(d->st, po, pt, pwte, NULL, B, T, C, &d->err) == HY_OK);
+        CHECK(o->embedding_bwd(d->st, pdwte, NULL, pdo, pt, B, T, C, &d->err) == HY_OK);
+        out[k] = fetch_act(d, po, N * C);
+        dwte[k] = fetch_f32(d, pdwte, (size_t)V * C);
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < N; i++)
+        off += memcmp(out[1] + i * C, wte + (size_t)tok[i] * C, (size_t)C * sizeof(float)) != 0;
+    CHECKF(off == 0, "embedding without wpe: %zu rows are not their token's wte row", off);
+    compare("embedding without wpe: dwte", dwte[1], dwte[0], (size_t)V * C, 1e-4);
+    BOTH { free(out[k]); free(dwte[k]); }
+    free(tok); free(wte); free(dout); free(dwte0);
 }
 
 static void test_classifier(hy_rng *r, int N, int V, int Vp) {
@@ -860,13 +1004,23 @@ static void test_ops(void) {
     test_layernorm(&r, 1, 1);
     test_layernorm(&r, 17, 33);
     test_layernorm(&r, 300, 768);
+    test_rmsnorm(&r, 1, 1, 1e-5f);
+    test_rmsnorm(&r, 17, 33, 1e-6f);
+    test_rmsnorm(&r, 300, 2048, 1e-5f);
+    test_swiglu(&r, 1, 1);
+    test_swiglu(&r, 37, 101);
+    test_swiglu(&r, 64, 8192 / 8);
+    test_swiglu(&r, 33, 260);   /* F % 8 = 4: rows of 2F = 520 elements, the element path */
+    test_rope(&r, 1, 1, 1, 1, 2, 0);
+    test_rope(&r, 2, 33, 8, 2, 64, 0);
+    test_rope(&r, 1, 70, 4, 1, 128, 100);
+    test_rope(&r, 3, 17, 3, 3, 6, 5);
     test_gelu_add(&r, 1);
     test_gelu_add(&r, 100003);
     /* Head sizes 4 .. 128 (padded to 32, 64, 128), 16-byte and element
-     * loads (hd or C not a multiple of 8), partial tiles of 64, causal
-     * and not, the stash in att and the backward's rerun of the forward
-     * where att is too small for it (T = 1, 33 with hd 64, 65 with 128). */
-    /* (B, T, NH, NKV, hd, causal) */
+     * loads (hd not a multiple of 8), partial tiles of 64, causal and
+     * not, T from 1 (one query, one key) to 1024. (B, T, NH, NKV, hd,
+     * causal) */
     test_attention(&r, 1, 1, 1, 1, 4, 1);
     test_attention(&r, 2, 17, 3, 3, 8, 1);
     test_attention(&r, 2, 64, 4, 4, 32, 1);
@@ -888,6 +1042,8 @@ static void test_ops(void) {
     test_embedding(&r, 1, 1, 1, 2);
     test_embedding(&r, 3, 17, 33, 50);
     test_embedding(&r, 4, 128, 256, 1000);
+    test_embedding_no_wpe(&r, 1, 1, 1, 2);
+    test_embedding_no_wpe(&r, 3, 17, 33, 50);
     test_classifier(&r, 1, 2, 2);
     test_classifier(&r, 37, 100, 128);
     test_classifier(&r, 256, 50257, 50304);

@@ -82,6 +82,10 @@ _BWD = r"(?:bwd|bprop|backward|dgrad|cutlassb|dot_do_o|convert_dq)"
 #     name says "embedding" is counted as embedding even if a LayerNorm
 #     rides in it).
 RULES = [
+    # RoPE (rope.cu) rides with the attention it prepares: its inverse,
+    # on d(q) and d(k), with the backward.
+    ("attn_bwd", r"\brope_bwd"),
+    ("attn_fwd", r"\brope_"),
     ("attn_bwd", r"\bfa\d*_(?:bwd|dot)"),
     ("attn_bwd", _ATTN + r".*" + _BWD),
     ("attn_bwd", _BWD + r".*" + _ATTN),
@@ -94,10 +98,12 @@ RULES = [
     ("embedding", r"embedding|\bemb_|indexselect|index_select|indexing_backward|radixsort"
                   r"|partial_segment|partials_per_segment|num_of_segments|compute_grad_weight"
                   r"|sum_and_scatter"),
-    # The rest of a layer: ours (layernorm.cu, gelu.cu, classifier.cu, the
-    # adds), Triton's fusions, and uncompiled PyTorch's own kernels
-    # (RowwiseMoments and GammaBetaBackward are its LayerNorm).
-    ("pointwise", r"\bln_|layer_?norm|rowwisemoments|gammabeta|gelu|\bcls_|softmax|cross_?entropy"
+    # The rest of a layer: ours (layernorm.cu with RMSNorm, gelu.cu,
+    # swiglu.cu, classifier.cu, the adds), Triton's fusions, and
+    # uncompiled PyTorch's own kernels (RowwiseMoments and
+    # GammaBetaBackward are its LayerNorm).
+    ("pointwise", r"\bln_|layer_?norm|rms_?norm|rowwisemoments|gammabeta|gelu|swiglu|silu"
+                  r"|\bcls_|softmax|cross_?entropy"
                   r"|nll_loss|\badd|residual|triton_|elementwise|reduce_kernel|bias"),
 ]
 _RULES = [(fam, re.compile(pat, re.I)) for fam, pat in RULES]

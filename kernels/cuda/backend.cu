@@ -291,19 +291,45 @@ static int cuda_embedding_bwd(hy_stream *s, float *dwte, float *dwpe, const void
     return rc ? rc : hy_k_embedding_bwd(cs->s, dwte, dwpe, HY_CBF(dout), tokens, B, T, C, scr, err);
 }
 
-/* Takes a held add into exactly inp: the residual and the norm in one pass. */
-static int cuda_layernorm_fwd(hy_stream *s, void *out, float *mean, float *rstd, const void *inp,
-                              const void *w, const void *b, int N, int C, hy_error *err) {
+/* LayerNorm, or RMSNorm when b is NULL. Takes a held add into exactly inp:
+ * the residual and the norm in one pass. */
+static int cuda_norm_fwd(hy_stream *s, void *out, float *mean, float *rstd, const void *inp,
+                         const void *w, const void *b, int N, int C, float eps, hy_error *err) {
     cuda_stream *cs = cs_of(s);
     const hy_bf16 *x = NULL;
     int rc = enter_stream_holding(cs, err);
     if (!rc) rc = hy_cuda_take_add(cs, inp, (size_t)N * (size_t)C, &x, err);
-    if (rc) return rc;
-    if (x != NULL)
-        return hy_k_add_layernorm_fwd(cs->s, HY_BF(out), mean, rstd, (hy_bf16 *)inp, x, HY_CBF(w),
-                                      HY_CBF(b), N, C, err);
-    return hy_k_layernorm_fwd(cs->s, HY_BF(out), mean, rstd, HY_CBF(inp), HY_CBF(w), HY_CBF(b), N, C,
-                              err);
+    /* Without a held add the kernel only reads inp. */
+    return rc ? rc : hy_k_norm_fwd(cs->s, HY_BF(out), mean, rstd, (hy_bf16 *)inp, x, HY_CBF(w),
+                                   HY_CBF(b), N, C, eps, err);
+}
+
+static int cuda_layernorm_fwd(hy_stream *s, void *out, float *mean, float *rstd, const void *inp,
+                              const void *w, const void *b, int N, int C, hy_error *err) {
+    return cuda_norm_fwd(s, out, mean, rstd, inp, w, b, N, C, HY_K_LAYERNORM_EPS, err);
+}
+
+static int cuda_rmsnorm_fwd(hy_stream *s, void *out, float *rstd, const void *inp, const void *w,
+                            int N, int C, float eps, hy_error *err) {
+    return cuda_norm_fwd(s, out, NULL, rstd, inp, w, NULL, N, C, eps, err);
+}
+
+/* LayerNorm's backward (backend.h's layernorm_bwd), or RMSNorm's when
+ * mean is NULL. */
+static int cuda_norm_bwd(hy_stream *s, void *dinp, float *dw, float *db, const void *dout,
+                         const void *inp, const void *w, const float *mean, const float *rstd,
+                         int N, int C, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
+    void *scr = NULL;
+    int rc = enter_stream(cs, err);
+    if (!rc) rc = scratch(cs, hy_k_norm_bwd_scratch(N, C), &scr, err);
+    return rc ? rc : hy_k_norm_bwd(cs->s, HY_BF(dinp), dw, db, HY_CBF(dout), HY_CBF(inp), HY_CBF(w),
+                                   mean, rstd, N, C, scr, err);
+}
+
+static int cuda_rmsnorm_bwd(hy_stream *s, void *dinp, float *dw, const void *dout, const void *inp,
+                            const void *w, const float *rstd, int N, int C, hy_error *err) {
+    return cuda_norm_bwd(s, dinp, dw, NULL, dout, inp, w, NULL, rstd, N, C, err);
 }
 
 /* For the ops that add into a buffer the runtime has just zeroed: takes
@@ -312,17 +338,6 @@ static int enter_first_writer(cuda_stream *cs, const void *p, size_t elems, int 
                               hy_error *err) {
     int rc = enter_stream_holding(cs, err);
     return rc ? rc : hy_cuda_take_zero(cs, p, elems * sizeof(hy_bf16), overwrite, err);
-}
-
-static int cuda_layernorm_bwd(hy_stream *s, void *dinp, float *dw, float *db, const void *dout,
-                              const void *inp, const void *w, const float *mean, const float *rstd,
-                              int N, int C, hy_error *err) {
-    cuda_stream *cs = cs_of(s);
-    void *scr = NULL;
-    int rc = enter_stream(cs, err);
-    if (!rc) rc = scratch(cs, hy_k_layernorm_bwd_scratch(N, C), &scr, err);
-    return rc ? rc : hy_k_layernorm_bwd(cs->s, HY_BF(dinp), dw, db, HY_CBF(dout), HY_CBF(inp),
-                                        HY_CBF(w), mean, rstd, N, C, scr, err);
 }
 
 static int cuda_matmul_fwd(hy_stream *s, void *out, const void *inp, const void *w, const void *bias,
@@ -376,6 +391,25 @@ static int cuda_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void 
                                    err);
 }
 
+static int cuda_swiglu_fwd(hy_stream *s, void *out, const void *inp, int N, int F, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_swiglu_fwd(cs_of(s)->s, HY_BF(out), HY_CBF(inp), N, F, err);
+}
+
+static int cuda_swiglu_bwd(hy_stream *s, void *dinp, const void *dout, const void *inp, int N, int F,
+                           hy_error *err) {
+    int overwrite = 0;
+    int rc = enter_first_writer(cs_of(s), dinp, (size_t)N * 2 * (size_t)F, &overwrite, err);
+    return rc ? rc : hy_k_swiglu_bwd(cs_of(s)->s, HY_BF(dinp), HY_CBF(dout), HY_CBF(inp), N, F,
+                                     overwrite, err);
+}
+
+static int cuda_rope(hy_stream *s, void *qkv, const float *cs, int B, int T, int NH, int NKV, int hd,
+                     int inverse, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    return rc ? rc : hy_k_rope(cs_of(s)->s, HY_BF(qkv), cs, B, T, NH, NKV, hd, inverse, err);
+}
+
 static int cuda_attention_fwd(hy_stream *s, void *out, float *lse, const void *qkv, int B, int T,
                               int NH, int NKV, int hd, int causal, hy_error *err) {
     int rc = enter_stream(cs_of(s), err);
@@ -404,7 +438,7 @@ static size_t scratch_bound(size_t rows, size_t width) {
     int N = rows > (size_t)INT_MAX ? INT_MAX : (int)rows;
     int W = width > (size_t)INT_MAX ? INT_MAX : (int)width;
     size_t most = hy_k_matmul_bwd_scratch(N, W, W);
-    size_t k = hy_k_layernorm_bwd_scratch(N, W);
+    size_t k = hy_k_norm_bwd_scratch(N, W);
     if (k > most) most = k;
     if ((k = hy_k_matmul_gelu_bwd_scratch(N, W, W)) > most) most = k;
     if ((k = hy_k_embedding_bwd_scratch(1, N, W)) > most) most = k;
@@ -531,13 +565,18 @@ static hy_backend_ops cuda_ops_init(void) {
     o.embedding_fwd = cuda_embedding_fwd;
     o.embedding_bwd = cuda_embedding_bwd;
     o.layernorm_fwd = cuda_layernorm_fwd;
-    o.layernorm_bwd = cuda_layernorm_bwd;
+    o.layernorm_bwd = cuda_norm_bwd;
     o.matmul_fwd = cuda_matmul_fwd;
     o.matmul_bwd = cuda_matmul_bwd;
     o.gelu_fwd = cuda_gelu_fwd;
     o.gelu_bwd = cuda_gelu_bwd;
     o.matmul_gelu_fwd = cuda_matmul_gelu_fwd;
     o.matmul_gelu_bwd = cuda_matmul_gelu_bwd;
+    o.rmsnorm_fwd = cuda_rmsnorm_fwd;
+    o.rmsnorm_bwd = cuda_rmsnorm_bwd;
+    o.rope = cuda_rope;
+    o.swiglu_fwd = cuda_swiglu_fwd;
+    o.swiglu_bwd = cuda_swiglu_bwd;
     o.attention_fwd = cuda_attention_fwd;
     o.attention_bwd = cuda_attention_bwd;
     o.lm_head_fwd = cuda_lm_head_fwd;
@@ -626,6 +665,8 @@ int hy_k_preload(hy_error *err) {
     if (!rc) rc = hy_k_layernorm_preload(err);
     if (!rc) rc = hy_k_gelu_preload(err);
     if (!rc) rc = hy_k_attention_preload(err);
+    if (!rc) rc = hy_k_rope_preload(err);
+    if (!rc) rc = hy_k_swiglu_preload(err);
     if (!rc) rc = hy_k_embedding_preload(err);
     if (!rc) rc = hy_k_classifier_preload(err);
     if (!rc) rc = hy_k_adamw_preload(err);

@@ -1,7 +1,8 @@
 /*
  * embedding.cu — token + learned position embedding, CUDA backend
  * (kernels/cpu/embedding.c on the CPU):
- *   forward   out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]       (bf16)
+ *   forward   out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]       (bf16;
+ *             wpe NULL, Llama's: the token row alone)
  *   backward  dwte[tokens[b,t],:] += dout[b,t,:]               (fp32)
  *             dwpe[t,:]           += dout[b,t,:]               (fp32)
  *
@@ -55,8 +56,12 @@ static __global__ void emb_fwd_kernel(hy_bf16 *out, const int *tokens, const hy_
                                const hy_bf16 *wpe, int T, int C) {
     int n = blockIdx.x, t = n % T;
     const hy_bf16 *te = wte + (size_t)tokens[n] * C;
-    const hy_bf16 *pe = wpe + (size_t)t * C;
     hy_bf16 *o = out + (size_t)n * C;
+    if (wpe == NULL) {
+        for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = te[c];
+        return;
+    }
+    const hy_bf16 *pe = wpe + (size_t)t * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x)
         o[c] = __float2bfloat16(__bfloat162float(te[c]) + __bfloat162float(pe[c]));
 }

@@ -5,11 +5,11 @@
  * are better done together with the op right after them:
  *
  *   - zero(p, n), then an op that adds into exactly p[0, n) (the dinp of
- *     matmul_bwd and lm_head_bwd, gelu_bwd, attention_bwd): that op
+ *     matmul_bwd and lm_head_bwd, gelu_bwd, swiglu_bwd, attention_bwd): that op
  *     stores instead of adding, and the memset never runs. The GEMMs are
  *     the first writer of those buffers, so this saves writing n bytes and
  *     reading them back (beta = 1) per product;
- *   - add(acc, x, n), then layernorm_fwd of exactly acc (N·C = n): one
+ *   - add(acc, x, n), then layernorm_fwd or rmsnorm_fwd of exactly acc (N·C = n): one
  *     kernel forms the residual, stores it and normalises it;
  *   - adamw on tensor after tensor with the same hyper-parameters and clip
  *     factor: one launch for them all (kernels.cuh's hy_adamw_batch), so a

@@ -3,8 +3,9 @@
  * section as a host function that enqueues kernels (or cuBLASLt calls) on
  * a stream. backend.cu turns each hy_backend_ops math entry into one call
  * here; the equations are kernels/cpu/ops.h's, family by family in files
- * of the same names (matmul.cu, layernorm.cu, gelu.cu, attention.cu,
- * embedding.cu, classifier.cu, adamw.cu), plus the test ops (testops.cu).
+ * of the same names (matmul.cu, layernorm.cu, gelu.cu, swiglu.cu,
+ * attention.cu, rope.cu, embedding.cu, classifier.cu, adamw.cu), plus the
+ * test ops (testops.cu).
  *
  * Types: activations, activation gradients and the compute copy of the
  * weights are bf16 (hy_bf16); parameter gradients, AdamW state, the fp32
@@ -47,6 +48,8 @@ int hy_k_preload(hy_error *err);
 int hy_k_matmul_preload(hy_error *err);
 int hy_k_layernorm_preload(hy_error *err);
 int hy_k_gelu_preload(hy_error *err);
+int hy_k_swiglu_preload(hy_error *err);
+int hy_k_rope_preload(hy_error *err);
 int hy_k_attention_preload(hy_error *err);
 int hy_k_embedding_preload(hy_error *err);
 int hy_k_classifier_preload(hy_error *err);
@@ -103,25 +106,40 @@ int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte,
                      const hy_bf16 *dlogits, const hy_bf16 *inp, const hy_bf16 *wte, int N,
                      int C, int V, int overwrite, hy_error *err);
 
-/* ---- layernorm.cu ---- (eps = 1e-5; w, b: the bf16 compute copy) */
-int hy_k_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd,
-                       const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
-                       hy_error *err);
-/* The residual add and the LayerNorm after it in one pass: acc ← acc + x
- * (rounded to bf16, as hy_k_add_bf16 does), then out = LayerNorm(acc). */
-int hy_k_add_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
-                           const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
-                           hy_error *err);
-size_t hy_k_layernorm_bwd_scratch(int N, int C);
-int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
-                       const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
-                       int N, int C, void *scratch, hy_error *err);
+/* ---- layernorm.cu ---- LayerNorm and RMSNorm (w, b: the bf16 compute
+ * copy) */
+#define HY_K_LAYERNORM_EPS 1e-5f   /* GPT-2's and BERT's: HY_LAYERNORM_EPS of kernels/cpu/ops.h */
+/* out = LayerNorm(acc) (mean, rstd saved), or RMSNorm(acc) when b is NULL
+ * (mean is then NULL: Llama's, backend.h's rmsnorm_fwd); with x not NULL
+ * the residual add before it in the same pass: acc ← acc + x first
+ * (rounded to bf16, as hy_k_add_bf16 does), else acc is only read. */
+int hy_k_norm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
+                  const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C, float eps,
+                  hy_error *err);
+/* The backward of either: RMSNorm's when mean is NULL (db is then NULL).
+ * dinp, dw, db may each be NULL. Scratch: hy_k_norm_bwd_scratch bytes. */
+size_t hy_k_norm_bwd_scratch(int N, int C);
+int hy_k_norm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
+                  const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
+                  int N, int C, void *scratch, hy_error *err);
 
 /* ---- gelu.cu ---- (tanh approximation; out may alias inp) */
 int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, hy_error *err);
 /* dinp += dout · gelu'(inp); overwrite: dinp = dout · gelu'(inp) */
 int hy_k_gelu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
                   size_t n, int overwrite, hy_error *err);
+
+/* ---- swiglu.cu ---- inp [N, 2F] (gate, then up), out [N, F] */
+int hy_k_swiglu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, int N, int F, hy_error *err);
+/* dinp [N, 2F] += the gradients; overwrite: dinp = them */
+int hy_k_swiglu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp, int N,
+                    int F, int overwrite, hy_error *err);
+
+/* ---- rope.cu ---- in place on the q and k heads of qkv
+ * [B,T,(NH+2·NKV)·hd]; cs: the fp32 table of lib/model.h's hy_rope_table;
+ * inverse: rotate by −angle (the backward) */
+int hy_k_rope(cudaStream_t s, hy_bf16 *qkv, const float *cs, int B, int T, int NH, int NKV, int hd,
+              int inverse, hy_error *err);
 
 /* ---- attention.cu ---- fused (flash-style) attention with grouped-query
  * attention (backend.h's attention_fwd/bwd): qkv [B,T,(NH+2·NKV)·hd], out
@@ -138,7 +156,7 @@ int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf
                        const hy_bf16 *qkv, const hy_bf16 *out, const float *lse, int B, int T,
                        int NH, int NKV, int hd, int causal, int overwrite, hy_error *err);
 
-/* ---- embedding.cu ---- tokens [B,T] in [0, V) */
+/* ---- embedding.cu ---- tokens [B,T] in [0, V); wpe, dwpe may be NULL */
 int hy_k_embedding_fwd(cudaStream_t s, hy_bf16 *out, const int *tokens, const hy_bf16 *wte,
                        const hy_bf16 *wpe, int B, int T, int C, hy_error *err);
 size_t hy_k_embedding_bwd_scratch(int B, int T, int C);

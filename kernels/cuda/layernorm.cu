@@ -23,6 +23,12 @@
  * 2 · ceil(N/LN_CHUNK) · C floats. The column pass re-reads dout and inp
  * (a second read of two [N,C] bf16 arrays); fusing it into the row pass
  * would need per-column accumulators for every row a warp visits.
+ *
+ * RMSNorm (Llama; eps given) is the same kernels with no mean and no bias
+ * (template flag RMS, mean taken as 0): rstd = 1/sqrt((1/C) Σ x_i² + eps),
+ * out_i = x_i · rstd · w_i, dinp_i += rstd · (g_i − xhat_i · mean(g ⊙ xhat)),
+ * dw_i += Σ_rows dout_i · xhat_i (the same two-pass column sum); its
+ * forward takes the residual add before it as LayerNorm's does.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -32,30 +38,14 @@
 
 #include "check.cuh"
 #include "kernels.cuh"
+#include "pack.cuh"
 
-#define LN_EPS 1e-5f   /* HY_LAYERNORM_EPS of kernels/cpu/ops.h */
 #define LN_WARPS 8     /* rows per block, one warp each */
 #define LN_CHUNK 64    /* rows per dw/db partial */
 
 static __device__ __forceinline__ float ln_warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
-}
-
-/* 8 bf16: one 16-byte access. */
-struct __align__(16) ln_pack {
-    __nv_bfloat162 h[4];
-};
-
-static __device__ __forceinline__ ln_pack ln_load(const hy_bf16 *p) { return *(const ln_pack *)p; }
-
-static __device__ __forceinline__ void ln_floats(const ln_pack &p, float f[8]) {
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float2 v = __bfloat1622float2(p.h[j]);
-        f[2 * j] = v.x;
-        f[2 * j + 1] = v.y;
-    }
 }
 
 /* The elements of a row a lane owns: with VEC, packs of 8 at 8·lane,
@@ -71,11 +61,12 @@ static __device__ __forceinline__ void ln_floats(const ln_pack &p, float f[8]) {
 
 /* One warp per row. With ADD the row is first inp ← inp + addend, rounded
  * to bf16 exactly as hy_k_add_bf16 rounds, and stored: the residual add
- * fused into the norm that follows it (fuse.cu). */
-template <int ADD, int VEC>
+ * fused into the norm that follows it (fuse.cu). With RMS: RMSNorm (no
+ * mean, no bias: mean and b are not read). */
+template <int ADD, int VEC, int RMS>
 static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_bf16 *inp,
                                      const hy_bf16 *addend, const hy_bf16 *w, const hy_bf16 *b, int N,
-                                     int C) {
+                                     int C, float eps) {
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -86,17 +77,17 @@ static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_
     float sum = 0.0f, f[8], g[8];
     LN_FOR_EACH(VEC, c, C) {
         if (VEC) {
-            ln_pack p = ln_load(x + c);
+            hy_k_bf16x8 p = hy_k_load8(x + c);
             if (ADD) {
-                ln_pack q = ln_load(y + c);
+                hy_k_bf16x8 q = hy_k_load8(y + c);
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     float2 a = __bfloat1622float2(p.h[j]), d = __bfloat1622float2(q.h[j]);
                     p.h[j] = __floats2bfloat162_rn(a.x + d.x, a.y + d.y);
                 }
-                *(ln_pack *)(x + c) = p;
+                *(hy_k_bf16x8 *)(x + c) = p;
             }
-            ln_floats(p, f);
+            hy_k_unpack8(p, f);
         } else {
             f[0] = __bfloat162float(x[c]);
             if (ADD) {
@@ -107,29 +98,31 @@ static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_
         }
         for (int j = 0; j < LN_WIDTH(VEC); j++) sum += f[j];
     }
-    float m = ln_warp_sum(sum) / (float)C;
+    float m = RMS ? 0.0f : ln_warp_sum(sum) / (float)C;
     float sq = 0.0f;
     LN_FOR_EACH(VEC, c, C) {
-        if (VEC) ln_floats(ln_load(x + c), f);
+        if (VEC) hy_k_unpack8(hy_k_load8(x + c), f);
         else f[0] = __bfloat162float(x[c]);
         for (int j = 0; j < LN_WIDTH(VEC); j++) sq += (f[j] - m) * (f[j] - m);
     }
-    float r = 1.0f / sqrtf(ln_warp_sum(sq) / (float)C + LN_EPS);
+    float r = 1.0f / sqrtf(ln_warp_sum(sq) / (float)C + eps);
     LN_FOR_EACH(VEC, c, C) {
         if (VEC) {
             float wv[8], bv[8];
-            ln_floats(ln_load(x + c), f);
-            ln_floats(ln_load(w + c), wv);
-            ln_floats(ln_load(b + c), bv);
+            hy_k_unpack8(hy_k_load8(x + c), f);
+            hy_k_unpack8(hy_k_load8(w + c), wv);
+            if (RMS) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) bv[j] = 0.0f;
+            } else {
+                hy_k_unpack8(hy_k_load8(b + c), bv);
+            }
 #pragma unroll
             for (int j = 0; j < 8; j++) g[j] = (f[j] - m) * r * wv[j] + bv[j];
-            ln_pack p;
-#pragma unroll
-            for (int j = 0; j < 4; j++) p.h[j] = __floats2bfloat162_rn(g[2 * j], g[2 * j + 1]);
-            *(ln_pack *)(o + c) = p;
+            *(hy_k_bf16x8 *)(o + c) = hy_k_pack8(g);
         } else {
             float xhat = (__bfloat162float(x[c]) - m) * r;
-            o[c] = __float2bfloat16(xhat * __bfloat162float(w[c]) + __bfloat162float(b[c]));
+            o[c] = __float2bfloat16(xhat * __bfloat162float(w[c]) + (RMS ? 0.0f : __bfloat162float(b[c])));
         }
     }
     if (lane == 0) {
@@ -141,8 +134,9 @@ static __global__ void ln_fwd_kernel(hy_bf16 *out, float *mean, float *rstd, hy_
 // ----------------------------------------------------------------------------
 // Backward
 
-/* dinp[row] += rstd · (g − mean(g) − xhat · mean(g ⊙ xhat)), one warp per row. */
-template <int VEC>
+/* dinp[row] += rstd · (g − mean(g) − xhat · mean(g ⊙ xhat)), one warp per
+ * row; RMS: RMSNorm's, with neither mean (mean is not read). */
+template <int VEC, int RMS>
 static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
                                           const hy_bf16 *w, const float *mean, const float *rstd,
                                           int N, int C) {
@@ -152,15 +146,15 @@ static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, co
     size_t off = (size_t)row * C;
     const hy_bf16 *x = inp + off, *dy = dout + off;
     hy_bf16 *dx = dinp + off;
-    float m = mean[row], r = rstd[row];
+    float m = RMS ? 0.0f : mean[row], r = rstd[row];
     float xv[8], dv[8], wv[8], av[8];
 
     float sg = 0.0f, sgx = 0.0f;
     LN_FOR_EACH(VEC, c, C) {
         if (VEC) {
-            ln_floats(ln_load(x + c), xv);
-            ln_floats(ln_load(dy + c), dv);
-            ln_floats(ln_load(w + c), wv);
+            hy_k_unpack8(hy_k_load8(x + c), xv);
+            hy_k_unpack8(hy_k_load8(dy + c), dv);
+            hy_k_unpack8(hy_k_load8(w + c), wv);
         } else {
             xv[0] = __bfloat162float(x[c]);
             dv[0] = __bfloat162float(dy[c]);
@@ -172,14 +166,14 @@ static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, co
             sgx += g * ((xv[j] - m) * r);
         }
     }
-    float mg = ln_warp_sum(sg) / (float)C, mgx = ln_warp_sum(sgx) / (float)C;
+    float mg = RMS ? 0.0f : ln_warp_sum(sg) / (float)C, mgx = ln_warp_sum(sgx) / (float)C;
     LN_FOR_EACH(VEC, c, C) {
         if (VEC) {
-            ln_floats(ln_load(x + c), xv);
-            ln_floats(ln_load(dy + c), dv);
-            ln_floats(ln_load(w + c), wv);
-            ln_floats(ln_load(dx + c), av);
-            ln_pack p;
+            hy_k_unpack8(hy_k_load8(x + c), xv);
+            hy_k_unpack8(hy_k_load8(dy + c), dv);
+            hy_k_unpack8(hy_k_load8(w + c), wv);
+            hy_k_unpack8(hy_k_load8(dx + c), av);
+            hy_k_bf16x8 p;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 float v[2];
@@ -191,7 +185,7 @@ static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, co
                 }
                 p.h[j] = __floats2bfloat162_rn(v[0], v[1]);
             }
-            *(ln_pack *)(dx + c) = p;
+            *(hy_k_bf16x8 *)(dx + c) = p;
         } else {
             float xhat = (__bfloat162float(x[c]) - m) * r;
             float g = __bfloat162float(dy[c]) * __bfloat162float(w[c]);
@@ -201,7 +195,8 @@ static __global__ void ln_bwd_dinp_kernel(hy_bf16 *dinp, const hy_bf16 *dout, co
 }
 
 /* Per chunk of LN_CHUNK rows: pw[chunk, c] = Σ dout·xhat, pb[chunk, c] =
- * Σ dout. Block (32, 8), grid (nchunks, ceil(C/32)). */
+ * Σ dout. Block (32, 8), grid (nchunks, ceil(C/32)). mean NULL: RMSNorm's
+ * xhat, x · rstd. */
 static __global__ void ln_bwd_partial_kernel(float *pw, float *pb, const hy_bf16 *dout,
                                       const hy_bf16 *inp, const float *mean, const float *rstd,
                                       int N, int C) {
@@ -214,7 +209,7 @@ static __global__ void ln_bwd_partial_kernel(float *pw, float *pb, const hy_bf16
         for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) {
             size_t off = (size_t)r * C + c;
             float d = __bfloat162float(dout[off]);
-            float xhat = (__bfloat162float(inp[off]) - mean[r]) * rstd[r];
+            float xhat = (__bfloat162float(inp[off]) - (mean ? mean[r] : 0.0f)) * rstd[r];
             aw += d * xhat;
             ab += d;
         }
@@ -261,54 +256,44 @@ static int ln_vec(int C, const void *a, const void *b, const void *c, const void
            ln_aligned(e);
 }
 
-#define LN_FWD(ADD, VEC) ln_fwd_kernel<ADD, VEC><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>( \
-    out, mean, rstd, acc, x, w, b, N, C)
+#define LN_FWD(ADD, VEC, RMS) ln_fwd_kernel<ADD, VEC, RMS><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>( \
+    out, mean, rstd, acc, x, w, b, N, C, eps)
 
-static int ln_forward(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
-                      const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
-                      hy_error *err) {
+int hy_k_norm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
+                  const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C, float eps,
+                  hy_error *err) {
     if (N <= 0 || C <= 0) return HY_OK;
-    int vec = ln_vec(C, out, acc, x, w, b);
-    if (x != NULL) {
-        if (vec) LN_FWD(1, 1);
-        else LN_FWD(1, 0);
-    } else {
-        if (vec) LN_FWD(0, 1);
-        else LN_FWD(0, 0);
+    int vec = ln_vec(C, out, acc, x, w, b), add = x != NULL, rms = b == NULL;
+    switch (add * 4 + vec * 2 + rms) {
+    case 0: LN_FWD(0, 0, 0); break;
+    case 1: LN_FWD(0, 0, 1); break;
+    case 2: LN_FWD(0, 1, 0); break;
+    case 3: LN_FWD(0, 1, 1); break;
+    case 4: LN_FWD(1, 0, 0); break;
+    case 5: LN_FWD(1, 0, 1); break;
+    case 6: LN_FWD(1, 1, 0); break;
+    default: LN_FWD(1, 1, 1); break;
     }
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }
 
-int hy_k_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd,
-                       const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
-                       hy_error *err) {
-    /* Without an addend the kernel only reads inp. */
-    return ln_forward(s, out, mean, rstd, (hy_bf16 *)inp, NULL, w, b, N, C, err);
-}
-
-int hy_k_add_layernorm_fwd(cudaStream_t s, hy_bf16 *out, float *mean, float *rstd, hy_bf16 *acc,
-                           const hy_bf16 *x, const hy_bf16 *w, const hy_bf16 *b, int N, int C,
-                           hy_error *err) {
-    return ln_forward(s, out, mean, rstd, acc, x, w, b, N, C, err);
-}
-
-size_t hy_k_layernorm_bwd_scratch(int N, int C) {
+size_t hy_k_norm_bwd_scratch(int N, int C) {
     if (N <= 0 || C <= 0) return 0;
     return 2 * (size_t)ln_chunks(N) * (size_t)C * sizeof(float);
 }
 
-int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
+int hy_k_norm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_bf16 *dout,
                        const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
                        int N, int C, void *scratch, hy_error *err) {
     if (N <= 0 || C <= 0) return HY_OK;
     if (dinp != NULL) {
-        if (ln_vec(C, dinp, dout, inp, w, NULL))
-            ln_bwd_dinp_kernel<1><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(dinp, dout, inp, w, mean,
-                                                                            rstd, N, C);
-        else
-            ln_bwd_dinp_kernel<0><<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(dinp, dout, inp, w, mean,
-                                                                            rstd, N, C);
+        int vec = ln_vec(C, dinp, dout, inp, w, NULL), rms = mean == NULL;
+        void (*k)(hy_bf16 *, const hy_bf16 *, const hy_bf16 *, const hy_bf16 *, const float *,
+                  const float *, int, int) =
+            vec ? (rms ? ln_bwd_dinp_kernel<1, 1> : ln_bwd_dinp_kernel<1, 0>)
+                : (rms ? ln_bwd_dinp_kernel<0, 1> : ln_bwd_dinp_kernel<0, 0>);
+        k<<<ln_row_blocks(N), LN_WARPS * 32, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
         HY_CUDA_CHECK(cudaGetLastError(), err);
     }
     if (dw != NULL || db != NULL) {
@@ -327,12 +312,18 @@ int hy_k_layernorm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, cons
 // Preload (kernels.cuh)
 
 int hy_k_layernorm_preload(hy_error *err) {
-    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 0>), err);
-    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 1>), err);
-    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 0>), err);
-    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 1>), err);
-    HY_CUDA_PRELOAD(ln_bwd_dinp_kernel<0>, err);
-    HY_CUDA_PRELOAD(ln_bwd_dinp_kernel<1>, err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 0, 0>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 1, 0>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 0, 0>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 1, 0>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 0, 1>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<0, 1, 1>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 0, 1>), err);
+    HY_CUDA_PRELOAD((ln_fwd_kernel<1, 1, 1>), err);
+    HY_CUDA_PRELOAD((ln_bwd_dinp_kernel<0, 0>), err);
+    HY_CUDA_PRELOAD((ln_bwd_dinp_kernel<1, 0>), err);
+    HY_CUDA_PRELOAD((ln_bwd_dinp_kernel<0, 1>), err);
+    HY_CUDA_PRELOAD((ln_bwd_dinp_kernel<1, 1>), err);
     HY_CUDA_PRELOAD(ln_bwd_partial_kernel, err);
     HY_CUDA_PRELOAD(ln_bwd_finish_kernel, err);
     return HY_OK;
