@@ -15,7 +15,8 @@ head, rope_theta 500000, bf16 on disk), its tokens and its losses in fp32:
      config.json of a LlamaForCausalLM with the model's shape, and hanayo
      reads it back (2 evaluates it);
   4. the same weights as two shards with model.safetensors.index.json, in
-     fp32, give the same loss;
+     fp32, give the same loss; with Llama 3's rope scaling in config.json
+     (both the forms transformers writes) the loss is transformers' too;
   5. bad input exits 2 with one message naming the cause: a config.json that
      disagrees with the model block (kv heads, rope_theta, tied head), a
      resume under another shape,
@@ -131,6 +132,35 @@ def main():
             json.dump(index, f)
         loss_sh = eval_loss("--init", sh)
         check(loss_sh == loss0, "sharded fp32 copy: %.7f, the file %.7f" % (loss_sh, loss0))
+
+        # 4b. Llama 3's rope scaling, in transformers 5's config.json form
+        # (rope_parameters) and the older one (rope_theta, rope_scaling)
+        sc = want["rope_scaling"]
+        scaled_sets = ["--set", "model.rope_scaling.factor=%g" % sc["factor"],
+                       "--set", "model.rope_scaling.low_freq_factor=%g" % sc["low_freq_factor"],
+                       "--set", "model.rope_scaling.high_freq_factor=%g" % sc["high_freq_factor"],
+                       "--set", "model.rope_scaling.original_max_position_embeddings=%d"
+                       % sc["original_max_position_embeddings"]]
+        check(rel(want["loss0_scaled"], want["loss0"]) > 1e-4,
+              "the fixture's scaling moves the loss too little to be checked")
+        for form in ("rope_parameters", "rope_scaling"):
+            d = os.path.join(tmp, form)
+            os.makedirs(d)
+            shutil.copy(FIX + "/model.safetensors", d)
+            c = dict(hf)
+            if form == "rope_parameters":
+                c["rope_parameters"] = dict(sc, rope_theta=hf["rope_parameters"]["rope_theta"])
+            else:
+                del c["rope_parameters"]
+                c["rope_theta"], c["rope_scaling"] = hf["rope_parameters"]["rope_theta"], sc
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(c, f)
+            got = eval_loss("--init", d, *scaled_sets)
+            check(rel(got, want["loss0_scaled"]) <= 1e-5, "rope scaling (%s): %.7f, transformers "
+                  "%.7f" % (form, got, want["loss0_scaled"]))
+        expect_refused("a config without the file's rope scaling", "factor",
+                       "eval", CONFIG, "--init", os.path.join(tmp, "rope_scaling"),
+                       "--batches", "1")
 
         # 5. bad input
         expect_refused("another kv_heads", "num_key_value_heads",
