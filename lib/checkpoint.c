@@ -32,6 +32,7 @@
 
 #include "atomicfile.h"
 #include "checksum.h"
+#include "hfconfig.h"
 #include "infile.h"
 #include "model.h"
 #include "safetensors.h"
@@ -154,37 +155,6 @@ static char *ck_json_text(json_t *o) {
     out[n] = '\n';
     out[n + 1] = '\0';
     return out;
-}
-
-/* Hugging Face's GPT2Config or LlamaConfig for the model, so transformers
- * opens it. A Llama's rope settings go in the form checkpoints have had
- * (rope_theta, rope_scaling), which transformers 5 reads as well. */
-static json_t *ck_hf_config(const hy_model *m) {
-    if (m->kind != HY_MODEL_LLAMA)
-        return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:b}",
-                         "architectures", "GPT2LMHeadModel", "model_type", "gpt2",
-                         "n_layer", m->layers, "n_embd", m->d_model, "n_head", m->heads,
-                         "n_positions", m->seq_len, "n_ctx", m->seq_len, "vocab_size", m->vocab,
-                         "layer_norm_epsilon", 1e-5, "activation_function", "gelu_new",
-                         "tie_word_embeddings", 1);
-    const hy_rope_scaling *rs = &m->rope_scaling;
-    json_t *scaling = rs->factor == 0 ? json_null()
-                    : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3",
-                                "factor", rs->factor, "low_freq_factor", rs->low_freq_factor,
-                                "high_freq_factor", rs->high_freq_factor,
-                                "original_max_position_embeddings",
-                                rs->original_max_position_embeddings);
-    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:s, "
-                     "s:b, s:b, s:b, s:s}",
-                     "architectures", "LlamaForCausalLM", "model_type", "llama",
-                     "num_hidden_layers", m->layers, "hidden_size", m->d_model,
-                     "num_attention_heads", m->heads, "num_key_value_heads", m->kv_heads,
-                     "head_dim", m->head_dim, "intermediate_size", m->ffn_dim,
-                     "vocab_size", m->vocab, "max_position_embeddings", m->seq_len,
-                     "rms_norm_eps", m->norm_eps, "rope_theta", m->rope_theta,
-                     "rope_scaling", scaling, "hidden_act", "silu",
-                     "attention_bias", 0, "mlp_bias", 0,
-                     "tie_word_embeddings", m->tie_embeddings, "torch_dtype", "float32");
 }
 
 /* What identifies the data a position counts into: each training
@@ -483,7 +453,7 @@ static int ck_write_files(hy_runtime *rt, const char *tmp, int step,
     if (!rc) rc = ck_write_tensors(rt, m, file, mv, mvp, 2, step_text, &sums[1], err);
     ck_path(file, sizeof file, tmp, CK_FILES[2]);
     if (!rc && n_files == CK_N_FILES)
-        rc = ck_write_owned(file, ck_json_text(ck_hf_config(m)), &sums[2], err);
+        rc = ck_write_owned(file, ck_json_text(hy_hfconfig_json(m)), &sums[2], err);
     ck_path(file, sizeof file, tmp, "state.json");
     if (!rc)
         rc = ck_write_owned(file, ck_state_text(hy_runtime_run(rt), step, hy_runtime_last_loss(rt),

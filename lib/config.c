@@ -16,9 +16,11 @@
  * (`origin`), so that an error can name the file or the --set at fault.
  */
 #include "config.h"
+#include "hfconfig.h"
 #include "infile.h"
 #include "suggest.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -131,6 +133,11 @@ static const key_spec KEYS[] = {
              "token embedding); `bert`: the same blocks with bidirectional attention "
              "and a masked-LM loss; `llama`: Llama 2/3 (RMSNorm, rotary positions, "
              "grouped-query attention, SwiGLU MLP, no biases, next-token loss)" },
+    { .name = "model.from", .type = K_STRING, .off = OFF(model_from), .flags = F_NULLABLE,
+      .doc = "a Hugging Face Llama checkpoint's directory (or its config.json): every model "
+             "key below that the config does not give is read from it (kind `llama`, layers, "
+             "heads, kv_heads, ffn_dim, vocab, norm_eps, rope_theta, rope_scaling, "
+             "tie_embeddings; not seq_len); null: none" },
     { .name = "model.layers", .type = K_INT, .off = OFF(model.layers),
       .lo = 1, .hi = 1024, .def = 4, .doc = "transformer blocks" },
     { .name = "model.d_model", .type = K_INT, .off = OFF(model.d_model),
@@ -1302,6 +1309,39 @@ char *hy_config_derived_dir(const char *top, const char *config) {
     return dir;
 }
 
+/* model.from: the model keys the config leaves to their defaults, from a
+ * Hugging Face Llama's config.json (hfconfig.h), the kind llama with them. */
+static int model_from(hy_config *c, const load_ctx *ctx, hy_error *err) {
+    char path[PATH_MAX + 32];
+    struct stat sb;
+    int dir = stat(c->model_from, &sb) == 0 && S_ISDIR(sb.st_mode);
+    snprintf(path, sizeof path, "%s%s", c->model_from, dir ? "/config.json" : "");
+    hy_model_shape hf;
+    int rc = hy_hfconfig_read(path, &hf, err);
+    if (rc) {
+        hy_error_prefix(err, "model.from: ");
+        return rc;
+    }
+    const key_spec *kind = find_key("model.kind");
+    if (ctx->origin[key_index(kind)] != ORIGIN_DEFAULT && c->model.kind != HY_MODEL_LLAMA) {
+        char where[512];
+        WHERE("model.kind", "model.from");
+        return hy_fail(err, HY_ERR_INPUT, "model.from names a Llama's config.json but model.kind "
+                       "is %s in %s; drop model.kind or make it \"llama\"",
+                       hy_model_name(c->model.kind), where);
+    }
+    c->model.kind = HY_MODEL_LLAMA;
+    for (int f = 0; f < HY_HF_FIELDS; f++) {
+        const key_spec *k = find_key(hy_hfconfig_key(f));
+        assert(k);
+        if (ctx->origin[key_index(k)] != ORIGIN_DEFAULT) continue;   /* given: it wins */
+        double v = hy_hfconfig_value(&hf, f);
+        if (k->type == K_REAL) *(double *)field(c, k->off) = v;
+        else *(int *)field(c, k->off) = (int)v;
+    }
+    return HY_OK;
+}
+
 /* Each key of the merged object into c; then derived defaults and the
  * checks that involve several keys. */
 static int resolve(hy_config *c, json_t *root, const load_ctx *ctx, hy_error *err) {
@@ -1314,8 +1354,9 @@ static int resolve(hy_config *c, json_t *root, const load_ctx *ctx, hy_error *er
         if (rc) return rc;
     }
     if (isnan(c->train.min_lr)) c->train.min_lr = c->train.lr / 10;
+    int rc = c->model_from ? model_from(c, ctx, err) : HY_OK;
     derive_model(&c->model);
-    int rc = derive_paths(c, ctx, err);
+    if (!rc) rc = derive_paths(c, ctx, err);
     if (!rc) rc = check_model(c, ctx, err);
     if (!rc) rc = check_schedule(c, ctx, err);
     if (!rc) rc = check_train(c, ctx, err);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "hfconfig.h"
 #include "infile.h"
 #include "model.h"
 #include "safetensors.h"
@@ -213,85 +214,25 @@ static int wt_open_dir(wt_files *w, const char *dir, hy_error *err) {
     return rc;
 }
 
-/* config.json's field `key` as a number (def when absent and has_def). */
-static int wt_hf_number(const char *path, json_t *o, const char *key, double def, int has_def,
-                        double *out, hy_error *err) {
-    json_t *v = json_object_get(o, key);
-    if (!v && has_def) { *out = def; return HY_OK; }
-    if (!json_is_number(v))
-        return hy_fail(err, HY_ERR_INPUT, "%s: \"%s\" is %s, a number is needed", path, key,
-                       v ? "not a number" : "missing");
-    *out = json_number_value(v);
-    return HY_OK;
-}
-
-static int wt_hf_differs(const char *path, const char *field, double file, const char *key,
-                         double now, hy_error *err) {
-    return hy_fail(err, HY_ERR_INPUT, "%s: %s is %g, the config's %s is %g; use the "
-                   "checkpoint's value (--set %s=%g)", path, field, file, key, now, key, file);
-}
-
-/* The checkpoint's config.json against m (weights.h's list of fields). */
+/* The checkpoint's config.json against m, field by field (hfconfig.h). */
 static int wt_check_hf_config(const char *dir, const hy_model *m, hy_error *err) {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    json_error_t je;
-    json_t *o = hy_infile_json(path, JSON_REJECT_DUPLICATES, &je);
-    if (!o)
-        return hy_fail(err, HY_ERR_INPUT, "%s: %s (a Hugging Face Llama checkpoint's directory "
-                       "holds config.json beside its safetensors)", path, je.text);
-    int rc = HY_OK;
-    const char *type = json_string_value(json_object_get(o, "model_type"));
-    if (!json_is_object(o) || !type || strcmp(type, "llama") != 0)
-        rc = hy_fail(err, HY_ERR_INPUT, "%s: model_type is %s, not \"llama\"; model.kind llama "
-                     "reads LlamaForCausalLM checkpoints", path,
-                     type ? hy_safetensors_show(type).s : "missing");
-    /* Hugging Face writes rope_theta and rope_scaling at the top (before
-     * transformers 5) or both inside rope_parameters. */
-    json_t *rp = json_object_get(o, "rope_parameters");
-    json_t *scaling = json_is_object(rp) ? rp : json_object_get(o, "rope_scaling");
-    json_t *theta_in = json_is_object(rp) && json_object_get(rp, "rope_theta") ? rp : o;
-    const char *rope_type = json_string_value(json_object_get(scaling, "rope_type"));
-    if (!rope_type) rope_type = json_string_value(json_object_get(scaling, "type"));
-    int scaled = json_is_object(scaling) && rope_type && strcmp(rope_type, "default") != 0;
-    if (!rc && scaled && strcmp(rope_type, "llama3") != 0)
-        rc = hy_fail(err, HY_ERR_INPUT, "%s: rope scaling \"%s\" is not supported; hanayo "
-                     "has Llama 3's (\"llama3\") only", path, hy_safetensors_show(rope_type).s);
-    const struct { const char *field, *key; json_t *in; double def; int has_def; double now; } f[] = {
-        { "hidden_size", "model.d_model", o, 0, 0, m->d_model },
-        { "num_hidden_layers", "model.layers", o, 0, 0, m->layers },
-        { "num_attention_heads", "model.heads", o, 0, 0, m->heads },
-        { "num_key_value_heads", "model.kv_heads", o, m->heads, 1, m->kv_heads },
-        { "intermediate_size", "model.ffn_dim", o, 0, 0, m->ffn_dim },
-        { "vocab_size", "model.vocab", o, 0, 0, m->vocab },
-        { "head_dim", "d_model / heads", o, m->head_dim, 1, m->head_dim },
-        { "rms_norm_eps", "model.norm_eps", o, 1e-6, 1, (float)m->norm_eps },
-        { "rope_theta", "model.rope_theta", theta_in, 10000, 1, m->rope_theta },
-        { "factor", "model.rope_scaling.factor", scaling, 0, !scaled, m->rope_scaling.factor },
-        { "low_freq_factor", "model.rope_scaling.low_freq_factor", scaling, 0, 0,
-          m->rope_scaling.low_freq_factor },
-        { "high_freq_factor", "model.rope_scaling.high_freq_factor", scaling, 0, 0,
-          m->rope_scaling.high_freq_factor },
-        { "original_max_position_embeddings",
-          "model.rope_scaling.original_max_position_embeddings", scaling, 0, 0,
-          m->rope_scaling.original_max_position_embeddings },
-    };
-    for (size_t i = 0; i < sizeof f / sizeof f[0] && !rc; i++) {
-        if (i > 9 && !scaled) break;   /* the blend's keys: only with scaling */
-        double v = 0;
-        rc = wt_hf_number(path, f[i].in, f[i].field, f[i].def, f[i].has_def, &v, err);
+    hy_model_shape file, now = hy_model_shape_of(m);
+    int rc = hy_hfconfig_read(path, &file, err);
+    for (int f = 0; f < HY_HF_FIELDS && !rc; f++) {
+        if (f > HY_HF_ROPE_FACTOR && file.rope_scaling.factor == 0) break;   /* unscaled */
+        double a = hy_hfconfig_value(&file, f), b = hy_hfconfig_value(&now, f);
         /* eps is a float where it is used: 1e-05 and 1e-5f are one value */
-        if (!rc && i == 7) v = (float)v;
-        if (!rc && v != f[i].now) rc = wt_hf_differs(path, f[i].field, v, f[i].key, f[i].now, err);
+        if (f == HY_HF_NORM_EPS) a = (float)a, b = (float)b;
+        if (a == b) continue;
+        char fa[32], fb[32];
+        snprintf(fa, sizeof fa, f == HY_HF_TIE ? (a ? "true" : "false") : "%g", a);
+        snprintf(fb, sizeof fb, f == HY_HF_TIE ? (b ? "true" : "false") : "%g", b);
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: %s is %s, the config's %s is %s; use the "
+                     "checkpoint's value (--set %s=%s)", path, hy_hfconfig_field(f), fa,
+                     hy_hfconfig_key(f), fb, hy_hfconfig_key(f), fa);
     }
-    json_t *tie = json_object_get(o, "tie_word_embeddings");
-    int tied = json_is_true(tie);   /* LlamaConfig's default: untied */
-    if (!rc && tied != !!m->tie_embeddings)
-        rc = hy_fail(err, HY_ERR_INPUT, "%s: tie_word_embeddings is %s, the config's "
-                     "model.tie_embeddings is %s; use the checkpoint's value "
-                     "(--set model.tie_embeddings=%s)", path, tied ? "true" : "false",
-                     m->tie_embeddings ? "true" : "false", tied ? "true" : "false");
-    json_decref(o);
     return rc;
 }
 

@@ -17,6 +17,7 @@ head, rope_theta 500000, bf16 on disk), its tokens and its losses in fp32:
   4. the same weights as two shards with model.safetensors.index.json, in
      fp32, give the same loss; with Llama 3's rope scaling in config.json
      (both the forms transformers writes) the loss is transformers' too;
+     `model.from` reads the model block from config.json;
   5. bad input exits 2 with one message naming the cause: a config.json that
      disagrees with the model block (kv heads, rope_theta, tied head), a
      resume under another shape,
@@ -82,6 +83,8 @@ def expect_refused(what, needle, *args):
 def main():
     want = json.load(open(FIX + "/expected.json"))
     tmp = tempfile.mkdtemp(prefix="hy-llama-")
+    with open(os.path.join(tmp, "gpt2.json"), "w") as f:
+        json.dump({"model_type": "gpt2", "n_layer": 2}, f)
     try:
         # 1. transformers' loss
         loss0 = eval_loss("--init", FIX)
@@ -161,6 +164,28 @@ def main():
         expect_refused("a config without the file's rope scaling", "factor",
                        "eval", CONFIG, "--init", os.path.join(tmp, "rope_scaling"),
                        "--batches", "1")
+
+        # 4c. model.from: the model block read from config.json
+        frm = os.path.join(tmp, "from.json")
+        with open(frm, "w") as f:
+            json.dump({"model": {"from": FIX, "seq_len": 16},
+                       "schedule": {"kind": "1f1b", "ranks": 1, "micro_batches": 1,
+                                    "micro_batch_size": 2},
+                       "data": {"train": FIX + "/tokens.bin"}, "checkpoint": {"dir": None},
+                       "backend": "cpu"}, f)
+        rc, out, err = hanayo("check", frm)
+        model = json.loads(out)["model"] if rc == 0 else {}
+        given = json.load(open(CONFIG))["model"]
+        for k, v in given.items():
+            check(model.get(k) == v, "model.from: model.%s = %s, the fixture's %s"
+                  % (k, model.get(k), v))
+        rc, out, err = hanayo("eval", frm, "--init", FIX, "--batches", "1")
+        check(rc == 0 and json.loads(out.splitlines()[0])["loss"] == loss0,
+              "model.from: eval %s" % (out.strip() or err.strip()))
+        expect_refused("model.from with another kind", "model.kind", "check", frm,
+                       "--set", "model.kind=gpt")
+        expect_refused("model.from of a GPT-2", "model_type", "check", frm,
+                       "--set", "model.from=" + os.path.join(tmp, "gpt2.json"))
 
         # 5. bad input
         expect_refused("another kv_heads", "num_key_value_heads",
