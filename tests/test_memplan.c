@@ -103,6 +103,13 @@ static void test_every_schedule(void) {
             }
 }
 
+/* A tied Llama across ranks: the embedding's replica on the last
+ * stage's rank is counted as for GPT. */
+static void test_tied_llama(void) {
+    const char *sets[] = { "schedule.kind=1f1b", "schedule.ranks=2", "model.tie_embeddings=true" };
+    plan_equals_allocation("llama", sets, 3);
+}
+
 /* The stash is what the schedule keeps in flight: GPipe every
  * micro-batch on every stage, 1F1B P - s on stage s. */
 static void test_in_flight(void) {
@@ -219,6 +226,7 @@ int main(void) {
         return 1;
     }
     test_every_schedule();
+    test_tied_llama();
     test_in_flight();
     test_terms_by_hand();
     test_check();

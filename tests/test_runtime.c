@@ -185,6 +185,27 @@ static void split_equals_sequential(const char *kind) {
     }
 }
 
+/* A Llama with a tied head: on 1F1B's 2 ranks the last stage's rank keeps
+ * the embedding's replica and the two gradients are summed, as for GPT;
+ * split and not, the weights equal one rank's. */
+static void tied_llama_equals_sequential(void) {
+    for (int split = 0; split <= 1; split++) {
+        const char *sp = split ? "schedule.split_backward=true" : "schedule.split_backward=false";
+        const char *one[] = { "model.tie_embeddings=true", "schedule.kind=gpipe",
+                              "schedule.ranks=1" };
+        const char *two[] = { "model.tie_embeddings=true", "schedule.kind=1f1b",
+                              "schedule.ranks=2", sp };
+        run_result r0, r;
+        if (train("llama", one, 3, 3, &r0)) { CHECK(0); return; }
+        if (train("llama", two, 4, 3, &r)) { CHECK(0); free(r0.w); return; }
+        CHECK(r.n == r0.n);
+        double d = rel_diff(&r0, &r);
+        CHECKF(d <= 1e-5, "tied llama 1f1b P=2 %s: max |dw| / max |w| = %.3g", sp, d);
+        free(r.w);
+        free(r0.w);
+    }
+}
+
 /* The recorded and replayed iteration does exactly what the eager one does. */
 static void replay_equals_eager(void) {
     for (int split = 0; split <= 1; split++) {
@@ -319,6 +340,7 @@ int main(void) {
     split_equals_sequential("bert");
     pipelined_equals_sequential("llama");
     split_equals_sequential("llama");
+    tied_llama_equals_sequential();
     replay_equals_eager();
     loss_falls();
     first_failure_is_reported();
