@@ -32,6 +32,7 @@
 
 #include "atomicfile.h"
 #include "checksum.h"
+#include "hfconfig.h"
 #include "infile.h"
 #include "model.h"
 #include "safetensors.h"
@@ -60,6 +61,30 @@ static size_t ck_total(const hy_model *m) {
     return n;
 }
 
+/* Adds Llama parameter p, whose values are at v, as its Hugging Face
+ * tensors (weights.h): a transposed parameter is turned in place (through
+ * a copy), then its pieces are consecutive rows of it. */
+static int ck_add_llama(hy_safetensors_writer *w, const hy_model *m, const hy_param *p, float *v,
+                        hy_error *err) {
+    hy_weights_piece pc[3];
+    int n = hy_weights_llama_pieces(m, p, pc), rc = HY_OK;
+    size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 0;
+    if (hy_weights_llama_transposed(p)) {
+        float *copy = malloc(p->numel * sizeof(float));
+        if (!copy) return hy_fail(err, HY_ERR_RUNTIME, "out of memory writing %s", p->name);
+        memcpy(copy, v, p->numel * sizeof(float));
+        hy_weights_transpose(v, copy, (size_t)p->shape[0], (size_t)p->shape[1]);
+        free(copy);
+        cols = (size_t)p->shape[0];
+    }
+    for (int k = 0; k < n && !rc; k++) {
+        size_t shape[2] = { pc[k].rows, cols };
+        rc = hy_safetensors_writer_add(w, pc[k].name, HY_ST_F32, p->ndim, shape, v, err);
+        v += pc[k].rows * (p->ndim == 2 ? cols : 1);
+    }
+    return rc;
+}
+
 /* Writes one safetensors file holding, for each parameter, the tensors of
  * the given roles ("" prefix for the weights, "m."/"v." for moments). */
 static int ck_write_tensors(hy_runtime *rt, const hy_model *m, const char *path,
@@ -86,7 +111,12 @@ static int ck_write_tensors(hy_runtime *rt, const hy_model *m, const char *path,
             snprintf(name, sizeof name, "%s%s", prefixes[k], p->name);
             ck_shape(m, p, shape);
             rc = hy_runtime_get(rt, roles[k], p, at, n, err);
-            if (!rc) rc = hy_safetensors_writer_add(&w, name, HY_ST_F32, p->ndim, shape, at, err);
+            /* A Llama's weights go out as Hugging Face's, so transformers
+             * opens the checkpoint; the moments stay in this layout. */
+            if (!rc && m->kind == HY_MODEL_LLAMA && roles[k] == HY_T_PARAM)
+                rc = ck_add_llama(&w, m, p, at, err);
+            else if (!rc)
+                rc = hy_safetensors_writer_add(&w, name, HY_ST_F32, p->ndim, shape, at, err);
             at += n;
         }
     }
@@ -125,16 +155,6 @@ static char *ck_json_text(json_t *o) {
     out[n] = '\n';
     out[n + 1] = '\0';
     return out;
-}
-
-/* Hugging Face's GPT2Config for the model, so transformers opens it. */
-static json_t *ck_hf_config(const hy_model *m) {
-    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:b}",
-                     "architectures", "GPT2LMHeadModel", "model_type", "gpt2",
-                     "n_layer", m->layers, "n_embd", m->d_model, "n_head", m->heads,
-                     "n_positions", m->seq_len, "n_ctx", m->seq_len, "vocab_size", m->vocab,
-                     "layer_norm_epsilon", 1e-5, "activation_function", "gelu_new",
-                     "tie_word_embeddings", 1);
 }
 
 /* What identifies the data a position counts into: each training
@@ -328,16 +348,47 @@ static int ck_check_model(const char *path, const char *what, json_t *state, con
     if (!kind || strcmp(kind, want) != 0)
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.kind = %s, the config has "
                        "%s; %s", what, kind ? kind : "?", want, advice);
-    static const char *const keys[] = { "layers", "d_model", "heads", "seq_len", "vocab" };
-    const int now[] = { m->layers, m->d_model, m->heads, m->seq_len, m->vocab };
-    for (int i = 0; i < 5; i++) {
+    /* kv_heads, ffn_dim and tie_embeddings came with Llama: a checkpoint
+     * older than them is a GPT's or a BERT's, whose kind fixes them. */
+    static const char *const keys[] = { "layers", "d_model", "heads", "seq_len", "vocab",
+                                        "kv_heads", "ffn_dim" };
+    const int now[] = { m->layers, m->d_model, m->heads, m->seq_len, m->vocab, m->kv_heads,
+                        m->ffn_dim };
+    for (int i = 0; i < 7; i++) {
         json_t *v = json_object_get(model, keys[i]);
+        if (!v && i >= 5) continue;
         if (!json_is_integer(v) || json_integer_value(v) != now[i])
             return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.%s = %lld, the config has "
                            "%d; %s", what, keys[i],
                            json_is_integer(v) ? (long long)json_integer_value(v) : -1LL, now[i],
                            advice);
     }
+    json_t *tie = json_object_get(model, "tie_embeddings");
+    if (tie && (!json_is_boolean(tie) || json_is_true(tie) != !!m->tie_embeddings))
+        return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.tie_embeddings = %s, the "
+                       "config has %s; %s", what, json_is_true(tie) ? "true" : "false",
+                       m->tie_embeddings ? "true" : "false", advice);
+    if (m->kind != HY_MODEL_LLAMA) return HY_OK;
+    /* Llama's reals change the function the weights compute, not their shapes. */
+    json_t *scaling = json_object_get(model, "rope_scaling");
+    const char *const reals[] = { "norm_eps", "rope_theta", "factor", "low_freq_factor",
+                                  "high_freq_factor" };
+    const double rnow[] = { m->norm_eps, m->rope_theta, m->rope_scaling.factor,
+                            m->rope_scaling.low_freq_factor, m->rope_scaling.high_freq_factor };
+    for (int i = 0; i < 5; i++) {
+        json_t *v = json_object_get(i < 2 ? model : scaling, reals[i]);
+        if (!json_is_number(v) || json_number_value(v) != rnow[i])
+            return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.%s%s = %g, the config "
+                           "has %g; %s", what, i < 2 ? "" : "rope_scaling.", reals[i],
+                           json_is_number(v) ? json_number_value(v) : NAN, rnow[i], advice);
+    }
+    json_t *orig = json_object_get(scaling, "original_max_position_embeddings");
+    int orig_now = m->rope_scaling.original_max_position_embeddings;
+    if (!json_is_integer(orig) || json_integer_value(orig) != orig_now)
+        return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.rope_scaling."
+                       "original_max_position_embeddings = %lld, the config has %d; %s", what,
+                       json_is_integer(orig) ? (long long)json_integer_value(orig) : -1LL,
+                       orig_now, advice);
     return HY_OK;
 }
 
@@ -385,13 +436,14 @@ static int ck_write_owned(const char *path, char *text, hy_file_sum *sum, hy_err
 /* ---- Saving ------------------------------------------------------------- */
 
 /* The files of step `step` into the checkpoint's temporary directory tmp:
- * the tensors, config.json (GPT), then state.json with their sums. */
+ * the tensors, config.json (GPT, Llama), then state.json with their sums. */
 static int ck_write_files(hy_runtime *rt, const char *tmp, int step,
                           size_t pos, const ck_data_id *d, hy_error *err) {
     const hy_model *m = hy_runtime_model(rt);
     const hy_tensor_role w[1] = { HY_T_PARAM }, mv[2] = { HY_T_ADAM_M, HY_T_ADAM_V };
     const char *const wp[1] = { "" }, *const mvp[2] = { "m.", "v." };
-    int n_files = m->kind == HY_MODEL_GPT ? CK_N_FILES : CK_N_FILES - 1;   /* config.json: GPT */
+    /* config.json: the models transformers has a class for */
+    int n_files = m->kind != HY_MODEL_BERT ? CK_N_FILES : CK_N_FILES - 1;
     hy_file_sum sums[CK_N_FILES] = { { 0, 0 } }, self;
     char file[PATH_MAX + 64], step_text[32];
     snprintf(step_text, sizeof step_text, "%d", step);
@@ -401,7 +453,7 @@ static int ck_write_files(hy_runtime *rt, const char *tmp, int step,
     if (!rc) rc = ck_write_tensors(rt, m, file, mv, mvp, 2, step_text, &sums[1], err);
     ck_path(file, sizeof file, tmp, CK_FILES[2]);
     if (!rc && n_files == CK_N_FILES)
-        rc = ck_write_owned(file, ck_json_text(ck_hf_config(m)), &sums[2], err);
+        rc = ck_write_owned(file, ck_json_text(hy_hfconfig_json(m)), &sums[2], err);
     ck_path(file, sizeof file, tmp, "state.json");
     if (!rc)
         rc = ck_write_owned(file, ck_state_text(hy_runtime_run(rt), step, hy_runtime_last_loss(rt),

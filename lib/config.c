@@ -16,9 +16,11 @@
  * (`origin`), so that an error can name the file or the --set at fault.
  */
 #include "config.h"
+#include "hfconfig.h"
 #include "infile.h"
 #include "suggest.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -88,7 +90,8 @@ typedef enum {
 } key_type;
 
 enum {
-    F_NULLABLE = 1,  /* JSON null is allowed (strings: NULL; reals: derived) */
+    F_NULLABLE = 1,  /* JSON null is allowed (strings: NULL; reals: derived; bools: -1,
+                        derived) */
     F_LO_OPEN = 2,   /* reals: lo itself is excluded */
     F_HI_OPEN = 4,   /* reals: hi itself is excluded */
     /* Reals the optimizer uses as a 32-bit float: the value as a float
@@ -128,7 +131,13 @@ static const key_spec KEYS[] = {
       .enum_name = model_name, .n_enum = HY_MODEL_COUNT, .def = HY_MODEL_GPT,
       .doc = "`gpt`: GPT-2 (causal attention, next-token loss, LM head tied to the "
              "token embedding); `bert`: the same blocks with bidirectional attention "
-             "and a masked-LM loss" },
+             "and a masked-LM loss; `llama`: Llama 2/3 (RMSNorm, rotary positions, "
+             "grouped-query attention, SwiGLU MLP, no biases, next-token loss)" },
+    { .name = "model.from", .type = K_STRING, .off = OFF(model_from), .flags = F_NULLABLE,
+      .doc = "a Hugging Face Llama checkpoint's directory (or its config.json): every model "
+             "key below that the config does not give is read from it (kind `llama`, layers, "
+             "heads, kv_heads, ffn_dim, vocab, norm_eps, rope_theta, rope_scaling, "
+             "tie_embeddings; not seq_len); null: none" },
     { .name = "model.layers", .type = K_INT, .off = OFF(model.layers),
       .lo = 1, .hi = 1024, .def = 4, .doc = "transformer blocks" },
     { .name = "model.d_model", .type = K_INT, .off = OFF(model.d_model),
@@ -136,7 +145,7 @@ static const key_spec KEYS[] = {
       .doc = "width of the residual stream; a multiple of `model.heads`" },
     { .name = "model.heads", .type = K_INT, .off = OFF(model.heads),
       .lo = 1, .hi = 1024, .def = 4,
-      .doc = "attention heads; head size is d_model / heads" },
+      .doc = "attention (query) heads; head size is d_model / heads" },
     { .name = "model.seq_len", .type = K_INT, .off = OFF(model.seq_len),
       .lo = 1, .hi = 65536, .def = 64,
       .doc = "tokens per sequence (T), also the number of learned positions" },
@@ -145,6 +154,42 @@ static const key_spec KEYS[] = {
       .doc = "vocabulary size (GPT-2: 50257, Llama 3: 128256); above 65536 the shards must "
              "be llm.c's uint32 format (`hanayo data synth --format u32`); padded to a "
              "multiple of 128 for the LM head, which must stay below 2^31" },
+    { .name = "model.kv_heads", .type = K_INT, .off = OFF(model.kv_heads),
+      .lo = 0, .hi = 1024, .def = 0, .def_doc = "`model.heads`",
+      .doc = "key/value heads, dividing `model.heads`: fewer is grouped-query attention "
+             "(query head h reads K/V head h / (heads / kv_heads)); 0 means `model.heads`; "
+             "`gpt` and `bert` need `model.heads`" },
+    { .name = "model.ffn_dim", .type = K_INT, .off = OFF(model.ffn_dim),
+      .lo = 0, .hi = 1048576, .def = 0, .def_doc = "4 x `model.d_model`",
+      .doc = "the MLP's hidden width (Llama's intermediate_size); 0 means 4 x d_model, "
+             "which `gpt` and `bert` need" },
+    { .name = "model.tie_embeddings", .type = K_BOOL, .off = OFF(model.tie_embeddings),
+      .flags = F_NULLABLE, .def = -1, .def_doc = "true for `gpt` and `bert`, false for `llama`",
+      .doc = "the LM head is the token embedding; untied (`llama` only), the head is a "
+             "weight of its own on the last stage; null: the kind's default" },
+    { .name = "model.norm_eps", .type = K_REAL, .off = OFF(model.norm_eps),
+      .lo = 0, .hi = 1, .flags = F_LO_OPEN | F_FLOAT, .def = 1e-5,
+      .doc = "RMSNorm's epsilon (`llama`; Llama 3: 1e-5, Llama 2: 1e-6)" },
+    { .name = "model.rope_theta", .type = K_REAL, .off = OFF(model.rope_theta),
+      .lo = 0, .hi = 1e12, .flags = F_LO_OPEN, .def = 10000,
+      .doc = "the base of the rotary position embedding's frequencies (`llama`; "
+             "Llama 3: 500000)" },
+    { .name = "model.rope_scaling", .type = K_SECTION,
+      .doc = "Llama 3's RoPE frequency scaling (`llama`; Hugging Face's rope_type "
+             "\"llama3\"); absent or factor 0: none" },
+    { .name = "model.rope_scaling.factor", .type = K_REAL,
+      .off = OFF(model.rope_scaling.factor), .lo = 0, .hi = 1e6, .def = 0,
+      .doc = "long wavelengths are stretched by this (Llama 3.1/3.2: 8 or 32); 0: no scaling" },
+    { .name = "model.rope_scaling.low_freq_factor", .type = K_REAL,
+      .off = OFF(model.rope_scaling.low_freq_factor), .lo = 0, .hi = 1e6, .flags = F_LO_OPEN,
+      .def = 1, .doc = "wavelengths above original / this are scaled whole" },
+    { .name = "model.rope_scaling.high_freq_factor", .type = K_REAL,
+      .off = OFF(model.rope_scaling.high_freq_factor), .lo = 0, .hi = 1e6, .flags = F_LO_OPEN,
+      .def = 4, .doc = "wavelengths below original / this are kept; between, blended" },
+    { .name = "model.rope_scaling.original_max_position_embeddings", .type = K_INT,
+      .off = OFF(model.rope_scaling.original_max_position_embeddings), .lo = 1,
+      .hi = INT_ANY, .def = 8192,
+      .doc = "the context length the model was trained at before scaling" },
 
     { .name = "schedule", .type = K_SECTION, .doc = "the pipeline" },
     { .name = "schedule.kind", .type = K_ENUM, .off = OFF(schedule.kind),
@@ -272,8 +317,9 @@ static const key_spec KEYS[] = {
              "`train.eval_every` steps), and what `hanayo eval` reads by default; null: none" },
 
     { .name = "init", .type = K_STRING, .off = OFF(init), .flags = F_NULLABLE,
-      .doc = "safetensors weights to start from (Hugging Face GPT-2 names); null: "
-             "random init from `train.seed`" },
+      .doc = "safetensors weights to start from (Hugging Face GPT-2 names), or for `llama` "
+             "a Hugging Face Llama checkpoint's directory (config.json and one or sharded "
+             "safetensors); null: random init from `train.seed`" },
 
     { .name = "checkpoint", .type = K_SECTION, .doc = "saving the run" },
     { .name = "checkpoint.dir", .type = K_STRING, .off = OFF(checkpoint.dir),
@@ -477,7 +523,7 @@ static void describe_range(const key_spec *k, char *buf, size_t n) {
         }
         break;
     case K_BOOL:
-        snprintf(buf, n, "true or false");
+        snprintf(buf, n, (k->flags & F_NULLABLE) ? "true, false or null" : "true or false");
         break;
     case K_STRING:
         snprintf(buf, n, "a non-empty string");
@@ -609,6 +655,14 @@ static void where_keys(const load_ctx *ctx, const char *const *names, int n_name
  * Defaults and freeing
  */
 
+/* The model keys whose default follows from others: kv_heads (0: heads),
+ * ffn_dim (0: 4 d_model) and tie_embeddings (null: tied except Llama). */
+static void derive_model(hy_model_shape *m) {
+    if (m->kv_heads == 0) m->kv_heads = m->heads;
+    if (m->ffn_dim == 0) m->ffn_dim = 4 * m->d_model;
+    if (m->tie_embeddings < 0) m->tie_embeddings = m->kind != HY_MODEL_LLAMA;
+}
+
 void hy_config_init(hy_config *c) {
     memset(c, 0, sizeof *c);
     for (int i = 0; i < N_KEYS; i++) {
@@ -629,6 +683,7 @@ void hy_config_init(hy_config *c) {
         }
     }
     c->train.min_lr = c->train.lr / 10;       /* the derived default */
+    derive_model(&c->model);
 }
 
 static void free_string(const key_spec *k, char **s) {
@@ -774,14 +829,18 @@ static int check_object(json_t *obj, const char *sec, const load_ctx *ctx, hy_er
     return HY_OK;
 }
 
-/* The value of a key in the merged object, or NULL when absent. */
+/* The value of a key in the merged object, or NULL when absent; a dotted
+ * name walks nested sections ("model.rope_scaling.factor"). */
 static json_t *lookup(json_t *root, const char *name) {
-    size_t sl = section_len(name);
-    if (!sl) return json_object_get(root, name);
-    char sec[64];
-    snprintf(sec, sizeof sec, "%.*s", (int)sl, name);
-    json_t *s = json_object_get(root, sec);
-    return json_is_object(s) ? json_object_get(s, leaf_of(name)) : NULL;
+    json_t *obj = root;
+    const char *p = name;
+    for (const char *dot; (dot = strchr(p, '.')); p = dot + 1) {
+        char sec[64];
+        snprintf(sec, sizeof sec, "%.*s", (int)(dot - p), p);
+        obj = json_object_get(obj, sec);
+        if (!json_is_object(obj)) return NULL;
+    }
+    return json_object_get(obj, p);
 }
 
 /* ------------------------------------------------------------------------
@@ -815,18 +874,19 @@ static json_t *set_value(const key_spec *k, const char *text, const char *set, h
 /* Puts v at k's place in root, creating its section when the file has
  * none. Steals v. */
 static int put_value(json_t *root, const key_spec *k, json_t *v, hy_error *err) {
-    size_t sl = section_len(k->name);
     json_t *obj = root;
-    if (sl) {
+    const char *p = k->name;
+    for (const char *dot; (dot = strchr(p, '.')); p = dot + 1) {
         char sec[64];
-        snprintf(sec, sizeof sec, "%.*s", (int)sl, k->name);
-        obj = json_object_get(root, sec);
-        if (!obj) {
-            obj = json_object();
-            if (!obj || json_object_set_new(root, sec, obj)) { json_decref(v); return oom(err); }
+        snprintf(sec, sizeof sec, "%.*s", (int)(dot - p), p);
+        json_t *next = json_object_get(obj, sec);
+        if (!next) {
+            next = json_object();
+            if (!next || json_object_set_new(obj, sec, next)) { json_decref(v); return oom(err); }
         }
+        obj = next;
     }
-    if (json_object_set_new(obj, leaf_of(k->name), v)) return oom(err);
+    if (json_object_set_new(obj, p, v)) return oom(err);
     return HY_OK;
 }
 
@@ -1027,6 +1087,7 @@ static int read_key(hy_config *c, const key_spec *k, const json_t *v, const load
         *(double *)f = json_number_value(v);
         return HY_OK;
     case K_BOOL:
+        if (json_is_null(v) && (k->flags & F_NULLABLE)) { *(int *)f = -1; return HY_OK; }
         if (!json_is_boolean(v)) return bad_value(k, "", v, ctx, err);
         *(int *)f = json_is_true(v);
         return HY_OK;
@@ -1089,6 +1150,49 @@ static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
         return hy_fail(err, HY_ERR_INPUT, "model.heads (%d) must divide model.d_model (%d) "
                        "in %s; pick heads so that d_model / heads is a whole head size",
                        c->model.heads, c->model.d_model, where);
+    }
+    const hy_model_shape *m = &c->model;
+    if (m->heads % m->kv_heads != 0) {
+        WHERE("model.kv_heads", "model.heads");
+        return hy_fail(err, HY_ERR_INPUT, "model.kv_heads (%d) must divide model.heads (%d) in "
+                       "%s: each K/V head serves heads / kv_heads query heads; pick a divisor "
+                       "of %d", m->kv_heads, m->heads, where, m->heads);
+    }
+    if (m->kind == HY_MODEL_LLAMA) {
+        const hy_rope_scaling *rs = &m->rope_scaling;
+        if (rs->factor != 0 && !(rs->high_freq_factor > rs->low_freq_factor)) {
+            WHERE("model.rope_scaling.high_freq_factor", "model.rope_scaling.low_freq_factor");
+            return hy_fail(err, HY_ERR_INPUT, "model.rope_scaling.high_freq_factor (%g) must "
+                           "exceed low_freq_factor (%g) in %s: the blend runs between them",
+                           rs->high_freq_factor, rs->low_freq_factor, where);
+        }
+        if ((m->d_model / m->heads) % 2 != 0) {
+            WHERE("model.d_model", "model.heads");
+            return hy_fail(err, HY_ERR_INPUT, "the head size d_model / heads = %d / %d = %d "
+                           "must be even in %s: rotary embeddings turn pairs of values",
+                           m->d_model, m->heads, m->d_model / m->heads, where);
+        }
+        return HY_OK;
+    }
+    /* GPT and BERT have fixed answers to what Llama makes keys of. */
+    const char *kind = hy_model_name(m->kind);
+    if (m->kv_heads != m->heads) {
+        WHERE("model.kv_heads", "model.kind");
+        return hy_fail(err, HY_ERR_INPUT, "model.kv_heads (%d) differs from model.heads (%d) "
+                       "in %s, but %s has no grouped-query attention; drop model.kv_heads or "
+                       "use model.kind \"llama\"", m->kv_heads, m->heads, where, kind);
+    }
+    if (m->ffn_dim != 4 * m->d_model) {
+        WHERE("model.ffn_dim", "model.kind");
+        return hy_fail(err, HY_ERR_INPUT, "model.ffn_dim (%d) is not 4 x model.d_model (%d) in "
+                       "%s, which %s's MLP is; drop model.ffn_dim or use model.kind \"llama\"",
+                       m->ffn_dim, 4 * m->d_model, where, kind);
+    }
+    if (!m->tie_embeddings) {
+        WHERE("model.tie_embeddings", "model.kind");
+        return hy_fail(err, HY_ERR_INPUT, "model.tie_embeddings is false in %s, but %s's LM "
+                       "head is its token embedding; drop the key or use model.kind \"llama\"",
+                       where, kind);
     }
     return HY_OK;
 }
@@ -1205,17 +1309,54 @@ char *hy_config_derived_dir(const char *top, const char *config) {
     return dir;
 }
 
+/* model.from: the model keys the config leaves to their defaults, from a
+ * Hugging Face Llama's config.json (hfconfig.h), the kind llama with them. */
+static int model_from(hy_config *c, const load_ctx *ctx, hy_error *err) {
+    char path[PATH_MAX + 32];
+    struct stat sb;
+    int dir = stat(c->model_from, &sb) == 0 && S_ISDIR(sb.st_mode);
+    snprintf(path, sizeof path, "%s%s", c->model_from, dir ? "/config.json" : "");
+    hy_model_shape hf;
+    int rc = hy_hfconfig_read(path, &hf, err);
+    if (rc) {
+        hy_error_prefix(err, "model.from: ");
+        return rc;
+    }
+    const key_spec *kind = find_key("model.kind");
+    if (ctx->origin[key_index(kind)] != ORIGIN_DEFAULT && c->model.kind != HY_MODEL_LLAMA) {
+        char where[512];
+        WHERE("model.kind", "model.from");
+        return hy_fail(err, HY_ERR_INPUT, "model.from names a Llama's config.json but model.kind "
+                       "is %s in %s; drop model.kind or make it \"llama\"",
+                       hy_model_name(c->model.kind), where);
+    }
+    c->model.kind = HY_MODEL_LLAMA;
+    for (int f = 0; f < HY_HF_FIELDS; f++) {
+        const key_spec *k = find_key(hy_hfconfig_key(f));
+        assert(k);
+        if (ctx->origin[key_index(k)] != ORIGIN_DEFAULT) continue;   /* given: it wins */
+        double v = hy_hfconfig_value(&hf, f);
+        if (k->type == K_REAL) *(double *)field(c, k->off) = v;
+        else *(int *)field(c, k->off) = (int)v;
+    }
+    return HY_OK;
+}
+
 /* Each key of the merged object into c; then derived defaults and the
  * checks that involve several keys. */
 static int resolve(hy_config *c, json_t *root, const load_ctx *ctx, hy_error *err) {
     c->train.min_lr = NAN;                    /* "not given" until read */
+    c->model.kv_heads = c->model.ffn_dim = 0;   /* likewise (derive_model) */
+    c->model.tie_embeddings = -1;
     for (int i = 0; i < N_KEYS; i++) {
         const json_t *v = KEYS[i].type == K_SECTION ? NULL : lookup(root, KEYS[i].name);
         int rc = v ? read_key(c, &KEYS[i], v, ctx, err) : HY_OK;
         if (rc) return rc;
     }
     if (isnan(c->train.min_lr)) c->train.min_lr = c->train.lr / 10;
-    int rc = derive_paths(c, ctx, err);
+    int rc = c->model_from ? model_from(c, ctx, err) : HY_OK;
+    derive_model(&c->model);
+    if (!rc) rc = derive_paths(c, ctx, err);
     if (!rc) rc = check_model(c, ctx, err);
     if (!rc) rc = check_schedule(c, ctx, err);
     if (!rc) rc = check_train(c, ctx, err);
@@ -1269,7 +1410,9 @@ static void sb_add_value(strbuf *b, const hy_config *c, const key_spec *k) {
     switch (k->type) {
     case K_INT:  sb_add(b, "%d", *(const int *)f); break;
     case K_SEED: sb_add(b, "%llu", *(const unsigned long long *)f); break;
-    case K_BOOL: sb_add(b, "%s", *(const int *)f ? "true" : "false"); break;
+    case K_BOOL:   /* -1: a nullable bool not given */
+        sb_add(b, "%s", *(const int *)f < 0 ? "null" : *(const int *)f ? "true" : "false");
+        break;
     case K_ENUM: sb_add(b, "\"%s\"", k->enum_name(*(const int *)f)); break;
     case K_REAL:
         if (isnan(*(const double *)f)) { sb_add(b, "null"); break; }

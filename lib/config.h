@@ -38,6 +38,8 @@ typedef enum { HY_LR_COSINE, HY_LR_LINEAR, HY_LR_CONSTANT, HY_LR_WSD, HY_LR_COUN
 typedef struct {
     char *path;                 /* file it came from, or NULL */
     hy_model_shape model;
+    char *model_from;           /* model.from: a Hugging Face Llama's config.json or its
+                                   directory, filling the model keys not given; or NULL */
     struct { hy_sched_kind kind; int ranks, waves, chunks, micro_batches, micro_batch_size;
              int *layers_per_stage;                    /* the key schedule.split */
              int n_layers_per_stage;                   /* 0: balance automatically */

@@ -79,7 +79,7 @@ static void mem_rank(hy_memplan *mp, const hy_memplan_in *in, const hy_transform
     mem_add(mp, r, HY_MEM_BUFFERS, hy_boundary_bytes(tf));   /* dres */
     size_t attn = in->mem->attention_scratch
                       ? in->mem->attention_scratch(in->micro_batch_size, m->seq_len, m->heads,
-                                                   m->heads, m->d_model / m->heads)
+                                                   m->kv_heads, m->head_dim)
                       : 0;
     size_t sizes[HY_STAGE_WORK_BUFFERS];
     int n = hy_stage_work_sizes(tf, attn, head, sizes);
@@ -151,7 +151,7 @@ int hy_memplan_build(hy_memplan *mp, const hy_memplan_in *in, hy_error *err) {
                           .global_micro_batches = s->micro_batches * in->replicas,
                           .split = s->split };
     int last = s->placement[s->stages - 1];
-    int replica_rank = last != s->placement[0] ? last : -1;
+    int replica_rank = m->tie_embeddings && last != s->placement[0] ? last : -1;
     mem_stages(mp, in, &tf);
     for (int r = 0; r < s->ranks; r++) mem_rank(mp, in, &tf, r, replica_rank);
     int rc = mem_links(mp, in, &tf, replica_rank, err);
@@ -159,7 +159,7 @@ int hy_memplan_build(hy_memplan *mp, const hy_memplan_in *in, hy_error *err) {
         size_t N = (size_t)in->micro_batch_size * (size_t)m->seq_len;
         if (in->mem->scratch)   /* what reserve sizes before any rank runs */
             mp->rank[r].bytes[HY_MEM_BUFFERS] +=
-                (double)in->mem->scratch(N, 4 * (size_t)m->d_model);
+                (double)in->mem->scratch(N, hy_model_widest(m));
         mp->rank[r].bytes[HY_MEM_BUFFERS] += in->mem->rank_overhead;
         for (int t = 0; t < HY_MEM_TERMS; t++) mp->rank[r].total += mp->rank[r].bytes[t];
         if (mp->rank[r].total > mp->rank[mp->peak_rank].total) mp->peak_rank = r;

@@ -19,12 +19,36 @@ void hy_model_free(hy_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* Forward FLOPs per token of the head, in units of one block's: the
- * block does 24 C^2 (its four matmuls) + 4 C T (attention scores and
- * mixing), the head 2 C Vp. */
+int hy_model_qkv_width(const hy_model *m) {
+    return (m->heads + 2 * m->kv_heads) * m->head_dim;
+}
+
+int hy_model_fc_width(const hy_model *m) {
+    return m->kind == HY_MODEL_LLAMA ? 2 * m->ffn_dim : m->ffn_dim;
+}
+
+size_t hy_model_widest(const hy_model *m) {
+    size_t w = (size_t)m->d_model;
+    if ((size_t)hy_model_qkv_width(m) > w) w = (size_t)hy_model_qkv_width(m);
+    if ((size_t)hy_model_fc_width(m) > w) w = (size_t)hy_model_fc_width(m);
+    return w;
+}
+
+/* The values of a block's matrices: QKV, the attention's output
+ * projection, the MLP's first product and its projection back (GPT:
+ * 3 C^2 + C^2 + 4 C^2 + 4 C^2 = 12 C^2). */
+static double block_matrix_numel(const hy_model *m) {
+    double C = m->d_model, F = m->ffn_dim, H = (double)m->heads * m->head_dim;
+    return C * hy_model_qkv_width(m) + H * C + C * hy_model_fc_width(m) + F * C;
+}
+
+double hy_model_block_flops(const hy_model *m) {
+    return 2.0 * block_matrix_numel(m) + 4.0 * m->d_model * m->seq_len;
+}
+
+/* Forward FLOPs per token of the head, 2 C Vp, in units of one block's. */
 static double head_cost(const hy_model *m) {
-    double C = m->d_model, T = m->seq_len;
-    return 2.0 * C * m->vocab_padded / (24.0 * C * C + 4.0 * C * T);
+    return 2.0 * m->d_model * m->vocab_padded / hy_model_block_flops(m);
 }
 
 double hy_model_stage_cost(const hy_model *m, int stage) {
@@ -54,8 +78,10 @@ static void add_param(hy_model *m, hy_param_kind kind, int layer, const char *su
                          int d1, int stage, int decay) {
     hy_param *p = &m->params[m->n_params++];
     memset(p, 0, sizeof *p);
-    if (layer >= 0) snprintf(p->name, sizeof p->name, "h.%d.%s", layer, suffix);
+    const char *block = m->kind == HY_MODEL_LLAMA ? "layers" : "h";
+    if (layer >= 0) snprintf(p->name, sizeof p->name, "%s.%d.%s", block, layer, suffix);
     else snprintf(p->name, sizeof p->name, "%s", suffix);
+    p->vocab_rows = kind == HY_P_WTE || kind == HY_P_LM_HEAD;
     p->kind = kind;
     p->layer = layer;
     p->ndim = d1 > 0 ? 2 : 1;
@@ -69,19 +95,43 @@ static void add_param(hy_model *m, hy_param_kind kind, int layer, const char *su
 }
 
 static void add_block(hy_model *m, int l, int stage) {
-    int C = m->d_model;
+    int C = m->d_model, QKV = hy_model_qkv_width(m), FC = hy_model_fc_width(m), F = m->ffn_dim;
+    int H = m->heads * m->head_dim;
+    if (m->kind == HY_MODEL_LLAMA) {   /* in llama_slot's order */
+        add_param(m, HY_P_LN1_W, l, "attn_norm.weight", C, 0, stage, 0);
+        add_param(m, HY_P_QKV_W, l, "attn.qkv.weight", C, QKV, stage, 1);
+        add_param(m, HY_P_ATTN_PROJ_W, l, "attn.o.weight", H, C, stage, 1);
+        add_param(m, HY_P_LN2_W, l, "mlp_norm.weight", C, 0, stage, 0);
+        add_param(m, HY_P_FC_W, l, "mlp.gate_up.weight", C, FC, stage, 1);
+        add_param(m, HY_P_MLP_PROJ_W, l, "mlp.down.weight", F, C, stage, 1);
+        return;
+    }
     add_param(m, HY_P_LN1_W, l, "ln_1.weight", C, 0, stage, 0);
     add_param(m, HY_P_LN1_B, l, "ln_1.bias", C, 0, stage, 0);
-    add_param(m, HY_P_QKV_W, l, "attn.c_attn.weight", C, 3 * C, stage, 1);
-    add_param(m, HY_P_QKV_B, l, "attn.c_attn.bias", 3 * C, 0, stage, 0);
+    add_param(m, HY_P_QKV_W, l, "attn.c_attn.weight", C, QKV, stage, 1);
+    add_param(m, HY_P_QKV_B, l, "attn.c_attn.bias", QKV, 0, stage, 0);
     add_param(m, HY_P_ATTN_PROJ_W, l, "attn.c_proj.weight", C, C, stage, 1);
     add_param(m, HY_P_ATTN_PROJ_B, l, "attn.c_proj.bias", C, 0, stage, 0);
     add_param(m, HY_P_LN2_W, l, "ln_2.weight", C, 0, stage, 0);
     add_param(m, HY_P_LN2_B, l, "ln_2.bias", C, 0, stage, 0);
-    add_param(m, HY_P_FC_W, l, "mlp.c_fc.weight", C, 4 * C, stage, 1);
-    add_param(m, HY_P_FC_B, l, "mlp.c_fc.bias", 4 * C, 0, stage, 0);
-    add_param(m, HY_P_MLP_PROJ_W, l, "mlp.c_proj.weight", 4 * C, C, stage, 1);
+    add_param(m, HY_P_FC_W, l, "mlp.c_fc.weight", C, FC, stage, 1);
+    add_param(m, HY_P_FC_B, l, "mlp.c_fc.bias", FC, 0, stage, 0);
+    add_param(m, HY_P_MLP_PROJ_W, l, "mlp.c_proj.weight", F, C, stage, 1);
     add_param(m, HY_P_MLP_PROJ_B, l, "mlp.c_proj.bias", C, 0, stage, 0);
+}
+
+/* A Llama block's parameter of `kind` as its place in the block (add_block's
+ * order), -1 when it has none. */
+static int llama_slot(hy_param_kind kind) {
+    switch (kind) {
+    case HY_P_LN1_W: return 0;
+    case HY_P_QKV_W: return 1;
+    case HY_P_ATTN_PROJ_W: return 2;
+    case HY_P_LN2_W: return 3;
+    case HY_P_FC_W: return 4;
+    case HY_P_MLP_PROJ_W: return 5;
+    default: return -1;
+    }
 }
 
 /* The least common multiple of HY_VOCAB_ALIGN and k >= 1. */
@@ -95,7 +145,7 @@ static long vocab_lcm(int k) {
     return (long)HY_VOCAB_ALIGN / a * k;
 }
 
-static const char *const MODEL_NAMES[HY_MODEL_COUNT] = { "gpt", "bert" };
+static const char *const MODEL_NAMES[HY_MODEL_COUNT] = { "gpt", "bert", "llama" };
 
 const char *hy_model_name(hy_model_kind kind) {
     return (unsigned)kind < HY_MODEL_COUNT ? MODEL_NAMES[kind] : "?";
@@ -112,13 +162,24 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
     m->heads = shape->heads;
     m->seq_len = shape->seq_len;
     m->vocab = shape->vocab;
+    m->kv_heads = shape->kv_heads;
+    m->ffn_dim = shape->ffn_dim;
+    m->tie_embeddings = shape->tie_embeddings;
+    m->norm_eps = shape->norm_eps;
+    m->rope_theta = shape->rope_theta;
+    m->rope_scaling = shape->rope_scaling;
+    m->head_dim = shape->d_model / shape->heads;
+    m->per_block = shape->kind == HY_MODEL_LLAMA ? 6 : 12;
+    /* The config loader checks these; a model built by hand states them. */
+    assert(m->kv_heads >= 1 && m->heads % m->kv_heads == 0 && m->ffn_dim >= 1);
+    assert(m->kind == HY_MODEL_LLAMA || (m->tie_embeddings && m->kv_heads == m->heads));
     m->vocab_padded = (int)((shape->vocab + multiple - 1) / multiple * multiple);
     m->stages = stages;
     int S = m->stages, L = m->layers;
     m->first_layer = calloc((size_t)S, sizeof(int));
     m->n_layers = calloc((size_t)S, sizeof(int));
     m->stage_numel = calloc((size_t)S, sizeof(size_t));
-    m->params = calloc(2 + 12 * (size_t)L + 2, sizeof(hy_param));
+    m->params = calloc(2 + (size_t)m->per_block * (size_t)L + 2, sizeof(hy_param));
     if (!m->first_layer || !m->n_layers || !m->stage_numel || !m->params) {
         hy_model_free(m);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the model");
@@ -138,26 +199,31 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
     }
     for (int s = 1; s < S; s++) m->first_layer[s] = m->first_layer[s - 1] + m->n_layers[s - 1];
 
-    int C = m->d_model;
-    add_param(m, HY_P_WTE, -1, "wte.weight", m->vocab_padded, C, 0, 1);
-    add_param(m, HY_P_WPE, -1, "wpe.weight", m->seq_len, C, 0, 1);
+    int C = m->d_model, llama = m->kind == HY_MODEL_LLAMA;
+    add_param(m, HY_P_WTE, -1, llama ? "embed.weight" : "wte.weight", m->vocab_padded, C, 0, 1);
+    if (!llama) add_param(m, HY_P_WPE, -1, "wpe.weight", m->seq_len, C, 0, 1);
     for (int s = 0; s < S; s++)
         for (int l = m->first_layer[s]; l < m->first_layer[s] + m->n_layers[s]; l++)
             add_block(m, l, s);
-    add_param(m, HY_P_LNF_W, -1, "ln_f.weight", C, 0, S - 1, 0);
-    add_param(m, HY_P_LNF_B, -1, "ln_f.bias", C, 0, S - 1, 0);
+    add_param(m, HY_P_LNF_W, -1, llama ? "norm.weight" : "ln_f.weight", C, 0, S - 1, 0);
+    if (!llama) add_param(m, HY_P_LNF_B, -1, "ln_f.bias", C, 0, S - 1, 0);
+    if (!m->tie_embeddings)
+        add_param(m, HY_P_LM_HEAD, -1, "lm_head.weight", m->vocab_padded, C, S - 1, 1);
     return HY_OK;
 }
 
 hy_model_shape hy_model_shape_of(const hy_model *m) {
     return (hy_model_shape){ .kind = m->kind, .layers = m->layers, .d_model = m->d_model,
-                             .heads = m->heads, .seq_len = m->seq_len, .vocab = m->vocab };
+                             .heads = m->heads, .seq_len = m->seq_len, .vocab = m->vocab,
+                             .kv_heads = m->kv_heads, .ffn_dim = m->ffn_dim,
+                             .tie_embeddings = m->tie_embeddings, .norm_eps = m->norm_eps,
+                             .rope_theta = m->rope_theta, .rope_scaling = m->rope_scaling };
 }
 
 size_t hy_model_param_count(const hy_model *m) {
     size_t n = 0;
-    for (int i = 0; i < m->n_params; i++) n += m->params[i].numel;
-    return n - (size_t)(m->vocab_padded - m->vocab) * (size_t)m->d_model;
+    for (int i = 0; i < m->n_params; i++) n += hy_model_real_numel(m, &m->params[i]);
+    return n;
 }
 
 const hy_param *hy_model_find(const hy_model *m, const char *name) {
@@ -167,18 +233,28 @@ const hy_param *hy_model_find(const hy_model *m, const char *name) {
     return NULL;
 }
 
-/* The table is built in this order (hy_model_build): wte, wpe, the 12
- * parameters of each block in hy_param_kind's order, ln_f's two. */
+/* The table is built in this order (hy_model_build): wte, wpe (GPT,
+ * BERT), each block's parameters (GPT: the 12 in hy_param_kind's order;
+ * Llama: llama_slot's 6), ln_f's weight and bias (GPT, BERT) or the final
+ * norm's weight (Llama), then lm_head when untied. */
 const hy_param *hy_model_param(const hy_model *m, hy_param_kind kind, int layer) {
-    if (kind == HY_P_WTE) return &m->params[0];
-    if (kind == HY_P_WPE) return &m->params[1];
-    if (kind == HY_P_LNF_W) return &m->params[m->n_params - 2];
-    if (kind == HY_P_LNF_B) return &m->params[m->n_params - 1];
-    return &m->params[2 + 12 * layer + (kind - HY_P_LN1_W)];
+    int llama = m->kind == HY_MODEL_LLAMA, first = llama ? 1 : 2;
+    int tail = first + m->per_block * m->layers, slot;
+    switch (kind) {
+    case HY_P_WTE: return &m->params[0];
+    case HY_P_WPE: return llama ? NULL : &m->params[1];
+    case HY_P_LNF_W: return &m->params[tail];
+    case HY_P_LNF_B: return llama ? NULL : &m->params[tail + 1];
+    case HY_P_LM_HEAD: return m->tie_embeddings ? NULL : &m->params[m->n_params - 1];
+    default:
+        assert(layer >= 0 && layer < m->layers);
+        slot = llama ? llama_slot(kind) : (int)(kind - HY_P_LN1_W);
+        return slot < 0 ? NULL : &m->params[first + m->per_block * layer + slot];
+    }
 }
 
 size_t hy_model_real_numel(const hy_model *m, const hy_param *p) {
-    return p->kind == HY_P_WTE ? (size_t)m->vocab * m->d_model : p->numel;
+    return p->vocab_rows ? (size_t)m->vocab * m->d_model : p->numel;
 }
 
 size_t hy_model_max_numel(const hy_model *m) {
@@ -193,7 +269,7 @@ static int is_residual_proj(hy_param_kind k) {
 }
 
 void hy_model_init_stage(const hy_model *m, int stage, uint64_t seed, float *block) {
-    double resid = 0.02 / sqrt(2.0 * m->layers);
+    double resid = m->kind == HY_MODEL_LLAMA ? 0.02 : 0.02 / sqrt(2.0 * m->layers);
     for (int i = 0; i < m->n_params; i++) {
         const hy_param *p = &m->params[i];
         if (p->stage != stage) continue;
@@ -206,8 +282,7 @@ void hy_model_init_stage(const hy_model *m, int stage, uint64_t seed, float *blo
         } else {
             hy_rng r = hy_rng_stream(seed, (uint64_t)i);
             double sd = is_residual_proj(p->kind) ? resid : 0.02;
-            size_t real = n;
-            if (p->kind == HY_P_WTE) real = (size_t)m->vocab * (size_t)m->d_model;
+            size_t real = hy_model_real_numel(m, p);
             for (size_t j = 0; j < real; j++) w[j] = (float)(sd * hy_rng_normal(&r));
             memset(w + real, 0, (n - real) * sizeof *w);
         }

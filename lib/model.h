@@ -6,15 +6,26 @@
  * learned position embeddings, pre-LN blocks (LN, attention, residual, LN,
  * MLP with tanh-GELU, residual), a final LN and an LM head tied to the token
  * embedding. BERT-like is the same with bidirectional attention and a
- * masked-LM loss.
+ * masked-LM loss. Llama-like (Llama 2/3, Mistral, Qwen, SmolLM): token
+ * embeddings only, pre-norm blocks with RMSNorm, causal grouped-query
+ * attention with rotary positions, a SwiGLU MLP of its own width, no
+ * biases, a final RMSNorm and an LM head that is untied by default.
  *
- * Parameters carry Hugging Face GPT-2 names and layouts (Conv1D weights are
- * [in, out]), so safetensors files map one to one. Each stage's parameters
- * sit in one contiguous block of floats: stage 0 owns wte and wpe, stage
- * s its layers, stage S-1 the final LN (and uses stage 0's wte for the
- * tied head). Where stage 0 and stage S-1 live on different ranks the
- * runtime keeps a replica of wte on the last rank and sums the two
- * gradients (as Megatron does); under hanayo both live on rank 0.
+ * GPT and BERT parameters carry Hugging Face GPT-2 names and layouts
+ * (Conv1D weights are [in, out]), so safetensors files map one to one.
+ * Llama's carry names of their own: Q, K and V are one fused [in, out]
+ * matrix and gate and up another, so the GPT's matmul op serves them;
+ * weights.h maps them to and from Hugging Face's separate [out, in]
+ * tensors. Each stage's parameters sit in one contiguous block of floats:
+ * stage 0 owns the token embedding (and GPT's wpe), stage s its layers,
+ * stage S-1 the final norm and, untied, the LM head. A tied head uses
+ * stage 0's embedding: where stage 0 and stage S-1 live on different
+ * ranks the runtime keeps a replica of it on the last rank and sums the
+ * two gradients (as Megatron does); under hanayo both live on rank 0. An
+ * untied head is as large as the embedding (Llama 3's: 128256 x 4096,
+ * 525M values) and the last stage is the only one that reads it, so it
+ * lives there, counted in that stage's cost (hy_model_stage_cost), which
+ * gives that stage fewer blocks.
  */
 #ifndef HY_MODEL_H
 #define HY_MODEL_H
@@ -24,24 +35,49 @@
 
 #include "error.h"
 
-typedef enum { HY_MODEL_GPT, HY_MODEL_BERT, HY_MODEL_COUNT } hy_model_kind;
+typedef enum { HY_MODEL_GPT, HY_MODEL_BERT, HY_MODEL_LLAMA, HY_MODEL_COUNT } hy_model_kind;
+
+/* Llama 3's RoPE frequency scaling (Hugging Face's rope_scaling with
+ * rope_type "llama3"): frequencies whose wavelength exceeds
+ * original_max_position_embeddings / low_freq_factor are divided by
+ * factor, those below original / high_freq_factor are kept, and those in
+ * between are blended smoothly. factor 0: no scaling. */
+typedef struct {
+    double factor;              /* Llama 3.1: 8; 0: none */
+    double low_freq_factor;     /* 1 */
+    double high_freq_factor;    /* 4; must exceed low_freq_factor */
+    int original_max_position_embeddings;   /* 8192 */
+} hy_rope_scaling;
 
 /* The model's shape: what a config's "model" block says and a checkpoint
- * records, apart from how it is run (llm.c's GPT2Config). */
+ * records, apart from how it is run (llm.c's GPT2Config). GPT and BERT
+ * have kv_heads = heads, ffn_dim = 4 d_model and a tied head; norm_eps
+ * and the rope fields are Llama's. */
 typedef struct {
     hy_model_kind kind;
     int layers, d_model, heads, seq_len;
     int vocab;          /* the real vocabulary */
+    int kv_heads;       /* key/value heads, dividing heads (grouped-query attention) */
+    int ffn_dim;        /* the MLP's hidden width F */
+    int tie_embeddings; /* the LM head is the token embedding */
+    double norm_eps;    /* RMSNorm's epsilon */
+    double rope_theta;  /* RoPE's base */
+    hy_rope_scaling rope_scaling;
 } hy_model_shape;
 
-/* "gpt", "bert"; "?" when out of range. */
+/* "gpt", "bert", "llama"; "?" when out of range. */
 const char *hy_model_name(hy_model_kind kind);
 
+/* A Llama block reuses the GPT kinds whose role it shares: LN1_W its
+ * input RMSNorm, QKV_W the fused [C, (NH + 2 NKV) hd] Q|K|V, ATTN_PROJ_W
+ * the O projection, LN2_W the post-attention RMSNorm, FC_W the fused
+ * [C, 2F] gate|up, MLP_PROJ_W the down projection [F, C]; LNF_W is the
+ * final RMSNorm. LM_HEAD is an untied head, [Vp, C] like wte. */
 typedef enum {
     HY_P_WTE, HY_P_WPE,
     HY_P_LN1_W, HY_P_LN1_B, HY_P_QKV_W, HY_P_QKV_B, HY_P_ATTN_PROJ_W, HY_P_ATTN_PROJ_B,
     HY_P_LN2_W, HY_P_LN2_B, HY_P_FC_W, HY_P_FC_B, HY_P_MLP_PROJ_W, HY_P_MLP_PROJ_B,
-    HY_P_LNF_W, HY_P_LNF_B
+    HY_P_LNF_W, HY_P_LNF_B, HY_P_LM_HEAD
 } hy_param_kind;
 
 typedef struct {
@@ -54,12 +90,18 @@ typedef struct {
     int stage;          /* the stage whose block holds it */
     size_t offset;      /* floats from the start of that stage's block */
     int decay;          /* AdamW weight decay applies (matrices, not biases or LN) */
+    int vocab_rows;     /* its rows are the padded vocabulary (wte, lm_head) */
 } hy_param;
 
 typedef struct {
     hy_model_kind kind;
     int layers, d_model, heads, seq_len;
     int vocab;          /* V: the real vocabulary */
+    int kv_heads, ffn_dim, tie_embeddings;   /* as in hy_model_shape */
+    double norm_eps, rope_theta;
+    hy_rope_scaling rope_scaling;
+    int head_dim;       /* hd = d_model / heads */
+    int per_block;      /* parameters of one block: 12 (GPT, BERT), 6 (Llama) */
     int vocab_padded;   /* Vp >= V, a multiple of HY_VOCAB_ALIGN: rows of wte and columns
                            of the logits; the extra rows stay zero, the extra logits are
                            masked out of the loss */
@@ -102,16 +144,33 @@ size_t hy_model_param_count(const hy_model *m);
  * partition and the simulator: blocks, plus the head on the last stage. */
 double hy_model_stage_cost(const hy_model *m, int stage);
 
+/* Forward FLOPs per token of one block: twice its matrices' values (its
+ * products) plus attention's 4 d_model T. The one statement of a block's
+ * work that the partition, the plan and the tuner share. */
+double hy_model_block_flops(const hy_model *m);
+
+/* Widths of a block's fused products: the attention input,
+ * (heads + 2 kv_heads) x head_dim (GPT: 3 d_model), and the MLP's first
+ * product, ffn_dim (GPT) or gate|up's 2 ffn_dim (Llama). */
+int hy_model_qkv_width(const hy_model *m);
+int hy_model_fc_width(const hy_model *m);
+
+/* The widest row any op of a block or the final norm works on: what a
+ * backend sizes its per-op scratch by (hy_backend_ops.reserve). */
+size_t hy_model_widest(const hy_model *m);
+
 /* The parameter named `name` (a "transformer." prefix is accepted), or NULL. */
 const hy_param *hy_model_find(const hy_model *m, const char *name);
 
-/* The parameter of `kind` of block `layer` (ignored for wte, wpe and
- * ln_f): the one place that knows the table's fixed order. */
+/* The parameter of `kind` of block `layer` (ignored for wte, wpe, ln_f
+ * and lm_head): the one place that knows the table's fixed order. NULL
+ * when the model has no such parameter (a Llama's biases, wpe; a tied
+ * model's lm_head). */
 const hy_param *hy_model_param(const hy_model *m, hy_param_kind kind, int layer);
 
-/* The values of p a file holds and a caller reads or writes: wte's real
- * vocabulary's rows (vocab x d_model, without the padding rows), every
- * other parameter whole. */
+/* The values of p a file holds and a caller reads or writes: wte's and
+ * lm_head's real vocabulary's rows (vocab x d_model, without the padding
+ * rows), every other parameter whole. */
 size_t hy_model_real_numel(const hy_model *m, const hy_param *p);
 
 /* The most values any one parameter has (padding rows counted): what one
@@ -120,22 +179,11 @@ size_t hy_model_max_numel(const hy_model *m);
 
 /* GPT-2's initialization into a stage's block: matrices and embeddings
  * N(0, 0.02), the two residual projections N(0, 0.02 / sqrt(2 * layers)),
- * LN weights 1, biases 0, padding rows 0. Every tensor draws from its own
+ * LN weights 1, biases 0, padding rows 0. Llama's is Hugging Face's: every
+ * matrix N(0, 0.02) (no residual scaling), norms 1. Every tensor draws from its own
  * stream of (seed, global index), so the values do not depend on the
  * partition: a P = 1 run and a P = 8 run start from the same weights. */
 void hy_model_init_stage(const hy_model *m, int stage, uint64_t seed, float *block);
-
-/* Llama 3's RoPE frequency scaling (Hugging Face's rope_scaling with
- * rope_type "llama3"): frequencies whose wavelength exceeds
- * original_max_position_embeddings / low_freq_factor are divided by
- * factor, those below original / high_freq_factor are kept, and those in
- * between are blended smoothly. factor 0: no scaling. */
-typedef struct {
-    double factor;              /* Llama 3.1: 8; 0: none */
-    double low_freq_factor;     /* 1 */
-    double high_freq_factor;    /* 4; must exceed low_freq_factor */
-    int original_max_position_embeddings;   /* 8192 */
-} hy_rope_scaling;
 
 /* The table the backend's rope op reads (backend.h), for positions
  * 0..T−1 of heads of size hd (even): cs[t·hd + i] = cos(t · f_i) and

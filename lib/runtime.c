@@ -702,9 +702,11 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     rt->P = rt->sched->ranks;
     rt->slow_stage = -1;
     int last = rt->sched->placement[rt->S - 1];
-    rt->replica_rank = last != rt->sched->placement[0] ? last : -1;
+    /* An untied head is the last stage's own weight: nothing to replicate. */
+    rt->replica_rank = rt->model->tie_embeddings && last != rt->sched->placement[0] ? last : -1;
 
     int rc = hy_backend_open(&run->backend, &rt->be, NULL, err);
+    if (!rc) rc = hy_transformer_check_ops(rt->model, rt->be->ops, err);
     if (rc) return rc;
     rt->A = rt->be->ops->act_size;
     /* The math's view of the run; each stage's weights and gradients are
@@ -766,7 +768,7 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     /* The backend's scratch for every op, before any rank runs. */
     for (int r = 0; r < rt->P && !rc && rt->be->ops->reserve; r++)
         rc = rt->be->ops->reserve(rt->ranks[r].stream, (size_t)rt->N,
-                                  4 * (size_t)rt->model->d_model, err);
+                                  hy_model_widest(rt->model), err);
     if (!rc) rc = rt_plan_reduces(rt, err);
     if (!rc) rc = rt_init_params(rt, err);
     return rc;

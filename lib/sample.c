@@ -46,10 +46,13 @@ static int sp_alloc(hy_sampler *s, size_t bytes, void *out, hy_error *err) {
 /* The model, its transformer and every buffer, weights not yet in. */
 static int sp_new(hy_sampler **out, hy_backend *be, const hy_model_shape *shape, hy_error *err) {
     *out = NULL;
-    if (shape->kind != HY_MODEL_GPT)
+    if (shape->kind == HY_MODEL_BERT)
         return hy_fail(err, HY_ERR_INPUT, "sample generates text with a GPT model; the config's "
                        "model.kind is %s (its attention sees both ways: it has no next token "
                        "to predict)", hy_model_name(shape->kind));
+    if (shape->kind != HY_MODEL_GPT)
+        return hy_fail(err, HY_ERR_INPUT, "sample generates text with a GPT model; model.kind "
+                       "%s does not generate yet", hy_model_name(shape->kind));
     const hy_backend_ops *o = be->ops;
     if (!o->kv_append || !o->attention_cached)
         return hy_fail(err, HY_ERR_INPUT, "sample: the %s backend has no attention over a KV "

@@ -3,9 +3,12 @@
  */
 #include "train.h"
 
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint.h"
 #include "checksum.h"
@@ -55,8 +58,15 @@ int hy_train_runtime(hy_runtime **out, const hy_run *run, struct hy_dp *dp, int 
      * half-built or killed for memory. */
     int rc = hy_train_fits(run, hy_dp_size(dp), err);
     if (!rc) rc = hy_runtime_create_dp(out, run, dp, err);
-    /* A checkpoint's weights are checked like a resume's (checkpoint.h). */
-    if (!rc && run->init) rc = hy_checkpoint_verify_file(run->init, &run->model, &unchecked, err);
+    /* A checkpoint's weights are checked like a resume's (checkpoint.h);
+     * a directory (a Llama checkpoint's) by the weights inside it. */
+    if (!rc && run->init) {
+        char file[PATH_MAX + 32];
+        struct stat sb;
+        int dir = stat(run->init, &sb) == 0 && S_ISDIR(sb.st_mode);
+        snprintf(file, sizeof file, "%s%s", run->init, dir ? "/model.safetensors" : "");
+        rc = hy_checkpoint_verify_file(file, &run->model, &unchecked, err);
+    }
     if (unverified) *unverified = unchecked;
     if (!rc && run->init) rc = hy_weights_load(*out, run->init, err);
     if (rc) {

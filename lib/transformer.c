@@ -11,10 +11,13 @@
 #include "transformer.h"
 
 #include <assert.h>
+#include <stdlib.h>
 
 /* The activations one block keeps for its backward: activations in the
- * backend's compute type (act_size bytes each, void *), LayerNorm
- * statistics in fp32. */
+ * backend's compute type (act_size bytes each, void *), norm statistics in
+ * fp32 (RMSNorm has no mean: Llama's means are NULL). In a Llama block
+ * ln1/ln2 are the RMSNorms' outputs, qkv is after RoPE, fch is gate|up
+ * before SwiGLU and fchg after it. */
 typedef struct {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
     float *lse;   /* the attention's per-row log-sum-exps (backend.h), [B, NH, T] */
@@ -57,30 +60,34 @@ static void *tf_carve(unsigned char **p, size_t *used, size_t bytes) {
 /* The pieces of one block's activations from base; with base NULL only
  * the size comes back (in *used). */
 static tf_layer_acts tf_layer_carve(const hy_transformer *t, unsigned char *base, size_t *used) {
+    const hy_model *m = t->model;
     size_t N = tf_N(t), C = tf_C(t), A = t->act_size, f = sizeof(float);
-    size_t rows = (size_t)t->B * t->model->heads * t->T;   /* attention rows */
+    size_t Q = (size_t)hy_model_qkv_width(m), FC = (size_t)hy_model_fc_width(m);
+    size_t F = (size_t)m->ffn_dim;
+    size_t rows = (size_t)t->B * m->heads * t->T;   /* attention rows */
+    int llama = m->kind == HY_MODEL_LLAMA;
     unsigned char **p = &base;
     tf_layer_acts a;
-    a.ln1_mean = tf_carve(p, used, N * f);
+    a.ln1_mean = llama ? NULL : tf_carve(p, used, N * f);
     a.ln1_rstd = tf_carve(p, used, N * f);
-    a.ln2_mean = tf_carve(p, used, N * f);
+    a.ln2_mean = llama ? NULL : tf_carve(p, used, N * f);
     a.ln2_rstd = tf_carve(p, used, N * f);
     a.lse = tf_carve(p, used, rows * f);
     a.ln1 = tf_carve(p, used, N * C * A);
-    a.qkv = tf_carve(p, used, 3 * N * C * A);
+    a.qkv = tf_carve(p, used, N * Q * A);
     a.atty = tf_carve(p, used, N * C * A);
     a.res2 = tf_carve(p, used, N * C * A);
     a.ln2 = tf_carve(p, used, N * C * A);
-    a.fch = tf_carve(p, used, 4 * N * C * A);
-    a.fchg = tf_carve(p, used, 4 * N * C * A);
+    a.fch = tf_carve(p, used, N * FC * A);
+    a.fchg = tf_carve(p, used, N * F * A);
     a.res3 = tf_carve(p, used, N * C * A);
     a.dproj = a.dfc = a.dln2 = a.dattn = a.dqkv = a.dln1 = NULL;
     if (t->split) {
         a.dproj = tf_carve(p, used, N * C * A);
-        a.dfc = tf_carve(p, used, 4 * N * C * A);
+        a.dfc = tf_carve(p, used, N * FC * A);
         a.dln2 = tf_carve(p, used, N * C * A);
         a.dattn = tf_carve(p, used, N * C * A);
-        a.dqkv = tf_carve(p, used, 3 * N * C * A);
+        a.dqkv = tf_carve(p, used, N * Q * A);
         a.dln1 = tf_carve(p, used, N * C * A);
     }
     return a;
@@ -160,12 +167,24 @@ static float *tf_g(const hy_transformer *t, const hy_param *p) {
     return t->grads[p->stage] + p->offset;
 }
 
-/* The tied embedding as the head sees it, and its gradient. */
+/* The head's weight as the head sees it, and its gradient: an untied
+ * lm_head, else the tied embedding (its replica on this rank, or stage
+ * 0's own). */
 static const void *tf_head_wte(const hy_transformer *t, const hy_stage_work *w) {
+    const hy_param *head = tf_p(t, HY_P_LM_HEAD, 0);
+    if (head) return tf_w(t, head);
     return w->wte ? w->wte : tf_w(t, tf_p(t, HY_P_WTE, 0));
 }
 static float *tf_head_dwte(const hy_transformer *t, const hy_stage_work *w) {
+    const hy_param *head = tf_p(t, HY_P_LM_HEAD, 0);
+    if (head) return tf_g(t, head);
     return w->dwte ? w->dwte : tf_g(t, tf_p(t, HY_P_WTE, 0));
+}
+
+/* A parameter that may be absent (a Llama's biases), as the ops read it:
+ * NULL when absent. */
+static void *tf_w_or_null(const hy_transformer *t, const hy_param *p) {
+    return p ? tf_w(t, p) : NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -175,16 +194,23 @@ static int tf_alloc(hy_backend *be, int rank, size_t bytes, void *out, hy_error 
     return be->ops->alloc(be, rank, bytes ? bytes : 1, (void **)out, err);
 }
 
+/* Bytes of the RoPE table: per position, head_dim fp32 values (backend.h). */
+static size_t tf_rope_bytes(const hy_transformer *t) {
+    return (size_t)t->T * (size_t)t->model->head_dim * sizeof(float);
+}
+
 int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head,
                         size_t sizes[HY_STAGE_WORK_BUFFERS]) {
-    size_t NC = hy_boundary_bytes(t);
+    size_t NC = hy_boundary_bytes(t), N = tf_N(t);
+    size_t Q = (size_t)hy_model_qkv_width(t->model), FC = (size_t)hy_model_fc_width(t->model);
     int n = 0;
     sizes[n++] = NC;                  /* dln */
     sizes[n++] = NC;                  /* datty */
-    sizes[n++] = 3 * NC;              /* dqkv */
-    sizes[n++] = 4 * NC;              /* dfc */
-    sizes[n++] = 4 * NC;              /* dfcg */
+    sizes[n++] = tf_acts(t, N * Q);   /* dqkv */
+    sizes[n++] = tf_acts(t, N * FC);  /* dfc */
+    sizes[n++] = tf_acts(t, N * FC);  /* dfcg: GELU's scratch, SwiGLU's d(output) */
     sizes[n++] = attention_scratch;   /* attn_scratch */
+    sizes[n++] = t->model->kind == HY_MODEL_LLAMA ? tf_rope_bytes(t) : 0;   /* rope */
     if (head) {
         sizes[n++] = tf_acts(t, tf_N(t) * (size_t)t->model->vocab_padded);   /* logits */
         sizes[n++] = sizeof(float);                                         /* loss */
@@ -195,29 +221,50 @@ int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int h
 int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int head,
                         hy_stage_work *w, hy_error *err) {
     size_t sizes[HY_STAGE_WORK_BUFFERS];
-    int NH = t->model->heads;
-    size_t attn = t->ops->attention_scratch(t->B, t->T, NH, NH, (int)tf_C(t) / NH);
+    const hy_model *md = t->model;
+    size_t attn = t->ops->attention_scratch(t->B, t->T, md->heads, md->kv_heads, md->head_dim);
     int n = hy_stage_work_sizes(t, attn, head, sizes);
     void *const into[HY_STAGE_WORK_BUFFERS] = { &w->dln, &w->datty, &w->dqkv, &w->dfc, &w->dfcg,
-                                                &w->attn_scratch, &w->logits, &w->loss };
+                                                &w->attn_scratch, &w->rope, &w->logits,
+                                                &w->loss };
     int rc = HY_OK;
     for (int i = 0; i < n && !rc; i++) rc = tf_alloc(be, rank, sizes[i], into[i], err);
+    if (rc || t->model->kind != HY_MODEL_LLAMA) return rc;
+    /* The rotations depend on the shape alone: built once here, read by
+     * every block of every stage of the rank. */
+    const hy_model *m = t->model;
+    float *cs = malloc(tf_rope_bytes(t));
+    if (!cs) return hy_fail(err, HY_ERR_RUNTIME, "rank %d: out of memory building the RoPE table",
+                            rank);
+    hy_rope_table(cs, t->T, m->head_dim, m->rope_theta, &m->rope_scaling);
+    rc = be->ops->upload(be, rank, w->rope, cs, tf_rope_bytes(t), err);
+    free(cs);
     return rc;
+}
+
+int hy_transformer_check_ops(const hy_model *m, const hy_backend_ops *o, hy_error *err) {
+    if (m->kind != HY_MODEL_LLAMA) return HY_OK;
+    const char *missing = !o->rmsnorm_fwd ? "rmsnorm_fwd" : !o->rmsnorm_bwd ? "rmsnorm_bwd"
+                        : !o->rope ? "rope" : !o->swiglu_fwd ? "swiglu_fwd"
+                        : !o->swiglu_bwd ? "swiglu_bwd" : NULL;
+    if (missing)
+        return hy_fail(err, HY_ERR_INPUT, "model.kind llama needs the %s op, which the %s backend "
+                       "does not have yet; run it with backend \"cpu\"", missing, o->name);
+    return HY_OK;
 }
 
 /* ------------------------------------------------------------------------ */
 /* A block */
 
-/* GPT's attention looks back only; BERT's both ways. */
-static int tf_causal(const hy_transformer *t) { return t->model->kind == HY_MODEL_GPT; }
+/* Next-token models attend backwards only; BERT both ways. */
+static int tf_causal(const hy_transformer *t) { return t->model->kind != HY_MODEL_BERT; }
 
 /* The attention core of a block: over the micro-batch's T tokens, or
  * (kv) over a generation's cache after the new tokens' keys go in. */
 static int tf_attention(const hy_transformer *t, hy_stream *st, const tf_layer_acts *a,
                         const hy_kv_layer *kv, hy_error *err) {
     const hy_backend_ops *o = t->ops;
-    int C = (int)tf_C(t), NH = t->model->heads, hd = C / NH;
-    int NKV = NH;   /* GPT-2's heads each have their own keys and values */
+    int NH = t->model->heads, NKV = t->model->kv_heads, hd = t->model->head_dim;
     if (!kv)
         return o->attention_fwd(st, a->atty, a->lse, a->qkv, t->B, t->T, NH, NKV, hd,
                                 tf_causal(t), err);
@@ -321,6 +368,140 @@ static int tf_layer_wgrad(const hy_transformer *t, hy_stream *st, int l, const v
 }
 
 /* ------------------------------------------------------------------------ */
+/* A Llama block: RMSNorm, QKV, RoPE, causal attention, O, residual;
+ * RMSNorm, gate|up, SwiGLU, down, residual. No biases. */
+
+static int tf_llama_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+                            const void *in, const tf_layer_acts *a, void *out,
+                            const hy_kv_layer *kv, hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    const hy_model *m = t->model;
+    int N = (int)tf_N(t), C = (int)tf_C(t), Q = hy_model_qkv_width(m), F = m->ffn_dim, rc;
+    float eps = (float)m->norm_eps;
+    rc = o->rmsnorm_fwd(st, a->ln1, a->ln1_rstd, in, tf_w(t, tf_p(t, HY_P_LN1_W, l)), N, C, eps,
+                        err);
+    if (!rc) rc = o->matmul_fwd(st, a->qkv, a->ln1, tf_w(t, tf_p(t, HY_P_QKV_W, l)), NULL, N, C,
+                                Q, err);
+    /* the table from the first new position on (generation: kv->t0) */
+    const float *cs = w->rope + (kv ? (size_t)kv->t0 * m->head_dim : 0);
+    if (!rc) rc = o->rope(st, a->qkv, cs, t->B, t->T, m->heads, m->kv_heads, m->head_dim, 0, err);
+    if (!rc) rc = tf_attention(t, st, a, kv, err);
+    if (!rc) rc = o->matmul_fwd(st, a->res2, a->atty, tf_w(t, tf_p(t, HY_P_ATTN_PROJ_W, l)), NULL,
+                                N, C, C, err);
+    if (!rc) rc = o->add(st, a->res2, in, (size_t)N * C, err);
+    if (!rc) rc = o->rmsnorm_fwd(st, a->ln2, a->ln2_rstd, a->res2,
+                                 tf_w(t, tf_p(t, HY_P_LN2_W, l)), N, C, eps, err);
+    if (!rc) rc = o->matmul_fwd(st, a->fch, a->ln2, tf_w(t, tf_p(t, HY_P_FC_W, l)), NULL, N, C,
+                                2 * F, err);
+    if (!rc) rc = o->swiglu_fwd(st, a->fchg, a->fch, N, F, err);
+    if (!rc) rc = o->matmul_fwd(st, out, a->fchg, tf_w(t, tf_p(t, HY_P_MLP_PROJ_W, l)), NULL, N,
+                                F, C, err);
+    if (!rc) rc = o->add(st, out, a->res2, (size_t)N * C, err);
+    return rc;
+}
+
+/* As tf_layer_backward, for a Llama block. RoPE's backward is the inverse
+ * rotation of d(q) and d(k), in place, after the attention's. */
+static int tf_llama_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+                             const void *in, const tf_layer_acts *a, void *dres, hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    const hy_model *m = t->model;
+    int N = (int)tf_N(t), C = (int)tf_C(t), Q = hy_model_qkv_width(m), F = m->ffn_dim;
+    int split = t->split, rc = HY_OK;
+    size_t NC = (size_t)N * C;
+    const hy_param *pdown = tf_p(t, HY_P_MLP_PROJ_W, l), *pgu = tf_p(t, HY_P_FC_W, l);
+    const hy_param *po = tf_p(t, HY_P_ATTN_PROJ_W, l), *pqkv = tf_p(t, HY_P_QKV_W, l);
+    const hy_param *pn2 = tf_p(t, HY_P_LN2_W, l), *pn1 = tf_p(t, HY_P_LN1_W, l);
+    void *dfc = split ? a->dfc : w->dfc, *dln2 = split ? a->dln2 : w->dln;
+    void *dqkv = split ? a->dqkv : w->dqkv, *dln1 = split ? a->dln1 : w->dln;
+    if (split) rc = o->copy(st, a->dproj, dres, tf_acts(t, NC), err);
+    if (!rc) rc = o->zero(st, w->dfcg, tf_acts(t, (size_t)N * F), err);
+    if (!rc) rc = o->matmul_bwd(st, w->dfcg, tf_g_now(t, pdown), NULL, dres, a->fchg,
+                                tf_w(t, pdown), N, F, C, err);
+    if (!rc) rc = o->zero(st, dfc, tf_acts(t, (size_t)N * 2 * F), err);
+    if (!rc) rc = o->swiglu_bwd(st, dfc, w->dfcg, a->fch, N, F, err);
+    if (!rc) rc = o->zero(st, dln2, tf_acts(t, NC), err);
+    if (!rc) rc = o->matmul_bwd(st, dln2, tf_g_now(t, pgu), NULL, dfc, a->ln2, tf_w(t, pgu), N, C,
+                                2 * F, err);
+    if (!rc) rc = o->rmsnorm_bwd(st, dres, tf_g_now(t, pn2), dln2, a->res2, tf_w(t, pn2),
+                                 a->ln2_rstd, N, C, err);
+    if (!rc && split) rc = o->copy(st, a->dattn, dres, tf_acts(t, NC), err);
+    if (!rc) rc = o->zero(st, w->datty, tf_acts(t, NC), err);
+    if (!rc) rc = o->matmul_bwd(st, w->datty, tf_g_now(t, po), NULL, dres, a->atty, tf_w(t, po),
+                                N, C, C, err);
+    if (!rc) rc = o->zero(st, dqkv, tf_acts(t, (size_t)N * Q), err);
+    if (!rc) rc = o->attention_bwd(st, dqkv, w->attn_scratch, w->datty, a->qkv, a->atty, a->lse,
+                                   t->B, t->T, m->heads, m->kv_heads, m->head_dim, tf_causal(t),
+                                   err);
+    if (!rc) rc = o->rope(st, dqkv, w->rope, t->B, t->T, m->heads, m->kv_heads, m->head_dim, 1,
+                          err);
+    if (!rc) rc = o->zero(st, dln1, tf_acts(t, NC), err);
+    if (!rc) rc = o->matmul_bwd(st, dln1, tf_g_now(t, pqkv), NULL, dqkv, a->ln1, tf_w(t, pqkv), N,
+                                C, Q, err);
+    if (!rc) rc = o->rmsnorm_bwd(st, dres, tf_g_now(t, pn1), dln1, in, tf_w(t, pn1), a->ln1_rstd,
+                                 N, C, err);
+    return rc;
+}
+
+/* W of a Llama block. */
+static int tf_llama_wgrad(const hy_transformer *t, hy_stream *st, int l, const void *in,
+                          const tf_layer_acts *a, hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    const hy_model *m = t->model;
+    int N = (int)tf_N(t), C = (int)tf_C(t), Q = hy_model_qkv_width(m), F = m->ffn_dim, rc;
+    const hy_param *pdown = tf_p(t, HY_P_MLP_PROJ_W, l), *pgu = tf_p(t, HY_P_FC_W, l);
+    const hy_param *po = tf_p(t, HY_P_ATTN_PROJ_W, l), *pqkv = tf_p(t, HY_P_QKV_W, l);
+    const hy_param *pn2 = tf_p(t, HY_P_LN2_W, l), *pn1 = tf_p(t, HY_P_LN1_W, l);
+    rc = o->matmul_bwd(st, NULL, tf_g(t, pdown), NULL, a->dproj, a->fchg, tf_w(t, pdown), N, F, C,
+                       err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pgu), NULL, a->dfc, a->ln2, tf_w(t, pgu), N, C,
+                                2 * F, err);
+    if (!rc) rc = o->rmsnorm_bwd(st, NULL, tf_g(t, pn2), a->dln2, a->res2, tf_w(t, pn2),
+                                 a->ln2_rstd, N, C, err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, po), NULL, a->dattn, a->atty, tf_w(t, po), N, C,
+                                C, err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pqkv), NULL, a->dqkv, a->ln1, tf_w(t, pqkv), N,
+                                C, Q, err);
+    if (!rc) rc = o->rmsnorm_bwd(st, NULL, tf_g(t, pn1), a->dln1, in, tf_w(t, pn1), a->ln1_rstd,
+                                 N, C, err);
+    return rc;
+}
+
+/* A block of the model's kind: forward, backward (B), W. */
+static int tf_block_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+                            const void *in, const tf_layer_acts *a, void *out,
+                            const hy_kv_layer *kv, hy_error *err) {
+    if (t->model->kind == HY_MODEL_LLAMA) return tf_llama_forward(t, w, st, l, in, a, out, kv, err);
+    return tf_layer_forward(t, st, l, in, a, out, kv, err);
+}
+
+static int tf_block_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st,
+                             int l, const void *in, const tf_layer_acts *a, void *dres,
+                             hy_error *err) {
+    if (t->model->kind == HY_MODEL_LLAMA) return tf_llama_backward(t, w, st, l, in, a, dres, err);
+    return tf_layer_backward(t, w, st, l, in, a, dres, err);
+}
+
+static int tf_block_wgrad(const hy_transformer *t, hy_stream *st, int l, const void *in,
+                          const tf_layer_acts *a, hy_error *err) {
+    if (t->model->kind == HY_MODEL_LLAMA) return tf_llama_wgrad(t, st, l, in, a, err);
+    return tf_layer_wgrad(t, st, l, in, a, err);
+}
+
+/* The final norm, forward (ln_f, or Llama's RMSNorm) and backward (dinp,
+ * dw may be NULL). */
+static int tf_final_norm_fwd(const hy_transformer *t, hy_stream *st, tf_head_acts *ha,
+                             const void *h, hy_error *err) {
+    const hy_param *pw = tf_p(t, HY_P_LNF_W, 0);
+    int N = (int)tf_N(t), C = (int)tf_C(t);
+    if (t->model->kind == HY_MODEL_LLAMA)
+        return t->ops->rmsnorm_fwd(st, ha->out, ha->rstd, h, tf_w(t, pw), N, C,
+                                   (float)t->model->norm_eps, err);
+    return t->ops->layernorm_fwd(st, ha->out, ha->mean, ha->rstd, h, tf_w(t, pw),
+                                 tf_w(t, tf_p(t, HY_P_LNF_B, 0)), N, C, err);
+}
+
+/* ------------------------------------------------------------------------ */
 /* The head */
 
 /* ln_f, logits, the fused loss and d(logits), and the head's backward
@@ -332,8 +513,7 @@ static int tf_head(const hy_transformer *t, const hy_stage_work *w, hy_stream *s
     int N = (int)tf_N(t), C = (int)tf_C(t), V = t->model->vocab, Vp = t->model->vocab_padded, rc;
     float share = 1.0f / t->global_micro_batches;
     tf_head_acts ha = tf_head_of(t, slot);
-    const hy_param *pw = tf_p(t, HY_P_LNF_W, 0);
-    rc = o->layernorm_fwd(st, ha.out, ha.mean, ha.rstd, h, tf_w(t, pw), tf_w(t, pw + 1), N, C, err);
+    rc = tf_final_norm_fwd(t, st, &ha, h, err);
     if (!rc) rc = o->lm_head_fwd(st, w->logits, ha.out, tf_head_wte(t, w), N, C, Vp, err);
     if (!rc) rc = o->classifier(st, w->logits, w->loss, targets, N, V, Vp, share,
                                 train ? share : 1.0f, err);
@@ -351,6 +531,9 @@ static int tf_lnf_backward(const hy_transformer *t, hy_stream *st, const void *i
     tf_head_acts ha = tf_head_of(t, slot);
     const void *h = tf_final(t, t->model->stages - 1, in, slot);
     const hy_param *pw = tf_p(t, HY_P_LNF_W, 0);
+    if (t->model->kind == HY_MODEL_LLAMA)
+        return t->ops->rmsnorm_bwd(st, dres, weights ? tf_g(t, pw) : NULL, ha.dout, h,
+                                   tf_w(t, pw), ha.rstd, (int)tf_N(t), (int)tf_C(t), err);
     return t->ops->layernorm_bwd(st, dres, weights ? tf_g(t, pw) : NULL,
                                  weights ? tf_g(t, pw + 1) : NULL, ha.dout, h, tf_w(t, pw),
                                  ha.mean, ha.rstd, (int)tf_N(t), (int)tf_C(t), err);
@@ -367,8 +550,8 @@ int hy_head_backward(const hy_transformer *t, hy_stream *st, const void *in, voi
 int hy_embed_forward(const hy_transformer *t, hy_stream *st, void *slot, const int *tokens,
                      hy_error *err) {
     const hy_param *wte = tf_p(t, HY_P_WTE, 0), *wpe = tf_p(t, HY_P_WPE, 0);
-    return t->ops->embedding_fwd(st, hy_stash_embedding(t, slot), tokens, tf_w(t, wte), tf_w(t, wpe),
-                                 t->B, t->T, (int)tf_C(t), err);
+    return t->ops->embedding_fwd(st, hy_stash_embedding(t, slot), tokens, tf_w(t, wte),
+                                 tf_w_or_null(t, wpe), t->B, t->T, (int)tf_C(t), err);
 }
 
 int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
@@ -379,7 +562,7 @@ int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream 
     for (int l = 0; l < L && !rc; l++) {
         tf_layer_acts acts = tf_layer(t, slot, l);
         const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
-        rc = tf_layer_forward(t, st, first + l, lin, &acts, l == L - 1 ? out : acts.res3, NULL,
+        rc = tf_block_forward(t, w, st, first + l, lin, &acts, l == L - 1 ? out : acts.res3, NULL,
                               err);
     }
     if (!rc && L == 0 && out != in) rc = t->ops->copy(st, out, in, hy_boundary_bytes(t), err);
@@ -393,7 +576,7 @@ int hy_stage_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream
     for (int l = L - 1; l >= 0 && !rc; l--) {
         tf_layer_acts acts = tf_layer(t, slot, l);
         const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
-        rc = tf_layer_backward(t, w, st, first + l, lin, &acts, dres, err);
+        rc = tf_block_backward(t, w, st, first + l, lin, &acts, dres, err);
     }
     if (!rc && t->split && stage == 0)
         rc = t->ops->copy(st, tf_stash_dembedding(t, slot), dres, hy_boundary_bytes(t), err);
@@ -407,7 +590,7 @@ int hy_stage_wgrad(const hy_transformer *t, hy_stream *st, int stage, const void
     for (int l = L - 1; l >= 0 && !rc; l--) {
         tf_layer_acts acts = tf_layer(t, slot, l);
         const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
-        rc = tf_layer_wgrad(t, st, first + l, lin, &acts, err);
+        rc = tf_block_wgrad(t, st, first + l, lin, &acts, err);
     }
     if (!rc && stage == 0) rc = hy_embed_backward(t, st, tf_stash_dembedding(t, slot), tokens, err);
     return rc;
@@ -416,8 +599,8 @@ int hy_stage_wgrad(const hy_transformer *t, hy_stream *st, int stage, const void
 int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, const int *tokens,
                       hy_error *err) {
     const hy_param *wte = tf_p(t, HY_P_WTE, 0), *wpe = tf_p(t, HY_P_WPE, 0);
-    return t->ops->embedding_bwd(st, tf_g(t, wte), tf_g(t, wpe), dres, tokens, t->B, t->T,
-                                 (int)tf_C(t), err);
+    return t->ops->embedding_bwd(st, tf_g(t, wte), wpe ? tf_g(t, wpe) : NULL, dres, tokens, t->B,
+                                 t->T, (int)tf_C(t), err);
 }
 
 /* ------------------------------------------------------------------------ */

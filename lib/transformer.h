@@ -51,6 +51,7 @@ typedef struct {
  * last stage's rank the head's. In the rank's memory. */
 typedef struct {
     void *dln, *datty, *dqkv, *dfc, *dfcg, *attn_scratch;
+    float *rope;                  /* Llama: the RoPE table (backend.h), built at alloc */
     void *logits;                 /* [N, Vp]: the head's, never stashed */
     float *loss;                  /* the loss the head adds to (hy_stage_forward) */
     /* The tied embedding the head reads and adds its gradient to, when the
@@ -76,15 +77,20 @@ void *hy_stash_embedding(const hy_transformer *t, void *slot);
  * with attention_scratch the backend's attention scratch for t's shape;
  * head adds the logits and the loss. Returns how many. The one statement
  * of them: the memory plan (memplan.h) counts by it. */
-#define HY_STAGE_WORK_BUFFERS 8
+#define HY_STAGE_WORK_BUFFERS 9
 int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head,
                         size_t sizes[HY_STAGE_WORK_BUFFERS]);
 
 /* Allocates w's buffers in rank's memory of be; head: the rank holds the
- * last stage (the logits and the loss). w->wte and w->dwte are the
- * caller's to set. */
+ * last stage (the logits and the loss). A Llama's RoPE table is built and
+ * uploaded here. w->wte and w->dwte are the caller's to set. */
 int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int head,
                         hy_stage_work *w, hy_error *err);
+
+/* HY_ERR_INPUT naming the first op m's blocks need that o lacks (a NULL
+ * op: a backend without Llama's ops yet), so a run is refused where it
+ * opens rather than failing at its first step. */
+int hy_transformer_check_ops(const hy_model *m, const hy_backend_ops *o, hy_error *err);
 
 /* Stage 0, forward: the token and position embeddings of tokens [B * T]
  * into the slot (hy_stash_embedding). */

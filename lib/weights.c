@@ -3,13 +3,23 @@
  */
 #include "weights.h"
 
+#include <assert.h>
+#include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "hfconfig.h"
+#include "infile.h"
 #include "model.h"
 #include "safetensors.h"
+
+/* The most shards a Hugging Face checkpoint may have here (Llama 3 70B
+ * has 30). */
+#define WT_MAX_SHARDS 256
 
 /* Tensors Hugging Face GPT-2 files carry that are not parameters here. */
 static int wt_ignorable(const char *name) {
@@ -97,8 +107,250 @@ int hy_weights_check(const char *path, const char *name, const float *v, size_t 
     return HY_OK;
 }
 
-/* Every parameter of m from the file at path, checked, to put. */
+/* ------------------------------------------------------------------------
+ * Llama: Hugging Face names and layouts
+ */
+
+int hy_weights_llama_transposed(const hy_param *p) { return p->ndim == 2 && !p->vocab_rows; }
+
+void hy_weights_transpose(float *dst, const float *src, size_t rows, size_t cols) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
+}
+
+int hy_weights_llama_pieces(const hy_model *m, const hy_param *p, hy_weights_piece pieces[3]) {
+    assert(m->kind == HY_MODEL_LLAMA);
+    size_t C = (size_t)m->d_model, H = (size_t)m->heads * m->head_dim;
+    size_t KV = (size_t)m->kv_heads * m->head_dim, F = (size_t)m->ffn_dim;
+    const char *one = NULL, *names[3] = { NULL, NULL, NULL };
+    size_t rows[3] = { 0, 0, 0 };
+    int n = 1;
+    switch (p->kind) {
+    case HY_P_WTE: one = "model.embed_tokens.weight"; rows[0] = (size_t)m->vocab; break;
+    case HY_P_LM_HEAD: one = "lm_head.weight"; rows[0] = (size_t)m->vocab; break;
+    case HY_P_LNF_W: one = "model.norm.weight"; rows[0] = C; break;
+    case HY_P_LN1_W: names[0] = "input_layernorm"; rows[0] = C; break;
+    case HY_P_LN2_W: names[0] = "post_attention_layernorm"; rows[0] = C; break;
+    case HY_P_QKV_W:
+        names[0] = "self_attn.q_proj"; names[1] = "self_attn.k_proj"; names[2] = "self_attn.v_proj";
+        rows[0] = H; rows[1] = rows[2] = KV; n = 3;
+        break;
+    case HY_P_ATTN_PROJ_W: names[0] = "self_attn.o_proj"; rows[0] = C; break;
+    case HY_P_FC_W:
+        names[0] = "mlp.gate_proj"; names[1] = "mlp.up_proj"; rows[0] = rows[1] = F; n = 2;
+        break;
+    case HY_P_MLP_PROJ_W: names[0] = "mlp.down_proj"; rows[0] = C; break;
+    default: assert(0 && "not a Llama parameter"); return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        if (one) snprintf(pieces[i].name, sizeof pieces[i].name, "%s", one);
+        else snprintf(pieces[i].name, sizeof pieces[i].name, "model.layers.%d.%s.weight", p->layer,
+                      names[i]);
+        pieces[i].rows = rows[i];
+    }
+    return n;
+}
+
+/* A Hugging Face checkpoint: its files, each tensor found in whichever. */
+typedef struct {
+    hy_safetensors_file files[WT_MAX_SHARDS];
+    int n;
+    char dir[PATH_MAX];   /* "" for one file */
+} wt_files;
+
+static void wt_files_close(wt_files *w) {
+    for (int i = 0; i < w->n; i++) hy_safetensors_close(&w->files[i]);
+    w->n = 0;
+}
+
+static const hy_safetensors_tensor *wt_find(const wt_files *w, const char *name,
+                                            const hy_safetensors_file **in) {
+    for (int i = 0; i < w->n; i++) {
+        const hy_safetensors_tensor *t = hy_safetensors_find(&w->files[i], name);
+        if (t) {
+            *in = &w->files[i];
+            return t;
+        }
+    }
+    return NULL;
+}
+
+static int wt_open_one(wt_files *w, const char *path, hy_error *err) {
+    if (w->n == WT_MAX_SHARDS)
+        return hy_fail(err, HY_ERR_INPUT, "%s: more than %d shards", w->dir, WT_MAX_SHARDS);
+    int rc = hy_safetensors_open(&w->files[w->n], path, err);
+    if (!rc) w->n++;
+    return rc;
+}
+
+/* dir's model.safetensors, or the shards its index names (each once). */
+static int wt_open_dir(wt_files *w, const char *dir, hy_error *err) {
+    char index[PATH_MAX + 64], file[PATH_MAX + 320];
+    snprintf(w->dir, sizeof w->dir, "%s", dir);
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    struct stat sb;
+    if (stat(index, &sb) != 0) {
+        snprintf(file, sizeof file, "%s/model.safetensors", dir);
+        return wt_open_one(w, file, err);
+    }
+    json_error_t je;
+    json_t *o = hy_infile_json(index, JSON_REJECT_DUPLICATES, &je);
+    if (!o) return hy_fail(err, HY_ERR_INPUT, "%s:%d: %s", index, je.line, je.text);
+    json_t *map = json_object_get(o, "weight_map");
+    int rc = json_is_object(map) ? HY_OK
+           : hy_fail(err, HY_ERR_INPUT, "%s: no \"weight_map\" object", index);
+    const char *key;
+    json_t *v;
+    json_object_foreach(map, key, v) {
+        const char *name = json_string_value(v);
+        if (rc) break;
+        if (!name || strchr(name, '/') || !strcmp(name, "..") || !name[0]) {
+            rc = hy_fail(err, HY_ERR_INPUT, "%s: weight_map[\"%s\"] is not a file name in %s",
+                         index, hy_safetensors_show(key).s, dir);
+            break;
+        }
+        int seen = 0;
+        snprintf(file, sizeof file, "%s/%s", dir, name);
+        for (int i = 0; i < w->n && !seen; i++) seen = !strcmp(w->files[i].path, file);
+        if (!seen) rc = wt_open_one(w, file, err);
+    }
+    json_decref(o);
+    return rc;
+}
+
+/* The checkpoint's config.json against m, field by field (hfconfig.h). */
+static int wt_check_hf_config(const char *dir, const hy_model *m, hy_error *err) {
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    hy_model_shape file, now = hy_model_shape_of(m);
+    int rc = hy_hfconfig_read(path, &file, err);
+    for (int f = 0; f < HY_HF_FIELDS && !rc; f++) {
+        if (f > HY_HF_ROPE_FACTOR && file.rope_scaling.factor == 0) break;   /* unscaled */
+        double a = hy_hfconfig_value(&file, f), b = hy_hfconfig_value(&now, f);
+        /* eps is a float where it is used: 1e-05 and 1e-5f are one value */
+        if (f == HY_HF_NORM_EPS) a = (float)a, b = (float)b;
+        if (a == b) continue;
+        char fa[32], fb[32];
+        snprintf(fa, sizeof fa, f == HY_HF_TIE ? (a ? "true" : "false") : "%g", a);
+        snprintf(fb, sizeof fb, f == HY_HF_TIE ? (b ? "true" : "false") : "%g", b);
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: %s is %s, the config's %s is %s; use the "
+                     "checkpoint's value (--set %s=%s)", path, hy_hfconfig_field(f), fa,
+                     hy_hfconfig_key(f), fb, hy_hfconfig_key(f), fa);
+    }
+    return rc;
+}
+
+/* Tensors a Llama file may hold that are no parameter here: RoPE's
+ * inverse frequencies (older transformers saved them), and the head of a
+ * tied model, which is the embedding. */
+static int wt_llama_ignorable(const hy_model *m, const char *name) {
+    static const char inv_freq[] = ".self_attn.rotary_emb.inv_freq";
+    size_t n = strlen(name), k = sizeof inv_freq - 1;
+    if (n > k && !strcmp(name + n - k, inv_freq)) return 1;
+    return m->tie_embeddings && !strcmp(name, "lm_head.weight");
+}
+
+/* Is name one of m's pieces? */
+static int wt_llama_known(const hy_model *m, const char *name) {
+    for (int i = 0; i < m->n_params; i++) {
+        hy_weights_piece pc[3];
+        int n = hy_weights_llama_pieces(m, &m->params[i], pc);
+        for (int k = 0; k < n; k++)
+            if (!strcmp(pc[k].name, name)) return 1;
+    }
+    return 0;
+}
+
+/* Parameter p from its pieces: each read into its rows of tmp (the
+ * Hugging Face layout), then into host in this layout, and put. */
+static int wt_load_llama_param(wt_sink put, void *ctx, const hy_model *m, const wt_files *w,
+                               const char *where, const hy_param *p, float *host, float *tmp,
+                               hy_error *err) {
+    hy_weights_piece pc[3];
+    int n = hy_weights_llama_pieces(m, p, pc), transposed = hy_weights_llama_transposed(p);
+    size_t cols = p->ndim == 2 ? (transposed ? (size_t)p->shape[0] : (size_t)p->shape[1]) : 0;
+    size_t at = 0;
+    int rc = HY_OK;
+    memset(host, 0, p->numel * sizeof(float));
+    for (int k = 0; k < n && !rc; k++) {
+        const hy_safetensors_file *f = NULL;
+        const hy_safetensors_tensor *t = wt_find(w, pc[k].name, &f);
+        char want[48], have[160];
+        size_t shape[2] = { pc[k].rows, cols };
+        wt_shape_text(want, sizeof want, p->ndim, shape);
+        if (!t)
+            return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is missing (the config's model has "
+                           "it, shape %s)", where, pc[k].name, want);
+        if (t->ndim != p->ndim || t->shape[0] != shape[0] || (p->ndim == 2 && t->shape[1] != cols)) {
+            wt_shape_text(have, sizeof have, t->ndim, t->shape);
+            return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has shape %s, the config's model "
+                           "needs %s; check model.* in the config", f->path, t->name, have, want);
+        }
+        float *into = (transposed ? tmp : host) + at;
+        rc = hy_safetensors_read_f32(f, t, into, t->numel, err);
+        if (!rc) rc = hy_weights_check(f->path, t->name, into, t->numel, 0, err);
+        at += t->numel;
+    }
+    if (!rc && transposed) hy_weights_transpose(host, tmp, (size_t)p->shape[1], cols);
+    return rc ? rc : put(ctx, p, host, err);
+}
+
+static int wt_load_llama(wt_sink put, void *ctx, const hy_model *m, const wt_files *w,
+                         const char *where, hy_error *err) {
+    int rc = HY_OK;
+    for (int i = 0; i < w->n && !rc; i++) {
+        const hy_safetensors_file *f = &w->files[i];
+        rc = wt_check_model(f, m, err);
+        for (int k = 0; k < f->n_tensors && !rc; k++) {
+            const char *name = f->tensors[k].name;
+            if (!wt_llama_known(m, name) && !wt_llama_ignorable(m, name))
+                rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is not a parameter of the "
+                             "config's model (model.layers = %d); check the config or the file",
+                             f->path, hy_safetensors_show(name).s, m->layers);
+        }
+    }
+    size_t most = hy_model_max_numel(m);
+    float *host = malloc(most * sizeof(float)), *tmp = malloc(most * sizeof(float));
+    if (!rc && (!host || !tmp)) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory loading %s", where);
+    for (int i = 0; i < m->n_params && !rc; i++)
+        rc = wt_load_llama_param(put, ctx, m, w, where, &m->params[i], host, tmp, err);
+    free(host);
+    free(tmp);
+    return rc;
+}
+
+static int wt_is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int wt_read_gpt(const hy_model *m, const char *path, wt_sink put, void *ctx,
+                       hy_error *err);
+
+/* Every parameter of m from path, checked, to put: a Llama's from one
+ * file or a Hugging Face directory, GPT's and BERT's from one file. */
 static int wt_read(const hy_model *m, const char *path, wt_sink put, void *ctx, hy_error *err) {
+    int dir = wt_is_dir(path);
+    if (m->kind != HY_MODEL_LLAMA) {
+        if (dir)
+            return hy_fail(err, HY_ERR_INPUT, "%s is a directory; model.kind %s reads one "
+                           "safetensors file (a directory is a Hugging Face Llama checkpoint's)",
+                           path, hy_model_name(m->kind));
+        return wt_read_gpt(m, path, put, ctx, err);
+    }
+    wt_files *w = calloc(1, sizeof *w);
+    if (!w) return hy_fail(err, HY_ERR_RUNTIME, "out of memory loading %s", path);
+    int rc = dir ? wt_check_hf_config(path, m, err) : HY_OK;
+    if (!rc) rc = dir ? wt_open_dir(w, path, err) : wt_open_one(w, path, err);
+    if (!rc) rc = wt_load_llama(put, ctx, m, w, path, err);
+    wt_files_close(w);
+    free(w);
+    return rc;
+}
+
+/* GPT and BERT: one file, tensors named as the parameters. */
+static int wt_read_gpt(const hy_model *m, const char *path, wt_sink put, void *ctx,
+                       hy_error *err) {
     hy_safetensors_file f;
     int rc = hy_safetensors_open(&f, path, err);
     if (rc) return rc;

@@ -1,6 +1,7 @@
 /*
  * weights.h — loading a model's weights from a safetensors file with
- * Hugging Face GPT-2 names, into a runtime.
+ * Hugging Face GPT-2 names, or from a Hugging Face Llama checkpoint, into
+ * a runtime; and the Llama names and layouts files are written in.
  *
  * The files are those transformers writes for GPT2LMHeadModel (and
  * hanayo's own checkpoints, checkpoint.h): tensor names as model.h gives
@@ -12,6 +13,20 @@
  * lm_head.weight. Config key `init` loads a file at start-up
  * (hy_runtime_create); a checkpoint's model.safetensors loads the same way.
  *
+ *
+ * A Llama (LlamaForCausalLM) is read from a directory holding config.json
+ * and model.safetensors, or the shards model-0000k-of-0000n.safetensors
+ * that model.safetensors.index.json lists; or from one safetensors file
+ * (a hanayo checkpoint's model.safetensors). Hugging Face keeps q, k and
+ * v, and gate and up, as separate nn.Linear weights [out, in]; model.h's
+ * fused [in, out] parameters are their rows concatenated, transposed
+ * (hy_weights_llama_pieces). config.json must describe the config's
+ * model: every field that shapes the weights or their function
+ * (hidden_size, num_hidden_layers, num_attention_heads,
+ * num_key_value_heads, intermediate_size, vocab_size, rms_norm_eps,
+ * rope_theta and Llama 3's rope scaling, tie_word_embeddings), else
+ * HY_ERR_INPUT naming the field.
+ *
  * It talks to the runtime through runtime.h only: each tensor is put as it
  * is read (hy_runtime_put), then the compute copies are refreshed once
  * (hy_runtime_refresh); hy_weights_read reads the same into host blocks.
@@ -20,9 +35,11 @@
 #define HY_WEIGHTS_H
 
 #include "error.h"
+#include "model.h"
 #include "runtime.h"
 
-/* Replaces rt's weights with those of the file at path. Errors name the
+/* Replaces rt's weights with those of the file at path (a Llama: also a
+ * Hugging Face checkpoint's directory). Errors name the
  * file and the tensor: a missing parameter, a shape the config's model
  * does not have, a tensor that is not a parameter, a value that is NaN or
  * infinite (HY_ERR_INPUT); an unreadable file as safetensors.h reports
@@ -45,5 +62,25 @@ int hy_weights_read(const hy_model *m, const char *path, float *const *blocks, h
  * non-finite, so it is refused at the load, as the bad input it is. */
 int hy_weights_check(const char *path, const char *name, const float *v, size_t n, int nonneg,
                      hy_error *err);
+
+/* The Hugging Face tensors a Llama parameter is made of: a name and its
+ * rows. A 2-D parameter other than the embedding and the head is stored
+ * transposed: the pieces' rows, stacked in order, are the columns of the
+ * [in, out] parameter. */
+typedef struct {
+    char name[96];
+    size_t rows;
+} hy_weights_piece;
+
+/* p's pieces into pieces[] (at most 3: q, k, v; gate, up); returns how
+ * many. m is a Llama. */
+int hy_weights_llama_pieces(const hy_model *m, const hy_param *p, hy_weights_piece pieces[3]);
+
+/* Does Hugging Face store p as the transpose of its layout here? */
+int hy_weights_llama_transposed(const hy_param *p);
+
+/* dst[c * rows + r] = src[r * cols + c]: the [rows, cols] matrix src as
+ * [cols, rows]. */
+void hy_weights_transpose(float *dst, const float *src, size_t rows, size_t cols);
 
 #endif

@@ -170,7 +170,7 @@ static void check_round_trip(scratch *s, const hy_config *c, const char *what) {
     if (j) {
         /* every section and top-level key present */
         CHECK(json_object_size(j) == 10);
-        CHECK(json_object_size(json_object_get(j, "model")) == 6);
+        CHECK(json_object_size(json_object_get(j, "model")) == 13);
         CHECK(json_object_size(json_object_get(j, "schedule")) == 9);
         CHECK(json_object_size(json_object_get(j, "train")) == 16);
         json_decref(j);
@@ -402,7 +402,7 @@ static const bad_case BAD[] = {
     { "{\"graph\": \"true\"}", NULL, "graph in ", "got \"true\"" },
     { "{\"schedule\": {\"kind\": \"hanyo\"}}", NULL, "schedule.kind",
       "did you mean \"hanayo\"?" },
-    { "{\"model\": {\"kind\": \"llama\"}}", NULL, "one of \"gpt\", \"bert\"", "got \"llama\"" },
+    { "{\"model\": {\"kind\": \"mamba\"}}", NULL, "one of \"gpt\", \"bert\", \"llama\"", "got \"mamba\"" },
     { "{\"backend\": \"gpu\"}", NULL, "backend in ", "one of \"auto\", \"cpu\", \"cuda\"" },
     { "{\"data\": {\"train\": \"\"}}", NULL, "data.train", "non-empty string" },
     { "{\"data\": {\"train\": null}}", NULL, "data.train", "got null" },

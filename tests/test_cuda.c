@@ -1268,12 +1268,12 @@ static int train(const char *backend, const char *const *extra, int n_extra, int
     if (!rc) {
         size_t total = 0;
         for (int i = 0; i < m.n_params; i++)
-            total += m.params[i].kind == HY_P_WTE ? (size_t)m.vocab * m.d_model : m.params[i].numel;
+            total += hy_model_real_numel(&m, &m.params[i]);
         res->w = malloc(total * sizeof(float));
         res->n = total;
         size_t at = 0;
         for (int i = 0; i < m.n_params && !rc; i++) {
-            size_t k = m.params[i].kind == HY_P_WTE ? (size_t)m.vocab * m.d_model : m.params[i].numel;
+            size_t k = hy_model_real_numel(&m, &m.params[i]);
             rc = hy_runtime_read_param(rt, m.params[i].name, res->w + at, k, &err);
             at += k;
         }
@@ -1287,15 +1287,22 @@ static int train(const char *backend, const char *const *extra, int n_extra, int
 
 static void test_training(void) {
     if (hy_test_shard_make(shard, sizeof shard, "cuda", 250, 60000)) { CHECK(0); return; }
-    static const char *const layouts[][5] = {
+    static const char *const layouts[][8] = {
         { "schedule.kind=gpipe", "schedule.ranks=1" },
         { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "devices=[0,0]" },
         /* Split backward: the input-gradient and weight passes apart. */
         { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "devices=[0,0]",
           "schedule.split_backward=true" },
+        /* A Llama (RMSNorm, RoPE, GQA, SwiGLU, untied head), whole and split. */
+        { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "devices=[0,0]",
+          "model.kind=llama", "model.kv_heads=2", "model.ffn_dim=176" },
+        { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "devices=[0,0]",
+          "model.kind=llama", "model.kv_heads=2", "model.ffn_dim=176",
+          "schedule.split_backward=true" },
     };
-    for (int v = 0; v < 3; v++) {
-        int n = v == 0 ? 2 : v == 1 ? 4 : 5;
+    for (int v = 0; v < (int)(sizeof layouts / sizeof layouts[0]); v++) {
+        int n = 0;
+        while (n < 8 && layouts[v][n]) n++;
         run cpu, gpu;
         if (train("cpu", layouts[v], n, 6, NULL, &cpu) || train("cuda", layouts[v], n, 6, NULL, &gpu)) {
             CHECK(0);

@@ -91,8 +91,8 @@ static void test_every_schedule(void) {
         { "schedule.kind=hanayo", "schedule.ranks=1", "schedule.waves=2" },
         { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "schedule.comm_cost=0.2" },
     };
-    const char *kinds[] = { "gpt", "bert" };
-    for (int k = 0; k < 2; k++)
+    const char *kinds[] = { "gpt", "bert", "llama" };
+    for (int k = 0; k < 3; k++)
         for (size_t i = 0; i < sizeof scheds / sizeof scheds[0]; i++)
             for (int split = 0; split <= 1; split++) {
                 const char *sets[6];
@@ -101,6 +101,13 @@ static void test_every_schedule(void) {
                 sets[n++] = split ? "schedule.split_backward=true" : "schedule.split_backward=false";
                 plan_equals_allocation(kinds[k], sets, n);
             }
+}
+
+/* A tied Llama across ranks: the embedding's replica on the last
+ * stage's rank is counted as for GPT. */
+static void test_tied_llama(void) {
+    const char *sets[] = { "schedule.kind=1f1b", "schedule.ranks=2", "model.tie_embeddings=true" };
+    plan_equals_allocation("llama", sets, 3);
 }
 
 /* The stash is what the schedule keeps in flight: GPipe every
@@ -219,6 +226,7 @@ int main(void) {
         return 1;
     }
     test_every_schedule();
+    test_tied_llama();
     test_in_flight();
     test_terms_by_hand();
     test_check();

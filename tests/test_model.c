@@ -52,6 +52,49 @@ static void test_counts(void) {
     hy_config_free(&c);
 }
 
+/* The Llama shapes' published sizes (Llama 3.2 1B: 1,235,814,400 with the
+ * tied head; Llama 3 8B: 8,030,261,248 untied), and the table: fused
+ * Q|K|V narrower than 3 d_model under GQA, gate|up 2F wide, no biases, no
+ * wpe, an untied head on the last stage only. */
+static void test_llama_counts(void) {
+    hy_config c;
+    hy_model m;
+    hy_error err;
+    CHECK(load(&c, "configs/llama-1b.json", NULL, 0) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECKF(hy_model_param_count(&m) == 1235814400u, "%zu", hy_model_param_count(&m));
+    CHECK(hy_model_param(&m, HY_P_LM_HEAD, 0) == NULL && hy_model_param(&m, HY_P_WPE, 0) == NULL);
+    const hy_param *qkv = hy_model_param(&m, HY_P_QKV_W, 15);
+    CHECK(qkv && qkv->shape[0] == 2048 && qkv->shape[1] == (32 + 2 * 8) * 64 && qkv->layer == 15);
+    CHECK(hy_model_param(&m, HY_P_QKV_B, 3) == NULL);
+    hy_model_free(&m);
+    hy_config_free(&c);
+
+    CHECK(load(&c, "configs/llama-8b.json", NULL, 0) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECKF(hy_model_param_count(&m) == 8030261248u, "%zu", hy_model_param_count(&m));
+    const hy_param *head = hy_model_param(&m, HY_P_LM_HEAD, 0);
+    CHECK(head && head->stage == m.stages - 1 && head->vocab_rows && head->decay);
+    CHECK(head == hy_model_find(&m, "lm_head.weight"));
+    const hy_param *gu = hy_model_param(&m, HY_P_FC_W, 31), *down = hy_model_param(&m, HY_P_MLP_PROJ_W, 31);
+    CHECK(gu && gu->shape[0] == 4096 && gu->shape[1] == 2 * 14336);
+    CHECK(down && down->shape[0] == 14336 && down->shape[1] == 4096);
+    /* Every (kind, layer) the transformer asks for is the table's entry of
+     * that layer. */
+    static const hy_param_kind kinds[] = { HY_P_LN1_W, HY_P_QKV_W, HY_P_ATTN_PROJ_W, HY_P_LN2_W,
+                                           HY_P_FC_W, HY_P_MLP_PROJ_W };
+    for (int l = 0; l < m.layers; l++)
+        for (int k = 0; k < 6; k++) {
+            const hy_param *p = hy_model_param(&m, kinds[k], l);
+            CHECK(p && p->kind == kinds[k] && p->layer == l);
+        }
+    /* The head is as large as the embedding: the last stage gets fewer
+     * blocks for it. */
+    CHECK(m.n_layers[m.stages - 1] < m.n_layers[0]);
+    hy_model_free(&m);
+    hy_config_free(&c);
+}
+
 /* Every layer in exactly one stage, in order, each stage's block holding
  * exactly its parameters. */
 static void check_partition(const hy_model *m) {
@@ -201,6 +244,7 @@ static void test_lookup(void) {
 
 int main(void) {
     test_counts();
+    test_llama_counts();
     test_partition();
     test_init();
     test_lookup();

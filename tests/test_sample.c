@@ -105,7 +105,8 @@ static void test_ops(int NH, int NKV, int hd) {
 /* ---- a sampler --------------------------------------------------------------- */
 
 static const hy_model_shape SHAPE = { .kind = HY_MODEL_GPT, .layers = 2, .d_model = 32,
-                                      .heads = 4, .seq_len = 12, .vocab = 61 };
+                                      .heads = 4, .seq_len = 12, .vocab = 61, .kv_heads = 4,
+                                      .ffn_dim = 128, .tie_embeddings = 1 };
 
 /* A sampler of SHAPE on be with GPT-2's initialization of seed, its
  * matrices scaled up so that the logits are far from flat. */

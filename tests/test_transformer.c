@@ -199,8 +199,38 @@ static void test_gradients(void) {
     hy_config_free(&b.c);
 }
 
+/* A backend without a Llama op refuses a Llama when the run opens, naming
+ * the op; a GPT needs none of them. */
+static void test_missing_ops(void) {
+    hy_config c;
+    hy_model m;
+    hy_error err;
+    if (load_model(&c, &m, "model.kind=llama", NULL)) { CHECK(0); hy_config_free(&c); return; }
+    hy_backend *be = NULL;
+    if (hy_backend_cpu_create(&be, 1, 10.0, &err)) {
+        CHECKF(0, "%s", err.msg);
+        hy_model_free(&m);
+        hy_config_free(&c);
+        return;
+    }
+    hy_backend_ops o = *be->ops;   /* the CPU's, less one Llama op */
+    CHECK(hy_transformer_check_ops(&m, &o, &err) == HY_OK);
+    o.rope = NULL;
+    int rc = hy_transformer_check_ops(&m, &o, &err);
+    CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, "rope") && strstr(err.msg, "cpu backend"),
+           "%d %s", rc, err.msg);
+    hy_model_free(&m);
+    hy_config_free(&c);
+    if (load_model(&c, &m, "model.kind=gpt", NULL)) { CHECK(0); hy_config_free(&c); return; }
+    CHECK(hy_transformer_check_ops(&m, &o, &err) == HY_OK);
+    hy_model_free(&m);
+    hy_config_free(&c);
+    be->ops->destroy(be);
+}
+
 int main(void) {
     test_layout();
     test_gradients();
+    test_missing_ops();
     return TEST_END("transformer");
 }

@@ -105,7 +105,11 @@ int cli_replica_failed(hy_dp *dp, int rc, hy_error *err) {
 
 int cli_weights_file(const char *flag, const char *path, char *file, hy_error *err) {
     struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    char probe[PATH_MAX + 32], state[PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/config.json", path);
+    snprintf(state, sizeof state, "%s/state.json", path);
+    int hf = stat(probe, &sb) == 0 && stat(state, &sb) != 0;
+    if (hf || stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         snprintf(file, PATH_MAX, "%s", path);   /* the load says what is wrong with it */
         return HY_OK;
     }

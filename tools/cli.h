@@ -68,7 +68,9 @@ int cli_load_run(hy_run *run, const char *path, const hy_flag_list *sets, hy_err
  * it means: PATH itself, or for a directory the model.safetensors of the
  * checkpoint it is or of its newest one (hy_checkpoint_resolve, as train
  * --resume takes it; the load verifies it), into file (PATH_MAX bytes).
- * flag names it in messages. */
+ * A directory with a config.json and no state.json is a Hugging Face
+ * checkpoint, which the load reads as a directory (weights.h). flag names
+ * it in messages. */
 int cli_weights_file(const char *flag, const char *path, char *file, hy_error *err);
 
 /* Memory per rank for a run on backend `chosen`: memory_gb GiB when > 0,

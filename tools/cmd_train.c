@@ -189,9 +189,13 @@ static int pick_backend(const hy_run *run, FILE *out, hy_error *err) {
 /* What the run is, before its first step: model, stages, schedule, batch. */
 static void print_header(const hy_run *run, int replicas, FILE *out) {
     const hy_model *m = &run->model;
-    fprintf(out, "model: %s, %d layers, d_model %d, %d heads, seq_len %d, vocab %d: %.2fM parameters\n",
-            hy_model_name(m->kind), m->layers, m->d_model, m->heads, m->seq_len, m->vocab,
-            hy_model_param_count(m) / 1e6);
+    char llama[96] = "";   /* what a Llama's shape adds: GQA, the MLP, the head */
+    if (m->kind == HY_MODEL_LLAMA)
+        snprintf(llama, sizeof llama, " (%d kv), ffn %d, %s head", m->kv_heads, m->ffn_dim,
+                 m->tie_embeddings ? "tied" : "untied");
+    fprintf(out, "model: %s, %d layers, d_model %d, %d heads%s, seq_len %d, vocab %d: %.2fM "
+            "parameters\n", hy_model_name(m->kind), m->layers, m->d_model, m->heads, llama,
+            m->seq_len, m->vocab, hy_model_param_count(m) / 1e6);
     fprintf(out, "stages:");
     for (int s = 0; s < m->stages; s++) fprintf(out, " %d", m->n_layers[s]);
     fprintf(out, " layers\n");

@@ -1,0 +1,172 @@
+/*
+ * hfconfig.c — see hfconfig.h.
+ */
+#include "hfconfig.h"
+
+#include <assert.h>
+#include <string.h>
+
+#include "infile.h"
+#include "safetensors.h"
+
+static const char *const FIELDS[HY_HF_FIELDS] = {
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+    "intermediate_size", "vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+    "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
+};
+
+static const char *const KEYS[HY_HF_FIELDS] = {
+    "model.layers", "model.d_model", "model.heads", "model.kv_heads", "model.ffn_dim",
+    "model.vocab", "model.norm_eps", "model.rope_theta", "model.tie_embeddings",
+    "model.rope_scaling.factor", "model.rope_scaling.low_freq_factor",
+    "model.rope_scaling.high_freq_factor",
+    "model.rope_scaling.original_max_position_embeddings",
+};
+
+const char *hy_hfconfig_field(int f) { return (unsigned)f < HY_HF_FIELDS ? FIELDS[f] : "?"; }
+const char *hy_hfconfig_key(int f) { return (unsigned)f < HY_HF_FIELDS ? KEYS[f] : "?"; }
+
+double hy_hfconfig_value(const hy_model_shape *s, int f) {
+    switch (f) {
+    case HY_HF_LAYERS: return s->layers;
+    case HY_HF_D_MODEL: return s->d_model;
+    case HY_HF_HEADS: return s->heads;
+    case HY_HF_KV_HEADS: return s->kv_heads;
+    case HY_HF_FFN_DIM: return s->ffn_dim;
+    case HY_HF_VOCAB: return s->vocab;
+    case HY_HF_NORM_EPS: return s->norm_eps;
+    case HY_HF_ROPE_THETA: return s->rope_theta;
+    case HY_HF_TIE: return s->tie_embeddings;
+    case HY_HF_ROPE_FACTOR: return s->rope_scaling.factor;
+    case HY_HF_ROPE_LOW: return s->rope_scaling.low_freq_factor;
+    case HY_HF_ROPE_HIGH: return s->rope_scaling.high_freq_factor;
+    case HY_HF_ROPE_ORIGINAL: return s->rope_scaling.original_max_position_embeddings;
+    default: assert(0 && "no such field"); return 0;
+    }
+}
+
+/* Field `key` of o as a number into *out; def when absent and has_def. */
+static int hf_number(const char *path, json_t *o, const char *key, double def, int has_def,
+                     double *out, hy_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v && has_def) {
+        *out = def;
+        return HY_OK;
+    }
+    if (!json_is_number(v))
+        return hy_fail(err, HY_ERR_INPUT, "%s: \"%s\" is %s, a number is needed", path, key,
+                       v ? "not a number" : "missing");
+    *out = json_number_value(v);
+    return HY_OK;
+}
+
+/* A whole number that fits an int, for a count. */
+static int hf_int(const char *path, const char *key, double v, int *out, hy_error *err) {
+    if (!(v >= 0 && v <= 2147483647.0) || v != (double)(int)v)
+        return hy_fail(err, HY_ERR_INPUT, "%s: \"%s\" is %g, not a count", path, key, v);
+    *out = (int)v;
+    return HY_OK;
+}
+
+static int hf_read(const char *path, json_t *o, hy_model_shape *s, hy_error *err) {
+    const char *type = json_string_value(json_object_get(o, "model_type"));
+    if (!type || strcmp(type, "llama") != 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s: model_type is %s, not \"llama\"; model.kind llama "
+                       "reads LlamaForCausalLM checkpoints", path,
+                       type ? hy_safetensors_show(type).s : "missing");
+    json_t *rp = json_object_get(o, "rope_parameters");
+    json_t *scaling = json_is_object(rp) ? rp : json_object_get(o, "rope_scaling");
+    json_t *theta_in = json_is_object(rp) && json_object_get(rp, "rope_theta") ? rp : o;
+    const char *rope_type = json_string_value(json_object_get(scaling, "rope_type"));
+    if (!rope_type) rope_type = json_string_value(json_object_get(scaling, "type"));
+    int scaled = json_is_object(scaling) && rope_type && strcmp(rope_type, "default") != 0;
+    if (scaled && strcmp(rope_type, "llama3") != 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s: rope scaling \"%s\" is not supported; hanayo has "
+                       "Llama 3's (\"llama3\") only", path, hy_safetensors_show(rope_type).s);
+    double v[HY_HF_FIELDS] = { 0 };
+    int rc = HY_OK;
+    for (int f = 0; f < HY_HF_FIELDS && !rc; f++) {
+        json_t *in = f >= HY_HF_ROPE_FACTOR ? scaling : f == HY_HF_ROPE_THETA ? theta_in : o;
+        if (f >= HY_HF_ROPE_FACTOR && !scaled) break;
+        if (f == HY_HF_TIE) {   /* LlamaConfig's default: untied */
+            json_t *tie = json_object_get(o, FIELDS[f]);
+            if (tie && !json_is_boolean(tie))
+                rc = hy_fail(err, HY_ERR_INPUT, "%s: \"%s\" is not true or false", path, FIELDS[f]);
+            v[f] = json_is_true(tie);
+            continue;
+        }
+        int has_def = f == HY_HF_KV_HEADS || f == HY_HF_NORM_EPS || f == HY_HF_ROPE_THETA;
+        double def = f == HY_HF_KV_HEADS ? v[HY_HF_HEADS] : f == HY_HF_NORM_EPS ? 1e-6 : 10000;
+        rc = hf_number(path, in, FIELDS[f], def, has_def, &v[f], err);
+    }
+    memset(s, 0, sizeof *s);
+    s->kind = HY_MODEL_LLAMA;
+    if (!rc) rc = hf_int(path, FIELDS[HY_HF_LAYERS], v[HY_HF_LAYERS], &s->layers, err);
+    if (!rc) rc = hf_int(path, FIELDS[HY_HF_D_MODEL], v[HY_HF_D_MODEL], &s->d_model, err);
+    if (!rc) rc = hf_int(path, FIELDS[HY_HF_HEADS], v[HY_HF_HEADS], &s->heads, err);
+    if (!rc) rc = hf_int(path, FIELDS[HY_HF_KV_HEADS], v[HY_HF_KV_HEADS], &s->kv_heads, err);
+    if (!rc) rc = hf_int(path, FIELDS[HY_HF_FFN_DIM], v[HY_HF_FFN_DIM], &s->ffn_dim, err);
+    if (!rc) rc = hf_int(path, FIELDS[HY_HF_VOCAB], v[HY_HF_VOCAB], &s->vocab, err);
+    if (!rc && scaled)
+        rc = hf_int(path, FIELDS[HY_HF_ROPE_ORIGINAL], v[HY_HF_ROPE_ORIGINAL],
+                    &s->rope_scaling.original_max_position_embeddings, err);
+    if (rc) return rc;
+    s->norm_eps = v[HY_HF_NORM_EPS];
+    s->rope_theta = v[HY_HF_ROPE_THETA];
+    s->tie_embeddings = (int)v[HY_HF_TIE];
+    s->rope_scaling.factor = scaled ? v[HY_HF_ROPE_FACTOR] : 0;
+    s->rope_scaling.low_freq_factor = scaled ? v[HY_HF_ROPE_LOW] : 1;
+    s->rope_scaling.high_freq_factor = scaled ? v[HY_HF_ROPE_HIGH] : 4;
+    if (!scaled) s->rope_scaling.original_max_position_embeddings = 8192;
+    /* hanayo's head size is d_model / heads; a model with another one
+     * (some Mistral and Qwen variants) has other shapes. */
+    double hd = 0;
+    if (s->heads > 0 && s->d_model % s->heads == 0)
+        rc = hf_number(path, o, "head_dim", s->d_model / s->heads, 1, &hd, err);
+    if (!rc && (s->heads <= 0 || hd != (double)(s->d_model / s->heads)))
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: head_dim is not hidden_size / num_attention_heads "
+                     "(%d / %d); hanayo's head size is d_model / heads", path, s->d_model,
+                     s->heads);
+    return rc;
+}
+
+int hy_hfconfig_read(const char *path, hy_model_shape *s, hy_error *err) {
+    json_error_t je;
+    json_t *o = hy_infile_json(path, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        return hy_fail(err, HY_ERR_INPUT, "%s: %s (a Hugging Face checkpoint's directory holds "
+                       "config.json beside its safetensors)", path, je.text);
+    int rc = json_is_object(o) ? hf_read(path, o, s, err)
+                               : hy_fail(err, HY_ERR_INPUT, "%s: not a JSON object", path);
+    json_decref(o);
+    return rc;
+}
+
+json_t *hy_hfconfig_json(const hy_model *m) {
+    if (m->kind == HY_MODEL_GPT)
+        return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:b}",
+                         "architectures", "GPT2LMHeadModel", "model_type", "gpt2",
+                         "n_layer", m->layers, "n_embd", m->d_model, "n_head", m->heads,
+                         "n_positions", m->seq_len, "n_ctx", m->seq_len, "vocab_size", m->vocab,
+                         "layer_norm_epsilon", 1e-5, "activation_function", "gelu_new",
+                         "tie_word_embeddings", 1);
+    if (m->kind != HY_MODEL_LLAMA) return NULL;
+    const hy_rope_scaling *rs = &m->rope_scaling;
+    json_t *scaling = rs->factor == 0 ? json_null()
+                    : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3",
+                                "factor", rs->factor, "low_freq_factor", rs->low_freq_factor,
+                                "high_freq_factor", rs->high_freq_factor,
+                                "original_max_position_embeddings",
+                                rs->original_max_position_embeddings);
+    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:s, "
+                     "s:b, s:b, s:b, s:s}",
+                     "architectures", "LlamaForCausalLM", "model_type", "llama",
+                     "num_hidden_layers", m->layers, "hidden_size", m->d_model,
+                     "num_attention_heads", m->heads, "num_key_value_heads", m->kv_heads,
+                     "head_dim", m->head_dim, "intermediate_size", m->ffn_dim,
+                     "vocab_size", m->vocab, "max_position_embeddings", m->seq_len,
+                     "rms_norm_eps", m->norm_eps, "rope_theta", m->rope_theta,
+                     "rope_scaling", scaling, "hidden_act", "silu",
+                     "attention_bias", 0, "mlp_bias", 0,
+                     "tie_word_embeddings", m->tie_embeddings, "torch_dtype", "float32");
+}
