@@ -1043,10 +1043,17 @@ static int read_key(hy_config *c, const key_spec *k, const json_t *v, const load
  * Cross-field checks
  */
 
+/* The schedule parameters that decide the stages. */
+static hy_sched_params config_sched(const hy_config *c) {
+    hy_sched_params p = { .kind = c->schedule.kind, .ranks = c->schedule.ranks,
+                          .waves = c->schedule.waves, .chunks = c->schedule.chunks,
+                          .micro_batches = c->schedule.micro_batches };
+    return p;
+}
+
 /* Stages S of the config's schedule (schedule.h's one definition). */
 static int config_stages(const hy_config *c) {
-    hy_sched_params p = { .kind = c->schedule.kind, .ranks = c->schedule.ranks,
-                          .waves = c->schedule.waves, .chunks = c->schedule.chunks };
+    hy_sched_params p = config_sched(c);
     return hy_sched_stages(&p);
 }
 
@@ -1094,17 +1101,17 @@ static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
 }
 
 static int check_stages(const hy_config *c, const load_ctx *ctx, hy_error *err) {
-    char where[512], st[128];
+    char where[512], st[128], fits[512];
     int S = config_stages(c);
     stages_text(c, st, sizeof st);
     if (c->schedule.n_layers_per_stage == 0) {
         if (S <= c->model.layers) return HY_OK;
         WHERE("schedule.kind", "schedule.ranks", "schedule.waves", "schedule.chunks",
               "model.layers");
-        return hy_fail(err, HY_ERR_INPUT, "%s but model.layers is %d, in %s; lower the "
-                       "ranks/waves/chunks, raise model.layers, or give schedule.split "
-                       "with %d entries (0-layer stages allowed)", st, c->model.layers,
-                       where, S);
+        hy_sched_params p = config_sched(c);
+        hy_suggest_stages(&p, c->model.layers, fits, sizeof fits);
+        return hy_fail(err, HY_ERR_INPUT, "%s but model.layers is %d, in %s; settings that "
+                       "fit: %s", st, c->model.layers, where, fits);
     }
     if (c->schedule.n_layers_per_stage != S) {
         WHERE("schedule.split", "schedule.kind", "schedule.ranks", "schedule.waves",

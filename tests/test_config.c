@@ -656,6 +656,54 @@ static void test_help_text(void) {
     }
 }
 
+/* A schedule with more stages than layers is refused with settings that
+ * fit: each one offered, applied to the refused config, loads; and each
+ * "N or fewer" is the most that does (N + 1 is refused again). */
+static void test_stage_suggestions(void) {
+    static const char *const cases[][4] = {
+        { "schedule.ranks=8", NULL },
+        { "schedule.ranks=4", "schedule.waves=2", NULL },
+        { "schedule.kind=interleaved", "schedule.ranks=4", "schedule.chunks=4", NULL },
+        { "schedule.kind=interleaved", "schedule.ranks=8", "schedule.chunks=2", NULL },
+        { "schedule.kind=1f1b", "schedule.ranks=13", NULL },
+        { "schedule.kind=gpipe", "schedule.ranks=20", NULL },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *sets[6];
+        int n = 0;
+        while (cases[k][n]) { sets[n] = cases[k][n]; n++; }
+        hy_config c;
+        hy_error err;
+        CHECK(hy_config_load(&c, "configs/gpt2-124m.json", sets, n, &err) == HY_ERR_INPUT);
+        char msg[sizeof err.msg];
+        memcpy(msg, err.msg, sizeof msg);
+        const char *fits = strstr(msg, "settings that fit: ");
+        CHECKF(fits, "%s", msg);
+        if (!fits) continue;
+        int offered = 0;
+        for (const char *q = fits; (q = strpbrk(q, "sm")) != NULL; q++) {
+            char key[64], value[32], more[96];
+            if (sscanf(q, "%63[a-z_.]=%31[a-z0-9]", key, value) != 2 ||
+                (strncmp(key, "schedule.", 9) != 0 && strcmp(key, "model.layers") != 0))
+                continue;
+            char set[96];
+            snprintf(set, sizeof set, "%s=%s", key, value);
+            sets[n] = set;
+            int st = hy_config_load(&c, "configs/gpt2-124m.json", sets, n + 1, &err);
+            CHECKF(st == HY_OK, "case %zu, offered %s: %s", k, set, err.msg);
+            if (st == HY_OK) hy_config_free(&c);
+            if (strncmp(q + strlen(set), " or fewer", 9) == 0) {
+                snprintf(more, sizeof more, "%s=%d", key, atoi(value) + 1);
+                sets[n] = more;
+                CHECKF(hy_config_load(&c, "configs/gpt2-124m.json", sets, n + 1, &err)
+                       == HY_ERR_INPUT, "case %zu: %s is not the most that fits", k, set);
+            }
+            offered++;
+        }
+        CHECKF(offered >= 2, "case %zu offered %d settings: %s", k, offered, msg);
+    }
+}
+
 int main(void) {
     scratch s = { .dir = "/tmp/hy-test-config-XXXXXX" };
     if (!mkdtemp(s.dir)) { perror("mkdtemp"); return 1; }
@@ -665,6 +713,7 @@ int main(void) {
     test_shipped_configs(&s);
     test_derived_defaults(&s);
     test_sets(&s);
+    test_stage_suggestions();
     test_bad_inputs(&s);
     test_bad_files(&s);
     test_reference();
