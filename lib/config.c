@@ -145,6 +145,10 @@ static const key_spec KEYS[] = {
       .doc = "vocabulary size (GPT-2: 50257, Llama 3: 128256); above 65536 the shards must "
              "be llm.c's uint32 format (`hanayo data synth --format u32`); padded to a "
              "multiple of 128 for the LM head, which must stay below 2^31" },
+    { .name = "model.mask_token", .type = K_INT, .off = OFF(model.mask_token),
+      .lo = 0, .hi = INT_ANY, .def_doc = "103 when `model.vocab` is 30522, else `model.vocab` - 1",
+      .doc = "BERT: the token id a masked position reads (bert-base-uncased's [MASK] is 103); "
+             "below `model.vocab`; read by `bert` only" },
 
     { .name = "schedule", .type = K_SECTION, .doc = "the pipeline" },
     { .name = "schedule.kind", .type = K_ENUM, .off = OFF(schedule.kind),
@@ -609,6 +613,11 @@ static void where_keys(const load_ctx *ctx, const char *const *names, int n_name
  * Defaults and freeing
  */
 
+/* BERT's [MASK] in bert-base-uncased's 30522-id vocabulary is 103; any
+ * other vocabulary gets its last id, which no tokenizer's text produces
+ * when the vocabulary was sized with one id to spare. */
+static int default_mask_token(int vocab) { return vocab == 30522 ? 103 : vocab - 1; }
+
 void hy_config_init(hy_config *c) {
     memset(c, 0, sizeof *c);
     for (int i = 0; i < N_KEYS; i++) {
@@ -629,6 +638,7 @@ void hy_config_init(hy_config *c) {
         }
     }
     c->train.min_lr = c->train.lr / 10;       /* the derived default */
+    c->model.mask_token = default_mask_token(c->model.vocab);
 }
 
 static void free_string(const key_spec *k, char **s) {
@@ -1091,6 +1101,12 @@ static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
                        "the LM head passes 2^31 - 1, in %s; give at most %d", c->model.vocab,
                        HY_VOCAB_ALIGN, where, most);
     }
+    if (c->model.mask_token >= c->model.vocab) {
+        WHERE("model.mask_token", "model.vocab");
+        return hy_fail(err, HY_ERR_INPUT, "model.mask_token (%d) must be below model.vocab "
+                       "(%d), in %s; give the tokenizer's mask id (bert-base-uncased: [MASK] = "
+                       "103)", c->model.mask_token, c->model.vocab, where);
+    }
     if (c->model.d_model % c->model.heads != 0) {
         WHERE("model.d_model", "model.heads");
         return hy_fail(err, HY_ERR_INPUT, "model.heads (%d) must divide model.d_model (%d) "
@@ -1216,12 +1232,14 @@ char *hy_config_derived_dir(const char *top, const char *config) {
  * checks that involve several keys. */
 static int resolve(hy_config *c, json_t *root, const load_ctx *ctx, hy_error *err) {
     c->train.min_lr = NAN;                    /* "not given" until read */
+    c->model.mask_token = -1;
     for (int i = 0; i < N_KEYS; i++) {
         const json_t *v = KEYS[i].type == K_SECTION ? NULL : lookup(root, KEYS[i].name);
         int rc = v ? read_key(c, &KEYS[i], v, ctx, err) : HY_OK;
         if (rc) return rc;
     }
     if (isnan(c->train.min_lr)) c->train.min_lr = c->train.lr / 10;
+    if (c->model.mask_token < 0) c->model.mask_token = default_mask_token(c->model.vocab);
     int rc = derive_paths(c, ctx, err);
     if (!rc) rc = check_model(c, ctx, err);
     if (!rc) rc = check_schedule(c, ctx, err);

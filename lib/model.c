@@ -112,6 +112,7 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
     m->heads = shape->heads;
     m->seq_len = shape->seq_len;
     m->vocab = shape->vocab;
+    m->mask_token = shape->mask_token;
     m->vocab_padded = (int)((shape->vocab + multiple - 1) / multiple * multiple);
     m->stages = stages;
     int S = m->stages, L = m->layers;
@@ -151,7 +152,8 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
 
 hy_model_shape hy_model_shape_of(const hy_model *m) {
     return (hy_model_shape){ .kind = m->kind, .layers = m->layers, .d_model = m->d_model,
-                             .heads = m->heads, .seq_len = m->seq_len, .vocab = m->vocab };
+                             .heads = m->heads, .seq_len = m->seq_len, .vocab = m->vocab,
+                             .mask_token = m->mask_token };
 }
 
 size_t hy_model_param_count(const hy_model *m) {

@@ -32,6 +32,7 @@ typedef struct {
     hy_model_kind kind;
     int layers, d_model, heads, seq_len;
     int vocab;          /* the real vocabulary */
+    int mask_token;     /* BERT: the id masked positions read (< vocab); GPT: unused */
 } hy_model_shape;
 
 /* "gpt", "bert"; "?" when out of range. */
@@ -63,6 +64,7 @@ typedef struct {
     int vocab_padded;   /* Vp >= V, a multiple of HY_VOCAB_ALIGN: rows of wte and columns
                            of the logits; the extra rows stay zero, the extra logits are
                            masked out of the loss */
+    int mask_token;     /* BERT's mask id (hy_model_shape) */
     int stages;
     int *first_layer;   /* [stages] */
     int *n_layers;      /* [stages] */

@@ -838,7 +838,8 @@ static int rt_load_batches(hy_runtime *rt, hy_dataset *ds, int count, int train,
         if (rc) return rc;
         /* BERT's masks are drawn per micro-batch of the global batch. */
         if (rt->model->kind == HY_MODEL_BERT)
-            hy_mask_tokens(rt->batch_in, rt->batch_tg, rt->N, rt->V, rt->run->train.seed, rt->step,
+            hy_mask_tokens(rt->batch_in, rt->batch_tg, rt->N, rt->V, rt->model->mask_token,
+                           rt->run->train.seed, rt->step,
                            rt->M * (train ? rt->replicas : 1), before + m);
         rc = o->upload(rt->be, first, rt->ranks[first].tokens + m * N, rt->batch_in, N * sizeof(int), err);
         if (!rc) rc = o->upload(rt->be, last, rt->ranks[last].targets + m * N, rt->batch_tg,

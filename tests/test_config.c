@@ -170,7 +170,7 @@ static void check_round_trip(scratch *s, const hy_config *c, const char *what) {
     if (j) {
         /* every section and top-level key present */
         CHECK(json_object_size(j) == 10);
-        CHECK(json_object_size(json_object_get(j, "model")) == 6);
+        CHECK(json_object_size(json_object_get(j, "model")) == 7);
         CHECK(json_object_size(json_object_get(j, "schedule")) == 9);
         CHECK(json_object_size(json_object_get(j, "train")) == 16);
         json_decref(j);
@@ -236,6 +236,24 @@ static void test_shipped_configs(scratch *s) {
     hy_config_free(&c);
     CHECK(hy_config_load(&c, "configs/gpt2-350m.json", NULL, 0, &err) == HY_OK);
     CHECK(c.model.layers == 24 && c.model.d_model == 1024 && stages_of(&c) == 16);
+    hy_config_free(&c);
+
+    /* model.mask_token: bert-base-uncased's [MASK] (103) for its 30522 ids,
+     * the last id for any other vocabulary, derived after every --set. */
+    CHECK(hy_config_load(&c, "configs/bert-base.json", NULL, 0, &err) == HY_OK);
+    CHECK(c.model.vocab == 30522 && c.model.mask_token == 103);
+    hy_config_free(&c);
+    const char *v1000[] = { "model.vocab=1000" };
+    CHECK(hy_config_load(&c, "configs/bert-base.json", v1000, 1, &err) == HY_OK);
+    CHECK(c.model.mask_token == 999);
+    hy_config_free(&c);
+    const char *m5[] = { "model.mask_token=5" };
+    CHECK(hy_config_load(&c, "configs/tiny-bert.json", m5, 1, &err) == HY_OK);
+    CHECK(c.model.mask_token == 5);
+    check_round_trip(s, &c, "tiny-bert with mask_token 5");
+    hy_config_free(&c);
+    CHECK(hy_config_load(&c, "configs/tiny-bert.json", NULL, 0, &err) == HY_OK);
+    CHECK(c.model.mask_token == c.model.vocab - 1);
     hy_config_free(&c);
 
     /* BERT-base at P = 8 hanayo: 16 stages for 12 layers needs a split. */
@@ -455,6 +473,8 @@ static const bad_case BAD[] = {
     { "{\"watchdog_s\": 0}", NULL, "watchdog_s in", "a number in (0, 1000000], got 0" },
     { "{\"devices\": [-1]}", NULL, "devices[0] in", "0..1023, got -1" },
     /* cross-field */
+    { "{\"model\": {\"mask_token\": 512}}", NULL,
+      "model.mask_token (512) must be below model.vocab (512)", "[MASK] = 103" },
     { "{\"model\": {\"d_model\": 66}}", NULL, "model.heads (4) must divide model.d_model (66)",
       ".json" },
     { "{\"model\": {\"layers\": 3}}", NULL,
