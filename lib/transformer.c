@@ -184,7 +184,7 @@ int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int h
     sizes[n++] = attention_scratch;   /* attn_scratch */
     if (head) {
         sizes[n++] = tf_acts(t, tf_N(t) * (size_t)t->model->vocab_padded);   /* logits */
-        sizes[n++] = sizeof(float);                                         /* loss */
+        sizes[n++] = HY_HEAD_SUMS_BYTES;                                    /* loss, hits */
     }
     return n;
 }
@@ -313,7 +313,7 @@ static int tf_head(const hy_transformer *t, const hy_stage_work *w, hy_stream *s
     const hy_param *pw = tf_p(t, HY_P_LNF_W, 0);
     rc = o->layernorm_fwd(st, ha.out, ha.mean, ha.rstd, h, tf_w(t, pw), tf_w(t, pw + 1), N, C, err);
     if (!rc) rc = o->lm_head_fwd(st, w->logits, ha.out, tf_head_wte(t, w), N, C, Vp, err);
-    if (!rc) rc = o->classifier(st, w->logits, w->loss, targets, N, V, Vp, share,
+    if (!rc) rc = o->classifier(st, w->logits, w->loss, w->loss + 1, targets, N, V, Vp, share,
                                 train ? share : 1.0f, err);
     if (!train) return rc;
     if (!rc) rc = o->zero(st, ha.dout, hy_boundary_bytes(t), err);
