@@ -7,8 +7,10 @@
 # token, so a model that has learnt it predicts every one: the accuracy
 # must end at exactly 1 (a wrong count of hits or of masked positions
 # would not give 1), and starts far below at the random initialization.
-# GPT output carries no accuracy. Training one step with another mask id
-# gives another loss (the id reaches the inputs). Prints
+# GPT output carries no accuracy. A BERT checkpoint's config.json is the
+# model block of a hanayo config: eval reads it back and scores the same.
+# Training one step with another mask id gives another loss (the id
+# reaches the inputs). Prints
 # "bert-cli: N passed, N failed".
 set -u
 
@@ -52,6 +54,23 @@ esac
 run train configs/tiny-gpt.json --steps 2 "${same[@]}" --set train.eval_batches=2 --log-json "$tmp/gpt.jsonl"
 expect_rc 0
 if grep -q accuracy "$tmp/gpt.jsonl" "$tmp/out"; then bad "GPT validation has an accuracy"; else ok; fi
+
+# ---- a BERT checkpoint's config.json is a hanayo config it reads back -----------
+# (not a transformers one: no Hugging Face BERT computes hanayo's pre-LN
+# blocks, docs/runtime.md)
+ck=$tmp/ck/step_000030
+run checkpoint verify "$ck"
+expect_rc 0
+if python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(not (set(c) == {"model"} and c["model"]["kind"] == "bert" and c["model"]["mask_token"] == 511))' "$ck/config.json"; then ok; else
+    bad "$ck/config.json is not hanayo's model block: $(cat "$ck/config.json")"; fi
+run eval configs/tiny-bert.json --init "$tmp/ck" --data "$tmp/same.bin" --batches 2
+expect_rc 0
+want=$(json_get "p['loss'], p['accuracy']")
+run eval "$ck/config.json" --init "$tmp/ck" --data "$tmp/same.bin" --batches 2
+expect_rc 0
+got=$(json_get "p['loss'], p['accuracy']")
+if [ -n "$want" ] && [ "$got" = "$want" ]; then ok; else
+    bad "eval with the checkpoint's config.json: $got, with tiny-bert.json: $want"; fi
 
 # ---- model.mask_token reaches the masking --------------------------------------
 first_loss() {
