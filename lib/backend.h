@@ -363,9 +363,14 @@ typedef struct {
                        const void *inp, const void *wte, int N, int C, int V, hy_error *err);
     /* Softmax cross-entropy and its gradient in place over logits [N, Vp]:
      * dlogits = grad_scale (softmax - onehot) / count, over the rows whose
-     * target is not -1; *loss_acc += loss_scale * (their mean loss). */
-    int (*classifier)(hy_stream *s, void *logits, float *loss_acc, const int *targets, int N,
-                      int V, int Vp, float grad_scale, float loss_scale, hy_error *err);
+     * target is not -1; *loss_acc += loss_scale * (their mean loss);
+     * *hits_acc += how many of them have their target as the argmax over
+     * the V real columns (the first of equal maxima), a whole number kept
+     * exactly in a float up to 2^24 (masked-LM accuracy). Either
+     * accumulator may be NULL. */
+    int (*classifier)(hy_stream *s, void *logits, float *loss_acc, float *hits_acc,
+                      const int *targets, int N, int V, int Vp, float grad_scale,
+                      float loss_scale, hy_error *err);
     int (*sumsq)(hy_stream *s, double *acc, const float *x, size_t n, hy_error *err);
     /* norm = sqrt(sum of partials[0..n), added in order); factor = the
      * clip coefficient min(1, max_norm / (norm + 1e-6)), 1 if max_norm is 0,

@@ -157,6 +157,19 @@ static char *ck_json_text(json_t *o) {
     return out;
 }
 
+/* BERT's config.json: the run's "model" block as a hanayo config file, which
+ * `hanayo check` and `eval` read back. Not a transformers config: hanayo's
+ * BERT is GPT-2's pre-LN blocks made bidirectional, which no Hugging Face
+ * BERT class computes (docs/runtime.md "Checkpoints" says what differs). */
+static json_t *ck_hanayo_config(const hy_run *run) {
+    json_error_t je;
+    json_t *cfg = json_loads(run->config_json, 0, &je);
+    json_t *model = cfg ? json_object_get(cfg, "model") : NULL;
+    json_t *o = model ? json_pack("{s:O}", "model", model) : NULL;
+    json_decref(cfg);
+    return o;
+}
+
 /* What identifies the data a position counts into: each training
  * shard's size and the CRC-32C of its first 64 KiB (the header, data.h:
  * magic, version, token count; then the first tokens, which tell apart
@@ -436,14 +449,13 @@ static int ck_write_owned(const char *path, char *text, hy_file_sum *sum, hy_err
 /* ---- Saving ------------------------------------------------------------- */
 
 /* The files of step `step` into the checkpoint's temporary directory tmp:
- * the tensors, config.json (GPT, Llama), then state.json with their sums. */
+ * the tensors, config.json (GPT, Llama: transformers'; BERT: hanayo's),
+ * then state.json with their sums. */
 static int ck_write_files(hy_runtime *rt, const char *tmp, int step,
                           size_t pos, const ck_data_id *d, hy_error *err) {
     const hy_model *m = hy_runtime_model(rt);
     const hy_tensor_role w[1] = { HY_T_PARAM }, mv[2] = { HY_T_ADAM_M, HY_T_ADAM_V };
     const char *const wp[1] = { "" }, *const mvp[2] = { "m.", "v." };
-    /* config.json: the models transformers has a class for */
-    int n_files = m->kind != HY_MODEL_BERT ? CK_N_FILES : CK_N_FILES - 1;
     hy_file_sum sums[CK_N_FILES] = { { 0, 0 } }, self;
     char file[PATH_MAX + 64], step_text[32];
     snprintf(step_text, sizeof step_text, "%d", step);
@@ -452,12 +464,15 @@ static int ck_write_files(hy_runtime *rt, const char *tmp, int step,
     ck_path(file, sizeof file, tmp, CK_FILES[1]);
     if (!rc) rc = ck_write_tensors(rt, m, file, mv, mvp, 2, step_text, &sums[1], err);
     ck_path(file, sizeof file, tmp, CK_FILES[2]);
-    if (!rc && n_files == CK_N_FILES)
-        rc = ck_write_owned(file, ck_json_text(hy_hfconfig_json(m)), &sums[2], err);
+    if (!rc)
+        rc = ck_write_owned(file, ck_json_text(m->kind != HY_MODEL_BERT
+                                               ? hy_hfconfig_json(m)
+                                               : ck_hanayo_config(hy_runtime_run(rt))),
+                            &sums[2], err);
     ck_path(file, sizeof file, tmp, "state.json");
     if (!rc)
         rc = ck_write_owned(file, ck_state_text(hy_runtime_run(rt), step, hy_runtime_last_loss(rt),
-                                                pos, d, sums, n_files), &self, err);
+                                                pos, d, sums, CK_N_FILES), &self, err);
     return rc;
 }
 

@@ -190,6 +190,10 @@ static const key_spec KEYS[] = {
       .off = OFF(model.rope_scaling.original_max_position_embeddings), .lo = 1,
       .hi = INT_ANY, .def = 8192,
       .doc = "the context length the model was trained at before scaling" },
+    { .name = "model.mask_token", .type = K_INT, .off = OFF(model.mask_token),
+      .lo = 0, .hi = INT_ANY, .def_doc = "103 when `model.vocab` is 30522, else `model.vocab` - 1",
+      .doc = "BERT: the token id a masked position reads (bert-base-uncased's [MASK] is 103); "
+             "below `model.vocab`; read by `bert` only" },
 
     { .name = "schedule", .type = K_SECTION, .doc = "the pipeline" },
     { .name = "schedule.kind", .type = K_ENUM, .off = OFF(schedule.kind),
@@ -655,12 +659,19 @@ static void where_keys(const load_ctx *ctx, const char *const *names, int n_name
  * Defaults and freeing
  */
 
+/* BERT's [MASK] in bert-base-uncased's 30522-id vocabulary is 103; any
+ * other vocabulary gets its last id, which no tokenizer's text produces
+ * when the vocabulary was sized with one id to spare. */
+static int default_mask_token(int vocab) { return vocab == 30522 ? 103 : vocab - 1; }
+
 /* The model keys whose default follows from others: kv_heads (0: heads),
- * ffn_dim (0: 4 d_model) and tie_embeddings (null: tied except Llama). */
+ * ffn_dim (0: 4 d_model), tie_embeddings (null: tied except Llama) and
+ * mask_token (-1: default_mask_token). */
 static void derive_model(hy_model_shape *m) {
     if (m->kv_heads == 0) m->kv_heads = m->heads;
     if (m->ffn_dim == 0) m->ffn_dim = 4 * m->d_model;
     if (m->tie_embeddings < 0) m->tie_embeddings = m->kind != HY_MODEL_LLAMA;
+    if (m->mask_token < 0) m->mask_token = default_mask_token(m->vocab);
 }
 
 void hy_config_init(hy_config *c) {
@@ -683,6 +694,7 @@ void hy_config_init(hy_config *c) {
         }
     }
     c->train.min_lr = c->train.lr / 10;       /* the derived default */
+    c->model.mask_token = -1;
     derive_model(&c->model);
 }
 
@@ -1104,10 +1116,17 @@ static int read_key(hy_config *c, const key_spec *k, const json_t *v, const load
  * Cross-field checks
  */
 
+/* The schedule parameters that decide the stages. */
+static hy_sched_params config_sched(const hy_config *c) {
+    hy_sched_params p = { .kind = c->schedule.kind, .ranks = c->schedule.ranks,
+                          .waves = c->schedule.waves, .chunks = c->schedule.chunks,
+                          .micro_batches = c->schedule.micro_batches };
+    return p;
+}
+
 /* Stages S of the config's schedule (schedule.h's one definition). */
 static int config_stages(const hy_config *c) {
-    hy_sched_params p = { .kind = c->schedule.kind, .ranks = c->schedule.ranks,
-                          .waves = c->schedule.waves, .chunks = c->schedule.chunks };
+    hy_sched_params p = config_sched(c);
     return hy_sched_stages(&p);
 }
 
@@ -1144,6 +1163,12 @@ static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
         return hy_fail(err, HY_ERR_INPUT, "model.vocab (%d) padded to a multiple of %d rows of "
                        "the LM head passes 2^31 - 1, in %s; give at most %d", c->model.vocab,
                        HY_VOCAB_ALIGN, where, most);
+    }
+    if (c->model.mask_token >= c->model.vocab) {
+        WHERE("model.mask_token", "model.vocab");
+        return hy_fail(err, HY_ERR_INPUT, "model.mask_token (%d) must be below model.vocab "
+                       "(%d), in %s; give the tokenizer's mask id (bert-base-uncased: [MASK] = "
+                       "103)", c->model.mask_token, c->model.vocab, where);
     }
     if (c->model.d_model % c->model.heads != 0) {
         WHERE("model.d_model", "model.heads");
@@ -1198,17 +1223,17 @@ static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
 }
 
 static int check_stages(const hy_config *c, const load_ctx *ctx, hy_error *err) {
-    char where[512], st[128];
+    char where[512], st[128], fits[512];
     int S = config_stages(c);
     stages_text(c, st, sizeof st);
     if (c->schedule.n_layers_per_stage == 0) {
         if (S <= c->model.layers) return HY_OK;
         WHERE("schedule.kind", "schedule.ranks", "schedule.waves", "schedule.chunks",
               "model.layers");
-        return hy_fail(err, HY_ERR_INPUT, "%s but model.layers is %d, in %s; lower the "
-                       "ranks/waves/chunks, raise model.layers, or give schedule.split "
-                       "with %d entries (0-layer stages allowed)", st, c->model.layers,
-                       where, S);
+        hy_sched_params p = config_sched(c);
+        hy_suggest_stages(&p, c->model.layers, fits, sizeof fits);
+        return hy_fail(err, HY_ERR_INPUT, "%s but model.layers is %d, in %s; settings that "
+                       "fit: %s", st, c->model.layers, where, fits);
     }
     if (c->schedule.n_layers_per_stage != S) {
         WHERE("schedule.split", "schedule.kind", "schedule.ranks", "schedule.waves",
@@ -1347,7 +1372,7 @@ static int model_from(hy_config *c, const load_ctx *ctx, hy_error *err) {
 static int resolve(hy_config *c, json_t *root, const load_ctx *ctx, hy_error *err) {
     c->train.min_lr = NAN;                    /* "not given" until read */
     c->model.kv_heads = c->model.ffn_dim = 0;   /* likewise (derive_model) */
-    c->model.tie_embeddings = -1;
+    c->model.tie_embeddings = c->model.mask_token = -1;
     for (int i = 0; i < N_KEYS; i++) {
         const json_t *v = KEYS[i].type == K_SECTION ? NULL : lookup(root, KEYS[i].name);
         int rc = v ? read_key(c, &KEYS[i], v, ctx, err) : HY_OK;

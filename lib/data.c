@@ -8,6 +8,7 @@
  */
 #include "data.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -532,8 +533,9 @@ int hy_dataset_set_pos(hy_dataset *ds, size_t pos, hy_error *err) {
  * Masked-LM inputs
  * ------------------------------------------------------------------------ */
 
-void hy_mask_tokens(int *inputs, int *targets, int n, int vocab, uint64_t seed, int step,
-                    int micro_batches, int m) {
+void hy_mask_tokens(int *inputs, int *targets, int n, int vocab, int mask_token,
+                    uint64_t seed, int step, int micro_batches, int m) {
+    assert(mask_token >= 0 && mask_token < vocab);
     hy_rng r = hy_rng_stream(seed ^ 0x4D4C4DULL,
                              (uint64_t)step * (uint64_t)micro_batches + (uint64_t)m);
     for (int i = 0; i < n; i++) {
@@ -541,7 +543,7 @@ void hy_mask_tokens(int *inputs, int *targets, int n, int vocab, uint64_t seed, 
         if (hy_rng_uniform(&r) >= 0.15) continue;
         targets[i] = inputs[i];
         double u = hy_rng_uniform(&r);
-        if (u < 0.8) inputs[i] = vocab - 1;
+        if (u < 0.8) inputs[i] = mask_token;
         else if (u < 0.9) inputs[i] = (int)hy_rng_below(&r, (uint64_t)vocab);
     }
 }

@@ -179,16 +179,16 @@ int hy_dataset_set_pos(hy_dataset *ds, size_t pos, hy_error *err);
 /* ---- Masked-LM inputs (BERT) ------------------------------------------------
  * Masks one micro-batch of n input tokens in place, as BERT's pre-training
  * does: each position is chosen with p = 0.15; a chosen one keeps its
- * token as its target and becomes the mask token (vocab - 1, the
- * vocabulary's last id) with p = 0.8, a uniformly random token with
+ * token as its target and becomes mask_token (model.mask_token, below
+ * vocab) with p = 0.8, a uniformly random token with
  * p = 0.1, or stays with p = 0.1; every other position's target is -1 (no
  * loss). The draws come from rng.h's stream (seed ^ 0x4D4C4D,
  * step * micro_batches + m), so the masks are a pure function of (seed,
  * step, micro-batch m of the step's micro_batches): a resumed run masks
  * exactly as an uninterrupted one did. Like the synthetic corpus's, these
  * bytes are part of the contract (tests/test_data.c pins them). */
-void hy_mask_tokens(int *inputs, int *targets, int n, int vocab, uint64_t seed, int step,
-                    int micro_batches, int m);
+void hy_mask_tokens(int *inputs, int *targets, int n, int vocab, int mask_token,
+                    uint64_t seed, int step, int micro_batches, int m);
 
 /* ---- Writing ----------------------------------------------------------------
  * Writes n ids (1 <= n <= HY_SHARD_MAX_TOKENS) of `format` bytes each

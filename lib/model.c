@@ -173,6 +173,7 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
     /* The config loader checks these; a model built by hand states them. */
     assert(m->kv_heads >= 1 && m->heads % m->kv_heads == 0 && m->ffn_dim >= 1);
     assert(m->kind == HY_MODEL_LLAMA || (m->tie_embeddings && m->kv_heads == m->heads));
+    m->mask_token = shape->mask_token;
     m->vocab_padded = (int)((shape->vocab + multiple - 1) / multiple * multiple);
     m->stages = stages;
     int S = m->stages, L = m->layers;
@@ -217,7 +218,8 @@ hy_model_shape hy_model_shape_of(const hy_model *m) {
                              .heads = m->heads, .seq_len = m->seq_len, .vocab = m->vocab,
                              .kv_heads = m->kv_heads, .ffn_dim = m->ffn_dim,
                              .tie_embeddings = m->tie_embeddings, .norm_eps = m->norm_eps,
-                             .rope_theta = m->rope_theta, .rope_scaling = m->rope_scaling };
+                             .rope_theta = m->rope_theta, .rope_scaling = m->rope_scaling,
+                             .mask_token = m->mask_token };
 }
 
 size_t hy_model_param_count(const hy_model *m) {

@@ -63,6 +63,7 @@ typedef struct {
     double norm_eps;    /* RMSNorm's epsilon */
     double rope_theta;  /* RoPE's base */
     hy_rope_scaling rope_scaling;
+    int mask_token;     /* BERT: the id masked positions read (< vocab); GPT: unused */
 } hy_model_shape;
 
 /* "gpt", "bert", "llama"; "?" when out of range. */
@@ -105,6 +106,7 @@ typedef struct {
     int vocab_padded;   /* Vp >= V, a multiple of HY_VOCAB_ALIGN: rows of wte and columns
                            of the logits; the extra rows stay zero, the extra logits are
                            masked out of the loss */
+    int mask_token;     /* BERT's mask id (hy_model_shape) */
     int stages;
     int *first_layer;   /* [stages] */
     int *n_layers;      /* [stages] */

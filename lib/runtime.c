@@ -106,6 +106,8 @@ struct hy_runtime {
     int eval_count;                /* > 0: the next round is an evaluation of that many batches */
     int step;
     double last_loss;              /* of the last step, NaN before the first */
+    long scored;                   /* positions with a target that rt_load_batches uploaded */
+    double eval_accuracy;          /* of the last hy_runtime_eval, NaN before the first */
 };
 
 /* The tied embedding's parameter: in stage 0's block, and replicated on
@@ -411,7 +413,7 @@ static int rt_iteration(rt_ctx *x) {
             rc = x->o->zero(x->st, rt->stages[s].grad, rt->model->stage_numel[s] * sizeof(float), x->err);
     if (!rc && rk->dwte)
         rc = x->o->zero(x->st, rk->dwte, rt_wte(rt)->numel * sizeof(float), x->err);
-    if (!rc && rk->work.loss) rc = x->o->zero(x->st, rk->work.loss, sizeof(float), x->err);
+    if (!rc && rk->work.loss) rc = x->o->zero(x->st, rk->work.loss, HY_HEAD_SUMS_BYTES, x->err);
     const hy_schedule *sc = rt->sched;
     int n = sc->n_actions[me];
     for (int i = 0; i < n && !rc; i++) {
@@ -441,7 +443,7 @@ static int rt_iteration(rt_ctx *x) {
 static int rt_eval_iteration(rt_ctx *x, int count) {
     hy_runtime *rt = x->rt;
     int me = x->rk->rank, rc = HY_OK;
-    if (x->rk->work.loss) rc = x->o->zero(x->st, x->rk->work.loss, sizeof(float), x->err);
+    if (x->rk->work.loss) rc = x->o->zero(x->st, x->rk->work.loss, HY_HEAD_SUMS_BYTES, x->err);
     for (int m = 0; m < count && !rc; m++) {
         for (int s = 0; s < rt->S && !rc; s++) {
             if (rt->sched->placement[s] != me) continue;
@@ -789,6 +791,7 @@ int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, hy_dp *dp, hy_erro
     rt->replicas = hy_dp_size(dp);
     rt->replica = hy_dp_rank(dp);
     rt->last_loss = NAN;
+    rt->eval_accuracy = NAN;
     pthread_mutex_init(&rt->lock, NULL);
     pthread_cond_init(&rt->cv, NULL);
     int rc = rt_build(rt, err);
@@ -840,8 +843,10 @@ static int rt_load_batches(hy_runtime *rt, hy_dataset *ds, int count, int train,
         if (rc) return rc;
         /* BERT's masks are drawn per micro-batch of the global batch. */
         if (rt->model->kind == HY_MODEL_BERT)
-            hy_mask_tokens(rt->batch_in, rt->batch_tg, rt->N, rt->V, rt->run->train.seed, rt->step,
+            hy_mask_tokens(rt->batch_in, rt->batch_tg, rt->N, rt->V, rt->model->mask_token,
+                           rt->run->train.seed, rt->step,
                            rt->M * (train ? rt->replicas : 1), before + m);
+        for (size_t i = 0; i < N; i++) rt->scored += rt->batch_tg[i] != -1;
         rc = o->upload(rt->be, first, rt->ranks[first].tokens + m * N, rt->batch_in, N * sizeof(int), err);
         if (!rc) rc = o->upload(rt->be, last, rt->ranks[last].targets + m * N, rt->batch_tg,
                                 N * sizeof(int), err);
@@ -949,19 +954,22 @@ int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss
     int rc = hy_dataset_open(&sh, &shard, 1, rt->V, err);
     if (rc) return rc;
     int last = rt->sched->placement[rt->S - 1];
-    double sum = 0;
+    double sum = 0, hits = 0;
+    rt->scored = 0;
     for (int done = 0; done < batches && !rc;) {
         int count = batches - done < rt->M ? batches - done : rt->M;
         rc = rt_load_batches(rt, &sh, count, 0, err);
         if (!rc) rc = rt_round(rt, count, err);
-        float part = 0;
-        if (!rc) rc = rt->be->ops->download(rt->be, last, &part, rt->ranks[last].work.loss, sizeof part, err);
-        sum += part;
+        float part[2] = { 0, 0 };   /* loss, hits: HY_HEAD_SUMS_BYTES */
+        if (!rc) rc = rt->be->ops->download(rt->be, last, part, rt->ranks[last].work.loss, sizeof part, err);
+        sum += part[0];
+        hits += part[1];
         done += count;
     }
     hy_dataset_close(&sh);
     if (rc) return rc;
     *loss = sum / batches;
+    rt->eval_accuracy = rt->scored > 0 ? hits / (double)rt->scored : NAN;
     *tokens = (double)batches * rt->N;
     return HY_OK;
 }
@@ -1067,6 +1075,8 @@ int hy_runtime_set_progress(hy_runtime *rt, int step, size_t data_pos, hy_error 
 struct hy_backend *hy_runtime_backend(hy_runtime *rt) { return rt->be; }
 
 double hy_runtime_last_loss(const hy_runtime *rt) { return rt->last_loss; }
+
+double hy_runtime_eval_accuracy(const hy_runtime *rt) { return rt->eval_accuracy; }
 
 const hy_run *hy_runtime_run(const hy_runtime *rt) { return rt->run; }
 

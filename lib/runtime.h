@@ -67,6 +67,12 @@ int hy_runtime_step(hy_runtime *rt, double lr, hy_step_stats *st, hy_error *err)
 int hy_runtime_eval(hy_runtime *rt, const char *shard, int batches, double *loss, double *tokens,
                     hy_error *err);
 
+/* The fraction of the positions the last hy_runtime_eval scored (BERT:
+ * the masked ones; GPT: every next token) whose target the model ranked
+ * first (argmax over the vocabulary); NaN before any eval or when none
+ * was scored. */
+double hy_runtime_eval_accuracy(const hy_runtime *rt);
+
 /* What a named tensor of the runtime's state may be. */
 typedef enum { HY_T_PARAM, HY_T_GRAD, HY_T_ADAM_M, HY_T_ADAM_V } hy_tensor_role;
 

@@ -213,7 +213,7 @@ int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int h
     sizes[n++] = t->model->kind == HY_MODEL_LLAMA ? tf_rope_bytes(t) : 0;   /* rope */
     if (head) {
         sizes[n++] = tf_acts(t, tf_N(t) * (size_t)t->model->vocab_padded);   /* logits */
-        sizes[n++] = sizeof(float);                                         /* loss */
+        sizes[n++] = HY_HEAD_SUMS_BYTES;                                    /* loss, hits */
     }
     return n;
 }
@@ -515,7 +515,7 @@ static int tf_head(const hy_transformer *t, const hy_stage_work *w, hy_stream *s
     tf_head_acts ha = tf_head_of(t, slot);
     rc = tf_final_norm_fwd(t, st, &ha, h, err);
     if (!rc) rc = o->lm_head_fwd(st, w->logits, ha.out, tf_head_wte(t, w), N, C, Vp, err);
-    if (!rc) rc = o->classifier(st, w->logits, w->loss, targets, N, V, Vp, share,
+    if (!rc) rc = o->classifier(st, w->logits, w->loss, w->loss + 1, targets, N, V, Vp, share,
                                 train ? share : 1.0f, err);
     if (!train) return rc;
     if (!rc) rc = o->zero(st, ha.dout, hy_boundary_bytes(t), err);

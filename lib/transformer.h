@@ -53,13 +53,18 @@ typedef struct {
     void *dln, *datty, *dqkv, *dfc, *dfcg, *attn_scratch;
     float *rope;                  /* Llama: the RoPE table (backend.h), built at alloc */
     void *logits;                 /* [N, Vp]: the head's, never stashed */
-    float *loss;                  /* the loss the head adds to (hy_stage_forward) */
+    float *loss;                  /* [2]: the loss the head adds to, then how many of the
+                                     scored positions the model ranked first
+                                     (hy_stage_forward); HY_HEAD_SUMS_BYTES */
     /* The tied embedding the head reads and adds its gradient to, when the
      * last stage's rank keeps a replica of it; NULL: stage 0's own wte
      * (both stages are on this rank). */
     const void *wte;
     float *dwte;
 } hy_stage_work;
+
+/* Bytes of hy_stage_work's loss: the loss and the argmax hits. */
+#define HY_HEAD_SUMS_BYTES (2 * sizeof(float))
 
 /* Bytes of what crosses a stage boundary: a micro-batch's activations,
  * or their gradient, [B * T, d_model] in the compute type. */
@@ -101,7 +106,8 @@ int hy_embed_forward(const hy_transformer *t, hy_stream *st, void *slot, const i
  * to `out`, keeping in `slot` what the backward needs. The last stage
  * keeps its output in the slot (out is ignored, may be NULL) and runs the
  * head on it: ln_f, the logits, the loss against targets [B * T] (-1: no
- * target) added to w->loss, 1/M of it when training, whole when not;
+ * target) added to w->loss[0], 1/M of it when training, whole when not,
+ * and the positions whose target is the argmax added to w->loss[1];
  * training, also the head's backward down to d(ln_f output), kept in the
  * slot for hy_head_backward, so the logits need no stash. */
 int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,

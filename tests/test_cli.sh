@@ -236,6 +236,12 @@ if [ -f configs/tiny-gpt.json ]; then
     expect_input_error check configs/tiny-gpt.json --sett x=1
     expect_err 'did you mean --set'
     expect_input_error check configs/tiny-gpt.json configs/tiny-gpt.json
+    # More stages than layers: check, train and tune refuse it alike, with
+    # settings that fit (test_config.c checks that each one does).
+    for cmd in check train tune; do
+        expect_input_error $cmd configs/gpt2-124m.json --set schedule.ranks=8
+        expect_err '16 stages but model.layers is 12.*settings that fit: schedule.ranks=6 or fewer (hanayo, 1 wave), schedule.kind=1f1b (8 stages'
+    done
 else
     echo "cli: configs/tiny-gpt.json missing; check tests on it skipped" >&2
 fi

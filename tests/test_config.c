@@ -170,7 +170,7 @@ static void check_round_trip(scratch *s, const hy_config *c, const char *what) {
     if (j) {
         /* every section and top-level key present */
         CHECK(json_object_size(j) == 10);
-        CHECK(json_object_size(json_object_get(j, "model")) == 13);
+        CHECK(json_object_size(json_object_get(j, "model")) == 14);
         CHECK(json_object_size(json_object_get(j, "schedule")) == 9);
         CHECK(json_object_size(json_object_get(j, "train")) == 16);
         json_decref(j);
@@ -236,6 +236,24 @@ static void test_shipped_configs(scratch *s) {
     hy_config_free(&c);
     CHECK(hy_config_load(&c, "configs/gpt2-350m.json", NULL, 0, &err) == HY_OK);
     CHECK(c.model.layers == 24 && c.model.d_model == 1024 && stages_of(&c) == 16);
+    hy_config_free(&c);
+
+    /* model.mask_token: bert-base-uncased's [MASK] (103) for its 30522 ids,
+     * the last id for any other vocabulary, derived after every --set. */
+    CHECK(hy_config_load(&c, "configs/bert-base.json", NULL, 0, &err) == HY_OK);
+    CHECK(c.model.vocab == 30522 && c.model.mask_token == 103);
+    hy_config_free(&c);
+    const char *v1000[] = { "model.vocab=1000" };
+    CHECK(hy_config_load(&c, "configs/bert-base.json", v1000, 1, &err) == HY_OK);
+    CHECK(c.model.mask_token == 999);
+    hy_config_free(&c);
+    const char *m5[] = { "model.mask_token=5" };
+    CHECK(hy_config_load(&c, "configs/tiny-bert.json", m5, 1, &err) == HY_OK);
+    CHECK(c.model.mask_token == 5);
+    check_round_trip(s, &c, "tiny-bert with mask_token 5");
+    hy_config_free(&c);
+    CHECK(hy_config_load(&c, "configs/tiny-bert.json", NULL, 0, &err) == HY_OK);
+    CHECK(c.model.mask_token == c.model.vocab - 1);
     hy_config_free(&c);
 
     /* BERT-base at P = 8 hanayo: 16 stages for 12 layers needs a split. */
@@ -455,6 +473,8 @@ static const bad_case BAD[] = {
     { "{\"watchdog_s\": 0}", NULL, "watchdog_s in", "a number in (0, 1000000], got 0" },
     { "{\"devices\": [-1]}", NULL, "devices[0] in", "0..1023, got -1" },
     /* cross-field */
+    { "{\"model\": {\"mask_token\": 512}}", NULL,
+      "model.mask_token (512) must be below model.vocab (512)", "[MASK] = 103" },
     { "{\"model\": {\"d_model\": 66}}", NULL, "model.heads (4) must divide model.d_model (66)",
       ".json" },
     { "{\"model\": {\"layers\": 3}}", NULL,
@@ -656,6 +676,54 @@ static void test_help_text(void) {
     }
 }
 
+/* A schedule with more stages than layers is refused with settings that
+ * fit: each one offered, applied to the refused config, loads; and each
+ * "N or fewer" is the most that does (N + 1 is refused again). */
+static void test_stage_suggestions(void) {
+    static const char *const cases[][4] = {
+        { "schedule.ranks=8", NULL },
+        { "schedule.ranks=4", "schedule.waves=2", NULL },
+        { "schedule.kind=interleaved", "schedule.ranks=4", "schedule.chunks=4", NULL },
+        { "schedule.kind=interleaved", "schedule.ranks=8", "schedule.chunks=2", NULL },
+        { "schedule.kind=1f1b", "schedule.ranks=13", NULL },
+        { "schedule.kind=gpipe", "schedule.ranks=20", NULL },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *sets[6];
+        int n = 0;
+        while (cases[k][n]) { sets[n] = cases[k][n]; n++; }
+        hy_config c;
+        hy_error err;
+        CHECK(hy_config_load(&c, "configs/gpt2-124m.json", sets, n, &err) == HY_ERR_INPUT);
+        char msg[sizeof err.msg];
+        memcpy(msg, err.msg, sizeof msg);
+        const char *fits = strstr(msg, "settings that fit: ");
+        CHECKF(fits, "%s", msg);
+        if (!fits) continue;
+        int offered = 0;
+        for (const char *q = fits; (q = strpbrk(q, "sm")) != NULL; q++) {
+            char key[64], value[32], more[96];
+            if (sscanf(q, "%63[a-z_.]=%31[a-z0-9]", key, value) != 2 ||
+                (strncmp(key, "schedule.", 9) != 0 && strcmp(key, "model.layers") != 0))
+                continue;
+            char set[96];
+            snprintf(set, sizeof set, "%s=%s", key, value);
+            sets[n] = set;
+            int st = hy_config_load(&c, "configs/gpt2-124m.json", sets, n + 1, &err);
+            CHECKF(st == HY_OK, "case %zu, offered %s: %s", k, set, err.msg);
+            if (st == HY_OK) hy_config_free(&c);
+            if (strncmp(q + strlen(set), " or fewer", 9) == 0) {
+                snprintf(more, sizeof more, "%s=%d", key, atoi(value) + 1);
+                sets[n] = more;
+                CHECKF(hy_config_load(&c, "configs/gpt2-124m.json", sets, n + 1, &err)
+                       == HY_ERR_INPUT, "case %zu: %s is not the most that fits", k, set);
+            }
+            offered++;
+        }
+        CHECKF(offered >= 2, "case %zu offered %d settings: %s", k, offered, msg);
+    }
+}
+
 int main(void) {
     scratch s = { .dir = "/tmp/hy-test-config-XXXXXX" };
     if (!mkdtemp(s.dir)) { perror("mkdtemp"); return 1; }
@@ -665,6 +733,7 @@ int main(void) {
     test_shipped_configs(&s);
     test_derived_defaults(&s);
     test_sets(&s);
+    test_stage_suggestions();
     test_bad_inputs(&s);
     test_bad_files(&s);
     test_reference();

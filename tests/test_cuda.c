@@ -769,23 +769,38 @@ static void test_classifier(hy_rng *r, int N, int V, int Vp) {
     float *logits = rnd(r, (size_t)N * Vp, 4);
     int *tg = malloc((size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) tg[i] = i % 4 == 3 ? -1 : (int)hy_rng_below(r, (uint64_t)V);
-    float *grad[2], loss[2] = { 0, 0 };
-    float start = 0.25f;
+    /* Argmax hits with ties (the values are bf16-exact, so both backends
+     * see them): row 0 ties its target with a column before it (a miss:
+     * the first maximum counts), row 1 with one after it (a hit), row 2's
+     * target is the largest alone (a hit). */
+    for (int n = 0; n < 3 && n < N && V >= 3; n++) {
+        float *z = logits + (size_t)n * Vp;
+        tg[n] = n == 0 ? V - 1 : n == 1 ? 0 : V / 2;
+        z[tg[n]] = 8.0f;   /* above rnd's range */
+        if (n == 0) z[0] = 8.0f;
+        if (n == 1) z[V - 1] = 8.0f;
+    }
+    float *grad[2], loss[2] = { 0, 0 }, hits[2] = { 0, 0 };
+    float start = 0.25f, hits0 = 3.0f;
     BOTH {
         dev *d = &D[k];
         const hy_backend_ops *o = d->be->ops;
         void *pl = put_act(d, logits, (size_t)N * Vp);
         int *pt = put_int(d, tg, N);
-        float *pacc = put_f32(d, &start, 1);
-        CHECK(o->classifier(d->st, pl, pacc, pt, N, V, Vp, 0.5f, 2.0f, &d->err) == HY_OK);
+        float *pacc = put_f32(d, &start, 1), *phits = put_f32(d, &hits0, 1);
+        CHECK(o->classifier(d->st, pl, pacc, phits, pt, N, V, Vp, 0.5f, 2.0f, &d->err) == HY_OK);
         grad[k] = malloc((size_t)N * Vp * sizeof(float));
         get_act(d, grad[k], pl, (size_t)N * Vp);
         get_f32(d, &loss[k], pacc, 1);
+        get_f32(d, &hits[k], phits, 1);
     }
     char what[64];
     snprintf(what, sizeof what, "classifier N=%d V=%d Vp=%d", N, V, Vp);
     compare(what, grad[1], grad[0], (size_t)N * Vp, 1e-2);
     compare(what, &loss[1], &loss[0], 1, 1e-4);
+    /* The same hits exactly: one count, added to what was there. */
+    CHECKF(hits[1] == hits[0] && hits[0] >= hits0 + (N >= 3 && V >= 3 ? 2 : 0),
+           "%s: argmax hits %g on the GPU, %g on the CPU", what, (double)hits[1], (double)hits[0]);
     size_t pad = 0;
     for (int n = 0; n < N; n++)
         for (int v = V; v < Vp; v++) pad += grad[1][(size_t)n * Vp + v] != 0.0f;

@@ -862,7 +862,7 @@ static uint64_t mask_hash(const int *in, const int *tg, int n) {
 static void test_mask(void) {
     int in[256], tg[256], again[256], tg2[256];
     for (int i = 0; i < 256; i++) in[i] = again[i] = (i * 7) % 61;
-    hy_mask_tokens(in, tg, 256, 64, 1234, 3, 4, 2);
+    hy_mask_tokens(in, tg, 256, 64, 63, 1234, 3, 4, 2);
     CHECKF(mask_hash(in, tg, 256) == 0x7ed1501e045931f2ull, "mask hash %llx",
            (unsigned long long)mask_hash(in, tg, 256));
     int chosen = 0, masked = 0, kept = 0;
@@ -875,19 +875,20 @@ static void test_mask(void) {
     }
     CHECK(chosen == 34 && masked == 27 && kept >= 1);
     /* Another micro-batch, step or seed masks differently. */
-    hy_mask_tokens(again, tg2, 256, 64, 1234, 3, 4, 3);
+    hy_mask_tokens(again, tg2, 256, 64, 63, 1234, 3, 4, 3);
     CHECK(memcmp(tg, tg2, sizeof tg) != 0);
     /* The proportions, over 200 000 tokens of one micro-batch. */
     int n = 200000;
     int *big = malloc(2 * (size_t)n * sizeof(int)), *btg = big + n;
     if (!big) { CHECK(0); return; }
     for (int i = 0; i < n; i++) big[i] = i % 500;
-    hy_mask_tokens(big, btg, n, 512, 9, 1, 8, 0);
+    /* A mask id other than the last (model.mask_token): no input token is 505. */
+    hy_mask_tokens(big, btg, n, 512, 505, 9, 1, 8, 0);
     int c = 0, mk = 0, same = 0;
     for (int i = 0; i < n; i++) {
         if (btg[i] == -1) continue;
         c++;
-        mk += big[i] == 511;
+        mk += big[i] == 505;
         same += big[i] == btg[i];
     }
     CHECKF(fabs(c / (double)n - 0.15) < 0.005, "%d of %d chosen", c, n);

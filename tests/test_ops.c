@@ -992,7 +992,7 @@ static void classifier_case(float offset, uint64_t seed) {
     double *losses64 = dalloc(N);
     int count64 = ref_classifier(losses64, &mean64, ctx.logits, targets, N, V, Vp);
     float *losses = falloc(N), mean = -1.0f;
-    int count = hy_cpu_classifier_forward_backward(logits, losses, &mean, targets, N, V, Vp,
+    int count = hy_cpu_classifier_forward_backward(logits, losses, &mean, NULL, targets, N, V, Vp,
                                                    grad_scale);
     CHECKF(count == count64 && count == 8, "classifier count %d, want %d", count, count64);
     snprintf(what, sizeof what, "classifier losses (offset %g)", (double)offset);
@@ -1033,7 +1033,7 @@ static void test_classifier(void) {
     int ign[3] = {-1, -1, -1};
     float z[15], losses[3] = {9, 9, 9}, mean = 9;
     for (int i = 0; i < 15; i++) z[i] = (float)i;
-    int count = hy_cpu_classifier_forward_backward(z, losses, &mean, ign, N, V, V, 1.0f);
+    int count = hy_cpu_classifier_forward_backward(z, losses, &mean, NULL, ign, N, V, V, 1.0f);
     CHECK(count == 0);
     CHECK(mean == 0.0f);
     check_exact_zero("classifier all ignored, dlogits", z, 15);
@@ -1046,16 +1046,27 @@ static void test_classifier(void) {
         for (int i = 0; i < 15; i++) z2[i] = keep[i] = (float)i;
         losses[0] = losses[1] = losses[2] = 9;
         mean = 9;
-        count = hy_cpu_classifier_forward_backward(z2, losses, &mean, bad[k], N, V, V, 1.0f);
+        count = hy_cpu_classifier_forward_backward(z2, losses, &mean, NULL, bad[k], N, V, V, 1.0f);
         CHECKF(count == -1, "classifier: bad target %d gave %d, not -1", bad[k][1], count);
         CHECK(memcmp(z2, keep, sizeof z2) == 0);
         CHECK(losses[0] == 9 && losses[2] == 9 && mean == 9);
     }
 
-    /* NULL losses and mean are allowed. */
+    /* NULL losses, mean and hits are allowed. */
     int tg[3] = {1, -1, 4};
     for (int i = 0; i < 15; i++) z[i] = (float)(i % 4);
-    CHECK(hy_cpu_classifier_forward_backward(z, NULL, NULL, tg, N, V, V, 1.0f) == 2);
+    CHECK(hy_cpu_classifier_forward_backward(z, NULL, NULL, NULL, tg, N, V, V, 1.0f) == 2);
+
+    /* Hits: the counted rows whose first maximum is the target. Rows of
+     * V = 5 padded to 6 (the padding column is the largest and never read):
+     * a hit; a tie with an earlier column (a miss, as torch.argmax takes the
+     * first); a tie with a later one (a hit); ignored though its argmax
+     * matches; a plain miss. */
+    float h[5][6] = {{0, 3, 1, 0, 0, 9}, {2, 1, 2, 0, 0, 9}, {0, 2, 1, 2, 0, 9},
+                     {0, 0, 5, 0, 0, 9}, {4, 0, 0, 0, 1, 9}};
+    int htg[5] = {1, 2, 1, -1, 4}, hits = -1;
+    CHECK(hy_cpu_classifier_forward_backward(&h[0][0], NULL, NULL, &hits, htg, 5, 5, 6, 1.0f) == 4);
+    CHECKF(hits == 2, "classifier hits %d, want 2", hits);
 }
 
 // ----------------------------------------------------------------------------

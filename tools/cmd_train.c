@@ -463,12 +463,20 @@ static int validate(hy_runtime *rt, const hy_run *run, int step, int whole, FILE
     int rc = hy_runtime_eval(rt, run->data.val, batches, &loss, &tokens, err);
     if (rc) return rc;
     int steps = run->train.steps;
-    fprintf(out, "step %*d/%d  val loss %.4f (%d batches of %s)\n",
-            (int)snprintf(NULL, 0, "%d", steps), step, steps, loss, batches, run->data.val);
+    /* BERT: the masked-LM accuracy beside the loss (runtime.h). */
+    double acc = run->model.kind == HY_MODEL_BERT ? hy_runtime_eval_accuracy(rt) : NAN;
+    char acc_text[48] = "", acc_json[64] = "", num[32];
+    if (isfinite(acc)) {
+        snprintf(acc_text, sizeof acc_text, "  masked-LM accuracy %.2f%%", 100 * acc);
+        snprintf(acc_json, sizeof acc_json, ", \"val_accuracy\": %s", json_real(num, acc));
+    }
+    fprintf(out, "step %*d/%d  val loss %.4f%s (%d batches of %s)\n",
+            (int)snprintf(NULL, 0, "%d", steps), step, steps, loss, acc_text, batches,
+            run->data.val);
     if (log->fd < 0 || log_out->failed) return HY_OK;
-    char line[160], val[32];
-    snprintf(line, sizeof line, "{\"step\": %d, \"val_loss\": %s, \"val_batches\": %d}\n", step,
-             json_real(val, loss), batches);
+    char line[200], val[32];
+    snprintf(line, sizeof line, "{\"step\": %d, \"val_loss\": %s%s, \"val_batches\": %d}\n",
+             step, json_real(val, loss), acc_json, batches);
     hy_error lost;   /* said as the stop's cause (output_why) */
     if (hy_outfile_log_write(log, line, &lost) != HY_OK) output_broke(log_out);
     return HY_OK;
@@ -833,6 +841,8 @@ int cli_eval_run(const hy_run *run, const char *shard, int batches, const char *
     rc = hy_train_runtime(&rt, run, NULL, &unverified, err);
     if (!rc && unverified) warn_unverified(warn, run->init);
     if (!rc) rc = hy_runtime_eval(rt, shard, batches, &loss, &tokens, err);
+    /* BERT: the masked-LM accuracy beside the loss (runtime.h). */
+    double acc = !rc && run->model.kind == HY_MODEL_BERT ? hy_runtime_eval_accuracy(rt) : NAN;
     hy_runtime_destroy(rt);
     /* JSON has no NaN: a loss that is not finite (the weights were, so
      * the model's arithmetic overflowed) is a failure, not a line. */
@@ -842,11 +852,12 @@ int cli_eval_run(const hy_run *run, const char *shard, int batches, const char *
                      batches, shard, isnan(loss) ? "NaN" : "infinite");
     /* Only with the loss: a failure is said by its error line alone. */
     if (!rc) say_weights(run, init_flag, warn);
-    char weights[6 * PATH_MAX + 8];
+    char weights[6 * PATH_MAX + 8], acc_json[48] = "";
+    if (isfinite(acc)) snprintf(acc_json, sizeof acc_json, ", \"accuracy\": %.7f", acc);
     if (!rc)
-        fprintf(out, "{\"loss\": %.7f, \"batches\": %d, \"tokens\": %.0f, \"weights\": %s}\n",
-                loss, batches, tokens, run->init ? json_quote(run->init, weights, sizeof weights)
-                                                 : "null");
+        fprintf(out, "{\"loss\": %.7f%s, \"batches\": %d, \"tokens\": %.0f, \"weights\": %s}\n",
+                loss, acc_json, batches, tokens,
+                run->init ? json_quote(run->init, weights, sizeof weights) : "null");
     return rc;
 }
 

@@ -9,6 +9,14 @@
 #                              across processes, tests/test_dp.sh)
 #   bash tools/deps.sh fuzz    build's, and clang with its libFuzzer runtime
 #                              (`make fuzz`)
+#   bash tools/deps.sh data    a python3 with Hugging Face `tokenizers`
+#                              (tools/prepare_data.py): PATH's or the
+#                              system's if it has it, else a virtual
+#                              environment .venv-data/ in the repository,
+#                              made with python3 -m venv and pip (PyPI);
+#                              `test` does this too (test_prepare_data.sh)
+#   bash tools/deps.sh data-python   prints that python3's path (exit 1 when
+#                              there is none yet)
 #
 # Each need is probed by what it is for (a header that compiles, a library
 # that links, a module that imports), not by package name, so a machine
@@ -79,14 +87,59 @@ probe_fuzz() {
     need "libclang-rt-$("$fcc" -dumpversion | cut -d. -f1)-dev"
 }
 
+# tokenizers has no Debian package: it comes from PyPI into a virtual
+# environment beside the repository's build outputs, never into the system's
+# python (Debian's is externally managed).
+data_venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-data"
+make_venv=0
+
+# The first python3 that imports tokenizers: PATH's, the system's, the venv's.
+data_python() {
+    local p
+    for p in python3 /usr/bin/python3 "$data_venv/bin/python3"; do
+        if "$p" -c 'import tokenizers' >/dev/null 2>&1; then
+            command -v "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+
+probe_data() {
+    data_python >/dev/null && return
+    if ! command -v python3 >/dev/null 2>&1; then
+        need python3 python3-venv
+    else
+        # Debian splits venv's pip bootstrap (ensurepip) into python3-venv.
+        python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need python3-venv
+    fi
+    make_venv=1
+}
+
+install_venv() {
+    ((make_venv)) || return 0
+    echo "installing: tokenizers (PyPI) into $data_venv"
+    if ! python3 -m venv "$data_venv" >/dev/null ||
+        ! "$data_venv/bin/python3" -m pip install -q --disable-pip-version-check tokenizers; then
+        echo "could not install the Python package tokenizers into $data_venv; install it" \
+            "(pip install tokenizers) for a python3 on PATH and run again" >&2
+        exit 1
+    fi
+}
+
 case "${1:-}" in
 build) probe_build ;;
-test) probe_build; probe_python; probe_mpi ;;
+test) probe_build; probe_python; probe_mpi; probe_data ;;
 fuzz) probe_build; probe_fuzz ;;
-*) echo "usage: bash tools/deps.sh build|test|fuzz" >&2; exit 2 ;;
+data) probe_data ;;
+data-python) data_python; exit ;;
+*) echo "usage: bash tools/deps.sh build|test|fuzz|data|data-python" >&2; exit 2 ;;
 esac
 
-((${#missing[@]})) || exit 0
+if ! ((${#missing[@]})); then
+    install_venv
+    exit 0
+fi
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -114,3 +167,4 @@ if ! "${apt[@]}" install -y "${missing[@]}" >/dev/null; then
         exit 1
     }
 fi
+install_venv

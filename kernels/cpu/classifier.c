@@ -11,6 +11,7 @@
  * Rows with y = −1 and the padding columns are overwritten with 0. The
  * mean loss is Σ loss_n / count. So logits ends up holding
  * d(grad_scale · mean loss)/d logits, ready for hy_cpu_lm_head_backward.
+ * A row is a hit when its first maximum is at y (found in the max sweep).
  *
  * Each row is swept three times while it is in cache (max; exp, written
  * over z as it is computed, z_y kept aside first; scale into the gradient),
@@ -26,10 +27,10 @@
 
 #include "ops.h"
 
-int hy_cpu_classifier_forward_backward(float *logits, float *losses, float *mean_loss,
+int hy_cpu_classifier_forward_backward(float *logits, float *losses, float *mean_loss, int *hits,
                                        const int *targets, int N, int V, int Vp,
                                        float grad_scale) {
-    int count = 0;
+    int count = 0, hit = 0;
     for (int n = 0; n < N; n++) {
         int y = targets[n];
         if (y == HY_IGNORE_INDEX) continue;
@@ -49,7 +50,13 @@ int hy_cpu_classifier_forward_backward(float *logits, float *losses, float *mean
         }
 
         float mx = z[0];
-        for (int i = 1; i < V; i++) mx = z[i] > mx ? z[i] : mx;
+        int arg = 0;
+        for (int i = 1; i < V; i++)
+            if (z[i] > mx) {
+                mx = z[i];
+                arg = i;
+            }
+        hit += arg == y;
         float zy = z[y];
         double sum = 0.0;
         for (int i = 0; i < V; i++) {
@@ -69,5 +76,6 @@ int hy_cpu_classifier_forward_backward(float *logits, float *losses, float *mean
         for (int i = V; i < Vp; i++) z[i] = 0.0f;
     }
     if (mean_loss != NULL) *mean_loss = count > 0 ? (float)(loss_sum / count) : 0.0f;
+    if (hits != NULL) *hits = hit;
     return count;
 }

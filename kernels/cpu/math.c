@@ -310,7 +310,7 @@ static int cpu_rope(hy_stream *s, void *qkv, const float *cs, int B, int T, int 
 /* ---- classifier --------------------------------------------------------- */
 
 typedef struct {
-    float *logits, *loss_acc;
+    float *logits, *loss_acc, *hits_acc;
     const int *targets;
     int N, V, Vp;
     float grad_scale, loss_scale;
@@ -318,15 +318,18 @@ typedef struct {
 static void run_classifier(const void *p) {
     const cls_args *a = p;
     float mean = 0.0f;
+    int hits = 0;
     /* Targets were checked against the vocabulary when the shard was
      * opened, so the op's "bad target" answer cannot occur here. */
-    int count = hy_cpu_classifier_forward_backward(a->logits, NULL, &mean, a->targets, a->N, a->V,
-                                                   a->Vp, a->grad_scale);
-    if (count > 0) *a->loss_acc += a->loss_scale * mean;
+    int count = hy_cpu_classifier_forward_backward(a->logits, NULL, &mean, &hits, a->targets, a->N,
+                                                   a->V, a->Vp, a->grad_scale);
+    if (count > 0 && a->loss_acc) *a->loss_acc += a->loss_scale * mean;
+    if (a->hits_acc) *a->hits_acc += (float)hits;
 }
-static int cpu_classifier(hy_stream *s, void *logits, float *loss_acc, const int *targets, int N,
-                          int V, int Vp, float grad_scale, float loss_scale, hy_error *err) {
-    cls_args a = { logits, loss_acc, targets, N, V, Vp, grad_scale, loss_scale };
+static int cpu_classifier(hy_stream *s, void *logits, float *loss_acc, float *hits_acc,
+                          const int *targets, int N, int V, int Vp, float grad_scale,
+                          float loss_scale, hy_error *err) {
+    cls_args a = { logits, loss_acc, hits_acc, targets, N, V, Vp, grad_scale, loss_scale };
     return HY_CALL(s, HY_OPK_CLASSIFIER, run_classifier, a, err);
 }
 

@@ -229,13 +229,16 @@ void hy_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
  * i.e. logits is overwritten with d(grad_scale · mean_loss)/dlogits; ignored
  * rows and padding columns become 0. The probabilities are formed once, in
  * place. grad_scale is e.g. 1/M for a mean over M equal micro-batches, or
- * count/total_count when counts differ (BERT). Returns count (≥ 0), or −1
- * if some target is neither −1 nor in [0, V): then nothing is written.
- * losses [N] and mean_loss may be NULL.
+ * count/total_count when counts differ (BERT). Also
+ *   *hits = #{counted n : argmax_i logits[n,:V] = targets[n]}
+ * (argmax: the first of equal maxima, as torch.argmax), the predictions a
+ * masked-LM accuracy counts. Returns count (≥ 0), or −1 if some target is
+ * neither −1 nor in [0, V): then nothing is written. losses [N],
+ * mean_loss and hits may be NULL.
  */
 #define HY_IGNORE_INDEX (-1)
 
-int hy_cpu_classifier_forward_backward(float *logits, float *losses, float *mean_loss,
+int hy_cpu_classifier_forward_backward(float *logits, float *losses, float *mean_loss, int *hits,
                                        const int *targets, int N, int V, int Vp,
                                        float grad_scale);
 

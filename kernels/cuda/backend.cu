@@ -484,14 +484,15 @@ static int cuda_lm_head_bwd(hy_stream *s, void *dinp, float *dwte, const void *d
                                       HY_CBF(inp), HY_CBF(wte), N, C, V, overwrite, err);
 }
 
-static int cuda_classifier(hy_stream *s, void *logits, float *loss_acc, const int *targets, int N,
-                           int V, int Vp, float grad_scale, float loss_scale, hy_error *err) {
+static int cuda_classifier(hy_stream *s, void *logits, float *loss_acc, float *hits_acc,
+                           const int *targets, int N, int V, int Vp, float grad_scale,
+                           float loss_scale, hy_error *err) {
     cuda_stream *cs = cs_of(s);
     void *scr = NULL;
     int rc = enter_stream(cs, err);
     if (!rc) rc = scratch(cs, hy_k_classifier_scratch(N), &scr, err);
-    return rc ? rc : hy_k_classifier(cs->s, HY_BF(logits), loss_acc, targets, N, V, Vp, grad_scale,
-                                     loss_scale, scr, (int *)cs->bad, err);
+    return rc ? rc : hy_k_classifier(cs->s, HY_BF(logits), loss_acc, hits_acc, targets, N, V, Vp,
+                                     grad_scale, loss_scale, scr, (int *)cs->bad, err);
 }
 
 static int cuda_sumsq(hy_stream *s, double *acc, const float *x, size_t n, hy_error *err) {

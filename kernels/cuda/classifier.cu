@@ -11,6 +11,7 @@
  * set *bad = 1 and are otherwise treated as ignored, since a device op
  * cannot fail synchronously), and the padding columns all become 0.
  * *loss_acc += loss_scale · (Σ_n loss_n / count), nothing when count = 0.
+ * *hits_acc += the counted rows whose first maximum is at y (argmax hits).
  *
  * Three kernels, all deterministic:
  *   1. count: one block counts the counted rows (and flags bad targets)
@@ -22,7 +23,10 @@
  *      logit is read before the first barrier, so before any write. The
  *      row loss is formed in double and stored (double) in scratch; as on
  *      the CPU, the target's gradient is g·((e_y − sum)/sum) in double,
- *      which keeps the digits of p_y − 1 when p_y is close to 1;
+ *      which keeps the digits of p_y − 1 when p_y is close to 1. A row is
+ *      a hit when z_y = mx and no column before y equals mx (pass 2 reads
+ *      every column before writing it; __syncthreads_or joins the
+ *      threads); thread 0 adds 1.0f atomically, exact in any order;
  *   3. loss: one block sums the row losses in a fixed order (double) and
  *      adds loss_scale · (float)(sum/count) to *loss_acc.
  * Scratch: 16 bytes (count) + N doubles (row losses).
@@ -126,8 +130,9 @@ static __device__ __forceinline__ void cls_read(float x[8], const hy_bf16 *p) {
 /* One block per row. VEC: Vp a multiple of 8 and the rows 16-byte aligned
  * (the padded vocabulary always is), 8 logits per access. */
 template <int VEC>
-static __global__ void cls_row_kernel(hy_bf16 *logits, double *losses, const int *count_p,
-                                      const int *targets, int V, int Vp, float grad_scale) {
+static __global__ void cls_row_kernel(hy_bf16 *logits, double *losses, float *hits_acc,
+                                      const int *count_p, const int *targets, int V, int Vp,
+                                      float grad_scale) {
     __shared__ float s_m[32], s_s[32];
     const int W = VEC ? 8 : 1, step = W * blockDim.x;
     int n = blockIdx.x;
@@ -174,11 +179,13 @@ static __global__ void cls_row_kernel(hy_bf16 *logits, double *losses, const int
     float gs = (float)(g / sum);
     double ey = (double)expf(zy - mx);
     float gy = (float)(g * ((ey - sum) / sum));
+    int earlier = 0;   /* a column before y holds the maximum too */
     for (int c = threadIdx.x * W; c < Vp; c += step) {
         float v[8];
         cls_read<VEC>(x, z + c);
         for (int j = 0; j < W; j++) {
             int i = c + j;
+            earlier |= i < y && x[j] == mx;
             v[j] = i >= V ? 0.0f : i == y ? gy : expf(x[j] - mx) * gs;
         }
         if (VEC) {
@@ -189,6 +196,10 @@ static __global__ void cls_row_kernel(hy_bf16 *logits, double *losses, const int
             z[c] = __float2bfloat16(v[0]);
         }
     }
+    /* Every thread reaches this barrier: the early return above is per
+     * block (the whole row is ignored or not). */
+    int tie_before = __syncthreads_or(earlier);
+    if (hits_acc != NULL && threadIdx.x == 0 && zy == mx && !tie_before) atomicAdd(hits_acc, 1.0f);
 }
 
 // ----------------------------------------------------------------------------
@@ -221,20 +232,20 @@ size_t hy_k_classifier_scratch(int N) {
     return CLS_HEADER + (size_t)(N > 0 ? N : 0) * sizeof(double);
 }
 
-int hy_k_classifier(cudaStream_t s, hy_bf16 *logits, float *loss_acc, const int *targets, int N,
-                    int V, int Vp, float grad_scale, float loss_scale, void *scratch, int *bad,
-                    hy_error *err) {
+int hy_k_classifier(cudaStream_t s, hy_bf16 *logits, float *loss_acc, float *hits_acc,
+                    const int *targets, int N, int V, int Vp, float grad_scale, float loss_scale,
+                    void *scratch, int *bad, hy_error *err) {
     if (N <= 0) return HY_OK;
     int *count = (int *)scratch;
     double *losses = (double *)((char *)scratch + CLS_HEADER);
     cls_count_kernel<<<1, CLS_ONE_THREADS, 0, s>>>(count, bad, targets, N, V);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     if (Vp % 8 == 0 && ((uintptr_t)logits & 15) == 0)
-        cls_row_kernel<1><<<(unsigned)N, CLS_ROW_THREADS, 0, s>>>(logits, losses, count, targets, V,
-                                                                  Vp, grad_scale);
+        cls_row_kernel<1><<<(unsigned)N, CLS_ROW_THREADS, 0, s>>>(logits, losses, hits_acc, count,
+                                                                  targets, V, Vp, grad_scale);
     else
-        cls_row_kernel<0><<<(unsigned)N, CLS_ROW_THREADS, 0, s>>>(logits, losses, count, targets, V,
-                                                                  Vp, grad_scale);
+        cls_row_kernel<0><<<(unsigned)N, CLS_ROW_THREADS, 0, s>>>(logits, losses, hits_acc, count,
+                                                                  targets, V, Vp, grad_scale);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     if (loss_acc != NULL) {
         cls_loss_kernel<<<1, CLS_ONE_THREADS, 0, s>>>(loss_acc, losses, count, N, loss_scale);

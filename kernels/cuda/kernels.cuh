@@ -182,9 +182,9 @@ int hy_k_embedding_bwd(cudaStream_t s, float *dwte, float *dwpe, const hy_bf16 *
  * here and raises *bad (a device int the caller may read), since a device
  * op cannot fail synchronously. */
 size_t hy_k_classifier_scratch(int N);
-int hy_k_classifier(cudaStream_t s, hy_bf16 *logits, float *loss_acc, const int *targets, int N,
-                    int V, int Vp, float grad_scale, float loss_scale, void *scratch, int *bad,
-                    hy_error *err);
+int hy_k_classifier(cudaStream_t s, hy_bf16 *logits, float *loss_acc, float *hits_acc,
+                    const int *targets, int N, int V, int Vp, float grad_scale, float loss_scale,
+                    void *scratch, int *bad, hy_error *err);
 
 /* ---- adamw.cu ---- AdamW, the gradient norm, clipping, small elementwise
  * ops. hp and factor are device pointers read when the kernel runs.
