@@ -19,8 +19,9 @@ head, rope_theta 500000, bf16 on disk), its tokens and its losses in fp32:
      (both the forms transformers writes) the loss is transformers' too;
      `model.from` reads the model block from config.json;
   5. bad input exits 2 with one message naming the cause: a config.json that
-     disagrees with the model block (kv heads, rope_theta, tied head), a
-     resume under another shape,
+     disagrees with the model block (kv heads, rope_theta, tied head; to
+     eval and to sample), a sample prompt past seq_len, a resume under
+     another shape,
      kv_heads not dividing heads, an unknown model.kind;
   6. configs/tiny-llama.json trains on the synthetic corpus and its loss
      falls;
@@ -242,6 +243,12 @@ def main():
                        "--set", "checkpoint.dir=" + ck, "--set", "model.kv_heads=2")
         expect_refused("kv_heads not dividing heads", "model.kv_heads (3) must divide",
                        "check", CONFIG, "--set", "model.heads=4", "--set", "model.kv_heads=3")
+        expect_refused("sample under another kv_heads", "num_key_value_heads",
+                       "sample", CONFIG, "--init", FIX, "--set", "model.kv_heads=2",
+                       "--prompt-tokens", "1")
+        expect_refused("sample of a prompt past seq_len", "model.seq_len 16",
+                       "sample", CONFIG, "--init", FIX, "--prompt-tokens",
+                       ",".join(["1"] * 17))
         expect_refused("an unknown kind", "model.kind", "check", CONFIG,
                        "--set", "model.kind=mamba")
         expect_refused("gpt with kv heads", "grouped-query", "check", "configs/tiny-gpt.json",
