@@ -477,8 +477,9 @@ static int tf_llama_wgrad(const hy_transformer *t, hy_stream *st, int l, const v
     return rc;
 }
 
-/* A block of the model's kind: forward, backward (B), W. The forward
- * reads of the stage work only the RoPE table (NULL: a GPT or BERT). */
+/* A block of the model's kind: forward, backward (B), W. Of the stage
+ * work the forward needs only the RoPE table (NULL: a GPT or BERT), so
+ * generation, which has no stage work, runs it too. */
 static int tf_block_forward(const hy_transformer *t, const float *rope, hy_stream *st, int l,
                             const void *in, const tf_layer_acts *a, void *out,
                             const hy_kv_layer *kv, hy_error *err) {
