@@ -2,11 +2,12 @@
  * sample.c — see sample.h.
  *
  * A sampler holds in rank 0's memory: the compute copy of the weights,
- * the cache (per layer K and V [seq_len, d_model]), two residual streams
- * [seq_len, d_model] that the blocks pass between them, one block's
- * activations for seq_len tokens (hy_block_work_bytes: every block reuses
- * them, nothing is kept for a backward), the tokens, and the head's
- * buffers for one row. Only the logits come back to the host.
+ * the cache (per layer K and V [seq_len, kv_heads·head_dim]), two
+ * residual streams [seq_len, d_model] that the blocks pass between them,
+ * one block's activations for seq_len tokens (hy_block_work_bytes: every
+ * block reuses them, nothing is kept for a backward), a Llama's RoPE
+ * table for seq_len positions, the tokens, and the head's buffers for one
+ * row. Only the logits come back to the host.
  */
 #include "sample.h"
 
@@ -27,12 +28,13 @@ struct hy_sampler {
     hy_model model;          /* one stage */
     hy_transformer tf;       /* B = 1; T set per call */
     void *weights;           /* the compute copy of the stage's block */
-    void **k, **v;           /* [layers]: the cache, [seq_len, d_model] each */
+    void **k, **v;           /* [layers]: the cache, [seq_len, kv_heads·head_dim] each */
     void *x[2];              /* residual streams, [seq_len, d_model] */
     void *work;              /* one block's activations for seq_len tokens */
+    float *rope;             /* a Llama's RoPE table, seq_len positions; NULL: GPT */
     int *tokens;             /* [seq_len], rank memory */
-    void *ln, *logits;       /* ln_f's output [d_model], the logits [vocab_padded] */
-    float *mean, *rstd;      /* ln_f's statistics, one row */
+    void *ln, *logits;       /* the final norm's output [d_model], the logits [vocab_padded] */
+    float *mean, *rstd;      /* the final norm's statistics, one row */
     void *host_logits;       /* the logits on the host, in the compute type */
     int pos;                 /* tokens in the cache */
 };
@@ -47,12 +49,10 @@ static int sp_alloc(hy_sampler *s, size_t bytes, void *out, hy_error *err) {
 static int sp_new(hy_sampler **out, hy_backend *be, const hy_model_shape *shape, hy_error *err) {
     *out = NULL;
     if (shape->kind == HY_MODEL_BERT)
-        return hy_fail(err, HY_ERR_INPUT, "sample generates text with a GPT model; the config's "
-                       "model.kind is %s (its attention sees both ways: it has no next token "
-                       "to predict)", hy_model_name(shape->kind));
-    if (shape->kind != HY_MODEL_GPT)
-        return hy_fail(err, HY_ERR_INPUT, "sample generates text with a GPT model; model.kind "
-                       "%s does not generate yet", hy_model_name(shape->kind));
+        return hy_fail(err, HY_ERR_INPUT, "sample generates text with a next-token model (gpt "
+                       "or llama); the config's model.kind is %s (its attention sees both ways: "
+                       "it has no next token to predict)", hy_model_name(shape->kind));
+    assert(shape->kind == HY_MODEL_GPT || shape->kind == HY_MODEL_LLAMA);
     const hy_backend_ops *o = be->ops;
     if (!o->kv_append || !o->attention_cached)
         return hy_fail(err, HY_ERR_INPUT, "sample: the %s backend has no attention over a KV "
@@ -68,7 +68,10 @@ static int sp_new(hy_sampler **out, hy_backend *be, const hy_model_shape *shape,
     }
     *out = s;
     const hy_model *m = &s->model;
+    rc = hy_transformer_check_ops(m, o, err);
+    if (rc) return rc;
     size_t S = (size_t)m->seq_len, C = (size_t)m->d_model;
+    size_t KV = (size_t)m->kv_heads * (size_t)m->head_dim;   /* one position's keys */
     s->tf = (hy_transformer){ .model = m, .ops = o, .act_size = o->act_size, .B = 1,
                               .T = m->seq_len, .global_micro_batches = 1, .split = 0,
                               .weights = &s->weights, .grads = NULL };
@@ -79,8 +82,8 @@ static int sp_new(hy_sampler **out, hy_backend *be, const hy_model_shape *shape,
         return hy_fail(err, HY_ERR_RUNTIME, "sample: out of memory");
     rc = o->stream_create(be, 0, &s->st, err);
     for (int l = 0; l < m->layers && !rc; l++) {
-        rc = sp_alloc(s, sp_acts(s, S * C), &s->k[l], err);
-        if (!rc) rc = sp_alloc(s, sp_acts(s, S * C), &s->v[l], err);
+        rc = sp_alloc(s, sp_acts(s, S * KV), &s->k[l], err);
+        if (!rc) rc = sp_alloc(s, sp_acts(s, S * KV), &s->v[l], err);
     }
     if (!rc) rc = sp_alloc(s, sp_acts(s, m->stage_numel[0]), &s->weights, err);
     if (!rc) rc = sp_alloc(s, sp_acts(s, S * C), &s->x[0], err);
@@ -91,8 +94,10 @@ static int sp_new(hy_sampler **out, hy_backend *be, const hy_model_shape *shape,
     if (!rc) rc = sp_alloc(s, sp_acts(s, (size_t)m->vocab_padded), &s->logits, err);
     if (!rc) rc = sp_alloc(s, sizeof(float), &s->mean, err);
     if (!rc) rc = sp_alloc(s, sizeof(float), &s->rstd, err);
-    /* The widest op runs on seq_len rows of 4·d_model (the MLP). */
-    if (!rc && o->reserve) rc = o->reserve(s->st, S, 4 * C, err);
+    /* The rotations of every position the cache has, built once. */
+    if (!rc && hy_rope_bytes(&s->tf)) rc = sp_alloc(s, hy_rope_bytes(&s->tf), &s->rope, err);
+    if (!rc && s->rope) rc = hy_rope_upload(&s->tf, be, 0, s->rope, err);
+    if (!rc && o->reserve) rc = o->reserve(s->st, S, hy_model_widest(m), err);
     return rc;
 }
 
@@ -192,24 +197,17 @@ static int sp_forward(hy_sampler *s, const int *tokens, int n, int t0, int kv, f
     hy_transformer t = s->tf;
     t.T = n;
     rc = s->be->ops->upload(s->be, 0, s->tokens, tokens, (size_t)n * sizeof(int), err);
-    /* The learned positions from t0: wpe's rows are the positions. (A
-     * Llama has none: its RoPE turns q and k inside the block, with the
-     * table's rows from t0, backend.h's rope.) */
-    const unsigned char *wpe = hy_transformer_weight(&t, HY_P_WPE, 0);
-    const void *wte = hy_transformer_weight(&t, HY_P_WTE, 0);
-    if (!rc) rc = o->embedding_fwd(s->st, s->x[0], s->tokens, wte, wpe + sp_acts(s, (size_t)t0 * C),
-                                   1, n, C, err);
+    if (!rc) rc = hy_embed_forward_at(&t, s->st, s->x[0], s->tokens, t0, err);
     int cur = 0;
     for (int l = 0; l < m->layers && !rc; l++, cur = !cur) {
         hy_kv_layer cache = { .k = s->k[l], .v = s->v[l], .t0 = t0, .Tmax = m->seq_len };
-        rc = hy_block_forward(&t, s->st, l, s->x[cur], s->work, s->x[!cur], kv ? &cache : NULL,
-                              err);
+        rc = hy_block_forward(&t, s->rope, s->st, l, s->x[cur], s->work, s->x[!cur],
+                              kv ? &cache : NULL, err);
     }
+    /* The head on the last position alone: the one whose logits count. */
     const unsigned char *last = (const unsigned char *)s->x[cur] + sp_acts(s, (size_t)(n - 1) * C);
-    if (!rc) rc = o->layernorm_fwd(s->st, s->ln, s->mean, s->rstd, last,
-                                   hy_transformer_weight(&t, HY_P_LNF_W, 0),
-                                   hy_transformer_weight(&t, HY_P_LNF_B, 0), 1, C, err);
-    if (!rc) rc = o->lm_head_fwd(s->st, s->logits, s->ln, wte, 1, C, Vp, err);
+    t.T = 1;
+    if (!rc) rc = hy_head_logits(&t, s->st, last, s->ln, s->mean, s->rstd, s->logits, err);
     if (!rc) rc = o->sync(s->st, err);
     if (!rc) rc = s->be->ops->download(s->be, 0, s->host_logits, s->logits, sp_acts(s, (size_t)Vp),
                                        err);

@@ -1,13 +1,17 @@
 /*
- * sample.h — generation: a trained GPT's continuation of a prompt, token
- * by token, with a KV cache (`hanayo sample`, docs/cli.md "Generating
- * text").
+ * sample.h — generation: a trained GPT's or Llama's continuation of a
+ * prompt, token by token, with a KV cache (`hanayo sample`, docs/cli.md
+ * "Generating text").
  *
  * The whole model runs on one rank of a backend, whatever the config's
  * pipeline schedule: generation has one sequence and no backward, so
  * there is nothing for stages to overlap. Its blocks are transformer.h's
- * (hy_block_forward), the same code training runs, with attention over a
- * cache: per layer K and V [1, seq_len, d_model] in the rank's memory.
+ * (hy_block_forward, the block of the model's kind), the same code
+ * training runs, with attention over a cache: per layer K and V
+ * [1, seq_len, kv_heads·head_dim] in the rank's memory (a Llama's
+ * grouped-query heads keep only their kv heads). A Llama's RoPE turns q
+ * and k at their positions in the sequence, from the cache's first free
+ * row on; a GPT's learned positions are wpe's rows from there.
  * The prompt runs as one prefill (its keys and values go into the cache
  * and only its last position goes through the head), then each new token
  * is one step of one position, never a recompute of what came before.
@@ -17,10 +21,8 @@
  * else softmax(logits / T) over the top-k logits, drawn with rng.h's
  * stream of the seed, so one seed gives one sample on every machine.
  *
- * GPT-2 only today. A Llama-family block (RMSNorm, RoPE at the cache's
- * position, SwiGLU, grouped-query heads) goes where hy_block_forward
- * picks the block by model kind; the ops it needs (backend.h) and the
- * grouped-query cache (kv_append, attention_cached take NKV) are there.
+ * A BERT has no next token to predict (its attention sees both ways):
+ * it is refused.
  */
 #ifndef HY_SAMPLE_H
 #define HY_SAMPLE_H
@@ -49,16 +51,18 @@ typedef enum {
     HY_SAMPLE_SEQ_LEN      /* prompt and tokens fill model.seq_len positions */
 } hy_sample_end;
 
-/* A sampler of the GPT of `shape` on rank 0 of be (which it borrows: be
- * must outlive it), with the weights of host block `block` (the one
- * stage's parameter block of hy_model_build(shape, 1 stage)). A model
- * other than GPT, or a backend without the cache ops, is HY_ERR_INPUT. */
+/* A sampler of the GPT or Llama of `shape` on rank 0 of be (which it
+ * borrows: be must outlive it), with the weights of host block `block`
+ * (the one stage's parameter block of hy_model_build(shape, 1 stage)). A
+ * BERT, or a backend without the cache ops (or a Llama's), is
+ * HY_ERR_INPUT. */
 int hy_sampler_create(hy_sampler **out, hy_backend *be, const hy_model_shape *shape,
                       const float *block, hy_error *err);
 
-/* The same with the weights of the safetensors file at path, checked as
- * training's `init` is (weights.h; checkpoint.h's hy_checkpoint_verify_file
- * when it lies in a checkpoint: *unverified 1 for one without checksums). */
+/* The same with the weights of the safetensors file at path (a Llama:
+ * also a Hugging Face checkpoint's directory), checked as training's
+ * `init` is (weights.h; checkpoint.h's hy_checkpoint_verify_file when it
+ * lies in a checkpoint: *unverified 1 for one without checksums). */
 int hy_sampler_open(hy_sampler **out, hy_backend *be, const hy_model_shape *shape,
                     const char *path, int *unverified, hy_error *err);
 

@@ -173,7 +173,7 @@ static float *tf_g(const hy_transformer *t, const hy_param *p) {
 static const void *tf_head_wte(const hy_transformer *t, const hy_stage_work *w) {
     const hy_param *head = tf_p(t, HY_P_LM_HEAD, 0);
     if (head) return tf_w(t, head);
-    return w->wte ? w->wte : tf_w(t, tf_p(t, HY_P_WTE, 0));
+    return w && w->wte ? w->wte : tf_w(t, tf_p(t, HY_P_WTE, 0));
 }
 static float *tf_head_dwte(const hy_transformer *t, const hy_stage_work *w) {
     const hy_param *head = tf_p(t, HY_P_LM_HEAD, 0);
@@ -199,6 +199,23 @@ static size_t tf_rope_bytes(const hy_transformer *t) {
     return (size_t)t->T * (size_t)t->model->head_dim * sizeof(float);
 }
 
+size_t hy_rope_bytes(const hy_transformer *t) {
+    return t->model->kind == HY_MODEL_LLAMA ? tf_rope_bytes(t) : 0;
+}
+
+int hy_rope_upload(const hy_transformer *t, hy_backend *be, int rank, float *dst,
+                   hy_error *err) {
+    const hy_model *m = t->model;
+    assert(m->kind == HY_MODEL_LLAMA);
+    float *cs = malloc(tf_rope_bytes(t));
+    if (!cs) return hy_fail(err, HY_ERR_RUNTIME, "rank %d: out of memory building the RoPE table",
+                            rank);
+    hy_rope_table(cs, t->T, m->head_dim, m->rope_theta, &m->rope_scaling);
+    int rc = be->ops->upload(be, rank, dst, cs, tf_rope_bytes(t), err);
+    free(cs);
+    return rc;
+}
+
 int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head,
                         size_t sizes[HY_STAGE_WORK_BUFFERS]) {
     size_t NC = hy_boundary_bytes(t), N = tf_N(t);
@@ -210,7 +227,7 @@ int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int h
     sizes[n++] = tf_acts(t, N * FC);  /* dfc */
     sizes[n++] = tf_acts(t, N * FC);  /* dfcg: GELU's scratch, SwiGLU's d(output) */
     sizes[n++] = attention_scratch;   /* attn_scratch */
-    sizes[n++] = t->model->kind == HY_MODEL_LLAMA ? tf_rope_bytes(t) : 0;   /* rope */
+    sizes[n++] = hy_rope_bytes(t);    /* rope */
     if (head) {
         sizes[n++] = tf_acts(t, tf_N(t) * (size_t)t->model->vocab_padded);   /* logits */
         sizes[n++] = HY_HEAD_SUMS_BYTES;                                    /* loss, hits */
@@ -232,14 +249,7 @@ int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int h
     if (rc || t->model->kind != HY_MODEL_LLAMA) return rc;
     /* The rotations depend on the shape alone: built once here, read by
      * every block of every stage of the rank. */
-    const hy_model *m = t->model;
-    float *cs = malloc(tf_rope_bytes(t));
-    if (!cs) return hy_fail(err, HY_ERR_RUNTIME, "rank %d: out of memory building the RoPE table",
-                            rank);
-    hy_rope_table(cs, t->T, m->head_dim, m->rope_theta, &m->rope_scaling);
-    rc = be->ops->upload(be, rank, w->rope, cs, tf_rope_bytes(t), err);
-    free(cs);
-    return rc;
+    return hy_rope_upload(t, be, rank, w->rope, err);
 }
 
 int hy_transformer_check_ops(const hy_model *m, const hy_backend_ops *o, hy_error *err) {
@@ -371,7 +381,7 @@ static int tf_layer_wgrad(const hy_transformer *t, hy_stream *st, int l, const v
 /* A Llama block: RMSNorm, QKV, RoPE, causal attention, O, residual;
  * RMSNorm, gate|up, SwiGLU, down, residual. No biases. */
 
-static int tf_llama_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+static int tf_llama_forward(const hy_transformer *t, const float *rope, hy_stream *st, int l,
                             const void *in, const tf_layer_acts *a, void *out,
                             const hy_kv_layer *kv, hy_error *err) {
     const hy_backend_ops *o = t->ops;
@@ -383,7 +393,7 @@ static int tf_llama_forward(const hy_transformer *t, const hy_stage_work *w, hy_
     if (!rc) rc = o->matmul_fwd(st, a->qkv, a->ln1, tf_w(t, tf_p(t, HY_P_QKV_W, l)), NULL, N, C,
                                 Q, err);
     /* the table from the first new position on (generation: kv->t0) */
-    const float *cs = w->rope + (kv ? (size_t)kv->t0 * m->head_dim : 0);
+    const float *cs = rope + (kv ? (size_t)kv->t0 * m->head_dim : 0);
     if (!rc) rc = o->rope(st, a->qkv, cs, t->B, t->T, m->heads, m->kv_heads, m->head_dim, 0, err);
     if (!rc) rc = tf_attention(t, st, a, kv, err);
     if (!rc) rc = o->matmul_fwd(st, a->res2, a->atty, tf_w(t, tf_p(t, HY_P_ATTN_PROJ_W, l)), NULL,
@@ -467,11 +477,16 @@ static int tf_llama_wgrad(const hy_transformer *t, hy_stream *st, int l, const v
     return rc;
 }
 
-/* A block of the model's kind: forward, backward (B), W. */
-static int tf_block_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+/* A block of the model's kind: forward, backward (B), W. Of the stage
+ * work the forward needs only the RoPE table (NULL: a GPT or BERT), so
+ * generation, which has no stage work, runs it too. */
+static int tf_block_forward(const hy_transformer *t, const float *rope, hy_stream *st, int l,
                             const void *in, const tf_layer_acts *a, void *out,
                             const hy_kv_layer *kv, hy_error *err) {
-    if (t->model->kind == HY_MODEL_LLAMA) return tf_llama_forward(t, w, st, l, in, a, out, kv, err);
+    if (t->model->kind == HY_MODEL_LLAMA) {
+        assert(rope);
+        return tf_llama_forward(t, rope, st, l, in, a, out, kv, err);
+    }
     return tf_layer_forward(t, st, l, in, a, out, kv, err);
 }
 
@@ -488,17 +503,21 @@ static int tf_block_wgrad(const hy_transformer *t, hy_stream *st, int l, const v
     return tf_layer_wgrad(t, st, l, in, a, err);
 }
 
-/* The final norm, forward (ln_f, or Llama's RMSNorm) and backward (dinp,
- * dw may be NULL). */
-static int tf_final_norm_fwd(const hy_transformer *t, hy_stream *st, tf_head_acts *ha,
-                             const void *h, hy_error *err) {
+/* The final norm (ln_f, or Llama's RMSNorm) of h into ha, then the
+ * logits: training's head and generation's (w NULL: no replica of the
+ * tied embedding, stage 0's own). */
+static int tf_norm_logits(const hy_transformer *t, const hy_stage_work *w, hy_stream *st,
+                          const tf_head_acts *ha, const void *h, void *logits, hy_error *err) {
     const hy_param *pw = tf_p(t, HY_P_LNF_W, 0);
-    int N = (int)tf_N(t), C = (int)tf_C(t);
+    int N = (int)tf_N(t), C = (int)tf_C(t), rc;
     if (t->model->kind == HY_MODEL_LLAMA)
-        return t->ops->rmsnorm_fwd(st, ha->out, ha->rstd, h, tf_w(t, pw), N, C,
-                                   (float)t->model->norm_eps, err);
-    return t->ops->layernorm_fwd(st, ha->out, ha->mean, ha->rstd, h, tf_w(t, pw),
-                                 tf_w(t, tf_p(t, HY_P_LNF_B, 0)), N, C, err);
+        rc = t->ops->rmsnorm_fwd(st, ha->out, ha->rstd, h, tf_w(t, pw), N, C,
+                                 (float)t->model->norm_eps, err);
+    else
+        rc = t->ops->layernorm_fwd(st, ha->out, ha->mean, ha->rstd, h, tf_w(t, pw),
+                                   tf_w(t, tf_p(t, HY_P_LNF_B, 0)), N, C, err);
+    return rc ? rc : t->ops->lm_head_fwd(st, logits, ha->out, tf_head_wte(t, w), N, C,
+                                         t->model->vocab_padded, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -513,8 +532,7 @@ static int tf_head(const hy_transformer *t, const hy_stage_work *w, hy_stream *s
     int N = (int)tf_N(t), C = (int)tf_C(t), V = t->model->vocab, Vp = t->model->vocab_padded, rc;
     float share = 1.0f / t->global_micro_batches;
     tf_head_acts ha = tf_head_of(t, slot);
-    rc = tf_final_norm_fwd(t, st, &ha, h, err);
-    if (!rc) rc = o->lm_head_fwd(st, w->logits, ha.out, tf_head_wte(t, w), N, C, Vp, err);
+    rc = tf_norm_logits(t, w, st, &ha, h, w->logits, err);
     if (!rc) rc = o->classifier(st, w->logits, w->loss, w->loss + 1, targets, N, V, Vp, share,
                                 train ? share : 1.0f, err);
     if (!train) return rc;
@@ -549,9 +567,18 @@ int hy_head_backward(const hy_transformer *t, hy_stream *st, const void *in, voi
 
 int hy_embed_forward(const hy_transformer *t, hy_stream *st, void *slot, const int *tokens,
                      hy_error *err) {
+    return hy_embed_forward_at(t, st, hy_stash_embedding(t, slot), tokens, 0, err);
+}
+
+int hy_embed_forward_at(const hy_transformer *t, hy_stream *st, void *out, const int *tokens,
+                        int t0, hy_error *err) {
+    assert(t0 >= 0 && t0 + t->T <= t->model->seq_len);
     const hy_param *wte = tf_p(t, HY_P_WTE, 0), *wpe = tf_p(t, HY_P_WPE, 0);
-    return t->ops->embedding_fwd(st, hy_stash_embedding(t, slot), tokens, tf_w(t, wte),
-                                 tf_w_or_null(t, wpe), t->B, t->T, (int)tf_C(t), err);
+    /* The learned positions from t0: wpe's rows are the positions. */
+    const unsigned char *pos = tf_w_or_null(t, wpe);
+    if (pos) pos += tf_acts(t, (size_t)t0 * tf_C(t));
+    return t->ops->embedding_fwd(st, out, tokens, tf_w(t, wte), pos, t->B, t->T, (int)tf_C(t),
+                                 err);
 }
 
 int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
@@ -562,8 +589,8 @@ int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream 
     for (int l = 0; l < L && !rc; l++) {
         tf_layer_acts acts = tf_layer(t, slot, l);
         const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
-        rc = tf_block_forward(t, w, st, first + l, lin, &acts, l == L - 1 ? out : acts.res3, NULL,
-                              err);
+        rc = tf_block_forward(t, w->rope, st, first + l, lin, &acts, l == L - 1 ? out : acts.res3,
+                              NULL, err);
     }
     if (!rc && L == 0 && out != in) rc = t->ops->copy(st, out, in, hy_boundary_bytes(t), err);
     if (!rc && tf_last(t, stage)) rc = tf_head(t, w, st, out, slot, targets, train, err);
@@ -608,15 +635,17 @@ int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, 
 
 size_t hy_block_work_bytes(const hy_transformer *t) { return tf_layer_bytes(t); }
 
-int hy_block_forward(const hy_transformer *t, hy_stream *st, int l, const void *in, void *work,
-                     void *out, const hy_kv_layer *kv, hy_error *err) {
+int hy_block_forward(const hy_transformer *t, const float *rope, hy_stream *st, int l,
+                     const void *in, void *work, void *out, const hy_kv_layer *kv, hy_error *err) {
     assert(!t->split);   /* nothing is kept for a backward */
     assert(!kv || (kv->t0 >= 0 && kv->t0 + t->T <= kv->Tmax));
     size_t used = 0;
     tf_layer_acts acts = tf_layer_carve(t, work, &used);
-    return tf_layer_forward(t, st, l, in, &acts, out, kv, err);
+    return tf_block_forward(t, rope, st, l, in, &acts, out, kv, err);
 }
 
-void *hy_transformer_weight(const hy_transformer *t, hy_param_kind kind, int layer) {
-    return tf_w(t, tf_p(t, kind, layer));
+int hy_head_logits(const hy_transformer *t, hy_stream *st, const void *h, void *norm,
+                   float *mean, float *rstd, void *logits, hy_error *err) {
+    tf_head_acts ha = { .out = norm, .dout = NULL, .mean = mean, .rstd = rstd };
+    return tf_norm_logits(t, NULL, st, &ha, h, logits, err);
 }

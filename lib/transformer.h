@@ -86,6 +86,16 @@ void *hy_stash_embedding(const hy_transformer *t, void *slot);
 int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head,
                         size_t sizes[HY_STAGE_WORK_BUFFERS]);
 
+/* Bytes of the RoPE table of t->T positions (hy_stage_work's rope): 0
+ * for a model without RoPE (GPT, BERT). */
+size_t hy_rope_bytes(const hy_transformer *t);
+
+/* Builds a Llama's RoPE table of t->T positions (model.h's hy_rope_table,
+ * with the model's theta and scaling) and uploads it to dst, rank memory
+ * of hy_rope_bytes(t). */
+int hy_rope_upload(const hy_transformer *t, hy_backend *be, int rank, float *dst,
+                   hy_error *err);
+
 /* Allocates w's buffers in rank's memory of be; head: the rank holds the
  * last stage (the logits and the loss). A Llama's RoPE table is built and
  * uploaded here. w->wte and w->dwte are the caller's to set. */
@@ -101,6 +111,13 @@ int hy_transformer_check_ops(const hy_model *m, const hy_backend_ops *o, hy_erro
  * into the slot (hy_stash_embedding). */
 int hy_embed_forward(const hy_transformer *t, hy_stream *st, void *slot, const int *tokens,
                      hy_error *err);
+
+/* The same for tokens at positions t0 .. t0+T−1, into out [B·T, d_model]
+ * (generation: the tokens after a cache's t0): GPT's learned positions
+ * from wpe's row t0; a Llama has none (RoPE turns q and k inside its
+ * blocks). */
+int hy_embed_forward_at(const hy_transformer *t, hy_stream *st, void *out, const int *tokens,
+                        int t0, hy_error *err);
 
 /* F of one micro-batch on `stage`: its blocks from `in` (the stage input)
  * to `out`, keeping in `slot` what the backward needs. The last stage
@@ -159,15 +176,22 @@ size_t hy_block_work_bytes(const hy_transformer *t);
 
 /* The forward of global block l over t->B x t->T tokens, from `in` to
  * `out` ([B·T, d_model] each, apart), its activations in `work` and kept
- * for nothing after. kv NULL: attention as training has it, over the T
- * tokens at positions 0 .. T−1; else the tokens are at positions kv->t0
- * .. t0+T−1: their keys and values go into kv's cache (kv_append) and
- * they attend to its rows up to their own (attention_cached). */
-int hy_block_forward(const hy_transformer *t, hy_stream *st, int l, const void *in, void *work,
-                     void *out, const hy_kv_layer *kv, hy_error *err);
+ * for nothing after: the block of the model's kind, the one training
+ * runs. kv NULL: attention as training has it, over the T tokens at
+ * positions 0 .. T−1; else the tokens are at positions kv->t0 ..
+ * t0+T−1: their keys and values go into kv's cache (kv_append) and they
+ * attend to its rows up to their own (attention_cached). rope: a Llama's
+ * RoPE table from position 0 (hy_rope_upload, at least t0+T positions;
+ * the block reads its rows from t0), NULL for a GPT. */
+int hy_block_forward(const hy_transformer *t, const float *rope, hy_stream *st, int l,
+                     const void *in, void *work, void *out, const hy_kv_layer *kv, hy_error *err);
 
-/* The compute copy of parameter `kind` of global block `layer` (ignored
- * for the embeddings and ln_f), as the ops read it. */
-void *hy_transformer_weight(const hy_transformer *t, hy_param_kind kind, int layer);
+/* The head without a loss: the final norm of h's t->B x t->T rows (ln_f,
+ * or a Llama's RMSNorm) into norm [B·T, d_model], with its statistics
+ * (mean: LayerNorm's only, NULL for a Llama; rstd [B·T]), then the
+ * logits [B·T, vocab_padded] through the untied lm_head or the tied
+ * embedding. */
+int hy_head_logits(const hy_transformer *t, hy_stream *st, const void *h, void *norm,
+                   float *mean, float *rstd, void *logits, hy_error *err);
 
 #endif

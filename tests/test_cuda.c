@@ -552,10 +552,11 @@ static void test_kvcache(hy_rng *r, int B, const int *pieces, int n_pieces, int 
 
 /* A sampler (lib/sample.h) on the GPU: its logits after a prefill and
  * each decode step over its cache match the CPU sampler's on the same
- * weights, and a full recompute on the GPU (its flash attention) too. */
-static void test_sampler(void) {
-    hy_model_shape shape = { .kind = HY_MODEL_GPT, .layers = 2, .d_model = 64, .heads = 4,
-                             .seq_len = 40, .vocab = 100 };
+ * weights, and a full recompute on the GPU (its flash attention) too. A
+ * GPT, and Llamas with grouped-query heads (RoPE at the cache's
+ * positions), untied and tied. */
+static void test_sampler(const hy_model_shape *given) {
+    hy_model_shape shape = *given;
     hy_model m;
     hy_error err;
     if (hy_model_build(&m, &shape, NULL, 1, 1, &err) != HY_OK) {
@@ -576,7 +577,8 @@ static void test_sampler(void) {
             BOTH CHECK(n == 9 ? hy_sampler_feed(sp[k], seq, 9, cached[k], &err) == HY_OK
                               : hy_sampler_feed(sp[k], &seq[n - 1], 1, cached[k], &err) == HY_OK);
             char what[64];
-            snprintf(what, sizeof what, "sampler logits at %d tokens", n);
+            snprintf(what, sizeof what, "%s sampler logits at %d tokens",
+                     hy_model_name(shape.kind), n);
             compare(what, cached[1], cached[0], 100, 5e-2);
             CHECK(hy_sampler_forward_full(sp[1], seq, n, full, &err) == HY_OK);
             compare(what, cached[1], full, 100, 5e-2);
@@ -1164,7 +1166,16 @@ static void test_ops(void) {
     test_fused(&r, 33, 36);
     test_nonfinite();
     test_conversions_and_patterns(&r);
-    test_sampler();
+    hy_model_shape gpt = { .kind = HY_MODEL_GPT, .layers = 2, .d_model = 64, .heads = 4,
+                           .seq_len = 40, .vocab = 100, .kv_heads = 4, .ffn_dim = 256,
+                           .tie_embeddings = 1 };
+    hy_model_shape llama = { .kind = HY_MODEL_LLAMA, .layers = 2, .d_model = 64, .heads = 4,
+                             .seq_len = 40, .vocab = 100, .kv_heads = 2, .ffn_dim = 176,
+                             .tie_embeddings = 0, .norm_eps = 1e-5, .rope_theta = 10000.0 };
+    test_sampler(&gpt);
+    test_sampler(&llama);
+    llama.tie_embeddings = 1;
+    test_sampler(&llama);
     dev_close(&D[0]);
     dev_close(&D[1]);
 }

@@ -19,11 +19,19 @@ head, rope_theta 500000, bf16 on disk), its tokens and its losses in fp32:
      (both the forms transformers writes) the loss is transformers' too;
      `model.from` reads the model block from config.json;
   5. bad input exits 2 with one message naming the cause: a config.json that
-     disagrees with the model block (kv heads, rope_theta, tied head), a
-     resume under another shape,
+     disagrees with the model block (kv heads, rope_theta, tied head; to
+     eval and to sample), a sample prompt past seq_len, a resume under
+     another shape,
      kv_heads not dividing heads, an unknown model.kind;
   6. configs/tiny-llama.json trains on the synthetic corpus and its loss
-     falls.
+     falls;
+  7. `hanayo sample --temperature 0` equals transformers' greedy generate
+     token for token (llama-tiny/greedy.json, made by
+     fixtures/gen_llama_greedy.py), three prompts each, to model.seq_len:
+     on the fixture's directory and on its model.safetensors alone; on the
+     same weights with a tied head (a directory the test writes: config.json
+     with tie_word_embeddings, the file without lm_head.weight); on the
+     checkpoint 2 trained (transformers after the same three AdamW steps).
 
 Run from the repository root with numpy; HANAYO is the binary under test.
 Prints "llama-hf: N passed, N failed" and exits non-zero on any failure.
@@ -80,8 +88,21 @@ def expect_refused(what, needle, *args):
           "%s: want one line naming %r, got: %s" % (what, needle, msg))
 
 
+def sample_greedy(what, cases, *args):
+    """`hanayo sample` greedy from each case's prompt to model.seq_len
+    equals the case's tokens."""
+    for c in cases:
+        prompt = ",".join(map(str, c["prompt"]))
+        rc, out, err = hanayo("sample", *args, "--prompt-tokens", prompt, "--temperature", "0",
+                              "--max-new", "100")
+        got = out.split() if rc == 0 else ["exit %d: %s" % (rc, err.strip()[-200:])]
+        check(got == [str(t) for t in c["greedy"]], "sample %s, prompt %s: %s; transformers' "
+              "greedy generate: %s" % (what, prompt, " ".join(got), c["greedy"]))
+
+
 def main():
     want = json.load(open(FIX + "/expected.json"))
+    greedy = json.load(open(FIX + "/greedy.json"))
     tmp = tempfile.mkdtemp(prefix="hy-llama-")
     with open(os.path.join(tmp, "gpt2.json"), "w") as f:
         json.dump({"model_type": "gpt2", "n_layer": 2}, f)
@@ -100,6 +121,26 @@ def main():
         loss3 = eval_loss("--init", step3)
         check(rel(loss3, want["loss3"]) <= 2e-5,
               "after three steps: %.7f, PyTorch %.7f" % (loss3, want["loss3"]))
+
+        # 7. greedy generation (here: the trained checkpoint is at hand)
+        check(all(len(greedy[k]["cases"]) == 3 for k in ("untied", "tied", "trained")),
+              "greedy.json holds three cases per model")
+        sample_greedy("of the directory", greedy["untied"]["cases"], CONFIG, "--init", FIX)
+        sample_greedy("of the file", greedy["untied"]["cases"], CONFIG,
+                      "--init", FIX + "/model.safetensors")
+        sample_greedy("of the trained checkpoint", greedy["trained"]["cases"], CONFIG,
+                      "--init", ck)
+        tied = os.path.join(tmp, "tied")
+        os.makedirs(tied)
+        hf_cfg = json.load(open(FIX + "/config.json"))
+        hf_cfg["tie_word_embeddings"] = True
+        with open(os.path.join(tied, "config.json"), "w") as f:
+            json.dump(hf_cfg, f)
+        weights = ref.read_safetensors(FIX + "/model.safetensors")
+        del weights["lm_head.weight"]
+        ref.write_safetensors(os.path.join(tied, "model.safetensors"), weights, "F32")
+        sample_greedy("of the tied head", greedy["tied"]["cases"], CONFIG, "--init", tied,
+                      "--set", "model.tie_embeddings=true")
 
         # 3. the checkpoint as transformers writes one
         theirs = ref.read_safetensors(FIX + "/model.safetensors")
@@ -202,6 +243,12 @@ def main():
                        "--set", "checkpoint.dir=" + ck, "--set", "model.kv_heads=2")
         expect_refused("kv_heads not dividing heads", "model.kv_heads (3) must divide",
                        "check", CONFIG, "--set", "model.heads=4", "--set", "model.kv_heads=3")
+        expect_refused("sample under another kv_heads", "num_key_value_heads",
+                       "sample", CONFIG, "--init", FIX, "--set", "model.kv_heads=2",
+                       "--prompt-tokens", "1")
+        expect_refused("sample of a prompt past seq_len", "model.seq_len 16",
+                       "sample", CONFIG, "--init", FIX, "--prompt-tokens",
+                       ",".join(["1"] * 17))
         expect_refused("an unknown kind", "model.kind", "check", CONFIG,
                        "--set", "model.kind=mamba")
         expect_refused("gpt with kv heads", "grouped-query", "check", "configs/tiny-gpt.json",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# test_prepare_data.sh — text to shards to a trained tiny GPT: the first half
-# of the loop docs/data.md walks through (tools/prepare_data.py, then
-# `hanayo data info` and `hanayo train` on what it wrote).
+# test_prepare_data.sh — text to shards to a trained tiny GPT to samples: the
+# loop docs/data.md walks through and README shows (tools/prepare_data.py,
+# then `hanayo data info`, `hanayo train` and `hanayo sample` on what it wrote).
 #
 # Trains its own small byte-level BPE tokenizer on a corpus it writes (no
 # download), prepares shards from text and JSONL, reads them back with
@@ -11,7 +11,11 @@
 # errors (exit 2: missing file, bad JSONL line as FILE:LINE, vocabulary too
 # large for u16, a directory holding shards), that no temporary file is
 # left and no progress bar is drawn off a terminal; then trains
-# configs/tiny-gpt.json on the shards and checks its loss falls.
+# configs/tiny-gpt.json on the shards and checks its loss falls; samples
+# from it with `hanayo sample --prompt TEXT --tokenizer` the tokenizer the
+# test trained (the text hanayo prints is what the Python tokenizer decodes
+# its ids to; greedy and a seeded draw repeat); and runs README's loop
+# ("Your text, end to end") as written, only its sizes made small.
 # Needs the Python package tokenizers (tools/deps.sh data, which `make test`
 # runs); skips, saying so, only where it cannot be had.
 # Prints "prepare-data: N passed, N failed".
@@ -219,5 +223,112 @@ print('yes' if len(loss) >= 2 and loss[-1] < loss[0] - 1.0 else 'no: %s' % loss)
 EOF
 )
 if [ "$falls" = yes ]; then ok; else bad "training loss did not fall by 1 nat: $falls"; fi
+
+# ---- sample from it, through the tokenizer trained here ------------------------------
+# hanayo encodes the prompt and decodes the sample in C (lib/tokenizer.c).
+# The same sample as ids, from the ids the Python tokenizer gives the
+# prompt, decodes in Python to the bytes hanayo printed: its prompt
+# encoding and its decoding are the library's. Greedy and a seeded draw;
+# each twice, the same.
+encode() {
+    "$py" -c 'import sys; from tokenizers import Tokenizer
+print(",".join(map(str, Tokenizer.from_file(sys.argv[1]).encode(sys.argv[2]).ids)))' \
+        "$tmp/tokenizer.json" "$1"
+}
+# expect_decodes IDS FILE: the Python tokenizer's text of the
+# space-separated ids (special tokens kept: hanayo prints <|endoftext|> as
+# its text), and the newline that ends hanayo's line, is FILE's. hanayo
+# writes each token's bytes as they come, so a sample may hold a UTF-8
+# character cut short (a byte-level vocabulary has tokens of part of one);
+# the library's decode replaces such bytes with U+FFFD, so FILE is read
+# that way too (text in whole characters is compared byte for byte).
+expect_decodes() {
+    local got
+    got=$("$py" -c 'import sys; from tokenizers import Tokenizer
+want = Tokenizer.from_file(sys.argv[1]).decode([int(i) for i in sys.argv[2].split()],
+                                               skip_special_tokens=False) + "\n"
+got = open(sys.argv[3], "rb").read().decode("utf-8", "replace")
+print("ok" if got == want and len(want) > 1 else "%r, the Python tokenizer %r" % (got, want))' \
+        "$tmp/tokenizer.json" "$1" "$2")
+    if [ "$got" = ok ]; then ok; else bad "$last: hanayo printed $got"; fi
+}
+gpt=(configs/tiny-gpt.json --set model.vocab="$vocab" --set "data.train=$tmp/txt/sh_train_*.bin"
+     --set "data.val=$tmp/txt/sh_val_000000.bin" --init "$tmp/ck")
+prompt="The old man follows"
+pids=$(encode "$prompt")
+for how in "--temperature 0" "--temperature 0.8 --top-k 20 --seed 3"; do
+    # shellcheck disable=SC2086
+    run sample "${gpt[@]}" --prompt "$prompt" --tokenizer "$tmp/tokenizer.json" --max-new 24 $how
+    expect_rc 0
+    expect_err '^sample: 24 tokens$'
+    cp "$tmp/out" "$tmp/text"
+    # shellcheck disable=SC2086
+    run sample "${gpt[@]}" --prompt "$prompt" --tokenizer "$tmp/tokenizer.json" --max-new 24 $how
+    expect_same "$tmp/out" "$tmp/text"
+    # shellcheck disable=SC2086
+    run sample "${gpt[@]}" --prompt-tokens "$pids" --max-new 24 $how
+    expect_rc 0
+    ids=$(cat "$tmp/out")
+    if [ "$(wc -w <<<"$ids")" -eq 24 ]; then ok; else bad "sample $how as ids: '$ids'"; fi
+    expect_decodes "$ids" "$tmp/text"
+done
+if grep -q '[A-Za-z]' "$tmp/text"; then ok; else bad "the sample holds no letter: $(cat "$tmp/text")"; fi
+
+# ---- README's loop, "Your text, end to end", as it is written ---------------------
+# The block is read from README.md and run in a directory of its own, with
+# the corpus and the tokenizer above and hanayo on PATH. Only the sizes
+# change, each substitution found exactly once (else the README moved and
+# this test must follow it): shards of 8000 tokens (a test corpus is far
+# below the 100M a shard holds by default, and nothing would be left to
+# train on), the tokenizer's vocabulary for model.vocab (as prepare_data.py
+# reports it), 40 steps with validation every 20 instead of 1000 and 100;
+# and the sample goes to a file, to be checked.
+loop=$tmp/loop
+mkdir -p "$loop/bin"
+ln -s "$(cd "$(dirname "$HANAYO")" && pwd)/$(basename "$HANAYO")" "$loop/bin/hanayo"
+ln -s "$PWD/tools" "$loop/tools"
+# tools/deps.sh looks for the tokenizers venv beside tools/
+[ -e .venv-data ] && ln -s "$PWD/.venv-data" "$loop/.venv-data"
+cp "$tmp/corpus.jsonl" "$tmp/tokenizer.json" "$loop/"
+"$py" - README.md "$loop/readme.sh" "$vocab" <<'EOF'
+import sys
+readme, out, vocab = sys.argv[1], sys.argv[2], sys.argv[3]
+lines = open(readme, encoding='utf-8').read().split('\n')
+start = lines.index('## Your text, end to end')
+i = lines.index('```', start) + 1
+block = '\n'.join(lines[i:lines.index('```', i)]) + '\n'
+subs = [('--out data/mine corpus.jsonl', '--out data/mine --shard-tokens 8000 corpus.jsonl'),
+        ('"vocab": 8192', '"vocab": %s' % vocab),
+        ('"steps": 1000, "eval_every": 100', '"steps": 40, "eval_every": 20'),
+        ('--tokenizer tokenizer.json\n', '--tokenizer tokenizer.json >sample.txt\n')]
+for a, b in subs:
+    if block.count(a) != 1:
+        sys.exit("README's loop block holds %r %d times, not once" % (a, block.count(a)))
+    block = block.replace(a, b)
+open(out, 'w').write(block)
+EOF
+if [ $? -eq 0 ]; then ok; else bad "README's loop block could not be read"; fi
+(cd "$loop" && PATH="$loop/bin:$PATH" bash -e -o pipefail readme.sh) >"$tmp/out" 2>"$tmp/err"
+rc=$?
+last="README's loop block"
+expect_rc 0
+expect_out "^vocabulary   $vocab ids"
+expect_out "^config       --set model.vocab=$vocab "
+for f in data/mine/mine_val_000000.bin data/mine/mine_train_000001.bin run.jsonl run.svg \
+         checkpoints/mine/step_000040/model.safetensors; do
+    if [ -s "$loop/$f" ]; then ok; else bad "README's loop block wrote no $f"; fi
+done
+vals=$("$py" -c 'import json, sys
+print(" ".join(str(r["step"]) for r in map(json.loads, open(sys.argv[1])) if "val_loss" in r))' \
+    "$loop/run.jsonl" 2>&1)
+if [ "$vals" = "20 40" ]; then ok; else bad "README's loop: val loss at steps '$vals', want '20 40'"; fi
+if [ -s "$loop/sample.txt" ] && grep -q '[A-Za-z]' "$loop/sample.txt"; then ok; else
+    bad "README's loop sampled no text: '$(cat "$loop/sample.txt" 2>/dev/null)'"
+fi
+# The README's sample (temperature 1, seed 1) as ids decodes to its text.
+readme_sample=(sample "$loop/mine.json" --init "$loop/checkpoints/mine")
+run "${readme_sample[@]}" --prompt-tokens "$(encode "Once upon")"
+expect_rc 0
+expect_decodes "$(cat "$tmp/out")" "$loop/sample.txt"
 
 hy_finish

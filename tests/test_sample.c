@@ -10,14 +10,17 @@
  * - Cached = uncached: a sampler's logits after a prefill and after each
  *   later token fed alone over its cache equal those of the whole sequence
  *   run again through the training forward (hy_sampler_forward_full), at
- *   every step up to seq_len; a prefill split in two equals it in one.
+ *   every step up to seq_len; a prefill split in two equals it in one. For
+ *   a GPT and for Llamas with grouped-query heads (RoPE at the cache's
+ *   positions, Llama 3's scaling of it, RMSNorm, SwiGLU), untied and tied.
  * - Sampling: greedy is the argmax (the lowest id of equal maxima); top-k 1
  *   is greedy whatever the seed; one seed gives one sequence of draws and
  *   another seed another; the draws follow softmax(logits / T); nothing
  *   outside the top k is ever drawn.
  * - Generation stops where it says: after max_new tokens, at the stop
  *   token (emitted), when prompt and tokens fill seq_len (a full prompt
- *   gets none); an emit failure stops it with its status.
+ *   gets none); an emit failure stops it with its status. Greedy is the
+ *   argmax of the full forward at each step, for a GPT and a Llama.
  * - Bad input is HY_ERR_INPUT: an id outside the vocabulary, a prompt
  *   longer than seq_len or empty, a feed past seq_len, a BERT model.
  */
@@ -107,6 +110,11 @@ static void test_ops(int NH, int NKV, int hd) {
 static const hy_model_shape SHAPE = { .kind = HY_MODEL_GPT, .layers = 2, .d_model = 32,
                                       .heads = 4, .seq_len = 12, .vocab = 61, .kv_heads = 4,
                                       .ffn_dim = 128, .tie_embeddings = 1 };
+/* Two query heads per kv head, an untied head. */
+static const hy_model_shape LLAMA = { .kind = HY_MODEL_LLAMA, .layers = 2, .d_model = 32,
+                                      .heads = 4, .seq_len = 12, .vocab = 61, .kv_heads = 2,
+                                      .ffn_dim = 48, .tie_embeddings = 0, .norm_eps = 1e-5,
+                                      .rope_theta = 10000.0 };
 
 /* A sampler of SHAPE on be with GPT-2's initialization of seed, its
  * matrices scaled up so that the logits are far from flat. */
@@ -137,10 +145,11 @@ static double max_diff(const float *a, const float *b, int n, double *scale) {
     return worst;
 }
 
-static void test_cached_equals_full(hy_backend *be) {
-    hy_sampler *s = make_sampler(be, &SHAPE, 3);
+static void test_cached_equals_full(hy_backend *be, const hy_model_shape *shape) {
+    hy_sampler *s = make_sampler(be, shape, 3);
     if (!s) return;
-    int V = SHAPE.vocab, S = SHAPE.seq_len;
+    int V = shape->vocab, S = shape->seq_len;
+    const char *kind = hy_model_name(shape->kind);
     float *cached = malloc(sizeof(float) * V), *full = malloc(sizeof(float) * V);
     int seq[12] = { 5, 17, 3, 60, 0, 22, 9, 41, 8, 8, 30, 1 };
     hy_error err;
@@ -155,9 +164,10 @@ static void test_cached_equals_full(hy_backend *be) {
         worst = d > worst ? d : worst;
         scale = sc > scale ? sc : scale;
     }
-    CHECKF(worst <= 1e-5 * (1 + scale), "cached logits differ from a full recompute by %g "
-           "(logits up to %g)", worst, scale);
-    CHECKF(scale > 1.0, "the logits are flat (%g): the comparison would see little", scale);
+    CHECKF(worst <= 1e-5 * (1 + scale), "%s (kv heads %d): cached logits differ from a full "
+           "recompute by %g (logits up to %g)", kind, shape->kv_heads, worst, scale);
+    CHECKF(scale > 1.0, "%s: the logits are flat (%g): the comparison would see little", kind,
+           scale);
     /* The cache is full: one more position is refused. */
     CHECK(hy_sampler_feed(s, seq, 1, cached, &err) == HY_ERR_INPUT);
     /* A prefill split in two equals one prefill. */
@@ -231,13 +241,44 @@ static int emit(void *ctx, int token, hy_error *err) {
     return HY_OK;
 }
 
+/* Greedy generation from prompt to seq_len: each token is the argmax of
+ * the full forward over all before it. */
+static void test_greedy(hy_backend *be, const hy_model_shape *shape) {
+    hy_sampler *s = make_sampler(be, shape, 5);
+    if (!s) return;
+    int prompt[3] = { 4, 40, 2 }, n_new = 0, seq[12];
+    hy_sample_end end;
+    hy_error err;
+    collect g = { .fail_at = -1 };
+    hy_sample_params greedy = { .max_new = 100, .temperature = 0, .stop_token = -1 };
+    CHECK(hy_sample_generate(s, prompt, 3, &greedy, emit, &g, &n_new, &end, &err) == HY_OK);
+    CHECK(end == HY_SAMPLE_SEQ_LEN && n_new == shape->seq_len - 3 && g.n == n_new);
+    memcpy(seq, prompt, sizeof prompt);
+    memcpy(seq + 3, g.tokens, sizeof(int) * (size_t)g.n);
+    float logits[61];
+    int argmax_ok = 1, distinct = 0;
+    for (int i = 0; i < g.n; i++) {
+        hy_sample_params gp = { .temperature = 0 };
+        int want = -1;
+        hy_sampler_forward_full(s, seq, 3 + i, logits, &err);
+        hy_sample_pick(logits, shape->vocab, &gp, NULL, &want, &err);
+        argmax_ok &= want == g.tokens[i];
+        distinct += i > 0 && g.tokens[i] != g.tokens[i - 1];
+    }
+    CHECKF(argmax_ok, "%s: a greedy token is not the full forward's argmax",
+           hy_model_name(shape->kind));
+    /* A sample of one token repeated would show little of the positions. */
+    CHECKF(distinct > 0, "%s: greedy repeats one token", hy_model_name(shape->kind));
+    hy_sampler_destroy(s);
+}
+
 static void test_generate(hy_backend *be) {
     hy_sampler *s = make_sampler(be, &SHAPE, 5);
     if (!s) return;
     int prompt[3] = { 4, 40, 2 }, n_new = 0;
     hy_sample_end end;
     hy_error err;
-    /* Greedy: each token is the argmax of the full forward over all before it. */
+    /* The greedy sample (test_greedy checks its tokens). */
     collect g = { .fail_at = -1 };
     hy_sample_params greedy = { .max_new = 100, .temperature = 0, .stop_token = -1 };
     CHECK(hy_sample_generate(s, prompt, 3, &greedy, emit, &g, &n_new, &end, &err) == HY_OK);
@@ -245,16 +286,6 @@ static void test_generate(hy_backend *be) {
     int seq[12];
     memcpy(seq, prompt, sizeof prompt);
     memcpy(seq + 3, g.tokens, sizeof(int) * (size_t)g.n);
-    float logits[61];
-    int argmax_ok = 1;
-    for (int i = 0; i < g.n; i++) {
-        hy_sample_params gp = { .temperature = 0 };
-        int want = -1;
-        hy_sampler_forward_full(s, seq, 3 + i, logits, &err);
-        hy_sample_pick(logits, SHAPE.vocab, &gp, NULL, &want, &err);
-        argmax_ok &= want == g.tokens[i];
-    }
-    CHECK(argmax_ok);
     /* max_new */
     collect c = { .fail_at = -1 };
     greedy.max_new = 4;
@@ -323,7 +354,19 @@ int main(void) {
         CHECKF(0, "%s", err.msg);
         return TEST_END("sample");
     }
-    test_cached_equals_full(be);
+    hy_model_shape tied = LLAMA, scaled = LLAMA, mqa = LLAMA;
+    tied.tie_embeddings = 1;
+    /* Llama 3's scaling, its original length inside seq_len, so that it
+     * changes rotations the positions see. */
+    scaled.rope_scaling = (hy_rope_scaling){ .factor = 8.0, .low_freq_factor = 1.0,
+                                             .high_freq_factor = 4.0,
+                                             .original_max_position_embeddings = 4 };
+    mqa.kv_heads = 1;
+    const hy_model_shape *shapes[] = { &SHAPE, &LLAMA, &tied, &scaled, &mqa };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        test_cached_equals_full(be, shapes[i]);
+        test_greedy(be, shapes[i]);
+    }
     test_generate(be);
     test_refused(be);
     be->ops->destroy(be);

@@ -1,5 +1,5 @@
 /*
- * cmd_sample.c — `hanayo sample`: text from a trained GPT (lib/sample.h),
+ * cmd_sample.c — `hanayo sample`: text from a trained GPT or Llama (lib/sample.h),
  * its flags and what it prints.
  *
  * The weights come as eval takes them (--init: a file, a checkpoint or a
@@ -29,15 +29,16 @@ static const char usage_sample[] =
     "                     [--max-new N] [--temperature T] [--top-k K] [--seed S]\n"
     "                     [--stop-token ID] [--set key=value]...\n"
     "\n"
-    "Continues a prompt with the model of CONFIG, one token at a time over a\n"
-    "KV cache, and prints the new tokens as they come: their ids on one line,\n"
-    "or with --tokenizer their text. The whole model runs on one rank of the\n"
-    "config's backend (the schedule's stages are not used: generation has no\n"
-    "backward to overlap).\n"
+    "Continues a prompt with the model of CONFIG (a GPT or a Llama), one token\n"
+    "at a time over a KV cache, and prints the new tokens as they come: their\n"
+    "ids on one line, or with --tokenizer their text. The whole model runs on\n"
+    "one rank of the config's backend (the schedule's stages are not used:\n"
+    "generation has no backward to overlap).\n"
     "\n"
     "  --init WEIGHTS|DIR  the weights: a safetensors file (Hugging Face GPT-2\n"
-    "                    names), a checkpoint (step_NNNNNN directory) or a\n"
-    "                    checkpoint.dir (its newest); default: the config's init\n"
+    "                    names), a checkpoint (step_NNNNNN directory), a\n"
+    "                    checkpoint.dir (its newest) or a Hugging Face Llama\n"
+    "                    directory; default: the config's init\n"
     "  --prompt-tokens IDS the prompt as token ids, e.g. 464,2068 or \"464 2068\"\n"
     "  --prompt TEXT     the prompt as text, encoded with --tokenizer\n"
     "  --tokenizer FILE  a byte-level BPE tokenizer.json (GPT-2's kind): encodes\n"

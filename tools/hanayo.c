@@ -39,7 +39,7 @@ static const char usage_main[] =
     "  eval    CONFIG [--init WEIGHTS.safetensors] [--data SHARD] [--batches N]\n"
     "          print the loss as one JSON line\n"
     "  sample  CONFIG --init DIR --prompt-tokens IDS | --prompt TEXT --tokenizer F\n"
-    "          generate text from a trained GPT, on one rank\n"
+    "          generate text from a trained GPT or Llama, on one rank\n"
     "  plan    CONFIG | --schedule K --ranks P --micro-batches M [...]\n"
     "          show a schedule: timeline, bubble, memory, transfers\n"
     "  profile CONFIG [--steps N] [--out DIR]\n"
