@@ -48,6 +48,7 @@ int hy_k_matmul_preload(hy_error *err);
 int hy_k_layernorm_preload(hy_error *err);
 int hy_k_gelu_preload(hy_error *err);
 int hy_k_attention_preload(hy_error *err);
+int hy_k_attention_sm90_preload(hy_error *err);
 int hy_k_embedding_preload(hy_error *err);
 int hy_k_classifier_preload(hy_error *err);
 int hy_k_adamw_preload(hy_error *err);
@@ -137,6 +138,24 @@ int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, hy_bf16 *att, const hy_bf16
 int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf16 *dout,
                        const hy_bf16 *qkv, const hy_bf16 *att, int B, int T, int C, int NH,
                        int overwrite, hy_error *err);
+
+/* ---- attention_sm90.cu ---- the same attention for Hopper (sm_90a:
+ * wgmma, TMA, warp-specialized; docs/cuda.md "The Hopper attention
+ * kernel"), opt-in and untested on hardware until a GPU check passes.
+ * qkv [B,T,(NH+2·NKV)·hd] (query heads, then key heads, then value heads;
+ * query head h reads key/value head h/(NH/NKV)), out [B,T,NH·hd], lse
+ * [B,NH,T] fp32, base 2 (L = m + log2 l, attention.cu's). supported: 1
+ * where it may run (compute capability 9.0, hd 64 or 128, NH a multiple
+ * of NKV), else 0 and attention.cu runs. qkv and dout must be 16-byte
+ * aligned. Backward: dqkv += the gradients (overwrite: =), scratch
+ * hy_k_attention_sm90_scratch bytes. */
+int hy_k_attention_sm90_supported(int cc_major, int cc_minor, int T, int NH, int NKV, int hd);
+size_t hy_k_attention_sm90_scratch(int B, int T, int NH);
+int hy_k_attention_sm90_fwd(cudaStream_t s, hy_bf16 *out, float *lse, const hy_bf16 *qkv, int B, int T, int NH,
+                            int NKV, int hd, int causal, hy_error *err);
+int hy_k_attention_sm90_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf16 *dout, const hy_bf16 *qkv,
+                            const hy_bf16 *out, const float *lse, int B, int T, int NH, int NKV, int hd, int causal,
+                            int overwrite, hy_error *err);
 
 /* ---- embedding.cu ---- tokens [B,T] in [0, V) */
 int hy_k_embedding_fwd(cudaStream_t s, hy_bf16 *out, const int *tokens, const hy_bf16 *wte,
