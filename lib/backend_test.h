@@ -21,6 +21,15 @@
  *          event wait (graphs/signal.cu, hy_cuda_wait_event); an abort
  *          (the watchdog's) ends the spin, and the wait's release adds 1
  *          to *released (host memory, read after a sync)
+ *   attention_sm90_* (CUDA only; NULL on the CPU): the Hopper attention
+ *          of kernels/cuda/attention_sm90.cu, reached here so that
+ *          tests/test_cuda.c can hold it to the CPU backend's attention
+ *          before the production table dispatches to it (it is opt-in;
+ *          docs/cuda.md "The Hopper attention kernel"). Its layout:
+ *          qkv [B,T,(NH+2·NKV)·hd], out and dout [B,T,NH·hd], lse
+ *          [B,NH,T] fp32 (base 2); supported says whether it runs on the
+ *          stream's device for that shape; bwd adds into dqkv (stores
+ *          with overwrite) and takes attention_sm90_scratch bytes.
  * The index passed to the pattern is the element index cut to 32 bits.
  */
 #ifndef HY_BACKEND_TEST_H
@@ -43,6 +52,13 @@ struct hy_backend_test_ops {
     int (*delay)(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns, hy_error *err);
     int (*add)(hy_stream *s, uint32_t *counter, hy_error *err);
     int (*foreign_wait)(hy_stream *s, double stall_s, int *released, hy_error *err);
+    int (*attention_sm90_supported)(hy_stream *s, int T, int NH, int NKV, int hd);
+    size_t (*attention_sm90_scratch)(int B, int T, int NH);
+    int (*attention_sm90_fwd)(hy_stream *s, void *out, float *lse, const void *qkv, int B, int T, int NH,
+                              int NKV, int hd, int causal, hy_error *err);
+    int (*attention_sm90_bwd)(hy_stream *s, void *dqkv, void *scratch, const void *dout, const void *qkv,
+                              const void *out, const float *lse, int B, int T, int NH, int NKV, int hd,
+                              int causal, int overwrite, hy_error *err);
 };
 
 /* The test ops of backend be. */

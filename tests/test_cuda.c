@@ -33,6 +33,11 @@
  *  3. Replay = eager on the GPU, bit for bit: the same 4 steps with
  *     graph = true and graph = false leave identical weights and losses
  *     (every kernel is deterministic, kernels.cuh).
+ *  4. The opt-in Hopper attention (kernels/cuda/attention_sm90.cu), first,
+ *     against the CPU backend's attention on grouped-query shapes
+ *     (test_attention_sm90 says how); skipped, and counted, on a device
+ *     that is not compute capability 9.0. `test_cuda sm90` runs only
+ *     this (tools/gpu-check.sh's sm90 section).
  */
 #include "backend.h"
 #include "backend_test.h"
@@ -882,6 +887,169 @@ static void test_ops(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The Hopper attention (kernels/cuda/attention_sm90.cu), opt-in until this
+ * passes on an H100/H200: reached through the CUDA test ops, held to the
+ * CPU backend's attention. Its layout is grouped (qkv [B,T,(NH+2·NKV)·hd]:
+ * query heads, key heads, value heads; query head h reads key/value head
+ * h/(NH/NKV)); the CPU op takes [B,T,3·NH·hd], so the test spreads each
+ * key/value head over its group for the CPU and sums the CPU's dk and dv
+ * over the group back. Tolerances as test_attention's (1e-2 normwise on
+ * out and the gradients: the same bf16 roundings of P and dS); L against
+ * a float64 log-sum-exp of the same bf16 inputs, 2e-3 absolute (fp32
+ * scores, an fp32 running sum). Outputs start as NaN (every element
+ * written: out, L, and dqkv under overwrite); the gradients are also
+ * added into random values (+=). Two runs give the same bits. Shapes
+ * that the kernel does not take on this device are counted as skipped. */
+
+/* Column of head element (head, d) in a row of the grouped layout. */
+static size_t gqa_col(int part, int head, int d, int NH, int NKV, int hd) {
+    size_t first = part == 0 ? 0 : part == 1 ? (size_t)NH : (size_t)NH + NKV;
+    return (first + head) * hd + d;
+}
+
+/* grouped → the CPU's [B,T,3·NH·hd] (sum = 0), or the CPU's gradients →
+ * grouped (sum = 1: dk and dv of each key/value head summed over its
+ * query heads, dq as it is; g must start at zero). */
+static void gqa_convert(float *g, float *e, int B, int T, int NH, int NKV, int hd, int sum) {
+    int G = NH / NKV;
+    size_t W = (size_t)(NH + 2 * NKV) * hd, C = (size_t)NH * hd;
+    for (size_t bt = 0; bt < (size_t)B * T; bt++)
+        for (int part = 0; part < 3; part++)
+            for (int h = 0; h < NH; h++)
+                for (int d = 0; d < hd; d++) {
+                    float *x = &g[bt * W + gqa_col(part, part ? h / G : h, d, NH, NKV, hd)];
+                    float *y = &e[bt * 3 * C + part * C + (size_t)h * hd + d];
+                    if (sum) *x += *y; else *y = *x;
+                }
+}
+
+/* L[b,h,t] = log2 Σ_keys exp(q·k/√hd), in double. */
+static void lse_ref(double *L, const float *qkv, int B, int T, int NH, int NKV, int hd, int causal) {
+    int G = NH / NKV;
+    size_t W = (size_t)(NH + 2 * NKV) * hd;
+    double *s = malloc((size_t)T * sizeof *s);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + ((size_t)b * T + t) * W + gqa_col(0, h, 0, NH, NKV, hd);
+                int n = causal ? t + 1 : T;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < n; j++) {
+                    const float *k = qkv + ((size_t)b * T + j) * W + gqa_col(1, h / G, 0, NH, NKV, hd);
+                    double dot = 0;
+                    for (int d = 0; d < hd; d++) dot += (double)q[d] * k[d];
+                    s[j] = dot / sqrt((double)hd);
+                    mx = fmax(mx, s[j]);
+                }
+                for (int j = 0; j < n; j++) sum += exp(s[j] - mx);
+                L[((size_t)b * NH + h) * T + t] = (mx + log(sum)) / log(2.0);
+            }
+    free(s);
+}
+
+/* One forward and backward of the Hopper attention on the GPU: out, L and
+ * dqkv (from dqkv0 with +=, or, when dqkv0 is NULL, from NaN with
+ * overwrite) into host arrays. */
+static void sm90_on(const float *qkv, const float *dout, const float *dqkv0, int B, int T, int NH, int NKV,
+                    int hd, int causal, float *out, float *lse, float *dqkv) {
+    dev *d = &D[1];
+    const hy_backend_test_ops *to = hy_backend_test_ops_of(d->be);
+    size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * hd, nout = (size_t)B * T * NH * hd;
+    size_t nl = (size_t)B * NH * T;
+    float *poison = nans(nqkv > nout ? nqkv : nout);
+    void *pq = put_act(d, qkv, nqkv), *pdo = put_act(d, dout, nout), *po = put_act(d, poison, nout);
+    float *pl = put_f32(d, poison, nl);
+    void *pdq = put_act(d, dqkv0 ? dqkv0 : poison, nqkv);
+    void *scr = dev_alloc(d, to->attention_sm90_scratch(B, T, NH));
+    CHECKF(to->attention_sm90_fwd(d->st, po, pl, pq, B, T, NH, NKV, hd, causal, &d->err) == HY_OK, "sm90 fwd: %s",
+           d->err.msg);
+    CHECKF(to->attention_sm90_bwd(d->st, pdq, scr, pdo, pq, po, pl, B, T, NH, NKV, hd, causal, dqkv0 == NULL,
+                                  &d->err) == HY_OK, "sm90 bwd: %s", d->err.msg);
+    get_act(d, out, po, nout);
+    get_f32(d, lse, pl, nl);
+    get_act(d, dqkv, pdq, nqkv);
+    void *bufs[] = { pq, pdo, po, pl, pdq, scr };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) d->be->ops->free_mem(d->be, bufs[i]);
+    free(poison);
+}
+
+static int sm90_skipped, sm90_run;
+
+static void test_attention_sm90(hy_rng *r, int B, int T, int NH, int NKV, int hd, int causal) {
+    const hy_backend_test_ops *to = hy_backend_test_ops_of(D[1].be);
+    if (!to->attention_sm90_supported || !to->attention_sm90_supported(D[1].st, T, NH, NKV, hd)) {
+        sm90_skipped++;
+        return;
+    }
+    sm90_run++;
+    size_t W = (size_t)(NH + 2 * NKV) * hd, C = (size_t)NH * hd;
+    size_t nqkv = (size_t)B * T * W, nout = (size_t)B * T * C, ne = (size_t)B * T * 3 * C, nl = (size_t)B * NH * T;
+    float *qkv = rnd(r, nqkv, 1), *dout = rnd(r, nout, 1), *dqkv0 = rnd(r, nqkv, 1);
+
+    /* The CPU's answer, on the spread heads. */
+    float *e = malloc(ne * sizeof *e), *out_ref = malloc(nout * sizeof *out_ref);
+    float *de = malloc(ne * sizeof *de), *dref = calloc(nqkv, sizeof *dref);
+    double *Lref = malloc(nl * sizeof *Lref);
+    gqa_convert((float *)qkv, e, B, T, NH, NKV, hd, 0);
+    attention_on(&D[0], e, dout, NULL, B, T, (int)C, NH, causal, out_ref, de);
+    gqa_convert(dref, de, B, T, NH, NKV, hd, 1);
+    lse_ref(Lref, qkv, B, T, NH, NKV, hd, causal);
+
+    float *out[3], *lse[3], *dq[3];
+    for (int k = 0; k < 3; k++) {   /* from NaN with overwrite, twice; then += into dqkv0 */
+        out[k] = malloc(nout * sizeof(float));
+        lse[k] = malloc(nl * sizeof(float));
+        dq[k] = malloc(nqkv * sizeof(float));
+        sm90_on(qkv, dout, k == 2 ? dqkv0 : NULL, B, T, NH, NKV, hd, causal, out[k], lse[k], dq[k]);
+    }
+    char what[112];
+    snprintf(what, sizeof what, "attention_sm90 B=%d T=%d NH=%d NKV=%d hd=%d causal=%d", B, T, NH, NKV, hd,
+             causal);
+    compare(what, out[0], out_ref, nout, 1e-2);
+    compare(what, dq[0], dref, nqkv, 1e-2);
+    for (size_t i = 0; i < nqkv; i++) dref[i] += dqkv0[i];
+    compare(what, dq[2], dref, nqkv, 1e-2);
+    double lerr = 0;
+    int lfinite = 1;
+    for (size_t i = 0; i < nl; i++) {
+        if (!isfinite(lse[0][i])) lfinite = 0;
+        lerr = fmax(lerr, fabs(lse[0][i] - Lref[i]));
+    }
+    CHECKF(lfinite && lerr <= 2e-3, "%s: L off by %.3g (or not finite)", what, lerr);
+    CHECKF(differ(out[0], out[1], nout) == 0, "%s: out differs between runs", what);
+    CHECKF(differ(lse[0], lse[1], nl) == 0, "%s: L differs between runs", what);
+    CHECKF(differ(dq[0], dq[1], nqkv) == 0, "%s: dqkv differs between runs", what);
+    for (int k = 0; k < 3; k++) { free(out[k]); free(lse[k]); free(dq[k]); }
+    free(qkv); free(dout); free(dqkv0); free(e); free(out_ref); free(de); free(dref); free(Lref);
+}
+
+/* One row-block and many, T = 1 and T = 1000 (no multiple of either tile:
+ * 128 and 64), T a multiple of both; causal and not; head sizes 64 and
+ * 128; NKV = NH, NH/4 and 1; GPT-2 124M's shape last. */
+static void test_attention_sm90_all(void) {
+    if (dev_open(&D[0], 0) || dev_open(&D[1], 1)) {
+        CHECK(0);
+        dev_close(&D[0]);
+        return;
+    }
+    hy_rng r = hy_rng_stream(2026, 90);
+    test_attention_sm90(&r, 1, 1, 1, 1, 64, 1);
+    test_attention_sm90(&r, 1, 1, 4, 1, 128, 0);
+    test_attention_sm90(&r, 2, 77, 4, 4, 64, 0);
+    test_attention_sm90(&r, 2, 200, 8, 2, 64, 1);
+    test_attention_sm90(&r, 1, 256, 4, 1, 64, 0);
+    test_attention_sm90(&r, 2, 129, 8, 2, 128, 0);
+    test_attention_sm90(&r, 1, 1000, 4, 1, 128, 1);
+    test_attention_sm90(&r, 1, 1000, 4, 4, 128, 0);
+    test_attention_sm90(&r, 1, 1000, 8, 2, 64, 1);
+    test_attention_sm90(&r, 2, 1024, 12, 12, 64, 1);
+    printf("attention_sm90: %d shapes compared, %d skipped (%s)\n", sm90_run, sm90_skipped,
+           sm90_skipped ? "not a compute capability 9.0 device: the default kernel runs there" : "none");
+    dev_close(&D[0]);
+    dev_close(&D[1]);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Work the backend does not own (NCCL's sums): watched like a flag */
 
 /* A stream waiting for another stream's work that never ends (a replica
@@ -1095,8 +1263,9 @@ static void test_no_gpu(void) {
     hy_run_free(&c);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);   /* as hanayo's main, before any CUDA call */
+    int only_sm90 = argc > 1 && strcmp(argv[1], "sm90") == 0;
     int gpus = 0;
     hy_error err;
     if (hy_device_count(&gpus, &err) != HY_OK) gpus = 0;
@@ -1106,6 +1275,8 @@ int main(void) {
                "the GPU comparisons are not run here\n");
         return TEST_END("cuda");
     }
+    test_attention_sm90_all();
+    if (only_sm90) return TEST_END("cuda");
     test_ops();
     test_foreign_wait(0);
     test_foreign_wait(1);

@@ -13,6 +13,8 @@
  *   foreign_wait: sleep (until the release sets foreign_stop) on a side
  *              stream of its own (forked from the rank's), then an event
  *              the rank's stream waits for through hy_cuda_wait_event
+ *   attention_sm90_*: attention_sm90.cu's entry points on the rank's
+ *              stream (the opt-in Hopper attention, for test_cuda)
  * *iter is read when the kernel runs, so a replayed graph sees the current
  * iteration. The index passed to the pattern is the element index cut to
  * 32 bits, as on the CPU. check counts with an integer atomicAdd per warp
@@ -186,9 +188,50 @@ static int cuda_test_foreign_wait(hy_stream *s, double stall_s, int *released, h
     return hy_cuda_wait_event(s, f->done, &site, foreign_release, f, err);
 }
 
+// ----------------------------------------------------------------------------
+// The Hopper attention (attention_sm90.cu), reached by the tests before the
+// production table dispatches to it
+
+static int cuda_test_sm90_supported(hy_stream *s, int T, int NH, int NKV, int hd) {
+    int major = 0, minor = 0, dev = cs_of(s)->device;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return hy_k_attention_sm90_supported(major, minor, T, NH, NKV, hd);
+}
+
+static int cuda_test_sm90_fwd(hy_stream *s, void *out, float *lse, const void *qkv, int B, int T, int NH,
+                              int NKV, int hd, int causal, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    if (rc) return rc;
+    return hy_k_attention_sm90_fwd(cs_of(s)->s, (hy_bf16 *)out, lse, (const hy_bf16 *)qkv, B, T, NH, NKV, hd,
+                                   causal, err);
+}
+
+static int cuda_test_sm90_bwd(hy_stream *s, void *dqkv, void *scratch, const void *dout, const void *qkv,
+                              const void *out, const float *lse, int B, int T, int NH, int NKV, int hd,
+                              int causal, int overwrite, hy_error *err) {
+    int rc = enter_stream(cs_of(s), err);
+    if (rc) return rc;
+    return hy_k_attention_sm90_bwd(cs_of(s)->s, (hy_bf16 *)dqkv, scratch, (const hy_bf16 *)dout,
+                                   (const hy_bf16 *)qkv, (const hy_bf16 *)out, lse, B, T, NH, NKV, hd, causal,
+                                   overwrite, err);
+}
+
 const hy_backend_test_ops *hy_cuda_test_ops(void) {
-    static const hy_backend_test_ops ops = { cuda_test_fill, cuda_test_check, cuda_test_delay,
-                                             cuda_test_add, cuda_test_foreign_wait };
+    static const hy_backend_test_ops ops = {
+        .fill = cuda_test_fill,
+        .check = cuda_test_check,
+        .delay = cuda_test_delay,
+        .add = cuda_test_add,
+        .foreign_wait = cuda_test_foreign_wait,
+        .attention_sm90_supported = cuda_test_sm90_supported,
+        .attention_sm90_scratch = hy_k_attention_sm90_scratch,
+        .attention_sm90_fwd = cuda_test_sm90_fwd,
+        .attention_sm90_bwd = cuda_test_sm90_bwd,
+    };
     return &ops;
 }
 
