@@ -37,7 +37,9 @@
  *     against the CPU backend's attention on grouped-query shapes
  *     (test_attention_sm90 says how); skipped, and counted, on a device
  *     that is not compute capability 9.0. `test_cuda sm90` runs only
- *     this (tools/gpu-check.sh's sm90 section).
+ *     this (tools/gpu-check.sh's sm90 section); `test_cuda sm90-workload
+ *     SHAPE` compares nothing and only launches both attentions for the
+ *     profiler there (sm90_workload).
  */
 #include "backend.h"
 #include "backend_test.h"
@@ -1049,6 +1051,53 @@ static void test_attention_sm90_all(void) {
     dev_close(&D[1]);
 }
 
+/* `test_cuda sm90-workload SHAPE`: no comparisons, only launches, for a
+ * profiler (tools/gpu-check.sh's sm90 section times each kernel with
+ * ncu): three forwards and backwards of the default attention
+ * (attention.cu, through the backend) and three of the Hopper one, on one
+ * layer of GPT-2 124M at B = 16 (SHAPE "124m": T = 1024, 12 heads of 64,
+ * causal) or of the head-size-128 model at B = 8 ("h128": 16 heads of
+ * 128). NKV = NH, so both read the same qkv. Random inputs: zeros can run
+ * faster than real data. Returns the exit status (2: an unknown shape). */
+static int sm90_workload(const char *shape) {
+    int B, NH, hd, T = 1024;
+    if (shape && strcmp(shape, "124m") == 0) { B = 16; NH = 12; hd = 64; }
+    else if (shape && strcmp(shape, "h128") == 0) { B = 8; NH = 16; hd = 128; }
+    else {
+        fprintf(stderr, "test_cuda sm90-workload: the shape is 124m or h128, not '%s'\n", shape ? shape : "");
+        return 2;
+    }
+    if (dev_open(&D[1], 1)) return 1;
+    dev *d = &D[1];
+    const hy_backend_ops *o = d->be->ops;
+    const hy_backend_test_ops *to = hy_backend_test_ops_of(d->be);
+    int C = NH * hd, ok = to->attention_sm90_supported(d->st, T, NH, NH, hd);
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    hy_rng r = hy_rng_stream(2026, 91);
+    float *h = rnd(&r, nqkv, 1);
+    void *qkv = put_act(d, h, nqkv), *dout = put_act(d, h, nout), *out = dev_alloc(d, nout * o->act_size);
+    void *dqkv = dev_alloc(d, nqkv * o->act_size);
+    void *att = dev_alloc(d, (size_t)B * NH * T * T * o->act_size);
+    void *scr = dev_alloc(d, o->attention_scratch(B, T, C, NH));
+    float *lse = dev_alloc(d, (size_t)B * NH * T * sizeof(float));
+    void *scr9 = dev_alloc(d, to->attention_sm90_scratch(B, T, NH));
+    int rc = 0;
+    for (int i = 0; i < 3 && !rc; i++) {
+        rc = o->attention_fwd(d->st, out, att, qkv, B, T, C, NH, 1, &d->err);
+        if (!rc) rc = o->attention_bwd(d->st, dqkv, scr, dout, qkv, att, B, T, C, NH, &d->err);
+        if (!rc && ok) rc = to->attention_sm90_fwd(d->st, out, lse, qkv, B, T, NH, NH, hd, 1, &d->err);
+        if (!rc && ok)
+            rc = to->attention_sm90_bwd(d->st, dqkv, scr9, dout, qkv, out, lse, B, T, NH, NH, hd, 1, 0, &d->err);
+        if (!rc) rc = o->sync(d->st, &d->err);
+    }
+    if (rc) fprintf(stderr, "test_cuda sm90-workload: %s\n", d->err.msg);
+    printf("sm90-workload %s: B=%d T=%d NH=%d hd=%d causal, 3 x default%s\n", shape, B, T, NH, hd,
+           ok ? " and 3 x sm90" : " (sm90: not this device)");
+    free(h);
+    dev_close(d);
+    return rc ? 1 : 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Work the backend does not own (NCCL's sums): watched like a flag */
 
@@ -1266,6 +1315,7 @@ static void test_no_gpu(void) {
 int main(int argc, char **argv) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);   /* as hanayo's main, before any CUDA call */
     int only_sm90 = argc > 1 && strcmp(argv[1], "sm90") == 0;
+    if (argc > 1 && strcmp(argv[1], "sm90-workload") == 0) return sm90_workload(argc > 2 ? argv[2] : NULL);
     int gpus = 0;
     hy_error err;
     if (hy_device_count(&gpus, &err) != HY_OK) gpus = 0;

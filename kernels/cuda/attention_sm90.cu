@@ -67,24 +67,24 @@
 #include "check.cuh"
 #include "kernels.cuh"
 
-#define S9_WG 128                   /* threads per warpgroup */
-#define S9_THREADS (3 * S9_WG)      /* producer + two consumers */
-#define S9_CONSUMERS (2 * S9_WG)
-#define S9_BIG 128                  /* rows of a block's own tile, and of the forward's key tiles */
-#define S9_SMALL 64                 /* rows of the backward's streamed tiles */
-#define S9_BOX 64                   /* bf16 columns per 128-byte swizzled row: one TMA box */
-#define S9_REGS_PRODUCER 24
-#define S9_REGS_CONSUMER 240
-#define S9_DOT_WARPS 8
-#define S9_ALIGN 256
-#define S9_LOG2E 1.4426950408889634f
+#define FA3_WG 128                   /* threads per warpgroup */
+#define FA3_THREADS (3 * FA3_WG)      /* producer + two consumers */
+#define FA3_CONSUMERS (2 * FA3_WG)
+#define FA3_BIG 128                  /* rows of a block's own tile, and of the forward's key tiles */
+#define FA3_SMALL 64                 /* rows of the backward's streamed tiles */
+#define FA3_BOX 64                   /* bf16 columns per 128-byte swizzled row: one TMA box */
+#define FA3_REGS_PRODUCER 24
+#define FA3_REGS_CONSUMER 240
+#define FA3_DOT_WARPS 8
+#define FA3_ALIGN 256
+#define FA3_LOG2E 1.4426950408889634f
 
 /* The compiled device code is sm_90a's only (Makefile); elsewhere the
  * kernels trap rather than compute nothing. */
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define S9_DEVICE_OK 1
+#define FA3_DEVICE_OK 1
 #else
-#define S9_DEVICE_OK 0
+#define FA3_DEVICE_OK 0
 #endif
 
 /* What every kernel is told. Row t of sequence b: qkv + (b·T + t)·W,
@@ -100,42 +100,42 @@ typedef struct {
     int causal, overwrite;
     int nblocks;            /* blocks of rows per (b, head) */
     float scale, scale_log2;
-} s9_args;
+} fa3_args;
 
 // ----------------------------------------------------------------------------
 // Shared memory, mbarriers, TMA
 
-static __device__ __forceinline__ uint32_t s9_smem(const void *p) {
+static __device__ __forceinline__ uint32_t fa3_smem(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-static __device__ __forceinline__ void s9_bar_init(uint32_t bar, uint32_t count) {
+static __device__ __forceinline__ void fa3_bar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
 
 /* The producer's arrival, announcing `bytes` of copies to come. */
-static __device__ __forceinline__ void s9_bar_expect(uint32_t bar, uint32_t bytes) {
+static __device__ __forceinline__ void fa3_bar_expect(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
 
-static __device__ __forceinline__ void s9_bar_arrive(uint32_t bar) {
+static __device__ __forceinline__ void fa3_bar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
 /* Until the barrier's phase of this parity has completed. */
-static __device__ __forceinline__ void s9_bar_wait(uint32_t bar, uint32_t parity) {
+static __device__ __forceinline__ void fa3_bar_wait(uint32_t bar, uint32_t parity) {
     asm volatile("{\n.reg .pred done;\n"
-                 "S9_WAIT:\n"
+                 "FA3_WAIT:\n"
                  "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra S9_WAIT;\n}\n" ::"r"(bar),
+                 "@!done bra FA3_WAIT;\n}\n" ::"r"(bar),
                  "r"(parity)
                  : "memory");
 }
 
 /* One box {64 columns, rows, 1} at (col, row, b) of the map into dst,
  * completing on bar. */
-static __device__ __forceinline__ void s9_tma(uint32_t dst, const CUtensorMap *map, uint32_t bar, int col,
+static __device__ __forceinline__ void fa3_tma(uint32_t dst, const CUtensorMap *map, uint32_t bar, int col,
                                               int row, int b) {
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
                  "[%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
@@ -145,36 +145,36 @@ static __device__ __forceinline__ void s9_tma(uint32_t dst, const CUtensorMap *m
 
 /* A tile: rows row.. of the hd columns from col, as hd/64 boxes, column
  * block c at dst + c·rows·128. */
-static __device__ __forceinline__ void s9_tma_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+static __device__ __forceinline__ void fa3_tma_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar,
                                                    int col, int row, int b, int hd, int rows) {
-    for (int c = 0; c < hd / S9_BOX; c++)
-        s9_tma(dst + (uint32_t)(c * rows * 128), map, bar, col + c * S9_BOX, row, b);
+    for (int c = 0; c < hd / FA3_BOX; c++)
+        fa3_tma(dst + (uint32_t)(c * rows * 128), map, bar, col + c * FA3_BOX, row, b);
 }
 
 // ----------------------------------------------------------------------------
 // wgmma
 
 /* A shared-memory matrix descriptor, 128-byte swizzle (the file comment). */
-static __device__ __forceinline__ uint64_t s9_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+static __device__ __forceinline__ uint64_t fa3_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |
            ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
 }
 
 /* K-major: rows r0.. of a tile of `rows` rows, k-step ks (16 columns). */
-static __device__ __forceinline__ uint64_t s9_desc_k(uint32_t tile, int rows, int r0, int ks) {
-    return s9_desc(tile + (uint32_t)((ks / 4) * rows * 128 + r0 * 128 + (ks % 4) * 32), 16, 1024);
+static __device__ __forceinline__ uint64_t fa3_desc_k(uint32_t tile, int rows, int r0, int ks) {
+    return fa3_desc(tile + (uint32_t)((ks / 4) * rows * 128 + r0 * 128 + (ks % 4) * 32), 16, 1024);
 }
 
 /* N-major: the contraction over rows 16·kk .. 16·kk+15, all columns. */
-static __device__ __forceinline__ uint64_t s9_desc_n(uint32_t tile, int rows, int kk) {
-    return s9_desc(tile + (uint32_t)(kk * 16 * 128), (uint32_t)(rows * 128), 1024);
+static __device__ __forceinline__ uint64_t fa3_desc_n(uint32_t tile, int rows, int kk) {
+    return fa3_desc(tile + (uint32_t)(kk * 16 * 128), (uint32_t)(rows * 128), 1024);
 }
 
-static __device__ __forceinline__ void s9_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-static __device__ __forceinline__ void s9_commit(void) {
+static __device__ __forceinline__ void fa3_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void fa3_commit(void) {
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
-static __device__ __forceinline__ void s9_wait_all(void) {
+static __device__ __forceinline__ void fa3_wait_all(void) {
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
 
@@ -182,7 +182,7 @@ static __device__ __forceinline__ void s9_wait_all(void) {
  * them asynchronously, so nothing may read, move or reuse them between
  * the issue and the wait. */
 template <int N>
-static __device__ __forceinline__ void s9_keep(float (&d)[N]) {
+static __device__ __forceinline__ void fa3_keep(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
@@ -190,16 +190,16 @@ static __device__ __forceinline__ void s9_keep(float (&d)[N]) {
 /* d (64 × N over the warpgroup) (+)= A · B, A and B in shared memory,
  * both K-major. accumulate = 0: d = A · B. */
 template <int N>
-__device__ __forceinline__ void s9_mma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate);
+__device__ __forceinline__ void fa3_mma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate);
 /* d (+)= A · B, A from registers (mma.sync's A fragment), B N-major. */
 template <int N>
-__device__ __forceinline__ void s9_mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, int accumulate);
+__device__ __forceinline__ void fa3_mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, int accumulate);
 
 
 /* The four shapes used: S-like products (N = 64 or 128 keys) and the
  * products into hd columns (64 or 128); written out because an asm
  * statement names each register. */
-template <> __device__ __forceinline__ void s9_mma_ss<64>(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+template <> __device__ __forceinline__ void fa3_mma_ss<64>(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
@@ -212,7 +212,7 @@ template <> __device__ __forceinline__ void s9_mma_ss<64>(float (&d)[32], uint64
                  : "l"(a), "l"(b), "r"(accumulate));
 }
 
-template <> __device__ __forceinline__ void s9_mma_ss<128>(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+template <> __device__ __forceinline__ void fa3_mma_ss<128>(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
@@ -231,7 +231,7 @@ template <> __device__ __forceinline__ void s9_mma_ss<128>(float (&d)[64], uint6
                  : "l"(a), "l"(b), "r"(accumulate));
 }
 
-template <> __device__ __forceinline__ void s9_mma_rs<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+template <> __device__ __forceinline__ void fa3_mma_rs<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
@@ -244,7 +244,7 @@ template <> __device__ __forceinline__ void s9_mma_rs<64>(float (&d)[32], const 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
-template <> __device__ __forceinline__ void s9_mma_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+template <> __device__ __forceinline__ void fa3_mma_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
@@ -268,7 +268,7 @@ template <> __device__ __forceinline__ void s9_mma_rs<128>(float (&d)[64], const
 // Pieces the consumers share
 
 /* Two values as one register of bf16 pairs, the first in the low half. */
-static __device__ __forceinline__ uint32_t s9_pack(float lo, float hi) {
+static __device__ __forceinline__ uint32_t fa3_pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     uint32_t u;
     memcpy(&u, &v, sizeof u);
@@ -278,34 +278,34 @@ static __device__ __forceinline__ uint32_t s9_pack(float lo, float hi) {
 /* Accumulator columns 16·kk .. 16·kk+15 as the A fragment of those 16
  * columns, rounded to bf16. */
 template <int N>
-static __device__ __forceinline__ void s9_to_a(uint32_t (&a)[N / 16][4], const float (&d)[N / 2]) {
+static __device__ __forceinline__ void fa3_to_a(uint32_t (&a)[N / 16][4], const float (&d)[N / 2]) {
 #pragma unroll
     for (int kk = 0; kk < N / 16; kk++) {
-        a[kk][0] = s9_pack(d[8 * kk + 0], d[8 * kk + 1]);
-        a[kk][1] = s9_pack(d[8 * kk + 2], d[8 * kk + 3]);
-        a[kk][2] = s9_pack(d[8 * kk + 4], d[8 * kk + 5]);
-        a[kk][3] = s9_pack(d[8 * kk + 6], d[8 * kk + 7]);
+        a[kk][0] = fa3_pack(d[8 * kk + 0], d[8 * kk + 1]);
+        a[kk][1] = fa3_pack(d[8 * kk + 2], d[8 * kk + 3]);
+        a[kk][2] = fa3_pack(d[8 * kk + 4], d[8 * kk + 5]);
+        a[kk][3] = fa3_pack(d[8 * kk + 6], d[8 * kk + 7]);
     }
 }
 
 /* The accumulator's column of register i for this lane (0 .. N−1), and
  * its row among the warp's 16 (0 .. 15). */
-static __device__ __forceinline__ int s9_col(int i) { return 8 * (i >> 2) + 2 * (threadIdx.x & 3) + (i & 1); }
-static __device__ __forceinline__ int s9_row(int i) { return ((threadIdx.x & 31) >> 2) + 8 * ((i >> 1) & 1); }
+static __device__ __forceinline__ int fa3_col(int i) { return 8 * (i >> 2) + 2 * (threadIdx.x & 3) + (i & 1); }
+static __device__ __forceinline__ int fa3_row(int i) { return ((threadIdx.x & 31) >> 2) + 8 * ((i >> 1) & 1); }
 
 /* Rows t0 .. of [*, ld] array p, columns col0 .. col0+hd−1 (+)= factor ·
  * d, rounded to bf16, rows below T only: this warp's 16 rows of the
  * consumer's 64 (t0 is the consumer's first row). Each element has one
  * owner; pairs are stored as one word. */
 template <int HD>
-static __device__ __forceinline__ void s9_store_rows(hy_bf16 *p, size_t ld, int t0, int T, int col0,
+static __device__ __forceinline__ void fa3_store_rows(hy_bf16 *p, size_t ld, int t0, int T, int col0,
                                                      const float (&d)[HD / 2], float factor, int add) {
-    int warp16 = ((threadIdx.x % S9_WG) >> 5) * 16;
+    int warp16 = ((threadIdx.x % FA3_WG) >> 5) * 16;
 #pragma unroll
     for (int i = 0; i < HD / 2; i += 2) {
-        int row = t0 + warp16 + s9_row(i);
+        int row = t0 + warp16 + fa3_row(i);
         if (row >= T) continue;
-        __nv_bfloat162 *q = (__nv_bfloat162 *)(p + (size_t)row * ld + col0 + s9_col(i));
+        __nv_bfloat162 *q = (__nv_bfloat162 *)(p + (size_t)row * ld + col0 + fa3_col(i));
         float lo = d[i] * factor, hi = d[i + 1] * factor;
         if (add) {
             float2 old = __bfloat1622float2(*q);
@@ -319,7 +319,7 @@ static __device__ __forceinline__ void s9_store_rows(hy_bf16 *p, size_t ld, int 
 /* The producer's copies: the block's own tiles once (on `once`), then
  * `steps` streamed tiles through the ring; where() says, for step i,
  * the two tiles' (column, row) in their maps. Only one thread runs it. */
-struct s9_ring {
+struct fa3_ring {
     uint32_t full, empty;    /* shared addresses of the first barrier of each kind */
     uint32_t tiles;          /* the first stage's first tile */
     uint32_t stage_bytes;    /* two tiles */
@@ -329,77 +329,77 @@ struct s9_ring {
 // Forward: a block per 128 queries of one (b, h), key tiles of 128
 
 template <int HD, int STAGES>
-static __global__ void __launch_bounds__(S9_THREADS, 1)
-    s9_fwd_kernel(const __grid_constant__ CUtensorMap qkv_map, const s9_args a) {
-#if S9_DEVICE_OK
+static __global__ void __launch_bounds__(FA3_THREADS, 1)
+    fa3_fwd_kernel(const __grid_constant__ CUtensorMap qkv_map, const fa3_args a) {
+#if FA3_DEVICE_OK
     __shared__ __align__(8) uint64_t bars[2 * STAGES + 1];
-    extern __shared__ uint8_t s9_dyn[];
-    const uint32_t TILE = S9_BIG * HD * 2;
-    const uint32_t sq = (s9_smem(s9_dyn) + 1023u) & ~1023u, ring = sq + TILE;
-    const uint32_t full = s9_smem(bars), empty = full + 8 * STAGES, qbar = full + 16 * STAGES;
+    extern __shared__ uint8_t fa3_dyn[];
+    const uint32_t TILE = FA3_BIG * HD * 2;
+    const uint32_t sq = (fa3_smem(fa3_dyn) + 1023u) & ~1023u, ring = sq + TILE;
+    const uint32_t full = fa3_smem(bars), empty = full + 8 * STAGES, qbar = full + 16 * STAGES;
     int BH = a.B * a.NH, i0 = (int)blockIdx.x, bh = i0 % BH;
     int qb = a.nblocks - 1 - i0 / BH, b = bh / a.NH, h = bh % a.NH, kvh = h / a.group;
-    int q0 = qb * S9_BIG, nk = (a.T + S9_BIG - 1) / S9_BIG;
+    int q0 = qb * FA3_BIG, nk = (a.T + FA3_BIG - 1) / FA3_BIG;
     int ntiles = a.causal ? min(qb + 1, nk) : nk;
-    int wg = threadIdx.x / S9_WG;
+    int wg = threadIdx.x / FA3_WG;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            s9_bar_init(full + 8 * s, 1);
-            s9_bar_init(empty + 8 * s, S9_CONSUMERS);
+            fa3_bar_init(full + 8 * s, 1);
+            fa3_bar_init(empty + 8 * s, FA3_CONSUMERS);
         }
-        s9_bar_init(qbar, 1);
+        fa3_bar_init(qbar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(S9_REGS_PRODUCER));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FA3_REGS_PRODUCER));
         if (threadIdx.x == 0) {
-            s9_bar_expect(qbar, TILE);
-            s9_tma_tile(sq, &qkv_map, qbar, h * a.hd, q0, b, HD, S9_BIG);
+            fa3_bar_expect(qbar, TILE);
+            fa3_tma_tile(sq, &qkv_map, qbar, h * a.hd, q0, b, HD, FA3_BIG);
             int kcol = (a.NH + kvh) * a.hd, vcol = (a.NH + a.NKV + kvh) * a.hd;
             for (int i = 0; i < ntiles; i++) {
                 int s = i % STAGES;
-                if (i >= STAGES) s9_bar_wait(empty + 8 * s, (uint32_t)((i / STAGES - 1) & 1));
+                if (i >= STAGES) fa3_bar_wait(empty + 8 * s, (uint32_t)((i / STAGES - 1) & 1));
                 uint32_t sk = ring + (uint32_t)s * 2 * TILE;
-                s9_bar_expect(full + 8 * s, 2 * TILE);
-                s9_tma_tile(sk, &qkv_map, full + 8 * s, kcol, i * S9_BIG, b, HD, S9_BIG);
-                s9_tma_tile(sk + TILE, &qkv_map, full + 8 * s, vcol, i * S9_BIG, b, HD, S9_BIG);
+                fa3_bar_expect(full + 8 * s, 2 * TILE);
+                fa3_tma_tile(sk, &qkv_map, full + 8 * s, kcol, i * FA3_BIG, b, HD, FA3_BIG);
+                fa3_tma_tile(sk + TILE, &qkv_map, full + 8 * s, vcol, i * FA3_BIG, b, HD, FA3_BIG);
             }
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(S9_REGS_CONSUMER));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FA3_REGS_CONSUMER));
 
     /* A consumer: 64 query rows, from r0 (its warp: 16 of them). */
-    const int cw = wg - 1, r0 = q0 + cw * 64, warp16 = ((threadIdx.x % S9_WG) >> 5) * 16;
+    const int cw = wg - 1, r0 = q0 + cw * 64, warp16 = ((threadIdx.x % FA3_WG) >> 5) * 16;
     float o[HD / 2];
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
     float m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
-    s9_bar_wait(qbar, 0);
+    fa3_bar_wait(qbar, 0);
     for (int it = 0; it < ntiles; it++) {
-        int s = it % STAGES, k0 = it * S9_BIG;
+        int s = it % STAGES, k0 = it * FA3_BIG;
         uint32_t sk = ring + (uint32_t)s * 2 * TILE, sv = sk + TILE;
-        s9_bar_wait(full + 8 * s, (uint32_t)((it / STAGES) & 1));
+        fa3_bar_wait(full + 8 * s, (uint32_t)((it / STAGES) & 1));
 
         /* S = Q Kᵀ: 64 rows × 128 keys */
-        float sc[S9_BIG / 2];
-        s9_fence();
+        float sc[FA3_BIG / 2];
+        fa3_fence();
 #pragma unroll
         for (int ks = 0; ks < HD / 16; ks++)
-            s9_mma_ss<S9_BIG>(sc, s9_desc_k(sq, S9_BIG, cw * 64, ks), s9_desc_k(sk, S9_BIG, 0, ks), ks > 0);
-        s9_commit();
-        s9_keep(sc);
-        s9_wait_all();
-        s9_keep(sc);
+            fa3_mma_ss<FA3_BIG>(sc, fa3_desc_k(sq, FA3_BIG, cw * 64, ks), fa3_desc_k(sk, FA3_BIG, 0, ks), ks > 0);
+        fa3_commit();
+        fa3_keep(sc);
+        fa3_wait_all();
+        fa3_keep(sc);
 
         /* The online softmax in the log2 domain, masked keys −inf. */
         float mx[2] = { m[0], m[1] };
 #pragma unroll
-        for (int i = 0; i < S9_BIG / 2; i++) {
-            int key = k0 + s9_col(i), row = r0 + warp16 + s9_row(i);
+        for (int i = 0; i < FA3_BIG / 2; i++) {
+            int key = k0 + fa3_col(i), row = r0 + warp16 + fa3_row(i);
             float x = sc[i] * a.scale_log2;
             if (key >= a.T || (a.causal && key > row)) x = -INFINITY;
             sc[i] = x;
@@ -420,24 +420,24 @@ static __global__ void __launch_bounds__(S9_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < HD / 2; i++) o[i] *= alpha[(i >> 1) & 1];
 #pragma unroll
-        for (int i = 0; i < S9_BIG / 2; i++) {
+        for (int i = 0; i < FA3_BIG / 2; i++) {
             float p = exp2f(sc[i] - m[(i >> 1) & 1]);
             sc[i] = p;
             l[(i >> 1) & 1] += p;
         }
-        uint32_t pa[S9_BIG / 16][4];
-        s9_to_a<S9_BIG>(pa, sc);
+        uint32_t pa[FA3_BIG / 16][4];
+        fa3_to_a<FA3_BIG>(pa, sc);
 
         /* O += P V */
-        s9_keep(o);
-        s9_fence();
+        fa3_keep(o);
+        fa3_fence();
 #pragma unroll
-        for (int kk = 0; kk < S9_BIG / 16; kk++) s9_mma_rs<HD>(o, pa[kk], s9_desc_n(sv, S9_BIG, kk), 1);
-        s9_commit();
-        s9_keep(o);
-        s9_wait_all();
-        s9_keep(o);
-        s9_bar_arrive(empty + 8 * s);
+        for (int kk = 0; kk < FA3_BIG / 16; kk++) fa3_mma_rs<HD>(o, pa[kk], fa3_desc_n(sv, FA3_BIG, kk), 1);
+        fa3_commit();
+        fa3_keep(o);
+        fa3_wait_all();
+        fa3_keep(o);
+        fa3_bar_arrive(empty + 8 * s);
     }
 
 #pragma unroll
@@ -449,11 +449,11 @@ static __global__ void __launch_bounds__(S9_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) o[i] *= inv[(i >> 1) & 1];
     size_t ld = (size_t)a.NH * a.hd;
-    s9_store_rows<HD>(a.out + (size_t)b * a.T * ld, ld, r0, a.T, h * a.hd, o, 1.0f, 0);
+    fa3_store_rows<HD>(a.out + (size_t)b * a.T * ld, ld, r0, a.T, h * a.hd, o, 1.0f, 0);
     if ((threadIdx.x & 3) == 0)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            int row = r0 + warp16 + s9_row(2 * r);
+            int row = r0 + warp16 + fa3_row(2 * r);
             if (row < a.T) a.lse[(size_t)bh * a.T + row] = m[r] + log2f(l[r]);
         }
 #else
@@ -467,9 +467,9 @@ static __global__ void __launch_bounds__(S9_THREADS, 1)
 
 /* D = rowsum(dO ∘ O), one warp per row (b, h, t), lanes over d, a fixed
  * xor tree. */
-static __global__ void s9_dot_kernel(const s9_args a, size_t rows) {
+static __global__ void fa3_dot_kernel(const fa3_args a, size_t rows) {
     int lane = threadIdx.x & 31;
-    size_t r = (size_t)blockIdx.x * S9_DOT_WARPS + (threadIdx.x >> 5);
+    size_t r = (size_t)blockIdx.x * FA3_DOT_WARPS + (threadIdx.x >> 5);
     if (r >= rows) return;
     size_t bh = r / (size_t)a.T, t = r % (size_t)a.T;
     size_t b = bh / (size_t)a.NH, h = bh % (size_t)a.NH;
@@ -487,116 +487,116 @@ static __global__ void s9_dot_kernel(const s9_args a, size_t rows) {
  * rows), so Pᵀ and dSᵀ are A operands straight from the accumulators:
  *   Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, dV += Pᵀ dO, dK += dSᵀ Q. */
 template <int HD, int STAGES>
-static __global__ void __launch_bounds__(S9_THREADS, 1)
-    s9_bwd_kv_kernel(const __grid_constant__ CUtensorMap qkv_big, const __grid_constant__ CUtensorMap qkv_small,
-                     const __grid_constant__ CUtensorMap do_small, const s9_args a) {
-#if S9_DEVICE_OK
+static __global__ void __launch_bounds__(FA3_THREADS, 1)
+    fa3_bwd_kv_kernel(const __grid_constant__ CUtensorMap qkv_big, const __grid_constant__ CUtensorMap qkv_small,
+                     const __grid_constant__ CUtensorMap do_small, const fa3_args a) {
+#if FA3_DEVICE_OK
     __shared__ __align__(8) uint64_t bars[2 * STAGES + 1];
-    extern __shared__ uint8_t s9_dyn[];
-    const uint32_t BIG = S9_BIG * HD * 2, SMALL = S9_SMALL * HD * 2;
-    const uint32_t sk = (s9_smem(s9_dyn) + 1023u) & ~1023u, sv = sk + BIG, ring = sv + BIG;
-    const uint32_t full = s9_smem(bars), empty = full + 8 * STAGES, kvbar = full + 16 * STAGES;
+    extern __shared__ uint8_t fa3_dyn[];
+    const uint32_t BIG = FA3_BIG * HD * 2, SMALL = FA3_SMALL * HD * 2;
+    const uint32_t sk = (fa3_smem(fa3_dyn) + 1023u) & ~1023u, sv = sk + BIG, ring = sv + BIG;
+    const uint32_t full = fa3_smem(bars), empty = full + 8 * STAGES, kvbar = full + 16 * STAGES;
     int BKV = a.B * a.NKV, i0 = (int)blockIdx.x, bk = i0 % BKV;
-    int kb = i0 / BKV, b = bk / a.NKV, kvh = bk % a.NKV, k0 = kb * S9_BIG;
-    int nq = (a.T + S9_SMALL - 1) / S9_SMALL, first = a.causal ? k0 / S9_SMALL : 0;
+    int kb = i0 / BKV, b = bk / a.NKV, kvh = bk % a.NKV, k0 = kb * FA3_BIG;
+    int nq = (a.T + FA3_SMALL - 1) / FA3_SMALL, first = a.causal ? k0 / FA3_SMALL : 0;
     int per_head = nq - first, steps = a.group * per_head;
-    int wg = threadIdx.x / S9_WG;
+    int wg = threadIdx.x / FA3_WG;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            s9_bar_init(full + 8 * s, 1);
-            s9_bar_init(empty + 8 * s, S9_CONSUMERS);
+            fa3_bar_init(full + 8 * s, 1);
+            fa3_bar_init(empty + 8 * s, FA3_CONSUMERS);
         }
-        s9_bar_init(kvbar, 1);
+        fa3_bar_init(kvbar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(S9_REGS_PRODUCER));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FA3_REGS_PRODUCER));
         if (threadIdx.x == 0) {
-            s9_bar_expect(kvbar, 2 * BIG);
-            s9_tma_tile(sk, &qkv_big, kvbar, (a.NH + kvh) * a.hd, k0, b, HD, S9_BIG);
-            s9_tma_tile(sv, &qkv_big, kvbar, (a.NH + a.NKV + kvh) * a.hd, k0, b, HD, S9_BIG);
+            fa3_bar_expect(kvbar, 2 * BIG);
+            fa3_tma_tile(sk, &qkv_big, kvbar, (a.NH + kvh) * a.hd, k0, b, HD, FA3_BIG);
+            fa3_tma_tile(sv, &qkv_big, kvbar, (a.NH + a.NKV + kvh) * a.hd, k0, b, HD, FA3_BIG);
             for (int i = 0; i < steps; i++) {
-                int s = i % STAGES, h = kvh * a.group + i / per_head, q0 = (first + i % per_head) * S9_SMALL;
-                if (i >= STAGES) s9_bar_wait(empty + 8 * s, (uint32_t)((i / STAGES - 1) & 1));
+                int s = i % STAGES, h = kvh * a.group + i / per_head, q0 = (first + i % per_head) * FA3_SMALL;
+                if (i >= STAGES) fa3_bar_wait(empty + 8 * s, (uint32_t)((i / STAGES - 1) & 1));
                 uint32_t sq = ring + (uint32_t)s * 2 * SMALL;
-                s9_bar_expect(full + 8 * s, 2 * SMALL);
-                s9_tma_tile(sq, &qkv_small, full + 8 * s, h * a.hd, q0, b, HD, S9_SMALL);
-                s9_tma_tile(sq + SMALL, &do_small, full + 8 * s, h * a.hd, q0, b, HD, S9_SMALL);
+                fa3_bar_expect(full + 8 * s, 2 * SMALL);
+                fa3_tma_tile(sq, &qkv_small, full + 8 * s, h * a.hd, q0, b, HD, FA3_SMALL);
+                fa3_tma_tile(sq + SMALL, &do_small, full + 8 * s, h * a.hd, q0, b, HD, FA3_SMALL);
             }
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(S9_REGS_CONSUMER));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FA3_REGS_CONSUMER));
 
-    const int cw = wg - 1, kr0 = k0 + cw * 64, warp16 = ((threadIdx.x % S9_WG) >> 5) * 16;
+    const int cw = wg - 1, kr0 = k0 + cw * 64, warp16 = ((threadIdx.x % FA3_WG) >> 5) * 16;
     float dk[HD / 2], dv[HD / 2];
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.0f;
-    s9_bar_wait(kvbar, 0);
+    fa3_bar_wait(kvbar, 0);
     for (int it = 0; it < steps; it++) {
-        int s = it % STAGES, h = kvh * a.group + it / per_head, q0 = (first + it % per_head) * S9_SMALL;
+        int s = it % STAGES, h = kvh * a.group + it / per_head, q0 = (first + it % per_head) * FA3_SMALL;
         uint32_t sq = ring + (uint32_t)s * 2 * SMALL, sdo = sq + SMALL;
-        s9_bar_wait(full + 8 * s, (uint32_t)((it / STAGES) & 1));
+        fa3_bar_wait(full + 8 * s, (uint32_t)((it / STAGES) & 1));
 
-        float st[S9_SMALL / 2], dpt[S9_SMALL / 2];
-        s9_fence();
+        float st[FA3_SMALL / 2], dpt[FA3_SMALL / 2];
+        fa3_fence();
 #pragma unroll
         for (int ks = 0; ks < HD / 16; ks++)
-            s9_mma_ss<S9_SMALL>(st, s9_desc_k(sk, S9_BIG, cw * 64, ks), s9_desc_k(sq, S9_SMALL, 0, ks), ks > 0);
+            fa3_mma_ss<FA3_SMALL>(st, fa3_desc_k(sk, FA3_BIG, cw * 64, ks), fa3_desc_k(sq, FA3_SMALL, 0, ks), ks > 0);
 #pragma unroll
         for (int ks = 0; ks < HD / 16; ks++)
-            s9_mma_ss<S9_SMALL>(dpt, s9_desc_k(sv, S9_BIG, cw * 64, ks), s9_desc_k(sdo, S9_SMALL, 0, ks), ks > 0);
-        s9_commit();
-        s9_keep(st);
-        s9_keep(dpt);
+            fa3_mma_ss<FA3_SMALL>(dpt, fa3_desc_k(sv, FA3_BIG, cw * 64, ks), fa3_desc_k(sdo, FA3_SMALL, 0, ks), ks > 0);
+        fa3_commit();
+        fa3_keep(st);
+        fa3_keep(dpt);
         /* L and D of this lane's query columns, read while the products run */
         const float *L = a.lse + ((size_t)b * a.NH + h) * a.T, *Dv = a.dsum + ((size_t)b * a.NH + h) * a.T;
-        float lq[S9_SMALL / 4], dd[S9_SMALL / 4];
+        float lq[FA3_SMALL / 4], dd[FA3_SMALL / 4];
 #pragma unroll
-        for (int i = 0; i < S9_SMALL / 4; i++) {
-            int q = q0 + s9_col(4 * (i >> 1) + (i & 1));
+        for (int i = 0; i < FA3_SMALL / 4; i++) {
+            int q = q0 + fa3_col(4 * (i >> 1) + (i & 1));
             lq[i] = q < a.T ? __ldg(L + q) : 0.0f;
             dd[i] = q < a.T ? __ldg(Dv + q) : 0.0f;
         }
-        s9_wait_all();
-        s9_keep(st);
-        s9_keep(dpt);
+        fa3_wait_all();
+        fa3_keep(st);
+        fa3_keep(dpt);
 
         /* Pᵀ = exp2(Sᵀ·scale·log2e − L) (0 where masked), dSᵀ = Pᵀ ∘ (dPᵀ − D) */
 #pragma unroll
-        for (int i = 0; i < S9_SMALL / 2; i++) {
+        for (int i = 0; i < FA3_SMALL / 2; i++) {
             int c = (i >> 2) * 2 + (i & 1);   /* into lq, dd: this lane's columns in order */
-            int query = q0 + s9_col(i), key = kr0 + warp16 + s9_row(i);
+            int query = q0 + fa3_col(i), key = kr0 + warp16 + fa3_row(i);
             float p = exp2f(st[i] * a.scale_log2 - lq[c]);
             if (query >= a.T || key >= a.T || (a.causal && key > query)) p = 0.0f;
             st[i] = p;
             dpt[i] = p * (dpt[i] - dd[c]);
         }
-        uint32_t pa[S9_SMALL / 16][4], dsa[S9_SMALL / 16][4];
-        s9_to_a<S9_SMALL>(pa, st);
-        s9_to_a<S9_SMALL>(dsa, dpt);
+        uint32_t pa[FA3_SMALL / 16][4], dsa[FA3_SMALL / 16][4];
+        fa3_to_a<FA3_SMALL>(pa, st);
+        fa3_to_a<FA3_SMALL>(dsa, dpt);
 
-        s9_keep(dv);
-        s9_keep(dk);
-        s9_fence();
+        fa3_keep(dv);
+        fa3_keep(dk);
+        fa3_fence();
 #pragma unroll
-        for (int kk = 0; kk < S9_SMALL / 16; kk++) s9_mma_rs<HD>(dv, pa[kk], s9_desc_n(sdo, S9_SMALL, kk), 1);
+        for (int kk = 0; kk < FA3_SMALL / 16; kk++) fa3_mma_rs<HD>(dv, pa[kk], fa3_desc_n(sdo, FA3_SMALL, kk), 1);
 #pragma unroll
-        for (int kk = 0; kk < S9_SMALL / 16; kk++) s9_mma_rs<HD>(dk, dsa[kk], s9_desc_n(sq, S9_SMALL, kk), 1);
-        s9_commit();
-        s9_keep(dv);
-        s9_keep(dk);
-        s9_wait_all();
-        s9_keep(dv);
-        s9_keep(dk);
-        s9_bar_arrive(empty + 8 * s);
+        for (int kk = 0; kk < FA3_SMALL / 16; kk++) fa3_mma_rs<HD>(dk, dsa[kk], fa3_desc_n(sq, FA3_SMALL, kk), 1);
+        fa3_commit();
+        fa3_keep(dv);
+        fa3_keep(dk);
+        fa3_wait_all();
+        fa3_keep(dv);
+        fa3_keep(dk);
+        fa3_bar_arrive(empty + 8 * s);
     }
     hy_bf16 *base = a.dqkv + (size_t)b * a.T * a.W;
-    s9_store_rows<HD>(base, (size_t)a.W, kr0, a.T, (a.NH + kvh) * a.hd, dk, a.scale, !a.overwrite);
-    s9_store_rows<HD>(base, (size_t)a.W, kr0, a.T, (a.NH + a.NKV + kvh) * a.hd, dv, 1.0f, !a.overwrite);
+    fa3_store_rows<HD>(base, (size_t)a.W, kr0, a.T, (a.NH + kvh) * a.hd, dk, a.scale, !a.overwrite);
+    fa3_store_rows<HD>(base, (size_t)a.W, kr0, a.T, (a.NH + a.NKV + kvh) * a.hd, dv, 1.0f, !a.overwrite);
 #else
     (void)a;
     __trap();
@@ -606,106 +606,106 @@ static __global__ void __launch_bounds__(S9_THREADS, 1)
 /* dQ of 128 queries of one (b, h): the key tiles of 64 up to the
  * diagonal. S = Q Kᵀ, dP = dO Vᵀ, dQ += dS K. */
 template <int HD, int STAGES>
-static __global__ void __launch_bounds__(S9_THREADS, 1)
-    s9_bwd_q_kernel(const __grid_constant__ CUtensorMap qkv_big, const __grid_constant__ CUtensorMap qkv_small,
-                    const __grid_constant__ CUtensorMap do_big, const s9_args a) {
-#if S9_DEVICE_OK
+static __global__ void __launch_bounds__(FA3_THREADS, 1)
+    fa3_bwd_q_kernel(const __grid_constant__ CUtensorMap qkv_big, const __grid_constant__ CUtensorMap qkv_small,
+                    const __grid_constant__ CUtensorMap do_big, const fa3_args a) {
+#if FA3_DEVICE_OK
     __shared__ __align__(8) uint64_t bars[2 * STAGES + 1];
-    extern __shared__ uint8_t s9_dyn[];
-    const uint32_t BIG = S9_BIG * HD * 2, SMALL = S9_SMALL * HD * 2;
-    const uint32_t sq = (s9_smem(s9_dyn) + 1023u) & ~1023u, sdo = sq + BIG, ring = sdo + BIG;
-    const uint32_t full = s9_smem(bars), empty = full + 8 * STAGES, qbar = full + 16 * STAGES;
+    extern __shared__ uint8_t fa3_dyn[];
+    const uint32_t BIG = FA3_BIG * HD * 2, SMALL = FA3_SMALL * HD * 2;
+    const uint32_t sq = (fa3_smem(fa3_dyn) + 1023u) & ~1023u, sdo = sq + BIG, ring = sdo + BIG;
+    const uint32_t full = fa3_smem(bars), empty = full + 8 * STAGES, qbar = full + 16 * STAGES;
     int BH = a.B * a.NH, i0 = (int)blockIdx.x, bh = i0 % BH;
     int qb = a.nblocks - 1 - i0 / BH, b = bh / a.NH, h = bh % a.NH, kvh = h / a.group;
-    int q0 = qb * S9_BIG, nk = (a.T + S9_SMALL - 1) / S9_SMALL;
-    int steps = a.causal ? min((q0 + S9_BIG - 1) / S9_SMALL + 1, nk) : nk;
-    int wg = threadIdx.x / S9_WG;
+    int q0 = qb * FA3_BIG, nk = (a.T + FA3_SMALL - 1) / FA3_SMALL;
+    int steps = a.causal ? min((q0 + FA3_BIG - 1) / FA3_SMALL + 1, nk) : nk;
+    int wg = threadIdx.x / FA3_WG;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            s9_bar_init(full + 8 * s, 1);
-            s9_bar_init(empty + 8 * s, S9_CONSUMERS);
+            fa3_bar_init(full + 8 * s, 1);
+            fa3_bar_init(empty + 8 * s, FA3_CONSUMERS);
         }
-        s9_bar_init(qbar, 1);
+        fa3_bar_init(qbar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(S9_REGS_PRODUCER));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FA3_REGS_PRODUCER));
         if (threadIdx.x == 0) {
-            s9_bar_expect(qbar, 2 * BIG);
-            s9_tma_tile(sq, &qkv_big, qbar, h * a.hd, q0, b, HD, S9_BIG);
-            s9_tma_tile(sdo, &do_big, qbar, h * a.hd, q0, b, HD, S9_BIG);
+            fa3_bar_expect(qbar, 2 * BIG);
+            fa3_tma_tile(sq, &qkv_big, qbar, h * a.hd, q0, b, HD, FA3_BIG);
+            fa3_tma_tile(sdo, &do_big, qbar, h * a.hd, q0, b, HD, FA3_BIG);
             int kcol = (a.NH + kvh) * a.hd, vcol = (a.NH + a.NKV + kvh) * a.hd;
             for (int i = 0; i < steps; i++) {
                 int s = i % STAGES;
-                if (i >= STAGES) s9_bar_wait(empty + 8 * s, (uint32_t)((i / STAGES - 1) & 1));
+                if (i >= STAGES) fa3_bar_wait(empty + 8 * s, (uint32_t)((i / STAGES - 1) & 1));
                 uint32_t sk = ring + (uint32_t)s * 2 * SMALL;
-                s9_bar_expect(full + 8 * s, 2 * SMALL);
-                s9_tma_tile(sk, &qkv_small, full + 8 * s, kcol, i * S9_SMALL, b, HD, S9_SMALL);
-                s9_tma_tile(sk + SMALL, &qkv_small, full + 8 * s, vcol, i * S9_SMALL, b, HD, S9_SMALL);
+                fa3_bar_expect(full + 8 * s, 2 * SMALL);
+                fa3_tma_tile(sk, &qkv_small, full + 8 * s, kcol, i * FA3_SMALL, b, HD, FA3_SMALL);
+                fa3_tma_tile(sk + SMALL, &qkv_small, full + 8 * s, vcol, i * FA3_SMALL, b, HD, FA3_SMALL);
             }
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(S9_REGS_CONSUMER));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FA3_REGS_CONSUMER));
 
-    const int cw = wg - 1, r0 = q0 + cw * 64, warp16 = ((threadIdx.x % S9_WG) >> 5) * 16;
+    const int cw = wg - 1, r0 = q0 + cw * 64, warp16 = ((threadIdx.x % FA3_WG) >> 5) * 16;
     float L[2], Dr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        int row = r0 + warp16 + s9_row(2 * r);
+        int row = r0 + warp16 + fa3_row(2 * r);
         L[r] = row < a.T ? a.lse[(size_t)bh * a.T + row] : 0.0f;
         Dr[r] = row < a.T ? a.dsum[(size_t)bh * a.T + row] : 0.0f;
     }
     float dq[HD / 2];
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) dq[i] = 0.0f;
-    s9_bar_wait(qbar, 0);
+    fa3_bar_wait(qbar, 0);
     for (int it = 0; it < steps; it++) {
-        int s = it % STAGES, k0 = it * S9_SMALL;
+        int s = it % STAGES, k0 = it * FA3_SMALL;
         uint32_t sk = ring + (uint32_t)s * 2 * SMALL, sv = sk + SMALL;
-        s9_bar_wait(full + 8 * s, (uint32_t)((it / STAGES) & 1));
+        fa3_bar_wait(full + 8 * s, (uint32_t)((it / STAGES) & 1));
 
-        float sc[S9_SMALL / 2], dp[S9_SMALL / 2];
-        s9_fence();
+        float sc[FA3_SMALL / 2], dp[FA3_SMALL / 2];
+        fa3_fence();
 #pragma unroll
         for (int ks = 0; ks < HD / 16; ks++)
-            s9_mma_ss<S9_SMALL>(sc, s9_desc_k(sq, S9_BIG, cw * 64, ks), s9_desc_k(sk, S9_SMALL, 0, ks), ks > 0);
+            fa3_mma_ss<FA3_SMALL>(sc, fa3_desc_k(sq, FA3_BIG, cw * 64, ks), fa3_desc_k(sk, FA3_SMALL, 0, ks), ks > 0);
 #pragma unroll
         for (int ks = 0; ks < HD / 16; ks++)
-            s9_mma_ss<S9_SMALL>(dp, s9_desc_k(sdo, S9_BIG, cw * 64, ks), s9_desc_k(sv, S9_SMALL, 0, ks), ks > 0);
-        s9_commit();
-        s9_keep(sc);
-        s9_keep(dp);
-        s9_wait_all();
-        s9_keep(sc);
-        s9_keep(dp);
+            fa3_mma_ss<FA3_SMALL>(dp, fa3_desc_k(sdo, FA3_BIG, cw * 64, ks), fa3_desc_k(sv, FA3_SMALL, 0, ks), ks > 0);
+        fa3_commit();
+        fa3_keep(sc);
+        fa3_keep(dp);
+        fa3_wait_all();
+        fa3_keep(sc);
+        fa3_keep(dp);
 
         /* dS = P ∘ (dP − D), P = exp2(S·scale·log2e − L), 0 where masked */
 #pragma unroll
-        for (int i = 0; i < S9_SMALL / 2; i++) {
-            int r = (i >> 1) & 1, key = k0 + s9_col(i), row = r0 + warp16 + s9_row(i);
+        for (int i = 0; i < FA3_SMALL / 2; i++) {
+            int r = (i >> 1) & 1, key = k0 + fa3_col(i), row = r0 + warp16 + fa3_row(i);
             float p = exp2f(sc[i] * a.scale_log2 - L[r]);
             if (key >= a.T || row >= a.T || (a.causal && key > row)) p = 0.0f;
             dp[i] = p * (dp[i] - Dr[r]);
         }
-        uint32_t dsa[S9_SMALL / 16][4];
-        s9_to_a<S9_SMALL>(dsa, dp);
+        uint32_t dsa[FA3_SMALL / 16][4];
+        fa3_to_a<FA3_SMALL>(dsa, dp);
 
-        s9_keep(dq);
-        s9_fence();
+        fa3_keep(dq);
+        fa3_fence();
 #pragma unroll
-        for (int kk = 0; kk < S9_SMALL / 16; kk++) s9_mma_rs<HD>(dq, dsa[kk], s9_desc_n(sk, S9_SMALL, kk), 1);
-        s9_commit();
-        s9_keep(dq);
-        s9_wait_all();
-        s9_keep(dq);
-        s9_bar_arrive(empty + 8 * s);
+        for (int kk = 0; kk < FA3_SMALL / 16; kk++) fa3_mma_rs<HD>(dq, dsa[kk], fa3_desc_n(sk, FA3_SMALL, kk), 1);
+        fa3_commit();
+        fa3_keep(dq);
+        fa3_wait_all();
+        fa3_keep(dq);
+        fa3_bar_arrive(empty + 8 * s);
     }
     size_t ld = (size_t)a.W;
-    s9_store_rows<HD>(a.dqkv + (size_t)b * a.T * ld, ld, r0, a.T, h * a.hd, dq, a.scale, !a.overwrite);
+    fa3_store_rows<HD>(a.dqkv + (size_t)b * a.T * ld, ld, r0, a.T, h * a.hd, dq, a.scale, !a.overwrite);
 #else
     (void)a;
     __trap();
@@ -717,16 +717,16 @@ static __global__ void __launch_bounds__(S9_THREADS, 1)
 
 /* Stages of the ring: three where the tiles are small (hd 64), two where
  * three would not fit beside the block's own tiles (hd 128). */
-static constexpr int s9_stages(int hd) { return hd == 64 ? 3 : 2; }
+static constexpr int fa3_stages(int hd) { return hd == 64 ? 3 : 2; }
 
 /* Dynamic shared memory: the block's own tiles, the ring, and 1024 bytes
  * to align the first tile (the swizzle's period). */
-static size_t s9_fwd_smem(int hd) {
-    size_t tile = (size_t)S9_BIG * hd * 2;
-    return 1024 + tile + (size_t)s9_stages(hd) * 2 * tile;
+static size_t fa3_fwd_smem(int hd) {
+    size_t tile = (size_t)FA3_BIG * hd * 2;
+    return 1024 + tile + (size_t)fa3_stages(hd) * 2 * tile;
 }
-static size_t s9_bwd_smem(int hd) {
-    return 1024 + 2 * (size_t)S9_BIG * hd * 2 + (size_t)s9_stages(hd) * 2 * (size_t)S9_SMALL * hd * 2;
+static size_t fa3_bwd_smem(int hd) {
+    return 1024 + 2 * (size_t)FA3_BIG * hd * 2 + (size_t)fa3_stages(hd) * 2 * (size_t)FA3_SMALL * hd * 2;
 }
 
 int hy_k_attention_sm90_supported(int cc_major, int cc_minor, int T, int NH, int NKV, int hd) {
@@ -736,30 +736,30 @@ int hy_k_attention_sm90_supported(int cc_major, int cc_minor, int T, int NH, int
     return 1;
 }
 
-static size_t s9_align(size_t n) { return (n + S9_ALIGN - 1) / S9_ALIGN * S9_ALIGN; }
+static size_t fa3_align(size_t n) { return (n + FA3_ALIGN - 1) / FA3_ALIGN * FA3_ALIGN; }
 
 size_t hy_k_attention_sm90_scratch(int B, int T, int NH) {
     if (B <= 0 || T <= 0 || NH <= 0) return 0;
-    return s9_align((size_t)B * NH * T * sizeof(float));   /* D */
+    return fa3_align((size_t)B * NH * T * sizeof(float));   /* D */
 }
 
 /* cuTensorMapEncodeTiled, found once through the runtime (so the
  * program needs no -lcuda); the lookup's result is kept, success or not. */
-typedef PFN_cuTensorMapEncodeTiled_v12000 s9_encode_fn;
+typedef PFN_cuTensorMapEncodeTiled_v12000 fa3_encode_fn;
 typedef struct {
-    s9_encode_fn fn;
+    fa3_encode_fn fn;
     cudaError_t rc;
     cudaDriverEntryPointQueryResult found;
-} s9_encoder;
+} fa3_encoder;
 
-static const s9_encoder &s9_encoder_get(void) {
-    static const s9_encoder e = [] {
-        s9_encoder r;
+static const fa3_encoder &fa3_encoder_get(void) {
+    static const fa3_encoder e = [] {
+        fa3_encoder r;
         void *fn = NULL;
         r.found = cudaDriverEntryPointSymbolNotFound;
         r.rc = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
                                                 &r.found);
-        r.fn = (s9_encode_fn)fn;
+        r.fn = (fa3_encode_fn)fn;
         return r;
     }();
     return e;
@@ -767,16 +767,16 @@ static const s9_encoder &s9_encoder_get(void) {
 
 /* The map of a bf16 array [B, T, width] (row stride width), read in
  * boxes of 64 columns × rows rows, 128-byte swizzled, zeros past T. */
-static int s9_map(CUtensorMap *m, const hy_bf16 *base, int width, int T, int B, int rows, const char *op,
+static int fa3_map(CUtensorMap *m, const hy_bf16 *base, int width, int T, int B, int rows, const char *op,
                   const char *what, hy_error *err) {
-    const s9_encoder &e = s9_encoder_get();
+    const fa3_encoder &e = fa3_encoder_get();
     if (e.rc != cudaSuccess) return HY_CUDA_FAIL(err, e.rc, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
     if (e.found != cudaDriverEntryPointSuccess || !e.fn)
         return hy_fail(err, HY_ERR_RUNTIME, "%s: the driver has no cuTensorMapEncodeTiled (query result %d)", op,
                        (int)e.found);
     cuuint64_t dims[3] = { (cuuint64_t)width, (cuuint64_t)T, (cuuint64_t)B };
     cuuint64_t strides[2] = { (cuuint64_t)width * 2, (cuuint64_t)width * 2 * (cuuint64_t)T };
-    cuuint32_t box[3] = { S9_BOX, (cuuint32_t)rows, 1 };
+    cuuint32_t box[3] = { FA3_BOX, (cuuint32_t)rows, 1 };
     cuuint32_t step[3] = { 1, 1, 1 };
     CUresult r = e.fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)base, dims, strides, box, step,
                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -787,21 +787,21 @@ static int s9_map(CUtensorMap *m, const hy_bf16 *base, int width, int T, int B, 
     return HY_OK;
 }
 
-static int s9_aligned(const void *p, uintptr_t n) { return ((uintptr_t)p & (n - 1)) == 0; }
+static int fa3_aligned(const void *p, uintptr_t n) { return ((uintptr_t)p & (n - 1)) == 0; }
 
 /* The arguments every kernel shares, checked: a shape this kernel takes
  * (hy_k_attention_sm90_supported, less the device), and qkv 16-byte
  * aligned (TMA's rule for a map's base). */
-static int s9_args_make(s9_args *a, const hy_bf16 *qkv, int B, int T, int NH, int NKV, int hd, int causal,
+static int fa3_args_make(fa3_args *a, const hy_bf16 *qkv, int B, int T, int NH, int NKV, int hd, int causal,
                         const char *op, hy_error *err) {
     memset(a, 0, sizeof *a);
     if (!hy_k_attention_sm90_supported(9, 0, T, NH, NKV, hd))
         return hy_fail(err, HY_ERR_RUNTIME, "%s: %d query heads, %d key/value heads of size %d, T = %d: not a shape "
                        "the sm90 attention takes (head size 64 or 128, NH a multiple of NKV)", op, NH, NKV, hd, T);
-    if (!s9_aligned(qkv, 16))
+    if (!fa3_aligned(qkv, 16))
         return hy_fail(err, HY_ERR_RUNTIME, "%s: qkv at %p is not 16-byte aligned (the bulk copies need it)", op,
                        (const void *)qkv);
-    int nblocks = (T + S9_BIG - 1) / S9_BIG;
+    int nblocks = (T + FA3_BIG - 1) / FA3_BIG;
     if ((size_t)B * NH * nblocks > (size_t)INT32_MAX)
         return hy_fail(err, HY_ERR_RUNTIME, "%s: %d x %d heads of %d tokens are too many blocks", op, B, NH, T);
     a->B = B;
@@ -814,18 +814,18 @@ static int s9_args_make(s9_args *a, const hy_bf16 *qkv, int B, int T, int NH, in
     a->causal = causal != 0;
     a->nblocks = nblocks;
     a->scale = 1.0f / sqrtf((float)hd);
-    a->scale_log2 = a->scale * S9_LOG2E;
+    a->scale_log2 = a->scale * FA3_LOG2E;
     return HY_OK;
 }
 
 /* One launch of a warp-specialized kernel: its shared memory allowed
  * first (over the 48 KB default), then the launch, checked. */
 template <typename... P, typename... A>
-static int s9_launch(void (*kernel)(P...), unsigned grid, size_t smem, cudaStream_t s, const char *what,
+static int fa3_launch(void (*kernel)(P...), unsigned grid, size_t smem, cudaStream_t s, const char *what,
                      hy_error *err, const A &...args) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return HY_CUDA_FAIL(err, e, what);
-    kernel<<<grid, S9_THREADS, smem, s>>>(args...);
+    kernel<<<grid, FA3_THREADS, smem, s>>>(args...);
     e = cudaGetLastError();
     return e == cudaSuccess ? HY_OK : HY_CUDA_FAIL(err, e, what);
 }
@@ -834,19 +834,19 @@ int hy_k_attention_sm90_fwd(cudaStream_t s, hy_bf16 *out, float *lse, const hy_b
                             int NKV, int hd, int causal, hy_error *err) {
     if (B <= 0 || T <= 0) return HY_OK;
     const char *op = "attention_sm90_fwd";
-    s9_args a;
-    int rc = s9_args_make(&a, qkv, B, T, NH, NKV, hd, causal, op, err);
+    fa3_args a;
+    int rc = fa3_args_make(&a, qkv, B, T, NH, NKV, hd, causal, op, err);
     if (rc) return rc;
-    if (!s9_aligned(out, 4)) return hy_fail(err, HY_ERR_RUNTIME, "%s: out is not 4-byte aligned", op);
+    if (!fa3_aligned(out, 4)) return hy_fail(err, HY_ERR_RUNTIME, "%s: out is not 4-byte aligned", op);
     a.out = out;
     a.lse = lse;
     CUtensorMap map;
-    if ((rc = s9_map(&map, qkv, a.W, T, B, S9_BIG, op, "qkv", err))) return rc;
+    if ((rc = fa3_map(&map, qkv, a.W, T, B, FA3_BIG, op, "qkv", err))) return rc;
     unsigned grid = (unsigned)((size_t)B * NH * a.nblocks);
     if (hd == 64)
-        return s9_launch(s9_fwd_kernel<64, s9_stages(64)>, grid, s9_fwd_smem(64), s, "attention_sm90_fwd (kernel launch)",
+        return fa3_launch(fa3_fwd_kernel<64, fa3_stages(64)>, grid, fa3_fwd_smem(64), s, "attention_sm90_fwd (kernel launch)",
                          err, map, a);
-    return s9_launch(s9_fwd_kernel<128, s9_stages(128)>, grid, s9_fwd_smem(128), s, "attention_sm90_fwd (kernel launch)",
+    return fa3_launch(fa3_fwd_kernel<128, fa3_stages(128)>, grid, fa3_fwd_smem(128), s, "attention_sm90_fwd (kernel launch)",
                      err, map, a);
 }
 
@@ -855,11 +855,11 @@ int hy_k_attention_sm90_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const 
                             int overwrite, hy_error *err) {
     if (B <= 0 || T <= 0) return HY_OK;
     const char *op = "attention_sm90_bwd";
-    s9_args a;
-    int rc = s9_args_make(&a, qkv, B, T, NH, NKV, hd, causal, op, err);
+    fa3_args a;
+    int rc = fa3_args_make(&a, qkv, B, T, NH, NKV, hd, causal, op, err);
     if (rc) return rc;
-    if (!s9_aligned(dout, 16)) return hy_fail(err, HY_ERR_RUNTIME, "%s: dout is not 16-byte aligned", op);
-    if (!s9_aligned(dqkv, 4)) return hy_fail(err, HY_ERR_RUNTIME, "%s: dqkv is not 4-byte aligned", op);
+    if (!fa3_aligned(dout, 16)) return hy_fail(err, HY_ERR_RUNTIME, "%s: dout is not 16-byte aligned", op);
+    if (!fa3_aligned(dqkv, 4)) return hy_fail(err, HY_ERR_RUNTIME, "%s: dqkv is not 4-byte aligned", op);
     a.o = out;
     a.dout = dout;
     a.lse = (float *)lse;   /* read only here */
@@ -867,27 +867,27 @@ int hy_k_attention_sm90_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const 
     a.dqkv = dqkv;
     a.overwrite = overwrite != 0;
     CUtensorMap qkv_big, qkv_small, do_big, do_small;
-    if ((rc = s9_map(&qkv_big, qkv, a.W, T, B, S9_BIG, op, "qkv", err)) ||
-        (rc = s9_map(&qkv_small, qkv, a.W, T, B, S9_SMALL, op, "qkv", err)) ||
-        (rc = s9_map(&do_big, dout, NH * hd, T, B, S9_BIG, op, "dout", err)) ||
-        (rc = s9_map(&do_small, dout, NH * hd, T, B, S9_SMALL, op, "dout", err)))
+    if ((rc = fa3_map(&qkv_big, qkv, a.W, T, B, FA3_BIG, op, "qkv", err)) ||
+        (rc = fa3_map(&qkv_small, qkv, a.W, T, B, FA3_SMALL, op, "qkv", err)) ||
+        (rc = fa3_map(&do_big, dout, NH * hd, T, B, FA3_BIG, op, "dout", err)) ||
+        (rc = fa3_map(&do_small, dout, NH * hd, T, B, FA3_SMALL, op, "dout", err)))
         return rc;
 
     size_t n = (size_t)B * NH * T;
-    s9_dot_kernel<<<(unsigned)((n + S9_DOT_WARPS - 1) / S9_DOT_WARPS), 32 * S9_DOT_WARPS, 0, s>>>(a, n);
+    fa3_dot_kernel<<<(unsigned)((n + FA3_DOT_WARPS - 1) / FA3_DOT_WARPS), 32 * FA3_DOT_WARPS, 0, s>>>(a, n);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     unsigned grid_kv = (unsigned)((size_t)B * NKV * a.nblocks), grid_q = (unsigned)((size_t)B * NH * a.nblocks);
     if (hd == 64) {
-        if ((rc = s9_launch(s9_bwd_kv_kernel<64, s9_stages(64)>, grid_kv, s9_bwd_smem(64), s,
+        if ((rc = fa3_launch(fa3_bwd_kv_kernel<64, fa3_stages(64)>, grid_kv, fa3_bwd_smem(64), s,
                             "attention_sm90_bwd (dk, dv)", err, qkv_big, qkv_small, do_small, a)))
             return rc;
-        return s9_launch(s9_bwd_q_kernel<64, s9_stages(64)>, grid_q, s9_bwd_smem(64), s, "attention_sm90_bwd (dq)",
+        return fa3_launch(fa3_bwd_q_kernel<64, fa3_stages(64)>, grid_q, fa3_bwd_smem(64), s, "attention_sm90_bwd (dq)",
                          err, qkv_big, qkv_small, do_big, a);
     }
-    if ((rc = s9_launch(s9_bwd_kv_kernel<128, s9_stages(128)>, grid_kv, s9_bwd_smem(128), s,
+    if ((rc = fa3_launch(fa3_bwd_kv_kernel<128, fa3_stages(128)>, grid_kv, fa3_bwd_smem(128), s,
                         "attention_sm90_bwd (dk, dv)", err, qkv_big, qkv_small, do_small, a)))
         return rc;
-    return s9_launch(s9_bwd_q_kernel<128, s9_stages(128)>, grid_q, s9_bwd_smem(128), s, "attention_sm90_bwd (dq)",
+    return fa3_launch(fa3_bwd_q_kernel<128, fa3_stages(128)>, grid_q, fa3_bwd_smem(128), s, "attention_sm90_bwd (dq)",
                      err, qkv_big, qkv_small, do_big, a);
 }
 
@@ -901,12 +901,12 @@ int hy_k_attention_sm90_preload(hy_error *err) {
     HY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), err);
     HY_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), err);
     if (!hy_k_attention_sm90_supported(major, minor, 1, 1, 1, 64)) return HY_OK;
-    HY_CUDA_PRELOAD((s9_fwd_kernel<64, s9_stages(64)>), err);
-    HY_CUDA_PRELOAD((s9_fwd_kernel<128, s9_stages(128)>), err);
-    HY_CUDA_PRELOAD((s9_bwd_kv_kernel<64, s9_stages(64)>), err);
-    HY_CUDA_PRELOAD((s9_bwd_kv_kernel<128, s9_stages(128)>), err);
-    HY_CUDA_PRELOAD((s9_bwd_q_kernel<64, s9_stages(64)>), err);
-    HY_CUDA_PRELOAD((s9_bwd_q_kernel<128, s9_stages(128)>), err);
-    HY_CUDA_PRELOAD(s9_dot_kernel, err);
+    HY_CUDA_PRELOAD((fa3_fwd_kernel<64, fa3_stages(64)>), err);
+    HY_CUDA_PRELOAD((fa3_fwd_kernel<128, fa3_stages(128)>), err);
+    HY_CUDA_PRELOAD((fa3_bwd_kv_kernel<64, fa3_stages(64)>), err);
+    HY_CUDA_PRELOAD((fa3_bwd_kv_kernel<128, fa3_stages(128)>), err);
+    HY_CUDA_PRELOAD((fa3_bwd_q_kernel<64, fa3_stages(64)>), err);
+    HY_CUDA_PRELOAD((fa3_bwd_q_kernel<128, fa3_stages(128)>), err);
+    HY_CUDA_PRELOAD(fa3_dot_kernel, err);
     return HY_OK;
 }
