@@ -316,15 +316,6 @@ static __device__ __forceinline__ void fa3_store_rows(hy_bf16 *p, size_t ld, int
     }
 }
 
-/* The producer's copies: the block's own tiles once (on `once`), then
- * `steps` streamed tiles through the ring; where() says, for step i,
- * the two tiles' (column, row) in their maps. Only one thread runs it. */
-struct fa3_ring {
-    uint32_t full, empty;    /* shared addresses of the first barrier of each kind */
-    uint32_t tiles;          /* the first stage's first tile */
-    uint32_t stage_bytes;    /* two tiles */
-};
-
 // ----------------------------------------------------------------------------
 // Forward: a block per 128 queries of one (b, h), key tiles of 128
 
@@ -818,15 +809,34 @@ static int fa3_args_make(fa3_args *a, const hy_bf16 *qkv, int B, int T, int NH, 
     return HY_OK;
 }
 
-/* One launch of a warp-specialized kernel: its shared memory allowed
- * first (over the 48 KB default), then the launch, checked. */
+/* Every kernel's dynamic shared memory (over the 48 KB default) allowed
+ * on the current device: once per device, by the preload (before any
+ * capture) or else at the first launch there. Setting it twice from two
+ * ranks' threads is harmless. */
+#define FA3_MAX_DEVICES 64
+static int fa3_smem_set[FA3_MAX_DEVICES];
+
+static int fa3_allow_smem(hy_error *err) {
+    int dev = 0;
+    HY_CUDA_CHECK(cudaGetDevice(&dev), err);
+    if (dev >= 0 && dev < FA3_MAX_DEVICES && __atomic_load_n(&fa3_smem_set[dev], __ATOMIC_ACQUIRE)) return HY_OK;
+    const cudaFuncAttribute A = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    HY_CUDA_CHECK(cudaFuncSetAttribute(fa3_fwd_kernel<64, fa3_stages(64)>, A, (int)fa3_fwd_smem(64)), err);
+    HY_CUDA_CHECK(cudaFuncSetAttribute(fa3_fwd_kernel<128, fa3_stages(128)>, A, (int)fa3_fwd_smem(128)), err);
+    HY_CUDA_CHECK(cudaFuncSetAttribute(fa3_bwd_kv_kernel<64, fa3_stages(64)>, A, (int)fa3_bwd_smem(64)), err);
+    HY_CUDA_CHECK(cudaFuncSetAttribute(fa3_bwd_kv_kernel<128, fa3_stages(128)>, A, (int)fa3_bwd_smem(128)), err);
+    HY_CUDA_CHECK(cudaFuncSetAttribute(fa3_bwd_q_kernel<64, fa3_stages(64)>, A, (int)fa3_bwd_smem(64)), err);
+    HY_CUDA_CHECK(cudaFuncSetAttribute(fa3_bwd_q_kernel<128, fa3_stages(128)>, A, (int)fa3_bwd_smem(128)), err);
+    if (dev >= 0 && dev < FA3_MAX_DEVICES) __atomic_store_n(&fa3_smem_set[dev], 1, __ATOMIC_RELEASE);
+    return HY_OK;
+}
+
+/* One launch of a warp-specialized kernel, checked. */
 template <typename... P, typename... A>
 static int fa3_launch(void (*kernel)(P...), unsigned grid, size_t smem, cudaStream_t s, const char *what,
-                     hy_error *err, const A &...args) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess) return HY_CUDA_FAIL(err, e, what);
+                      hy_error *err, const A &...args) {
     kernel<<<grid, FA3_THREADS, smem, s>>>(args...);
-    e = cudaGetLastError();
+    cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? HY_OK : HY_CUDA_FAIL(err, e, what);
 }
 
@@ -842,6 +852,7 @@ int hy_k_attention_sm90_fwd(cudaStream_t s, hy_bf16 *out, float *lse, const hy_b
     a.lse = lse;
     CUtensorMap map;
     if ((rc = fa3_map(&map, qkv, a.W, T, B, FA3_BIG, op, "qkv", err))) return rc;
+    if ((rc = fa3_allow_smem(err))) return rc;
     unsigned grid = (unsigned)((size_t)B * NH * a.nblocks);
     if (hd == 64)
         return fa3_launch(fa3_fwd_kernel<64, fa3_stages(64)>, grid, fa3_fwd_smem(64), s, "attention_sm90_fwd (kernel launch)",
@@ -870,7 +881,8 @@ int hy_k_attention_sm90_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const 
     if ((rc = fa3_map(&qkv_big, qkv, a.W, T, B, FA3_BIG, op, "qkv", err)) ||
         (rc = fa3_map(&qkv_small, qkv, a.W, T, B, FA3_SMALL, op, "qkv", err)) ||
         (rc = fa3_map(&do_big, dout, NH * hd, T, B, FA3_BIG, op, "dout", err)) ||
-        (rc = fa3_map(&do_small, dout, NH * hd, T, B, FA3_SMALL, op, "dout", err)))
+        (rc = fa3_map(&do_small, dout, NH * hd, T, B, FA3_SMALL, op, "dout", err)) ||
+        (rc = fa3_allow_smem(err)))
         return rc;
 
     size_t n = (size_t)B * NH * T;
@@ -908,5 +920,5 @@ int hy_k_attention_sm90_preload(hy_error *err) {
     HY_CUDA_PRELOAD((fa3_bwd_q_kernel<64, fa3_stages(64)>), err);
     HY_CUDA_PRELOAD((fa3_bwd_q_kernel<128, fa3_stages(128)>), err);
     HY_CUDA_PRELOAD(fa3_dot_kernel, err);
-    return HY_OK;
+    return fa3_allow_smem(err);
 }
