@@ -226,7 +226,7 @@ if wanted sm90; then
     [ -n "$NCU" ] || note "sm90: ncu not found here; no hanayo kernel times"
     for shape in 124m h128; do
         [ -n "$NCU" ] || break
-        limited 60 "$NCU" --clock-control none --cache-control none --kernel-name 'regex:^fa3?_' \
+        limited 60 "$NCU" --clock-control none --cache-control none --kernel-name 'regex:fa3?_' \
             --metrics gpu__time_duration.sum --csv --page raw --print-units base \
             --log-file "$logs/ncu-sm90-$shape.csv" "$bin/test_cuda" sm90-workload "$shape" \
             >"$logs/ncu-sm90-$shape.log" 2>&1 ||
