@@ -242,8 +242,9 @@ $(HY_OBJ)/%.o: %.cu $(HY_FLAGS_STAMP)
 	$(NVCC) $(HY_NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c -o $@ $<
 
 # The Hopper attention is built for sm_90a alone (the -gencode form: the
-# -arch=sm_90a shorthand also runs a plain sm_90 pass that rejects wgmma).
-$(HY_OBJ)/kernels/cuda/attention_sm90.o: CUDA_GENCODE = $(CUDA_GENCODE_SM90A)
+# -arch=sm_90a shorthand also runs a plain sm_90 pass that rejects wgmma),
+# whatever CUDA_GENCODE the command line gives the rest.
+$(HY_OBJ)/kernels/cuda/attention_sm90.o: override CUDA_GENCODE = $(CUDA_GENCODE_SM90A)
 
 $(HY_LIB): $(HY_LIB_OBJS) $(HY_MEMBERS_STAMP)
 	@rm -f $@
