@@ -71,7 +71,6 @@ static size_t fa_align(size_t n) { return (n + FA_ALIGN - 1) / FA_ALIGN * FA_ALI
 typedef struct {
     const hy_bf16 *qkv;
     const hy_bf16 *dout;     /* backward: dO; forward: unused */
-    const hy_bf16 *o;        /* backward: the forward's output (for D) */
     hy_bf16 *out;            /* forward: out */
     float *lse;              /* forward writes, backward reads: L */
     float *dsum;             /* backward: D */
@@ -377,19 +376,21 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
 // Backward
 
 /* D = rowsum(dO ∘ O), one warp per row (b, h, t), lanes over d, a fixed
- * xor tree. */
-static __global__ void fa_dot_kernel(fa_args a, size_t rows) {
+ * xor tree (hy_k_attention_dsum: attention_sm90.cu's backward starts with
+ * it too). */
+static __global__ void fa_dot_kernel(float *dsum, const hy_bf16 *dout, const hy_bf16 *o, int T,
+                                     int NH, int hd, size_t rows) {
     int lane = threadIdx.x & 31;
     size_t r = (size_t)blockIdx.x * FA_DOT_WARPS + (threadIdx.x >> 5);
     if (r >= rows) return;
-    size_t bh = r / (size_t)a.T, t = r % (size_t)a.T;
-    size_t b = bh / (size_t)a.NH, h = bh % (size_t)a.NH;
-    size_t at = (b * a.T + t) * a.C + h * a.hd;
+    size_t bh = r / (size_t)T, t = r % (size_t)T;
+    size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
+    size_t at = (b * T + t) * (size_t)NH * hd + h * hd;
     float acc = 0.0f;
-    for (int d = lane; d < a.hd; d += 32)
-        acc += __bfloat162float(a.dout[at + d]) * __bfloat162float(a.o[at + d]);
+    for (int d = lane; d < hd; d += 32)
+        acc += __bfloat162float(dout[at + d]) * __bfloat162float(o[at + d]);
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) a.dsum[r] = acc;
+    if (lane == 0) dsum[r] = acc;
 }
 
 /* dK and dV of 64 keys of one kv head j of sequence b: for each query
@@ -606,17 +607,24 @@ int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf
     int rc = fa_args_make(&a, qkv, B, T, NH, NKV, hd, causal, "attention_bwd", err);
     if (rc) return rc;
     a.lse = (float *)lse;   /* read only by the backward's kernels */
-    a.o = out;
     a.dout = dout;
     a.vec_do = hd % 8 == 0 && fa_aligned16(dout);
     a.dsum = (float *)scratch;
     a.dqkv = dqkv;
     a.overwrite = overwrite != 0;
-    size_t n = (size_t)a.BH * T;
-    fa_dot_kernel<<<(unsigned)((n + FA_DOT_WARPS - 1) / FA_DOT_WARPS), 32 * FA_DOT_WARPS, 0, s>>>(a, n);
-    HY_CUDA_CHECK(cudaGetLastError(), err);
+    if ((rc = hy_k_attention_dsum(s, a.dsum, dout, out, B, T, NH, hd, err))) return rc;
     if ((rc = fa_run(fa_kv, &a, NKV, s, "attention_bwd (dk, dv)", err))) return rc;
     return fa_run(fa_dq, &a, NH, s, "attention_bwd (dq)", err);
+}
+
+int hy_k_attention_dsum(cudaStream_t s, float *dsum, const hy_bf16 *dout, const hy_bf16 *out, int B,
+                        int T, int NH, int hd, hy_error *err) {
+    size_t n = (size_t)B * NH * T;
+    if (n == 0) return HY_OK;
+    fa_dot_kernel<<<(unsigned)((n + FA_DOT_WARPS - 1) / FA_DOT_WARPS), 32 * FA_DOT_WARPS, 0, s>>>(
+        dsum, dout, out, T, NH, hd, n);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? HY_OK : HY_CUDA_FAIL(err, e, "attention backward (D = rowsum(dO * O))");
 }
 
 // ----------------------------------------------------------------------------
