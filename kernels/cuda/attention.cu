@@ -54,6 +54,7 @@
 
 #include "check.cuh"
 #include "kernels.cuh"
+#include "flash.cuh"
 
 #define FA_ROWS 64                  /* queries (or keys) per block, and per tile */
 #define FA_WARPS 4                  /* 16 rows each */
@@ -91,14 +92,6 @@ static __device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], c
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-/* Two values as one register of bf16 pairs, the first in the low half. */
-static __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    return u;
 }
 
 static __device__ __forceinline__ uint32_t fa_pack_bf(hy_bf16 lo, hy_bf16 hi) {
@@ -143,10 +136,10 @@ static __device__ __forceinline__ void fa_frag_b_rows_k(uint32_t b[2], const hy_
 /* Two accumulators (columns 0..7 and 8..15) as the A fragment of 16 rows
  * by those 16 columns, rounded to bf16. */
 static __device__ __forceinline__ void fa_acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
-    a[0] = fa_pack(lo[0], lo[1]);
-    a[1] = fa_pack(lo[2], lo[3]);
-    a[2] = fa_pack(hi[0], hi[1]);
-    a[3] = fa_pack(hi[2], hi[3]);
+    a[0] = hy_k_pack_bf16x2(lo[0], lo[1]);
+    a[1] = hy_k_pack_bf16x2(lo[2], lo[3]);
+    a[2] = hy_k_pack_bf16x2(hi[0], hi[1]);
+    a[3] = hy_k_pack_bf16x2(hi[2], hi[3]);
 }
 
 /* Rows r0 .. r0+63 (those < T) of a [*, stride] array from g, columns
@@ -321,18 +314,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
             }
         }
-        /* The row's four lanes agree on its max; key 0 is in the first
-         * tile of every row, so the max is finite from then on. */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        }
-        float alpha[2] = { exp2f(m[0] - mx[0]), exp2f(m[1] - mx[1]) };
-        m[0] = mx[0];
-        m[1] = mx[1];
-        l[0] *= alpha[0];
-        l[1] *= alpha[1];
+        float alpha[2];
+        hy_k_softmax_step(m, l, mx, alpha);
 #pragma unroll
         for (int dt = 0; dt < HD / 8; dt++) {
             o[dt][0] *= alpha[0];
@@ -351,12 +334,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
         fa_acc_times_tile<HD>(o, s, sv);   /* O += P V */
         __syncthreads();
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    float inv[2] = { 1.0f / l[0], 1.0f / l[1] };   /* l >= 1: the max term is exp2(0) */
+    float inv[2], L[2];
+    hy_k_softmax_end(m, l, inv, L);
 #pragma unroll
     for (int dt = 0; dt < HD / 8; dt++)
 #pragma unroll
@@ -369,7 +348,7 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
     if (t == 0)
 #pragma unroll
         for (int r = 0; r < 2; r++)
-            if (rows[r] < T) a.lse[((size_t)w.b * a.NH + h) * T + rows[r]] = m[r] + log2f(l[r]);
+            if (rows[r] < T) a.lse[((size_t)w.b * a.NH + h) * T + rows[r]] = L[r];
 }
 
 // ----------------------------------------------------------------------------

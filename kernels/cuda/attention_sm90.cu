@@ -67,6 +67,7 @@
 
 #include "check.cuh"
 #include "kernels.cuh"
+#include "flash.cuh"
 
 #define FA3_WG 128                   /* threads per warpgroup */
 #define FA3_THREADS (3 * FA3_WG)      /* producer + two consumers */
@@ -264,24 +265,16 @@ template <> __device__ __forceinline__ void fa3_mma_rs<128>(float (&d)[64], cons
 // ----------------------------------------------------------------------------
 // Pieces the consumers share
 
-/* Two values as one register of bf16 pairs, the first in the low half. */
-static __device__ __forceinline__ uint32_t fa3_pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    return u;
-}
-
 /* Accumulator columns 16·kk .. 16·kk+15 as the A fragment of those 16
  * columns, rounded to bf16. */
 template <int N>
 static __device__ __forceinline__ void fa3_to_a(uint32_t (&a)[N / 16][4], const float (&d)[N / 2]) {
 #pragma unroll
     for (int kk = 0; kk < N / 16; kk++) {
-        a[kk][0] = fa3_pack(d[8 * kk + 0], d[8 * kk + 1]);
-        a[kk][1] = fa3_pack(d[8 * kk + 2], d[8 * kk + 3]);
-        a[kk][2] = fa3_pack(d[8 * kk + 4], d[8 * kk + 5]);
-        a[kk][3] = fa3_pack(d[8 * kk + 6], d[8 * kk + 7]);
+        a[kk][0] = hy_k_pack_bf16x2(d[8 * kk + 0], d[8 * kk + 1]);
+        a[kk][1] = hy_k_pack_bf16x2(d[8 * kk + 2], d[8 * kk + 3]);
+        a[kk][2] = hy_k_pack_bf16x2(d[8 * kk + 4], d[8 * kk + 5]);
+        a[kk][3] = hy_k_pack_bf16x2(d[8 * kk + 6], d[8 * kk + 7]);
     }
 }
 
@@ -393,18 +386,8 @@ static __global__ void __launch_bounds__(FA3_THREADS, 1)
             sc[i] = x;
             mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
         }
-        /* A row's four lanes agree on its max; key 0 is in the first tile
-         * of every row, so the max is finite from then on. */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        }
-        float alpha[2] = { exp2f(m[0] - mx[0]), exp2f(m[1] - mx[1]) };
-        m[0] = mx[0];
-        m[1] = mx[1];
-        l[0] *= alpha[0];
-        l[1] *= alpha[1];
+        float alpha[2];
+        hy_k_softmax_step(m, l, mx, alpha);
 #pragma unroll
         for (int i = 0; i < HD / 2; i++) o[i] *= alpha[(i >> 1) & 1];
 #pragma unroll
@@ -428,12 +411,8 @@ static __global__ void __launch_bounds__(FA3_THREADS, 1)
         fa3_bar_arrive(empty + 8 * s);
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    float inv[2] = { 1.0f / l[0], 1.0f / l[1] };   /* l >= 1: the max term is exp2(0) */
+    float inv[2], L[2];
+    hy_k_softmax_end(m, l, inv, L);
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) o[i] *= inv[(i >> 1) & 1];
     size_t ld = (size_t)a.NH * a.hd;
@@ -442,7 +421,7 @@ static __global__ void __launch_bounds__(FA3_THREADS, 1)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             int row = r0 + warp16 + fa3_row(2 * r);
-            if (row < a.T) a.lse[(size_t)bh * a.T + row] = m[r] + log2f(l[r]);
+            if (row < a.T) a.lse[(size_t)bh * a.T + row] = L[r];
         }
 #else
     (void)a;
