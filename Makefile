@@ -41,6 +41,9 @@
 #   NVCC=path         the CUDA compiler (default: found as above)
 #   CUDA_GENCODE      GPU targets (default: sm_90 code + compute_90 PTX, so
 #                     Hopper runs native code and newer GPUs JIT the PTX)
+#   CUDA_GENCODE_SM90A  the targets of kernels/cuda/attention_sm90.cu alone
+#                     (default: sm_90a machine code only; wgmma and setmaxnreg
+#                     exist nowhere else, and its launcher runs it on 9.0 only)
 #   CC, CFLAGS, LDFLAGS, NVCCFLAGS   as usual (CFLAGS default: -O2 -g;
 #                     NVCCFLAGS: -O2 -g -lineinfo, device lines for profilers)
 #   BUILD=dir         build directory (default: build)
@@ -125,6 +128,7 @@ CUDA_LIBDIR := $(firstword $(foreach d,$(HY_CUDA_CANDIDATES),\
     $(patsubst %/libcudart_static.a,%,$(wildcard $(d)/libcudart_static.a))))
 endif
 CUDA_GENCODE ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+CUDA_GENCODE_SM90A ?= -gencode arch=compute_90a,code=sm_90a
 HY_CUDA_LIBS = $(CUDA_LIBDIR)/libcudart_static.a -ldl -lrt -lpthread \
     -L$(CUDA_LIBDIR) -lcublasLt -Wl,-rpath,$(CUDA_LIBDIR) -lstdc++
 endif
@@ -218,7 +222,7 @@ HY_FLAGS_STAMP := $(BUILD)/flags.stamp
 HY_MEMBERS_STAMP := $(BUILD)/members.stamp
 
 $(HY_FLAGS_STAMP): FORCE
-	@$(call hy_stamp,$@,$(CC) $(HY_CPPFLAGS) $(HY_CFLAGS) | $(NVCC) $(HY_NVCCFLAGS) | $(HY_LDFLAGS) $(HY_LDLIBS) | mpi $(HY_MPI_CFLAGS))
+	@$(call hy_stamp,$@,$(CC) $(HY_CPPFLAGS) $(HY_CFLAGS) | $(NVCC) $(HY_NVCCFLAGS) $(CUDA_GENCODE_SM90A) | $(HY_LDFLAGS) $(HY_LDLIBS) | mpi $(HY_MPI_CFLAGS))
 
 
 $(HY_MEMBERS_STAMP): FORCE
@@ -236,6 +240,11 @@ $(HY_OBJ)/lib/dp.o: lib/dp.c $(HY_FLAGS_STAMP)
 $(HY_OBJ)/%.o: %.cu $(HY_FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(HY_NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c -o $@ $<
+
+# The Hopper attention is built for sm_90a alone (the -gencode form: the
+# -arch=sm_90a shorthand also runs a plain sm_90 pass that rejects wgmma),
+# whatever CUDA_GENCODE the command line gives the rest.
+$(HY_OBJ)/kernels/cuda/attention_sm90.o: override CUDA_GENCODE = $(CUDA_GENCODE_SM90A)
 
 $(HY_LIB): $(HY_LIB_OBJS) $(HY_MEMBERS_STAMP)
 	@rm -f $@

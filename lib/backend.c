@@ -74,9 +74,21 @@ static int be_rank_bytes(const hy_backend_request *rq, hy_backend_choice *out, h
     return rc;
 }
 
+/* On CUDA, the opt-in attention kernel when HY_CUDA_ATTENTION asks for
+ * it (hy_backend_cuda_attention), appended to out->why. */
+static int be_attention(hy_backend_choice *out, hy_error *err) {
+    int sm90 = 0, rc = hy_backend_cuda_attention(&sm90, err);
+    size_t n = strlen(out->why);
+    if (!rc && sm90)
+        snprintf(out->why + n, sizeof out->why - n, ", attention sm90 where it applies "
+                 "(HY_CUDA_ATTENTION)");
+    return rc;
+}
+
 int hy_backend_describe(const hy_backend_request *rq, hy_backend_choice *out, hy_error *err) {
     memset(out, 0, sizeof *out);
     int rc = be_pick(rq, out, err);
+    if (!rc && out->cuda) rc = be_attention(out, err);
     if (!rc && out->cuda) hy_backend_cuda_memory(&out->mem);
     else if (!rc) hy_backend_cpu_memory(&out->mem);
     return rc ? rc : be_rank_bytes(rq, out, err);

@@ -502,6 +502,17 @@ int hy_backend_cpu_create(hy_backend **out, int ranks, double watchdog_s, hy_err
 int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int n_devices,
                            int flags_on_device, double watchdog_s, hy_error *err);
 
+/* The attention kernel the CUDA backend runs, as the environment variable
+ * HY_CUDA_ATTENTION asks (read by hy_backend_cuda_create, once per
+ * backend, and by hy_backend_describe to say so): unset, empty or "mma":
+ * *sm90 = 0, attention.cu's, the default; "sm90": *sm90 = 1, the opt-in
+ * Hopper kernel (attention_sm90.cu) wherever it applies (a compute
+ * capability 9.0 device, head size 64 or 128), attention.cu's elsewhere
+ * (docs/cuda.md "The Hopper attention kernel"). Anything else is an input
+ * error naming the variable. Without the CUDA backend in the build:
+ * *sm90 = 0. */
+int hy_backend_cuda_attention(int *sm90, hy_error *err);
+
 /* ---------------------------------------------------------------------- */
 /* Choosing and opening a backend (lib/backend.c)
  *
@@ -528,7 +539,8 @@ typedef struct {
 typedef struct {
     int cuda;             /* 1: the CUDA backend, 0: the CPU backend */
     char why[128];        /* "cuda (auto: 8 CUDA devices)", "cpu (auto: no CUDA
-                             device found)", "cpu", ... */
+                             device found)", "cpu", "cuda, attention sm90
+                             where it applies (HY_CUDA_ATTENTION)", ... */
     double rank_bytes;    /* memory per rank: on CUDA the least, over the ranks,
                              of a rank's device memory over the ranks sharing
                              that device; on the CPU the host's memory over the

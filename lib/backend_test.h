@@ -21,6 +21,12 @@
  *          event wait (graphs/signal.cu, hy_cuda_wait_event); an abort
  *          (the watchdog's) ends the spin, and the wait's release adds 1
  *          to *released (host memory, read after a sync)
+ *   attention_sm90 (CUDA only; NULL on the CPU): 1 when the stream's
+ *          attention_fwd and attention_bwd run the opt-in Hopper kernel
+ *          (kernels/cuda/attention_sm90.cu) for this shape on 16-byte-
+ *          aligned arrays, 0 when the default one: the backend's own
+ *          choice (HY_CUDA_ATTENTION at its creation, the device, the
+ *          shape), so tests/test_cuda.c knows what it compared
  * The index passed to the pattern is the element index cut to 32 bits.
  */
 #ifndef HY_BACKEND_TEST_H
@@ -43,6 +49,7 @@ struct hy_backend_test_ops {
     int (*delay)(hy_stream *s, uint32_t key, const uint32_t *iter, uint32_t max_ns, hy_error *err);
     int (*add)(hy_stream *s, uint32_t *counter, hy_error *err);
     int (*foreign_wait)(hy_stream *s, double stall_s, int *released, hy_error *err);
+    int (*attention_sm90)(hy_stream *s, int T, int NH, int NKV, int hd);
 };
 
 /* The test ops of backend be. */

@@ -33,6 +33,16 @@
  *  3. Replay = eager on the GPU, bit for bit: the same 4 steps with
  *     graph = true and graph = false leave identical weights and losses
  *     (every kernel is deterministic, kernels.cuh).
+ *  4. The opt-in Hopper attention (kernels/cuda/attention_sm90.cu), first:
+ *     the backend's attention ops with HY_CUDA_ATTENTION=sm90 against the
+ *     CPU backend's and the default kernel's, on grouped-query shapes
+ *     (test_attention_sm90 says how); skipped, and counted, on a device
+ *     that is not compute capability 9.0. `test_cuda sm90` runs only
+ *     this (tools/gpu-check.sh's sm90 section); `test_cuda sm90-workload
+ *     SHAPE` compares nothing and only launches both attentions for the
+ *     profiler there (sm90_workload).
+ *  Without a GPU too: HY_CUDA_ATTENTION's values, as the backend reads
+ *     them (test_attention_choice).
  */
 #include "backend.h"
 #include "backend_test.h"
@@ -188,8 +198,9 @@ static void compare(const char *what, const float *got, const float *want, size_
            tol, worst, n ? got[worst] : 0.0, n ? want[worst] : 0.0);
 }
 
-/* Both backends, side by side: index 0 the CPU, 1 the GPU. */
-static dev D[2];
+/* Both backends, side by side: index 0 the CPU, 1 the GPU; 2 the GPU
+ * with the opt-in Hopper attention (test_attention_sm90). */
+static dev D[3];
 
 #define BOTH for (int k = 0; k < 2; k++)
 
@@ -445,24 +456,36 @@ static void test_gelu_add(hy_rng *r, size_t n) {
 /* One forward and backward of attention on d: out, lse (in natural-log
  * units on either backend) and dqkv (which starts at dqkv0, or NULL:
  * zeroed by the backend's zero, which the GPU fuses into the backward)
- * into host arrays. */
+ * into host arrays. out, lse and (before the zero) dqkv start as NaN, so
+ * an element an op leaves unwritten fails the comparison. graph: the
+ * three ops recorded into a graph and replayed once, instead of run. */
 static void attention_on(dev *d, const float *qkv, const float *dout, const float *dqkv0, int B,
-                         int T, int NH, int NKV, int hd, int causal, float *out, float *lse,
-                         float *dqkv) {
+                         int T, int NH, int NKV, int hd, int causal, int graph, float *out,
+                         float *lse, float *dqkv) {
     const hy_backend_ops *o = d->be->ops;
     size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * hd, nout = (size_t)B * T * NH * hd;
     size_t nlse = (size_t)B * NH * T;
-    void *pq = put_act(d, qkv, nqkv), *po = put_act(d, dout, nout), *pdo = put_act(d, dout, nout);
-    float *pl = dev_alloc(d, nlse * sizeof(float));
-    void *pdq = dqkv0 ? put_act(d, dqkv0, nqkv) : dev_alloc(d, nqkv * o->act_size);
+    float *poison = nans(nqkv > nout ? nqkv : nout);
+    void *pq = put_act(d, qkv, nqkv), *po = put_act(d, poison, nout), *pdo = put_act(d, dout, nout);
+    float *pl = put_f32(d, poison, nlse);
+    void *pdq = put_act(d, dqkv0 ? dqkv0 : poison, nqkv);
     void *scr = dev_alloc(d, o->attention_scratch(B, T, NH, NKV, hd));
-    CHECK(o->attention_fwd(d->st, po, pl, pq, B, T, NH, NKV, hd, causal, &d->err) == HY_OK);
-    if (!dqkv0) CHECK(o->zero(d->st, pdq, nqkv * o->act_size, &d->err) == HY_OK);
-    CHECK(o->attention_bwd(d->st, pdq, scr, pdo, pq, po, pl, B, T, NH, NKV, hd, causal, &d->err) ==
-          HY_OK);
+    hy_graph *g = NULL;
+    int rc = graph ? o->capture_begin(d->st, &d->err) : HY_OK;
+    if (!rc) rc = o->attention_fwd(d->st, po, pl, pq, B, T, NH, NKV, hd, causal, &d->err);
+    if (!rc && !dqkv0) rc = o->zero(d->st, pdq, nqkv * o->act_size, &d->err);
+    if (!rc) rc = o->attention_bwd(d->st, pdq, scr, pdo, pq, po, pl, B, T, NH, NKV, hd, causal,
+                                   &d->err);
+    if (!rc && graph) rc = o->capture_end(d->st, &g, &d->err);
+    if (!rc && graph) rc = o->graph_launch(g, d->st, &d->err);
+    CHECKF(rc == HY_OK, "attention%s: %s", graph ? " (graph)" : "", d->err.msg);
     get_act(d, out, po, nout);
     get_f32(d, lse, pl, nlse);
     get_act(d, dqkv, pdq, nqkv);
+    if (g) o->graph_destroy(g);
+    void *bufs[] = { pq, po, pdo, pl, pdq, scr };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) o->free_mem(d->be, bufs[i]);
+    free(poison);
     /* The GPU's lse is in base 2 (backend.h): L · ln 2 is the natural one. */
     if (o->act_size != sizeof(float))
         for (size_t i = 0; i < nlse; i++) lse[i] *= 0.6931471805599453f;
@@ -489,7 +512,7 @@ static void test_attention(hy_rng *r, int B, int T, int NH, int NKV, int hd, int
         lse[k] = malloc(nlse * sizeof(float));
         dqkv[k] = malloc(nqkv * sizeof(float));
         attention_on(&D[k == 0 || k == 2 ? 0 : 1], qkv, dout, k < 2 ? dqkv0 : NULL, B, T, NH, NKV,
-                     hd, causal, out[k], lse[k], dqkv[k]);
+                     hd, causal, 0, out[k], lse[k], dqkv[k]);
     }
     char what[112];
     snprintf(what, sizeof what, "attention B=%d T=%d NH=%d NKV=%d hd=%d causal=%d", B, T, NH, NKV,
@@ -1181,6 +1204,152 @@ static void test_ops(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The Hopper attention (kernels/cuda/attention_sm90.cu), opt-in until this
+ * passes on an H100/H200: the backend's own attention_fwd and
+ * attention_bwd on a CUDA backend created with HY_CUDA_ATTENTION=sm90
+ * (D[2]), against the CPU backend's attention (D[0]) and against the
+ * default kernel (D[1], created with HY_CUDA_ATTENTION=mma), on grouped
+ * heads (NKV < NH) as they are. Tolerances as test_attention's, whose
+ * argument holds for both kernels (the same bf16 roundings of P and dS,
+ * fp32 everywhere else): out and the gradients 1e-2 normwise, lse 1e-4.
+ * Outputs start as NaN (attention_on); the gradients are stored (the
+ * zero fused into the backward) and added into random values (+=). A
+ * second run, recorded into a graph and replayed, gives the same bits as
+ * the first. Shapes the backend does not give this kernel on this device
+ * (the test op attention_sm90 asks it) are counted as skipped. */
+
+static int sm90_skipped, sm90_run;
+
+/* A CUDA backend with HY_CUDA_ATTENTION set to `attention` while it is
+ * created (the backend reads it then), the variable restored after. */
+static int dev_open_attention(dev *d, const char *attention) {
+    const char *was = getenv("HY_CUDA_ATTENTION");
+    char *keep = was ? strdup(was) : NULL;
+    setenv("HY_CUDA_ATTENTION", attention, 1);
+    int rc = dev_open(d, 1);
+    if (keep) setenv("HY_CUDA_ATTENTION", keep, 1);
+    else unsetenv("HY_CUDA_ATTENTION");
+    free(keep);
+    return rc;
+}
+
+static void test_attention_sm90(hy_rng *r, int B, int T, int NH, int NKV, int hd, int causal) {
+    const hy_backend_test_ops *to = hy_backend_test_ops_of(D[2].be);
+    if (!to->attention_sm90 || !to->attention_sm90(D[2].st, T, NH, NKV, hd)) {
+        sm90_skipped++;
+        return;
+    }
+    sm90_run++;
+    size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * hd, nout = (size_t)B * T * NH * hd;
+    size_t nl = (size_t)B * NH * T;
+    float *qkv = rnd(r, nqkv, 1), *dout = rnd(r, nout, 1), *dqkv0 = rnd(r, nqkv, 1);
+    /* 0: the CPU from dqkv0, 1: the CPU from zero, 2: the default kernel
+     * from zero, 3: sm90 from dqkv0, 4: sm90 from zero, 5: again, replayed */
+    float *out[6], *lse[6], *dq[6];
+    static const int on[6] = { 0, 0, 1, 2, 2, 2 };
+    for (int k = 0; k < 6; k++) {
+        out[k] = malloc(nout * sizeof(float));
+        lse[k] = malloc(nl * sizeof(float));
+        dq[k] = malloc(nqkv * sizeof(float));
+        attention_on(&D[on[k]], qkv, dout, k == 0 || k == 3 ? dqkv0 : NULL, B, T, NH, NKV, hd, causal,
+                     k == 5, out[k], lse[k], dq[k]);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "attention_sm90 B=%d T=%d NH=%d NKV=%d hd=%d causal=%d vs the CPU", B,
+             T, NH, NKV, hd, causal);
+    compare(what, out[4], out[1], nout, 1e-2);
+    compare(what, lse[4], lse[1], nl, 1e-4);
+    compare(what, dq[3], dq[0], nqkv, 1e-2);
+    compare(what, dq[4], dq[1], nqkv, 1e-2);
+    snprintf(what, sizeof what, "attention_sm90 B=%d T=%d NH=%d NKV=%d hd=%d causal=%d vs mma", B, T,
+             NH, NKV, hd, causal);
+    compare(what, out[4], out[2], nout, 1e-2);
+    compare(what, lse[4], lse[2], nl, 1e-4);
+    compare(what, dq[4], dq[2], nqkv, 1e-2);
+    CHECKF(differ(out[4], out[5], nout) == 0, "%s: out differs between runs", what);
+    CHECKF(differ(lse[4], lse[5], nl) == 0, "%s: lse differs between runs", what);
+    CHECKF(differ(dq[4], dq[5], nqkv) == 0, "%s: dqkv differs between runs", what);
+    for (int k = 0; k < 6; k++) { free(out[k]); free(lse[k]); free(dq[k]); }
+    free(qkv); free(dout); free(dqkv0);
+}
+
+/* One row-block and many, T = 1 and T = 1000 (no multiple of either tile:
+ * 128 and 64), T a multiple of both; causal and not; head sizes 64 and
+ * 128; NKV = NH, NH/4 and 1; GPT-2 124M's shape last. Also what the
+ * backend says about itself with the opt-in on. */
+static void test_attention_sm90_all(void) {
+    if (dev_open(&D[0], 0) || dev_open_attention(&D[1], "mma") || dev_open_attention(&D[2], "sm90")) {
+        CHECK(0);
+        for (int k = 0; k < 3; k++) dev_close(&D[k]);
+        return;
+    }
+    const hy_backend_test_ops *to = hy_backend_test_ops_of(D[1].be);
+    CHECKF(to->attention_sm90(D[1].st, 1024, 12, 12, 64) == 0,
+           "HY_CUDA_ATTENTION=mma still runs the Hopper attention");
+    hy_rng r = hy_rng_stream(2026, 90);
+    test_attention_sm90(&r, 1, 1, 1, 1, 64, 1);
+    test_attention_sm90(&r, 1, 1, 4, 1, 128, 0);
+    test_attention_sm90(&r, 2, 77, 4, 4, 64, 0);
+    test_attention_sm90(&r, 2, 200, 8, 2, 64, 1);
+    test_attention_sm90(&r, 1, 256, 4, 1, 64, 0);
+    test_attention_sm90(&r, 2, 129, 8, 2, 128, 0);
+    test_attention_sm90(&r, 1, 1000, 4, 1, 128, 1);
+    test_attention_sm90(&r, 1, 1000, 4, 4, 128, 0);
+    test_attention_sm90(&r, 1, 1000, 8, 2, 64, 1);
+    test_attention_sm90(&r, 2, 1024, 12, 12, 64, 1);
+    printf("attention_sm90: %d shapes compared, %d skipped (%s)\n", sm90_run, sm90_skipped,
+           sm90_skipped ? "not a compute capability 9.0 device: the default kernel runs there" : "none");
+    for (int k = 0; k < 3; k++) dev_close(&D[k]);
+}
+
+/* `test_cuda sm90-workload SHAPE`: no comparisons, only launches, for a
+ * profiler (tools/gpu-check.sh's sm90 section times each kernel with
+ * ncu): three forwards and backwards through the backend's ops with the
+ * default attention (attention.cu) and three with HY_CUDA_ATTENTION=sm90,
+ * on one layer of GPT-2 124M at B = 16 (SHAPE "124m": T = 1024, 12 heads
+ * of 64, causal) or of the head-size-128 model at B = 8 ("h128": 16 heads
+ * of 128). Random inputs: zeros can run faster than real data. Returns
+ * the exit status (2: an unknown shape). */
+static int sm90_workload(const char *shape) {
+    int B, NH, hd, T = 1024;
+    if (shape && strcmp(shape, "124m") == 0) { B = 16; NH = 12; hd = 64; }
+    else if (shape && strcmp(shape, "h128") == 0) { B = 8; NH = 16; hd = 128; }
+    else {
+        fprintf(stderr, "test_cuda sm90-workload: the shape is 124m or h128, not '%s'\n", shape ? shape : "");
+        return 2;
+    }
+    int rc = 0, ok = 0;
+    hy_rng r = hy_rng_stream(2026, 91);
+    size_t nqkv = (size_t)B * T * 3 * NH * hd, nout = (size_t)B * T * NH * hd;
+    float *h = rnd(&r, nqkv, 1);
+    for (int k = 1; k <= 2 && !rc; k++) {
+        dev *d = &D[k];
+        if (dev_open_attention(d, k == 1 ? "mma" : "sm90")) {
+            rc = 1;
+            break;
+        }
+        const hy_backend_ops *o = d->be->ops;
+        if (k == 2) ok = hy_backend_test_ops_of(d->be)->attention_sm90(d->st, T, NH, NH, hd);
+        void *qkv = put_act(d, h, nqkv), *dout = put_act(d, h, nout);
+        void *out = dev_alloc(d, nout * o->act_size), *dqkv = dev_alloc(d, nqkv * o->act_size);
+        void *scr = dev_alloc(d, o->attention_scratch(B, T, NH, NH, hd));
+        float *lse = dev_alloc(d, (size_t)B * NH * T * sizeof(float));
+        for (int i = 0; i < 3 && !rc && (k == 1 || ok); i++) {
+            rc = o->attention_fwd(d->st, out, lse, qkv, B, T, NH, NH, hd, 1, &d->err);
+            if (!rc) rc = o->attention_bwd(d->st, dqkv, scr, dout, qkv, out, lse, B, T, NH, NH, hd, 1,
+                                           &d->err);
+            if (!rc) rc = o->sync(d->st, &d->err);
+        }
+        if (rc) fprintf(stderr, "test_cuda sm90-workload: %s\n", d->err.msg);
+        dev_close(d);
+    }
+    printf("sm90-workload %s: B=%d T=%d NH=%d hd=%d causal, 3 x default%s\n", shape, B, T, NH, hd,
+           ok ? " and 3 x sm90" : " (sm90: not this device)");
+    free(h);
+    return rc ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Work the backend does not own (NCCL's sums): watched like a flag */
 
 /* A stream waiting for another stream's work that never ends (a replica
@@ -1401,17 +1570,68 @@ static void test_no_gpu(void) {
     hy_run_free(&c);
 }
 
-int main(void) {
+/* HY_CUDA_ATTENTION as the CUDA backend reads it (hy_backend_cuda_attention,
+ * which hy_backend_cuda_create and hy_backend_describe call): unset, ""
+ * and "mma" the default, "sm90" the opt-in, anything else an input error
+ * naming the variable, from creating the backend too (before it looks
+ * for a device) and, where a GPU is, from describing one; the
+ * description says when the opt-in is on. A build without the CUDA
+ * backend has nothing to choose: 0 for every value. The variable is
+ * restored after. */
+static void test_attention_choice(int gpus) {
+    int cuda = strstr(hy_backends_compiled(), "cuda") != NULL;
+    const char *was = getenv("HY_CUDA_ATTENTION");
+    char *keep = was ? strdup(was) : NULL;
+    static const struct { const char *value; int rc, sm90; } cases[] = {
+        { NULL, HY_OK, 0 }, { "", HY_OK, 0 }, { "mma", HY_OK, 0 }, { "sm90", HY_OK, 1 },
+        { "fa3", HY_ERR_INPUT, 0 }, { "SM90", HY_ERR_INPUT, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *v = cases[i].value;
+        if (v) setenv("HY_CUDA_ATTENTION", v, 1);
+        else unsetenv("HY_CUDA_ATTENTION");
+        hy_error err;
+        int sm90 = -1, rc = hy_backend_cuda_attention(&sm90, &err);
+        int want = cuda ? cases[i].rc : HY_OK;
+        CHECKF(rc == want && (rc || sm90 == (cuda && cases[i].sm90)), "HY_CUDA_ATTENTION=%s: rc %d sm90 %d",
+               v ? v : "(unset)", rc, sm90);
+        if (rc) CHECKF(strstr(err.msg, "HY_CUDA_ATTENTION") != NULL, "%s", err.msg);
+        if (cuda && cases[i].rc) {
+            hy_backend *be = NULL;
+            int zero = 0;
+            CHECK(hy_backend_cuda_create(&be, 1, &zero, 1, 0, 30.0, &err) == HY_ERR_INPUT && !be);
+            CHECKF(strstr(err.msg, "HY_CUDA_ATTENTION") != NULL, "%s", err.msg);
+        }
+        if (cuda && gpus > 0) {
+            hy_backend_request rq = { .kind = HY_BACKEND_CUDA, .ranks = 1, .watchdog_s = 30.0 };
+            hy_backend_choice use;
+            rc = hy_backend_describe(&rq, &use, &err);
+            CHECKF(rc == cases[i].rc, "describe, HY_CUDA_ATTENTION=%s: %d", v ? v : "(unset)", rc);
+            if (!rc)
+                CHECKF((strstr(use.why, "attention sm90") != NULL) == cases[i].sm90, "%s", use.why);
+        }
+    }
+    if (keep) setenv("HY_CUDA_ATTENTION", keep, 1);
+    else unsetenv("HY_CUDA_ATTENTION");
+    free(keep);
+}
+
+int main(int argc, char **argv) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);   /* as hanayo's main, before any CUDA call */
+    int only_sm90 = argc > 1 && strcmp(argv[1], "sm90") == 0;
+    if (argc > 1 && strcmp(argv[1], "sm90-workload") == 0) return sm90_workload(argc > 2 ? argv[2] : NULL);
     int gpus = 0;
     hy_error err;
     if (hy_device_count(&gpus, &err) != HY_OK) gpus = 0;
+    test_attention_choice(gpus);
     if (gpus == 0 || !strstr(hy_backends_compiled(), "cuda")) {
         test_no_gpu();
         printf("cuda: no CUDA device (or no CUDA backend in this build): checked the refusals; "
                "the GPU comparisons are not run here\n");
         return TEST_END("cuda");
     }
+    test_attention_sm90_all();
+    if (only_sm90) return TEST_END("cuda");
     test_ops();
     test_foreign_wait(0);
     test_foreign_wait(1);

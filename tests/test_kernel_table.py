@@ -71,6 +71,7 @@ def test_names():
         ("void fa_dot_kernel(fa_args, unsigned long)", "attn_bwd"),
         ("fa3_fwd_wgmma_kernel", "attn_fwd"),
         ("fa3_bwd_wgmma_kernel", "attn_bwd"),
+        ("void kv_append_kernel(__nv_bfloat16*, __nv_bfloat16*, int)", "attn_fwd"),
         ("void ln_fwd_kernel<1, 1>(__nv_bfloat16 *, float *)", "pointwise"),
         ("void ln_bwd_partial_kernel(float *, float *)", "pointwise"),
         ("void gelu_bwd_kernel<0>(__nv_bfloat16 *)", "pointwise"),

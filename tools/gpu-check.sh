@@ -15,6 +15,15 @@
 #            8 ranks of one GPU, graphs on and off, flags in host and in
 #            device memory); test_backend, test_cuda or
 #            test_mailbox as a section runs that test alone
+#   sm90     the opt-in Hopper attention (kernels/cuda/attention_sm90.cu):
+#            `test_cuda sm90` (the backend's ops with HY_CUDA_ATTENTION=sm90
+#            against the CPU backend and the default kernel, GQA, odd T,
+#            determinism, a replayed graph), then per-launch kernel times by
+#            ncu of it and of the default attention.cu (`test_cuda
+#            sm90-workload`, both through the backend's ops) beside
+#            PyTorch's SDPA, cuDNN and flash (tools/bench_sdpa.py), on one
+#            layer of GPT-2 124M at B = 16 and of the head-size-128 model at
+#            B = 8: forward and backward ms and TFLOP/s
 #   torch    GPT-2 124M, seq 1024, P = 1, 4 micro-batches of 8 and of
 #            16: hanayo vs PyTorch (tools/bench_torch.py: torch.compile,
 #            SDPA flash, bf16 autocast, fused AdamW, the same padded
@@ -66,7 +75,7 @@ summary=$OUT/summary.txt
 : >"$summary"
 status=0
 
-sections=${*:-tests torch h128 kernels profile graphs ranks copy}
+sections=${*:-tests sm90 torch h128 kernels profile graphs ranks copy}
 wanted() { [[ " $sections " == *" $1 "* ]]; }
 step() { echo; echo "== $* ($(date +%T), $(left) s left) =="; }
 note() { echo "$*" | tee -a "$summary"; }
@@ -192,6 +201,84 @@ if wanted tests || wanted test_backend || wanted test_cuda || wanted test_mailbo
             fi
         fi
     done
+fi
+
+# The Hopper attention, opt-in until this passes: correctness first, then
+# each kernel's time per launch (ncu, the clocks and caches as they are)
+# for it and the default kernel, beside PyTorch's SDPA on the same shapes
+# (CUDA events). Cost, estimated: the test about 40 s (its CPU references
+# at T = 1024 dominate), ncu about 20 s per shape (24 launches), the SDPA
+# script about 30 s (importing torch): about 110 s.
+if wanted sm90; then
+    step "the Hopper attention (attention_sm90.cu): correctness, then its kernel times beside the default and SDPA"
+    limited 120 "$bin/test_cuda" sm90 >"$logs/test_cuda-sm90.log" 2>&1
+    rc=$?
+    grep -E '^attention_sm90:' "$logs/test_cuda-sm90.log"
+    tally=$(grep -E '^cuda: [0-9]+ passed' "$logs/test_cuda-sm90.log" | tail -1)
+    shapes=$(grep -m1 -oE '[0-9]+ shapes compared, [0-9]+ skipped' "$logs/test_cuda-sm90.log")
+    if [ $rc -eq 0 ]; then note "sm90 attention: ok ($tally; $shapes)"; else
+        note "sm90 attention: FAILED (exit $rc; $tally)"
+        grep -m 8 -E 'FAIL|error' "$logs/test_cuda-sm90.log" | tee -a "$summary"
+        status=1
+    fi
+    NCU=$(command -v ncu)
+    for f in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+        [ -z "$NCU" ] && [ -x "$f" ] && NCU=$f
+    done
+    [ -n "$NCU" ] || note "sm90: ncu not found here; no hanayo kernel times"
+    for shape in 124m h128; do
+        [ -n "$NCU" ] || break
+        limited 60 "$NCU" --clock-control none --cache-control none --kernel-name 'regex:fa3?_' \
+            --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+            --log-file "$logs/ncu-sm90-$shape.csv" "$bin/test_cuda" sm90-workload "$shape" \
+            >"$logs/ncu-sm90-$shape.log" 2>&1 ||
+            note "sm90: ncu over the $shape workload: exit $? ($(tail -1 "$logs/ncu-sm90-$shape.log"))"
+    done
+    limited 90 python3 tools/bench_sdpa.py >"$logs/sdpa.json" 2>"$logs/sdpa.log" ||
+        note "sm90: bench_sdpa.py failed: $(tail -2 "$logs/sdpa.log" | tr '\n' ' ')"
+    python3 - "$logs" <<'EOF' | tee -a "$summary"
+import json, os, statistics, sys
+sys.path.insert(0, "tools")
+from kernel_table import parse_ncu_csv
+from bench_sdpa import SHAPES, flops_fwd
+logs = sys.argv[1]
+print("attention, one layer's call, causal, T = 1024: forward and backward ms (TFLOP/s;"
+      " FLOPs 4*B*NH*T^2*hd/2 forward, 2.5x that backward)")
+for shape in ("124m", "h128"):
+    B, NH, T, hd = SHAPES[shape]
+    ff = flops_fwd(B, NH, T, hd)
+    rows = []
+    try:
+        kernels = parse_ncu_csv(open(os.path.join(logs, "ncu-sm90-%s.csv" % shape)).read())
+    except (OSError, ValueError):
+        kernels = []
+    # D = rowsum(dO * O) is attention.cu's fa_dot_kernel in both backwards
+    for label, pre in (("hanayo attention.cu (default)", ("fa_",)),
+                       ("hanayo attention_sm90.cu", ("fa3_", "fa_dot_kernel"))):
+        per = {}
+        for name, ns in kernels:
+            base = name.split("(")[0].split("<")[0].replace("void ", "").strip()
+            if base.startswith(pre):
+                per.setdefault(base, []).append(ns / 1e6)
+        fwd = sum(statistics.median(v) for k, v in per.items() if "fwd" in k)
+        bwd = sum(statistics.median(v) for k, v in per.items() if "fwd" not in k)
+        rows.append((label, fwd, bwd))
+    try:
+        for line in open(os.path.join(logs, "sdpa.json")):
+            r = json.loads(line)
+            if r.get("shape") == shape and "error" in r:
+                print("    pytorch sdpa %s: %s" % (r["backend"], r["error"]))
+            elif r.get("shape") == shape:
+                rows.append(("pytorch sdpa " + r["backend"], r.get("fwd_ms", 0.0), r.get("bwd_ms", 0.0)))
+    except (OSError, ValueError):
+        pass
+    print("  %s: B=%d NH=%d hd=%d (%.1f GFLOP forward)" % (shape, B, NH, hd, ff / 1e9))
+    for label, fwd, bwd in rows:
+        def tf(f, ms):
+            return "%6.0f" % (f / ms / 1e9) if ms > 0 else "   n/a"
+        print("    %-32s fwd %8.3f ms %s TFLOP/s   bwd %8.3f ms %s TFLOP/s"
+              % (label, fwd, tf(ff, fwd), bwd, tf(2.5 * ff, bwd)))
+EOF
 fi
 
 "$H" data synth --out "$work/data/gpt2.bin" --tokens 3000000 --vocab 50257 --seed 1 >/dev/null

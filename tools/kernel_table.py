@@ -86,6 +86,9 @@ RULES = [
     # on d(q) and d(k), with the backward.
     ("attn_bwd", r"\brope_bwd"),
     ("attn_fwd", r"\brope_"),
+    # Generation's KV-cache write (kvcache.cu) likewise, with the cached
+    # attention that reads it.
+    ("attn_fwd", r"\bkv_append"),
     ("attn_bwd", r"\bfa\d*_(?:bwd|dot)"),
     ("attn_bwd", _ATTN + r".*" + _BWD),
     ("attn_bwd", _BWD + r".*" + _ATTN),

@@ -54,6 +54,7 @@
 
 #include "check.cuh"
 #include "kernels.cuh"
+#include "flash.cuh"
 
 #define FA_ROWS 64                  /* queries (or keys) per block, and per tile */
 #define FA_WARPS 4                  /* 16 rows each */
@@ -71,7 +72,6 @@ static size_t fa_align(size_t n) { return (n + FA_ALIGN - 1) / FA_ALIGN * FA_ALI
 typedef struct {
     const hy_bf16 *qkv;
     const hy_bf16 *dout;     /* backward: dO; forward: unused */
-    const hy_bf16 *o;        /* backward: the forward's output (for D) */
     hy_bf16 *out;            /* forward: out */
     float *lse;              /* forward writes, backward reads: L */
     float *dsum;             /* backward: D */
@@ -92,14 +92,6 @@ static __device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], c
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-/* Two values as one register of bf16 pairs, the first in the low half. */
-static __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    return u;
 }
 
 static __device__ __forceinline__ uint32_t fa_pack_bf(hy_bf16 lo, hy_bf16 hi) {
@@ -144,10 +136,10 @@ static __device__ __forceinline__ void fa_frag_b_rows_k(uint32_t b[2], const hy_
 /* Two accumulators (columns 0..7 and 8..15) as the A fragment of 16 rows
  * by those 16 columns, rounded to bf16. */
 static __device__ __forceinline__ void fa_acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
-    a[0] = fa_pack(lo[0], lo[1]);
-    a[1] = fa_pack(lo[2], lo[3]);
-    a[2] = fa_pack(hi[0], hi[1]);
-    a[3] = fa_pack(hi[2], hi[3]);
+    a[0] = hy_k_pack_bf16x2(lo[0], lo[1]);
+    a[1] = hy_k_pack_bf16x2(lo[2], lo[3]);
+    a[2] = hy_k_pack_bf16x2(hi[0], hi[1]);
+    a[3] = hy_k_pack_bf16x2(hi[2], hi[3]);
 }
 
 /* Rows r0 .. r0+63 (those < T) of a [*, stride] array from g, columns
@@ -322,18 +314,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
             }
         }
-        /* The row's four lanes agree on its max; key 0 is in the first
-         * tile of every row, so the max is finite from then on. */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        }
-        float alpha[2] = { exp2f(m[0] - mx[0]), exp2f(m[1] - mx[1]) };
-        m[0] = mx[0];
-        m[1] = mx[1];
-        l[0] *= alpha[0];
-        l[1] *= alpha[1];
+        float alpha[2];
+        hy_k_softmax_step(m, l, mx, alpha);
 #pragma unroll
         for (int dt = 0; dt < HD / 8; dt++) {
             o[dt][0] *= alpha[0];
@@ -352,12 +334,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
         fa_acc_times_tile<HD>(o, s, sv);   /* O += P V */
         __syncthreads();
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    float inv[2] = { 1.0f / l[0], 1.0f / l[1] };   /* l >= 1: the max term is exp2(0) */
+    float inv[2], L[2];
+    hy_k_softmax_end(m, l, inv, L);
 #pragma unroll
     for (int dt = 0; dt < HD / 8; dt++)
 #pragma unroll
@@ -370,26 +348,28 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
     if (t == 0)
 #pragma unroll
         for (int r = 0; r < 2; r++)
-            if (rows[r] < T) a.lse[((size_t)w.b * a.NH + h) * T + rows[r]] = m[r] + log2f(l[r]);
+            if (rows[r] < T) a.lse[((size_t)w.b * a.NH + h) * T + rows[r]] = L[r];
 }
 
 // ----------------------------------------------------------------------------
 // Backward
 
 /* D = rowsum(dO ∘ O), one warp per row (b, h, t), lanes over d, a fixed
- * xor tree. */
-static __global__ void fa_dot_kernel(fa_args a, size_t rows) {
+ * xor tree (hy_k_attention_dsum: attention_sm90.cu's backward starts with
+ * it too). */
+static __global__ void fa_dot_kernel(float *dsum, const hy_bf16 *dout, const hy_bf16 *o, int T,
+                                     int NH, int hd, size_t rows) {
     int lane = threadIdx.x & 31;
     size_t r = (size_t)blockIdx.x * FA_DOT_WARPS + (threadIdx.x >> 5);
     if (r >= rows) return;
-    size_t bh = r / (size_t)a.T, t = r % (size_t)a.T;
-    size_t b = bh / (size_t)a.NH, h = bh % (size_t)a.NH;
-    size_t at = (b * a.T + t) * a.C + h * a.hd;
+    size_t bh = r / (size_t)T, t = r % (size_t)T;
+    size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
+    size_t at = (b * T + t) * (size_t)NH * hd + h * hd;
     float acc = 0.0f;
-    for (int d = lane; d < a.hd; d += 32)
-        acc += __bfloat162float(a.dout[at + d]) * __bfloat162float(a.o[at + d]);
+    for (int d = lane; d < hd; d += 32)
+        acc += __bfloat162float(dout[at + d]) * __bfloat162float(o[at + d]);
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) a.dsum[r] = acc;
+    if (lane == 0) dsum[r] = acc;
 }
 
 /* dK and dV of 64 keys of one kv head j of sequence b: for each query
@@ -606,17 +586,24 @@ int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf
     int rc = fa_args_make(&a, qkv, B, T, NH, NKV, hd, causal, "attention_bwd", err);
     if (rc) return rc;
     a.lse = (float *)lse;   /* read only by the backward's kernels */
-    a.o = out;
     a.dout = dout;
     a.vec_do = hd % 8 == 0 && fa_aligned16(dout);
     a.dsum = (float *)scratch;
     a.dqkv = dqkv;
     a.overwrite = overwrite != 0;
-    size_t n = (size_t)a.BH * T;
-    fa_dot_kernel<<<(unsigned)((n + FA_DOT_WARPS - 1) / FA_DOT_WARPS), 32 * FA_DOT_WARPS, 0, s>>>(a, n);
-    HY_CUDA_CHECK(cudaGetLastError(), err);
+    if ((rc = hy_k_attention_dsum(s, a.dsum, dout, out, B, T, NH, hd, err))) return rc;
     if ((rc = fa_run(fa_kv, &a, NKV, s, "attention_bwd (dk, dv)", err))) return rc;
     return fa_run(fa_dq, &a, NH, s, "attention_bwd (dq)", err);
+}
+
+int hy_k_attention_dsum(cudaStream_t s, float *dsum, const hy_bf16 *dout, const hy_bf16 *out, int B,
+                        int T, int NH, int hd, hy_error *err) {
+    size_t n = (size_t)B * NH * T;
+    if (n == 0) return HY_OK;
+    fa_dot_kernel<<<(unsigned)((n + FA_DOT_WARPS - 1) / FA_DOT_WARPS), 32 * FA_DOT_WARPS, 0, s>>>(
+        dsum, dout, out, T, NH, hd, n);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? HY_OK : HY_CUDA_FAIL(err, e, "attention backward (D = rowsum(dO * O))");
 }
 
 // ----------------------------------------------------------------------------

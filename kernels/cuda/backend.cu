@@ -25,6 +25,12 @@
  * onto each device in use (kernels.cuh's hy_k_preload): CUDA 13 loads a
  * kernel at its first launch by default, and a load is another thing that
  * may wait for the whole device.
+ *
+ * The attention has two kernels of the same function: attention.cu's,
+ * the default, and the opt-in Hopper one (attention_sm90.cu), taken where
+ * it applies when HY_CUDA_ATTENTION=sm90 was set as the backend was
+ * created; hy_cuda_attention_sm90 is the one decision, for the forward
+ * and the backward alike.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -205,7 +211,14 @@ static int cuda_stream_create(hy_backend *be, int rank, hy_stream **out, hy_erro
     cs->base.rank = rank;
     cs->device = cb->dev[rank];
     void *words = NULL;
-    cudaError_t e = cudaStreamCreateWithFlags(&cs->s, cudaStreamNonBlocking);
+    cudaError_t e = cudaDeviceGetAttribute(&cs->cc_major, cudaDevAttrComputeCapabilityMajor, cs->device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&cs->cc_minor, cudaDevAttrComputeCapabilityMinor, cs->device);
+    if (e != cudaSuccess) {
+        free(cs);
+        return HY_CUDA_FAIL(err, e, "cudaDeviceGetAttribute (compute capability)");
+    }
+    e = cudaStreamCreateWithFlags(&cs->s, cudaStreamNonBlocking);
     if (e != cudaSuccess) rc = HY_CUDA_FAIL(err, e, "cudaStreamCreateWithFlags");
     if (!rc) rc = hy_cuda_host_alloc(cb, 64, &words, err);
     if (!rc && pthread_mutex_init(&cs->lock, NULL) != 0)
@@ -410,21 +423,45 @@ static int cuda_rope(hy_stream *s, void *qkv, const float *cs, int B, int T, int
     return rc ? rc : hy_k_rope(cs_of(s)->s, HY_BF(qkv), cs, B, T, NH, NKV, hd, inverse, err);
 }
 
+/* The one place that picks the attention kernel, for the forward and
+ * the backward alike: the Hopper one (attention_sm90.cu) when the backend
+ * was created with HY_CUDA_ATTENTION=sm90, the stream's device and the
+ * shape are ones it takes, and qkv (which the backward reads as the
+ * forward did) is 16-byte aligned; else attention.cu's. Both write the
+ * same out and the same base-2 L, so either backward takes either
+ * forward; the backward's dout (which the forward cannot see) must also
+ * be 16-byte aligned for the Hopper backward, as every activation of a
+ * run is (lib/transformer.c starts each on a 256-byte boundary). */
+int hy_cuda_attention_sm90(const cuda_stream *cs, const void *qkv, int T, int NH, int NKV, int hd) {
+    return cb_of(cs->base.be)->attention_sm90 &&
+           hy_k_attention_sm90_supported(cs->cc_major, cs->cc_minor, T, NH, NKV, hd) &&
+           ((uintptr_t)qkv & 15) == 0;
+}
+
 static int cuda_attention_fwd(hy_stream *s, void *out, float *lse, const void *qkv, int B, int T,
                               int NH, int NKV, int hd, int causal, hy_error *err) {
-    int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_attention_fwd(cs_of(s)->s, HY_BF(out), lse, HY_CBF(qkv), B, T, NH, NKV, hd,
-                                        causal, err);
+    cuda_stream *cs = cs_of(s);
+    int rc = enter_stream(cs, err);
+    if (rc) return rc;
+    if (hy_cuda_attention_sm90(cs, qkv, T, NH, NKV, hd))
+        return hy_k_attention_sm90_fwd(cs->s, HY_BF(out), lse, HY_CBF(qkv), B, T, NH, NKV, hd,
+                                       causal, err);
+    return hy_k_attention_fwd(cs->s, HY_BF(out), lse, HY_CBF(qkv), B, T, NH, NKV, hd, causal, err);
 }
 
 static int cuda_attention_bwd(hy_stream *s, void *dqkv, void *scr, const void *dout, const void *qkv,
                               const void *out, const float *lse, int B, int T, int NH, int NKV,
                               int hd, int causal, hy_error *err) {
+    cuda_stream *cs = cs_of(s);
     int overwrite = 0;
     size_t n = (size_t)B * T * (size_t)(NH + 2 * NKV) * hd;
-    int rc = enter_first_writer(cs_of(s), dqkv, n, &overwrite, err);
-    return rc ? rc : hy_k_attention_bwd(cs_of(s)->s, HY_BF(dqkv), scr, HY_CBF(dout), HY_CBF(qkv),
-                                        HY_CBF(out), lse, B, T, NH, NKV, hd, causal, overwrite, err);
+    int rc = enter_first_writer(cs, dqkv, n, &overwrite, err);
+    if (rc) return rc;
+    if (hy_cuda_attention_sm90(cs, qkv, T, NH, NKV, hd) && ((uintptr_t)dout & 15) == 0)
+        return hy_k_attention_sm90_bwd(cs->s, HY_BF(dqkv), scr, HY_CBF(dout), HY_CBF(qkv),
+                                       HY_CBF(out), lse, B, T, NH, NKV, hd, causal, overwrite, err);
+    return hy_k_attention_bwd(cs->s, HY_BF(dqkv), scr, HY_CBF(dout), HY_CBF(qkv), HY_CBF(out), lse,
+                              B, T, NH, NKV, hd, causal, overwrite, err);
 }
 
 static int cuda_kv_append(hy_stream *s, void *kc, void *vc, const void *qkv, int B, int Tq,
@@ -683,6 +720,7 @@ int hy_k_preload(hy_error *err) {
     if (!rc) rc = hy_k_layernorm_preload(err);
     if (!rc) rc = hy_k_gelu_preload(err);
     if (!rc) rc = hy_k_attention_preload(err);
+    if (!rc) rc = hy_k_attention_sm90_preload(err);
     if (!rc) rc = hy_k_kvcache_preload(err);
     if (!rc) rc = hy_k_rope_preload(err);
     if (!rc) rc = hy_k_swiglu_preload(err);
@@ -747,9 +785,19 @@ static int enable_peers(cuda_backend *cb, int ranks, hy_error *err) {
     return HY_OK;
 }
 
+int hy_backend_cuda_attention(int *sm90, hy_error *err) {
+    const char *v = getenv("HY_CUDA_ATTENTION");
+    *sm90 = v && strcmp(v, "sm90") == 0;
+    if (!v || !*v || *sm90 || strcmp(v, "mma") == 0) return HY_OK;
+    return hy_fail(err, HY_ERR_INPUT, "HY_CUDA_ATTENTION=%.64s: the CUDA attention is \"mma\" (the "
+                   "default, attention.cu) or \"sm90\" (the opt-in Hopper kernel, attention_sm90.cu)", v);
+}
+
 int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int n_devices,
                            int flags_on_device, double watchdog_s, hy_error *err) {
     *out = NULL;
+    int sm90 = 0, rc0 = hy_backend_cuda_attention(&sm90, err);
+    if (rc0) return rc0;
     if (ranks < 1 || ranks > 1024)
         return hy_fail(err, HY_ERR_INPUT, "cuda backend: ranks must be in 1..1024, got %d", ranks);
     if (!(watchdog_s > 0))
@@ -766,6 +814,7 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
     cb->base.ranks = ranks;
     cb->base.watchdog_s = watchdog_s;
     cb->flags_on_device = flags_on_device != 0;
+    cb->attention_sm90 = sm90;
     cb->dev = (int *)calloc((size_t)ranks, sizeof(int));
     cb->lt = (hy_lt **)calloc((size_t)ranks, sizeof(hy_lt *));
     cb->allocated = (size_t *)calloc((size_t)ranks, sizeof(size_t));

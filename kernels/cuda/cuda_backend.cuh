@@ -105,6 +105,9 @@ typedef struct {
     cudaStream_t *io;            /* [n_devices]: uploads, downloads, zero-fills and the
                                     monitor's flag writes; never holds a wait */
     int flags_on_device;
+    int attention_sm90;          /* HY_CUDA_ATTENTION=sm90 when created: the Hopper
+                                    attention where it applies (backend.cu's
+                                    attention_sm90) */
     hy_lt **lt;                  /* [ranks]: cuBLASLt state per rank */
     volatile uint32_t *abort_word;   /* host-mapped: sleep kernels stop when set */
     /* host-mapped, beside abort_word: the test's foreign work (testops.cu)
@@ -126,6 +129,7 @@ struct cuda_stream {
     hy_stream base;
     cudaStream_t s;
     int device;
+    int cc_major, cc_minor;      /* the device's compute capability */
     pthread_mutex_t lock;        /* guards the fields below it against the monitor */
     int capturing;
     site_list capture;           /* waits of the graph being captured */
@@ -176,6 +180,13 @@ static inline int enter_rank(hy_backend *be, int rank, hy_error *err) {
 }
 
 static inline CUdeviceptr devptr(const volatile void *p) { return (CUdeviceptr)(uintptr_t)p; }
+
+/* ---- Which attention kernel runs (backend.cu) ---- */
+
+/* 1 when the stream's attention ops run attention_sm90.cu's kernel for
+ * this shape and qkv (the backend's choice, made there for the forward
+ * and the backward alike), 0 when attention.cu's. */
+int hy_cuda_attention_sm90(const cuda_stream *cs, const void *qkv, int T, int NH, int NKV, int hd);
 
 /* ---- Fusing adjacent ops (fuse.cu) ---- */
 

@@ -5,7 +5,8 @@
  * here; the equations are kernels/cpu/ops.h's, family by family in files
  * of the same names (matmul.cu, layernorm.cu, gelu.cu, swiglu.cu,
  * attention.cu, kvcache.cu, rope.cu, embedding.cu, classifier.cu,
- * adamw.cu), plus the test ops (testops.cu).
+ * adamw.cu), plus the opt-in Hopper attention (attention_sm90.cu) and the
+ * test ops (testops.cu).
  *
  * Types: activations, activation gradients and the compute copy of the
  * weights are bf16 (hy_bf16); parameter gradients, AdamW state, the fp32
@@ -51,6 +52,7 @@ int hy_k_gelu_preload(hy_error *err);
 int hy_k_swiglu_preload(hy_error *err);
 int hy_k_rope_preload(hy_error *err);
 int hy_k_attention_preload(hy_error *err);
+int hy_k_attention_sm90_preload(hy_error *err);
 int hy_k_kvcache_preload(hy_error *err);
 int hy_k_embedding_preload(hy_error *err);
 int hy_k_classifier_preload(hy_error *err);
@@ -166,6 +168,30 @@ int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, float *lse, const hy_bf16 *
 int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf16 *dout,
                        const hy_bf16 *qkv, const hy_bf16 *out, const float *lse, int B, int T,
                        int NH, int NKV, int hd, int causal, int overwrite, hy_error *err);
+
+/* D = rowsum(dO ∘ O) per (b, h, t), into dsum [B,NH,T] fp32 (the
+ * first B·NH·T floats of the backward's scratch): the first step of both
+ * backwards, attention.cu's and attention_sm90.cu's. dout and out
+ * [B,T,NH·hd]. */
+int hy_k_attention_dsum(cudaStream_t s, float *dsum, const hy_bf16 *dout, const hy_bf16 *out, int B,
+                        int T, int NH, int hd, hy_error *err);
+
+/* ---- attention_sm90.cu ---- the same attention for Hopper (sm_90a:
+ * wgmma, TMA, warp-specialized; docs/cuda.md "The Hopper attention
+ * kernel"), opt-in (HY_CUDA_ATTENTION=sm90, read by backend.cu, which
+ * alone decides which kernel runs) and untested on hardware until a GPU
+ * check passes. The same layout, lse and scratch (hy_k_attention_scratch
+ * bytes) as attention.cu's, so either kernel's backward takes either's
+ * forward. supported: 1 where it may run (compute capability 9.0, hd 64
+ * or 128, NH a multiple of NKV), else 0 and attention.cu runs. qkv and
+ * dout must be 16-byte aligned. Backward: dqkv += the gradients
+ * (overwrite: =). */
+int hy_k_attention_sm90_supported(int cc_major, int cc_minor, int T, int NH, int NKV, int hd);
+int hy_k_attention_sm90_fwd(cudaStream_t s, hy_bf16 *out, float *lse, const hy_bf16 *qkv, int B,
+                            int T, int NH, int NKV, int hd, int causal, hy_error *err);
+int hy_k_attention_sm90_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf16 *dout,
+                            const hy_bf16 *qkv, const hy_bf16 *out, const float *lse, int B, int T,
+                            int NH, int NKV, int hd, int causal, int overwrite, hy_error *err);
 
 /* ---- embedding.cu ---- tokens [B,T] in [0, V); wpe, dwpe may be NULL */
 int hy_k_embedding_fwd(cudaStream_t s, hy_bf16 *out, const int *tokens, const hy_bf16 *wte,

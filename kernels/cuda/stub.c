@@ -41,6 +41,12 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
     return hy_no_cuda(err);
 }
 
+int hy_backend_cuda_attention(int *sm90, hy_error *err) {
+    (void)err;
+    *sm90 = 0;
+    return HY_OK;
+}
+
 int hy_device_free(int index, size_t *free_bytes, hy_error *err) {
     (void)index;
     *free_bytes = 0;

@@ -13,6 +13,8 @@
  *   foreign_wait: sleep (until the release sets foreign_stop) on a side
  *              stream of its own (forked from the rank's), then an event
  *              the rank's stream waits for through hy_cuda_wait_event
+ *   attention_sm90: whether the stream's attention ops run
+ *              attention_sm90.cu's kernel for a shape (backend.cu decides)
  * *iter is read when the kernel runs, so a replayed graph sees the current
  * iteration. The index passed to the pattern is the element index cut to
  * 32 bits, as on the CPU. check counts with an integer atomicAdd per warp
@@ -186,9 +188,20 @@ static int cuda_test_foreign_wait(hy_stream *s, double stall_s, int *released, h
     return hy_cuda_wait_event(s, f->done, &site, foreign_release, f, err);
 }
 
+/* The backend's choice of attention kernel (backend.cu), for aligned arrays. */
+static int cuda_test_attention_sm90(hy_stream *s, int T, int NH, int NKV, int hd) {
+    return hy_cuda_attention_sm90(cs_of(s), NULL, T, NH, NKV, hd);
+}
+
 const hy_backend_test_ops *hy_cuda_test_ops(void) {
-    static const hy_backend_test_ops ops = { cuda_test_fill, cuda_test_check, cuda_test_delay,
-                                             cuda_test_add, cuda_test_foreign_wait };
+    static const hy_backend_test_ops ops = {
+        .fill = cuda_test_fill,
+        .check = cuda_test_check,
+        .delay = cuda_test_delay,
+        .add = cuda_test_add,
+        .foreign_wait = cuda_test_foreign_wait,
+        .attention_sm90 = cuda_test_attention_sm90,
+    };
     return &ops;
 }
 
