@@ -82,7 +82,7 @@ static void mem_rank(hy_memplan *mp, const hy_memplan_in *in, const hy_transform
                                                    m->heads)
                       : 0;
     size_t sizes[HY_STAGE_WORK_BUFFERS];
-    int n = hy_stage_work_sizes(tf, attn, head, sizes);
+    int n = hy_stage_work_sizes(tf, attn, head, hy_stage_work_layers(tf, s->placement, r), sizes);
     for (int i = 0; i < n; i++) mem_add(mp, r, HY_MEM_BUFFERS, sizes[i]);
     mem_add(mp, r, HY_MEM_BUFFERS, sizeof(double) * (size_t)s->ranks);   /* the norm's partials */
     mem_add(mp, r, HY_MEM_BUFFERS, 2 * f);                              /* the clip factor */
@@ -149,7 +149,7 @@ int hy_memplan_build(hy_memplan *mp, const hy_memplan_in *in, hy_error *err) {
     hy_transformer tf = { .model = m, .ops = NULL, .act_size = in->mem->act_size,
                           .B = in->micro_batch_size, .T = m->seq_len,
                           .global_micro_batches = s->micro_batches * in->replicas,
-                          .split = s->split };
+                          .split = s->split, .recompute = in->recompute };
     int last = s->placement[s->stages - 1];
     int replica_rank = last != s->placement[0] ? last : -1;
     mem_stages(mp, in, &tf);

@@ -27,6 +27,7 @@
 #include "error.h"
 #include "model.h"
 #include "schedule.h"
+#include "transformer.h"
 
 typedef enum {
     HY_MEM_WEIGHTS,       /* fp32 master weights and their compute copy */
@@ -60,6 +61,7 @@ typedef struct {
     int replicas;                   /* data-parallel replicas (1: none): the gradient
                                        sums' profile stamps */
     const hy_backend_memory *mem;   /* the backend's types and scratch */
+    hy_recompute recompute;         /* what the stash keeps (transformer.h) */
 } hy_memplan_in;
 
 /* Plans in. On failure *mp is left empty (safe to free). */

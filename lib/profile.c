@@ -418,7 +418,7 @@ static int profile_memory(hy_profile *p, const hy_run *run, const hy_backend_mem
     hy_memplan mp;
     hy_memplan_in in = { .model = &run->model, .sched = &run->sched,
                          .micro_batch_size = run->micro_batch_size, .replicas = p->replicas,
-                         .mem = mem };
+                         .mem = mem, .recompute = run->train.recompute };
     p->mem_planned = calloc((size_t)P, sizeof(double));
     p->mem_allocated = calloc((size_t)P, sizeof(double));
     if (!p->mem_planned || !p->mem_allocated)

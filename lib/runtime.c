@@ -237,12 +237,15 @@ static int rt_backward(rt_ctx *x, const hy_action *a, const char *label, int k) 
         /* d(stage output) from the head, which the forward ran. */
         rc = x->o->zero(x->st, rk->dres, bytes, x->err);
         if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_RECEIVED);
-        if (!rc) rc = hy_head_backward(&rt->tf, x->st, in, slot, rk->dres, x->err);
+        /* Full recompute: the stage's activations again, from its input. */
+        if (!rc) rc = hy_stage_recompute(&rt->tf, &rk->work, x->st, s, in, x->err);
+        if (!rc) rc = hy_head_backward(&rt->tf, &rk->work, x->st, in, slot, rk->dres, x->err);
     } else {
         const hy_edge *e = &mb->edges[mb->into_bwd[s]];
         rc = hy_mailbox_receive(x->st, e, m, label, x->err);
         if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_RECEIVED);
         if (!rc) rc = x->o->copy(x->st, rk->dres, hy_mailbox_slot(e, m), bytes, x->err);
+        if (!rc) rc = hy_stage_recompute(&rt->tf, &rk->work, x->st, s, in, x->err);
     }
     if (!rc) rc = hy_stage_backward(&rt->tf, &rk->work, x->st, s, in, slot, rk->dres, x->err);
     if (rc) return rc;
@@ -277,8 +280,9 @@ static int rt_wgrad(rt_ctx *x, const hy_action *a, int k) {
     rc = rt_stamp_action(x, k, HY_STAMP_START);
     if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
     if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_RECEIVED);
-    if (!rc) rc = hy_stage_wgrad(&rt->tf, x->st, s, rt_stage_input(x, s, m, slot), slot, tokens,
-                                 x->err);
+    const void *in = rt_stage_input(x, s, m, slot);
+    if (!rc) rc = hy_stage_recompute(&rt->tf, &x->rk->work, x->st, s, in, x->err);
+    if (!rc) rc = hy_stage_wgrad(&rt->tf, &x->rk->work, x->st, s, in, slot, tokens, x->err);
     if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_COMPUTED);
     if (!rc && s > 0) rc = hy_mailbox_release(x->st, &rt->mb.edges[rt->mb.into_fwd[s]], m, x->err);
     if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_SENT);
@@ -579,7 +583,9 @@ static int rt_alloc_rank(hy_runtime *rt, rt_rank *rk, hy_error *err) {
     size_t f = sizeof(float), N = (size_t)rt->N, M = (size_t)rt->M, A = rt->A;
     rc = rt_alloc(rt, r, hy_boundary_bytes(&rt->tf), &rk->send, err);
     if (!rc) rc = rt_alloc(rt, r, hy_boundary_bytes(&rt->tf), &rk->dres, err);
-    if (!rc) rc = hy_stage_work_alloc(&rt->tf, rt->be, r, head, &rk->work, err);
+    if (!rc) rc = hy_stage_work_alloc(&rt->tf, rt->be, r, head,
+                                      hy_stage_work_layers(&rt->tf, rt->sched->placement, r),
+                                      &rk->work, err);
     if (!rc) rc = rt_alloc(rt, r, sizeof(double) * (size_t)rt->P, &rk->partials, err);
     if (!rc) rc = rt_alloc(rt, r, 2 * f, &rk->clip_factor, err);
     if (!rc) rk->norm = rk->clip_factor + 1;
@@ -714,6 +720,7 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
                                /* a micro-batch counts 1/(N M) of the global batch */
                                .global_micro_batches = rt->M * rt->replicas,
                                .split = rt->sched->split,
+                               .recompute = rt->run->train.recompute,
                                .weights = calloc((size_t)rt->S, sizeof(void *)),
                                .grads = calloc((size_t)rt->S, sizeof(float *)) };
     if (!rt->tf.weights || !rt->tf.grads)

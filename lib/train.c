@@ -30,7 +30,7 @@ int hy_train_fits(const hy_run *run, int replicas, hy_error *err) {
     if (!rc) rc = hy_backend_describe(&run->backend, &chosen, err);
     hy_memplan_in in = { .model = &run->model, .sched = &run->sched,
                          .micro_batch_size = run->micro_batch_size, .replicas = replicas,
-                         .mem = &chosen.mem };
+                         .mem = &chosen.mem, .recompute = run->train.recompute };
     if (!rc) rc = hy_memplan_build(&mp, &in, err);
     if (!rc) rc = hy_backend_free_memory(&run->backend, &chosen, group, available, group + P, &n, err);
     for (int g = 0; !rc && g < n; g++) {

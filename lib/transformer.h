@@ -34,6 +34,25 @@
 #include "error.h"
 #include "model.h"
 
+/* Activation recomputation (train.recompute), compute traded for stash
+ * memory: what a slot keeps from a micro-batch's forward.
+ *   none       every block's activations;
+ *   selective  all but the wide, cheap ones (each LayerNorm's output, from
+ *              its input and the kept statistics, and the GELU's output,
+ *              from its pre-activation), rebuilt in the backward into the
+ *              rank's working buffers (hy_stage_work);
+ *   full       only the stage input (the embedding's output on stage 0)
+ *              and the head's d(ln_f output) on the last stage; the
+ *              backward first reruns the stage's blocks into one per-rank
+ *              working slot (hy_stage_recompute).
+ * The same ops run in the same order on the same inputs, so every mode
+ * gives the same numbers on the CPU, bit for bit. */
+typedef enum { HY_RECOMPUTE_NONE, HY_RECOMPUTE_SELECTIVE, HY_RECOMPUTE_FULL,
+               HY_RECOMPUTE_COUNT } hy_recompute;
+
+/* "none", "selective", "full"; "?" when out of range. */
+const char *hy_recompute_name(hy_recompute r);
+
 typedef struct {
     const hy_model *model;        /* shapes, each stage's layers, the parameter table */
     const hy_backend_ops *ops;
@@ -42,6 +61,7 @@ typedef struct {
     int global_micro_batches;     /* the step's global batch in micro-batches, M x replicas:
                                      each one's loss and gradient count 1/that */
     int split;                    /* split backward: B and W passes (the slot keeps B's gradients) */
+    hy_recompute recompute;       /* what a stash slot keeps (hy_recompute) */
     void **weights;               /* [stages]: stage s's compute copy of its parameter block */
     float **grads;                /* [stages]: stage s's gradient block */
 } hy_transformer;
@@ -51,6 +71,17 @@ typedef struct {
  * last stage's rank the head's. In the rank's memory. */
 typedef struct {
     void *dln, *datty, *dqkv, *dfc, *dfcg, *attn_scratch;
+    /* Selective recompute: where a block's LayerNorm output ([B * T,
+     * d_model], ln_1's and ln_2's in turn) and GELU output ([B * T, 4 *
+     * d_model]) live, in its forward and when its backward rebuilds them,
+     * and the statistics a rebuild computes again (mean then rstd, fp32
+     * [2, B * T]). NULL in other modes. */
+    void *ln, *fchg;
+    float *ln_stats;
+    /* Full recompute: one slot with every activation of the rank's
+     * largest stage, which its forward and the rerun before each backward
+     * fill. NULL in other modes. */
+    void *redo;
     void *logits;                 /* [N, Vp]: the head's, never stashed */
     float *loss;                  /* the loss the head adds to (hy_stage_forward) */
     /* The tied embedding the head reads and adds its gradient to, when the
@@ -72,18 +103,23 @@ size_t hy_stash_bytes(const hy_transformer *t, int stage);
 /* Stage 0's input inside a stash slot: the embedding's output. */
 void *hy_stash_embedding(const hy_transformer *t, void *slot);
 
+/* The most blocks of any stage placement[] puts on rank: what full
+ * recompute's working slot holds. */
+int hy_stage_work_layers(const hy_transformer *t, const int *placement, int rank);
+
 /* The sizes of w's buffers, in the order hy_stage_work_alloc takes them,
  * with attention_scratch the backend's attention scratch for t's shape;
- * head adds the logits and the loss. Returns how many. The one statement
- * of them: the memory plan (memplan.h) counts by it. */
-#define HY_STAGE_WORK_BUFFERS 8
-int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head,
+ * head adds the logits and the loss; layers: hy_stage_work_layers of the
+ * rank (full recompute's slot). Returns how many. The one statement of
+ * them: the memory plan (memplan.h) counts by it. */
+#define HY_STAGE_WORK_BUFFERS 11
+int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head, int layers,
                         size_t sizes[HY_STAGE_WORK_BUFFERS]);
 
 /* Allocates w's buffers in rank's memory of be; head: the rank holds the
- * last stage (the logits and the loss). w->wte and w->dwte are the
- * caller's to set. */
-int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int head,
+ * last stage (the logits and the loss); layers as above. w->wte and
+ * w->dwte are the caller's to set. */
+int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int head, int layers,
                         hy_stage_work *w, hy_error *err);
 
 /* Stage 0, forward: the token and position embeddings of tokens [B * T]
@@ -102,12 +138,23 @@ int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream 
                      const void *in, void *slot, void *out, const int *targets, int train,
                      hy_error *err);
 
+/* Before B, and with split backward before W, of one micro-batch on
+ * `stage`: under full recompute reruns the stage's blocks from `in` (as
+ * its forward had it) into w->redo, where the pass after it reads them;
+ * nothing in other modes. Split backward reruns them for W too, rather
+ * than keeping a full slot for every micro-batch between its B and its W
+ * (schedules that delay W hold many): one slot per rank, at one more
+ * forward per W. What B leaves for W (the gradient of each product's
+ * output) cannot be rebuilt without B, so the stash keeps it. */
+int hy_stage_recompute(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
+                       const void *in, hy_error *err);
+
 /* The last stage, backward, first: d(its output) from the head's d(ln_f
  * output), added into dres ([B * T, d_model], zeroed by the caller), with
  * ln_f's gradient (split: in W). in: the stage's input, as its forward had
  * it. */
-int hy_head_backward(const hy_transformer *t, hy_stream *st, const void *in, void *slot, void *dres,
-                     hy_error *err);
+int hy_head_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st,
+                     const void *in, void *slot, void *dres, hy_error *err);
 
 /* B of one micro-batch on `stage`: its blocks' backward, last to first.
  * dres holds d(stage output) and becomes d(stage input). Unsplit it adds
@@ -126,7 +173,7 @@ int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, 
  * weight's gradient of the stage from the slot, ln_f's on the last stage,
  * and on stage 0 the embeddings' from the tokens. in: the stage's input,
  * as its forward had it. */
-int hy_stage_wgrad(const hy_transformer *t, hy_stream *st, int stage, const void *in, void *slot,
-                   const int *tokens, hy_error *err);
+int hy_stage_wgrad(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
+                   const void *in, void *slot, const int *tokens, hy_error *err);
 
 #endif

@@ -47,7 +47,7 @@ void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split,
         return;
     }
     hy_memplan_in in = { .model = &m, .sched = s, .micro_batch_size = run->micro_batch_size,
-                         .replicas = 1, .mem = mem };
+                         .replicas = 1, .mem = mem, .recompute = run->train.recompute };
     if (hy_memplan_build(&mp, &in, &err) == HY_OK) {
         for (int r = 0; r < mp.ranks; r++) {
             *act = fmax(*act, mp.rank[r].bytes[HY_MEM_ACTIVATIONS]);

@@ -5,7 +5,8 @@
  * of a small GPT (and a small BERT) with every schedule, 1 to 4 ranks, leave
  * the same weights as one rank running the whole model, within 1e-5 of the
  * largest weight (only the order of gradient accumulation differs). Replaying
- * the recorded iteration gives bit-identical weights to running it eagerly.
+ * the recorded iteration gives bit-identical weights to running it eagerly,
+ * and so does every activation-recomputation mode to keeping everything.
  * And the loss falls on the synthetic corpus.
  */
 #include "config.h"
@@ -179,6 +180,52 @@ static void split_equals_sequential(const char *kind) {
     }
 }
 
+/* Activation recomputation (train.recompute) runs the same ops in the
+ * same order on the same inputs: each mode leaves exactly the weights and
+ * loss of "none" on the same schedule, and so (within 1e-5) those of one
+ * rank running the whole model; every schedule at P = 2 and 4, split
+ * backward on and off, replayed and eager. */
+static void recompute_equals_none(const char *kind) {
+    static const char *const variants[][6] = {
+        { "model.layers=4", "schedule.kind=1f1b", "schedule.ranks=2" },
+        { "model.layers=4", "schedule.kind=gpipe", "schedule.ranks=4", "graph=false" },
+        { "model.layers=4", "schedule.kind=interleaved", "schedule.ranks=2", "schedule.chunks=2" },
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=2" },
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=4", "schedule.waves=1",
+          "schedule.micro_batches=8" },
+    };
+    static const char *const modes[] = { "train.recompute=selective", "train.recompute=full" };
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        for (int split = 0; split <= 1; split++) {
+            const char *sets[10];
+            int n = 0;
+            while (n < 6 && variants[v][n]) { sets[n] = variants[v][n]; n++; }
+            const char *mb = "schedule.micro_batches=4";
+            for (int i = 0; i < n; i++)
+                if (strncmp(sets[i], "schedule.micro_batches=", 23) == 0) mb = sets[i];
+            sets[n++] = split ? "schedule.split_backward=true" : "schedule.split_backward=false";
+            const char *one[] = { sets[0], "schedule.kind=gpipe", "schedule.ranks=1", mb };
+            run_result seq, none;
+            if (train(kind, one, 4, 3, &seq)) { CHECK(0); continue; }
+            if (train(kind, sets, n, 3, &none)) { CHECK(0); free(seq.w); continue; }
+            for (int k = 0; k < 2; k++) {
+                sets[n] = modes[k];
+                run_result r;
+                if (train(kind, sets, n + 1, 3, &r)) { CHECK(0); continue; }
+                CHECKF(r.n == none.n && memcmp(r.w, none.w, r.n * sizeof(float)) == 0 &&
+                       r.last_loss == none.last_loss, "%s %s %s %s split %d %s: not none's "
+                       "weights bit for bit", kind, sets[0], sets[1], sets[2], split, modes[k]);
+                double d = rel_diff(&seq, &r);
+                CHECKF(d <= 1e-5, "%s %s %s %s split %d %s: max |dw| / max |w| = %.3g against "
+                       "one rank", kind, sets[0], sets[1], sets[2], split, modes[k], d);
+                free(r.w);
+            }
+            free(seq.w);
+            free(none.w);
+        }
+    }
+}
+
 /* The recorded and replayed iteration does exactly what the eager one does. */
 static void replay_equals_eager(void) {
     for (int split = 0; split <= 1; split++) {
@@ -311,6 +358,8 @@ int main(void) {
     pipelined_equals_sequential("bert");
     split_equals_sequential("gpt");
     split_equals_sequential("bert");
+    recompute_equals_none("gpt");
+    recompute_equals_none("bert");
     replay_equals_eager();
     loss_falls();
     first_failure_is_reported();

@@ -326,7 +326,7 @@ static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_sch
     rc = model_for(run, p, &m, err);
     if (rc) return rc;
     hy_memplan_in in = { .model = &m, .sched = sc, .micro_batch_size = run->micro_batch_size,
-                         .replicas = 1, .mem = &chosen.mem };
+                         .replicas = 1, .mem = &chosen.mem, .recompute = run->train.recompute };
     rc = hy_memplan_build(mp, &in, err);
     hy_model_free(&m);
     cli_memory_budget(rq->memory_gb, sc->ranks, &chosen, available, why, n);

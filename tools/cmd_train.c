@@ -208,6 +208,8 @@ static void print_header(const hy_run *run, int replicas, FILE *out) {
         if (sc->kind == HY_SCHED_HANAYO) fprintf(out, ", W = %d", sc->waves);
         if (sc->kind == HY_SCHED_INTERLEAVED) fprintf(out, ", v = %d", sc->chunks);
         if (sc->split) fprintf(out, ", split backward");
+        if (run->train.recompute != HY_RECOMPUTE_NONE)
+            fprintf(out, ", %s recompute", hy_recompute_name(run->train.recompute));
         fprintf(out, ", %d stages, bubble %.4f (uniform costs", sc->stages, res.bubble);
         if (uc.comm > 0) fprintf(out, ", c = %g", uc.comm);
         fprintf(out, "), peak activations %d\n", hy_sim_peak_max(&res));
