@@ -39,6 +39,18 @@ int hy_train_fits(const hy_run *run, int replicas, hy_error *err) {
         name_of[g] = names[g];
     }
     if (!rc) rc = hy_memplan_check_pools(&mp, group, available, n, name_of, err);
+    /* A way to fit that changes nothing of what is trained comes first. */
+    hy_recompute fit = rc == HY_ERR_INPUT && mp.rank
+                           ? hy_memplan_recompute_to_fit(&in, in.recompute + 1, group, available,
+                                                         n, name_of)
+                           : HY_RECOMPUTE_COUNT;
+    if (fit != HY_RECOMPUTE_COUNT) {
+        char was[sizeof err->msg];
+        snprintf(was, sizeof was, "%s", err->msg);
+        rc = hy_fail(err, HY_ERR_INPUT, "%s; it fits with train.recompute = \"%s\" (the same "
+                     "training, more compute: --set train.recompute=%s)", was,
+                     hy_recompute_name(fit), hy_recompute_name(fit));
+    }
     hy_memplan_free(&mp);
     free(group);
     free(available);

@@ -134,6 +134,27 @@ static void test_recompute_saves(void) {
         CHECK(full->total < none->total);
         CHECK(sel->bytes[HY_MEM_WEIGHTS] == none->bytes[HY_MEM_WEIGHTS]);
     }
+    /* The least mode that fits a budget: exactly at a mode's peak, that
+     * mode; below full's, none. */
+    hy_backend_memory mem;
+    hy_backend_cpu_memory(&mem);
+    hy_memplan_in in = { .model = &run[0].model, .sched = &run[0].sched,
+                         .micro_batch_size = run[0].micro_batch_size, .replicas = 1,
+                         .mem = &mem, .recompute = HY_RECOMPUTE_NONE };
+    for (int k = 0; ok && k < 3; k++) {
+        double at = mp[k].rank[mp[k].peak_rank].total;
+        CHECK(hy_memplan_recompute_to_fit(&in, HY_RECOMPUTE_NONE, NULL, &at, 1, NULL) ==
+              (hy_recompute)k);
+        at -= 1;
+        CHECK(hy_memplan_recompute_to_fit(&in, HY_RECOMPUTE_NONE, NULL, &at, 1, NULL) ==
+              (hy_recompute)(k + 1));
+    }
+    if (ok) {
+        char *j = hy_memplan_json(&mp[0], 1.0, HY_RECOMPUTE_FULL);
+        CHECK(j && strstr(j, "\"recompute\":\"none\"") &&
+              strstr(j, "\"fits_with_recompute\":\"full\""));
+        free(j);
+    }
     for (int k = 0; k < 3; k++) {
         if (ok) hy_memplan_free(&mp[k]);
         hy_run_free(&run[k]);

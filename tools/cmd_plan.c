@@ -305,11 +305,14 @@ static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_p
 
 /* What the plan's schedule sc allocates on each rank for the run's model
  * split over sc's stages, on the backend the run would get; *available:
- * --memory-gb or that backend's memory per rank (why says which). A
- * schedule with more stages than layers has no model: HY_ERR_INPUT. */
+ * --memory-gb or that backend's memory per rank (why says which); *fit:
+ * when the plan does not fit there, the least train.recompute under which
+ * it would (HY_RECOMPUTE_COUNT: none, or it fits). A schedule with more
+ * stages than layers has no model: HY_ERR_INPUT. */
 static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
-                     const hy_schedule *sc, hy_memplan *mp, double *available, char *why,
-                     size_t n, hy_error *err) {
+                     const hy_schedule *sc, hy_memplan *mp, double *available, hy_recompute *fit,
+                     char *why, size_t n, hy_error *err) {
+    *fit = HY_RECOMPUTE_COUNT;
     hy_backend_choice chosen;
     hy_model m;
     int rc = hy_backend_describe(&run->backend, &chosen, err);
@@ -328,11 +331,16 @@ static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_sch
     hy_memplan_in in = { .model = &m, .sched = sc, .micro_batch_size = run->micro_batch_size,
                          .replicas = 1, .mem = &chosen.mem, .recompute = run->train.recompute };
     rc = hy_memplan_build(mp, &in, err);
-    hy_model_free(&m);
     cli_memory_budget(rq->memory_gb, sc->ranks, &chosen, available, why, n);
+    hy_error ignored;
+    if (!rc && *available >= 0 && isfinite(*available) &&
+        hy_memplan_check(mp, *available, "", &ignored) != HY_OK)
+        *fit = hy_memplan_recompute_to_fit(&in, in.recompute + 1, NULL, available, 1, NULL);
+    hy_model_free(&m);
     size_t used = strlen(why);
-    snprintf(why + used, n - used, "; %s backend, %zu-byte activations", chosen.cuda ? "cuda" : "cpu",
-             chosen.mem.act_size);
+    snprintf(why + used, n - used, "; %s backend, %zu-byte activations, recompute %s",
+             chosen.cuda ? "cuda" : "cpu", chosen.mem.act_size,
+             hy_recompute_name(run->train.recompute));
     return rc;
 }
 
@@ -345,7 +353,8 @@ static void bytes_text(double b, char *buf, size_t n) {
 
 /* The table under the summary: each rank's terms and total, and the
  * verdict against what is available. */
-static void write_memory(FILE *out, const hy_memplan *mp, double available, const char *why) {
+static void write_memory(FILE *out, const hy_memplan *mp, double available, hy_recompute fit,
+                         const char *why) {
     char cell[32];
     fprintf(out, "\nmemory per rank, what the runtime allocates (%s):\n  %4s", why, "rank");
     for (int t = 0; t < HY_MEM_TERMS; t++) fprintf(out, " %11s", hy_mem_term_name((hy_mem_term)t));
@@ -366,6 +375,10 @@ static void write_memory(FILE *out, const hy_memplan *mp, double available, cons
         fprintf(out, "  fits: each rank within %s\n", cell);
     else
         fprintf(out, "  does not fit in %s per rank: %s\n", cell, e.msg);
+    if (fit < HY_RECOMPUTE_COUNT)
+        fprintf(out, "  fits only with recompute: train.recompute = \"%s\" (the same training, "
+                "more compute; --set train.recompute=%s)\n", hy_recompute_name(fit),
+                hy_recompute_name(fit));
 }
 
 /* The plan's JSON line with the memory plan as one more key, "memory"
@@ -389,14 +402,15 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
     if (rc != HY_OK) return rc;
     hy_memplan mp;
     double available = -1;
-    char why[192];
+    hy_recompute fit;
+    char why[224];
     hy_error merr;
-    int have_memory = memory_of(rq, run, p, &pl.sched, &mp, &available, why, sizeof why,
+    int have_memory = memory_of(rq, run, p, &pl.sched, &mp, &available, &fit, why, sizeof why,
                                 &merr) == HY_OK;
     /* The SVG first: if it cannot be written, nothing else is printed. */
     if (rq->svg) rc = hy_plan_save_svg(&pl, rq->svg, err);
     if (rc == HY_OK && rq->json) {
-        char *mem = have_memory ? hy_memplan_json(&mp, available) : NULL;
+        char *mem = have_memory ? hy_memplan_json(&mp, available, fit) : NULL;
         char *s = have_memory && !mem ? NULL : json_with_memory(&pl, mem);
         if (s) fprintf(out, "%s\n", s);
         else rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
@@ -407,7 +421,7 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
         fputc('\n', out);
         hy_plan_write_summary(out, &pl);
         if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
-        if (have_memory) write_memory(out, &mp, available, why);
+        if (have_memory) write_memory(out, &mp, available, fit, why);
         else fprintf(out, "\nmemory: not planned: %s\n", merr.msg);
     }
     if (have_memory) hy_memplan_free(&mp);
