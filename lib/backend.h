@@ -156,10 +156,10 @@ typedef enum {
     HY_OPK_MATMUL_BWD,     /* matmul_bwd */
     HY_OPK_LM_HEAD_FWD,    /* lm_head_fwd */
     HY_OPK_LM_HEAD_BWD,    /* lm_head_bwd */
-    HY_OPK_ATTENTION_FWD,  /* attention_fwd (its per-head GEMMs and softmax) */
-    HY_OPK_ATTENTION_BWD,  /* attention_bwd */
-    HY_OPK_LAYERNORM,      /* layernorm_fwd and _bwd */
-    HY_OPK_GELU,           /* gelu_fwd and _bwd */
+    HY_OPK_ATTENTION_FWD,  /* attention_fwd (its per-head GEMMs and softmax), rope */
+    HY_OPK_ATTENTION_BWD,  /* attention_bwd, rope's inverse */
+    HY_OPK_LAYERNORM,      /* layernorm_fwd and _bwd, rmsnorm_fwd and _bwd */
+    HY_OPK_GELU,           /* gelu_fwd and _bwd, swiglu_fwd and _bwd */
     HY_OPK_EMBEDDING,      /* embedding_fwd and _bwd */
     HY_OPK_CLASSIFIER,     /* classifier */
     HY_OPK_ADAMW,          /* adamw */
@@ -285,11 +285,26 @@ typedef struct {
     int (*matmul_gelu_bwd)(hy_stream *s, void *dpre, float *dbias_pre, float *dw, float *dbias,
                            void *scratch, const void *dout, const void *inp, const void *pre,
                            const void *w, int N, int C, int OC, hy_error *err);
-    int (*attention_fwd)(hy_stream *s, void *out, void *att, const void *qkv, int B, int T, int C,
-                         int NH, int causal, hy_error *err);
+    /* Self-attention, with grouped-query attention (GQA). qkv is
+     * [B, T, (NH + 2·NKV)·hd]: per token the NH query heads, then the NKV
+     * key heads, then the NKV value heads, each hd wide (NKV = NH is
+     * GPT-2's [q | k | v]); NKV divides NH, and query head h reads key and
+     * value head h / (NH/NKV) (Hugging Face's repeat_kv: kv head j serves
+     * query heads j·g .. j·g+g−1, g = NH/NKV). out [B, T, NH·hd]:
+     *   out_h = softmax(q_h · k_jᵀ / sqrt(hd), over keys s ≤ t when causal) · v_j
+     * lse [B, NH, T] fp32 is what the forward leaves for the backward: per
+     * row the softmax's log-sum-exp of the scaled scores (the CPU: natural
+     * log; CUDA: the kernels' base-2 units, L = log2 Σ 2^(s·log2 e)). The
+     * backward reads it with out (the forward's output, unchanged) to
+     * recompute the probabilities, so nothing T×T is ever kept; it adds d
+     * of q, k, v into dqkv (qkv's layout; a kv head's gradient sums over
+     * the query heads of its group). scratch: attention_scratch bytes,
+     * contents undefined after. */
+    int (*attention_fwd)(hy_stream *s, void *out, float *lse, const void *qkv, int B, int T,
+                         int NH, int NKV, int hd, int causal, hy_error *err);
     int (*attention_bwd)(hy_stream *s, void *dqkv, void *scratch, const void *dout,
-                         const void *qkv, const void *att, int B, int T, int C, int NH,
-                         hy_error *err);
+                         const void *qkv, const void *out, const float *lse, int B, int T, int NH,
+                         int NKV, int hd, int causal, hy_error *err);
     /* Llama-family ops (DESIGN §5 "Model, numerics, data, files"). Each
      * stays NULL in a backend that does not have it yet; a model that
      * needs one is then refused where the run is opened.
@@ -355,7 +370,7 @@ typedef struct {
      * that were just uploaded (a plain copy when act_size == 4). */
     int (*to_act)(hy_stream *s, void *dst, const float *src, size_t n, hy_error *err);
     /* Bytes of the `scratch` attention_bwd needs for one call. */
-    size_t (*attention_scratch)(int B, int T, int C, int NH);
+    size_t (*attention_scratch)(int B, int T, int NH, int NKV, int hd);
     /* Sizes stream s's own scratch, before its first op, for every op on
      * at most `rows` rows (tokens: B * T) of at most `width` values (the
      * widest dense layer or LayerNorm, 4 * d_model), so that no op
@@ -420,7 +435,7 @@ typedef enum {
  * reserve sizes scratch by), so the plan and the allocations agree. */
 typedef struct {
     size_t act_size;      /* bytes per activation element: ops->act_size */
-    size_t (*attention_scratch)(int B, int T, int C, int NH);
+    size_t (*attention_scratch)(int B, int T, int NH, int NKV, int hd);
     size_t (*scratch)(size_t rows, size_t width);   /* what reserve takes; NULL: none */
     hy_flags_place flags;
     double rank_overhead; /* per rank, outside its allocations (a device context,

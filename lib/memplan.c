@@ -78,8 +78,8 @@ static void mem_rank(hy_memplan *mp, const hy_memplan_in *in, const hy_transform
     mem_add(mp, r, HY_MEM_BUFFERS, hy_boundary_bytes(tf));   /* send */
     mem_add(mp, r, HY_MEM_BUFFERS, hy_boundary_bytes(tf));   /* dres */
     size_t attn = in->mem->attention_scratch
-                      ? in->mem->attention_scratch(in->micro_batch_size, m->seq_len, m->d_model,
-                                                   m->heads)
+                      ? in->mem->attention_scratch(in->micro_batch_size, m->seq_len, m->heads,
+                                                   m->heads, m->d_model / m->heads)
                       : 0;
     size_t sizes[HY_STAGE_WORK_BUFFERS];
     int n = hy_stage_work_sizes(tf, attn, head, hy_stage_work_layers(tf, s->placement, r), sizes);

@@ -213,3 +213,35 @@ void hy_model_init_stage(const hy_model *m, int stage, uint64_t seed, float *blo
         }
     }
 }
+
+/* The inverse frequencies and angles follow Hugging Face's Llama in fp32
+ * (inv_freq is an fp32 tensor, and the angle t · f_i is one fp32 product),
+ * so that a model trained here and evaluated there sees the same rotations
+ * to the last bit of the angle; only cos and sin are taken in double. The
+ * scaling is _compute_llama3_parameters' formula. */
+void hy_rope_table(float *cs, int T, int hd, double theta, const hy_rope_scaling *scaling) {
+    assert(hd >= 2 && hd % 2 == 0 && T >= 0 && theta > 0);
+    int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        float f = (float)(1.0 / pow(theta, (double)(2 * i) / hd));
+        if (scaling != NULL && scaling->factor != 0) {
+            const hy_rope_scaling *sc = scaling;
+            assert(sc->high_freq_factor > sc->low_freq_factor);
+            double old = sc->original_max_position_embeddings;
+            double wavelen = 2.0 * M_PI / f;
+            double low_wavelen = old / sc->low_freq_factor, high_wavelen = old / sc->high_freq_factor;
+            if (wavelen > low_wavelen) {
+                f = (float)(f / sc->factor);
+            } else if (wavelen >= high_wavelen) {
+                double smooth = (old / wavelen - sc->low_freq_factor) /
+                                (sc->high_freq_factor - sc->low_freq_factor);
+                f = (float)((1.0 - smooth) * f / sc->factor + smooth * f);
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            float angle = (float)t * f;
+            cs[(size_t)t * hd + i] = (float)cos((double)angle);
+            cs[(size_t)t * hd + half + i] = (float)sin((double)angle);
+        }
+    }
+}

@@ -125,4 +125,23 @@ size_t hy_model_max_numel(const hy_model *m);
  * partition: a P = 1 run and a P = 8 run start from the same weights. */
 void hy_model_init_stage(const hy_model *m, int stage, uint64_t seed, float *block);
 
+/* Llama 3's RoPE frequency scaling (Hugging Face's rope_scaling with
+ * rope_type "llama3"): frequencies whose wavelength exceeds
+ * original_max_position_embeddings / low_freq_factor are divided by
+ * factor, those below original / high_freq_factor are kept, and those in
+ * between are blended smoothly. factor 0: no scaling. */
+typedef struct {
+    double factor;              /* Llama 3.1: 8; 0: none */
+    double low_freq_factor;     /* 1 */
+    double high_freq_factor;    /* 4; must exceed low_freq_factor */
+    int original_max_position_embeddings;   /* 8192 */
+} hy_rope_scaling;
+
+/* The table the backend's rope op reads (backend.h), for positions
+ * 0..T−1 of heads of size hd (even): cs[t·hd + i] = cos(t · f_i) and
+ * cs[t·hd + hd/2 + i] = sin(t · f_i) for i < hd/2, with the inverse
+ * frequencies f_i = theta^(−2i/hd), scaled as above when scaling is not
+ * NULL and its factor is not 0. cs holds T·hd floats. */
+void hy_rope_table(float *cs, int T, int hd, double theta, const hy_rope_scaling *scaling);
+
 #endif

@@ -21,7 +21,8 @@
  * statistics in fp32. */
 typedef struct {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-    void *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg, *res3;
+    float *lse;   /* the attention's per-row log-sum-exps (backend.h), [B, NH, T] */
+    void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg, *res3;
     /* Split backward: d of what each product and LayerNorm gave out, kept
      * by B for W (NULL unsplit): the MLP's projection (dproj), its fc
      * before GELU (dfc), ln_2 (dln2), the attention's projection (dattn),
@@ -76,7 +77,7 @@ static tf_keep tf_stash_keeps(const hy_transformer *t) {
 static tf_layer_acts tf_layer_carve(const hy_transformer *t, unsigned char *base, size_t *used,
                                     tf_keep keep, int grads) {
     size_t N = tf_N(t), C = tf_C(t), A = t->act_size, f = sizeof(float);
-    size_t att = (size_t)t->B * t->model->heads * t->T * t->T;
+    size_t rows = (size_t)t->B * t->model->heads * t->T;   /* attention rows */
     unsigned char **p = &base;
     tf_layer_acts a;
     memset(&a, 0, sizeof a);
@@ -85,9 +86,9 @@ static tf_layer_acts tf_layer_carve(const hy_transformer *t, unsigned char *base
         a.ln1_rstd = tf_carve(p, used, N * f);
         a.ln2_mean = tf_carve(p, used, N * f);
         a.ln2_rstd = tf_carve(p, used, N * f);
+        a.lse = tf_carve(p, used, rows * f);
         if (keep == TF_KEEP_ALL) a.ln1 = tf_carve(p, used, N * C * A);
         a.qkv = tf_carve(p, used, 3 * N * C * A);
-        a.att = tf_carve(p, used, att * A);
         a.atty = tf_carve(p, used, N * C * A);
         a.res2 = tf_carve(p, used, N * C * A);
         if (keep == TF_KEEP_ALL) a.ln2 = tf_carve(p, used, N * C * A);
@@ -274,7 +275,8 @@ int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int h
                         hy_stage_work *w, hy_error *err) {
     size_t sizes[HY_STAGE_WORK_BUFFERS];
     void *into[HY_STAGE_WORK_BUFFERS];
-    size_t attn = t->ops->attention_scratch(t->B, t->T, (int)tf_C(t), t->model->heads);
+    int NH = t->model->heads;
+    size_t attn = t->ops->attention_scratch(t->B, t->T, NH, NH, (int)tf_C(t) / NH);
     int n = tf_work_list(t, attn, head, layers, sizes, w, into);
     int rc = HY_OK;
     for (int i = 0; i < n && !rc; i++) rc = tf_alloc(be, rank, sizes[i], into[i], err);
@@ -284,16 +286,19 @@ int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int h
 /* ------------------------------------------------------------------------ */
 /* A block */
 
+/* GPT's attention looks back only; BERT's both ways. */
+static int tf_causal(const hy_transformer *t) { return t->model->kind == HY_MODEL_GPT; }
+
 static int tf_layer_forward(const hy_transformer *t, hy_stream *st, int l, const void *in,
                             const tf_layer_acts *a, void *out, hy_error *err) {
     const hy_backend_ops *o = t->ops;
-    int N = (int)tf_N(t), C = (int)tf_C(t), rc;
+    int N = (int)tf_N(t), C = (int)tf_C(t), NH = t->model->heads, rc;
     const void *ln1w = tf_w(t, tf_p(t, HY_P_LN1_W, l)), *ln1b = tf_w(t, tf_p(t, HY_P_LN1_B, l));
     rc = o->layernorm_fwd(st, a->ln1, a->ln1_mean, a->ln1_rstd, in, ln1w, ln1b, N, C, err);
     if (!rc) rc = o->matmul_fwd(st, a->qkv, a->ln1, tf_w(t, tf_p(t, HY_P_QKV_W, l)),
                                 tf_w(t, tf_p(t, HY_P_QKV_B, l)), N, C, 3 * C, err);
-    if (!rc) rc = o->attention_fwd(st, a->atty, a->att, a->qkv, t->B, t->T, C, t->model->heads,
-                                   t->model->kind == HY_MODEL_GPT, err);
+    if (!rc) rc = o->attention_fwd(st, a->atty, a->lse, a->qkv, t->B, t->T, NH, NH, C / NH,
+                                   tf_causal(t), err);
     if (!rc) rc = o->matmul_fwd(st, a->res2, a->atty, tf_w(t, tf_p(t, HY_P_ATTN_PROJ_W, l)),
                                 tf_w(t, tf_p(t, HY_P_ATTN_PROJ_B, l)), N, C, C, err);
     if (!rc) rc = o->add(st, a->res2, in, (size_t)N * C, err);
@@ -350,7 +355,7 @@ static float *tf_g_now(const hy_transformer *t, const hy_param *p) {
 static int tf_layer_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
                              const void *in, const tf_layer_acts *a, void *dres, hy_error *err) {
     const hy_backend_ops *o = t->ops;
-    int N = (int)tf_N(t), C = (int)tf_C(t), split = t->split, rc = HY_OK;
+    int N = (int)tf_N(t), C = (int)tf_C(t), NH = t->model->heads, split = t->split, rc = HY_OK;
     size_t NC = (size_t)N * C;
     const hy_param *pmp = tf_p(t, HY_P_MLP_PROJ_W, l), *pfc = tf_p(t, HY_P_FC_W, l);
     const hy_param *pap = tf_p(t, HY_P_ATTN_PROJ_W, l), *pqkv = tf_p(t, HY_P_QKV_W, l);
@@ -374,8 +379,8 @@ static int tf_layer_backward(const hy_transformer *t, const hy_stage_work *w, hy
     if (!rc) rc = o->matmul_bwd(st, w->datty, tf_g_now(t, pap), tf_g_now(t, pap + 1), dres, a->atty,
                                 tf_w(t, pap), N, C, C, err);
     if (!rc) rc = o->zero(st, dqkv, tf_acts(t, 3 * NC), err);
-    if (!rc) rc = o->attention_bwd(st, dqkv, w->attn_scratch, w->datty, a->qkv, a->att, t->B,
-                                   t->T, C, t->model->heads, err);
+    if (!rc) rc = o->attention_bwd(st, dqkv, w->attn_scratch, w->datty, a->qkv, a->atty, a->lse,
+                                   t->B, t->T, NH, NH, C / NH, tf_causal(t), err);
     if (!rc) rc = tf_rebuild_ln1(t, w, st, l, in, a, err);
     if (!rc) rc = o->zero(st, dln1, tf_acts(t, NC), err);
     if (!rc) rc = o->matmul_bwd(st, dln1, tf_g_now(t, pqkv), tf_g_now(t, pqkv + 1), dqkv, a->ln1,

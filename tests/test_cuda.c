@@ -441,52 +441,65 @@ static void test_gelu_add(hy_rng *r, size_t n) {
     free(x); free(dout); free(acc0);
 }
 
-/* One forward and backward of attention on d: out and dqkv (which starts
- * at dqkv0, or NULL: zeroed by the backend's zero, which the GPU fuses into
- * the backward) into host arrays. */
+/* One forward and backward of attention on d: out, lse (in natural-log
+ * units on either backend) and dqkv (which starts at dqkv0, or NULL:
+ * zeroed by the backend's zero, which the GPU fuses into the backward)
+ * into host arrays. */
 static void attention_on(dev *d, const float *qkv, const float *dout, const float *dqkv0, int B,
-                         int T, int C, int NH, int causal, float *out, float *dqkv) {
+                         int T, int NH, int NKV, int hd, int causal, float *out, float *lse,
+                         float *dqkv) {
     const hy_backend_ops *o = d->be->ops;
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * hd, nout = (size_t)B * T * NH * hd;
+    size_t nlse = (size_t)B * NH * T;
     void *pq = put_act(d, qkv, nqkv), *po = put_act(d, dout, nout), *pdo = put_act(d, dout, nout);
-    void *pa = dev_alloc(d, natt * o->act_size);
+    float *pl = dev_alloc(d, nlse * sizeof(float));
     void *pdq = dqkv0 ? put_act(d, dqkv0, nqkv) : dev_alloc(d, nqkv * o->act_size);
-    void *scr = dev_alloc(d, o->attention_scratch(B, T, C, NH));
-    CHECK(o->attention_fwd(d->st, po, pa, pq, B, T, C, NH, causal, &d->err) == HY_OK);
+    void *scr = dev_alloc(d, o->attention_scratch(B, T, NH, NKV, hd));
+    CHECK(o->attention_fwd(d->st, po, pl, pq, B, T, NH, NKV, hd, causal, &d->err) == HY_OK);
     if (!dqkv0) CHECK(o->zero(d->st, pdq, nqkv * o->act_size, &d->err) == HY_OK);
-    CHECK(o->attention_bwd(d->st, pdq, scr, pdo, pq, pa, B, T, C, NH, &d->err) == HY_OK);
+    CHECK(o->attention_bwd(d->st, pdq, scr, pdo, pq, po, pl, B, T, NH, NKV, hd, causal, &d->err) ==
+          HY_OK);
     get_act(d, out, po, nout);
+    get_f32(d, lse, pl, nlse);
     get_act(d, dqkv, pdq, nqkv);
+    /* The GPU's lse is in base 2 (backend.h): L · ln 2 is the natural one. */
+    if (o->act_size != sizeof(float))
+        for (size_t i = 0; i < nlse; i++) lse[i] *= 0.6931471805599453f;
 }
 
-/* The fused attention against the CPU's softmax attention. On the GPU
- * `att` is the forward's stash for its backward, not the probabilities,
- * so only out and dqkv are compared, 1e-2 each: out takes one bf16
- * rounding of P into the tensor cores and one of itself (2^-9 relative
- * each); the gradients take dS and P into their products rounded to bf16,
- * and the softmax gradient P (dP - D) cancels, which a bit-level emulation
- * of the kernels' roundings put at 2e-3 to 4e-3 of each of dq, dk and dv.
- * The gradients are compared twice: added to random values (the += of
- * every backward here), and alone, from zero, where no rounding of the
- * larger sum hides them. The GPU run twice gives the same bits. */
-static void test_attention(hy_rng *r, int B, int T, int C, int NH, int causal) {
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+/* The fused attention against the CPU's. out and the gradients 1e-2
+ * each: out takes one bf16 rounding of P into the tensor cores and one of
+ * itself (2^-9 relative each); the gradients take dS and P into their
+ * products rounded to bf16, and the softmax gradient P (dP - D) cancels,
+ * which a bit-level emulation of the kernels' roundings put at 2e-3 to
+ * 4e-3 of each of dq, dk and dv. lse is fp32 from the same bf16 inputs on
+ * both sides: 1e-4. The gradients are compared twice: added to random
+ * values (the += of every backward here), and alone, from zero, where no
+ * rounding of the larger sum hides them. The GPU run twice gives the same
+ * bits. NKV < NH: grouped-query attention, whose dk and dv sum over the
+ * group's query heads. */
+static void test_attention(hy_rng *r, int B, int T, int NH, int NKV, int hd, int causal) {
+    size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * hd, nout = (size_t)B * T * NH * hd;
+    size_t nlse = (size_t)B * NH * T;
     float *qkv = rnd(r, nqkv, 1), *dout = rnd(r, nout, 1), *dqkv0 = rnd(r, nqkv, 1);
-    float *out[5], *dqkv[5];
+    float *out[5], *lse[5], *dqkv[5];
     for (int k = 0; k < 5; k++) {   /* cpu, gpu from dqkv0; cpu, gpu, gpu again from zero */
         out[k] = malloc(nout * sizeof(float));
+        lse[k] = malloc(nlse * sizeof(float));
         dqkv[k] = malloc(nqkv * sizeof(float));
-        attention_on(&D[k == 0 || k == 2 ? 0 : 1], qkv, dout, k < 2 ? dqkv0 : NULL, B, T, C, NH,
-                     causal, out[k], dqkv[k]);
+        attention_on(&D[k == 0 || k == 2 ? 0 : 1], qkv, dout, k < 2 ? dqkv0 : NULL, B, T, NH, NKV,
+                     hd, causal, out[k], lse[k], dqkv[k]);
     }
-    char what[96];
-    snprintf(what, sizeof what, "attention B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH, causal);
+    char what[112];
+    snprintf(what, sizeof what, "attention B=%d T=%d NH=%d NKV=%d hd=%d causal=%d", B, T, NH, NKV,
+             hd, causal);
     compare(what, out[1], out[0], nout, 1e-2);
+    compare(what, lse[1], lse[0], nlse, 1e-4);
     compare(what, dqkv[1], dqkv[0], nqkv, 1e-2);
     compare(what, dqkv[3], dqkv[2], nqkv, 1e-2);
     CHECKF(memcmp(out[3], out[4], nout * sizeof(float)) == 0, "%s: out differs between runs", what);
     CHECKF(memcmp(dqkv[3], dqkv[4], nqkv * sizeof(float)) == 0, "%s: dqkv differs between runs", what);
-    for (int k = 0; k < 5; k++) { free(out[k]); free(dqkv[k]); }
+    for (int k = 0; k < 5; k++) { free(out[k]); free(lse[k]); free(dqkv[k]); }
     free(qkv); free(dout); free(dqkv0);
 }
 
@@ -853,17 +866,25 @@ static void test_ops(void) {
      * loads (hd or C not a multiple of 8), partial tiles of 64, causal
      * and not, the stash in att and the backward's rerun of the forward
      * where att is too small for it (T = 1, 33 with hd 64, 65 with 128). */
-    test_attention(&r, 1, 1, 4, 1, 1);
-    test_attention(&r, 2, 17, 24, 3, 1);
-    test_attention(&r, 2, 64, 128, 4, 1);
-    test_attention(&r, 1, 33, 32, 2, 0);
-    test_attention(&r, 1, 70, 36, 3, 1);
-    test_attention(&r, 1, 33, 128, 2, 1);
-    test_attention(&r, 1, 130, 192, 2, 1);
-    test_attention(&r, 1, 65, 128, 1, 0);
-    test_attention(&r, 3, 200, 120, 2, 0);
-    test_attention(&r, 2, 256, 256, 4, 1);
-    test_attention(&r, 1, 1024, 768, 12, 1);
+    /* (B, T, NH, NKV, hd, causal) */
+    test_attention(&r, 1, 1, 1, 1, 4, 1);
+    test_attention(&r, 2, 17, 3, 3, 8, 1);
+    test_attention(&r, 2, 64, 4, 4, 32, 1);
+    test_attention(&r, 1, 33, 2, 2, 16, 0);
+    test_attention(&r, 1, 70, 3, 3, 12, 1);
+    test_attention(&r, 1, 33, 2, 2, 64, 1);
+    test_attention(&r, 1, 130, 2, 2, 96, 1);
+    test_attention(&r, 1, 65, 1, 1, 128, 0);
+    test_attention(&r, 3, 200, 2, 2, 60, 0);
+    test_attention(&r, 2, 256, 4, 4, 64, 1);
+    test_attention(&r, 1, 1024, 12, 12, 64, 1);
+    /* grouped-query attention, and Llama's head size 128 */
+    test_attention(&r, 2, 77, 8, 2, 64, 1);
+    test_attention(&r, 1, 130, 4, 1, 128, 1);
+    test_attention(&r, 2, 64, 6, 3, 128, 0);
+    test_attention(&r, 1, 300, 8, 2, 128, 1);
+    test_attention(&r, 1, 33, 4, 2, 20, 0);
+    test_attention(&r, 1, 512, 32, 8, 64, 1);
     test_embedding(&r, 1, 1, 1, 2);
     test_embedding(&r, 3, 17, 33, 50);
     test_embedding(&r, 4, 128, 256, 1000);

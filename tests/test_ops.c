@@ -1,5 +1,6 @@
 /*
- * test_ops.c — every CPU op of kernels/cpu/ops.h, forward and backward.
+ * test_ops.c — every CPU op of kernels/cpu/ops.h, forward and backward,
+ * and the RoPE table of lib/model.h that the rope op reads.
  *
  * For each op this file holds its own float64 reference forward, written
  * from the equations (loops, no BLAS, never calling the op under test).
@@ -52,6 +53,7 @@
 #include <string.h>
 
 #include "../kernels/cpu/ops.h"
+#include "model.h"
 #include "test.h"
 
 #define TOL_FWD 1e-5
@@ -457,104 +459,409 @@ static void test_gelu(void) {
     free(x); free(dout); free(out); free(dx); free(dx2); free(ctx.x); free(ctx.out);
 }
 
-// ----------------------------------------------------------------------------
-// attention
 
-static void ref_attention(double *out, double *att, const double *qkv,
-                          int B, int T, int C, int NH, int causal) {
-    int hd = C / NH;
-    double scale = 1.0 / sqrt((double)hd);
+// ----------------------------------------------------------------------------
+// rmsnorm
+
+static void ref_rmsnorm(double *out, double *rstd, const double *x, const double *w, int N,
+                        int C, double eps) {
+    for (int n = 0; n < N; n++) {
+        const double *row = x + (size_t)n * C;
+        double ms = 0.0;
+        for (int i = 0; i < C; i++) ms += row[i] * row[i];
+        double rs = 1.0 / sqrt(ms / C + eps);
+        for (int i = 0; i < C; i++) out[(size_t)n * C + i] = row[i] * rs * w[i];
+        if (rstd != NULL) rstd[n] = rs;
+    }
+}
+
+typedef struct {
+    int N, C;
+    double eps;
+    double *x, *w, *out;
+    const float *r;
+} rmsnorm_ctx;
+
+static double rmsnorm_loss(void *p) {
+    rmsnorm_ctx *c = p;
+    ref_rmsnorm(c->out, NULL, c->x, c->w, c->N, c->C, c->eps);
+    return dot_fd(c->r, c->out, (size_t)c->N * c->C);
+}
+
+static void rmsnorm_case(int N, int C, float eps, uint64_t seed) {
+    char what[128];
+    rng r = {seed};
+    size_t nx = (size_t)N * C;
+    float *x = frand(&r, nx, -2, 2);
+    /* A row of mean square ~1e-6, below eps = 1e-5 (when N > 1): eps
+     * itself, and where it enters, matters at O(1) there. */
+    if (N > 1)
+        for (int i = 0; i < C; i++) x[(size_t)C + i] = rng_uniform(&r, -2e-3f, 2e-3f);
+    float *w = frand(&r, C, 0.5f, 1.5f), *dout = frand(&r, nx, -1, 1);
+    float *out = falloc(nx), *rstd = falloc(N);
+    rmsnorm_ctx ctx = {N, C, eps, to_d(x, nx), to_d(w, C), dalloc(nx), dout};
+    double *rstd64 = dalloc(N);
+
+    hy_cpu_rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    ref_rmsnorm(ctx.out, rstd64, ctx.x, ctx.w, N, C, eps);
+    snprintf(what, sizeof what, "rmsnorm forward N=%d C=%d", N, C);
+    check_close_d(what, out, ctx.out, nx, TOL_FWD);
+    snprintf(what, sizeof what, "rmsnorm rstd N=%d C=%d", N, C);
+    check_close_d(what, rstd, rstd64, N, TOL_FWD);
+
+    float *dx = falloc(nx), *dw = falloc(C);
+    hy_cpu_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+    snprintf(what, sizeof what, "rmsnorm dinp N=%d C=%d", N, C);
+    check_grad(what, dx, ctx.x, nx, rmsnorm_loss, &ctx);
+    snprintf(what, sizeof what, "rmsnorm dweight N=%d C=%d", N, C);
+    check_grad(what, dw, ctx.w, C, rmsnorm_loss, &ctx);
+
+    float *dx2 = falloc(nx), *dw2 = falloc(C);
+    memcpy(dx2, dx, nx * sizeof *dx);
+    memcpy(dw2, dw, C * sizeof *dw);
+    hy_cpu_rmsnorm_backward(dx2, dw2, dout, x, w, rstd, N, C);
+    check_doubled("rmsnorm dinp twice", dx2, dx, nx);
+    check_doubled("rmsnorm dweight twice", dw2, dw, C);
+    /* NULL gradients are skipped, and each alone equals its part of both. */
+    memset(dx2, 0, nx * sizeof *dx2);
+    hy_cpu_rmsnorm_backward(dx2, NULL, dout, x, w, rstd, N, C);
+    check_close_f("rmsnorm dinp alone", dx2, dx, nx, TOL_TWICE);
+    memset(dw2, 0, C * sizeof *dw2);
+    hy_cpu_rmsnorm_backward(NULL, dw2, dout, x, w, rstd, N, C);
+    check_close_f("rmsnorm dweight alone", dw2, dw, C, TOL_TWICE);
+
+    free(x); free(w); free(dout); free(out); free(rstd); free(rstd64);
+    free(ctx.x); free(ctx.w); free(ctx.out); free(dx); free(dw); free(dx2); free(dw2);
+}
+
+static void test_rmsnorm(void) {
+    rmsnorm_case(10, 12, 1e-5f, 20);
+    rmsnorm_case(1, 7, 1e-6f, 21);    /* N = 1, C odd, Llama 3's eps */
+    rmsnorm_case(5, 33, 1e-5f, 22);
+}
+
+// ----------------------------------------------------------------------------
+// swiglu
+
+static void ref_swiglu(double *out, const double *inp, int N, int F) {
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < F; i++) {
+            double g = inp[(size_t)n * 2 * F + i], u = inp[(size_t)n * 2 * F + F + i];
+            out[(size_t)n * F + i] = g / (1.0 + exp(-g)) * u;
+        }
+}
+
+typedef struct {
+    int N, F;
+    double *inp, *out;
+    const float *r;
+} swiglu_ctx;
+
+static double swiglu_loss(void *p) {
+    swiglu_ctx *c = p;
+    ref_swiglu(c->out, c->inp, c->N, c->F);
+    return dot_fd(c->r, c->out, (size_t)c->N * c->F);
+}
+
+static void swiglu_case(int N, int F, uint64_t seed) {
+    char what[128];
+    rng r = {seed};
+    size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
+    float *inp = frand(&r, ni, -6, 6);
+    /* The corners of the gate: 0, tiny, and the saturated tails. */
+    float corners[] = {0.0f, 1e-3f, -1e-3f, 12.0f, -12.0f, -30.0f};
+    for (int i = 0; i < 6 && i < F; i++) inp[i] = corners[i];
+    float *dout = frand(&r, no, -1, 1), *out = falloc(no), *dinp = falloc(ni);
+    swiglu_ctx ctx = {N, F, to_d(inp, ni), dalloc(no), dout};
+
+    hy_cpu_swiglu_forward(out, inp, N, F);
+    ref_swiglu(ctx.out, ctx.inp, N, F);
+    snprintf(what, sizeof what, "swiglu forward N=%d F=%d", N, F);
+    check_close_d(what, out, ctx.out, no, TOL_FWD);
+
+    hy_cpu_swiglu_backward(dinp, dout, inp, N, F);
+    snprintf(what, sizeof what, "swiglu dinp N=%d F=%d", N, F);
+    check_grad(what, dinp, ctx.inp, ni, swiglu_loss, &ctx);
+    float *dinp2 = falloc(ni);
+    memcpy(dinp2, dinp, ni * sizeof *dinp);
+    hy_cpu_swiglu_backward(dinp2, dout, inp, N, F);
+    check_doubled("swiglu dinp twice", dinp2, dinp, ni);
+
+    /* Far in the negative tail nothing is NaN: silu → −0. */
+    float big[2] = {-200.0f, 3.0f}, o = 1.0f, d[2] = {0, 0}, one = 1.0f;
+    hy_cpu_swiglu_forward(&o, big, 1, 1);
+    hy_cpu_swiglu_backward(d, &one, big, 1, 1);
+    CHECKF(o == 0.0f && d[0] == 0.0f && d[1] == 0.0f, "swiglu at gate -200: out %g, d %g %g",
+           (double)o, (double)d[0], (double)d[1]);
+
+    free(inp); free(dout); free(out); free(dinp); free(dinp2); free(ctx.inp); free(ctx.out);
+}
+
+static void test_swiglu(void) {
+    swiglu_case(7, 9, 30);
+    swiglu_case(1, 1, 31);    /* N = 1, F = 1 */
+    swiglu_case(4, 16, 32);
+}
+
+// ----------------------------------------------------------------------------
+// RoPE: the table (lib/model.h) and the op
+
+/* Hugging Face's llama3 inverse frequency i of a head of size hd, in
+ * float64 (transformers' _compute_llama3_parameters, with its
+ * torch.where's written out as branches). */
+static double ref_inv_freq(int i, int hd, double theta, const hy_rope_scaling *sc) {
+    double f = pow(theta, -2.0 * i / hd);
+    if (sc == NULL || sc->factor == 0) return f;
+    double old = sc->original_max_position_embeddings, wavelen = 2 * M_PI / f;
+    if (wavelen < old / sc->high_freq_factor) return f;
+    if (wavelen > old / sc->low_freq_factor) return f / sc->factor;
+    double smooth = (old / wavelen - sc->low_freq_factor) /
+                    (sc->high_freq_factor - sc->low_freq_factor);
+    return (1 - smooth) * f / sc->factor + smooth * f;
+}
+
+static void rope_table_case(int T, int hd, double theta, const hy_rope_scaling *sc) {
+    float *cs = falloc((size_t)T * hd);
+    double *want = dalloc((size_t)T * hd);
+    hy_rope_table(cs, T, hd, theta, sc);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd / 2; i++) {
+            double a = t * ref_inv_freq(i, hd, theta, sc);
+            want[(size_t)t * hd + i] = cos(a);
+            want[(size_t)t * hd + hd / 2 + i] = sin(a);
+        }
+    /* The table takes the angle as one fp32 product (as Hugging Face
+     * does), off by up to T · 6e-8 radians from the float64 angle. */
+    char what[128];
+    snprintf(what, sizeof what, "rope table T=%d hd=%d theta=%g scaled=%d", T, hd, theta,
+             sc != NULL && sc->factor != 0);
+    check_close_d(what, cs, want, (size_t)T * hd, 2e-7 * (T + 1));
+    free(cs);
+    free(want);
+}
+
+static void test_rope_table(void) {
+    rope_table_case(17, 2, 10000.0, NULL);
+    rope_table_case(64, 128, 500000.0, NULL);
+    hy_rope_scaling none = {0, 1, 4, 8192};
+    rope_table_case(9, 64, 10000.0, &none);
+    /* Llama 3.1/3.2's: with hd = 128 and theta = 500000 the wavelengths
+     * 2π·theta^(2i/hd) run from 6.3 to ~2.6e6, across both borders (2048
+     * and 8192), so all three bands are exercised. */
+    hy_rope_scaling llama3 = {8, 1, 4, 8192};
+    rope_table_case(64, 128, 500000.0, &llama3);
+    /* The bands themselves, independent of the blend formula: position 1's
+     * angle is the frequency, and asin recovers it while it is small. */
+    float cs[2 * 128];
+    hy_rope_table(cs, 2, 128, 500000.0, &llama3);
+    double f0 = asin(cs[128 + 64]);      /* i = 0: wavelength 2π, kept */
+    double f63 = asin(cs[128 + 64 + 63]);  /* i = 63: wavelength ~2.6e6, divided by 8 */
+    CHECK_NEAR(f0, 1.0, 1e-6);
+    CHECK_NEAR(f63 * 8.0 / pow(500000.0, -126.0 / 128.0), 1.0, 1e-5);
+    /* Position 0 is the identity. */
+    int ident = 1;
+    for (int i = 0; i < 64; i++) ident &= cs[i] == 1.0f && cs[64 + i] == 0.0f;
+    CHECKF(ident, "rope table: position 0 is not cos 1, sin 0");
+}
+
+static void ref_rope(double *qkv, const float *cs, int B, int T, int NH, int NKV, int hd) {
+    size_t row = (size_t)(NH + 2 * NKV) * hd;
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * hd;
-                double *a = att + (((size_t)b * NH + h) * T + t) * T;
-                int len = causal ? t + 1 : T;
-                double mx = -INFINITY, sum = 0.0;
-                for (int s = 0; s < len; s++) {
-                    const double *k = qkv + ((size_t)b * T + s) * 3 * C + C + h * hd;
-                    double dot = 0.0;
-                    for (int d = 0; d < hd; d++) dot += q[d] * k[d];
-                    a[s] = dot * scale;
-                    if (a[s] > mx) mx = a[s];
-                }
-                for (int s = 0; s < len; s++) sum += (a[s] = exp(a[s] - mx));
-                for (int s = 0; s < T; s++) a[s] = s < len ? a[s] / sum : 0.0;
-                for (int d = 0; d < hd; d++) {
-                    double o = 0.0;
-                    for (int s = 0; s < len; s++)
-                        o += a[s] * qkv[((size_t)b * T + s) * 3 * C + 2 * C + h * hd + d];
-                    out[((size_t)b * T + t) * C + h * hd + d] = o;
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH + NKV; h++) {
+                double *x = qkv + ((size_t)b * T + t) * row + (size_t)h * hd;
+                for (int i = 0; i < hd / 2; i++) {
+                    double c = cs[(size_t)t * hd + i], s = cs[(size_t)t * hd + hd / 2 + i];
+                    double x0 = x[i], x1 = x[i + hd / 2];
+                    x[i] = x0 * c - x1 * s;
+                    x[i + hd / 2] = x1 * c + x0 * s;
                 }
             }
 }
 
 typedef struct {
-    int B, T, C, NH, causal;
-    double *qkv, *out, *att;
+    int B, T, NH, NKV, hd;
+    const float *cs;
+    double *x, *y;
+    const float *r;
+} rope_ctx;
+
+static double rope_loss(void *p) {
+    rope_ctx *c = p;
+    size_t n = (size_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->hd;
+    memcpy(c->y, c->x, n * sizeof *c->y);
+    ref_rope(c->y, c->cs, c->B, c->T, c->NH, c->NKV, c->hd);
+    return dot_fd(c->r, c->y, n);
+}
+
+static void rope_case(int B, int T, int NH, int NKV, int hd, uint64_t seed) {
+    char what[128];
+    rng r = {seed};
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * hd, row = (size_t)(NH + 2 * NKV) * hd;
+    float *cs = falloc((size_t)T * hd);
+    hy_rope_table(cs, T, hd, 10000.0, NULL);
+    float *x = frand(&r, n, -2, 2), *y = falloc(n), *dout = frand(&r, n, -1, 1);
+    memcpy(y, x, n * sizeof *x);
+    rope_ctx ctx = {B, T, NH, NKV, hd, cs, to_d(x, n), dalloc(n), dout};
+
+    hy_cpu_rope(y, cs, B, T, NH, NKV, hd, 0);
+    memcpy(ctx.y, ctx.x, n * sizeof *ctx.y);
+    ref_rope(ctx.y, cs, B, T, NH, NKV, hd);
+    snprintf(what, sizeof what, "rope forward B=%d T=%d NH=%d NKV=%d hd=%d", B, T, NH, NKV, hd);
+    check_close_d(what, y, ctx.y, n, TOL_FWD);
+    /* The value heads are not touched, to the bit. */
+    int v_same = 1;
+    for (size_t bt = 0; bt < (size_t)B * T; bt++)
+        for (size_t j = (size_t)(NH + NKV) * hd; j < row; j++) v_same &= y[bt * row + j] == x[bt * row + j];
+    CHECKF(v_same, "rope: a value head changed (NH=%d NKV=%d hd=%d)", NH, NKV, hd);
+
+    /* The inverse undoes the forward (a rotation, up to fp32 rounding). */
+    hy_cpu_rope(y, cs, B, T, NH, NKV, hd, 1);
+    snprintf(what, sizeof what, "rope inverse of forward NH=%d NKV=%d hd=%d", NH, NKV, hd);
+    check_close_f(what, y, x, n, 1e-6);
+
+    /* The inverse applied to dout is the gradient of Σ dout ⊙ rope(x). */
+    memcpy(y, dout, n * sizeof *y);
+    hy_cpu_rope(y, cs, B, T, NH, NKV, hd, 1);
+    snprintf(what, sizeof what, "rope backward B=%d T=%d NH=%d NKV=%d hd=%d", B, T, NH, NKV, hd);
+    check_grad(what, y, ctx.x, n, rope_loss, &ctx);
+
+    free(cs); free(x); free(y); free(dout); free(ctx.x); free(ctx.y);
+}
+
+static void test_rope(void) {
+    rope_case(2, 5, 4, 2, 8, 40);     /* GQA */
+    rope_case(1, 1, 3, 3, 2, 41);     /* T = 1 (the identity), hd = 2 */
+    rope_case(1, 7, 2, 1, 128, 42);   /* hd = 128, NKV = 1 */
+    rope_case(3, 3, 1, 1, 6, 43);
+}
+
+// ----------------------------------------------------------------------------
+// attention
+
+/* float64 attention straight from the equations of ops.h: query head h
+ * reads kv head h / (NH/NKV); lse in natural log. */
+static void ref_attention(double *out, double *lse, const double *qkv, int B, int T, int NH,
+                          int NKV, int hd, int causal) {
+    size_t ld = (size_t)(NH + 2 * NKV) * hd, C = (size_t)NH * hd;
+    double scale = 1.0 / sqrt((double)hd);
+    double *a = dalloc((size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            int j = h / (NH / NKV);
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + ((size_t)b * T + t) * ld + (size_t)h * hd;
+                int len = causal ? t + 1 : T;
+                double mx = -INFINITY, sum = 0.0;
+                for (int s = 0; s < len; s++) {
+                    const double *k = qkv + ((size_t)b * T + s) * ld + (size_t)(NH + j) * hd;
+                    double dot = 0.0;
+                    for (int d = 0; d < hd; d++) dot += q[d] * k[d];
+                    a[s] = dot * scale;
+                    if (a[s] > mx) mx = a[s];
+                }
+                for (int s = 0; s < len; s++) sum += exp(a[s] - mx);
+                if (lse != NULL) lse[((size_t)b * NH + h) * T + t] = mx + log(sum);
+                for (int d = 0; d < hd; d++) {
+                    double o = 0.0;
+                    for (int s = 0; s < len; s++)
+                        o += exp(a[s] - mx) / sum *
+                             qkv[((size_t)b * T + s) * ld + (size_t)(NH + NKV + j) * hd + d];
+                    out[((size_t)b * T + t) * C + (size_t)h * hd + d] = o;
+                }
+            }
+        }
+    free(a);
+}
+
+typedef struct {
+    int B, T, NH, NKV, hd, causal;
+    double *qkv, *out;
     const float *r;
 } attention_ctx;
 
 static double attention_loss(void *p) {
     attention_ctx *c = p;
-    ref_attention(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, c->causal);
-    return dot_fd(c->r, c->out, (size_t)c->B * c->T * c->C);
+    ref_attention(c->out, NULL, c->qkv, c->B, c->T, c->NH, c->NKV, c->hd, c->causal);
+    return dot_fd(c->r, c->out, (size_t)c->B * c->T * c->NH * c->hd);
 }
 
-static void attention_case(int B, int T, int C, int NH, int causal, uint64_t seed) {
-    char what[128];
+static void attention_case(int B, int T, int NH, int NKV, int hd, int causal, uint64_t seed) {
+    char what[160], shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d hd=%d causal=%d", B, T, NH, NKV, hd,
+             causal);
     rng r = {seed};
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-    /* Scores of a few units, so the softmax is neither flat nor one-hot. */
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * hd, no = (size_t)B * T * NH * hd;
+    size_t nl = (size_t)B * NH * T;
+    /* Scores of a few units, so the softmax is neither flat nor one-hot
+     * (q·k / sqrt(hd) has the same spread for every hd). */
     float *qkv = frand(&r, nq, -1.5f, 1.5f), *dout = frand(&r, no, -1, 1);
-    float *out = falloc(no), *att = falloc(na);
-    attention_ctx ctx = {B, T, C, NH, causal, to_d(qkv, nq), dalloc(no), dalloc(na), dout};
+    float *out = falloc(no), *lse = falloc(nl);
+    attention_ctx ctx = {B, T, NH, NKV, hd, causal, to_d(qkv, nq), dalloc(no), dout};
+    double *lse64 = dalloc(nl);
 
-    hy_cpu_attention_forward(out, att, qkv, B, T, C, NH, causal);
-    ref_attention(ctx.out, ctx.att, ctx.qkv, B, T, C, NH, causal);
-    snprintf(what, sizeof what, "attention forward B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH, causal);
+    hy_cpu_attention_forward(out, lse, qkv, B, T, NH, NKV, hd, causal);
+    ref_attention(ctx.out, lse64, ctx.qkv, B, T, NH, NKV, hd, causal);
+    snprintf(what, sizeof what, "attention forward %s", shape);
     check_close_d(what, out, ctx.out, no, TOL_FWD);
-    snprintf(what, sizeof what, "attention att B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH, causal);
-    check_close_d(what, att, ctx.att, na, TOL_FWD);
+    snprintf(what, sizeof what, "attention lse %s", shape);
+    check_close_d(what, lse, lse64, nl, TOL_FWD);
 
-    /* Rows of att are distributions; masked entries exactly 0. */
-    int rows_ok = 1, mask_ok = 1;
-    for (size_t row = 0; row < (size_t)B * NH * T; row++) {
-        int t = (int)(row % T);
-        double s = 0.0;
-        for (int j = 0; j < T; j++) {
-            s += att[row * T + j];
-            if (causal && j > t && att[row * T + j] != 0.0f) mask_ok = 0;
-        }
-        if (fabs(s - 1.0) > 1e-6) rows_ok = 0;
-    }
-    CHECKF(rows_ok, "attention: a row of att does not sum to 1 (causal=%d)", causal);
-    CHECKF(mask_ok, "attention: a masked entry of att is not 0 (causal=%d)", causal);
-
-    /* Backward. The scratch is exactly T·T floats and starts as NaN, so any
-     * read before write or any overrun shows (ASan catches the overrun). */
-    float *dqkv = falloc(nq), *scratch = falloc((size_t)T * T);
-    for (size_t i = 0; i < (size_t)T * T; i++) scratch[i] = NAN;
-    hy_cpu_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
-    snprintf(what, sizeof what, "attention dqkv B=%d T=%d C=%d NH=%d causal=%d", B, T, C, NH, causal);
+    /* Backward. The scratch is exactly 2·T·T floats and starts as NaN, so
+     * any read before write or any overrun shows (ASan catches the
+     * overrun). */
+    size_t ns = 2 * (size_t)T * T;
+    float *dqkv = falloc(nq), *scratch = falloc(ns);
+    for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
+    hy_cpu_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, hd, causal);
+    snprintf(what, sizeof what, "attention dqkv %s", shape);
     check_grad(what, dqkv, ctx.qkv, nq, attention_loss, &ctx);
 
     float *dqkv2 = falloc(nq);
     memcpy(dqkv2, dqkv, nq * sizeof *dqkv);
-    hy_cpu_attention_backward(dqkv2, scratch, dout, qkv, att, B, T, C, NH);
-    snprintf(what, sizeof what, "attention dqkv twice causal=%d", causal);
+    hy_cpu_attention_backward(dqkv2, scratch, dout, qkv, out, lse, B, T, NH, NKV, hd, causal);
+    snprintf(what, sizeof what, "attention dqkv twice %s", shape);
     check_doubled(what, dqkv2, dqkv, nq);
 
-    free(qkv); free(dout); free(out); free(att); free(dqkv); free(dqkv2); free(scratch);
-    free(ctx.qkv); free(ctx.out); free(ctx.att);
+    free(qkv); free(dout); free(out); free(lse); free(lse64); free(dqkv); free(dqkv2);
+    free(scratch); free(ctx.qkv); free(ctx.out);
+}
+
+/* Causal masking, on its own: a query's output must not depend on a later
+ * key or value at all, to the bit, and neither may its gradient flow
+ * there. */
+static void test_attention_mask(void) {
+    rng r = {80};
+    int T = 6, NH = 2, NKV = 1, hd = 4;
+    size_t ld = (size_t)(NH + 2 * NKV) * hd, nq = (size_t)T * ld, no = (size_t)T * NH * hd;
+    float *qkv = frand(&r, nq, -1, 1), *out = falloc(no), *out2 = falloc(no);
+    float *lse = falloc((size_t)NH * T), *lse2 = falloc((size_t)NH * T);
+    hy_cpu_attention_forward(out, lse, qkv, 1, T, NH, NKV, hd, 1);
+    for (size_t i = (size_t)NH * hd; i < ld; i++) qkv[(T - 1) * ld + i] += 5.0f;   /* last k, v */
+    hy_cpu_attention_forward(out2, lse2, qkv, 1, T, NH, NKV, hd, 1);
+    CHECK(memcmp(out, out2, (size_t)(T - 1) * NH * hd * sizeof *out) == 0);
+    /* Only the dout of the last row is non-zero: q of the earlier rows gets
+     * nothing, and the last key only what the last query gave it. */
+    float *dout = falloc(no), *dqkv = falloc(nq), *scratch = falloc(2 * (size_t)T * T);
+    for (int i = 0; i < NH * hd; i++) dout[(size_t)(T - 1) * NH * hd + i] = 1.0f;
+    hy_cpu_attention_backward(dqkv, scratch, dout, qkv, out2, lse2, 1, T, NH, NKV, hd, 1);
+    for (int t = 0; t < T - 1; t++)
+        check_exact_zero("attention: dq of a row before the only dout", dqkv + (size_t)t * ld,
+                         (size_t)NH * hd);
+    free(qkv); free(out); free(out2); free(lse); free(lse2); free(dout); free(dqkv); free(scratch);
 }
 
 static void test_attention(void) {
     for (int causal = 0; causal <= 1; causal++) {
-        attention_case(2, 5, 12, 3, causal, 50 + causal); /* hd = 4 */
-        attention_case(1, 7, 15, 3, causal, 60 + causal); /* hd = 5, odd everywhere */
-        attention_case(3, 1, 8, 2, causal, 70 + causal);  /* T = 1: att is [1] */
+        attention_case(2, 5, 3, 3, 4, causal, 50 + causal);   /* NKV = NH: GPT-2's layout */
+        attention_case(1, 7, 3, 3, 5, causal, 60 + causal);   /* hd = 5, odd everywhere */
+        attention_case(3, 1, 2, 2, 4, causal, 70 + causal);   /* T = 1 */
+        attention_case(2, 5, 4, 2, 4, causal, 90 + causal);   /* NKV = NH/2 */
+        attention_case(1, 7, 3, 1, 6, causal, 100 + causal);  /* NKV = 1 (multi-query) */
+        attention_case(1, 3, 2, 1, 128, causal, 110 + causal);   /* hd = 128 */
+        attention_case(1, 9, 2, 1, 2, causal, 120 + causal);  /* hd = 2 */
     }
+    test_attention_mask();
 }
 
 // ----------------------------------------------------------------------------
@@ -609,6 +916,17 @@ static void test_embedding(void) {
     memcpy(dwte2, dwte, (size_t)V * C * sizeof *dwte);
     hy_cpu_embedding_backward(dwte2, NULL, dout, tokens, B, T, C);
     check_doubled("embedding dwte twice", dwte2, dwte, (size_t)V * C);
+
+    /* Without learned positions (wpe NULL, Llama): the token rows alone,
+     * and the backward adds into dwte only. */
+    hy_cpu_embedding_forward(out, tokens, wte, NULL, B, T, C);
+    int rows = 1;
+    for (int bt = 0; bt < B * T; bt++)
+        rows &= memcmp(out + (size_t)bt * C, wte + (size_t)tokens[bt] * C, C * sizeof *out) == 0;
+    CHECKF(rows, "embedding without wpe: a row is not its token's wte row");
+    memcpy(dwte2, dwte, (size_t)V * C * sizeof *dwte);
+    hy_cpu_embedding_backward(dwte2, NULL, dout, tokens, B, T, C);
+    check_doubled("embedding dwte twice, no wpe", dwte2, dwte, (size_t)V * C);
 
     free(wte); free(wpe); free(dout); free(out); free(dwte); free(dwpe); free(dwte2);
     free(ctx.wte); free(ctx.wpe); free(ctx.out);
@@ -834,6 +1152,10 @@ int main(void) {
     test_lm_head();
     test_layernorm();
     test_gelu();
+    test_rmsnorm();
+    test_swiglu();
+    test_rope_table();
+    test_rope();
     test_attention();
     test_embedding();
     test_classifier();

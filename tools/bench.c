@@ -465,7 +465,9 @@ typedef struct {
     hy_backend *be;
     hy_stream *s;
     float *inp, *w, *bias, *out, *dout, *dinp, *dw, *dbias;   /* dense layers */
-    float *qkv, *att, *atty, *dqkv, *datty, *scratch;          /* attention */
+    float *qkv, *att, *atty, *dqkv, *datty, *scratch;          /* attention (att: the bare
+                                                                  products' T x T per head) */
+    float *lse;                                                /* attention's saved rows */
 } gemm_case;
 
 /* One call of the backend's op for the case (bare = 0), or the same
@@ -511,9 +513,9 @@ static int gemm_call(const gemm_case *g, int bare, hy_error *err) {
     float scale = 1.0f / sqrtf((float)hd);
     if (!bare) {
         if (g->kind == G_ATT_FWD)
-            return o->attention_fwd(g->s, g->atty, g->att, g->qkv, B, T, C, NH, 1, err);
-        return o->attention_bwd(g->s, g->dqkv, g->scratch, g->datty, g->qkv, g->att, B, T, C, NH,
-                                err);
+            return o->attention_fwd(g->s, g->atty, g->lse, g->qkv, B, T, NH, NH, hd, 1, err);
+        return o->attention_bwd(g->s, g->dqkv, g->scratch, g->datty, g->qkv, g->atty, g->lse, B, T,
+                                NH, NH, hd, 1, err);
     }
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
@@ -563,10 +565,11 @@ static int gemm_case_alloc(gemm_case *g, hy_error *err) {
         if (!rc) rc = gemm_alloc(g, &g->atty, N * C, NULL, err);
         if (!rc) rc = gemm_alloc(g, &g->dqkv, 3 * N * C, NULL, err);
         if (!rc) rc = gemm_alloc(g, &g->datty, N * C, &rng, err);
-        if (!rc) rc = gemm_alloc(g, &g->scratch, T * T, NULL, err);
-        /* A real att (causal softmax rows) for the backward to read. */
-        if (!rc) rc = g->be->ops->attention_fwd(g->s, g->atty, g->att, g->qkv, g->B, g->T, g->C,
-                                                g->OC, 1, err);
+        if (!rc) rc = gemm_alloc(g, &g->lse, (size_t)g->B * OC * T, NULL, err);
+        if (!rc) rc = gemm_alloc(g, &g->scratch, 2 * T * T, NULL, err);
+        /* A real output and its log-sum-exps for the backward to read. */
+        if (!rc) rc = g->be->ops->attention_fwd(g->s, g->atty, g->lse, g->qkv, g->B, g->T, g->OC,
+                                                g->OC, g->C / g->OC, 1, err);
         return rc;
     }
     rc = gemm_alloc(g, &g->inp, N * C, &rng, err);
@@ -582,7 +585,8 @@ static int gemm_case_alloc(gemm_case *g, hy_error *err) {
 
 static void gemm_case_free(gemm_case *g) {
     float **all[] = { &g->inp, &g->w, &g->bias, &g->out, &g->dout, &g->dinp, &g->dw, &g->dbias,
-                      &g->qkv, &g->att, &g->atty, &g->dqkv, &g->datty, &g->scratch };
+                      &g->qkv, &g->att, &g->atty, &g->dqkv, &g->datty, &g->scratch,
+                      &g->lse };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         g->be->ops->free_mem(g->be, *all[i]);
         *all[i] = NULL;

@@ -8,7 +8,8 @@
  * A token that occurs several times adds its gradient once per occurrence,
  * and with a tied LM head dwte also receives the head's gradient: hence
  * accumulation, as everywhere. Token ids are trusted to lie in [0, V);
- * lib/data checks them where they are read.
+ * lib/data checks them where they are read. wpe NULL (Llama: positions
+ * enter through RoPE inside attention) leaves the token embedding alone.
  */
 #include "ops.h"
 
@@ -19,6 +20,10 @@ void hy_cpu_embedding_forward(float *out, const int *tokens, const float *wte,
             size_t bt = (size_t)b * T + t;
             float *o = out + bt * C;
             const float *te = wte + (size_t)tokens[bt] * C;
+            if (wpe == NULL) {
+                for (int i = 0; i < C; i++) o[i] = te[i];
+                continue;
+            }
             const float *pe = wpe + (size_t)t * C;
             for (int i = 0; i < C; i++) o[i] = te[i] + pe[i];
         }

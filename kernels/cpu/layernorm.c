@@ -15,6 +15,12 @@
  * The variance is two-pass (about the mean), never E[x²] − mean².
  *
  * Residual: out = a + b; backward da += dout, db += dout.
+ *
+ * RMSNorm (Llama) is LayerNorm without the mean and the bias, so it sits
+ * here too: rstd = 1/sqrt((1/C) Σ x_i² + eps), out_i = x_i · rstd · w_i;
+ * backward with g_i = dout_i · w_i and xhat_i = x_i · rstd:
+ *   dx_i += rstd · (g_i − xhat_i · mean(g ⊙ xhat)),  dw_i += Σ_rows dout_i · xhat_i
+ * (LayerNorm's backward with mean(g) dropped: no mean was subtracted).
  */
 #include <math.h>
 
@@ -103,5 +109,39 @@ void hy_cpu_residual_layernorm_forward(float *residual, float *out, float *mean,
         size_t off = (size_t)n * C;
         hy_cpu_residual_forward(residual + off, a + off, b + off, (size_t)C);
         layernorm_row(out + off, mean + n, rstd + n, residual + off, weight, bias, C);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// RMSNorm
+
+void hy_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                            int N, int C, float eps) {
+    for (int n = 0; n < N; n++) {
+        size_t off = (size_t)n * C;
+        const float *x = inp + off;
+        double sq = 0.0;   /* in double, as LayerNorm's statistics */
+        for (int i = 0; i < C; i++) sq += (double)x[i] * x[i];
+        float r = (float)(1.0 / sqrt(sq / C + (double)eps));
+        for (int i = 0; i < C; i++) out[off + i] = x[i] * r * weight[i];
+        rstd[n] = r;
+    }
+}
+
+void hy_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        size_t off = (size_t)n * C;
+        const float *x = inp + off, *dy = dout + off;
+        float r = rstd[n];
+        double sum_gx = 0.0;
+        if (dinp != NULL)
+            for (int i = 0; i < C; i++) sum_gx += (double)(dy[i] * weight[i]) * (x[i] * r);
+        float mean_gx = (float)(sum_gx / C);
+        for (int i = 0; i < C; i++) {
+            float xhat = x[i] * r;
+            if (dweight != NULL) dweight[i] += dy[i] * xhat;
+            if (dinp != NULL) dinp[off + i] += r * (dy[i] * weight[i] - xhat * mean_gx);
+        }
     }
 }

@@ -55,6 +55,25 @@ static int cpu_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void *
     return HY_CALL(s, HY_OPK_GELU, run_gelu_bwd, a, err);
 }
 
+typedef struct { float *out; const float *inp, *dout; int N, F; } swiglu_args;
+static void run_swiglu_fwd(const void *p) {
+    const swiglu_args *a = p;
+    hy_cpu_swiglu_forward(a->out, a->inp, a->N, a->F);
+}
+static int cpu_swiglu_fwd(hy_stream *s, void *out, const void *inp, int N, int F, hy_error *err) {
+    swiglu_args a = { .out = out, .inp = inp, .N = N, .F = F };
+    return HY_CALL(s, HY_OPK_GELU, run_swiglu_fwd, a, err);
+}
+static void run_swiglu_bwd(const void *p) {
+    const swiglu_args *a = p;
+    hy_cpu_swiglu_backward(a->out, a->dout, a->inp, a->N, a->F);
+}
+static int cpu_swiglu_bwd(hy_stream *s, void *dinp, const void *dout, const void *inp, int N,
+                          int F, hy_error *err) {
+    swiglu_args a = { .out = dinp, .inp = inp, .dout = dout, .N = N, .F = F };
+    return HY_CALL(s, HY_OPK_GELU, run_swiglu_bwd, a, err);
+}
+
 /* ---- embedding --------------------------------------------------------- */
 
 typedef struct {
@@ -112,6 +131,32 @@ static int cpu_layernorm_bwd(hy_stream *s, void *dinp, float *dw, float *db, con
     ln_args a = { .out = dinp, .dw = dw, .db = db, .dout = dout, .inp = inp, .w = w,
                   .cmean = mean, .crstd = rstd, .N = N, .C = C };
     return HY_CALL(s, HY_OPK_LAYERNORM, run_ln_bwd, a, err);
+}
+
+typedef struct {
+    float *out, *rstd, *dw;
+    const float *inp, *w, *dout, *crstd;
+    int N, C;
+    float eps;
+} rms_args;
+static void run_rms_fwd(const void *p) {
+    const rms_args *a = p;
+    hy_cpu_rmsnorm_forward(a->out, a->rstd, a->inp, a->w, a->N, a->C, a->eps);
+}
+static int cpu_rmsnorm_fwd(hy_stream *s, void *out, float *rstd, const void *inp, const void *w,
+                           int N, int C, float eps, hy_error *err) {
+    rms_args a = { .out = out, .rstd = rstd, .inp = inp, .w = w, .N = N, .C = C, .eps = eps };
+    return HY_CALL(s, HY_OPK_LAYERNORM, run_rms_fwd, a, err);
+}
+static void run_rms_bwd(const void *p) {
+    const rms_args *a = p;
+    hy_cpu_rmsnorm_backward(a->out, a->dw, a->dout, a->inp, a->w, a->crstd, a->N, a->C);
+}
+static int cpu_rmsnorm_bwd(hy_stream *s, void *dinp, float *dw, const void *dout, const void *inp,
+                           const void *w, const float *rstd, int N, int C, hy_error *err) {
+    rms_args a = { .out = dinp, .dw = dw, .dout = dout, .inp = inp, .w = w, .crstd = rstd, .N = N,
+                   .C = C };
+    return HY_CALL(s, HY_OPK_LAYERNORM, run_rms_bwd, a, err);
 }
 
 /* ---- matmul and the tied head ------------------------------------------ */
@@ -183,34 +228,51 @@ static int cpu_matmul_gelu_bwd(hy_stream *s, void *dpre, float *dbias_pre, float
     return rc;
 }
 
-/* ---- attention --------------------------------------------------------- */
+/* ---- attention and RoPE ------------------------------------------------- */
 
 typedef struct {
-    float *out, *att, *scratch;
-    const float *qkv, *dout, *catt;
-    int B, T, C, NH, causal;
+    float *out, *lse, *scratch;
+    const float *qkv, *dout, *cout, *clse;
+    int B, T, NH, NKV, hd, causal;
 } attn_args;
 static void run_attn_fwd(const void *p) {
     const attn_args *a = p;
-    hy_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->causal);
+    hy_cpu_attention_forward(a->out, a->lse, a->qkv, a->B, a->T, a->NH, a->NKV, a->hd, a->causal);
 }
-static int cpu_attention_fwd(hy_stream *s, void *out, void *att, const void *qkv, int B, int T,
-                             int C, int NH, int causal, hy_error *err) {
-    attn_args a = { .out = out, .att = att, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH,
-                    .causal = causal };
+static int cpu_attention_fwd(hy_stream *s, void *out, float *lse, const void *qkv, int B, int T,
+                             int NH, int NKV, int hd, int causal, hy_error *err) {
+    attn_args a = { .out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .NH = NH, .NKV = NKV,
+                    .hd = hd, .causal = causal };
     return HY_CALL(s, HY_OPK_ATTENTION_FWD, run_attn_fwd, a, err);
 }
 static void run_attn_bwd(const void *p) {
     const attn_args *a = p;
-    hy_cpu_attention_backward(a->out, a->scratch, a->dout, a->qkv, a->catt, a->B, a->T, a->C,
-                              a->NH);
+    hy_cpu_attention_backward(a->out, a->scratch, a->dout, a->qkv, a->cout, a->clse, a->B, a->T,
+                              a->NH, a->NKV, a->hd, a->causal);
 }
 static int cpu_attention_bwd(hy_stream *s, void *dqkv, void *scratch, const void *dout,
-                             const void *qkv, const void *att, int B, int T, int C, int NH,
-                             hy_error *err) {
-    attn_args a = { .out = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv, .catt = att,
-                    .B = B, .T = T, .C = C, .NH = NH };
+                             const void *qkv, const void *out, const float *lse, int B, int T,
+                             int NH, int NKV, int hd, int causal, hy_error *err) {
+    attn_args a = { .out = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv, .cout = out,
+                    .clse = lse, .B = B, .T = T, .NH = NH, .NKV = NKV, .hd = hd,
+                    .causal = causal };
     return HY_CALL(s, HY_OPK_ATTENTION_BWD, run_attn_bwd, a, err);
+}
+
+typedef struct {
+    float *qkv;
+    const float *cs;
+    int B, T, NH, NKV, hd, inverse;
+} rope_args;
+static void run_rope(const void *p) {
+    const rope_args *a = p;
+    hy_cpu_rope(a->qkv, a->cs, a->B, a->T, a->NH, a->NKV, a->hd, a->inverse);
+}
+static int cpu_rope(hy_stream *s, void *qkv, const float *cs, int B, int T, int NH, int NKV,
+                    int hd, int inverse, hy_error *err) {
+    rope_args a = { qkv, cs, B, T, NH, NKV, hd, inverse };
+    /* timed with the attention it belongs to */
+    return HY_CALL(s, inverse ? HY_OPK_ATTENTION_BWD : HY_OPK_ATTENTION_FWD, run_rope, a, err);
 }
 
 /* ---- classifier --------------------------------------------------------- */
@@ -297,10 +359,10 @@ static int cpu_to_act(hy_stream *s, void *dst, const float *src, size_t n, hy_er
     return HY_CALL(s, HY_OPK_OTHER, run_to_act, a, err);
 }
 
-/* attention.c works one head at a time: one T x T block. */
-static size_t cpu_attention_scratch(int B, int T, int C, int NH) {
-    (void)B; (void)C; (void)NH;
-    return (size_t)T * (size_t)T * sizeof(float);
+/* attention.c's backward works one head at a time: its P and dP, T x T each. */
+static size_t cpu_attention_scratch(int B, int T, int NH, int NKV, int hd) {
+    (void)B; (void)NH; (void)NKV; (void)hd;
+    return 2 * (size_t)T * (size_t)T * sizeof(float);
 }
 
 void hy_cpu_math_ops(hy_backend_ops *o) {
@@ -318,6 +380,11 @@ void hy_cpu_math_ops(hy_backend_ops *o) {
     o->gelu_bwd = cpu_gelu_bwd;
     o->matmul_gelu_fwd = cpu_matmul_gelu_fwd;
     o->matmul_gelu_bwd = cpu_matmul_gelu_bwd;
+    o->rmsnorm_fwd = cpu_rmsnorm_fwd;
+    o->rmsnorm_bwd = cpu_rmsnorm_bwd;
+    o->rope = cpu_rope;
+    o->swiglu_fwd = cpu_swiglu_fwd;
+    o->swiglu_bwd = cpu_swiglu_bwd;
     o->attention_fwd = cpu_attention_fwd;
     o->attention_bwd = cpu_attention_bwd;
     o->lm_head_fwd = cpu_lm_head_fwd;

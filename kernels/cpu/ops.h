@@ -1,9 +1,11 @@
 /*
- * ops.h — the CPU backend's math: every fp32 op a GPT-2 / BERT transformer
- * needs, forward and backward, as plain functions over raw float arrays.
+ * ops.h — the CPU backend's math: every fp32 op a GPT-2 / BERT / Llama
+ * transformer needs, forward and backward, as plain functions over raw
+ * float arrays.
  *
  * One family per file in kernels/cpu/ (matmul.c, layernorm.c, gelu.c,
- * attention.c, embedding.c, classifier.c, adamw.c); kernels/cuda/ holds the
+ * swiglu.c, attention.c, rope.c, embedding.c, classifier.c, adamw.c);
+ * kernels/cuda/ holds the
  * same families under the same names, so the two are read side by side.
  *
  * Conventions, for every op below:
@@ -106,6 +108,18 @@ void hy_cpu_residual_layernorm_forward(float *residual, float *out, float *mean,
                                        const float *weight, const float *bias,
                                        int N, int C);
 
+/* RMSNorm (Llama) over the last dimension, eps given (the model's):
+ *   rstd[n] = 1 / sqrt((1/C) Σ_i x[n,i]² + eps)             (saved, [N])
+ *   out[n,i] = x[n,i] · rstd[n] · weight[i]
+ * backward, with xhat = x · rstd and g = dout ⊙ weight:
+ *   dinp[n,i]  += rstd[n] · (g[n,i] − xhat[n,i] · mean_i(g ⊙ xhat)[n])
+ *   dweight[i] += Σ_n dout[n,i] · xhat[n,i]                 (either may be NULL)
+ */
+void hy_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                            int N, int C, float eps);
+void hy_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C);
+
 /* ---------------------------------------------------------------------- */
 /* gelu.c — GELU, tanh approximation (GPT-2's "gelu_new"), elementwise
  *   u = sqrt(2/π) · (x + 0.044715 x³)
@@ -116,26 +130,55 @@ void hy_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void hy_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
 
 /* ---------------------------------------------------------------------- */
-/* attention.c — multi-head self-attention core (after c_attn, before c_proj)
- *
- * qkv[B,T,3C] packs q, k, v per token as GPT-2's c_attn output does:
- * qkv[b,t,:] = [q | k | v], each C = NH·hd wide and head-major within C
- * (head h is columns h·hd .. h·hd+hd−1). For each b and head h:
- *   att[b,h,t,s] = softmax_s( (q_t · k_s) / sqrt(hd) ),  s ranging over
- *                  s ≤ t when causal (GPT), all s when not (BERT);
- *                  masked entries are stored as exactly 0
- *   out[b,t,h·hd+d] = Σ_s att[b,h,t,s] · v_s[d]
- * att [B,NH,T,T] is the saved softmax for the backward. Backward, with
- * dA = dout_h · Vᵀ and dS = att ⊙ (dA − rowsum(att ⊙ dA)) / sqrt(hd):
- *   dv += attᵀ · dout_h;  dq += dS · K;  dk += dSᵀ · Q      (all into dqkv)
- * dqkv [B,T,3C] ACCUMULATES like every other backward. scratch holds T·T
- * floats (one head's dA at a time); its contents on return are undefined.
+/* swiglu.c — SwiGLU (Llama's MLP activation) on one fused up-projection
+ *   inp[N, 2F]: per row the gate (columns 0..F−1) then the up values (F..2F−1)
+ *   forward   out[n,i] = silu(gate[n,i]) · up[n,i],   silu(x) = x σ(x), σ(x) = 1/(1+e^−x)
+ *   backward  dinp[n,i]   += dout[n,i] · up[n,i] · σ · (1 + gate · (1 − σ))   (σ of gate[n,i])
+ *             dinp[n,F+i] += dout[n,i] · silu(gate[n,i])
  */
-void hy_cpu_attention_forward(float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH, int causal);
-void hy_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att,
-                               int B, int T, int C, int NH);
+void hy_cpu_swiglu_forward(float *out, const float *inp, int N, int F);
+void hy_cpu_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F);
+
+/* ---------------------------------------------------------------------- */
+/* attention.c — self-attention core (after the qkv projection, before
+ * the output projection), with grouped-query attention
+ *
+ * qkv[B,T,(NH+2·NKV)·hd] packs per token the NH query heads, then the NKV
+ * key heads, then the NKV value heads, each hd wide (NKV = NH: GPT-2's
+ * c_attn output [q | k | v]). NKV divides NH; query head h reads kv head
+ * j = h / (NH/NKV). For each b and query head h, with keys s ≤ t when
+ * causal (GPT, Llama) and all s when not (BERT):
+ *   S[t,s] = (q_t · k_s) / sqrt(hd),   P = softmax_s(S)
+ *   out[b,t,h·hd+d] = Σ_s P[t,s] · v_s[d]                   (out [B,T,NH·hd])
+ *   lse[b,h,t] = ln Σ_s e^(S[t,s])                          (saved, [B,NH,T])
+ * Backward, from lse and the forward's out (nothing T×T is saved), with
+ * P = e^(S − lse), D_t = dout_t · out_t, dP = dout_h · Vᵀ, dS = P ⊙ (dP − D):
+ *   dv_j += Pᵀ · dout_h;  dq_h += dS · K_j / sqrt(hd);  dk_j += dSᵀ · Q_h / sqrt(hd)
+ * into dqkv (qkv's layout), a kv head's summing over its group's query
+ * heads. dqkv ACCUMULATES like every other backward. scratch holds 2·T·T
+ * floats (one head's P and dP at a time); its contents on return are
+ * undefined.
+ */
+void hy_cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                              int NKV, int hd, int causal);
+void hy_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int B, int T, int NH, int NKV,
+                               int hd, int causal);
+
+/* ---------------------------------------------------------------------- */
+/* rope.c — rotary position embedding (Llama), in place on q and k
+ *
+ * qkv[B,T,(NH+2·NKV)·hd]: NH query heads, NKV key heads, NKV value heads,
+ * each hd wide (hd even). For every query and key head of token (b,t) and
+ * i < hd/2, with c = cs[t·hd + i] and s = cs[t·hd + hd/2 + i] (the table of
+ * lib/model.h's hy_rope_table: per position hd/2 cosines then hd/2 sines):
+ *   x'[i]        = x[i] · c − x[i + hd/2] · s
+ *   x'[i + hd/2] = x[i + hd/2] · c + x[i] · s
+ * inverse != 0 rotates by −angle (s negated): the backward, applied in
+ * place to d(q), d(k). Value heads are left as they are.
+ */
+void hy_cpu_rope(float *qkv, const float *cs, int B, int T, int NH, int NKV, int hd,
+                 int inverse);
 
 /* ---------------------------------------------------------------------- */
 /* embedding.c — token + learned position embedding
@@ -143,7 +186,8 @@ void hy_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
  *   backward  dwte[tokens[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
  *             (either may be NULL)
  * tokens are [B,T] ints in [0, V) (checked where they are read, lib/data);
- * wpe has at least T rows.
+ * wpe has at least T rows, or is NULL: no learned positions (Llama), and
+ * out is the token embedding alone.
  */
 void hy_cpu_embedding_forward(float *out, const int *tokens, const float *wte,
                               const float *wpe, int B, int T, int C);

@@ -4,31 +4,28 @@
  * fused, flash-style attention, forward and backward, on the tensor cores
  * (mma.sync m16n8k16, bf16 in, fp32 accumulate).
  *
- * qkv[b,t,:] = [q | k | v], each C = NH·hd wide, head h at columns
- * h·hd .. h·hd+hd−1; out[b,t,h·hd+d]. Scores s = q·k / sqrt(hd) over keys
+ * qkv[b,t,:] holds the NH query heads, then the NKV key heads, then the
+ * NKV value heads, each hd wide (row stride (NH + 2·NKV)·hd; NKV = NH is
+ * GPT-2's [q | k | v]); query head h reads kv head j = h / (NH/NKV)
+ * (grouped-query attention), straight from qkv: K and V are never copied
+ * per query head. out[b,t,h·hd+d]. Scores s = q·k / sqrt(hd) over keys
  * s ≤ t (causal) or all keys. Nothing T×T is ever stored: a block of 64
  * queries walks the key tiles of 64 once, keeping per row a running max m
  * and sum l of exp (the online softmax), in fp32, and the scores never
  * pass through bf16; tiles wholly above the diagonal are skipped. What the
  * backward needs from the forward is per row L = m + log2 l (the log-sum-
- * exp, in the base-2 units the kernels use) and the output O itself:
+ * exp, in the base-2 units the kernels use: backend.h's lse) and the
+ * output O itself, both handed back to it by the caller:
  *
  *   P = exp2(s·log2e − L),  D = rowsum(dO ∘ O)
  *   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ = dS K / √hd,  dK = dSᵀ Q / √hd
  *
  * The backward is two kernels so that each gradient element has one owner
- * (no atomics, hence deterministic): one per block of 64 keys walks the
- * query tiles at or below the diagonal for dK and dV, one per block of 64
- * queries walks the key tiles for dQ; both recompute S and P from L.
- *
- * What the backward needs from the forward lives in the `att` buffer that
- * backend.h gives the forward (B·NH·T·T activations, meant for the
- * probabilities): in its last two bytes whether the attention was causal
- * (the backward is not told), and from its start L (B·NH·T floats) and a
- * copy of O (B·T·C bf16, written beside `out`) whenever those fit before
- * the flag, which is T ≥ hd + 3 or so: every real model. Where they do not
- * (short test sequences), the backward reruns the forward into its
- * scratch first. Either way the scratch also holds D.
+ * (no atomics, hence deterministic): one per block of 64 keys of one kv
+ * head walks, for each query head of its group in turn, the query tiles at
+ * or below the diagonal for dK and dV (summed over the group in
+ * registers, in a fixed order); one per block of 64 queries walks the key
+ * tiles for dQ; both recompute S and P from L. The scratch holds D.
  *
  * Fragments (PTX ISA, "matrix fragments for mma.m16n8k16"): in a warp,
  * lane = 4g + t. A (16×16, row-major) regs {A[g][2t..+1], A[g+8][2t..+1],
@@ -67,21 +64,20 @@
 
 static size_t fa_align(size_t n) { return (n + FA_ALIGN - 1) / FA_ALIGN * FA_ALIGN; }
 
-/* What every kernel is told. Row r of head h of sequence b: q at
- * qkv + (b·T + r)·3C + h·hd, k C further, v 2C further; dO and O at
- * (b·T + r)·C + h·hd; L and D at (b·NH + h)·T + r. */
+/* What every kernel is told. Row r of sequence b: query head h at
+ * qkv + (b·T + r)·ld + h·hd, key head j at (NH + j)·hd, value head j at
+ * (NH + NKV + j)·hd, ld = (NH + 2·NKV)·hd; dO and O at (b·T + r)·C + h·hd,
+ * C = NH·hd; L and D at (b·NH + h)·T + r. */
 typedef struct {
     const hy_bf16 *qkv;
     const hy_bf16 *dout;     /* backward: dO; forward: unused */
     const hy_bf16 *o;        /* backward: the forward's output (for D) */
     hy_bf16 *out;            /* forward: out */
-    hy_bf16 *ocopy;          /* forward: a second copy of out, or NULL */
     float *lse;              /* forward writes, backward reads: L */
     float *dsum;             /* backward: D */
     hy_bf16 *dqkv;           /* backward: += into it */
-    uint16_t *flag_out;      /* forward: where to record `causal`, or NULL */
-    const uint16_t *flag_in; /* when not NULL, `causal` is read from here */
-    int T, C, NH, hd, BH, nblocks;
+    int T, C, NH, NKV, group, hd, BH, nblocks;
+    size_t ld;               /* qkv's row stride */
     int causal;
     int overwrite;           /* backward: store into dqkv instead of adding */
     int vec_qkv, vec_do;     /* rows can be read 16 bytes at a time */
@@ -228,38 +224,47 @@ static __device__ __forceinline__ void fa_acc_times_tile(float acc[HD / 8][4],
     }
 }
 
-/* One block's place: its (b, h), its block of 64 rows, whether the
- * attention is causal, and where the head's q, k, v and dO rows begin (row
- * r at + r·3C, and + r·C for dO). Blocks are numbered heaviest first (the
- * longest walk starts first), heads inner. */
+/* One block's place: its sequence b, its head (a query head h, or for
+ * the kv kernel a kv head j), its block of 64 rows, and where the rows of
+ * the heads it reads begin (row r at + r·ld, and + r·C for dO). heads is
+ * how many heads the grid walks per sequence (NH, or NKV). Blocks are
+ * numbered heaviest first (the longest walk starts first), heads inner. */
 typedef struct {
-    int bh, b, h, blk, causal;
-    size_t ld3;
-    const hy_bf16 *q, *k, *v, *dO;
+    int b, head, blk;
+    const hy_bf16 *seq;      /* qkv's row 0 of sequence b */
 } fa_where;
 
-static __device__ __forceinline__ fa_where fa_where_of(const fa_args &a, int heavy_first_desc) {
+static __device__ __forceinline__ fa_where fa_where_of(const fa_args &a, int heads, int heavy_first_desc) {
     fa_where w;
-    int i = (int)blockIdx.x;
-    w.bh = i % a.BH;
-    w.blk = heavy_first_desc ? a.nblocks - 1 - i / a.BH : i / a.BH;
-    w.b = w.bh / a.NH;
-    w.h = w.bh % a.NH;
-    w.causal = a.flag_in ? *a.flag_in : a.causal;
-    w.ld3 = 3 * (size_t)a.C;
-    w.q = a.qkv + (size_t)w.b * a.T * w.ld3 + (size_t)w.h * a.hd;
-    w.k = w.q + a.C;
-    w.v = w.q + 2 * (size_t)a.C;
-    w.dO = a.dout ? a.dout + (size_t)w.b * a.T * a.C + (size_t)w.h * a.hd : NULL;
+    int i = (int)blockIdx.x, bh = i % (a.BH / a.NH * heads);
+    w.blk = heavy_first_desc ? a.nblocks - 1 - i / (a.BH / a.NH * heads) : i / (a.BH / a.NH * heads);
+    w.b = bh / heads;
+    w.head = bh % heads;
+    w.seq = a.qkv + (size_t)w.b * a.T * a.ld;
     return w;
 }
 
+/* Within sequence w.b: query head h, key head j, value head j, and dO of h. */
+static __device__ __forceinline__ const hy_bf16 *fa_q(const fa_args &a, const fa_where &w, int h) {
+    return w.seq + (size_t)h * a.hd;
+}
+static __device__ __forceinline__ const hy_bf16 *fa_k(const fa_args &a, const fa_where &w, int j) {
+    return w.seq + (size_t)(a.NH + j) * a.hd;
+}
+static __device__ __forceinline__ const hy_bf16 *fa_v(const fa_args &a, const fa_where &w, int j) {
+    return w.seq + (size_t)(a.NH + a.NKV + j) * a.hd;
+}
+static __device__ __forceinline__ const hy_bf16 *fa_do(const fa_args &a, const fa_where &w, int h) {
+    return a.dout + (size_t)w.b * a.T * a.C + (size_t)h * a.hd;
+}
+
 /* dqkv += factor · acc (or = when a.overwrite), rounded to bf16: the warp's 16 rows (rows[0] for
- * accumulator values 0 and 1, rows[1] for 2 and 3) of the q, k or v part
- * (`part` = 0, C or 2C), columns below hd. One thread owns each element. */
+ * accumulator values 0 and 1, rows[1] for 2 and 3) of the head that starts
+ * `col` columns into the row (h·hd for query head h, (NH + j)·hd for key
+ * head j, ...), columns below hd. One thread owns each element. */
 template <int HD>
 static __device__ __forceinline__ void fa_add_rows(const fa_args &a, const fa_where &w, const int rows[2],
-                                                   size_t part, const float acc[HD / 8][4], float factor) {
+                                                   size_t col, const float acc[HD / 8][4], float factor) {
     int t = threadIdx.x & 3;
 #pragma unroll
     for (int dt = 0; dt < HD / 8; dt++)
@@ -267,7 +272,7 @@ static __device__ __forceinline__ void fa_add_rows(const fa_args &a, const fa_wh
         for (int e = 0; e < 4; e++) {
             int row = rows[e >> 1], d = dt * 8 + 2 * t + (e & 1);
             if (row >= a.T || d >= a.hd) continue;
-            hy_bf16 *p = a.dqkv + ((size_t)w.b * a.T + row) * w.ld3 + part + (size_t)w.h * a.hd + d;
+            hy_bf16 *p = a.dqkv + ((size_t)w.b * a.T + row) * a.ld + col + d;
             float old = a.overwrite ? 0.0f : __bfloat162float(*p);
             *p = __float2bfloat16(old + acc[dt][e] * factor);
         }
@@ -280,14 +285,14 @@ template <int HD>
 static __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
     __shared__ __align__(16) hy_bf16 sk[FA_ROWS * (HD + 8)];
     __shared__ __align__(16) hy_bf16 sv[FA_ROWS * (HD + 8)];
-    fa_where w = fa_where_of(a, 1);
-    int T = a.T, C = a.C, qb = w.blk, q0 = qb * FA_ROWS, causal = w.causal;
+    fa_where w = fa_where_of(a, a.NH, 1);
+    int T = a.T, C = a.C, qb = w.blk, q0 = qb * FA_ROWS, causal = a.causal, h = w.head;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    if (a.flag_out && blockIdx.x == 0 && threadIdx.x == 0) *a.flag_out = (uint16_t)causal;
+    const hy_bf16 *kh = fa_k(a, w, h / a.group), *vh = fa_v(a, w, h / a.group);
 
     /* This warp's 16 query rows as A fragments, staged through sk. */
     uint32_t qf[HD / 16][4];
-    fa_load_tile<HD>(sk, w.q, w.ld3, q0, T, a.hd, a.vec_qkv);
+    fa_load_tile<HD>(sk, fa_q(a, w, h), a.ld, q0, T, a.hd, a.vec_qkv);
     __syncthreads();
     fa_tile_rows<HD>(qf, sk);
     __syncthreads();
@@ -299,8 +304,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
     int last = causal ? qb : (T - 1) / FA_ROWS;
     for (int kb = 0; kb <= last; kb++) {
         int k0 = kb * FA_ROWS;
-        fa_load_tile<HD>(sk, w.k, w.ld3, k0, T, a.hd, a.vec_qkv);
-        fa_load_tile<HD>(sv, w.v, w.ld3, k0, T, a.hd, a.vec_qkv);
+        fa_load_tile<HD>(sk, kh, a.ld, k0, T, a.hd, a.vec_qkv);
+        fa_load_tile<HD>(sv, vh, a.ld, k0, T, a.hd, a.vec_qkv);
         __syncthreads();
         /* S = Q Kᵀ, 16 rows × 64 keys, in the log2 domain; masked -inf. */
         float s[FA_ROWS / 8][4];
@@ -359,15 +364,13 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
         for (int e = 0; e < 4; e++) {
             int row = rows[e >> 1], d = dt * 8 + 2 * t + (e & 1);
             if (row >= T || d >= a.hd) continue;
-            size_t at = ((size_t)w.b * T + row) * C + (size_t)w.h * a.hd + d;
-            hy_bf16 val = __float2bfloat16(o[dt][e] * inv[e >> 1]);
-            a.out[at] = val;
-            if (a.ocopy) a.ocopy[at] = val;
+            size_t at = ((size_t)w.b * T + row) * C + (size_t)h * a.hd + d;
+            a.out[at] = __float2bfloat16(o[dt][e] * inv[e >> 1]);
         }
-    if (a.lse && t == 0)
+    if (t == 0)
 #pragma unroll
         for (int r = 0; r < 2; r++)
-            if (rows[r] < T) a.lse[(size_t)w.bh * T + rows[r]] = m[r] + log2f(l[r]);
+            if (rows[r] < T) a.lse[((size_t)w.b * a.NH + h) * T + rows[r]] = m[r] + log2f(l[r]);
 }
 
 // ----------------------------------------------------------------------------
@@ -389,22 +392,25 @@ static __global__ void fa_dot_kernel(fa_args a, size_t rows) {
     if (lane == 0) a.dsum[r] = acc;
 }
 
-/* dK and dV of 64 keys of one (b, h): the query tiles from the diagonal
- * down. Each warp owns 16 keys; the products are taken transposed (keys as
- * rows), so Pᵀ and dSᵀ are A fragments straight from the accumulators. */
+/* dK and dV of 64 keys of one kv head j of sequence b: for each query
+ * head of j's group in turn, the query tiles from the diagonal down. Each
+ * warp owns 16 keys; the products are taken transposed (keys as rows), so
+ * Pᵀ and dSᵀ are A fragments straight from the accumulators. dK and dV sum
+ * over the group in registers, in the order of the heads: one owner per
+ * element, and the same bits every run. */
 template <int HD>
 static __global__ void __launch_bounds__(FA_THREADS) fa_bwd_kv_kernel(fa_args a) {
     __shared__ __align__(16) hy_bf16 sq[FA_ROWS * (HD + 8)];
     __shared__ __align__(16) hy_bf16 sdo[FA_ROWS * (HD + 8)];
     __shared__ float slse[FA_ROWS], sdsum[FA_ROWS];
-    fa_where w = fa_where_of(a, 0);
-    int T = a.T, C = a.C, kb = w.blk, k0 = kb * FA_ROWS, causal = w.causal;
+    fa_where w = fa_where_of(a, a.NKV, 0);
+    int T = a.T, C = a.C, kb = w.blk, k0 = kb * FA_ROWS, causal = a.causal, j = w.head;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 
     /* This warp's 16 keys of K and of V as A fragments, staged. */
     uint32_t kf[HD / 16][4], vf[HD / 16][4];
-    fa_load_tile<HD>(sq, w.k, w.ld3, k0, T, a.hd, a.vec_qkv);
-    fa_load_tile<HD>(sdo, w.v, w.ld3, k0, T, a.hd, a.vec_qkv);
+    fa_load_tile<HD>(sq, fa_k(a, w, j), a.ld, k0, T, a.hd, a.vec_qkv);
+    fa_load_tile<HD>(sdo, fa_v(a, w, j), a.ld, k0, T, a.hd, a.vec_qkv);
     __syncthreads();
     fa_tile_rows<HD>(kf, sq);
     fa_tile_rows<HD>(vf, sdo);
@@ -415,60 +421,68 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_bwd_kv_kernel(fa_args a)
     fa_zero<HD / 8>(dv);
     const int keys[2] = { k0 + warp * 16 + g, k0 + warp * 16 + g + 8 };
     int nq = (T + FA_ROWS - 1) / FA_ROWS;
-    for (int qb = causal ? kb : 0; qb < nq; qb++) {
-        int q0 = qb * FA_ROWS;
-        fa_load_tile<HD>(sq, w.q, w.ld3, q0, T, a.hd, a.vec_qkv);
-        fa_load_tile<HD>(sdo, w.dO, (size_t)C, q0, T, a.hd, a.vec_do);
-        for (int i = threadIdx.x; i < FA_ROWS; i += FA_THREADS) {
-            int r = q0 + i;
-            slse[i] = r < T ? a.lse[(size_t)w.bh * T + r] : 0.0f;
-            sdsum[i] = r < T ? a.dsum[(size_t)w.bh * T + r] : 0.0f;
-        }
-        __syncthreads();
-        /* Pᵀ: 16 keys × 64 queries, from Sᵀ = K Qᵀ. */
-        float pt[FA_ROWS / 8][4];
-        fa_times_rows<HD>(pt, kf, sq);
-#pragma unroll
-        for (int nt = 0; nt < FA_ROWS / 8; nt++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int qi = nt * 8 + 2 * t + (e & 1), query = q0 + qi, key = keys[e >> 1];
-                float p = exp2f(pt[nt][e] * a.scale_log2 - slse[qi]);
-                if (query >= T || key >= T || (causal && key > query)) p = 0.0f;
-                pt[nt][e] = p;
+    for (int h = j * a.group; h < (j + 1) * a.group; h++) {
+        const hy_bf16 *qh = fa_q(a, w, h), *doh = fa_do(a, w, h);
+        const float *lse = a.lse + ((size_t)w.b * a.NH + h) * T;
+        const float *dsum = a.dsum + ((size_t)w.b * a.NH + h) * T;
+        for (int qb = causal ? kb : 0; qb < nq; qb++) {
+            int q0 = qb * FA_ROWS;
+            fa_load_tile<HD>(sq, qh, a.ld, q0, T, a.hd, a.vec_qkv);
+            fa_load_tile<HD>(sdo, doh, (size_t)C, q0, T, a.hd, a.vec_do);
+            for (int i = threadIdx.x; i < FA_ROWS; i += FA_THREADS) {
+                int r = q0 + i;
+                slse[i] = r < T ? lse[r] : 0.0f;
+                sdsum[i] = r < T ? dsum[r] : 0.0f;
             }
-        }
-        fa_acc_times_tile<HD>(dv, pt, sdo);   /* dV += Pᵀ dO */
-        /* dSᵀ = Pᵀ ∘ (dPᵀ − D), dPᵀ = V dOᵀ */
-        float ds[FA_ROWS / 8][4];
-        fa_times_rows<HD>(ds, vf, sdo);
+            __syncthreads();
+            /* Pᵀ: 16 keys × 64 queries, from Sᵀ = K Qᵀ. */
+            float pt[FA_ROWS / 8][4];
+            fa_times_rows<HD>(pt, kf, sq);
 #pragma unroll
-        for (int nt = 0; nt < FA_ROWS / 8; nt++)
+            for (int nt = 0; nt < FA_ROWS / 8; nt++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int qi = nt * 8 + 2 * t + (e & 1);
-                ds[nt][e] = pt[nt][e] * (ds[nt][e] - sdsum[qi]);
+                for (int e = 0; e < 4; e++) {
+                    int qi = nt * 8 + 2 * t + (e & 1), query = q0 + qi, key = keys[e >> 1];
+                    float p = exp2f(pt[nt][e] * a.scale_log2 - slse[qi]);
+                    if (query >= T || key >= T || (causal && key > query)) p = 0.0f;
+                    pt[nt][e] = p;
+                }
             }
-        fa_acc_times_tile<HD>(dk, ds, sq);   /* dK += dSᵀ Q */
-        __syncthreads();
+            fa_acc_times_tile<HD>(dv, pt, sdo);   /* dV += Pᵀ dO */
+            /* dSᵀ = Pᵀ ∘ (dPᵀ − D), dPᵀ = V dOᵀ */
+            float ds[FA_ROWS / 8][4];
+            fa_times_rows<HD>(ds, vf, sdo);
+#pragma unroll
+            for (int nt = 0; nt < FA_ROWS / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qi = nt * 8 + 2 * t + (e & 1);
+                    ds[nt][e] = pt[nt][e] * (ds[nt][e] - sdsum[qi]);
+                }
+            fa_acc_times_tile<HD>(dk, ds, sq);   /* dK += dSᵀ Q */
+            __syncthreads();
+        }
     }
-    fa_add_rows<HD>(a, w, keys, (size_t)C, dk, a.scale);
-    fa_add_rows<HD>(a, w, keys, 2 * (size_t)C, dv, 1.0f);
+    fa_add_rows<HD>(a, w, keys, (size_t)(a.NH + j) * a.hd, dk, a.scale);
+    fa_add_rows<HD>(a, w, keys, (size_t)(a.NH + a.NKV + j) * a.hd, dv, 1.0f);
 }
 
-/* dQ of 64 queries of one (b, h): the key tiles up to the diagonal. */
+/* dQ of 64 queries of one query head h of sequence b: the key tiles (of
+ * h's kv head) up to the diagonal. */
 template <int HD>
 static __global__ void __launch_bounds__(FA_THREADS) fa_bwd_q_kernel(fa_args a) {
     __shared__ __align__(16) hy_bf16 sk[FA_ROWS * (HD + 8)];
     __shared__ __align__(16) hy_bf16 sv[FA_ROWS * (HD + 8)];
-    fa_where w = fa_where_of(a, 1);
-    int T = a.T, C = a.C, qb = w.blk, q0 = qb * FA_ROWS, causal = w.causal;
+    fa_where w = fa_where_of(a, a.NH, 1);
+    int T = a.T, C = a.C, qb = w.blk, q0 = qb * FA_ROWS, causal = a.causal, h = w.head;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const hy_bf16 *kh = fa_k(a, w, h / a.group), *vh = fa_v(a, w, h / a.group);
+    size_t bh = (size_t)w.b * a.NH + h;
 
     /* This warp's 16 rows of Q and of dO as A fragments, staged. */
     uint32_t qf[HD / 16][4], dof[HD / 16][4];
-    fa_load_tile<HD>(sk, w.q, w.ld3, q0, T, a.hd, a.vec_qkv);
-    fa_load_tile<HD>(sv, w.dO, (size_t)C, q0, T, a.hd, a.vec_do);
+    fa_load_tile<HD>(sk, fa_q(a, w, h), a.ld, q0, T, a.hd, a.vec_qkv);
+    fa_load_tile<HD>(sv, fa_do(a, w, h), (size_t)C, q0, T, a.hd, a.vec_do);
     __syncthreads();
     fa_tile_rows<HD>(qf, sk);
     fa_tile_rows<HD>(dof, sv);
@@ -478,16 +492,16 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_bwd_q_kernel(fa_args a) 
     float L[2], D[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        L[r] = rows[r] < T ? a.lse[(size_t)w.bh * T + rows[r]] : 0.0f;
-        D[r] = rows[r] < T ? a.dsum[(size_t)w.bh * T + rows[r]] : 0.0f;
+        L[r] = rows[r] < T ? a.lse[bh * T + rows[r]] : 0.0f;
+        D[r] = rows[r] < T ? a.dsum[bh * T + rows[r]] : 0.0f;
     }
     float dq[HD / 8][4];
     fa_zero<HD / 8>(dq);
     int last = causal ? qb : (T - 1) / FA_ROWS;
     for (int kb = 0; kb <= last; kb++) {
         int k0 = kb * FA_ROWS;
-        fa_load_tile<HD>(sk, w.k, w.ld3, k0, T, a.hd, a.vec_qkv);
-        fa_load_tile<HD>(sv, w.v, w.ld3, k0, T, a.hd, a.vec_qkv);
+        fa_load_tile<HD>(sk, kh, a.ld, k0, T, a.hd, a.vec_qkv);
+        fa_load_tile<HD>(sv, vh, a.ld, k0, T, a.hd, a.vec_qkv);
         __syncthreads();
         /* dS = P ∘ (dP − D): 16 rows × 64 keys, P from S = Q Kᵀ, dP = dO Vᵀ */
         float s[FA_ROWS / 8][4], ds[FA_ROWS / 8][4];
@@ -505,7 +519,7 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_bwd_q_kernel(fa_args a) 
         fa_acc_times_tile<HD>(dq, ds, sk);   /* dQ += dS K */
         __syncthreads();
     }
-    fa_add_rows<HD>(a, w, rows, 0, dq, a.scale);
+    fa_add_rows<HD>(a, w, rows, (size_t)h * a.hd, dq, a.scale);
 }
 
 // ----------------------------------------------------------------------------
@@ -514,60 +528,56 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_bwd_q_kernel(fa_args a) 
 /* The padded head size of the instantiation for hd, or 0 when none fits. */
 static int fa_hd(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 0; }
 
-/* Bytes of L, of D: one float per (b, h, t). */
+/* Bytes of D: one float per (b, h, t). */
 static size_t fa_rows_bytes(int B, int T, int NH) { return fa_align((size_t)B * NH * T * sizeof(float)); }
 
-/* att as the forward's stash (the file comment): its size, where the
- * causal flag is, and whether L and the copy of O fit before it. */
-static size_t fa_att_bytes(int B, int T, int NH) { return (size_t)B * NH * T * T * sizeof(hy_bf16); }
-
-static uint16_t *fa_flag(const void *att, int B, int T, int NH) {
-    return (uint16_t *)((char *)att + fa_att_bytes(B, T, NH) - sizeof(uint16_t));
-}
-
-static int fa_stash_fits(int B, int T, int C, int NH) {
-    size_t need = fa_rows_bytes(B, T, NH) + (size_t)B * T * C * sizeof(hy_bf16) + sizeof(uint16_t);
-    return need <= fa_att_bytes(B, T, NH);
-}
-
-size_t hy_k_attention_scratch(int B, int T, int C, int NH) {
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return 0;
-    /* D, then (when att is too small for them) L and O */
-    return 2 * fa_rows_bytes(B, T, NH) + (size_t)B * T * C * sizeof(hy_bf16);
+size_t hy_k_attention_scratch(int B, int T, int NH, int NKV, int hd) {
+    (void)NKV;
+    (void)hd;
+    if (B <= 0 || T <= 0 || NH <= 0) return 0;
+    return fa_rows_bytes(B, T, NH);   /* D */
 }
 
 static int fa_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* The shape fields of a, checked. */
-static int fa_args_make(fa_args *a, const hy_bf16 *qkv, int B, int T, int C, int NH, const char *op,
-                        hy_error *err) {
+static int fa_args_make(fa_args *a, const hy_bf16 *qkv, int B, int T, int NH, int NKV, int hd,
+                        int causal, const char *op, hy_error *err) {
     memset(a, 0, sizeof *a);
-    int hd = C / NH;
     if (fa_hd(hd) == 0)
-        return hy_fail(err, HY_ERR_RUNTIME, "%s: head size %d (d_model %d / %d heads) is over the "
-                       "128 the CUDA attention supports", op, hd, C, NH);
+        return hy_fail(err, HY_ERR_RUNTIME, "%s: head size %d is over the 128 the CUDA attention "
+                       "supports", op, hd);
+    if (NKV <= 0 || NH % NKV != 0)
+        return hy_fail(err, HY_ERR_RUNTIME, "%s: %d kv heads do not divide %d query heads", op, NKV,
+                       NH);
     int nblocks = (T + FA_ROWS - 1) / FA_ROWS;
     if ((size_t)B * NH * nblocks > (size_t)INT32_MAX)
         return hy_fail(err, HY_ERR_RUNTIME, "%s: %d x %d heads of %d tokens are too many blocks", op,
                        B, NH, T);
     a->qkv = qkv;
     a->T = T;
-    a->C = C;
+    a->C = NH * hd;
     a->NH = NH;
+    a->NKV = NKV;
+    a->group = NH / NKV;
     a->hd = hd;
+    a->ld = (size_t)(NH + 2 * NKV) * hd;
     a->BH = B * NH;
     a->nblocks = nblocks;
-    a->vec_qkv = hd % 8 == 0 && C % 8 == 0 && fa_aligned16(qkv);
+    a->causal = causal != 0;
+    a->vec_qkv = hd % 8 == 0 && fa_aligned16(qkv);   /* then the row stride is a multiple of 8 too */
     a->scale = 1.0f / sqrtf((float)hd);
     a->scale_log2 = a->scale * FA_LOG2E;
     return HY_OK;
 }
 
-/* One kernel per (b, h, block of 64 rows). */
-static int fa_run(void (*const k[3])(fa_args), const fa_args *a, cudaStream_t s, const char *what,
-                  hy_error *err) {
+/* One kernel per (b, head, block of 64 rows): heads query heads, or kv
+ * heads for the dK, dV kernel. */
+static int fa_run(void (*const k[3])(fa_args), const fa_args *a, int heads, cudaStream_t s,
+                  const char *what, hy_error *err) {
     int i = fa_hd(a->hd) == 32 ? 0 : fa_hd(a->hd) == 64 ? 1 : 2;
-    k[i]<<<(unsigned)((size_t)a->BH * a->nblocks), FA_THREADS, 0, s>>>(*a);
+    size_t blocks = (size_t)(a->BH / a->NH) * heads * a->nblocks;
+    k[i]<<<(unsigned)blocks, FA_THREADS, 0, s>>>(*a);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? HY_OK : HY_CUDA_FAIL(err, e, what);
 }
@@ -575,55 +585,38 @@ static int fa_run(void (*const k[3])(fa_args), const fa_args *a, cudaStream_t s,
 static void (*const fa_fwd[3])(fa_args) = { fa_fwd_kernel<32>, fa_fwd_kernel<64>, fa_fwd_kernel<128> };
 static void (*const fa_kv[3])(fa_args) = { fa_bwd_kv_kernel<32>, fa_bwd_kv_kernel<64>,
                                            fa_bwd_kv_kernel<128> };
-static void (*const fa_q[3])(fa_args) = { fa_bwd_q_kernel<32>, fa_bwd_q_kernel<64>, fa_bwd_q_kernel<128> };
+static void (*const fa_dq[3])(fa_args) = { fa_bwd_q_kernel<32>, fa_bwd_q_kernel<64>, fa_bwd_q_kernel<128> };
 
-int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, hy_bf16 *att, const hy_bf16 *qkv, int B, int T,
-                       int C, int NH, int causal, hy_error *err) {
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return HY_OK;
+int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, float *lse, const hy_bf16 *qkv, int B, int T,
+                       int NH, int NKV, int hd, int causal, hy_error *err) {
+    if (B <= 0 || T <= 0 || NH <= 0) return HY_OK;
     fa_args a;
-    int rc = fa_args_make(&a, qkv, B, T, C, NH, "attention_fwd", err);
+    int rc = fa_args_make(&a, qkv, B, T, NH, NKV, hd, causal, "attention_fwd", err);
     if (rc) return rc;
-    a.causal = causal != 0;
     a.out = out;
-    a.flag_out = fa_flag(att, B, T, NH);
-    if (fa_stash_fits(B, T, C, NH)) {
-        a.lse = (float *)att;
-        a.ocopy = (hy_bf16 *)((char *)att + fa_rows_bytes(B, T, NH));
-    }
-    return fa_run(fa_fwd, &a, s, "attention_fwd (kernel launch)", err);
+    a.lse = lse;
+    return fa_run(fa_fwd, &a, NH, s, "attention_fwd (kernel launch)", err);
 }
 
 int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf16 *dout,
-                       const hy_bf16 *qkv, const hy_bf16 *att, int B, int T, int C, int NH,
-                       int overwrite, hy_error *err) {
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return HY_OK;
+                       const hy_bf16 *qkv, const hy_bf16 *out, const float *lse, int B, int T,
+                       int NH, int NKV, int hd, int causal, int overwrite, hy_error *err) {
+    if (B <= 0 || T <= 0 || NH <= 0) return HY_OK;
     fa_args a;
-    int rc = fa_args_make(&a, qkv, B, T, C, NH, "attention_bwd", err);
+    int rc = fa_args_make(&a, qkv, B, T, NH, NKV, hd, causal, "attention_bwd", err);
     if (rc) return rc;
-    a.flag_in = fa_flag(att, B, T, NH);
-    size_t rows = fa_rows_bytes(B, T, NH);
-    if (fa_stash_fits(B, T, C, NH)) {
-        a.lse = (float *)att;
-        a.o = (const hy_bf16 *)((const char *)att + rows);
-    } else {
-        /* The forward again, into the scratch, for L and O. */
-        fa_args f = a;
-        f.lse = (float *)((char *)scratch + rows);
-        f.out = (hy_bf16 *)((char *)scratch + 2 * rows);
-        if ((rc = fa_run(fa_fwd, &f, s, "attention_bwd (forward again)", err))) return rc;
-        a.lse = f.lse;
-        a.o = f.out;
-    }
+    a.lse = (float *)lse;   /* read only by the backward's kernels */
+    a.o = out;
     a.dout = dout;
-    a.vec_do = a.hd % 8 == 0 && C % 8 == 0 && fa_aligned16(dout);
+    a.vec_do = hd % 8 == 0 && fa_aligned16(dout);
     a.dsum = (float *)scratch;
     a.dqkv = dqkv;
     a.overwrite = overwrite != 0;
     size_t n = (size_t)a.BH * T;
     fa_dot_kernel<<<(unsigned)((n + FA_DOT_WARPS - 1) / FA_DOT_WARPS), 32 * FA_DOT_WARPS, 0, s>>>(a, n);
     HY_CUDA_CHECK(cudaGetLastError(), err);
-    if ((rc = fa_run(fa_kv, &a, s, "attention_bwd (dk, dv)", err))) return rc;
-    return fa_run(fa_q, &a, s, "attention_bwd (dq)", err);
+    if ((rc = fa_run(fa_kv, &a, NKV, s, "attention_bwd (dk, dv)", err))) return rc;
+    return fa_run(fa_dq, &a, NH, s, "attention_bwd (dq)", err);
 }
 
 // ----------------------------------------------------------------------------
@@ -633,7 +626,7 @@ int hy_k_attention_preload(hy_error *err) {
     for (int i = 0; i < 3; i++) {
         HY_CUDA_PRELOAD(fa_fwd[i], err);
         HY_CUDA_PRELOAD(fa_kv[i], err);
-        HY_CUDA_PRELOAD(fa_q[i], err);
+        HY_CUDA_PRELOAD(fa_dq[i], err);
     }
     HY_CUDA_PRELOAD(fa_dot_kernel, err);
     return HY_OK;

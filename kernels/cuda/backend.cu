@@ -376,23 +376,25 @@ static int cuda_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void 
                                    err);
 }
 
-static int cuda_attention_fwd(hy_stream *s, void *out, void *att, const void *qkv, int B, int T,
-                              int C, int NH, int causal, hy_error *err) {
+static int cuda_attention_fwd(hy_stream *s, void *out, float *lse, const void *qkv, int B, int T,
+                              int NH, int NKV, int hd, int causal, hy_error *err) {
     int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_attention_fwd(cs_of(s)->s, HY_BF(out), HY_BF(att), HY_CBF(qkv), B, T, C, NH,
+    return rc ? rc : hy_k_attention_fwd(cs_of(s)->s, HY_BF(out), lse, HY_CBF(qkv), B, T, NH, NKV, hd,
                                         causal, err);
 }
 
 static int cuda_attention_bwd(hy_stream *s, void *dqkv, void *scr, const void *dout, const void *qkv,
-                              const void *att, int B, int T, int C, int NH, hy_error *err) {
+                              const void *out, const float *lse, int B, int T, int NH, int NKV,
+                              int hd, int causal, hy_error *err) {
     int overwrite = 0;
-    int rc = enter_first_writer(cs_of(s), dqkv, (size_t)B * T * 3 * C, &overwrite, err);
+    size_t n = (size_t)B * T * (size_t)(NH + 2 * NKV) * hd;
+    int rc = enter_first_writer(cs_of(s), dqkv, n, &overwrite, err);
     return rc ? rc : hy_k_attention_bwd(cs_of(s)->s, HY_BF(dqkv), scr, HY_CBF(dout), HY_CBF(qkv),
-                                        HY_CBF(att), B, T, C, NH, overwrite, err);
+                                        HY_CBF(out), lse, B, T, NH, NKV, hd, causal, overwrite, err);
 }
 
-static size_t cuda_attention_scratch(int B, int T, int C, int NH) {
-    return hy_k_attention_scratch(B, T, C, NH);
+static size_t cuda_attention_scratch(int B, int T, int NH, int NKV, int hd) {
+    return hy_k_attention_scratch(B, T, NH, NKV, hd);
 }
 
 /* The most scratch any op of ours takes on at most `rows` rows of at most

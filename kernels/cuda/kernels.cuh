@@ -123,20 +123,20 @@ int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, hy
 int hy_k_gelu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
                   size_t n, int overwrite, hy_error *err);
 
-/* ---- attention.cu ---- fused (flash-style) attention: qkv [B,T,3C], out
- * [B,T,C], head size C/NH at most 128. att is the B·NH·T·T-activation
- * buffer backend.h gives the forward; here it is the forward's stash for
- * the backward (its log-sum-exps, a copy of out and the causal flag; see
- * attention.cu), not the probabilities. Scratch for the backward:
- * hy_k_attention_scratch bytes (also what backend.h's attention_scratch
- * reports, and what the runtime allocates). */
-size_t hy_k_attention_scratch(int B, int T, int C, int NH);
-int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, hy_bf16 *att, const hy_bf16 *qkv, int B, int T,
-                       int C, int NH, int causal, hy_error *err);
+/* ---- attention.cu ---- fused (flash-style) attention with grouped-query
+ * attention (backend.h's attention_fwd/bwd): qkv [B,T,(NH+2·NKV)·hd], out
+ * [B,T,NH·hd], head size hd at most 128. lse [B,NH,T] fp32: the forward's
+ * per-row log-sum-exp in base 2 (L = m + log2 l), which the backward reads
+ * with out. Scratch for the backward: hy_k_attention_scratch bytes (also
+ * what backend.h's attention_scratch reports, and what the runtime
+ * allocates). */
+size_t hy_k_attention_scratch(int B, int T, int NH, int NKV, int hd);
+int hy_k_attention_fwd(cudaStream_t s, hy_bf16 *out, float *lse, const hy_bf16 *qkv, int B, int T,
+                       int NH, int NKV, int hd, int causal, hy_error *err);
 /* dqkv += the gradients; overwrite: dqkv = them */
 int hy_k_attention_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const hy_bf16 *dout,
-                       const hy_bf16 *qkv, const hy_bf16 *att, int B, int T, int C, int NH,
-                       int overwrite, hy_error *err);
+                       const hy_bf16 *qkv, const hy_bf16 *out, const float *lse, int B, int T,
+                       int NH, int NKV, int hd, int causal, int overwrite, hy_error *err);
 
 /* ---- embedding.cu ---- tokens [B,T] in [0, V) */
 int hy_k_embedding_fwd(cudaStream_t s, hy_bf16 *out, const int *tokens, const hy_bf16 *wte,
