@@ -229,6 +229,11 @@ const char *hy_recompute_name(hy_recompute r) {
     return (unsigned)r < HY_RECOMPUTE_COUNT ? names[r] : "?";
 }
 
+double hy_recompute_share(hy_recompute r) {
+    return r == HY_RECOMPUTE_FULL ? 1.0 : r == HY_RECOMPUTE_SELECTIVE ? HY_RECOMPUTE_SELECTIVE_SHARE
+                                                                     : 0.0;
+}
+
 int hy_stage_work_layers(const hy_transformer *t, const int *placement, int rank) {
     int most = 0;
     for (int s = 0; s < t->model->stages; s++)

@@ -53,6 +53,18 @@ typedef enum { HY_RECOMPUTE_NONE, HY_RECOMPUTE_SELECTIVE, HY_RECOMPUTE_FULL,
 /* "none", "selective", "full"; "?" when out of range. */
 const char *hy_recompute_name(hy_recompute r);
 
+/* The share of a block's forward that r redoes before each backward pass
+ * that reads the block (costs.h prices it): 0, HY_RECOMPUTE_SELECTIVE_SHARE,
+ * 1. */
+double hy_recompute_share(hy_recompute r);
+
+/* Selective recompute's price, in block forwards: two LayerNorms and a
+ * GELU over 6 B·T·d_model values, against the block's 12 B·T·d_model²
+ * multiply-adds and its attention. Elementwise work is bandwidth-bound,
+ * so the estimate is from time, not flops: `make bench` measures it
+ * (about 3% of a block's forward at GPT-2 124M's width on the CPU). */
+#define HY_RECOMPUTE_SELECTIVE_SHARE 0.05
+
 typedef struct {
     const hy_model *model;        /* shapes, each stage's layers, the parameter table */
     const hy_backend_ops *ops;

@@ -200,6 +200,8 @@ static int resolve(const cli_plan_request *rq, const hy_run *run, hy_sched_param
     c->wgrad = rq->wgrad_cost;
     if (!rq->compare && p->split_backward) hy_costs_split(c, rq->wgrad_cost);
     if (!rq->compare && !p->split_backward) c->wgrad = 0;
+    /* Recomputation's extra forward work in each backward pass. */
+    if (!rq->compare) hy_costs_add_recompute(c, hy_recompute_share(run->train.recompute));
     return HY_OK;
 }
 
