@@ -697,7 +697,7 @@ static int rt_attach_reducers(hy_runtime *rt, hy_error *err) {
     return rc;
 }
 
-static int rt_build(hy_runtime *rt, hy_error *err) {
+static int rt_build(hy_runtime *rt, const hy_backend_choice *chosen, hy_error *err) {
     const hy_run *run = rt->run;
     rt->B = run->micro_batch_size;
     rt->T = rt->model->seq_len;
@@ -710,7 +710,8 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     int last = rt->sched->placement[rt->S - 1];
     rt->replica_rank = last != rt->sched->placement[0] ? last : -1;
 
-    int rc = hy_backend_open(&run->backend, &rt->be, NULL, err);
+    int rc = chosen ? hy_backend_open_chosen(&run->backend, chosen, &rt->be, err)
+                    : hy_backend_open(&run->backend, &rt->be, NULL, err);
     if (rc) return rc;
     rt->A = rt->be->ops->act_size;
     /* The math's view of the run; each stage's weights and gradients are
@@ -780,10 +781,11 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
 }
 
 int hy_runtime_create(hy_runtime **out, const hy_run *run, hy_error *err) {
-    return hy_runtime_create_dp(out, run, NULL, err);
+    return hy_runtime_create_dp(out, run, NULL, NULL, err);
 }
 
-int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, hy_dp *dp, hy_error *err) {
+int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, const hy_backend_choice *chosen,
+                         hy_dp *dp, hy_error *err) {
     *out = NULL;
     hy_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
@@ -796,7 +798,7 @@ int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, hy_dp *dp, hy_erro
     rt->last_loss = NAN;
     pthread_mutex_init(&rt->lock, NULL);
     pthread_cond_init(&rt->cv, NULL);
-    int rc = rt_build(rt, err);
+    int rc = rt_build(rt, chosen, err);
     hy_record_gate_init(&rt->recorded, rt->P);   /* P is known once rt_build has begun */
     /* The rank threads take no stop signal (SIGINT, SIGTERM: they inherit
      * the mask): it goes to the thread that drives the run, whose blocking

@@ -246,34 +246,27 @@ static int model_for(const hy_run *run, const hy_sched_params *p, hy_model *m, h
                           err);
 }
 
-/* Bytes of fp32 gradients each stage of plan p sums across replicas: its
- * parameters, and on the last stage the tied embedding's replica when it
- * sits on another rank than stage 0 (both copies are summed). */
-static int grad_bytes_of(const hy_run *run, const hy_schedule *sc, double *bytes,
-                         hy_error *err) {
-    hy_sched_params p = { sc->kind, sc->ranks, sc->micro_batches, sc->waves, sc->chunks,
-                          sc->split };
-    hy_model m;
-    int rc = model_for(run, &p, &m, err);
-    if (rc == HY_OK) {
-        for (int s = 0; s < sc->stages; s++) bytes[s] = 4.0 * (double)m.stage_numel[s];
-        if (sc->placement[sc->stages - 1] != sc->placement[0])
-            bytes[sc->stages - 1] += 4.0 * (double)hy_model_param(&m, HY_P_WTE, 0)->numel;
-        hy_model_free(&m);
-    }
-    return rc;
+/* Bytes of fp32 gradients each stage of schedule sc sums across
+ * replicas, for model m split over its stages: its parameters, and on the
+ * last stage the tied embedding's replica when it sits on another rank
+ * than stage 0 (both copies are summed). */
+static void grad_bytes_of(const hy_model *m, const hy_schedule *sc, double *bytes) {
+    assert(m->stages == sc->stages);
+    for (int s = 0; s < sc->stages; s++) bytes[s] = 4.0 * (double)m->stage_numel[s];
+    if (sc->placement[sc->stages - 1] != sc->placement[0])
+        bytes[sc->stages - 1] += 4.0 * (double)hy_model_param(m, HY_P_WTE, 0)->numel;
 }
 
 /* `--replicas`: the plan's step on N data-parallel replicas (scale.h),
  * as a table under the summary, or a JSON line after the plan's. */
-static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_plan *pl,
-                       const hy_costs *c, FILE *out, hy_error *err) {
+static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_model *m,
+                       const hy_plan *pl, const hy_costs *c, FILE *out, hy_error *err) {
     int counts[HY_SCALE_MAX_ROWS], n = 0;
     int measured = c->fwd_stage != NULL;   /* per-stage costs only come from --costs: ms */
     int rc = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
     double *bytes = malloc(sizeof(double) * (size_t)pl->sched.stages);
     if (rc == HY_OK && !bytes) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    if (rc == HY_OK) rc = grad_bytes_of(run, &pl->sched, bytes, err);
+    if (rc == HY_OK) grad_bytes_of(m, &pl->sched, bytes);
     hy_scale_link link = {
         .gbps = rq->link_gbps > 0 ? rq->link_gbps : 400,
         .latency_us = rq->link_latency_us >= 0 ? rq->link_latency_us : 5,
@@ -311,12 +304,11 @@ static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_p
  * when the plan does not fit there, the least train.recompute under which
  * it would (HY_RECOMPUTE_COUNT: none, or it fits). A schedule with more
  * stages than layers has no model: HY_ERR_INPUT. */
-static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
+static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_model *m,
                      const hy_schedule *sc, hy_memplan *mp, double *available, hy_recompute *fit,
                      char *why, size_t n, hy_error *err) {
     *fit = HY_RECOMPUTE_COUNT;
     hy_backend_choice chosen;
-    hy_model m;
     int rc = hy_backend_describe(&run->backend, &chosen, err);
     if (rc && run->backend.kind == HY_BACKEND_CUDA) {
         /* Planning a GPU run on a machine without one: the CUDA backend's
@@ -328,9 +320,7 @@ static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_sch
         rc = HY_OK;
     }
     if (rc) return rc;
-    rc = model_for(run, p, &m, err);
-    if (rc) return rc;
-    hy_memplan_in in = { .model = &m, .sched = sc, .micro_batch_size = run->micro_batch_size,
+    hy_memplan_in in = { .model = m, .sched = sc, .micro_batch_size = run->micro_batch_size,
                          .replicas = 1, .mem = &chosen.mem, .recompute = run->train.recompute };
     rc = hy_memplan_build(mp, &in, err);
     cli_memory_budget(rq->memory_gb, sc->ranks, &chosen, available, why, n);
@@ -338,7 +328,6 @@ static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_sch
     if (!rc && *available >= 0 && isfinite(*available) &&
         hy_memplan_check(mp, *available, "", &ignored) != HY_OK)
         *fit = hy_memplan_recompute_to_fit(&in, in.recompute + 1, NULL, available, 1, NULL);
-    hy_model_free(&m);
     size_t used = strlen(why);
     snprintf(why + used, n - used, "; %s backend, %zu-byte activations, recompute %s",
              chosen.cuda ? "cuda" : "cpu", chosen.mem.act_size,
@@ -404,11 +393,16 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
     if (rc != HY_OK) return rc;
     hy_memplan mp;
     double available = -1;
-    hy_recompute fit;
+    hy_recompute fit = HY_RECOMPUTE_COUNT;
     char why[224];
     hy_error merr;
-    int have_memory = memory_of(rq, run, p, &pl.sched, &mp, &available, &fit, why, sizeof why,
-                                &merr) == HY_OK;
+    /* The model split over the plan's stages, once: the memory plan and
+     * the data-parallel table both read it. A schedule with more stages
+     * than layers has none. */
+    hy_model m;
+    int have_model = model_for(run, p, &m, &merr) == HY_OK;
+    int have_memory = have_model && memory_of(rq, run, &m, &pl.sched, &mp, &available, &fit, why,
+                                              sizeof why, &merr) == HY_OK;
     /* The SVG first: if it cannot be written, nothing else is printed. */
     if (rq->svg) rc = hy_plan_save_svg(&pl, rq->svg, err);
     if (rc == HY_OK && rq->json) {
@@ -427,7 +421,9 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
         else fprintf(out, "\nmemory: not planned: %s\n", merr.msg);
     }
     if (have_memory) hy_memplan_free(&mp);
-    if (rc == HY_OK && rq->replicas) rc = scale_table(rq, run, &pl, c, out, err);
+    if (rc == HY_OK && rq->replicas && !have_model) rc = hy_fail(err, merr.status, "%s", merr.msg);
+    else if (rc == HY_OK && rq->replicas) rc = scale_table(rq, run, &m, &pl, c, out, err);
+    if (have_model) hy_model_free(&m);
     hy_plan_free(&pl);
     return rc;
 }
