@@ -60,10 +60,13 @@ double hy_recompute_share(hy_recompute r);
 
 /* Selective recompute's price, in block forwards: two LayerNorms and a
  * GELU over 6 B·T·d_model values, against the block's 12 B·T·d_model²
- * multiply-adds and its attention. Elementwise work is bandwidth-bound,
- * so the estimate is from time, not flops: `make bench` measures it
- * (about 3% of a block's forward at GPT-2 124M's width on the CPU). */
-#define HY_RECOMPUTE_SELECTIVE_SHARE 0.05
+ * multiply-adds and its attention. Few flops, but elementwise work runs
+ * at memory speed and the CPU's GELU (a tanh per value) is dear: `make
+ * bench` measured LayerNorm and GELU at about a sixth of the small GPT's
+ * rank time on the CPU, their forwards about a quarter of a block's
+ * forward. A GPU, whose GEMMs are far faster relative to its memory,
+ * differs; the estimate is the CPU's. */
+#define HY_RECOMPUTE_SELECTIVE_SHARE 0.25
 
 typedef struct {
     const hy_model *model;        /* shapes, each stage's layers, the parameter table */
