@@ -133,6 +133,22 @@ static void pipelined_equals_sequential(const char *kind) {
     free(ref[1].w);
 }
 
+/* A variant's sets (up to 6, NULL-ended) into sets, and into one[4] the
+ * one-rank run of the same model and M it is held against. Returns how
+ * many sets. */
+static int variant_sets(const char *const *variant, const char **sets, const char **one) {
+    int n = 0;
+    while (n < 6 && variant[n]) { sets[n] = variant[n]; n++; }
+    const char *mb = "schedule.micro_batches=4";
+    for (int i = 0; i < n; i++)
+        if (strncmp(sets[i], "schedule.micro_batches=", 23) == 0) mb = sets[i];
+    one[0] = sets[0];
+    one[1] = "schedule.kind=gpipe";
+    one[2] = "schedule.ranks=1";
+    one[3] = mb;
+    return n;
+}
+
 /* Split backward (B and W passes) leaves the same weights as one rank
  * running the whole backward at once: every schedule at P = 2 and 4, GPT
  * and BERT, replayed and eager, M = 4 and 8 (so every order of the weight
@@ -159,13 +175,8 @@ static void split_equals_sequential(const char *kind) {
           "schedule.micro_batches=8", "schedule.comm_cost=0.5" },
     };
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
-        const char *sets[8];
-        int n = 0;
-        while (n < 6 && variants[v][n]) { sets[n] = variants[v][n]; n++; }
-        const char *mb = "schedule.micro_batches=4";
-        for (int i = 0; i < n; i++)
-            if (strncmp(sets[i], "schedule.micro_batches=", 23) == 0) mb = sets[i];
-        const char *one[] = { sets[0], "schedule.kind=gpipe", "schedule.ranks=1", mb };
+        const char *sets[8], *one[4];
+        int n = variant_sets(variants[v], sets, one);
         run_result r0, r;
         if (train(kind, one, 4, 3, &r0)) { CHECK(0); continue; }
         sets[n++] = "schedule.split_backward=true";
@@ -197,14 +208,9 @@ static void recompute_equals_none(const char *kind) {
     static const char *const modes[] = { "train.recompute=selective", "train.recompute=full" };
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         for (int split = 0; split <= 1; split++) {
-            const char *sets[10];
-            int n = 0;
-            while (n < 6 && variants[v][n]) { sets[n] = variants[v][n]; n++; }
-            const char *mb = "schedule.micro_batches=4";
-            for (int i = 0; i < n; i++)
-                if (strncmp(sets[i], "schedule.micro_batches=", 23) == 0) mb = sets[i];
+            const char *sets[10], *one[4];
+            int n = variant_sets(variants[v], sets, one);
             sets[n++] = split ? "schedule.split_backward=true" : "schedule.split_backward=false";
-            const char *one[] = { sets[0], "schedule.kind=gpipe", "schedule.ranks=1", mb };
             run_result seq, none;
             if (train(kind, one, 4, 3, &seq)) { CHECK(0); continue; }
             if (train(kind, sets, n, 3, &none)) { CHECK(0); free(seq.w); continue; }
