@@ -84,9 +84,20 @@ case "$HANAYO" in
     expect_rc 2
     expect_err "the run does not fit: the host"
     avail=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
-    if [ "${avail:-0}" -ge 8000000 ]; then expect_err 'it fits with train.recompute = "full"'
+    hint=0
+    if [ "${avail:-0}" -ge 8000000 ]; then hint=1; expect_err 'it fits with train.recompute = "full"'
     else echo "fits: skipped the recompute hint: under 8 GB available, full recompute fits no better"; fi
-    if [ -e "$tmp/ck4" ]; then bad "$last: left $tmp/ck4"; else ok; fi ;;
+    if [ -e "$tmp/ck4" ]; then bad "$last: left $tmp/ck4"; else ok; fi
+    # profile and tune measure the run as configured: refused alike.
+    for cmd in profile tune; do
+        (ulimit -v 8000000; "$HANAYO" $cmd configs/gpt2-124m.json --set "data.train=$tmp/t.bin" \
+            --set data.val=null --set model.vocab=512 --set model.seq_len=256 --set backend=cpu \
+            >"$tmp/out" 2>"$tmp/err")
+        rc=$?
+        last="ulimit -v 8000000; hanayo $cmd configs/gpt2-124m.json (seq_len 256)"
+        expect_rc 2
+        if [ $hint = 1 ]; then expect_err 'it fits with train.recompute = "full"'; fi
+    done ;;
 esac
 
 hy_finish
