@@ -7,7 +7,9 @@
  * that stage (a slot's layout is transformer.h's); for each stage boundary
  * the mailbox slots (the consumer's stash of its stage input, mailbox.h);
  * and per rank one set of scratch buffers for the backward pass
- * (transformer.h's hy_stage_work), since a rank runs one action at a time.
+ * (transformer.h's hy_stage_work, with what train.recompute rebuilds:
+ * selective's LayerNorm and GELU outputs, full's working slot), since a
+ * rank runs one action at a time.
  * Everything is allocated before the first step; a step allocates nothing.
  *
  * An action here is the plumbing around the math: profile stamps, the

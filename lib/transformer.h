@@ -13,7 +13,9 @@
  * the ops and where each stage's compute weights and gradients are. This
  * module decides what is computed and how a stash slot is laid out: the
  * activations a stage keeps from a micro-batch's forward for its
- * backward. Everything is enqueued on the stream it is given and
+ * backward, and under activation recomputation (hy_recompute) what the
+ * backward rebuilds instead (docs/runtime.md, "Activation
+ * recomputation"). Everything is enqueued on the stream it is given and
  * allocates nothing; every backward accumulates into the gradients (+=),
  * which the caller zeroes once per step.
  *
