@@ -1300,6 +1300,44 @@ static int train(const char *backend, const char *const *extra, int n_extra, int
     return rc;
 }
 
+/* Activation recomputation on the GPU (train.recompute): selective and
+ * full, whole and split backward, train as the CPU does without it
+ * (within bf16 tolerance: the selective GELU is rebuilt from the bf16
+ * pre-activation), and replay equals eager bit for bit, the reruns
+ * inside the recorded graphs. */
+static void test_training_recompute(void) {
+    static const char *const modes[] = { "train.recompute=selective", "train.recompute=full" };
+    for (int split = 0; split <= 1; split++)
+        for (int k = 0; k < 2; k++) {
+            const char *sets[] = { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1",
+                                   "devices=[0,0]",
+                                   split ? "schedule.split_backward=true"
+                                         : "schedule.split_backward=false",
+                                   modes[k], "graph=false" };
+            run cpu, gpu, replay;
+            if (train("cpu", sets, 5, 6, NULL, &cpu) || train("cuda", sets, 7, 6, NULL, &gpu)) {
+                CHECK(0);
+                continue;
+            }
+            for (int st = 0; st < 6; st++)
+                CHECKF(fabs(gpu.loss[st] - cpu.loss[st]) <= 2e-2 * cpu.loss[st],
+                       "%s split %d step %d: loss %.6f on cuda, %.6f on cpu without", modes[k],
+                       split, st + 1, gpu.loss[st], cpu.loss[st]);
+            compare(modes[k], gpu.w, cpu.w, cpu.n, 5e-2);
+            sets[6] = "graph=true";
+            if (train("cuda", sets, 7, 6, NULL, &replay) == HY_OK) {
+                CHECKF(replay.n == gpu.n && memcmp(replay.w, gpu.w, gpu.n * sizeof(float)) == 0 &&
+                       memcmp(replay.loss, gpu.loss, sizeof gpu.loss) == 0,
+                       "%s split %d: replay differs from eager", modes[k], split);
+                free(replay.w);
+            } else {
+                CHECK(0);
+            }
+            free(cpu.w);
+            free(gpu.w);
+        }
+}
+
 static void test_training(void) {
     if (hy_test_shard_make(shard, sizeof shard, "cuda", 250, 60000)) { CHECK(0); return; }
     static const char *const layouts[][8] = {
@@ -1359,6 +1397,7 @@ static void test_training(void) {
         }
         rmdir(dots);
     }
+    test_training_recompute();
     hy_test_shard_remove(shard);
 }
 
