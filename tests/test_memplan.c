@@ -1,8 +1,8 @@
 /*
  * test_memplan.c — the memory plan against what the runtime allocates.
  *
- * For every schedule, whole and split backward, GPT and BERT, on 1, 2 and
- * 4 ranks, the plan of a run (memplan.h, with the CPU backend's memory)
+ * For every schedule, whole and split backward, GPT, BERT and Llama, each
+ * activation-recomputation mode, on 1, 2 and 4 ranks, the plan of a run (memplan.h, with the CPU backend's memory)
  * must equal, rank by rank and byte for byte, what the CPU backend counted
  * (hy_backend_ops.allocated) after the runtime was built and had taken a
  * step (the step can only add scratch). Then the parts the plan is made
@@ -113,7 +113,7 @@ static void test_every_schedule(void) {
 /* Recompute trades stash for working buffers: selective keeps less than
  * none, full less again, on every rank; full's one working slot is the
  * price in buffers, and it is smaller than what it saves under GPipe. */
-static void test_recompute_saves(void) {
+static void test_recompute_saves(const char *kind) {
     const char *modes[] = { "train.recompute=none", "train.recompute=selective",
                             "train.recompute=full" };
     hy_memplan mp[3];
@@ -121,13 +121,13 @@ static void test_recompute_saves(void) {
     int ok = 1;
     for (int k = 0; k < 3; k++) {
         const char *sets[] = { "schedule.kind=gpipe", "schedule.ranks=2", modes[k] };
-        ok &= !load(&run[k], "gpt", sets, 3) && !plan_of(&run[k], &mp[k]);
+        ok &= !load(&run[k], kind, sets, 3) && !plan_of(&run[k], &mp[k]);
     }
     for (int r = 0; ok && r < 2; r++) {
         const hy_mem_rank *none = &mp[0].rank[r], *sel = &mp[1].rank[r], *full = &mp[2].rank[r];
         CHECKF(sel->bytes[HY_MEM_ACTIVATIONS] < none->bytes[HY_MEM_ACTIVATIONS] &&
                full->bytes[HY_MEM_ACTIVATIONS] < sel->bytes[HY_MEM_ACTIVATIONS],
-               "rank %d stash: none %.0f, selective %.0f, full %.0f", r,
+               "%s rank %d stash: none %.0f, selective %.0f, full %.0f", kind, r,
                none->bytes[HY_MEM_ACTIVATIONS], sel->bytes[HY_MEM_ACTIVATIONS],
                full->bytes[HY_MEM_ACTIVATIONS]);
         CHECK(full->bytes[HY_MEM_BUFFERS] > none->bytes[HY_MEM_BUFFERS]);
@@ -162,10 +162,15 @@ static void test_recompute_saves(void) {
 }
 
 /* A tied Llama across ranks: the embedding's replica on the last
- * stage's rank is counted as for GPT. */
+ * stage's rank is counted as for GPT, in every recompute mode. */
 static void test_tied_llama(void) {
-    const char *sets[] = { "schedule.kind=1f1b", "schedule.ranks=2", "model.tie_embeddings=true" };
-    plan_equals_allocation("llama", sets, 3);
+    const char *modes[] = { "train.recompute=none", "train.recompute=selective",
+                            "train.recompute=full" };
+    for (int k = 0; k < 3; k++) {
+        const char *sets[] = { "schedule.kind=1f1b", "schedule.ranks=2",
+                               "model.tie_embeddings=true", modes[k] };
+        plan_equals_allocation("llama", sets, 4);
+    }
 }
 
 /* The stash is what the schedule keeps in flight: GPipe every
@@ -285,7 +290,8 @@ int main(void) {
     }
     test_every_schedule();
     test_tied_llama();
-    test_recompute_saves();
+    test_recompute_saves("gpt");
+    test_recompute_saves("llama");
     test_in_flight();
     test_terms_by_hand();
     test_check();
