@@ -310,9 +310,10 @@ static const key_spec KEYS[] = {
     { .name = "train.recompute", .type = K_ENUM, .off = OFF(train.recompute),
       .enum_name = recompute_name, .n_enum = HY_RECOMPUTE_COUNT, .def = HY_RECOMPUTE_NONE,
       .doc = "activation recomputation, memory for compute: `none` keeps every "
-             "activation from the forward for the backward; `selective` drops each "
-             "LayerNorm's and the GELU's output and rebuilds them in the backward (a "
-             "little more compute); `full` keeps only each stage's input and reruns the "
+             "activation from the forward for the backward; `selective` drops each norm's "
+             "output (LayerNorm's, a Llama's RMSNorm's) and the MLP activation's (GELU's, "
+             "a Llama's SwiGLU's) and rebuilds them in the backward (a little more "
+             "compute); `full` keeps only each stage's input and reruns the "
              "stage's forward before its backward (about one more forward). The numbers "
              "are the same in every mode (bit for bit on the CPU), so a resume may change it" },
 
