@@ -2,11 +2,11 @@
  * transformer.c — see transformer.h.
  *
  * A stash slot of stage s holds, in this order: each of its blocks'
- * activations (tf_layer_acts: all, all but the LayerNorm and GELU outputs
- * under selective recompute, none under full; with split backward the
- * gradients B keeps for W too), then on stage 0 the embedding's output
- * (split: and d of it), then on the last stage the head's activations
- * (tf_head_acts). What a slot does not keep lives in the rank's working
+ * activations (tf_layer_acts: all, all but the norm and MLP-activation
+ * outputs under selective recompute, none under full; with split backward
+ * the gradients B keeps for W too), then on stage 0 the embedding's
+ * output (split: and d of it), then on the last stage the head's
+ * activations (tf_head_acts). What a slot does not keep lives in the rank's working
  * buffers (hy_stage_work), which tf_layer points the pieces at. Every
  * piece starts on a 256-byte boundary, so a bf16 array of odd length never
  * misaligns the next one (vector loads on a GPU need 16-byte alignment).
@@ -128,7 +128,7 @@ static size_t tf_stash_layer_bytes(const hy_transformer *t) {
 
 /* Block l (of the stage's, from 0) as its passes see it: its part of the
  * slot, and what the recompute mode keeps elsewhere, in w's working
- * buffers (selective: the LayerNorm and GELU outputs; full: every
+ * buffers (selective: the norm and MLP-activation outputs; full: every
  * activation, in the working slot). */
 static tf_layer_acts tf_layer(const hy_transformer *t, const hy_stage_work *w, void *slot, int l) {
     size_t used = 0;
