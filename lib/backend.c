@@ -163,7 +163,12 @@ int hy_backend_open(const hy_backend_request *rq, hy_backend **out, hy_backend_c
     hy_backend_choice mine;
     if (!chosen) chosen = &mine;
     int rc = hy_backend_describe(rq, chosen, err);
-    if (rc) return rc;
+    return rc ? rc : hy_backend_open_chosen(rq, chosen, out, err);
+}
+
+int hy_backend_open_chosen(const hy_backend_request *rq, const hy_backend_choice *chosen,
+                           hy_backend **out, hy_error *err) {
+    *out = NULL;
     if (chosen->cuda)
         return hy_backend_cuda_create(out, rq->ranks, rq->devices, rq->n_devices, 0, rq->watchdog_s,
                                       err);

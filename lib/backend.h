@@ -570,6 +570,12 @@ int hy_backend_free_memory(const hy_backend_request *rq, const hy_backend_choice
 int hy_backend_open(const hy_backend_request *rq, hy_backend **out, hy_backend_choice *chosen,
                     hy_error *err);
 
+/* Opens what hy_backend_describe(rq) chose, `chosen`, into *out (NULL on
+ * failure) without asking the devices again: a command describes its
+ * run's backend once, says it, plans its memory with it and opens it. */
+int hy_backend_open_chosen(const hy_backend_request *rq, const hy_backend_choice *chosen,
+                           hy_backend **out, hy_error *err);
+
 /* ---------------------------------------------------------------------- */
 /* The rule for launching recorded graphs */
 

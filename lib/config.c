@@ -41,6 +41,7 @@ _Static_assert(sizeof(hy_sched_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(hy_backend_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(hy_nonfinite_policy) == sizeof(int), "enum size");
 _Static_assert(sizeof(hy_lr_schedule) == sizeof(int), "enum size");
+_Static_assert(sizeof(hy_recompute) == sizeof(int), "enum size");
 
 /* A config is a few hundred bytes; anything near this is not a config. */
 #define MAX_CONFIG_BYTES (16u << 20)
@@ -70,6 +71,7 @@ static const char *model_name(int k) { return hy_model_name((hy_model_kind)k); }
 static const char *backend_name(int k) { return hy_backend_name((hy_backend_kind)k); }
 static const char *nonfinite_name(int k) { return hy_nonfinite_name((hy_nonfinite_policy)k); }
 static const char *lr_schedule_name(int k) { return hy_lr_schedule_name((hy_lr_schedule)k); }
+static const char *recompute_name(int k) { return hy_recompute_name((hy_recompute)k); }
 static const char *sched_name(int k) { return hy_sched_name((hy_sched_kind)k); }
 
 /* ------------------------------------------------------------------------
@@ -305,6 +307,15 @@ static const key_spec KEYS[] = {
              "parameter, rank, stage) and its update never applied; `stop` then ends the run "
              "(exit 1, no checkpoint of that step); `skip` goes on, counts them, and still "
              "stops after more than 10 in a row" },
+    { .name = "train.recompute", .type = K_ENUM, .off = OFF(train.recompute),
+      .enum_name = recompute_name, .n_enum = HY_RECOMPUTE_COUNT, .def = HY_RECOMPUTE_NONE,
+      .doc = "activation recomputation, memory for compute: `none` keeps every "
+             "activation from the forward for the backward; `selective` drops each norm's "
+             "output (LayerNorm's, a Llama's RMSNorm's) and the MLP activation's (GELU's, "
+             "a Llama's SwiGLU's) and rebuilds them in the backward (a little more "
+             "compute); `full` keeps only each stage's input and reruns the "
+             "stage's forward before its backward (about one more forward). The numbers "
+             "are the same in every mode (bit for bit on the CPU), so a resume may change it" },
 
     { .name = "data", .type = K_SECTION, .doc = "token shards" },
     { .name = "data.train", .type = K_PATHS, .off = OFF(data.train), .n_off = OFF(data.n_train),

@@ -24,6 +24,7 @@
 #include "error.h"
 #include "model.h"
 #include "schedule.h"
+#include "transformer.h"
 
 /* What training does after a step whose loss or gradient is not finite
  * (that step's update is never applied): end the run, or go on. */
@@ -48,7 +49,7 @@ typedef struct {
     struct { int steps; double lr, min_lr; int warmup_steps; hy_lr_schedule lr_schedule;
              double decay_fraction, weight_decay, beta1, beta2, eps, grad_clip;
              unsigned long long seed; int log_every; hy_nonfinite_policy on_nonfinite;
-             int eval_every, eval_batches; } train;
+             int eval_every, eval_batches; hy_recompute recompute; } train;
     struct { char **train; int n_train;                /* paths and glob patterns, n_train >= 1 */
              char *val; } data;                        /* val may be NULL: no validation */
     char *init;                                        /* NULL: random init from train.seed */

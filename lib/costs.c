@@ -23,6 +23,14 @@ hy_costs hy_costs_uniform_for(int split_backward, double comm) {
     return c;
 }
 
+double hy_costs_recompute(double fwd, double share) { return share * fwd; }
+
+void hy_costs_add_recompute(hy_costs *c, double share) {
+    double extra = hy_costs_recompute(c->fwd, share);
+    c->bwd += extra;
+    if (c->wgrad > 0) c->wgrad += extra;
+}
+
 double hy_costs_wgrad_share(const double *bwd, const double *wgrad, int stages) {
     double w = 0, whole = 0;
     for (int s = 0; s < stages; s++) {
@@ -111,6 +119,10 @@ void hy_cost_model_fit(hy_cost_model *m, const double *fwd, const double *bwd,
     fit_direction(fwd, n_layers, S, head_units, &m->layer_fwd, &m->first_fwd, &m->last_fwd);
     fit_direction(bwd, n_layers, S, head_units, &m->layer_bwd, &m->first_bwd, &m->last_bwd);
     m->comm = comm;
+}
+
+double hy_cost_model_recompute(const hy_cost_model *m, int n, double share) {
+    return hy_costs_recompute(m->layer_fwd * n, share);
 }
 
 void hy_cost_model_stage(const hy_cost_model *m, int stage, int S, int n, double *fwd,

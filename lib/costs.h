@@ -64,6 +64,20 @@ double hy_costs_wgrad_share(const double *bwd, const double *wgrad, int stages);
  * half of b) and B the rest, b - w. Per-stage arrays are not touched. */
 void hy_costs_split(hy_costs *c, double w);
 
+/* Activation recomputation (transformer.h's hy_recompute): each pass that
+ * reads a stage's activations (B, and W too with split backward) first
+ * redoes `share` of its blocks' forward (transformer.h's
+ * hy_recompute_share: 1 for full, a small part for selective; the
+ * embedding and the head are never redone). The work redone for fwd of
+ * blocks' forward: the one formula of it, which the two below use. */
+double hy_costs_recompute(double fwd, double share);
+
+/* The uniform costs under recomputation: B (and W when c splits the
+ * backward, c->wgrad > 0) grows by hy_costs_recompute(c->fwd, share); the
+ * uniform model's stage forward is all blocks. Per-stage arrays are not
+ * touched (measured costs already hold what their run recomputed). */
+void hy_costs_add_recompute(hy_costs *c, double share);
+
 /* The forward and backward cost of one stage: its per-stage entry when
  * there are some, else the uniform one. */
 double hy_costs_fwd(const hy_costs *c, int stage);
@@ -98,6 +112,10 @@ void hy_cost_model_fit(hy_cost_model *m, const double *fwd, const double *bwd,
  * n = 0: the stage's extras alone). */
 void hy_cost_model_stage(const hy_cost_model *m, int stage, int S, int n, double *fwd,
                          double *bwd);
+
+/* What one pass (B, or W) of a stage of n layers redoes under
+ * recomputation of `share` (hy_costs_recompute of its layers' forward). */
+double hy_cost_model_recompute(const hy_cost_model *m, int n, double share);
 
 /* Per-stage costs of split n_layers (S stages) under the model. */
 void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,

@@ -82,7 +82,7 @@ static void mem_rank(hy_memplan *mp, const hy_memplan_in *in, const hy_transform
                                                    m->kv_heads, m->head_dim)
                       : 0;
     size_t sizes[HY_STAGE_WORK_BUFFERS];
-    int n = hy_stage_work_sizes(tf, attn, head, sizes);
+    int n = hy_stage_work_sizes(tf, attn, head, hy_stage_work_layers(tf, s->placement, r), sizes);
     for (int i = 0; i < n; i++) mem_add(mp, r, HY_MEM_BUFFERS, sizes[i]);
     mem_add(mp, r, HY_MEM_BUFFERS, sizeof(double) * (size_t)s->ranks);   /* the norm's partials */
     mem_add(mp, r, HY_MEM_BUFFERS, 2 * f);                              /* the clip factor */
@@ -137,6 +137,7 @@ int hy_memplan_build(hy_memplan *mp, const hy_memplan_in *in, hy_error *err) {
     assert(m->stages == s->stages);
     mp->ranks = s->ranks;
     mp->stages = s->stages;
+    mp->recompute = in->recompute;
     mp->rank = calloc((size_t)s->ranks, sizeof *mp->rank);
     mp->in_flight = calloc((size_t)s->stages, sizeof *mp->in_flight);
     if (!mp->rank || !mp->in_flight) {
@@ -149,7 +150,7 @@ int hy_memplan_build(hy_memplan *mp, const hy_memplan_in *in, hy_error *err) {
     hy_transformer tf = { .model = m, .ops = NULL, .act_size = in->mem->act_size,
                           .B = in->micro_batch_size, .T = m->seq_len,
                           .global_micro_batches = s->micro_batches * in->replicas,
-                          .split = s->split };
+                          .split = s->split, .recompute = in->recompute };
     int last = s->placement[s->stages - 1];
     int replica_rank = m->tie_embeddings && last != s->placement[0] ? last : -1;
     mem_stages(mp, in, &tf);
@@ -185,8 +186,9 @@ hy_mem_term hy_memplan_largest(const hy_memplan *mp, int r) {
 static const char *mem_advice(hy_mem_term t) {
     switch (t) {
     case HY_MEM_ACTIVATIONS:
-        return "a smaller schedule.micro_batch_size, a schedule that keeps fewer micro-batches "
-               "in flight (1f1b rather than gpipe), or more ranks";
+        return "activation recomputation (train.recompute), a smaller "
+               "schedule.micro_batch_size, a schedule that keeps fewer micro-batches in flight "
+               "(1f1b rather than gpipe), or more ranks";
     case HY_MEM_BUFFERS:
         return "a smaller schedule.micro_batch_size or model.seq_len (the head's logits and the "
                "working buffers grow with them), or more ranks";
@@ -243,7 +245,7 @@ int hy_memplan_check_pools(const hy_memplan *mp, const int *group, const double 
                    mp->rank[hungriest].total / 1073741824.0, mem_advice(t));
 }
 
-char *hy_memplan_json(const hy_memplan *mp, double available) {
+char *hy_memplan_json(const hy_memplan *mp, double available, hy_recompute fits_with) {
     int known = available >= 0 && isfinite(available);
     json_t *o = json_object(), *ranks = json_array();
     /* Every json_* result is OR-ed into one flag: ownership passes even on
@@ -252,6 +254,10 @@ char *hy_memplan_json(const hy_memplan *mp, double available) {
     bad |= json_object_set_new(o, "available", known ? json_real(available) : json_null());
     bad |= json_object_set_new(o, "fits", known ? json_boolean(mp->rank[mp->peak_rank].total <= available)
                                                 : json_null());
+    bad |= json_object_set_new(o, "recompute", json_string(hy_recompute_name(mp->recompute)));
+    bad |= json_object_set_new(o, "fits_with_recompute",
+                               fits_with < HY_RECOMPUTE_COUNT
+                                   ? json_string(hy_recompute_name(fits_with)) : json_null());
     bad |= json_object_set_new(o, "peak_rank", json_integer(mp->peak_rank));
     for (int r = 0; r < mp->ranks && !bad; r++) {
         json_t *k = json_object();
@@ -266,4 +272,22 @@ char *hy_memplan_json(const hy_memplan *mp, double available) {
     char *s = bad ? NULL : json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
     json_decref(o);
     return s;
+}
+
+hy_recompute hy_memplan_recompute_to_fit(const hy_memplan_in *in, hy_recompute from,
+                                         const int *group, const double *available, int n_groups,
+                                         const char *const *names) {
+    for (int r = from; r < HY_RECOMPUTE_COUNT; r++) {
+        hy_memplan_in with = *in;
+        with.recompute = (hy_recompute)r;
+        hy_memplan mp;
+        hy_error ignored;
+        if (hy_memplan_build(&mp, &with, &ignored) != HY_OK) continue;
+        int fits = group ? hy_memplan_check_pools(&mp, group, available, n_groups, names,
+                                                  &ignored) == HY_OK
+                         : hy_memplan_check(&mp, available[0], "", &ignored) == HY_OK;
+        hy_memplan_free(&mp);
+        if (fits) return (hy_recompute)r;
+    }
+    return HY_RECOMPUTE_COUNT;
 }

@@ -27,6 +27,7 @@
 #include "error.h"
 #include "model.h"
 #include "schedule.h"
+#include "transformer.h"
 
 typedef enum {
     HY_MEM_WEIGHTS,       /* fp32 master weights and their compute copy */
@@ -50,6 +51,7 @@ typedef struct {
     hy_mem_rank *rank;    /* [ranks] */
     int *in_flight;       /* [stages]: the stash slots each stage holds */
     int peak_rank;        /* the rank that needs the most */
+    hy_recompute recompute;   /* the mode it was planned for */
 } hy_memplan;
 
 /* What a plan is made from. */
@@ -60,6 +62,7 @@ typedef struct {
     int replicas;                   /* data-parallel replicas (1: none): the gradient
                                        sums' profile stamps */
     const hy_backend_memory *mem;   /* the backend's types and scratch */
+    hy_recompute recompute;         /* what the stash keeps (transformer.h) */
 } hy_memplan_in;
 
 /* Plans in. On failure *mp is left empty (safe to free). */
@@ -70,11 +73,13 @@ void hy_memplan_free(hy_memplan *mp);
 hy_mem_term hy_memplan_largest(const hy_memplan *mp, int r);
 
 /* The plan as one JSON object: {"available": bytes or null, "fits": true,
- * false or null, "peak_rank": r, "ranks": [{"rank": r, "weights": ...,
- * "grads", "optimizer", "activations", "buffers", "total"}]} (bytes,
- * available < 0 or infinite: not known). malloc'd; NULL when out of
+ * false or null, "recompute": its mode, "fits_with_recompute": the least
+ * mode that fits (`fits_with`) or null, "peak_rank": r, "ranks": [{"rank":
+ * r, "weights": ..., "grads", "optimizer", "activations", "buffers",
+ * "total"}]} (bytes, available < 0 or infinite: not known; fits_with
+ * HY_RECOMPUTE_COUNT: none, or not known). malloc'd; NULL when out of
  * memory. */
-char *hy_memplan_json(const hy_memplan *mp, double available);
+char *hy_memplan_json(const hy_memplan *mp, double available, hy_recompute fits_with);
 
 /* The plan against `available` bytes per rank (what the backend has
  * free, or --memory-gb): HY_OK when every rank fits, else HY_ERR_INPUT
@@ -92,5 +97,15 @@ int hy_memplan_check(const hy_memplan *mp, double available, const char *what, h
  * the largest term of its hungriest rank and what would make it fit. */
 int hy_memplan_check_pools(const hy_memplan *mp, const int *group, const double *available,
                            int n_groups, const char *const *names, hy_error *err);
+
+/* The least recomputation from `from` on (train.recompute, in the order
+ * none, selective, full) under which the plan of `in`, with its recompute
+ * replaced, fits: with group NULL each rank against available[0] on its
+ * own (hy_memplan_check), else the pools (hy_memplan_check_pools).
+ * HY_RECOMPUTE_COUNT when none does. What the refusals and `hanayo plan`
+ * offer as a way to fit. */
+hy_recompute hy_memplan_recompute_to_fit(const hy_memplan_in *in, hy_recompute from,
+                                         const int *group, const double *available, int n_groups,
+                                         const char *const *names);
 
 #endif

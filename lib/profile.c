@@ -418,7 +418,7 @@ static int profile_memory(hy_profile *p, const hy_run *run, const hy_backend_mem
     hy_memplan mp;
     hy_memplan_in in = { .model = &run->model, .sched = &run->sched,
                          .micro_batch_size = run->micro_batch_size, .replicas = p->replicas,
-                         .mem = mem };
+                         .mem = mem, .recompute = run->train.recompute };
     p->mem_planned = calloc((size_t)P, sizeof(double));
     p->mem_allocated = calloc((size_t)P, sizeof(double));
     if (!p->mem_planned || !p->mem_allocated)
@@ -448,7 +448,7 @@ int hy_profile_run(hy_profile *p, const hy_run *run, const hy_profile_opts *o, h
     /* The data before the memory: a missing shard is said as such. */
     if (!rc) rc = hy_train_data_batches(run, &batches, err);
     if (!rc) rc = hy_schedule_copy(&p->sched, &run->sched, err);
-    if (!rc) rc = hy_train_runtime(&rt, run, o->dp, NULL, err);
+    if (!rc) rc = hy_train_runtime(&rt, run, &chosen, o->dp, NULL, err);
     if (!rc && o->slow_stage >= 0) rc = hy_runtime_slow_stage(rt, o->slow_stage, o->slow_seconds, err);
     if (!rc) rc = hy_runtime_profile(rt, err);
     if (!rc) {

@@ -45,7 +45,8 @@ int hy_run_resolve(hy_run *r, const hy_config *c, hy_error *err) {
                                .log_every = c->train.log_every,
                                .on_nonfinite = c->train.on_nonfinite,
                                .eval_every = c->train.eval_every,
-                               .eval_batches = c->train.eval_batches };
+                               .eval_batches = c->train.eval_batches,
+                               .recompute = c->train.recompute };
     r->checkpoint.every = c->checkpoint.every;
     r->checkpoint.keep = c->checkpoint.keep;
     r->graph = c->graph;

@@ -37,6 +37,7 @@ typedef struct {
     hy_nonfinite_policy on_nonfinite;
     int eval_every;             /* validation every this many steps; 0: at the end only */
     int eval_batches;           /* batches of data.val per validation (at most its own) */
+    hy_recompute recompute;     /* what the stash keeps for the backward (transformer.h) */
 } hy_run_train;
 
 typedef struct {

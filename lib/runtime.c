@@ -7,7 +7,9 @@
  * that stage (a slot's layout is transformer.h's); for each stage boundary
  * the mailbox slots (the consumer's stash of its stage input, mailbox.h);
  * and per rank one set of scratch buffers for the backward pass
- * (transformer.h's hy_stage_work), since a rank runs one action at a time.
+ * (transformer.h's hy_stage_work, with what train.recompute rebuilds:
+ * selective's LayerNorm and GELU outputs, full's working slot), since a
+ * rank runs one action at a time.
  * Everything is allocated before the first step; a step allocates nothing.
  *
  * An action here is the plumbing around the math: profile stamps, the
@@ -239,12 +241,15 @@ static int rt_backward(rt_ctx *x, const hy_action *a, const char *label, int k) 
         /* d(stage output) from the head, which the forward ran. */
         rc = x->o->zero(x->st, rk->dres, bytes, x->err);
         if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_RECEIVED);
-        if (!rc) rc = hy_head_backward(&rt->tf, x->st, in, slot, rk->dres, x->err);
+        /* Full recompute: the stage's activations again, from its input. */
+        if (!rc) rc = hy_stage_recompute(&rt->tf, &rk->work, x->st, s, in, x->err);
+        if (!rc) rc = hy_head_backward(&rt->tf, &rk->work, x->st, in, slot, rk->dres, x->err);
     } else {
         const hy_edge *e = &mb->edges[mb->into_bwd[s]];
         rc = hy_mailbox_receive(x->st, e, m, label, x->err);
         if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_RECEIVED);
         if (!rc) rc = x->o->copy(x->st, rk->dres, hy_mailbox_slot(e, m), bytes, x->err);
+        if (!rc) rc = hy_stage_recompute(&rt->tf, &rk->work, x->st, s, in, x->err);
     }
     if (!rc) rc = hy_stage_backward(&rt->tf, &rk->work, x->st, s, in, slot, rk->dres, x->err);
     if (rc) return rc;
@@ -279,8 +284,9 @@ static int rt_wgrad(rt_ctx *x, const hy_action *a, int k) {
     rc = rt_stamp_action(x, k, HY_STAMP_START);
     if (!rc && s == rt->slow_stage) rc = x->o->sleep(x->st, rt->slow_ns, x->err);
     if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_RECEIVED);
-    if (!rc) rc = hy_stage_wgrad(&rt->tf, x->st, s, rt_stage_input(x, s, m, slot), slot, tokens,
-                                 x->err);
+    const void *in = rt_stage_input(x, s, m, slot);
+    if (!rc) rc = hy_stage_recompute(&rt->tf, &x->rk->work, x->st, s, in, x->err);
+    if (!rc) rc = hy_stage_wgrad(&rt->tf, &x->rk->work, x->st, s, in, slot, tokens, x->err);
     if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_COMPUTED);
     if (!rc && s > 0) rc = hy_mailbox_release(x->st, &rt->mb.edges[rt->mb.into_fwd[s]], m, x->err);
     if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_SENT);
@@ -581,7 +587,9 @@ static int rt_alloc_rank(hy_runtime *rt, rt_rank *rk, hy_error *err) {
     size_t f = sizeof(float), N = (size_t)rt->N, M = (size_t)rt->M, A = rt->A;
     rc = rt_alloc(rt, r, hy_boundary_bytes(&rt->tf), &rk->send, err);
     if (!rc) rc = rt_alloc(rt, r, hy_boundary_bytes(&rt->tf), &rk->dres, err);
-    if (!rc) rc = hy_stage_work_alloc(&rt->tf, rt->be, r, head, &rk->work, err);
+    if (!rc) rc = hy_stage_work_alloc(&rt->tf, rt->be, r, head,
+                                      hy_stage_work_layers(&rt->tf, rt->sched->placement, r),
+                                      &rk->work, err);
     if (!rc) rc = rt_alloc(rt, r, sizeof(double) * (size_t)rt->P, &rk->partials, err);
     if (!rc) rc = rt_alloc(rt, r, 2 * f, &rk->clip_factor, err);
     if (!rc) rk->norm = rk->clip_factor + 1;
@@ -693,7 +701,7 @@ static int rt_attach_reducers(hy_runtime *rt, hy_error *err) {
     return rc;
 }
 
-static int rt_build(hy_runtime *rt, hy_error *err) {
+static int rt_build(hy_runtime *rt, const hy_backend_choice *chosen, hy_error *err) {
     const hy_run *run = rt->run;
     rt->B = run->micro_batch_size;
     rt->T = rt->model->seq_len;
@@ -707,7 +715,8 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
     /* An untied head is the last stage's own weight: nothing to replicate. */
     rt->replica_rank = rt->model->tie_embeddings && last != rt->sched->placement[0] ? last : -1;
 
-    int rc = hy_backend_open(&run->backend, &rt->be, NULL, err);
+    int rc = chosen ? hy_backend_open_chosen(&run->backend, chosen, &rt->be, err)
+                    : hy_backend_open(&run->backend, &rt->be, NULL, err);
     if (!rc) rc = hy_transformer_check_ops(rt->model, rt->be->ops, err);
     if (rc) return rc;
     rt->A = rt->be->ops->act_size;
@@ -718,6 +727,7 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
                                /* a micro-batch counts 1/(N M) of the global batch */
                                .global_micro_batches = rt->M * rt->replicas,
                                .split = rt->sched->split,
+                               .recompute = rt->run->train.recompute,
                                .weights = calloc((size_t)rt->S, sizeof(void *)),
                                .grads = calloc((size_t)rt->S, sizeof(float *)) };
     if (!rt->tf.weights || !rt->tf.grads)
@@ -777,10 +787,11 @@ static int rt_build(hy_runtime *rt, hy_error *err) {
 }
 
 int hy_runtime_create(hy_runtime **out, const hy_run *run, hy_error *err) {
-    return hy_runtime_create_dp(out, run, NULL, err);
+    return hy_runtime_create_dp(out, run, NULL, NULL, err);
 }
 
-int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, hy_dp *dp, hy_error *err) {
+int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, const hy_backend_choice *chosen,
+                         hy_dp *dp, hy_error *err) {
     *out = NULL;
     hy_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return hy_fail(err, HY_ERR_RUNTIME, "out of memory");
@@ -794,7 +805,7 @@ int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, hy_dp *dp, hy_erro
     rt->eval_accuracy = NAN;
     pthread_mutex_init(&rt->lock, NULL);
     pthread_cond_init(&rt->cv, NULL);
-    int rc = rt_build(rt, err);
+    int rc = rt_build(rt, chosen, err);
     hy_record_gate_init(&rt->recorded, rt->P);   /* P is known once rt_build has begun */
     /* The rank threads take no stop signal (SIGINT, SIGTERM: they inherit
      * the mask): it goes to the thread that drives the run, whose blocking

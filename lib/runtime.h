@@ -54,9 +54,12 @@ int hy_runtime_create(hy_runtime **out, const hy_run *run, hy_error *err);
 /* hy_runtime_create as one of the data-parallel replicas of dp (dp.h;
  * NULL: the only one): the runtime reads its share of each step's global
  * batch, counts every micro-batch as 1/(N M) of it, and sums its ranks'
- * gradients and its loss over the replicas. */
+ * gradients and its loss over the replicas. chosen: the backend
+ * hy_backend_describe chose for run->backend, opened as it is (NULL: the
+ * runtime describes it itself). */
 struct hy_dp;
-int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, struct hy_dp *dp, hy_error *err);
+int hy_runtime_create_dp(hy_runtime **out, const hy_run *run, const hy_backend_choice *chosen,
+                         struct hy_dp *dp, hy_error *err);
 
 /* One optimizer step over all ranks at learning rate lr (the caller's
  * schedule: train.h's hy_train_lr, through hy_train_step). */

@@ -19,9 +19,9 @@
 #include "runtime.h"
 #include "weights.h"
 
-int hy_train_fits(const hy_run *run, int replicas, hy_error *err) {
+int hy_train_fits(const hy_run *run, const hy_backend_choice *chosen, int replicas,
+                  hy_error *err) {
     int P = run->sched.ranks;
-    hy_backend_choice chosen;
     hy_memplan mp;
     memset(&mp, 0, sizeof mp);
     int *group = malloc(sizeof(int) * 2 * (size_t)P);
@@ -30,18 +30,29 @@ int hy_train_fits(const hy_run *run, int replicas, hy_error *err) {
     const char **name_of = malloc(sizeof *name_of * (size_t)P);
     int n = 0, rc = group && available && names && name_of
                         ? HY_OK : hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    if (!rc) rc = hy_backend_describe(&run->backend, &chosen, err);
     hy_memplan_in in = { .model = &run->model, .sched = &run->sched,
                          .micro_batch_size = run->micro_batch_size, .replicas = replicas,
-                         .mem = &chosen.mem };
+                         .mem = &chosen->mem, .recompute = run->train.recompute };
     if (!rc) rc = hy_memplan_build(&mp, &in, err);
-    if (!rc) rc = hy_backend_free_memory(&run->backend, &chosen, group, available, group + P, &n, err);
+    if (!rc) rc = hy_backend_free_memory(&run->backend, chosen, group, available, group + P, &n, err);
     for (int g = 0; !rc && g < n; g++) {
         if (group[P + g] < 0) snprintf(names[g], sizeof names[g], "the host");
         else snprintf(names[g], sizeof names[g], "GPU %d", group[P + g]);
         name_of[g] = names[g];
     }
     if (!rc) rc = hy_memplan_check_pools(&mp, group, available, n, name_of, err);
+    /* A way to fit that changes nothing of what is trained comes first. */
+    hy_recompute fit = rc == HY_ERR_INPUT && mp.rank
+                           ? hy_memplan_recompute_to_fit(&in, in.recompute + 1, group, available,
+                                                         n, name_of)
+                           : HY_RECOMPUTE_COUNT;
+    if (fit != HY_RECOMPUTE_COUNT) {
+        char was[sizeof err->msg];
+        snprintf(was, sizeof was, "%s", err->msg);
+        rc = hy_fail(err, HY_ERR_INPUT, "%s; it fits with train.recompute = \"%s\" (the same "
+                     "training, more compute: --set train.recompute=%s)", was,
+                     hy_recompute_name(fit), hy_recompute_name(fit));
+    }
     hy_memplan_free(&mp);
     free(group);
     free(available);
@@ -50,14 +61,20 @@ int hy_train_fits(const hy_run *run, int replicas, hy_error *err) {
     return rc;
 }
 
-int hy_train_runtime(hy_runtime **out, const hy_run *run, struct hy_dp *dp, int *unverified,
-                     hy_error *err) {
+int hy_train_runtime(hy_runtime **out, const hy_run *run, const hy_backend_choice *chosen,
+                     struct hy_dp *dp, int *unverified, hy_error *err) {
     int unchecked = 0;
     *out = NULL;
+    hy_backend_choice own;
+    if (!chosen) {
+        int rc = hy_backend_describe(&run->backend, &own, err);
+        if (rc) return rc;
+        chosen = &own;
+    }
     /* The plan before any allocation: a run too large is refused, never
      * half-built or killed for memory. */
-    int rc = hy_train_fits(run, hy_dp_size(dp), err);
-    if (!rc) rc = hy_runtime_create_dp(out, run, dp, err);
+    int rc = hy_train_fits(run, chosen, hy_dp_size(dp), err);
+    if (!rc) rc = hy_runtime_create_dp(out, run, chosen, dp, err);
     /* A checkpoint's weights are checked like a resume's (checkpoint.h);
      * a directory (a Llama checkpoint's) by the weights inside it. */
     if (!rc && run->init) {

@@ -17,13 +17,16 @@
 #include "runtime.h"
 
 /* Whether run, one of `replicas` data-parallel replicas, fits the memory
- * its backend has free now (memplan.h against hy_backend_free_memory):
- * HY_OK, or HY_ERR_INPUT naming the pool, the bytes needed against the
- * bytes free, the largest term and what would make it fit. */
-int hy_train_fits(const hy_run *run, int replicas, hy_error *err);
+ * its backend (`chosen`: hy_backend_describe of run->backend) has free
+ * now (memplan.h against hy_backend_free_memory): HY_OK, or HY_ERR_INPUT
+ * naming the pool, the bytes needed against the bytes free, the largest
+ * term and what would make it fit (recomputation first, when it does). */
+int hy_train_fits(const hy_run *run, const hy_backend_choice *chosen, int replicas,
+                  hy_error *err);
 
 /* The runtime of run `run` with the weights it starts from, once
- * hy_train_fits says it fits:
+ * hy_train_fits says it fits on `chosen`, which it opens (NULL: what
+ * hy_backend_describe says of run->backend):
  * hy_runtime_create's seeded initialization, then the file run->init
  * names, when it does (weights.h), checked first when it is a
  * checkpoint's (hy_checkpoint_verify_file: a damaged one, or another
@@ -32,8 +35,8 @@ int hy_train_fits(const hy_run *run, int replicas, hy_error *err);
  * weights came from a checkpoint without checksums (loaded, but nothing
  * could be checked: the caller says so). On failure *out is NULL. */
 struct hy_dp;
-int hy_train_runtime(hy_runtime **out, const hy_run *run, struct hy_dp *dp, int *unverified,
-                     hy_error *err);
+int hy_train_runtime(hy_runtime **out, const hy_run *run, const hy_backend_choice *chosen,
+                     struct hy_dp *dp, int *unverified, hy_error *err);
 
 /* Data parallelism: the replicas must run one config (the data position,
  * the schedule and the sums all assume it). Collective: compares the

@@ -2,9 +2,12 @@
  * transformer.c — see transformer.h.
  *
  * A stash slot of stage s holds, in this order: each of its blocks'
- * activations (tf_layer_acts, with split backward the gradients B keeps
- * for W too), then on stage 0 the embedding's output (split: and d of
- * it), then on the last stage the head's activations (tf_head_acts). Every
+ * activations (tf_layer_acts: all, all but the norm and MLP-activation
+ * outputs under selective recompute, none under full; with split backward
+ * the gradients B keeps for W too), then on stage 0 the embedding's
+ * output (split: and d of it), then on the last stage the head's
+ * activations (tf_head_acts). What a slot does not keep lives in the rank's working
+ * buffers (hy_stage_work), which tf_layer points the pieces at. Every
  * piece starts on a 256-byte boundary, so a bf16 array of odd length never
  * misaligns the next one (vector loads on a GPU need 16-byte alignment).
  */
@@ -12,6 +15,7 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The activations one block keeps for its backward: activations in the
  * backend's compute type (act_size bytes each, void *), norm statistics in
@@ -57,9 +61,25 @@ static void *tf_carve(unsigned char **p, size_t *used, size_t bytes) {
     return at;
 }
 
-/* The pieces of one block's activations from base; with base NULL only
- * the size comes back (in *used). */
-static tf_layer_acts tf_layer_carve(const hy_transformer *t, unsigned char *base, size_t *used) {
+/* What a block's part of a slot holds: every activation (none, and full
+ * recompute's working slot), all but the norm outputs and the MLP's
+ * activation output (selective: GELU's, or a Llama's SwiGLU's), or none
+ * of them (a full-recompute stash slot). */
+typedef enum { TF_KEEP_ALL, TF_KEEP_SELECTIVE, TF_KEEP_NOTHING } tf_keep;
+
+static tf_keep tf_stash_keeps(const hy_transformer *t) {
+    switch (t->recompute) {
+    case HY_RECOMPUTE_SELECTIVE: return TF_KEEP_SELECTIVE;
+    case HY_RECOMPUTE_FULL: return TF_KEEP_NOTHING;
+    default: return TF_KEEP_ALL;
+    }
+}
+
+/* The pieces of one block's activations from base, those `keep` says
+ * (the rest NULL), and with grads the gradients B keeps for W; with base
+ * NULL only the size comes back (in *used). */
+static tf_layer_acts tf_layer_carve(const hy_transformer *t, unsigned char *base, size_t *used,
+                                    tf_keep keep, int grads) {
     const hy_model *m = t->model;
     size_t N = tf_N(t), C = tf_C(t), A = t->act_size, f = sizeof(float);
     size_t Q = (size_t)hy_model_qkv_width(m), FC = (size_t)hy_model_fc_width(m);
@@ -68,21 +88,23 @@ static tf_layer_acts tf_layer_carve(const hy_transformer *t, unsigned char *base
     int llama = m->kind == HY_MODEL_LLAMA;
     unsigned char **p = &base;
     tf_layer_acts a;
-    a.ln1_mean = llama ? NULL : tf_carve(p, used, N * f);
-    a.ln1_rstd = tf_carve(p, used, N * f);
-    a.ln2_mean = llama ? NULL : tf_carve(p, used, N * f);
-    a.ln2_rstd = tf_carve(p, used, N * f);
-    a.lse = tf_carve(p, used, rows * f);
-    a.ln1 = tf_carve(p, used, N * C * A);
-    a.qkv = tf_carve(p, used, N * Q * A);
-    a.atty = tf_carve(p, used, N * C * A);
-    a.res2 = tf_carve(p, used, N * C * A);
-    a.ln2 = tf_carve(p, used, N * C * A);
-    a.fch = tf_carve(p, used, N * FC * A);
-    a.fchg = tf_carve(p, used, N * F * A);
-    a.res3 = tf_carve(p, used, N * C * A);
-    a.dproj = a.dfc = a.dln2 = a.dattn = a.dqkv = a.dln1 = NULL;
-    if (t->split) {
+    memset(&a, 0, sizeof a);
+    if (keep != TF_KEEP_NOTHING) {
+        a.ln1_mean = llama ? NULL : tf_carve(p, used, N * f);
+        a.ln1_rstd = tf_carve(p, used, N * f);
+        a.ln2_mean = llama ? NULL : tf_carve(p, used, N * f);
+        a.ln2_rstd = tf_carve(p, used, N * f);
+        a.lse = tf_carve(p, used, rows * f);
+        if (keep == TF_KEEP_ALL) a.ln1 = tf_carve(p, used, N * C * A);
+        a.qkv = tf_carve(p, used, N * Q * A);
+        a.atty = tf_carve(p, used, N * C * A);
+        a.res2 = tf_carve(p, used, N * C * A);
+        if (keep == TF_KEEP_ALL) a.ln2 = tf_carve(p, used, N * C * A);
+        a.fch = tf_carve(p, used, N * FC * A);
+        if (keep == TF_KEEP_ALL) a.fchg = tf_carve(p, used, N * F * A);
+        a.res3 = tf_carve(p, used, N * C * A);
+    }
+    if (grads) {
         a.dproj = tf_carve(p, used, N * C * A);
         a.dfc = tf_carve(p, used, N * FC * A);
         a.dln2 = tf_carve(p, used, N * C * A);
@@ -93,16 +115,43 @@ static tf_layer_acts tf_layer_carve(const hy_transformer *t, unsigned char *base
     return a;
 }
 
-static size_t tf_layer_bytes(const hy_transformer *t) {
+static size_t tf_layer_bytes(const hy_transformer *t, tf_keep keep, int grads) {
     size_t used = 0;
-    tf_layer_carve(t, NULL, &used);
+    tf_layer_carve(t, NULL, &used, keep, grads);
     return used;
 }
 
-/* Block l (of the stage's, from 0) in a slot. */
-static tf_layer_acts tf_layer(const hy_transformer *t, void *slot, int l) {
+/* A block's part of a stash slot. */
+static size_t tf_stash_layer_bytes(const hy_transformer *t) {
+    return tf_layer_bytes(t, tf_stash_keeps(t), t->split);
+}
+
+/* Block l (of the stage's, from 0) as its passes see it: its part of the
+ * slot, and what the recompute mode keeps elsewhere, in w's working
+ * buffers (selective: the norm and MLP-activation outputs; full: every
+ * activation, in the working slot). */
+static tf_layer_acts tf_layer(const hy_transformer *t, const hy_stage_work *w, void *slot, int l) {
     size_t used = 0;
-    return tf_layer_carve(t, (unsigned char *)slot + (size_t)l * tf_layer_bytes(t), &used);
+    tf_layer_acts a;
+    memset(&a, 0, sizeof a);
+    if (slot)   /* NULL: no slot's part, only the working buffers (hy_stage_recompute) */
+        a = tf_layer_carve(t, (unsigned char *)slot + (size_t)l * tf_stash_layer_bytes(t), &used,
+                           tf_stash_keeps(t), t->split);
+    if (t->recompute == HY_RECOMPUTE_SELECTIVE) {
+        assert(w->ln && w->fchg);
+        a.ln1 = a.ln2 = w->ln;   /* ln_1's and then ln_2's: one is read before the other is made */
+        a.fchg = w->fchg;
+    } else if (t->recompute == HY_RECOMPUTE_FULL) {
+        assert(w->redo);
+        used = 0;
+        tf_layer_acts all = tf_layer_carve(
+            t, (unsigned char *)w->redo + (size_t)l * tf_layer_bytes(t, TF_KEEP_ALL, 0), &used,
+            TF_KEEP_ALL, 0);
+        all.dproj = a.dproj, all.dfc = a.dfc, all.dln2 = a.dln2;
+        all.dattn = a.dattn, all.dqkv = a.dqkv, all.dln1 = a.dln1;
+        a = all;
+    }
+    return a;
 }
 
 static int tf_last(const hy_transformer *t, int stage) { return stage == t->model->stages - 1; }
@@ -110,7 +159,7 @@ static int tf_last(const hy_transformer *t, int stage) { return stage == t->mode
 size_t hy_boundary_bytes(const hy_transformer *t) { return tf_acts(t, tf_N(t) * tf_C(t)); }
 
 size_t hy_stash_bytes(const hy_transformer *t, int stage) {
-    size_t n = (size_t)t->model->n_layers[stage] * tf_layer_bytes(t);
+    size_t n = (size_t)t->model->n_layers[stage] * tf_stash_layer_bytes(t);
     if (stage == 0) n += (t->split ? 2 : 1) * tf_align(hy_boundary_bytes(t));   /* the embedding's */
     if (tf_last(t, stage))
         n += 2 * tf_align(hy_boundary_bytes(t)) + 2 * tf_align(tf_N(t) * sizeof(float));
@@ -120,7 +169,7 @@ size_t hy_stash_bytes(const hy_transformer *t, int stage) {
 /* The extras after the blocks: the embedding output (stage 0) and the
  * head's activations (last stage). */
 static unsigned char *tf_extra(const hy_transformer *t, int stage, void *slot) {
-    return (unsigned char *)slot + (size_t)t->model->n_layers[stage] * tf_layer_bytes(t);
+    return (unsigned char *)slot + (size_t)t->model->n_layers[stage] * tf_stash_layer_bytes(t);
 }
 
 void *hy_stash_embedding(const hy_transformer *t, void *slot) { return tf_extra(t, 0, slot); }
@@ -146,9 +195,10 @@ static tf_head_acts tf_head_of(const hy_transformer *t, void *slot) {
 
 /* Where the last stage's blocks leave their output: the last block's
  * residual, or the input itself when the stage has no block. */
-static void *tf_final(const hy_transformer *t, int stage, const void *in, void *slot) {
+static void *tf_final(const hy_transformer *t, const hy_stage_work *w, int stage, const void *in,
+                      void *slot) {
     int L = t->model->n_layers[stage];
-    return L > 0 ? tf_layer(t, slot, L - 1).res3 : (void *)in;
+    return L > 0 ? tf_layer(t, w, slot, L - 1).res3 : (void *)in;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -194,6 +244,23 @@ static int tf_alloc(hy_backend *be, int rank, size_t bytes, void *out, hy_error 
     return be->ops->alloc(be, rank, bytes ? bytes : 1, (void **)out, err);
 }
 
+const char *hy_recompute_name(hy_recompute r) {
+    static const char *const names[HY_RECOMPUTE_COUNT] = { "none", "selective", "full" };
+    return (unsigned)r < HY_RECOMPUTE_COUNT ? names[r] : "?";
+}
+
+double hy_recompute_share(hy_recompute r) {
+    return r == HY_RECOMPUTE_FULL ? 1.0 : r == HY_RECOMPUTE_SELECTIVE ? HY_RECOMPUTE_SELECTIVE_SHARE
+                                                                     : 0.0;
+}
+
+int hy_stage_work_layers(const hy_transformer *t, const int *placement, int rank) {
+    int most = 0;
+    for (int s = 0; s < t->model->stages; s++)
+        if (placement[s] == rank && t->model->n_layers[s] > most) most = t->model->n_layers[s];
+    return most;
+}
+
 /* Bytes of the RoPE table: per position, head_dim fp32 values (backend.h). */
 static size_t tf_rope_bytes(const hy_transformer *t) {
     return (size_t)t->T * (size_t)t->model->head_dim * sizeof(float);
@@ -216,34 +283,52 @@ int hy_rope_upload(const hy_transformer *t, hy_backend *be, int rank, float *dst
     return rc;
 }
 
-int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head,
-                        size_t sizes[HY_STAGE_WORK_BUFFERS]) {
+/* w's buffers: their sizes, and with w where each goes (into, NULL: only
+ * the sizes). Returns how many. */
+static int tf_work_list(const hy_transformer *t, size_t attention_scratch, int head, int layers,
+                        size_t sizes[HY_STAGE_WORK_BUFFERS], hy_stage_work *w,
+                        void *into[HY_STAGE_WORK_BUFFERS]) {
+    const hy_model *m = t->model;
     size_t NC = hy_boundary_bytes(t), N = tf_N(t);
-    size_t Q = (size_t)hy_model_qkv_width(t->model), FC = (size_t)hy_model_fc_width(t->model);
-    int n = 0;
-    sizes[n++] = NC;                  /* dln */
-    sizes[n++] = NC;                  /* datty */
-    sizes[n++] = tf_acts(t, N * Q);   /* dqkv */
-    sizes[n++] = tf_acts(t, N * FC);  /* dfc */
-    sizes[n++] = tf_acts(t, N * FC);  /* dfcg: GELU's scratch, SwiGLU's d(output) */
-    sizes[n++] = attention_scratch;   /* attn_scratch */
-    sizes[n++] = hy_rope_bytes(t);    /* rope */
+    size_t Q = (size_t)hy_model_qkv_width(m), FC = (size_t)hy_model_fc_width(m);
+    int llama = m->kind == HY_MODEL_LLAMA, n = 0;
+#define TF_WORK(bytes, field) (sizes[n] = (bytes), w ? (void)(into[n] = &w->field) : (void)0, n++)
+    TF_WORK(NC, dln);
+    TF_WORK(NC, datty);
+    TF_WORK(tf_acts(t, N * Q), dqkv);
+    TF_WORK(tf_acts(t, N * FC), dfc);
+    TF_WORK(tf_acts(t, N * FC), dfcg);   /* GELU's scratch, SwiGLU's d(output) */
+    TF_WORK(attention_scratch, attn_scratch);
+    TF_WORK(hy_rope_bytes(t), rope);
     if (head) {
-        sizes[n++] = tf_acts(t, tf_N(t) * (size_t)t->model->vocab_padded);   /* logits */
-        sizes[n++] = HY_HEAD_SUMS_BYTES;                                    /* loss, hits */
+        TF_WORK(tf_acts(t, N * (size_t)m->vocab_padded), logits);
+        TF_WORK(HY_HEAD_SUMS_BYTES, loss);   /* the loss, the hits */
     }
+    if (t->recompute == HY_RECOMPUTE_SELECTIVE) {
+        TF_WORK(NC, ln);
+        TF_WORK(tf_acts(t, N * (size_t)m->ffn_dim), fchg);
+        /* a rebuild's statistics: LayerNorm's mean and rstd, RMSNorm's rstd */
+        TF_WORK((llama ? 1 : 2) * N * sizeof(float), ln_stats);
+    }
+    if (t->recompute == HY_RECOMPUTE_FULL)
+        TF_WORK((size_t)layers * tf_layer_bytes(t, TF_KEEP_ALL, 0), redo);
+#undef TF_WORK
+    assert(n <= HY_STAGE_WORK_BUFFERS);
     return n;
 }
 
-int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int head,
+int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head, int layers,
+                        size_t sizes[HY_STAGE_WORK_BUFFERS]) {
+    return tf_work_list(t, attention_scratch, head, layers, sizes, NULL, NULL);
+}
+
+int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int head, int layers,
                         hy_stage_work *w, hy_error *err) {
     size_t sizes[HY_STAGE_WORK_BUFFERS];
+    void *into[HY_STAGE_WORK_BUFFERS];
     const hy_model *md = t->model;
     size_t attn = t->ops->attention_scratch(t->B, t->T, md->heads, md->kv_heads, md->head_dim);
-    int n = hy_stage_work_sizes(t, attn, head, sizes);
-    void *const into[HY_STAGE_WORK_BUFFERS] = { &w->dln, &w->datty, &w->dqkv, &w->dfc, &w->dfcg,
-                                                &w->attn_scratch, &w->rope, &w->logits,
-                                                &w->loss };
+    int n = tf_work_list(t, attn, head, layers, sizes, w, into);
     int rc = HY_OK;
     for (int i = 0; i < n && !rc; i++) rc = tf_alloc(be, rank, sizes[i], into[i], err);
     if (rc || t->model->kind != HY_MODEL_LLAMA) return rc;
@@ -307,6 +392,47 @@ static int tf_layer_forward(const hy_transformer *t, hy_stream *st, int l, const
     return rc;
 }
 
+/* Selective recompute: a norm's output (ln_1's or ln_2's: weight kind
+ * wk of block l) from its input, by the forward's own op, LayerNorm or a
+ * Llama's RMSNorm. The op computes its statistics again from the same
+ * input, by the same code, so they and the output are the forward's bit
+ * for bit (the CUDA forward's fused residual add stores the rounded sum
+ * and normalises that: the same input); they go to w->ln_stats, and the
+ * saved ones the norm's backward reads stay as they are. */
+static int tf_rebuild_norm(const hy_transformer *t, const hy_stage_work *w, hy_stream *st,
+                           hy_param_kind wk, int l, void *out, const void *in, hy_error *err) {
+    const hy_param *pw = tf_p(t, wk, l);
+    int N = (int)tf_N(t), C = (int)tf_C(t);
+    if (t->model->kind == HY_MODEL_LLAMA)
+        return t->ops->rmsnorm_fwd(st, out, w->ln_stats, in, tf_w(t, pw), N, C,
+                                   (float)t->model->norm_eps, err);
+    return t->ops->layernorm_fwd(st, out, w->ln_stats + N, w->ln_stats, in, tf_w(t, pw),
+                                 tf_w(t, pw + 1), N, C, err);
+}
+
+/* Selective recompute, before a block's backward or weight pass: the MLP
+ * activation's output from its pre-activation (GELU's; a Llama's SwiGLU's
+ * from gate|up) and ln_2's output from its input, by the forward's own
+ * ops (on the CPU matmul_gelu_fwd is matmul_fwd then gelu_fwd), so they
+ * are the forward's bit for bit. Nothing in other modes. */
+static int tf_rebuild_mlp(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+                          const tf_layer_acts *a, hy_error *err) {
+    if (t->recompute != HY_RECOMPUTE_SELECTIVE) return HY_OK;
+    const hy_backend_ops *o = t->ops;
+    int rc = t->model->kind == HY_MODEL_LLAMA
+                 ? o->swiglu_fwd(st, a->fchg, a->fch, (int)tf_N(t), t->model->ffn_dim, err)
+                 : o->gelu_fwd(st, a->fchg, a->fch, tf_N(t) * (size_t)t->model->ffn_dim, err);
+    return rc ? rc : tf_rebuild_norm(t, w, st, HY_P_LN2_W, l, a->ln2, a->res2, err);
+}
+
+/* The same for ln_1's output, once ln_2's is no longer read (they share
+ * the buffer). */
+static int tf_rebuild_ln1(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+                          const void *in, const tf_layer_acts *a, hy_error *err) {
+    if (t->recompute != HY_RECOMPUTE_SELECTIVE) return HY_OK;
+    return tf_rebuild_norm(t, w, st, HY_P_LN1_W, l, a->ln1, in, err);
+}
+
 /* The gradient a block's backward adds a weight's into as it goes: none
  * under split backward, whose W pass adds them later. */
 static float *tf_g_now(const hy_transformer *t, const hy_param *p) {
@@ -328,7 +454,8 @@ static int tf_layer_backward(const hy_transformer *t, const hy_stage_work *w, hy
     const hy_param *pln2 = tf_p(t, HY_P_LN2_W, l), *pln1 = tf_p(t, HY_P_LN1_W, l);
     void *dfc = split ? a->dfc : w->dfc, *dln2 = split ? a->dln2 : w->dln;
     void *dqkv = split ? a->dqkv : w->dqkv, *dln1 = split ? a->dln1 : w->dln;
-    if (split) rc = o->copy(st, a->dproj, dres, tf_acts(t, NC), err);
+    rc = tf_rebuild_mlp(t, w, st, l, a, err);
+    if (!rc && split) rc = o->copy(st, a->dproj, dres, tf_acts(t, NC), err);
     /* The MLP's projection and, through the GELU, d(fc out) (stored) with
      * the fc bias's gradient: that is why fc's own backward adds none. */
     if (!rc) rc = o->matmul_gelu_bwd(st, dfc, tf_g_now(t, pfc + 1), tf_g_now(t, pmp),
@@ -346,6 +473,7 @@ static int tf_layer_backward(const hy_transformer *t, const hy_stage_work *w, hy
     if (!rc) rc = o->zero(st, dqkv, tf_acts(t, 3 * NC), err);
     if (!rc) rc = o->attention_bwd(st, dqkv, w->attn_scratch, w->datty, a->qkv, a->atty, a->lse,
                                    t->B, t->T, NH, NH, C / NH, tf_causal(t), err);
+    if (!rc) rc = tf_rebuild_ln1(t, w, st, l, in, a, err);
     if (!rc) rc = o->zero(st, dln1, tf_acts(t, NC), err);
     if (!rc) rc = o->matmul_bwd(st, dln1, tf_g_now(t, pqkv), tf_g_now(t, pqkv + 1), dqkv, a->ln1,
                                 tf_w(t, pqkv), N, C, 3 * C, err);
@@ -355,14 +483,15 @@ static int tf_layer_backward(const hy_transformer *t, const hy_stage_work *w, hy
 }
 
 /* W of a block: every weight's gradient from what B and F kept. */
-static int tf_layer_wgrad(const hy_transformer *t, hy_stream *st, int l, const void *in,
-                          const tf_layer_acts *a, hy_error *err) {
+static int tf_layer_wgrad(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+                          const void *in, const tf_layer_acts *a, hy_error *err) {
     const hy_backend_ops *o = t->ops;
     int N = (int)tf_N(t), C = (int)tf_C(t), rc;
     const hy_param *pmp = tf_p(t, HY_P_MLP_PROJ_W, l), *pfc = tf_p(t, HY_P_FC_W, l);
     const hy_param *pap = tf_p(t, HY_P_ATTN_PROJ_W, l), *pqkv = tf_p(t, HY_P_QKV_W, l);
     const hy_param *pln2 = tf_p(t, HY_P_LN2_W, l), *pln1 = tf_p(t, HY_P_LN1_W, l);
-    rc = o->matmul_bwd(st, NULL, tf_g(t, pmp), tf_g(t, pmp + 1), a->dproj, a->fchg, tf_w(t, pmp),
+    rc = tf_rebuild_mlp(t, w, st, l, a, err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pmp), tf_g(t, pmp + 1), a->dproj, a->fchg, tf_w(t, pmp),
                        N, 4 * C, C, err);
     if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pfc), tf_g(t, pfc + 1), a->dfc, a->ln2,
                                 tf_w(t, pfc), N, C, 4 * C, err);
@@ -370,6 +499,7 @@ static int tf_layer_wgrad(const hy_transformer *t, hy_stream *st, int l, const v
                                    tf_w(t, pln2), a->ln2_mean, a->ln2_rstd, N, C, err);
     if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pap), tf_g(t, pap + 1), a->dattn, a->atty,
                                 tf_w(t, pap), N, C, C, err);
+    if (!rc) rc = tf_rebuild_ln1(t, w, st, l, in, a, err);
     if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pqkv), tf_g(t, pqkv + 1), a->dqkv, a->ln1,
                                 tf_w(t, pqkv), N, C, 3 * C, err);
     if (!rc) rc = o->layernorm_bwd(st, NULL, tf_g(t, pln1), tf_g(t, pln1 + 1), a->dln1, in,
@@ -424,7 +554,8 @@ static int tf_llama_backward(const hy_transformer *t, const hy_stage_work *w, hy
     const hy_param *pn2 = tf_p(t, HY_P_LN2_W, l), *pn1 = tf_p(t, HY_P_LN1_W, l);
     void *dfc = split ? a->dfc : w->dfc, *dln2 = split ? a->dln2 : w->dln;
     void *dqkv = split ? a->dqkv : w->dqkv, *dln1 = split ? a->dln1 : w->dln;
-    if (split) rc = o->copy(st, a->dproj, dres, tf_acts(t, NC), err);
+    rc = tf_rebuild_mlp(t, w, st, l, a, err);
+    if (!rc && split) rc = o->copy(st, a->dproj, dres, tf_acts(t, NC), err);
     if (!rc) rc = o->zero(st, w->dfcg, tf_acts(t, (size_t)N * F), err);
     if (!rc) rc = o->matmul_bwd(st, w->dfcg, tf_g_now(t, pdown), NULL, dres, a->fchg,
                                 tf_w(t, pdown), N, F, C, err);
@@ -445,6 +576,7 @@ static int tf_llama_backward(const hy_transformer *t, const hy_stage_work *w, hy
                                    err);
     if (!rc) rc = o->rope(st, dqkv, w->rope, t->B, t->T, m->heads, m->kv_heads, m->head_dim, 1,
                           err);
+    if (!rc) rc = tf_rebuild_ln1(t, w, st, l, in, a, err);
     if (!rc) rc = o->zero(st, dln1, tf_acts(t, NC), err);
     if (!rc) rc = o->matmul_bwd(st, dln1, tf_g_now(t, pqkv), NULL, dqkv, a->ln1, tf_w(t, pqkv), N,
                                 C, Q, err);
@@ -454,22 +586,24 @@ static int tf_llama_backward(const hy_transformer *t, const hy_stage_work *w, hy
 }
 
 /* W of a Llama block. */
-static int tf_llama_wgrad(const hy_transformer *t, hy_stream *st, int l, const void *in,
-                          const tf_layer_acts *a, hy_error *err) {
+static int tf_llama_wgrad(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+                          const void *in, const tf_layer_acts *a, hy_error *err) {
     const hy_backend_ops *o = t->ops;
     const hy_model *m = t->model;
     int N = (int)tf_N(t), C = (int)tf_C(t), Q = hy_model_qkv_width(m), F = m->ffn_dim, rc;
     const hy_param *pdown = tf_p(t, HY_P_MLP_PROJ_W, l), *pgu = tf_p(t, HY_P_FC_W, l);
     const hy_param *po = tf_p(t, HY_P_ATTN_PROJ_W, l), *pqkv = tf_p(t, HY_P_QKV_W, l);
     const hy_param *pn2 = tf_p(t, HY_P_LN2_W, l), *pn1 = tf_p(t, HY_P_LN1_W, l);
-    rc = o->matmul_bwd(st, NULL, tf_g(t, pdown), NULL, a->dproj, a->fchg, tf_w(t, pdown), N, F, C,
-                       err);
+    rc = tf_rebuild_mlp(t, w, st, l, a, err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pdown), NULL, a->dproj, a->fchg, tf_w(t, pdown),
+                                N, F, C, err);
     if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pgu), NULL, a->dfc, a->ln2, tf_w(t, pgu), N, C,
                                 2 * F, err);
     if (!rc) rc = o->rmsnorm_bwd(st, NULL, tf_g(t, pn2), a->dln2, a->res2, tf_w(t, pn2),
                                  a->ln2_rstd, N, C, err);
     if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, po), NULL, a->dattn, a->atty, tf_w(t, po), N, C,
                                 C, err);
+    if (!rc) rc = tf_rebuild_ln1(t, w, st, l, in, a, err);
     if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pqkv), NULL, a->dqkv, a->ln1, tf_w(t, pqkv), N,
                                 C, Q, err);
     if (!rc) rc = o->rmsnorm_bwd(st, NULL, tf_g(t, pn1), a->dln1, in, tf_w(t, pn1), a->ln1_rstd,
@@ -497,10 +631,10 @@ static int tf_block_backward(const hy_transformer *t, const hy_stage_work *w, hy
     return tf_layer_backward(t, w, st, l, in, a, dres, err);
 }
 
-static int tf_block_wgrad(const hy_transformer *t, hy_stream *st, int l, const void *in,
-                          const tf_layer_acts *a, hy_error *err) {
-    if (t->model->kind == HY_MODEL_LLAMA) return tf_llama_wgrad(t, st, l, in, a, err);
-    return tf_layer_wgrad(t, st, l, in, a, err);
+static int tf_block_wgrad(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+                          const void *in, const tf_layer_acts *a, hy_error *err) {
+    if (t->model->kind == HY_MODEL_LLAMA) return tf_llama_wgrad(t, w, st, l, in, a, err);
+    return tf_layer_wgrad(t, w, st, l, in, a, err);
 }
 
 /* The final norm (ln_f, or Llama's RMSNorm) of h into ha, then the
@@ -544,10 +678,10 @@ static int tf_head(const hy_transformer *t, const hy_stage_work *w, hy_stream *s
 
 /* ln_f's backward: into dres (NULL: not) and, with `weights`, into its
  * own gradient. */
-static int tf_lnf_backward(const hy_transformer *t, hy_stream *st, const void *in, void *slot,
-                           void *dres, int weights, hy_error *err) {
+static int tf_lnf_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st,
+                           const void *in, void *slot, void *dres, int weights, hy_error *err) {
     tf_head_acts ha = tf_head_of(t, slot);
-    const void *h = tf_final(t, t->model->stages - 1, in, slot);
+    const void *h = tf_final(t, w, t->model->stages - 1, in, slot);
     const hy_param *pw = tf_p(t, HY_P_LNF_W, 0);
     if (t->model->kind == HY_MODEL_LLAMA)
         return t->ops->rmsnorm_bwd(st, dres, weights ? tf_g(t, pw) : NULL, ha.dout, h,
@@ -557,9 +691,9 @@ static int tf_lnf_backward(const hy_transformer *t, hy_stream *st, const void *i
                                  ha.mean, ha.rstd, (int)tf_N(t), (int)tf_C(t), err);
 }
 
-int hy_head_backward(const hy_transformer *t, hy_stream *st, const void *in, void *slot, void *dres,
-                     hy_error *err) {
-    return tf_lnf_backward(t, st, in, slot, dres, !t->split, err);
+int hy_head_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st,
+                     const void *in, void *slot, void *dres, hy_error *err) {
+    return tf_lnf_backward(t, w, st, in, slot, dres, !t->split, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -585,15 +719,30 @@ int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream 
                      const void *in, void *slot, void *out, const int *targets, int train,
                      hy_error *err) {
     int L = t->model->n_layers[stage], first = t->model->first_layer[stage], rc = HY_OK;
-    if (tf_last(t, stage)) out = tf_final(t, stage, in, slot);
+    if (tf_last(t, stage)) out = tf_final(t, w, stage, in, slot);
     for (int l = 0; l < L && !rc; l++) {
-        tf_layer_acts acts = tf_layer(t, slot, l);
-        const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
-        rc = tf_block_forward(t, w->rope, st, first + l, lin, &acts, l == L - 1 ? out : acts.res3,
-                              NULL, err);
+        tf_layer_acts acts = tf_layer(t, w, slot, l);
+        const void *lin = l == 0 ? in : tf_layer(t, w, slot, l - 1).res3;
+        rc = tf_block_forward(t, w->rope, st, first + l, lin, &acts, l == L - 1 ? out : acts.res3, NULL,
+                              err);
     }
     if (!rc && L == 0 && out != in) rc = t->ops->copy(st, out, in, hy_boundary_bytes(t), err);
     if (!rc && tf_last(t, stage)) rc = tf_head(t, w, st, out, slot, targets, train, err);
+    return rc;
+}
+
+int hy_stage_recompute(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
+                       const void *in, hy_error *err) {
+    if (t->recompute != HY_RECOMPUTE_FULL) return HY_OK;
+    int L = t->model->n_layers[stage], first = t->model->first_layer[stage], rc = HY_OK;
+    /* The working slot is every pass's own: no stash slot is read. The
+     * last block's output goes to its own place, where the head's
+     * backward reads it, not to the forward's out. */
+    for (int l = 0; l < L && !rc; l++) {
+        tf_layer_acts acts = tf_layer(t, w, NULL, l);
+        const void *lin = l == 0 ? in : tf_layer(t, w, NULL, l - 1).res3;
+        rc = tf_block_forward(t, w->rope, st, first + l, lin, &acts, acts.res3, NULL, err);
+    }
     return rc;
 }
 
@@ -601,8 +750,8 @@ int hy_stage_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream
                       const void *in, void *slot, void *dres, hy_error *err) {
     int L = t->model->n_layers[stage], first = t->model->first_layer[stage], rc = HY_OK;
     for (int l = L - 1; l >= 0 && !rc; l--) {
-        tf_layer_acts acts = tf_layer(t, slot, l);
-        const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
+        tf_layer_acts acts = tf_layer(t, w, slot, l);
+        const void *lin = l == 0 ? in : tf_layer(t, w, slot, l - 1).res3;
         rc = tf_block_backward(t, w, st, first + l, lin, &acts, dres, err);
     }
     if (!rc && t->split && stage == 0)
@@ -610,14 +759,14 @@ int hy_stage_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream
     return rc;
 }
 
-int hy_stage_wgrad(const hy_transformer *t, hy_stream *st, int stage, const void *in, void *slot,
-                   const int *tokens, hy_error *err) {
+int hy_stage_wgrad(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
+                   const void *in, void *slot, const int *tokens, hy_error *err) {
     int L = t->model->n_layers[stage], first = t->model->first_layer[stage], rc = HY_OK;
-    if (tf_last(t, stage)) rc = tf_lnf_backward(t, st, in, slot, NULL, 1, err);
+    if (tf_last(t, stage)) rc = tf_lnf_backward(t, w, st, in, slot, NULL, 1, err);
     for (int l = L - 1; l >= 0 && !rc; l--) {
-        tf_layer_acts acts = tf_layer(t, slot, l);
-        const void *lin = l == 0 ? in : tf_layer(t, slot, l - 1).res3;
-        rc = tf_block_wgrad(t, st, first + l, lin, &acts, err);
+        tf_layer_acts acts = tf_layer(t, w, slot, l);
+        const void *lin = l == 0 ? in : tf_layer(t, w, slot, l - 1).res3;
+        rc = tf_block_wgrad(t, w, st, first + l, lin, &acts, err);
     }
     if (!rc && stage == 0) rc = hy_embed_backward(t, st, tf_stash_dembedding(t, slot), tokens, err);
     return rc;
@@ -633,14 +782,14 @@ int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, 
 /* ------------------------------------------------------------------------ */
 /* Generation */
 
-size_t hy_block_work_bytes(const hy_transformer *t) { return tf_layer_bytes(t); }
+size_t hy_block_work_bytes(const hy_transformer *t) { return tf_layer_bytes(t, TF_KEEP_ALL, 0); }
 
 int hy_block_forward(const hy_transformer *t, const float *rope, hy_stream *st, int l,
                      const void *in, void *work, void *out, const hy_kv_layer *kv, hy_error *err) {
     assert(!t->split);   /* nothing is kept for a backward */
     assert(!kv || (kv->t0 >= 0 && kv->t0 + t->T <= kv->Tmax));
     size_t used = 0;
-    tf_layer_acts acts = tf_layer_carve(t, work, &used);
+    tf_layer_acts acts = tf_layer_carve(t, work, &used, TF_KEEP_ALL, 0);
     return tf_block_forward(t, rope, st, l, in, &acts, out, kv, err);
 }
 

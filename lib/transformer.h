@@ -13,7 +13,9 @@
  * the ops and where each stage's compute weights and gradients are. This
  * module decides what is computed and how a stash slot is laid out: the
  * activations a stage keeps from a micro-batch's forward for its
- * backward. Everything is enqueued on the stream it is given and
+ * backward, and under activation recomputation (hy_recompute) what the
+ * backward rebuilds instead (docs/runtime.md, "Activation
+ * recomputation"). Everything is enqueued on the stream it is given and
  * allocates nothing; every backward accumulates into the gradients (+=),
  * which the caller zeroes once per step.
  *
@@ -34,6 +36,42 @@
 #include "error.h"
 #include "model.h"
 
+/* Activation recomputation (train.recompute), compute traded for stash
+ * memory: what a slot keeps from a micro-batch's forward.
+ *   none       every block's activations;
+ *   selective  all but the wide, cheap ones (each norm's output, from its
+ *              input: LayerNorm's, or a Llama's RMSNorm's; and the MLP
+ *              activation's output, from its pre-activation: GELU's, or a
+ *              Llama's SwiGLU's from gate|up), rebuilt in the backward
+ *              into the rank's working buffers (hy_stage_work);
+ *   full       only the stage input (the embedding's output on stage 0)
+ *              and the head's d(ln_f output) on the last stage; the
+ *              backward first reruns the stage's blocks into one per-rank
+ *              working slot (hy_stage_recompute).
+ * The same ops run in the same order on the same inputs, so every mode
+ * gives the same numbers on the CPU, bit for bit. */
+typedef enum { HY_RECOMPUTE_NONE, HY_RECOMPUTE_SELECTIVE, HY_RECOMPUTE_FULL,
+               HY_RECOMPUTE_COUNT } hy_recompute;
+
+/* "none", "selective", "full"; "?" when out of range. */
+const char *hy_recompute_name(hy_recompute r);
+
+/* The share of a block's forward that r redoes before each backward pass
+ * that reads the block (costs.h prices it): 0, HY_RECOMPUTE_SELECTIVE_SHARE,
+ * 1. */
+double hy_recompute_share(hy_recompute r);
+
+/* Selective recompute's price, in block forwards: two LayerNorms and a
+ * GELU over 6 B·T·d_model values (a Llama: two RMSNorms and a SwiGLU),
+ * against the block's 12 B·T·d_model²
+ * multiply-adds and its attention. Few flops, but elementwise work runs
+ * at memory speed and the CPU's GELU (a tanh per value) is dear: `make
+ * bench` measured LayerNorm and GELU at about a sixth of the small GPT's
+ * rank time on the CPU, their forwards about a quarter of a block's
+ * forward. A GPU, whose GEMMs are far faster relative to its memory,
+ * differs; the estimate is the CPU's. */
+#define HY_RECOMPUTE_SELECTIVE_SHARE 0.25
+
 typedef struct {
     const hy_model *model;        /* shapes, each stage's layers, the parameter table */
     const hy_backend_ops *ops;
@@ -42,6 +80,7 @@ typedef struct {
     int global_micro_batches;     /* the step's global batch in micro-batches, M x replicas:
                                      each one's loss and gradient count 1/that */
     int split;                    /* split backward: B and W passes (the slot keeps B's gradients) */
+    hy_recompute recompute;       /* what a stash slot keeps (hy_recompute) */
     void **weights;               /* [stages]: stage s's compute copy of its parameter block */
     float **grads;                /* [stages]: stage s's gradient block */
 } hy_transformer;
@@ -52,6 +91,18 @@ typedef struct {
 typedef struct {
     void *dln, *datty, *dqkv, *dfc, *dfcg, *attn_scratch;
     float *rope;                  /* Llama: the RoPE table (backend.h), built at alloc */
+    /* Selective recompute: where a block's norm output ([B * T, d_model],
+     * ln_1's and ln_2's in turn) and MLP activation output (GELU's, or a
+     * Llama's SwiGLU's: [B * T, ffn_dim]) live, in its forward and when
+     * its backward rebuilds them, and the statistics a rebuild computes
+     * again (fp32: rstd [B * T], then LayerNorm's mean [B * T]). NULL in
+     * other modes. */
+    void *ln, *fchg;
+    float *ln_stats;
+    /* Full recompute: one slot with every activation of the rank's
+     * largest stage, which its forward and the rerun before each backward
+     * fill. NULL in other modes. */
+    void *redo;
     void *logits;                 /* [N, Vp]: the head's, never stashed */
     float *loss;                  /* [2]: the loss the head adds to, then how many of the
                                      scored positions the model ranked first
@@ -78,12 +129,17 @@ size_t hy_stash_bytes(const hy_transformer *t, int stage);
 /* Stage 0's input inside a stash slot: the embedding's output. */
 void *hy_stash_embedding(const hy_transformer *t, void *slot);
 
+/* The most blocks of any stage placement[] puts on rank: what full
+ * recompute's working slot holds. */
+int hy_stage_work_layers(const hy_transformer *t, const int *placement, int rank);
+
 /* The sizes of w's buffers, in the order hy_stage_work_alloc takes them,
  * with attention_scratch the backend's attention scratch for t's shape;
- * head adds the logits and the loss. Returns how many. The one statement
- * of them: the memory plan (memplan.h) counts by it. */
-#define HY_STAGE_WORK_BUFFERS 9
-int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head,
+ * head adds the logits and the loss; layers: hy_stage_work_layers of the
+ * rank (full recompute's slot). Returns how many. The one statement of
+ * them: the memory plan (memplan.h) counts by it. */
+#define HY_STAGE_WORK_BUFFERS 12
+int hy_stage_work_sizes(const hy_transformer *t, size_t attention_scratch, int head, int layers,
                         size_t sizes[HY_STAGE_WORK_BUFFERS]);
 
 /* Bytes of the RoPE table of t->T positions (hy_stage_work's rope): 0
@@ -97,9 +153,10 @@ int hy_rope_upload(const hy_transformer *t, hy_backend *be, int rank, float *dst
                    hy_error *err);
 
 /* Allocates w's buffers in rank's memory of be; head: the rank holds the
- * last stage (the logits and the loss). A Llama's RoPE table is built and
- * uploaded here. w->wte and w->dwte are the caller's to set. */
-int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int head,
+ * last stage (the logits and the loss); layers as above. A Llama's RoPE
+ * table is built and uploaded here. w->wte and w->dwte are the caller's
+ * to set. */
+int hy_stage_work_alloc(const hy_transformer *t, hy_backend *be, int rank, int head, int layers,
                         hy_stage_work *w, hy_error *err);
 
 /* HY_ERR_INPUT naming the first op m's blocks need that o lacks (a NULL
@@ -131,12 +188,23 @@ int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream 
                      const void *in, void *slot, void *out, const int *targets, int train,
                      hy_error *err);
 
+/* Before B, and with split backward before W, of one micro-batch on
+ * `stage`: under full recompute reruns the stage's blocks from `in` (as
+ * its forward had it) into w->redo, where the pass after it reads them;
+ * nothing in other modes. Split backward reruns them for W too, rather
+ * than keeping a full slot for every micro-batch between its B and its W
+ * (schedules that delay W hold many): one slot per rank, at one more
+ * forward per W. What B leaves for W (the gradient of each product's
+ * output) cannot be rebuilt without B, so the stash keeps it. */
+int hy_stage_recompute(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
+                       const void *in, hy_error *err);
+
 /* The last stage, backward, first: d(its output) from the head's d(ln_f
  * output), added into dres ([B * T, d_model], zeroed by the caller), with
  * ln_f's gradient (split: in W). in: the stage's input, as its forward had
  * it. */
-int hy_head_backward(const hy_transformer *t, hy_stream *st, const void *in, void *slot, void *dres,
-                     hy_error *err);
+int hy_head_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st,
+                     const void *in, void *slot, void *dres, hy_error *err);
 
 /* B of one micro-batch on `stage`: its blocks' backward, last to first.
  * dres holds d(stage output) and becomes d(stage input). Unsplit it adds
@@ -155,8 +223,8 @@ int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, 
  * weight's gradient of the stage from the slot, ln_f's on the last stage,
  * and on stage 0 the embeddings' from the tokens. in: the stage's input,
  * as its forward had it. */
-int hy_stage_wgrad(const hy_transformer *t, hy_stream *st, int stage, const void *in, void *slot,
-                   const int *tokens, hy_error *err);
+int hy_stage_wgrad(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
+                   const void *in, void *slot, const int *tokens, hy_error *err);
 
 /* ---- Generation (sample.h) -------------------------------------------
  *

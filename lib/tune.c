@@ -16,6 +16,7 @@
 #include "order.h"
 #include "runtime.h"
 #include "sim.h"
+#include "transformer.h"
 
 #define TUNE_MAX_WAVES 4        /* W (hanayo) and v (interleaved) searched: 1..4 */
 /* A split other than the runtime's default is proposed only when predicted
@@ -30,8 +31,8 @@
  * The memory estimate
  * ------------------------------------------------------------------------ */
 
-void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split,
-                    const hy_backend_memory *mem, double *act, double *all) {
+void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split, int B,
+                    hy_recompute r, const hy_backend_memory *mem, double *act, double *all) {
     *act = *all = 0;
     hy_backend_memory cpu;
     if (!mem) {
@@ -46,8 +47,8 @@ void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split,
         *act = *all = INFINITY;   /* no such model: nothing fits it */
         return;
     }
-    hy_memplan_in in = { .model = &m, .sched = s, .micro_batch_size = run->micro_batch_size,
-                         .replicas = 1, .mem = mem };
+    hy_memplan_in in = { .model = &m, .sched = s, .micro_batch_size = B, .replicas = 1,
+                         .mem = mem, .recompute = r };
     if (hy_memplan_build(&mp, &in, &err) == HY_OK) {
         for (int r = 0; r < mp.ranks; r++) {
             *act = fmax(*act, mp.rank[r].bytes[HY_MEM_ACTIVATIONS]);
@@ -106,13 +107,19 @@ static void greedy_split(const hy_cost_model *m, int L, int S, int *n) {
  * mailbox slots (lim: mailbox.h, hy_mailbox_sim_limits), since a split
  * that lets one rank run ahead makes it wait for slots there. */
 static int simulate_split(const hy_schedule *s, const hy_sim_limits *lim, const hy_cost_model *m,
-                          const int *n, double wgrad_share, double *fwd, double *bwd,
-                          hy_sim_result *res, hy_error *err) {
+                          const int *n, double wgrad_share, double recompute_share, double *fwd,
+                          double *bwd, hy_sim_result *res, hy_error *err) {
     hy_cost_model_stages(m, n, s->stages, fwd, bwd);   /* bwd: a whole backward */
     double *wgrad = bwd + s->stages;
     for (int stage = 0; s->split && stage < s->stages; stage++) {
         wgrad[stage] = bwd[stage] * wgrad_share;
         bwd[stage] -= wgrad[stage];
+    }
+    /* Recomputation: each pass that reads the activations redoes them. */
+    for (int stage = 0; recompute_share > 0 && stage < s->stages; stage++) {
+        double extra = hy_cost_model_recompute(m, n[stage], recompute_share);
+        bwd[stage] += extra;
+        if (s->split) wgrad[stage] += extra;
     }
     hy_costs c = { .comm = m->comm, .fwd_stage = fwd, .bwd_stage = bwd,
                    .wgrad_stage = s->split ? wgrad : NULL };
@@ -123,7 +130,7 @@ static int makespan_of(const hy_schedule *s, const hy_sim_limits *lim, const hy_
                        const int *n, double wgrad_share, double *fwd, double *bwd,
                        double *makespan, hy_error *err) {
     hy_sim_result res;
-    int rc = simulate_split(s, lim, m, n, wgrad_share, fwd, bwd, &res, err);
+    int rc = simulate_split(s, lim, m, n, wgrad_share, 0, fwd, bwd, &res, err);
     if (!rc) {
         *makespan = res.makespan;
         hy_sim_result_free(&res);
@@ -216,16 +223,32 @@ static double comm_units(const hy_cost_model *m, const int *split, int S, double
     return sum > 0 && m->comm > 0 ? m->comm / (sum / S) : 0;
 }
 
+/* The model measured at micro-batch size B0, at size B: every cost grows
+ * with the tokens (a transfer's with its bytes). */
+static hy_cost_model scaled_model(const hy_cost_model *m, int B, int B0) {
+    double k = (double)B / B0;
+    hy_cost_model x = *m;
+    x.layer_fwd *= k, x.layer_bwd *= k, x.first_fwd *= k, x.first_bwd *= k;
+    x.last_fwd *= k, x.last_bwd *= k, x.comm *= k;
+    return x;
+}
+
 /* Simulates one candidate into *out (which owns a copy of the split), in
  * the order the runtime will run once its comm_cost is written: the one
- * chosen for the measured transfer time (order.h). */
-static int evaluate(const hy_run *run, const hy_cost_model *m, const hy_tune_opts *o,
-                    const hy_sched_params *p, const int *split, hy_tune_candidate *out,
-                    hy_error *err) {
+ * chosen for the measured transfer time (order.h). m0: the cost model
+ * without recomputation, at the run's micro-batch size; B: the
+ * candidate's; r: its recomputation, or HY_RECOMPUTE_COUNT for the least
+ * under which it fits the budget (full when none does). A schedule that
+ * cannot be built for these parameters (interleaved with an M it does
+ * not divide) leaves out->stages 0 and is no error. */
+static int evaluate(const hy_run *run, const hy_cost_model *m0, const hy_tune_opts *o,
+                    const hy_sched_params *p, int B, hy_recompute r, const int *split,
+                    hy_tune_candidate *out, hy_error *err) {
     memset(out, 0, sizeof *out);
     int S = hy_sched_chunks(p) * p->ranks, rc = HY_OK;
     double *fwd = malloc(3 * (size_t)S * sizeof(double)), units = 0;
     out->split = malloc((size_t)S * sizeof(int));
+    hy_cost_model m = scaled_model(m0, B, run->micro_batch_size);
     hy_schedule s;
     memset(&s, 0, sizeof s);
     hy_sim_result res;
@@ -233,27 +256,45 @@ static int evaluate(const hy_run *run, const hy_cost_model *m, const hy_tune_opt
     memset(&lim, 0, sizeof lim);
     if (!fwd || !out->split) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory tuning");
     if (!rc) {
-        units = comm_units(m, split, S, fwd, fwd + S);
+        units = comm_units(&m, split, S, fwd, fwd + S);
         hy_costs oc = hy_costs_uniform_for(p->split_backward, units);
-        rc = hy_order_schedule(&s, p, &oc, err);
+        hy_error why;
+        rc = hy_order_schedule(&s, p, &oc, &why);
+        if (rc == HY_ERR_INPUT) {   /* no such schedule: nothing to compare */
+            free(fwd);
+            candidate_free(out);
+            return HY_OK;
+        }
+        if (rc) *err = why;
+    }
+    if (!rc) {
+        hy_recompute first = r == HY_RECOMPUTE_COUNT ? HY_RECOMPUTE_NONE : r;
+        hy_recompute last = r == HY_RECOMPUTE_COUNT ? HY_RECOMPUTE_FULL : r;
+        for (int k = first; k <= (int)last; k++) {
+            out->recompute = (hy_recompute)k;
+            hy_tune_memory(run, &s, split, B, out->recompute, o->mem, &out->act_bytes,
+                           &out->mem_bytes);
+            if (out->mem_bytes <= o->budget_bytes) break;
+        }
     }
     if (!rc) rc = hy_mailbox_sim_limits(&s, &lim, err);
-    if (!rc) rc = simulate_split(&s, &lim, m, split, o->wgrad_share, fwd, fwd + S, &res, err);
+    if (!rc) rc = simulate_split(&s, &lim, &m, split, o->wgrad_share,
+                                 hy_recompute_share(out->recompute), fwd, fwd + S, &res, err);
     if (!rc) {
         out->kind = p->kind;
         out->split_backward = s.split;
         out->waves = p->kind == HY_SCHED_HANAYO ? p->waves : 0;
         out->chunks = s.chunks;
         out->micro_batches = p->micro_batches;
+        out->micro_batch_size = B;
         out->stages = S;
         memcpy(out->split, split, (size_t)S * sizeof(int));
         out->comm_cost = units;
         out->makespan_ms = res.makespan;
         out->bubble = res.bubble;
         out->step_ms = res.makespan + o->overhead_ms;
-        out->tokens = hy_run_tokens_per_step(p->micro_batches, run->micro_batch_size, run->model.seq_len, 1);
+        out->tokens = hy_run_tokens_per_step(p->micro_batches, B, run->model.seq_len, 1);
         out->us_per_token = out->step_ms * 1e3 / out->tokens;
-        hy_tune_memory(run, &s, split, o->mem, &out->act_bytes, &out->mem_bytes);
         hy_sim_result_free(&res);
     }
     free(fwd);
@@ -304,9 +345,24 @@ static int by_time_per_token(const void *a, const void *b) {
     return x->micro_batches - y->micro_batches;
 }
 
+/* The micro-batch counts tried at the config's global batch of G
+ * sequences (M x B, B = G / M whole): P, 2P, ..., HY_TUNE_MAX_M_FACTOR x
+ * P where they divide G, and the config's own M0. Returns how many. */
+static int batch_splits(int P, int G, int M0, int *ms) {
+    int n = 0, own = 0;
+    for (int f = 1; f <= HY_TUNE_MAX_M_FACTOR; f++)
+        if (G % (f * P) == 0) {
+            ms[n++] = f * P;
+            own |= f * P == M0;
+        }
+    if (!own) ms[n++] = M0;
+    return n;
+}
+
 /* Every candidate of one kind and W or v: its splits found at M_ref,
- * then tried at every M. */
-static int search_one(const hy_run *run, const hy_cost_model *m, const hy_tune_opts *o,
+ * then tried at every M (with the B that keeps the global batch). m0: the
+ * cost model without recomputation, at the run's B. */
+static int search_one(const hy_run *run, const hy_cost_model *m0, const hy_tune_opts *o,
                       hy_sched_params q, int m_ref, cand_list *all, hy_error *err) {
     int P = q.ranks, L = run->model.layers;
     int S = hy_sched_chunks(&q) * P;
@@ -319,25 +375,32 @@ static int search_one(const hy_run *run, const hy_cost_model *m, const hy_tune_o
     if (has_default) n_splits++;
     int *greedy = splits + (size_t)n_splits * S;
     if (S == 1) greedy[0] = L;
-    else greedy_split(m, L, S, greedy);
+    else greedy_split(m0, L, S, greedy);
     n_splits++;
     q.micro_batches = m_ref;
     hy_schedule s;
-    rc = hy_schedule_build(&s, &q, err);
-    for (int i = 0, starts = n_splits; !rc && i < starts; i++) {
+    memset(&s, 0, sizeof s);
+    hy_error why;
+    int built = hy_schedule_build(&s, &q, &why);
+    if (built && built != HY_ERR_INPUT) *err = why, rc = built;
+    for (int i = 0, starts = n_splits; !rc && !built && i < starts; i++) {
         int *n = splits + (size_t)n_splits * S;
         memcpy(n, splits + (size_t)i * S, (size_t)S * sizeof(int));
-        rc = improve_split(&s, m, o->wgrad_share, n, err);
+        rc = improve_split(&s, m0, o->wgrad_share, n, err);
         if (!rc) n_splits++;
     }
     hy_schedule_free(&s);
-    for (int f = 1; !rc && f <= HY_TUNE_MAX_M_FACTOR; f++) {
-        q.micro_batches = f * P;
+    int G = run->sched_params.micro_batches * run->micro_batch_size;
+    int ms[HY_TUNE_MAX_M_FACTOR + 1];
+    int n_ms = batch_splits(P, G, run->sched_params.micro_batches, ms);
+    for (int k = 0; !rc && k < n_ms; k++) {
+        q.micro_batches = ms[k];
         double dflt = INFINITY;   /* the default split's time per token at this M */
         for (int i = 0; !rc && i < n_splits; i++) {
             hy_tune_candidate cand;
-            rc = evaluate(run, m, o, &q, splits + (size_t)i * S, &cand, err);
-            if (rc) break;
+            rc = evaluate(run, m0, o, &q, G / ms[k], HY_RECOMPUTE_COUNT, splits + (size_t)i * S,
+                          &cand, err);
+            if (rc || cand.stages == 0) continue;
             if (has_default && i == 0) dflt = cand.us_per_token;
             if (i > 0 && cand.us_per_token > (1 - TUNE_SPLIT_MARGIN) * dflt) {
                 candidate_free(&cand);   /* not clearly better than the default */
@@ -359,6 +422,12 @@ int hy_tune_search(const hy_run *run, const hy_cost_model *m, const hy_tune_opts
      * the searched range (interleaved needs the multiple). */
     int m_ref = (base.micro_batches + P - 1) / P * P;
     if (m_ref > HY_TUNE_MAX_M_FACTOR * P) m_ref = HY_TUNE_MAX_M_FACTOR * P;
+    /* The model as if the measured run recomputed nothing: its backward
+     * passes (B, and W when split) each held the recomputation. */
+    hy_cost_model m0 = *m;
+    m0.layer_bwd = fmax(0, m->layer_bwd - (run->sched.split ? 2 : 1) *
+                                              hy_cost_model_recompute(m, 1, hy_recompute_share(
+                                                                                 run->train.recompute)));
     cand_list all = {0};
     int rc = HY_OK;
     for (int k = 0; !rc && k < HY_SCHED_COUNT; k++) {
@@ -374,11 +443,12 @@ int hy_tune_search(const hy_run *run, const hy_cost_model *m, const hy_tune_opts
                 q.waves = w;
                 q.chunks = w;
                 q.split_backward = split;
-                rc = search_one(run, m, o, q, m_ref, &all, err);
+                rc = search_one(run, &m0, o, q, m_ref, &all, err);
             }
     }
     /* The config as it is, for comparison. */
-    if (!rc) rc = evaluate(run, m, o, &base, run->model.n_layers, &r->current, err);
+    if (!rc) rc = evaluate(run, &m0, o, &base, run->micro_batch_size, run->train.recompute,
+                           run->model.n_layers, &r->current, err);
     r->searched = all.n;
     double least = INFINITY;
     for (int i = 0; !rc && i < all.n; i++) {
@@ -414,9 +484,9 @@ int hy_tune_search(const hy_run *run, const hy_cost_model *m, const hy_tune_opts
     r->n_best = kept;
     if (r->n_best == 0) {
         rc = hy_fail(err, HY_ERR_INPUT, "tune: none of the %d candidates fits the memory budget "
-                     "of %.2f GiB per rank (the smallest needs %.2f GiB); give a larger "
-                     "--memory-gb or a smaller model or micro_batch_size", r->searched,
-                     o->budget_bytes / 1073741824.0, least / 1073741824.0);
+                     "of %.2f GiB per rank, even with full recompute (the smallest needs %.2f "
+                     "GiB); give a larger --memory-gb, more ranks or a smaller model",
+                     r->searched, o->budget_bytes / 1073741824.0, least / 1073741824.0);
         hy_tune_result_free(r);
     }
     return rc;

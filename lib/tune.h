@@ -13,7 +13,17 @@
  *            backward whole and split in B and W (schedule.h), the split
  *            one priced with the W share of a backward a profile of the
  *            split run measured;
- *   M        P, 2P, ..., 8P micro-batches (B, the micro-batch size, stays);
+ *   M, B     P, 2P, ..., 8P micro-batches (and the config's own M), each
+ *            with the micro-batch size B that keeps the config's global
+ *            batch, M x B sequences, as it is: what is trained does not
+ *            change. The costs measured at the config's B are scaled by
+ *            B over it (a layer's work and a transfer's bytes grow with
+ *            the tokens; a GEMM's efficiency at another size is not
+ *            modelled);
+ *   recompute  the least activation recomputation (none, selective,
+ *            full: transformer.h) under which the candidate fits the
+ *            budget, its extra forward work priced into every backward
+ *            pass (costs.h);
  *   split    for each kind and W or v: the balanced split the runtime
  *            makes by default (model.h), a greedy balance by the measured
  *            costs (each layer in turn to the stage it makes cheapest, the
@@ -26,11 +36,12 @@
  *
  * A candidate's step time is its simulated makespan plus the rest of the
  * measured step (embedding exchange, clip, optimizer, the host's batch
- * loading), taken as fixed. M changes the tokens per step, so candidates
- * are ranked by predicted time per token, and each schedule (kind with
- * its W or v) is shown by its best M and split. A candidate whose memory
- * plan (memplan.h: what the runtime would allocate on each rank) exceeds
- * the budget on some rank is dropped.
+ * loading), taken as fixed. Every candidate trains the same tokens per
+ * step; they are ranked by predicted time per token, and each schedule
+ * (kind with its W or v) is shown by its best M and split. A candidate
+ * whose memory plan (memplan.h: what the runtime would allocate on each
+ * rank) exceeds the budget on some rank even with full recompute is
+ * dropped.
  */
 #ifndef HY_TUNE_H
 #define HY_TUNE_H
@@ -50,6 +61,8 @@ typedef struct {
     int waves;             /* W for hanayo, else 0 */
     int chunks;            /* stages per rank: 1, v, or 2W */
     int micro_batches, stages;
+    int micro_batch_size;  /* B: micro_batches x B is the config's global batch */
+    hy_recompute recompute;   /* the least that fits the budget (train.recompute) */
     int split_backward;    /* B and W passes */
     int *split;            /* [stages]: layers per stage */
     double comm_cost;      /* the measured transfer in stage forwards (schedule.comm_cost) */
@@ -88,10 +101,11 @@ int hy_tune_search(const hy_run *run, const hy_cost_model *m, const hy_tune_opts
 void hy_tune_result_free(hy_tune_result *r);
 
 /* The memory plan (memplan.h) of schedule s with layer split `split` of
- * run's model on a backend of memory `mem` (NULL: the CPU's): the most
- * over ranks of the activation stashes (*act) and of everything (*all),
- * in bytes; INFINITY when the split makes no model. */
-void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split,
-                    const hy_backend_memory *mem, double *act, double *all);
+ * run's model, micro-batches of B sequences and recomputation r on a
+ * backend of memory `mem` (NULL: the CPU's): the most over ranks of the
+ * activation stashes (*act) and of everything (*all), in bytes; INFINITY
+ * when the split makes no model. */
+void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split, int B,
+                    hy_recompute r, const hy_backend_memory *mem, double *act, double *all);
 
 #endif

@@ -475,12 +475,12 @@ static void init_checked(const hy_run *c, const char *ckdir) {
     ci.init = model;
     flip_byte(model, file_bytes(model) / 2);
     hy_runtime *rt = NULL;
-    int rc = hy_train_runtime(&rt, &ci, NULL, NULL, &err);
+    int rc = hy_train_runtime(&rt, &ci, NULL, NULL, NULL, &err);
     CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, "model.safetensors") &&
                strstr(err.msg, "checksum mismatch") && rt == NULL,
            "damaged init: %d: %s", rc, err.msg);
     flip_byte(model, file_bytes(model) / 2);
-    CHECKF(hy_train_runtime(&rt, &ci, NULL, NULL, &err) == HY_OK, "%s", err.msg);
+    CHECKF(hy_train_runtime(&rt, &ci, NULL, NULL, NULL, &err) == HY_OK, "%s", err.msg);
     hy_runtime_destroy(rt);
     CHECK(hy_checkpoint_verify_file(shard, NULL, &unverified, &err) == HY_OK && unverified == 0);
 }

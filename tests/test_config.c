@@ -172,7 +172,7 @@ static void check_round_trip(scratch *s, const hy_config *c, const char *what) {
         CHECK(json_object_size(j) == 10);
         CHECK(json_object_size(json_object_get(j, "model")) == 14);
         CHECK(json_object_size(json_object_get(j, "schedule")) == 9);
-        CHECK(json_object_size(json_object_get(j, "train")) == 16);
+        CHECK(json_object_size(json_object_get(j, "train")) == 17);
         json_decref(j);
     }
     const char *path = scratch_file(s, "roundtrip.json", first);
@@ -512,6 +512,8 @@ static const bad_case BAD[] = {
       "did you mean \"hanayo\"?" },
     { NULL, "train.lr_schedule=cosin", "train.lr_schedule in --set train.lr_schedule=cosin",
       "did you mean \"cosine\"?" },
+    { NULL, "train.recompute=ful", "train.recompute in --set train.recompute=ful",
+      "did you mean \"full\"?" },
     { NULL, "model.heads=5", "model.heads (5) must divide model.d_model (64)",
       "in --set model.heads=5" },
     { NULL, "devices=[0,", "--set devices=[0,", "not a JSON value" },

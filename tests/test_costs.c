@@ -80,8 +80,25 @@ static void test_one_stage(void) {
     CHECK_NEAR(b, m.last_bwd, 1e-12);
 }
 
+/* Recomputation adds the redone forward to each pass that reads the
+ * activations: B, and W when the backward is split; never the forward. */
+static void test_recompute(void) {
+    hy_costs u = hy_costs_uniform(), sp = hy_costs_uniform_split();
+    hy_costs_add_recompute(&u, 1.0);
+    CHECK(u.fwd == 1 && u.bwd == 3 && u.wgrad == 0);
+    hy_costs_add_recompute(&sp, 1.0);
+    CHECK(sp.fwd == 1 && sp.bwd == 2 && sp.wgrad == 2);
+    hy_costs none = hy_costs_uniform_split();
+    hy_costs_add_recompute(&none, 0.0);
+    CHECK(none.bwd == 1 && none.wgrad == 1);
+    hy_cost_model m = { .layer_fwd = 0.5, .layer_bwd = 1, .first_fwd = 3, .last_fwd = 7 };
+    CHECK(hy_cost_model_recompute(&m, 4, 1.0) == 2.0);   /* the layers', not the extras */
+    CHECK(hy_cost_model_recompute(&m, 4, 0.25) == 0.5);
+}
+
 int main(void) {
     test_costs();
+    test_recompute();
     test_cost_model();
     test_one_stage();
     return TEST_END("costs");

@@ -1480,6 +1480,72 @@ static int train(const char *backend, const char *const *extra, int n_extra, int
     return rc;
 }
 
+/* Activation recomputation on the GPU (train.recompute): selective and
+ * full, whole and split backward, GPT and Llama, train as the CPU does
+ * without it (within bf16 tolerance: GPT's selective GELU is rebuilt from
+ * the bf16 pre-activation), and replay equals eager bit for bit, the
+ * reruns inside the recorded graphs. A Llama's rebuilds are its
+ * forward's own kernels on the same bf16 inputs (RMSNorm recomputes the
+ * same rstd; SwiGLU is no GEMM epilogue), so on the GPU each mode also
+ * equals none bit for bit. */
+static void test_training_recompute(void) {
+    static const char *const modes[] = { "train.recompute=selective", "train.recompute=full" };
+    static const char *const kinds[][3] = {
+        { "model.kind=gpt" },
+        { "model.kind=llama", "model.kv_heads=2", "model.ffn_dim=176" },
+    };
+    for (int kd = 0; kd < 2; kd++)
+        for (int split = 0; split <= 1; split++) {
+            const char *sets[10] = { "schedule.kind=hanayo", "schedule.ranks=2",
+                                     "schedule.waves=1", "devices=[0,0]",
+                                     split ? "schedule.split_backward=true"
+                                           : "schedule.split_backward=false" };
+            int n = 5;
+            for (int i = 0; i < 3 && kinds[kd][i]; i++) sets[n++] = kinds[kd][i];
+            run none;
+            memset(&none, 0, sizeof none);
+            int llama = kd == 1;
+            sets[n] = "graph=false";
+            if (llama && train("cuda", sets, n + 1, 6, NULL, &none)) {
+                CHECK(0);
+                continue;
+            }
+            for (int k = 0; k < 2; k++) {
+                sets[n] = modes[k];
+                sets[n + 1] = "graph=false";
+                run cpu, gpu, replay;
+                if (train("cpu", sets, n, 6, NULL, &cpu) ||
+                    train("cuda", sets, n + 2, 6, NULL, &gpu)) {
+                    CHECK(0);
+                    continue;
+                }
+                for (int st = 0; st < 6; st++)
+                    CHECKF(fabs(gpu.loss[st] - cpu.loss[st]) <= 2e-2 * cpu.loss[st],
+                           "%s %s split %d step %d: loss %.6f on cuda, %.6f on cpu without",
+                           kinds[kd][0], modes[k], split, st + 1, gpu.loss[st], cpu.loss[st]);
+                compare(modes[k], gpu.w, cpu.w, cpu.n, 5e-2);
+                if (llama)
+                    CHECKF(gpu.n == none.n && memcmp(gpu.w, none.w, gpu.n * sizeof(float)) == 0 &&
+                           memcmp(gpu.loss, none.loss, sizeof gpu.loss) == 0,
+                           "llama %s split %d: not none's weights on cuda bit for bit", modes[k],
+                           split);
+                sets[n + 1] = "graph=true";
+                if (train("cuda", sets, n + 2, 6, NULL, &replay) == HY_OK) {
+                    CHECKF(replay.n == gpu.n && memcmp(replay.w, gpu.w, gpu.n * sizeof(float)) == 0 &&
+                           memcmp(replay.loss, gpu.loss, sizeof gpu.loss) == 0,
+                           "%s %s split %d: replay differs from eager", kinds[kd][0], modes[k],
+                           split);
+                    free(replay.w);
+                } else {
+                    CHECK(0);
+                }
+                free(cpu.w);
+                free(gpu.w);
+            }
+            if (llama) free(none.w);
+        }
+}
+
 static void test_training(void) {
     if (hy_test_shard_make(shard, sizeof shard, "cuda", 250, 60000)) { CHECK(0); return; }
     static const char *const layouts[][8] = {
@@ -1539,6 +1605,7 @@ static void test_training(void) {
         }
         rmdir(dots);
     }
+    test_training_recompute();
     hy_test_shard_remove(shard);
 }
 

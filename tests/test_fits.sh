@@ -42,7 +42,7 @@ expect_input_error train configs/tiny-gpt.json "${small[@]}" "${huge[@]}" \
     --set "checkpoint.dir=$tmp/ck1" --log-json "$tmp/log1.jsonl"
 expect_err "the run does not fit: the host (ranks 0, 1) would need [0-9.]* GiB and has [0-9.]* GiB free"
 expect_err "the most is rank [01]'s activations"
-expect_err "try a smaller schedule.micro_batch_size"
+expect_err "try activation recomputation (train.recompute), a smaller schedule.micro_batch_size"
 for f in "$tmp/ck1" "$tmp/log1.jsonl"; do
     if [ -e "$f" ]; then bad "$last: left $f"; else ok; fi
 done
@@ -72,7 +72,32 @@ case "$HANAYO" in
     last="ulimit -v 3000000; hanayo train configs/gpt2-124m.json"
     expect_rc 2
     expect_err "the run does not fit: the host"
-    if [ -e "$tmp/ck3" ]; then bad "$last: left $tmp/ck3"; else ok; fi ;;
+    if [ -e "$tmp/ck3" ]; then bad "$last: left $tmp/ck3"; else ok; fi
+    # At 256 tokens a sequence its stash is about 19 GiB over the ranks,
+    # 4.6 GiB with full recompute: the refusal names the mode that fits
+    # (and only that run is refused: nothing is trained here).
+    (ulimit -v 8000000; "$HANAYO" train configs/gpt2-124m.json --set "data.train=$tmp/t.bin" \
+        --set data.val=null --set model.vocab=512 --set model.seq_len=256 --set backend=cpu \
+        --set "checkpoint.dir=$tmp/ck4" >"$tmp/out" 2>"$tmp/err")
+    rc=$?
+    last="ulimit -v 8000000; hanayo train configs/gpt2-124m.json (seq_len 256)"
+    expect_rc 2
+    expect_err "the run does not fit: the host"
+    avail=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+    hint=0
+    if [ "${avail:-0}" -ge 8000000 ]; then hint=1; expect_err 'it fits with train.recompute = "full"'
+    else echo "fits: skipped the recompute hint: under 8 GB available, full recompute fits no better"; fi
+    if [ -e "$tmp/ck4" ]; then bad "$last: left $tmp/ck4"; else ok; fi
+    # profile and tune measure the run as configured: refused alike.
+    for cmd in profile tune; do
+        (ulimit -v 8000000; "$HANAYO" $cmd configs/gpt2-124m.json --set "data.train=$tmp/t.bin" \
+            --set data.val=null --set model.vocab=512 --set model.seq_len=256 --set backend=cpu \
+            >"$tmp/out" 2>"$tmp/err")
+        rc=$?
+        last="ulimit -v 8000000; hanayo $cmd configs/gpt2-124m.json (seq_len 256)"
+        expect_rc 2
+        if [ $hint = 1 ]; then expect_err 'it fits with train.recompute = "full"'; fi
+    done ;;
 esac
 
 hy_finish

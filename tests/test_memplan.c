@@ -1,8 +1,8 @@
 /*
  * test_memplan.c — the memory plan against what the runtime allocates.
  *
- * For every schedule, whole and split backward, GPT and BERT, on 1, 2 and
- * 4 ranks, the plan of a run (memplan.h, with the CPU backend's memory)
+ * For every schedule, whole and split backward, GPT, BERT and Llama, each
+ * activation-recomputation mode, on 1, 2 and 4 ranks, the plan of a run (memplan.h, with the CPU backend's memory)
  * must equal, rank by rank and byte for byte, what the CPU backend counted
  * (hy_backend_ops.allocated) after the runtime was built and had taken a
  * step (the step can only add scratch). Then the parts the plan is made
@@ -46,7 +46,8 @@ static int plan_of(const hy_run *run, hy_memplan *mp) {
     hy_backend_memory mem;
     hy_backend_cpu_memory(&mem);
     hy_memplan_in in = { .model = &run->model, .sched = &run->sched,
-                         .micro_batch_size = run->micro_batch_size, .replicas = 1, .mem = &mem };
+                         .micro_batch_size = run->micro_batch_size, .replicas = 1, .mem = &mem,
+                         .recompute = run->train.recompute };
     hy_error err;
     int rc = hy_memplan_build(mp, &in, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
@@ -67,9 +68,10 @@ static void plan_equals_allocation(const char *kind, const char *const *sched, i
         hy_backend *be = rt ? hy_runtime_backend(rt) : NULL;
         for (int r = 0; be && r < mp.ranks; r++) {
             double got = (double)be->ops->allocated(be, r);
-            CHECKF(got == mp.rank[r].total, "%s %s %s %s rank %d: planned %.0f bytes, allocated %.0f",
-                   kind, sched[0], n_sched > 1 ? sched[1] : "", n_sched > 3 ? sched[3] : "", r,
-                   mp.rank[r].total, got);
+            CHECKF(got == mp.rank[r].total, "%s %s %s %s %s rank %d: planned %.0f bytes, "
+                   "allocated %.0f", kind, sched[0], n_sched > 1 ? sched[1] : "",
+                   n_sched > 3 ? sched[n_sched - 2] : "", sched[n_sched - 1], r, mp.rank[r].total,
+                   got);
         }
         double sum = 0;
         for (int t = 0; t < HY_MEM_TERMS; t++) sum += mp.rank[mp.peak_rank].bytes[t];
@@ -92,22 +94,83 @@ static void test_every_schedule(void) {
         { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "schedule.comm_cost=0.2" },
     };
     const char *kinds[] = { "gpt", "bert", "llama" };
+    const char *modes[] = { "train.recompute=none", "train.recompute=selective",
+                            "train.recompute=full" };
     for (int k = 0; k < 3; k++)
         for (size_t i = 0; i < sizeof scheds / sizeof scheds[0]; i++)
-            for (int split = 0; split <= 1; split++) {
-                const char *sets[6];
-                int n = 0;
-                while (n < 5 && scheds[i][n]) { sets[n] = scheds[i][n]; n++; }
-                sets[n++] = split ? "schedule.split_backward=true" : "schedule.split_backward=false";
-                plan_equals_allocation(kinds[k], sets, n);
-            }
+            for (int split = 0; split <= 1; split++)
+                for (int mode = 0; mode < 3; mode++) {
+                    const char *sets[7];
+                    int n = 0;
+                    while (n < 5 && scheds[i][n]) { sets[n] = scheds[i][n]; n++; }
+                    sets[n++] = split ? "schedule.split_backward=true"
+                                      : "schedule.split_backward=false";
+                    sets[n++] = modes[mode];
+                    plan_equals_allocation(kinds[k], sets, n);
+                }
+}
+
+/* Recompute trades stash for working buffers: selective keeps less than
+ * none, full less again, on every rank; full's one working slot is the
+ * price in buffers, and it is smaller than what it saves under GPipe. */
+static void test_recompute_saves(const char *kind) {
+    const char *modes[] = { "train.recompute=none", "train.recompute=selective",
+                            "train.recompute=full" };
+    hy_memplan mp[3];
+    hy_run run[3];
+    int ok = 1;
+    for (int k = 0; k < 3; k++) {
+        const char *sets[] = { "schedule.kind=gpipe", "schedule.ranks=2", modes[k] };
+        ok &= !load(&run[k], kind, sets, 3) && !plan_of(&run[k], &mp[k]);
+    }
+    for (int r = 0; ok && r < 2; r++) {
+        const hy_mem_rank *none = &mp[0].rank[r], *sel = &mp[1].rank[r], *full = &mp[2].rank[r];
+        CHECKF(sel->bytes[HY_MEM_ACTIVATIONS] < none->bytes[HY_MEM_ACTIVATIONS] &&
+               full->bytes[HY_MEM_ACTIVATIONS] < sel->bytes[HY_MEM_ACTIVATIONS],
+               "%s rank %d stash: none %.0f, selective %.0f, full %.0f", kind, r,
+               none->bytes[HY_MEM_ACTIVATIONS], sel->bytes[HY_MEM_ACTIVATIONS],
+               full->bytes[HY_MEM_ACTIVATIONS]);
+        CHECK(full->bytes[HY_MEM_BUFFERS] > none->bytes[HY_MEM_BUFFERS]);
+        CHECK(full->total < none->total);
+        CHECK(sel->bytes[HY_MEM_WEIGHTS] == none->bytes[HY_MEM_WEIGHTS]);
+    }
+    /* The least mode that fits a budget: exactly at a mode's peak, that
+     * mode; below full's, none. */
+    hy_backend_memory mem;
+    hy_backend_cpu_memory(&mem);
+    hy_memplan_in in = { .model = &run[0].model, .sched = &run[0].sched,
+                         .micro_batch_size = run[0].micro_batch_size, .replicas = 1,
+                         .mem = &mem, .recompute = HY_RECOMPUTE_NONE };
+    for (int k = 0; ok && k < 3; k++) {
+        double at = mp[k].rank[mp[k].peak_rank].total;
+        CHECK(hy_memplan_recompute_to_fit(&in, HY_RECOMPUTE_NONE, NULL, &at, 1, NULL) ==
+              (hy_recompute)k);
+        at -= 1;
+        CHECK(hy_memplan_recompute_to_fit(&in, HY_RECOMPUTE_NONE, NULL, &at, 1, NULL) ==
+              (hy_recompute)(k + 1));
+    }
+    if (ok) {
+        char *j = hy_memplan_json(&mp[0], 1.0, HY_RECOMPUTE_FULL);
+        CHECK(j && strstr(j, "\"recompute\":\"none\"") &&
+              strstr(j, "\"fits_with_recompute\":\"full\""));
+        free(j);
+    }
+    for (int k = 0; k < 3; k++) {
+        if (ok) hy_memplan_free(&mp[k]);
+        hy_run_free(&run[k]);
+    }
 }
 
 /* A tied Llama across ranks: the embedding's replica on the last
- * stage's rank is counted as for GPT. */
+ * stage's rank is counted as for GPT, in every recompute mode. */
 static void test_tied_llama(void) {
-    const char *sets[] = { "schedule.kind=1f1b", "schedule.ranks=2", "model.tie_embeddings=true" };
-    plan_equals_allocation("llama", sets, 3);
+    const char *modes[] = { "train.recompute=none", "train.recompute=selective",
+                            "train.recompute=full" };
+    for (int k = 0; k < 3; k++) {
+        const char *sets[] = { "schedule.kind=1f1b", "schedule.ranks=2",
+                               "model.tie_embeddings=true", modes[k] };
+        plan_equals_allocation("llama", sets, 4);
+    }
 }
 
 /* The stash is what the schedule keeps in flight: GPipe every
@@ -227,6 +290,8 @@ int main(void) {
     }
     test_every_schedule();
     test_tied_llama();
+    test_recompute_saves("gpt");
+    test_recompute_saves("llama");
     test_in_flight();
     test_terms_by_hand();
     test_check();

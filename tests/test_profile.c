@@ -533,6 +533,59 @@ static void test_tune_moves_layers(void) {
     hy_run_free(&c);
 }
 
+/* Tune at a fixed global batch, under a memory cap: every candidate keeps
+ * the config's M x B sequences; under a budget between the config's plan
+ * with full recompute and without, candidates fit by recomputing, each
+ * with the least mode that fits, and a recomputing candidate is predicted
+ * slower than the same one without (its backward redoes the forward). */
+static void test_tune_memory_cap(void) {
+    const char *sched[] = {"schedule.kind=1f1b", "schedule.micro_batches=4",
+                           "schedule.micro_batch_size=4"};
+    hy_run c;
+    if (load_config(&c, sched, 3)) { CHECK(0); return; }
+    int G = 4 * 4;
+    hy_cost_model m = { .layer_fwd = 1, .layer_bwd = 2, .last_fwd = 0.5, .last_bwd = 1 };
+    hy_tune_opts to = { 0, 1e12, 0, NULL, -1 };
+    hy_tune_result free_res, cap_res;
+    hy_error err;
+    int rc = hy_tune_search(&c, &m, &to, &free_res, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    if (rc) { hy_run_free(&c); return; }
+    double none_act, none_all, full_act, full_all;
+    hy_tune_memory(&c, &c.sched, c.model.n_layers, 4, HY_RECOMPUTE_NONE, NULL, &none_act, &none_all);
+    hy_tune_memory(&c, &c.sched, c.model.n_layers, 4, HY_RECOMPUTE_FULL, NULL, &full_act, &full_all);
+    CHECK(full_all < none_all && full_act < none_act);
+    to.budget_bytes = (none_all + full_all) / 2;
+    rc = hy_tune_search(&c, &m, &to, &cap_res, &err);
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    int recomputing = 0;
+    for (int i = 0; !rc && i < cap_res.n_best; i++) {
+        const hy_tune_candidate *x = &cap_res.best[i];
+        CHECKF(x->micro_batches * x->micro_batch_size == G, "M %d x B %d", x->micro_batches,
+               x->micro_batch_size);
+        CHECK(x->mem_bytes <= to.budget_bytes);
+        if (x->recompute == HY_RECOMPUTE_NONE) continue;
+        recomputing++;
+        for (int j = 0; j < free_res.n_best; j++) {
+            const hy_tune_candidate *y = &free_res.best[j];
+            if (y->kind == x->kind && y->chunks == x->chunks &&
+                y->split_backward == x->split_backward && y->micro_batches == x->micro_batches &&
+                !memcmp(y->split, x->split, sizeof(int) * (size_t)x->stages)) {
+                CHECK(y->recompute == HY_RECOMPUTE_NONE && y->step_ms < x->step_ms);
+                CHECK(y->mem_bytes > to.budget_bytes);
+            }
+        }
+    }
+    for (int i = 0; i < free_res.n_best; i++)
+        CHECK(free_res.best[i].micro_batches * free_res.best[i].micro_batch_size == G);
+    CHECKF(recomputing > 0, "no candidate recomputes under %.0f bytes", to.budget_bytes);
+    printf("tune under %.0f bytes per rank: %d of %d schedules fit by recomputing\n",
+           to.budget_bytes, recomputing, cap_res.n_best);
+    if (!rc) hy_tune_result_free(&cap_res);
+    hy_tune_result_free(&free_res);
+    hy_run_free(&c);
+}
+
 /* ------------------------------------------------------------------------ */
 
 static void test_default_dir(void) {
@@ -621,6 +674,7 @@ int main(void) {
     test_slow_hanayo();
     test_tune_moves_layers();
     test_tune_comm_cost();
+    test_tune_memory_cap();
     hy_test_shard_remove(shard);
     return TEST_END("profile");
 }

@@ -5,7 +5,8 @@
  * of a small GPT (and a small BERT and Llama) with every schedule, 1 to 4 ranks, leave
  * the same weights as one rank running the whole model, within 1e-5 of the
  * largest weight (only the order of gradient accumulation differs). Replaying
- * the recorded iteration gives bit-identical weights to running it eagerly.
+ * the recorded iteration gives bit-identical weights to running it eagerly,
+ * and so does every activation-recomputation mode to keeping everything.
  * And the loss falls on the synthetic corpus.
  */
 #include "config.h"
@@ -138,6 +139,22 @@ static void pipelined_equals_sequential(const char *kind) {
     free(ref[1].w);
 }
 
+/* A variant's sets (up to 6, NULL-ended) into sets, and into one[4] the
+ * one-rank run of the same model and M it is held against. Returns how
+ * many sets. */
+static int variant_sets(const char *const *variant, const char **sets, const char **one) {
+    int n = 0;
+    while (n < 6 && variant[n]) { sets[n] = variant[n]; n++; }
+    const char *mb = "schedule.micro_batches=4";
+    for (int i = 0; i < n; i++)
+        if (strncmp(sets[i], "schedule.micro_batches=", 23) == 0) mb = sets[i];
+    one[0] = sets[0];
+    one[1] = "schedule.kind=gpipe";
+    one[2] = "schedule.ranks=1";
+    one[3] = mb;
+    return n;
+}
+
 /* Split backward (B and W passes) leaves the same weights as one rank
  * running the whole backward at once: every schedule at P = 2 and 4, GPT
  * and BERT, replayed and eager, M = 4 and 8 (so every order of the weight
@@ -164,13 +181,8 @@ static void split_equals_sequential(const char *kind) {
           "schedule.micro_batches=8", "schedule.comm_cost=0.5" },
     };
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
-        const char *sets[8];
-        int n = 0;
-        while (n < 6 && variants[v][n]) { sets[n] = variants[v][n]; n++; }
-        const char *mb = "schedule.micro_batches=4";
-        for (int i = 0; i < n; i++)
-            if (strncmp(sets[i], "schedule.micro_batches=", 23) == 0) mb = sets[i];
-        const char *one[] = { sets[0], "schedule.kind=gpipe", "schedule.ranks=1", mb };
+        const char *sets[8], *one[4];
+        int n = variant_sets(variants[v], sets, one);
         run_result r0, r;
         if (train(kind, one, 4, 3, &r0)) { CHECK(0); continue; }
         sets[n++] = "schedule.split_backward=true";
@@ -203,6 +215,47 @@ static void tied_llama_equals_sequential(void) {
         CHECKF(d <= 1e-5, "tied llama 1f1b P=2 %s: max |dw| / max |w| = %.3g", sp, d);
         free(r.w);
         free(r0.w);
+    }
+}
+
+/* Activation recomputation (train.recompute) runs the same ops in the
+ * same order on the same inputs: each mode leaves exactly the weights and
+ * loss of "none" on the same schedule, and so (within 1e-5) those of one
+ * rank running the whole model; every schedule at P = 2 and 4, split
+ * backward on and off, replayed and eager. */
+static void recompute_equals_none(const char *kind) {
+    static const char *const variants[][6] = {
+        { "model.layers=4", "schedule.kind=1f1b", "schedule.ranks=2" },
+        { "model.layers=4", "schedule.kind=gpipe", "schedule.ranks=4", "graph=false" },
+        { "model.layers=4", "schedule.kind=interleaved", "schedule.ranks=2", "schedule.chunks=2" },
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=2" },
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=4", "schedule.waves=1",
+          "schedule.micro_batches=8" },
+    };
+    static const char *const modes[] = { "train.recompute=selective", "train.recompute=full" };
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        for (int split = 0; split <= 1; split++) {
+            const char *sets[10], *one[4];
+            int n = variant_sets(variants[v], sets, one);
+            sets[n++] = split ? "schedule.split_backward=true" : "schedule.split_backward=false";
+            run_result seq, none;
+            if (train(kind, one, 4, 3, &seq)) { CHECK(0); continue; }
+            if (train(kind, sets, n, 3, &none)) { CHECK(0); free(seq.w); continue; }
+            for (int k = 0; k < 2; k++) {
+                sets[n] = modes[k];
+                run_result r;
+                if (train(kind, sets, n + 1, 3, &r)) { CHECK(0); continue; }
+                CHECKF(r.n == none.n && memcmp(r.w, none.w, r.n * sizeof(float)) == 0 &&
+                       r.last_loss == none.last_loss, "%s %s %s %s split %d %s: not none's "
+                       "weights bit for bit", kind, sets[0], sets[1], sets[2], split, modes[k]);
+                double d = rel_diff(&seq, &r);
+                CHECKF(d <= 1e-5, "%s %s %s %s split %d %s: max |dw| / max |w| = %.3g against "
+                       "one rank", kind, sets[0], sets[1], sets[2], split, modes[k], d);
+                free(r.w);
+            }
+            free(seq.w);
+            free(none.w);
+        }
     }
 }
 
@@ -341,6 +394,9 @@ int main(void) {
     pipelined_equals_sequential("llama");
     split_equals_sequential("llama");
     tied_llama_equals_sequential();
+    recompute_equals_none("gpt");
+    recompute_equals_none("bert");
+    recompute_equals_none("llama");
     replay_equals_eager();
     loss_falls();
     first_failure_is_reported();

@@ -8,7 +8,10 @@
 # of 6 (once at 6) and logged as {"step", "val_loss", "val_batches"} right
 # after that step's line; the checkpoint's weights and moments are those
 # of a run that does not evaluate, byte for byte. eval_every without a
-# data.val is refused. Prints "train_cli: N passed, N failed".
+# data.val is refused. train.recompute is said in the header, recorded in
+# the checkpoint's config, and changes nothing trained: a run resumed with
+# another mode ends with the same weights and moments, byte for byte.
+# Prints "train_cli: N passed, N failed".
 set -u
 
 HY_TEST_NAME=train_cli
@@ -80,5 +83,23 @@ done
 expect_input_error train configs/tiny-gpt.json "${small[@]}" --set data.val=null \
     --set train.eval_every=2
 expect_err 'train.eval_every is 2 but data.val is null'
+
+# ---- train.recompute -----------------------------------------------------------------
+# Steps 1..3 without it, 4..6 resumed from step 3 with full recompute: the
+# step-6 checkpoint equals the run above that never recomputed.
+run train configs/tiny-gpt.json "${small[@]}" --steps 6 --set "checkpoint.dir=$tmp/rc" \
+    --set checkpoint.every=3
+expect_rc 0
+run train configs/tiny-gpt.json "${small[@]}" --steps 6 --set train.recompute=full \
+    --set "checkpoint.dir=$tmp/rc2" --resume "$tmp/rc/step_000003"
+expect_rc 0
+expect_out '^schedule: 1f1b, .*, full recompute, '
+expect_out '^resumed from .*step_000003 after step 3'
+for f in model.safetensors optimizer.safetensors; do
+    expect_same "$tmp/rc2/step_000006/$f" "$tmp/none/step_000006/$f"
+done
+if python3 -c 'import json, sys
+assert json.load(open(sys.argv[1]))["config"]["train"]["recompute"] == "full"
+' "$tmp/rc2/step_000006/state.json"; then ok; else bad "state.json does not record train.recompute"; fi
 
 hy_finish

@@ -108,7 +108,7 @@ static int open_bench(bench *b) {
     b->targets = tg;
     describe(&b->t, &b->m, b->be->ops->act_size, b->weights, b->grads);
     b->t.ops = b->be->ops;
-    rc = hy_stage_work_alloc(&b->t, b->be, 0, 1, &b->w, &err);
+    rc = hy_stage_work_alloc(&b->t, b->be, 0, 1, b->m.n_layers[0], &b->w, &err);
     if (!rc) rc = b->be->ops->alloc(b->be, 0, hy_stash_bytes(&b->t, 0), &b->slot, &err);
     if (!rc) rc = b->be->ops->alloc(b->be, 0, hy_boundary_bytes(&b->t), &b->dres, &err);
     if (rc) { fprintf(stderr, "%s\n", err.msg); return rc; }
@@ -132,7 +132,7 @@ static double forward(bench *b, int train) {
     hy_error err;
     const hy_backend_ops *o = b->be->ops;
     float loss = NAN;
-    int rc = o->zero(b->st, b->w.loss, sizeof(float), &err);
+    int rc = o->zero(b->st, b->w.loss, HY_HEAD_SUMS_BYTES, &err);
     if (!rc) rc = hy_embed_forward(&b->t, b->st, b->slot, b->tokens, &err);
     if (!rc) rc = hy_stage_forward(&b->t, &b->w, b->st, 0, hy_stash_embedding(&b->t, b->slot),
                                    b->slot, NULL, b->targets, train, &err);
@@ -147,7 +147,8 @@ static int backward(bench *b) {
     const hy_backend_ops *o = b->be->ops;
     const void *in = hy_stash_embedding(&b->t, b->slot);
     int rc = o->zero(b->st, b->dres, hy_boundary_bytes(&b->t), &err);
-    if (!rc) rc = hy_head_backward(&b->t, b->st, in, b->slot, b->dres, &err);
+    if (!rc) rc = hy_stage_recompute(&b->t, &b->w, b->st, 0, in, &err);
+    if (!rc) rc = hy_head_backward(&b->t, &b->w, b->st, in, b->slot, b->dres, &err);
     if (!rc) rc = hy_stage_backward(&b->t, &b->w, b->st, 0, in, b->slot, b->dres, &err);
     if (!rc) rc = hy_embed_backward(&b->t, b->st, b->dres, b->tokens, &err);
     if (!rc) rc = o->sync(b->st, &err);

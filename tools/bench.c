@@ -25,7 +25,14 @@
  *      op_stats) over extra steps: per rank, the share of its time in
  *      GEMMs, attention, the other ops, copies, flag waits, and what no
  *      command accounts for (the host's batch loading and the hand-off).
- *   4. Checkpoints. A save of the small model (every file's CRC-32C
+ *   4. Activation recomputation: for the larger model, 1F1B and Hanayo
+ *      W = 1 with split backward, each with train.recompute none,
+ *      selective and full, timed round-robin like the schedules: ms per
+ *      step and its ratio to none beside the stash the memory plan counts
+ *      on the hungriest rank and what the backend allocated there (the
+ *      memory saved against the time it costs), and the share of the
+ *      step's rank time in LayerNorm and GELU (what selective redoes).
+ *   5. Checkpoints. A save of the small model (every file's CRC-32C
  *      summed as it is written, everything fsync'd) and a verify (state.json
  *      and every file read back and summed), in MB/s; and CRC-32C's own
  *      speed beside memcpy's over the same 64 MiB.
@@ -36,6 +43,7 @@
  * writes the same numbers as JSON. Exit status: 0, 1 on a runtime failure,
  * 2 on bad flags.
  */
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -56,6 +64,7 @@
 #include "checksum.h"
 #include "config.h"
 #include "data.h"
+#include "memplan.h"
 #include "error.h"
 #include "order.h"
 #include "plan.h"
@@ -122,17 +131,18 @@ typedef struct {
     hy_sched_kind kind;
     int waves, chunks;
     int split;             /* split backward (B and W passes) */
+    hy_recompute recompute;   /* train.recompute */
 } bench_sched;
 
 static const bench_sched BENCH_SCHEDS[] = {
-    { HY_SCHED_GPIPE, 1, 1, 0 },
-    { HY_SCHED_1F1B, 1, 1, 0 },
-    { HY_SCHED_INTERLEAVED, 1, 2, 0 },
-    { HY_SCHED_HANAYO, 1, 2, 0 },
-    { HY_SCHED_HANAYO, 2, 2, 0 },
-    { HY_SCHED_1F1B, 1, 1, 1 },
-    { HY_SCHED_HANAYO, 1, 2, 1 },
-    { HY_SCHED_HANAYO, 2, 2, 1 },
+    { HY_SCHED_GPIPE, 1, 1, 0, HY_RECOMPUTE_NONE },
+    { HY_SCHED_1F1B, 1, 1, 0, HY_RECOMPUTE_NONE },
+    { HY_SCHED_INTERLEAVED, 1, 2, 0, HY_RECOMPUTE_NONE },
+    { HY_SCHED_HANAYO, 1, 2, 0, HY_RECOMPUTE_NONE },
+    { HY_SCHED_HANAYO, 2, 2, 0, HY_RECOMPUTE_NONE },
+    { HY_SCHED_1F1B, 1, 1, 1, HY_RECOMPUTE_NONE },
+    { HY_SCHED_HANAYO, 1, 2, 1, HY_RECOMPUTE_NONE },
+    { HY_SCHED_HANAYO, 2, 2, 1, HY_RECOMPUTE_NONE },
 };
 #define BENCH_N_SCHEDS ((int)(sizeof BENCH_SCHEDS / sizeof BENCH_SCHEDS[0]))
 
@@ -147,6 +157,8 @@ typedef struct {
     double *step_s;        /* [steps]: wall time of each timed step */
     double ms, tokens_per_s, vs_1f1b, plan_bubble;
     double spread;         /* interquartile range of the timed steps / median */
+    double act_bytes;      /* the stash the memory plan counts, on its peak rank */
+    double alloc_bytes;    /* what the backend allocated on that rank */
     /* the op-timing window */
     double stats_wall_s;   /* wall time of the BENCH_STATS_STEPS steps */
     hy_op_stat stats[BENCH_RANKS][HY_OPK_COUNT];
@@ -316,6 +328,7 @@ static int run_make(hy_run *run, const bench_model *m, const bench_sched *s,
     snprintf(sets[n++], sizeof sets[0], "data.val=null");
     snprintf(sets[n++], sizeof sets[0], "checkpoint.dir=null");
     snprintf(sets[n++], sizeof sets[0], "backend=cpu");
+    snprintf(sets[n++], sizeof sets[0], "train.recompute=%s", hy_recompute_name(s->recompute));
     const char *ptrs[20];
     for (int i = 0; i < n; i++) ptrs[i] = sets[i];
     hy_config c;
@@ -349,6 +362,25 @@ static int steps_run(bench_run *r, int n, hy_error *err) {
     return HY_OK;
 }
 
+/* The stash the memory plan counts on the run's peak rank, and what the
+ * backend allocated there (the plan equals it on the CPU:
+ * tests/test_memplan.c). */
+static int run_memory(bench_run *r, hy_error *err) {
+    hy_backend_memory mem;
+    hy_backend_cpu_memory(&mem);
+    hy_memplan_in in = { .model = &r->run.model, .sched = &r->run.sched,
+                         .micro_batch_size = r->run.micro_batch_size, .replicas = 1,
+                         .mem = &mem, .recompute = r->run.train.recompute };
+    hy_memplan mp;
+    int rc = hy_memplan_build(&mp, &in, err);
+    if (rc) return rc;
+    hy_backend *be = hy_runtime_backend(r->rt);
+    r->act_bytes = mp.rank[mp.peak_rank].bytes[HY_MEM_ACTIVATIONS];
+    r->alloc_bytes = be->ops->allocated ? (double)be->ops->allocated(be, mp.peak_rank) : -1;
+    hy_memplan_free(&mp);
+    return HY_OK;
+}
+
 /* Builds the run's config and runtime and takes the warm-up steps. */
 static int run_open(bench_run *r, const char *shard, hy_error *err) {
     int rc = run_make(&r->run, r->model, &r->sched, shard, err);
@@ -358,6 +390,7 @@ static int run_open(bench_run *r, const char *shard, hy_error *err) {
     if (!rc && !hy_runtime_backend(r->rt)->ops->op_stats)
         rc = hy_fail(err, HY_ERR_RUNTIME, "the %s backend has no op timing",
                      hy_runtime_backend(r->rt)->ops->name);
+    if (!rc) rc = run_memory(r, err);
     if (!rc) rc = steps_run(r, BENCH_WARMUP, err);
     return rc;
 }
@@ -711,6 +744,32 @@ static void print_throughput(const bench_run *runs, int n) {
     }
 }
 
+/* The recompute runs (recompute_runs): per schedule, each mode beside
+ * none. */
+static void print_recompute(const bench_run *runs, int n) {
+    const bench_model *m = runs[0].model;
+    printf("\nactivation recomputation, %s GPT (train.recompute; the stash and allocation of "
+           "the peak rank,\nthe plan's stash = the backend's count on the CPU; layernorm+gelu: "
+           "their share of rank time)\n", m->name);
+    printf("  %-18s %-10s %10s %8s %12s %8s %14s %16s\n", "schedule", "recompute", "ms/step",
+           "vs none", "stash MiB", "vs none", "allocated MiB", "layernorm+gelu");
+    const bench_run *none = NULL;
+    for (int i = 0; i < n; i++) {
+        const bench_run *r = &runs[i];
+        if (r->sched.recompute == HY_RECOMPUTE_NONE) none = r;
+        double ln = 0, busy = 0;
+        for (int k = 0; k < BENCH_RANKS; k++) {
+            ln += r->stats[k][HY_OPK_LAYERNORM].seconds + r->stats[k][HY_OPK_GELU].seconds;
+            for (int op = 0; op < HY_OPK_COUNT; op++)
+                if (op != HY_OPK_WAIT) busy += r->stats[k][op].seconds;
+        }
+        printf("  %-18s %-10s %10.1f %7.2fx %12.2f %7.2fx %14.2f %15.1f%%\n", r->label,
+               hy_recompute_name(r->sched.recompute), r->ms, none ? r->ms / none->ms : 0,
+               r->act_bytes / 1048576.0, none ? r->act_bytes / none->act_bytes : 0,
+               r->alloc_bytes / 1048576.0, busy > 0 ? 100 * ln / busy : 0);
+    }
+}
+
 static void print_gemms(const bench_model *m, const bench_gemm *rows, int n) {
     printf("\nGEMMs of one %s GPT step (N = B*T = %d), one thread: the backend's op vs bare "
            "cblas_sgemm\n", m->name, rows[0].N);
@@ -820,9 +879,11 @@ static json_t *json_run(const bench_run *r) {
                                           r->stats[k][op].seconds * 1e3 / BENCH_STATS_STEPS));
         json_array_append_new(ranks, ops);
     }
-    return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, "
-                     "s:f, s:o}",
-                     "model", r->model->name, "schedule", hy_sched_name(r->sched.kind), "label",
+    return json_pack("{s:s, s:s, s:s, s:f, s:f, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, "
+                     "s:f, s:f, s:f, s:f, s:o}",
+                     "model", r->model->name, "schedule", hy_sched_name(r->sched.kind),
+                     "recompute", hy_recompute_name(r->sched.recompute), "act_bytes",
+                     r->act_bytes, "alloc_bytes", r->alloc_bytes, "label",
                      r->label, "waves", r->sched.kind == HY_SCHED_HANAYO ? r->sched.waves : 0,
                      "chunks", r->sched.kind == HY_SCHED_INTERLEAVED ? r->sched.chunks : 0,
                      "ranks", BENCH_RANKS, "stages", r->stages, "steps", r->steps, "ms_per_step",
@@ -894,7 +955,7 @@ static int ckpt_check(const bench_model *m, const char *shard, const char *dir, 
     bench_run r;
     memset(&r, 0, sizeof r);
     r.model = m;
-    r.sched = (bench_sched){ HY_SCHED_1F1B, 1, 1, 0 };
+    r.sched = (bench_sched){ HY_SCHED_1F1B, 1, 1, 0, HY_RECOMPUTE_NONE };
     char ckdir[PATH_MAX], saved[PATH_MAX] = "";
     snprintf(ckdir, sizeof ckdir, "%.*s/ck", PATH_MAX - 8, dir);
     int rc = run_make(&r.run, m, &r.sched, shard, err);
@@ -951,11 +1012,15 @@ static json_t *json_ckpt(const bench_ckpt *k) {
 }
 
 static int json_write(const char *path, const bench_machine *mc, bench_run *runs, int n_runs,
-                      const bench_gemm *gemms, int n_gemms, const bench_ckpt *ck,
-                      hy_error *err) {
-    json_t *root = json_object(), *jr = json_array(), *jg = json_array();
+                      const bench_run *recompute, int n_recompute, const bench_gemm *gemms,
+                      int n_gemms, const bench_ckpt *ck, hy_error *err) {
+    json_t *root = json_object(), *jr = json_array(), *jg = json_array(), *jc = json_array();
     json_t *jm = json_machine(mc);
-    int bad = !root || !jr || !jg || !jm;
+    int bad = !root || !jr || !jg || !jm || !jc;
+    for (int i = 0; i < n_recompute && !bad; i++)
+        bad = json_array_append_new(jc, json_run(&recompute[i])) != 0;
+    if (!bad) bad = json_object_set_new(root, "recompute", jc) != 0;
+    else json_decref(jc);
     if (!bad && ck->done) bad = json_object_set_new(root, "checkpoint", json_ckpt(ck)) != 0;
     for (int i = 0; i < n_runs && !bad; i++)
         bad = json_array_append_new(jr, json_run(&runs[i])) != 0;
@@ -973,6 +1038,37 @@ static int json_write(const char *path, const bench_machine *mc, bench_run *runs
     json_decref(jr);
     json_decref(jg);
     json_decref(root);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// Activation recomputation
+
+static const bench_sched BENCH_RECOMPUTE_SCHEDS[] = {
+    { HY_SCHED_1F1B, 1, 1, 0, HY_RECOMPUTE_NONE },
+    { HY_SCHED_HANAYO, 1, 2, 1, HY_RECOMPUTE_NONE },
+};
+#define BENCH_N_RECOMPUTE (2 * HY_RECOMPUTE_COUNT)
+
+/* Each of BENCH_RECOMPUTE_SCHEDS with every train.recompute, on model m,
+ * into runs[BENCH_N_RECOMPUTE], timed round-robin as the schedules are. */
+static int recompute_runs(const bench_model *m, int steps, const char *shard, bench_run *runs,
+                          hy_error *err) {
+    int n = 0, rc = HY_OK;
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; k < HY_RECOMPUTE_COUNT && !rc; k++) {
+            bench_run *r = &runs[n++];
+            memset(r, 0, sizeof *r);
+            r->model = m;
+            r->sched = BENCH_RECOMPUTE_SCHEDS[j];
+            r->sched.recompute = (hy_recompute)k;
+            r->steps = steps ? steps : m->steps;
+            sched_label(&r->sched, r->label, sizeof r->label);
+            r->step_s = calloc((size_t)r->steps, sizeof *r->step_s);
+            if (!r->step_s) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
+        }
+    assert(n == BENCH_N_RECOMPUTE);
+    if (!rc) rc = model_run(runs, n, shard, err);
     return rc;
 }
 
@@ -1036,6 +1132,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     bench_run runs[BENCH_N_MODELS * BENCH_N_SCHEDS];
+    bench_run rruns[BENCH_N_RECOMPUTE];
+    memset(rruns, 0, sizeof rruns);
     int n_runs = 0;
     bench_gemm gemms[BENCH_N_GEMMS];
     bench_data data;
@@ -1073,6 +1171,9 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     const bench_model *big = &BENCH_MODELS[last];
+    if (!rc) rc = recompute_runs(big, steps, data.path[last], rruns, &err);
+    if (!rc) print_recompute(rruns, BENCH_N_RECOMPUTE);
+    fflush(stdout);
     if (!rc) rc = ckpt_check(big, data.path[last], data.dir, &ckpt, &err);
     data_remove(&data);
 
@@ -1090,8 +1191,11 @@ int main(int argc, char **argv) {
     }
     mc.load[1] = load_average();
     if (!rc) printf("\nload average at the end: %.2f\n", mc.load[1]);
-    if (!rc && json) rc = json_write(json, &mc, runs, n_runs, gemms, BENCH_N_GEMMS, &ckpt, &err);
+    if (!rc && json)
+        rc = json_write(json, &mc, runs, n_runs, rruns, BENCH_N_RECOMPUTE, gemms, BENCH_N_GEMMS,
+                        &ckpt, &err);
     for (int i = 0; i < n_runs; i++) free(runs[i].step_s);
+    for (int i = 0; i < BENCH_N_RECOMPUTE; i++) free(rruns[i].step_s);
     if (rc) {
         fprintf(stderr, "hanayo-bench: %s\n", err.msg);
         return rc;

@@ -200,6 +200,8 @@ static int resolve(const cli_plan_request *rq, const hy_run *run, hy_sched_param
     c->wgrad = rq->wgrad_cost;
     if (!rq->compare && p->split_backward) hy_costs_split(c, rq->wgrad_cost);
     if (!rq->compare && !p->split_backward) c->wgrad = 0;
+    /* Recomputation's extra forward work in each backward pass. */
+    if (!rq->compare) hy_costs_add_recompute(c, hy_recompute_share(run->train.recompute));
     return HY_OK;
 }
 
@@ -244,34 +246,27 @@ static int model_for(const hy_run *run, const hy_sched_params *p, hy_model *m, h
                           err);
 }
 
-/* Bytes of fp32 gradients each stage of plan p sums across replicas: its
- * parameters, and on the last stage the tied embedding's replica when it
- * sits on another rank than stage 0 (both copies are summed). */
-static int grad_bytes_of(const hy_run *run, const hy_schedule *sc, double *bytes,
-                         hy_error *err) {
-    hy_sched_params p = { sc->kind, sc->ranks, sc->micro_batches, sc->waves, sc->chunks,
-                          sc->split };
-    hy_model m;
-    int rc = model_for(run, &p, &m, err);
-    if (rc == HY_OK) {
-        for (int s = 0; s < sc->stages; s++) bytes[s] = 4.0 * (double)m.stage_numel[s];
-        if (sc->placement[sc->stages - 1] != sc->placement[0])
-            bytes[sc->stages - 1] += 4.0 * (double)hy_model_param(&m, HY_P_WTE, 0)->numel;
-        hy_model_free(&m);
-    }
-    return rc;
+/* Bytes of fp32 gradients each stage of schedule sc sums across
+ * replicas, for model m split over its stages: its parameters, and on the
+ * last stage the tied embedding's replica when it sits on another rank
+ * than stage 0 (both copies are summed). */
+static void grad_bytes_of(const hy_model *m, const hy_schedule *sc, double *bytes) {
+    assert(m->stages == sc->stages);
+    for (int s = 0; s < sc->stages; s++) bytes[s] = 4.0 * (double)m->stage_numel[s];
+    if (sc->placement[sc->stages - 1] != sc->placement[0])
+        bytes[sc->stages - 1] += 4.0 * (double)hy_model_param(m, HY_P_WTE, 0)->numel;
 }
 
 /* `--replicas`: the plan's step on N data-parallel replicas (scale.h),
  * as a table under the summary, or a JSON line after the plan's. */
-static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_plan *pl,
-                       const hy_costs *c, FILE *out, hy_error *err) {
+static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_model *m,
+                       const hy_plan *pl, const hy_costs *c, FILE *out, hy_error *err) {
     int counts[HY_SCALE_MAX_ROWS], n = 0;
     int measured = c->fwd_stage != NULL;   /* per-stage costs only come from --costs: ms */
     int rc = hy_scale_parse_counts("--replicas", rq->replicas, counts, &n, err);
     double *bytes = malloc(sizeof(double) * (size_t)pl->sched.stages);
     if (rc == HY_OK && !bytes) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
-    if (rc == HY_OK) rc = grad_bytes_of(run, &pl->sched, bytes, err);
+    if (rc == HY_OK) grad_bytes_of(m, &pl->sched, bytes);
     hy_scale_link link = {
         .gbps = rq->link_gbps > 0 ? rq->link_gbps : 400,
         .latency_us = rq->link_latency_us >= 0 ? rq->link_latency_us : 5,
@@ -305,13 +300,15 @@ static int scale_table(const cli_plan_request *rq, const hy_run *run, const hy_p
 
 /* What the plan's schedule sc allocates on each rank for the run's model
  * split over sc's stages, on the backend the run would get; *available:
- * --memory-gb or that backend's memory per rank (why says which). A
- * schedule with more stages than layers has no model: HY_ERR_INPUT. */
-static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
-                     const hy_schedule *sc, hy_memplan *mp, double *available, char *why,
-                     size_t n, hy_error *err) {
+ * --memory-gb or that backend's memory per rank (why says which); *fit:
+ * when the plan does not fit there, the least train.recompute under which
+ * it would (HY_RECOMPUTE_COUNT: none, or it fits). A schedule with more
+ * stages than layers has no model: HY_ERR_INPUT. */
+static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_model *m,
+                     const hy_schedule *sc, hy_memplan *mp, double *available, hy_recompute *fit,
+                     char *why, size_t n, hy_error *err) {
+    *fit = HY_RECOMPUTE_COUNT;
     hy_backend_choice chosen;
-    hy_model m;
     int rc = hy_backend_describe(&run->backend, &chosen, err);
     if (rc && run->backend.kind == HY_BACKEND_CUDA) {
         /* Planning a GPU run on a machine without one: the CUDA backend's
@@ -323,16 +320,18 @@ static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_sch
         rc = HY_OK;
     }
     if (rc) return rc;
-    rc = model_for(run, p, &m, err);
-    if (rc) return rc;
-    hy_memplan_in in = { .model = &m, .sched = sc, .micro_batch_size = run->micro_batch_size,
-                         .replicas = 1, .mem = &chosen.mem };
+    hy_memplan_in in = { .model = m, .sched = sc, .micro_batch_size = run->micro_batch_size,
+                         .replicas = 1, .mem = &chosen.mem, .recompute = run->train.recompute };
     rc = hy_memplan_build(mp, &in, err);
-    hy_model_free(&m);
     cli_memory_budget(rq->memory_gb, sc->ranks, &chosen, available, why, n);
+    hy_error ignored;
+    if (!rc && *available >= 0 && isfinite(*available) &&
+        hy_memplan_check(mp, *available, "", &ignored) != HY_OK)
+        *fit = hy_memplan_recompute_to_fit(&in, in.recompute + 1, NULL, available, 1, NULL);
     size_t used = strlen(why);
-    snprintf(why + used, n - used, "; %s backend, %zu-byte activations", chosen.cuda ? "cuda" : "cpu",
-             chosen.mem.act_size);
+    snprintf(why + used, n - used, "; %s backend, %zu-byte activations, recompute %s",
+             chosen.cuda ? "cuda" : "cpu", chosen.mem.act_size,
+             hy_recompute_name(run->train.recompute));
     return rc;
 }
 
@@ -345,7 +344,8 @@ static void bytes_text(double b, char *buf, size_t n) {
 
 /* The table under the summary: each rank's terms and total, and the
  * verdict against what is available. */
-static void write_memory(FILE *out, const hy_memplan *mp, double available, const char *why) {
+static void write_memory(FILE *out, const hy_memplan *mp, double available, hy_recompute fit,
+                         const char *why) {
     char cell[32];
     fprintf(out, "\nmemory per rank, what the runtime allocates (%s):\n  %4s", why, "rank");
     for (int t = 0; t < HY_MEM_TERMS; t++) fprintf(out, " %11s", hy_mem_term_name((hy_mem_term)t));
@@ -366,6 +366,10 @@ static void write_memory(FILE *out, const hy_memplan *mp, double available, cons
         fprintf(out, "  fits: each rank within %s\n", cell);
     else
         fprintf(out, "  does not fit in %s per rank: %s\n", cell, e.msg);
+    if (fit < HY_RECOMPUTE_COUNT)
+        fprintf(out, "  fits only with recompute: train.recompute = \"%s\" (the same training, "
+                "more compute; --set train.recompute=%s)\n", hy_recompute_name(fit),
+                hy_recompute_name(fit));
 }
 
 /* The plan's JSON line with the memory plan as one more key, "memory"
@@ -389,14 +393,20 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
     if (rc != HY_OK) return rc;
     hy_memplan mp;
     double available = -1;
-    char why[192];
+    hy_recompute fit = HY_RECOMPUTE_COUNT;
+    char why[224];
     hy_error merr;
-    int have_memory = memory_of(rq, run, p, &pl.sched, &mp, &available, why, sizeof why,
-                                &merr) == HY_OK;
+    /* The model split over the plan's stages, once: the memory plan and
+     * the data-parallel table both read it. A schedule with more stages
+     * than layers has none. */
+    hy_model m;
+    int have_model = model_for(run, p, &m, &merr) == HY_OK;
+    int have_memory = have_model && memory_of(rq, run, &m, &pl.sched, &mp, &available, &fit, why,
+                                              sizeof why, &merr) == HY_OK;
     /* The SVG first: if it cannot be written, nothing else is printed. */
     if (rq->svg) rc = hy_plan_save_svg(&pl, rq->svg, err);
     if (rc == HY_OK && rq->json) {
-        char *mem = have_memory ? hy_memplan_json(&mp, available) : NULL;
+        char *mem = have_memory ? hy_memplan_json(&mp, available, fit) : NULL;
         char *s = have_memory && !mem ? NULL : json_with_memory(&pl, mem);
         if (s) fprintf(out, "%s\n", s);
         else rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
@@ -407,11 +417,13 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
         fputc('\n', out);
         hy_plan_write_summary(out, &pl);
         if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
-        if (have_memory) write_memory(out, &mp, available, why);
+        if (have_memory) write_memory(out, &mp, available, fit, why);
         else fprintf(out, "\nmemory: not planned: %s\n", merr.msg);
     }
     if (have_memory) hy_memplan_free(&mp);
-    if (rc == HY_OK && rq->replicas) rc = scale_table(rq, run, &pl, c, out, err);
+    if (rc == HY_OK && rq->replicas && !have_model) rc = hy_fail(err, merr.status, "%s", merr.msg);
+    else if (rc == HY_OK && rq->replicas) rc = scale_table(rq, run, &m, &pl, c, out, err);
+    if (have_model) hy_model_free(&m);
     hy_plan_free(&pl);
     return rc;
 }

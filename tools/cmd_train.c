@@ -177,15 +177,6 @@ int cli_train_stop_signal(void) {
 
 /* ---- hanayo train ------------------------------------------------------------ */
 
-/* The backend a run uses (backend.h decides), said on `out` when not NULL.
- * `backend: "cuda"` without a usable GPU is an input error. */
-static int pick_backend(const hy_run *run, FILE *out, hy_error *err) {
-    hy_backend_choice chosen;
-    int rc = hy_backend_describe(&run->backend, &chosen, err);
-    if (!rc && out) fprintf(out, "backend: %s\n", chosen.why);
-    return rc;
-}
-
 /* What the run is, before its first step: model, stages, schedule, batch. */
 static void print_header(const hy_run *run, int replicas, FILE *out) {
     const hy_model *m = &run->model;
@@ -211,6 +202,8 @@ static void print_header(const hy_run *run, int replicas, FILE *out) {
         if (sc->kind == HY_SCHED_HANAYO) fprintf(out, ", W = %d", sc->waves);
         if (sc->kind == HY_SCHED_INTERLEAVED) fprintf(out, ", v = %d", sc->chunks);
         if (sc->split) fprintf(out, ", split backward");
+        if (run->train.recompute != HY_RECOMPUTE_NONE)
+            fprintf(out, ", %s recompute", hy_recompute_name(run->train.recompute));
         fprintf(out, ", %d stages, bubble %.4f (uniform costs", sc->stages, res.bubble);
         if (uc.comm > 0) fprintf(out, ", c = %g", uc.comm);
         fprintf(out, "), peak activations %d\n", hy_sim_peak_max(&res));
@@ -557,7 +550,11 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     hy_dp *dp = o ? o->dp : NULL;
     hy_dp_set_watchdog(dp, run->watchdog_s);
     int writer = hy_dp_rank(dp) == 0;   /* replica 0 writes the checkpoints and the log */
-    int rc = pick_backend(run, NULL, err);
+    /* The backend a run uses (backend.h decides), once: said, planned
+     * with and opened. `backend: "cuda"` without a usable GPU is an input
+     * error. */
+    hy_backend_choice chosen;
+    int rc = hy_backend_describe(&run->backend, &chosen, err);
     hy_runtime *rt = NULL;
     int first = 1, steps = run->train.steps, done = 0, val_batches = 0, unverified = 0;
     size_t pos = 0;
@@ -574,7 +571,7 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
     /* The data first: a missing or short shard is said as such, before the
      * memory is planned and allocated (hy_train_runtime). */
     if (!rc) rc = hy_train_data_batches(run, &per_pass, err);
-    if (!rc) rc = hy_train_runtime(&rt, run, dp, &init_unverified, err);
+    if (!rc) rc = hy_train_runtime(&rt, run, &chosen, dp, &init_unverified, err);
     if (!rc && init_unverified) warn_unverified(out, run->init);
     if (!rc && o && o->resume) rc = hy_checkpoint_resolve("--resume", o->resume, resume, err);
     if (!rc && *resume) rc = hy_checkpoint_load(rt, resume, &unverified, err);
@@ -608,7 +605,7 @@ int cli_train_run(const hy_run *run, const cli_train_opts *o, FILE *out, hy_erro
         hy_runtime_destroy(rt);
         return rc;
     }
-    pick_backend(run, out, err);
+    fprintf(out, "backend: %s\n", chosen.why);
     print_header(run, hy_dp_size(dp), out);
     if (lock.leftovers)
         fprintf(out, "removed %d temporar%s an interrupted save left in %s\n", lock.leftovers,
@@ -822,7 +819,8 @@ static const char *json_quote(const char *s, char *buf, size_t n) {
 int cli_eval_run(const hy_run *run, const char *shard, int batches, const char *init_flag,
                  FILE *out, FILE *warn, hy_error *err) {
     if (!shard) shard = run->data.val ? run->data.val : run->data.train[0];
-    int rc = pick_backend(run, NULL, err);   /* stdout is one JSON line */
+    hy_backend_choice chosen;   /* said nowhere: stdout is one JSON line */
+    int rc = hy_backend_describe(&run->backend, &chosen, err);
     if (rc) return rc;
     /* Every whole batch the shard holds by default; never more: reading
      * on would wrap to the start and count batches twice. */
@@ -838,7 +836,7 @@ int cli_eval_run(const hy_run *run, const char *shard, int batches, const char *
     hy_runtime *rt = NULL;
     double loss = 0, tokens = 0;
     int unverified = 0;
-    rc = hy_train_runtime(&rt, run, NULL, &unverified, err);
+    rc = hy_train_runtime(&rt, run, &chosen, NULL, &unverified, err);
     if (!rc && unverified) warn_unverified(warn, run->init);
     if (!rc) rc = hy_runtime_eval(rt, shard, batches, &loss, &tokens, err);
     /* BERT: the masked-LM accuracy beside the loss (runtime.h). */

@@ -41,17 +41,20 @@ static const char usage_tune[] =
     "the first and the last stage cost beyond their layers, a transfer), and\n"
     "searches with the simulator: schedule (gpipe, 1f1b, interleaved v = 2..4,\n"
     "hanayo W = 1..4), its backward whole or split (W's share measured by a\n"
-    "second profile with split backward), micro-batches M = P, 2P, .. 8P, and\n"
-    "the layer split.\n"
-    "Candidates over the memory budget are dropped. M changes the tokens per\n"
-    "step, so candidates are ranked by predicted time per token; each schedule\n"
-    "is shown by its best M and split, beside the config as it is.\n"
+    "second profile with split backward), micro-batches M = P, 2P, .. 8P of\n"
+    "the size B that keeps CONFIG's global batch M x B (what is trained stays),\n"
+    "the layer split, and the least activation recomputation (none, selective,\n"
+    "full) under which each fits the memory budget.\n"
+    "Candidates over it even with full recompute are dropped. Candidates are\n"
+    "ranked by predicted time per token; each schedule is shown by its best\n"
+    "M and split, beside the config as it is.\n"
     "\n"
     "  --steps N           measured steps, 1..1000 (default 5)\n"
     "  --top K             print the best K schedules, 1..100 (default 5)\n"
     "  --apply OUT.json    write CONFIG with the best candidate's schedule.kind,\n"
-    "                      waves or chunks, micro_batches and split (--set\n"
-    "                      values are measured with but not written)\n"
+    "                      waves or chunks, micro_batches, micro_batch_size,\n"
+    "                      split and train.recompute (--set values are\n"
+    "                      measured with but not written)\n"
     "  --memory-gb G       memory per rank in GiB (default: the GPU's memory,\n"
     "                      or on the CPU the host's memory over the ranks)\n"
     "  --schedule K        search only this schedule\n"
@@ -121,11 +124,23 @@ int cli_tune_apply(const char *config, const char *const *sets, int n_sets,
     if (cand->kind == HY_SCHED_INTERLEAVED)
         bad |= json_object_set_new(sc, "chunks", json_integer(cand->chunks));
     bad |= json_object_set_new(sc, "micro_batches", json_integer(cand->micro_batches));
+    bad |= json_object_set_new(sc, "micro_batch_size", json_integer(cand->micro_batch_size));
     bad |= json_object_set_new(sc, "split", split);
     bad |= json_object_set_new(sc, "split_backward", json_boolean(cand->split_backward));
     /* Rounded, so the file reads well; the order barely moves with the
      * fourth digit. */
     bad |= json_object_set_new(sc, "comm_cost", json_real(round(cand->comm_cost * 1e4) / 1e4));
+    json_t *train = bad ? NULL : json_object_get(root, "train");
+    if (!bad && !train) {
+        train = json_object();
+        bad |= json_object_set_new(root, "train", train);
+    }
+    if (!json_is_object(train)) {
+        json_decref(root);
+        return hy_fail(err, HY_ERR_INPUT, "%s: \"train\" must be an object to write a tuned "
+                       "config", config);
+    }
+    bad |= json_object_set_new(train, "recompute", json_string(hy_recompute_name(cand->recompute)));
     char *text = bad ? NULL : json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(2));
     json_decref(root);
     if (!text) return hy_fail(err, HY_ERR_RUNTIME, "out of memory writing the tuned config");
@@ -207,9 +222,10 @@ static void write_candidate(FILE *f, const char *tag, const hy_tune_candidate *x
     for (int i = 0; i < x->stages && used + 8 < sizeof split; i++)
         used += (size_t)snprintf(split + used, sizeof split - used, "%s%d", i ? " " : "", x->split[i]);
     if (used + 8 >= sizeof split) snprintf(split + used, sizeof split - used, " ...");
-    fprintf(f, "  %4s  %-22s %4d  %-24s %9.2f %9.0f %8.4f %8.2f %8.2f\n", tag, name,
-            x->micro_batches, split, x->step_ms, x->tokens / (x->step_ms / 1e3), x->bubble,
-            x->act_bytes / 1048576.0, x->mem_bytes / 1048576.0);
+    fprintf(f, "  %4s  %-22s %4d %4d  %-24s %-9s %9.2f %9.0f %8.4f %8.2f %8.2f\n", tag, name,
+            x->micro_batches, x->micro_batch_size, split, hy_recompute_name(x->recompute),
+            x->step_ms, x->tokens / (x->step_ms / 1e3), x->bubble, x->act_bytes / 1048576.0,
+            x->mem_bytes / 1048576.0);
 }
 
 /* The tuning of the config file `config` as a asks, printed to out (see
@@ -271,12 +287,15 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
                 100 * o.wgrad_share, s->split ? "" : " (a second profile, with split backward)");
         fprintf(out, "memory budget: %.2f GiB per rank (%s)\n", bytes / 1073741824.0, why);
         fprintf(out, "searched %d candidates (schedule, W 1..4 or v 2..4, whole or split backward, "
-                "M = %d..%d, layer splits); %d over the memory budget\n", res.searched, s->ranks,
-                HY_TUNE_MAX_M_FACTOR * s->ranks, res.over_budget);
-        fprintf(out, "ranked by predicted time per token (M changes the tokens per step); each "
-                "schedule by its best M and split\n\n");
-        fprintf(out, "  %4s  %-22s %4s  %-24s %9s %9s %8s %8s %8s\n", "#", "schedule", "M",
-                "split", "step ms", "tokens/s", "bubble", "act MiB", "mem MiB");
+                "M = %d..%d at the global batch of %d sequences, layer splits, recompute); %d "
+                "over the memory budget\n", res.searched, s->ranks,
+                HY_TUNE_MAX_M_FACTOR * s->ranks, s->micro_batches * run.micro_batch_size,
+                res.over_budget);
+        fprintf(out, "ranked by predicted time per token; each schedule by its best M and "
+                "split, with the least recompute that fits\n\n");
+        fprintf(out, "  %4s  %-22s %4s %4s  %-24s %-9s %9s %9s %8s %8s %8s\n", "#", "schedule",
+                "M", "B", "split", "recompute", "step ms", "tokens/s", "bubble", "act MiB",
+                "mem MiB");
         int top = a->top < res.n_best ? a->top : res.n_best;
         for (int i = 0; i < top; i++) {
             char tag[16];
