@@ -180,6 +180,11 @@ static const key_spec KEYS[] = {
              "time, hanayo's order keeps more micro-batches in flight to hide them; 0 "
              "(free transfers) is the canonical order. `hanayo plan CONFIG` plans with it "
              "unless `--comm-cost` says otherwise" },
+    { .name = "schedule.max_activations", .type = K_INT, .off = OFF(schedule.max_activations),
+      .lo = 0, .hi = 1 << 20, .def = 0,
+      .doc = "the most activations a rank may hold at once, in stage activations (one "
+             "micro-batch's input to one stage); the order is the best found within it, "
+             "down to one per stage a rank holds; 0: no cap" },
     { .name = "schedule.split", .type = K_INTS, .off = OFF(schedule.layers_per_stage),
       .n_off = OFF(schedule.n_layers_per_stage), .lo = 0, .hi = 1024, .max_len = 2 * 16 * HY_MAX_RANKS,
       .doc = "layers per stage, S entries summing to `model.layers` (0 allowed: the "

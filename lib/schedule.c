@@ -129,6 +129,8 @@ int hy_sched_chunks(const hy_sched_params *p) {
 
 int hy_sched_stages(const hy_sched_params *p) { return hy_sched_chunks(p) * p->ranks; }
 
+int hy_sched_min_activations(const hy_sched_params *p) { return hy_sched_chunks(p); }
+
 long hy_sched_rank_actions(int split_backward, int chunks, int micro_batches) {
     return (split_backward ? 3L : 2L) * chunks * micro_batches;
 }

@@ -51,7 +51,15 @@ typedef struct {
     int waves;          /* W >= 1 (hanayo) */
     int chunks;         /* v >= 1 (interleaved) */
     int split_backward; /* 1: each backward is B (input gradient) and W (weights) */
+    int max_activations;/* the most activations a rank may hold (0: no cap), read by
+                           the cost-aware choice (order.h); the canonical builders
+                           below ignore it */
 } hy_sched_params;
+
+/* The smallest cap on a rank's activations that any order of p meets:
+ * one activation of each stage the rank holds (hy_sched_chunks), what
+ * one micro-batch needs on its way down and back. */
+int hy_sched_min_activations(const hy_sched_params *p);
 
 #define HY_MAX_RANKS 64
 

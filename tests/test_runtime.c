@@ -110,6 +110,13 @@ static void pipelined_equals_sequential(const char *kind) {
          * (justify.h), its actions moved out of the merge's order */
         { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=2",
           "schedule.comm_cost=0.8" },
+        /* orders within a cap on each rank's activations (capped.h),
+         * down to the smallest: one per stage a rank holds */
+        { "model.layers=4", "schedule.kind=1f1b", "schedule.ranks=2", "schedule.max_activations=1" },
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=4", "schedule.waves=1",
+          "schedule.max_activations=2" },
+        { "model.layers=8", "schedule.kind=interleaved", "schedule.ranks=4", "schedule.chunks=2",
+          "schedule.max_activations=3" },
     };
     run_result ref[2];
     const char *one4[] = { "model.layers=4", "schedule.kind=gpipe", "schedule.ranks=1" };
@@ -138,7 +145,7 @@ static void pipelined_equals_sequential(const char *kind) {
  * passes the generators make runs: ZB-H1, ZB-V, the deferred waves, and
  * the waves whose W's the merge placed for a transfer time). */
 static void split_equals_sequential(const char *kind) {
-    static const char *const variants[][6] = {
+    static const char *const variants[][7] = {
         { "model.layers=4", "schedule.kind=1f1b", "schedule.ranks=2" },
         { "model.layers=4", "schedule.kind=1f1b", "schedule.ranks=4", "schedule.micro_batches=8" },
         { "model.layers=4", "schedule.kind=gpipe", "schedule.ranks=4", "graph=false" },
@@ -156,11 +163,16 @@ static void split_equals_sequential(const char *kind) {
         /* the order chosen for a transfer time: the merge places the W's */
         { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=2",
           "schedule.micro_batches=8", "schedule.comm_cost=0.5" },
+        /* within a cap (capped.h): the W's placed by the list scheduler */
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=4", "schedule.waves=1",
+          "schedule.micro_batches=8", "schedule.max_activations=3" },
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=2",
+          "schedule.micro_batches=8", "schedule.comm_cost=0.5", "schedule.max_activations=4" },
     };
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         const char *sets[8];
         int n = 0;
-        while (n < 6 && variants[v][n]) { sets[n] = variants[v][n]; n++; }
+        while (n < 7 && variants[v][n]) { sets[n] = variants[v][n]; n++; }
         const char *mb = "schedule.micro_batches=4";
         for (int i = 0; i < n; i++)
             if (strncmp(sets[i], "schedule.micro_batches=", 23) == 0) mb = sets[i];
@@ -305,12 +317,65 @@ static void whole_model_gradient(const char *kind, const char *sched, const char
     hy_run_free(&c);
 }
 
+
+/* The most stash slots a rank of the runtime's schedule holds: its
+ * stages' in-flight counts added up, which is what rt_plan_stashes
+ * allocates (it asserts the slots it hands out equal them). */
+static int most_slots(const hy_schedule *sc) {
+    int peak[64], most = 0;
+    CHECK(sc->stages <= 64);
+    hy_schedule_in_flight(sc, peak);
+    for (int r = 0; r < sc->ranks; r++) {
+        int slots = 0;
+        for (int st = 0; st < sc->stages; st++)
+            if (sc->placement[st] == r) slots += peak[st];
+        if (slots > most) most = slots;
+    }
+    return most;
+}
+
+/* schedule.max_activations bounds what a rank's stashes hold: a step runs
+ * with the capped order, every rank's slots within the cap, and fewer
+ * than the uncapped order's. */
+static void capped_stashes(void) {
+    char data_set[300];
+    snprintf(data_set, sizeof data_set, "data.train=%s", shard);
+    int uncapped = 0;
+    static const char *const caps[] = { "schedule.max_activations=0", "schedule.max_activations=2",
+                                        "schedule.max_activations=3" };
+    for (int i = 0; i < 3; i++) {
+        const char *sets[] = { "model.layers=8", "model.d_model=32", "model.heads=4",
+                               "model.seq_len=16", "model.vocab=64", "schedule.micro_batch_size=2",
+                               "schedule.micro_batches=8", "schedule.kind=hanayo",
+                               "schedule.ranks=4", "schedule.waves=1", "data.val=null",
+                               "checkpoint.dir=null", "backend=cpu", data_set, caps[i] };
+        hy_run c;
+        hy_error err;
+        hy_runtime *rt = NULL;
+        hy_step_stats st;
+        memset(&c, 0, sizeof c);
+        int rc = hy_test_run_load(&c, NULL, sets, (int)(sizeof sets / sizeof sets[0]), &err);
+        if (!rc) rc = hy_runtime_create(&rt, &c, &err);
+        if (!rc) rc = hy_train_step(rt, &st, &err);
+        CHECKF(rc == HY_OK, "%s: %s", caps[i], rc ? err.msg : "");
+        if (!rc) {
+            int slots = most_slots(hy_runtime_schedule(rt));
+            if (i == 0) uncapped = slots;
+            else CHECKF(slots <= 1 + i && slots < uncapped, "%s: %d slots on a rank, uncapped %d",
+                        caps[i], slots, uncapped);
+        }
+        hy_runtime_destroy(rt);
+        hy_run_free(&c);
+    }
+}
+
 int main(void) {
     if (hy_test_shard_make(shard, sizeof shard, "rt", 64, 40000) != 0) { CHECK(0); return TEST_END("runtime"); }
     pipelined_equals_sequential("gpt");
     pipelined_equals_sequential("bert");
     split_equals_sequential("gpt");
     split_equals_sequential("bert");
+    capped_stashes();
     replay_equals_eager();
     loss_falls();
     first_failure_is_reported();

@@ -55,6 +55,9 @@ static const char usage_plan[] =
     "                      its per-stage F and B and transfer cost; with\n"
     "                      --compare every schedule priced from its per-layer\n"
     "                      costs, each with the split the runtime would use\n"
+    "  --max-activations N the most activations a rank may hold at once (stage\n"
+    "                      activations); the best order found within it, as\n"
+    "                      schedule.max_activations (0: no cap)\n"
     "  --json              print the plan as JSON instead of the timeline\n"
     "  --svg FILE          also draw the timeline as an SVG into FILE\n"
     "  --compare           one table of all four schedules at this P and M,\n"
@@ -115,6 +118,8 @@ static const hy_flag plan_flags[] = {
     { .name = "--split-backward", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.split_backward) },
     { .name = "--wgrad-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.wgrad_cost),
       .example = "1", .lo = 0, .hi = 1e12 },
+    { .name = "--max-activations", .kind = HY_FLAG_INT, .off = PLAN(rq.max_activations),
+      .example = "16", .lo = 0, .hi = 1 << 20 },
     { .name = "--json", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.json) },
     { .name = "--svg", .kind = HY_FLAG_STRING, .off = PLAN(rq.svg), .example = "plan.svg" },
     { .name = "--compare", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.compare) },
@@ -171,6 +176,7 @@ void cli_plan_request_init(cli_plan_request *rq) {
     memset(rq, 0, sizeof *rq);
     rq->fwd_cost = rq->bwd_cost = rq->comm_cost = rq->wgrad_cost = -1;
     rq->link_latency_us = -1;
+    rq->max_activations = -1;
 }
 
 /* The schedule flags over what the config says. */
@@ -181,6 +187,7 @@ static void apply_flags(const cli_plan_request *rq, hy_sched_params *p) {
     if (rq->waves > 0) p->waves = rq->waves;
     if (rq->chunks > 0) p->chunks = rq->chunks;
     if (rq->split_backward) p->split_backward = 1;
+    if (rq->max_activations >= 0) p->max_activations = rq->max_activations;
 }
 
 /* Config file (with --set, resolved in run), then the flags: the later
@@ -250,7 +257,7 @@ static int model_for(const hy_run *run, const hy_sched_params *p, hy_model *m, h
 static int grad_bytes_of(const hy_run *run, const hy_schedule *sc, double *bytes,
                          hy_error *err) {
     hy_sched_params p = { sc->kind, sc->ranks, sc->micro_batches, sc->waves, sc->chunks,
-                          sc->split };
+                          sc->split, 0 };
     hy_model m;
     int rc = model_for(run, &p, &m, err);
     if (rc == HY_OK) {
