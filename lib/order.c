@@ -15,7 +15,10 @@
  *      stage or the last P/2 stages passing a rank's cap), which is what
  *      keeps memory within the bound while W's fill the latency of the
  *      hops.
- * Each is simulated once. Unsplit hanayo's best is then double-justified
+ * With a cap on the activations (order.h) the list scheduler's orders
+ * (capped.h) come right after the canonical one, then the above, each
+ * kept only within the cap.
+ * Each is simulated once. Unsplit hanayo's best (with a cap, any unsplit best) is then double-justified
  * (justify.h): its actions moved into the gaps the merge's greedy replay
  * left, within the same memory, which is what takes it ahead of
  * interleaved's order when a transfer takes time. The search is skipped,

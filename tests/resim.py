@@ -43,7 +43,12 @@ and, from DESIGN §1 "The schedules" alone, re-derives what the JSON claims:
     and that is below interleaved v = 2W's at the same P, M and costs:
     better wave orders than hanayo's construction finds exist there
     (docs/schedules.md, "With transfer time"). Its own order's makespan is
-    printed beside it.
+    printed beside it;
+  * schedule.max_activations (cap_checks): hanayo W = 1 split over P = 2,
+    4, 8, M = 2P..16P and 512, 1024 at P = 8, c = 0..0.5, at the smallest
+    cap, P and ZB-V's 2P + 1 stash slots: every capped plan re-simulates,
+    and its peak and stash slots (its stages' in-flight peaks added up)
+    stay within the cap. RESIM_CAPS=0 skips them.
 
 Python 3 standard library only. Run from the repository root; the binary is
 $HANAYO (default build/hanayo). Prints "resim: N passed, N failed" and exits
@@ -384,6 +389,53 @@ def witness_checks(t):
                                   json.loads(out)["makespan"]))
 
 
+
+def stash_slots(acts, P, split):
+    """Per rank, the in-flight peaks of its stages added up: the stash
+    slots the runtime sizes, which schedule.max_activations bounds."""
+    out = []
+    for row in acts:
+        live, peak = {}, {}
+        for op, m, st in row:
+            if op == "F":
+                live[st] = live.get(st, 0) + 1
+                peak[st] = max(peak.get(st, 0), live[st])
+            elif op == ("W" if split else "B"):
+                live[st] -= 1
+        out.append(sum(peak.values()))
+    return out
+
+
+def cap_checks(t):
+    """schedule.max_activations: hanayo W = 1 split, P = 2, 4, 8, M = 2P..16P
+    (and 512, 1024 at P = 8), c = 0..0.5 a rank share, caps 2 (the
+    smallest), P and 2P + 1 (ZB-V's slots): the plan re-simulates, its
+    peak and its stash slots stay within the cap, and its cap bound is a
+    bound."""
+    for P in (2, 4, 8):
+        Ms = [2 * P, 4 * P, 8 * P, 16 * P] + ([512, 1024] if P == 8 else [])
+        for M in Ms:
+            for c in (0.0, 0.01, 0.025, 0.05, 0.2, 0.5):
+                for cap in sorted({2, P, 2 * P + 1}):
+                    # a rank share f = 1, b = 2 over its two stages
+                    args = plan_args("hanayo", P, M, 1, 1, 0.5, 1.0, c, 0.5)
+                    rc, out, err, cmd = run_plan(args + ["--max-activations", cap])
+                    cmd += " --max-activations %d" % cap
+                    if not t.check(rc == 0, "%s: exit %d: %s" % (cmd, rc, err.strip())):
+                        continue
+                    plan = json.loads(out)
+                    r = check_plan(t, plan, "hanayo", P, M, 1, 1, 0.5, 0.5, c, cmd, True, 0.5)
+                    if r is None:
+                        continue
+                    acts = [[tuple(a) for a in row] for row in plan["actions"]]
+                    slots = stash_slots(acts, P, True)
+                    t.check(plan["max_activations"] == cap and r["peak"] <= cap
+                            and max(slots) <= cap,
+                            "%s: peak %d, stash slots %s, cap %d" % (cmd, r["peak"], slots, cap))
+                    t.check(plan["cap_bound_makespan"] <= r["makespan"] + TOL * r["makespan"],
+                            "%s: cap bound %r above the makespan %r"
+                            % (cmd, plan["cap_bound_makespan"], r["makespan"]))
+
 def main():
     if not os.access(HANAYO, os.X_OK):
         print("resim: %s is not an executable; build it or set HANAYO" % HANAYO,
@@ -413,6 +465,8 @@ def main():
     split_checks(t)
     transfer_grid_checks(t)
     witness_checks(t)
+    if os.environ.get("RESIM_CAPS", "1") != "0":
+        cap_checks(t)
     gaps = [(r["bubble"] - r["ideal"], k) for k, r in results.items()
             if k[0] == "hanayo" and r is not None]
     if gaps:
