@@ -15,9 +15,10 @@
  *      stage or the last P/2 stages passing a rank's cap), which is what
  *      keeps memory within the bound while W's fill the latency of the
  *      hops.
- * With a cap on the activations (order.h) the list scheduler's orders
- * (capped.h) come right after the canonical one, then the above, each
- * kept only within the cap.
+ * With a cap on the activations (order.h), right after the canonical
+ * order come, for split W = 1, the V placement's other published orders
+ * (DualPipeV, V-Half, V-Min: schedule.h), then the list scheduler's
+ * orders (capped.h), then the above, each kept only within the cap.
  * Each is simulated once. Unsplit hanayo's best (with a cap, any unsplit best) is then double-justified
  * (justify.h): its actions moved into the gaps the merge's greedy replay
  * left, within the same memory, which is what takes it ahead of
@@ -153,7 +154,7 @@ static int schedule_slots(const hy_schedule *s) {
  * largest of those counts is read back from the list. Then the cap never
  * changed a choice, and any larger one builds the same lists. */
 static int below_caps(const order_search *g, const hy_sched_order *o, const hy_schedule *s) {
-    if (g->p->kind != HY_SCHED_HANAYO || o->zbv) return 0;
+    if (g->p->kind != HY_SCHED_HANAYO || o->zbv || o->v_order) return 0;
     int group = hy_sched_chunks(g->p) * g->p->ranks;
     int frees = s->split && o->w_in_merge ? HY_WGRAD : HY_BWD;
     for (int r = 0; r < s->ranks; r++)
@@ -300,7 +301,14 @@ static int search(order_search *g, hy_error *err) {
     int rc = try_order(g, NULL, err);   /* always kept when there is no cap: the first */
     if (rc) return rc;
     if (g->cap > 0) {
-        rc = try_capped(g, err);
+        /* Split W = 1 is the V placement: its published orders beside
+         * ZB-V, each the best of some budget (schedule.h). */
+        for (int v = HY_V_DUALPIPE; v < HY_V_COUNT && !rc && p->split_backward &&
+                                    p->kind == HY_SCHED_HANAYO && p->waves == 1; v++) {
+            hy_sched_order o = { .v_order = v };
+            if (v != HY_V_DUALPIPE || p->micro_batches >= 2 * p->ranks) rc = try_order(g, &o, err);
+        }
+        if (!rc) rc = try_capped(g, err);
         if (rc) return rc;
     } else {
         g->peak_limit = canonical_peak(g, err);
