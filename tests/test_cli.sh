@@ -283,6 +283,14 @@ expect_out '^activation cap    3 per rank: peak 3; no order within it ends befor
 run plan --schedule hanayo --ranks 4 --micro-batches 16 --waves 2 --max-activations 3
 expect_rc 2
 expect_err 'below the smallest that runs, 4'
+# --memory-gb without a cap: a plan that does not fit is made again
+# within the cap its memory plan allows, and then fits.
+run plan configs/gpt2-124m.json --memory-gb 20 --json
+expect_rc 0
+expect_json "p['max_activations'] > 0 and p['memory']['fits']" True
+expect_json "max(p['peak_activations']) <= p['max_activations']" True
+run plan configs/gpt2-124m.json --memory-gb 80 --json
+expect_json "p['max_activations']" 0
 
 run plan --schedule=hanayo --ranks=3 --micro-batches=6 --waves=2 --color always
 expect_rc 0

@@ -72,7 +72,9 @@ static const char usage_plan[] =
     "                      costs are scaled to (with --costs: the measured ms)\n"
     "  --memory-gb G       hold the memory plan (bytes each rank allocates, shown\n"
     "                      under the summary and in --json) against G GiB per\n"
-    "                      rank (default: this machine's, as train would run)\n"
+    "                      rank (default: this machine's, as train would run);\n"
+    "                      a plan that does not fit, without a cap, is made\n"
+    "                      again within the activations that fit\n"
     "  --set key=value     override a config key, e.g. schedule.waves=2\n"
     "  --width N           timeline width in columns, 40..100000 (default 120)\n"
     "  --color WHEN        auto (colour on a terminal), always or never\n";
@@ -389,17 +391,70 @@ static char *json_with_memory(const hy_plan *pl, const char *memory) {
     return s;
 }
 
+/* --memory-gb and no cap: the most stash slots a rank may hold beside
+ * everything else it allocates, from plan mp of schedule sc (each rank's
+ * activation bytes over its slots: what a slot costs there); 0 when
+ * nothing is known (no slots). */
+static int cap_from_memory(const hy_memplan *mp, const hy_schedule *sc, double available) {
+    double most = INFINITY;
+    for (int r = 0; r < mp->ranks; r++) {
+        int slots = 0;
+        for (int s = 0; s < sc->stages; s++)
+            if (sc->placement[s] == r) slots += mp->in_flight[s];
+        double act = mp->rank[r].bytes[HY_MEM_ACTIVATIONS];
+        if (slots == 0 || act <= 0) continue;
+        double fit = floor((available - (mp->rank[r].total - act)) / (act / slots));
+        if (fit < most) most = fit;
+    }
+    return isfinite(most) ? (most > 0 ? (most < 1 << 20 ? (int)most : 1 << 20) : -1) : 0;
+}
+
+/* The plan of p under c with its memory plan (have_memory: whether one
+ * could be made; merr says why not). With --memory-gb and no cap, a plan
+ * that does not fit is made again within the cap its memory plan allows,
+ * one slot less while it still does not fit, down to the smallest cap;
+ * the cap it took is the plan's max_activations. */
+static int plan_in_memory(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
+                          const hy_costs *c, hy_plan *pl, hy_memplan *mp, double *available,
+                          char *why, size_t n, int *have_memory, hy_error *merr, hy_error *err) {
+    hy_sched_params q = *p;
+    int rc = hy_plan_build(pl, &q, c, err);
+    if (rc != HY_OK) return rc;
+    *have_memory = memory_of(rq, run, &q, &pl->sched, mp, available, why, n, merr) == HY_OK;
+    if (!*have_memory || rq->memory_gb <= 0 || q.max_activations > 0) return HY_OK;
+    hy_error fits;
+    int least = hy_sched_min_activations(&q);
+    int cap = cap_from_memory(mp, &pl->sched, *available);
+    while (hy_memplan_check(mp, *available, "--memory-gb", &fits) != HY_OK && cap != 0) {
+        if (cap < least || cap >= hy_plan_peak_max(pl) + 1000000) return HY_OK;  /* as it is */
+        hy_plan next;
+        hy_memplan next_mp;
+        q.max_activations = cap--;
+        rc = hy_plan_build(&next, &q, c, err);
+        if (rc != HY_OK) return rc;
+        if (memory_of(rq, run, &q, &next.sched, &next_mp, available, why, n, merr) != HY_OK) {
+            hy_plan_free(&next);
+            return HY_OK;
+        }
+        hy_plan_free(pl);
+        hy_memplan_free(mp);
+        *pl = next;
+        *mp = next_mp;
+    }
+    return HY_OK;
+}
+
 static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
                    const hy_costs *c, FILE *out, hy_error *err) {
     hy_plan pl;
-    int rc = hy_plan_build(&pl, p, c, err);
-    if (rc != HY_OK) return rc;
     hy_memplan mp;
     double available = -1;
     char why[192];
     hy_error merr;
-    int have_memory = memory_of(rq, run, p, &pl.sched, &mp, &available, why, sizeof why,
-                                &merr) == HY_OK;
+    int have_memory = 0;
+    int rc = plan_in_memory(rq, run, p, c, &pl, &mp, &available, why, sizeof why, &have_memory,
+                            &merr, err);
+    if (rc != HY_OK) return rc;
     /* The SVG first: if it cannot be written, nothing else is printed. */
     if (rq->svg) rc = hy_plan_save_svg(&pl, rq->svg, err);
     if (rc == HY_OK && rq->json) {
