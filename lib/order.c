@@ -15,10 +15,11 @@
  *      stage or the last P/2 stages passing a rank's cap), which is what
  *      keeps memory within the bound while W's fill the latency of the
  *      hops.
- * With a cap on the activations (order.h), right after the canonical
- * order come, for split W = 1, the V placement's other published orders
- * (DualPipeV, V-Half, V-Min: schedule.h), then the list scheduler's
- * orders (capped.h), then the above, each kept only within the cap.
+ * Right after the canonical order come, for split W = 1, the V
+ * placement's other published orders (DualPipeV, V-Half, V-Min:
+ * schedule.h); with a cap on the activations (order.h) then the list
+ * scheduler's orders (capped.h), then the above, each kept only within
+ * the cap.
  * Each is simulated once. Unsplit hanayo's best (with a cap, any unsplit best) is then double-justified
  * (justify.h): its actions moved into the gaps the merge's greedy replay
  * left, within the same memory, which is what takes it ahead of
@@ -40,7 +41,6 @@
 
 #include <assert.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "capped.h"
@@ -128,22 +128,14 @@ static int rank_peak(const hy_schedule *s, int r, int frees) {
     return peak;
 }
 
-/* The most stash slots any rank of s allocates: the in-flight peaks of
- * its stages added up (hy_schedule_in_flight, what the runtime sizes
- * each stage's stash by and the memory plan counts). What the user's cap
- * bounds: never below the rank's peak activations, since a stage's
- * activations live in its slots. -1 when out of memory. */
-static int schedule_slots(const hy_schedule *s) {
-    int *peak = malloc((size_t)s->stages * sizeof *peak), most = 0;
-    if (!peak) return -1;
-    hy_schedule_in_flight(s, peak);
+/* The most activations any rank of s holds (sim.h's peak_activations,
+ * read from the lists): what the user's cap bounds. */
+static int schedule_peak(const hy_schedule *s) {
+    int most = 0;
     for (int r = 0; r < s->ranks; r++) {
-        int slots = 0;
-        for (int st = 0; st < s->stages; st++)
-            if (s->placement[st] == r) slots += peak[st];
-        if (slots > most) most = slots;
+        int peak = rank_peak(s, r, s->split ? HY_WGRAD : HY_BWD);
+        if (peak > most) most = peak;
     }
-    free(peak);
     return most;
 }
 
@@ -204,15 +196,6 @@ static int price(order_search *g, hy_schedule *sp, const hy_sched_order *o, pric
     g->work.actions += (long long)hy_action_keys(&s);
     int sum, peak = peak_of(&r, &sum);
     double makespan = r.makespan;
-    if (g->cap > 0) {
-        int slots = schedule_slots(&s);
-        if (slots < 0) {
-            hy_sim_result_free(&r);
-            hy_schedule_free(&s);
-            return hy_fail(err, HY_ERR_RUNTIME, "out of memory choosing an order");
-        }
-        if (slots > g->cap) peak = g->cap + 1;   /* over the cap: never kept */
-    }
     if (known) *known = (priced){ below_caps(g, o, &s), makespan, peak, sum };
     hy_sim_result_free(&r);
     if (!beats(g, makespan, peak, sum)) {
@@ -300,20 +283,19 @@ static int search(order_search *g, hy_error *err) {
     const hy_sched_params *p = g->p;
     int rc = try_order(g, NULL, err);   /* always kept when there is no cap: the first */
     if (rc) return rc;
-    if (g->cap > 0) {
-        /* Split W = 1 is the V placement: its published orders beside
-         * ZB-V, each the best of some budget (schedule.h). */
-        for (int v = HY_V_DUALPIPE; v < HY_V_COUNT && !rc && p->split_backward &&
-                                    p->kind == HY_SCHED_HANAYO && p->waves == 1; v++) {
-            hy_sched_order o = { .v_order = v };
-            if (v != HY_V_DUALPIPE || p->micro_batches >= 2 * p->ranks) rc = try_order(g, &o, err);
-        }
-        if (!rc) rc = try_capped(g, err);
-        if (rc) return rc;
-    } else {
+    if (g->cap == 0) {
         g->peak_limit = canonical_peak(g, err);
         if (g->peak_limit < 0) return err ? err->status : HY_ERR_RUNTIME;
     }
+    /* Split W = 1 is the V placement: its published orders beside ZB-V,
+     * each the best of some budget (schedule.h). */
+    for (int v = HY_V_DUALPIPE; v < HY_V_COUNT && !rc && p->split_backward &&
+                                p->kind == HY_SCHED_HANAYO && p->waves == 1; v++) {
+        hy_sched_order o = { .v_order = v };
+        if (v != HY_V_DUALPIPE || p->micro_batches >= 2 * p->ranks) rc = try_order(g, &o, err);
+    }
+    if (!rc && g->cap > 0) rc = try_capped(g, err);
+    if (rc) return rc;
     int P = p->ranks, hanayo = p->kind == HY_SCHED_HANAYO;
     int wide = g->actions <= ORDER_SEARCH_ACTIONS;
     int group = hanayo ? 2 * p->waves * P : 0;
@@ -338,26 +320,6 @@ static int search(order_search *g, hy_error *err) {
     return rc;
 }
 
-/* The justification of the best order (justify.h), within the memory
- * it was chosen for; with a cap it holds the rank's activations to it
- * but may move a stage's peak, so it is kept only if the stash slots
- * stay within the cap too. */
-static int justify_within(order_search *g, hy_error *err) {
-    if (g->cap == 0) return hy_justify_schedule(&g->best, g->c, g->peak_limit, JUSTIFY_ROUNDS, err);
-    hy_schedule keep;
-    int rc = hy_schedule_copy(&keep, &g->best, err);
-    if (!rc) rc = hy_justify_schedule(&g->best, g->c, g->cap, JUSTIFY_ROUNDS, err);
-    int slots = rc ? 0 : schedule_slots(&g->best);
-    if (slots < 0) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory choosing an order");
-    if (!rc && slots > g->cap) {
-        hy_schedule_free(&g->best);
-        g->best = keep;
-        return HY_OK;
-    }
-    hy_schedule_free(&keep);
-    return rc;
-}
-
 int hy_order_schedule(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                           hy_error *err) {
     return hy_order_schedule_work(s, p, c, NULL, err);
@@ -376,12 +338,7 @@ int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_co
     if (!c) c = &uniform;
     if (is_uniform(p, c)) {
         int rc = hy_schedule_build(s, p, err);
-        int slots = rc || cap == 0 ? 0 : schedule_slots(s);
-        if (slots < 0) {
-            hy_schedule_free(s);
-            return hy_fail(err, HY_ERR_RUNTIME, "out of memory choosing an order");
-        }
-        if (rc || slots <= cap) return rc;
+        if (rc || cap == 0 || schedule_peak(s) <= cap) return rc;
         hy_schedule_free(s);   /* the canonical order needs more: search within the cap */
     }
     int rc = hy_costs_check(c, 0, err);
@@ -405,7 +362,7 @@ int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_co
     double actions = (double)p->ranks * hy_sched_rank_actions(0, hy_sched_chunks(p), p->micro_batches);
     if ((p->kind == HY_SCHED_HANAYO || cap > 0) && !p->split_backward &&
         actions * (actions / p->ranks) <= JUSTIFY_WORK)
-        rc = justify_within(&g, err);
+        rc = hy_justify_schedule(&g.best, c, g.peak_limit, JUSTIFY_ROUNDS, err);
     if (rc) {
         hy_schedule_free(&g.best);
         memset(s, 0, sizeof *s);

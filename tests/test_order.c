@@ -27,7 +27,6 @@
 #include "sim.h"
 #include "test.h"
 
-#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -214,17 +213,6 @@ static void test_work_bound(void) {
 }
 
 
-/* Stash slots rank r of s allocates: its stages' in-flight peaks added
- * up (what the runtime sizes and the cap bounds). */
-static int rank_slots(const hy_schedule *s, int r) {
-    int peak[HY_MAX_RANKS * 32], slots = 0;
-    assert(s->stages <= HY_MAX_RANKS * 32);
-    hy_schedule_in_flight(s, peak);
-    for (int st = 0; st < s->stages; st++)
-        if (s->placement[st] == r) slots += peak[st];
-    return slots;
-}
-
 /* The order chosen within cap for (kind, P, W|v, M, split) at transfer
  * time comm, priced as choose() does; HY_ERR_INPUT passes through. */
 static int choose_capped(hy_sched_kind kind, int P, int wv, int M, int split, double comm, int cap,
@@ -246,9 +234,8 @@ static int choose_capped(hy_sched_kind kind, int P, int wv, int M, int split, do
         out->makespan = r.makespan;
         out->peak = hy_sim_peak_max(&r);
         for (int k = 0; k < P; k++)
-            CHECKF(rank_slots(&s, k) <= cap && r.peak_activations[k] <= cap,
-                   "%s P=%d W|v=%d M=%d split=%d c=%g cap %d: rank %d slots %d peak %d",
-                   hy_sched_name(kind), P, wv, M, split, comm, cap, k, rank_slots(&s, k),
+            CHECKF(r.peak_activations[k] <= cap, "%s P=%d W|v=%d M=%d split=%d c=%g cap %d: "
+                   "rank %d holds %d", hy_sched_name(kind), P, wv, M, split, comm, cap, k,
                    r.peak_activations[k]);
         hy_sim_result_free(&r);
     }
@@ -258,7 +245,7 @@ static int choose_capped(hy_sched_kind kind, int P, int wv, int M, int split, do
 
 /* Every kind, split or not, with and without transfer time, at caps from
  * the smallest (one activation per stage a rank holds) up: a valid order
- * whose stash slots, and so its peak, stay within the cap on every rank;
+ * whose peak stays within the cap on every rank;
  * below the smallest, HY_ERR_INPUT naming it. */
 static void test_caps_hold(void) {
     static const struct { hy_sched_kind kind; int wv, split; } kinds[] = {
@@ -301,7 +288,7 @@ static void test_caps_hold(void) {
                 }
 }
 
-/* A cap is a budget, not a handicap: at ZB-V's own stash slots (split,
+/* A cap is a budget, not a handicap: at ZB-V's own peak (split,
  * W = 1, the canonical order) the chosen order is never longer than
  * ZB-V's, and a cap that the canonical order meets under the uniform
  * costs returns it unchanged; a tighter cap costs time, never validity. */
@@ -321,13 +308,11 @@ static void test_cap_at_zbv_budget(void) {
                 CHECKF(0, "%s", err.msg);
                 continue;
             }
-            int budget = 0;
-            for (int k = 0; k < P; k++)
-                if (rank_slots(&zbv, k) > budget) budget = rank_slots(&zbv, k);
+            int budget = hy_sim_peak_max(&r);
             priced got;
             CHECK(choose_capped(HY_SCHED_HANAYO, P, 1, M, 1, comms[ci], budget, &got, &err) ==
                   HY_OK);
-            CHECKF(got.makespan <= r.makespan + 1e-9, "P=%d c=%g at ZB-V's %d slots: %g, "
+            CHECKF(got.makespan <= r.makespan + 1e-9, "P=%d c=%g at ZB-V's peak %d: %g, "
                    "ZB-V %g", P, comms[ci], budget, got.makespan, r.makespan);
             if (ci == 0) {
                 hy_schedule s;
@@ -349,7 +334,7 @@ static void test_cap_at_zbv_budget(void) {
 /* The V placement's published orders beside ZB-V (schedule.h: DualPipeV,
  * V-Half, V-Min): valid, V-Min holding no more than V-Half and V-Half no
  * more than ZB-V (2P), DualPipeV at most 2P + 1; and at each one's own
- * stash slots the order chosen for hanayo W = 1 split is never longer,
+ * peak the order chosen for hanayo W = 1 split is never longer,
  * at every transfer time (tests/resim.py checks the same against its
  * own renditions of them). */
 static void test_v_orders(void) {
@@ -371,11 +356,8 @@ static void test_v_orders(void) {
                     hy_schedule_free(&s);
                     continue;
                 }
-                peak[v] = hy_sim_peak_max(&r);
+                int budget = peak[v] = hy_sim_peak_max(&r);
                 hy_sim_result_free(&r);
-                int budget = 0;
-                for (int k = 0; k < P; k++)
-                    if (rank_slots(&s, k) > budget) budget = rank_slots(&s, k);
                 for (int ci = 0; ci < 4; ci++) {
                     hy_costs c = { 0.5, 0.5, 0.5, comms[ci], 0, 0, 0 };
                     priced got;
@@ -384,8 +366,8 @@ static void test_v_orders(void) {
                         CHECKF(0, "%s", err.msg);
                         continue;
                     }
-                    CHECKF(got.makespan <= r.makespan + 1e-9, "V order %d P=%d M=%d c=%g at its %d "
-                           "slots: %g, it %g", v, P, M, comms[ci], budget, got.makespan, r.makespan);
+                    CHECKF(got.makespan <= r.makespan + 1e-9, "V order %d P=%d M=%d c=%g at its "
+                           "peak %d: %g, it %g", v, P, M, comms[ci], budget, got.makespan, r.makespan);
                     hy_sim_result_free(&r);
                 }
                 hy_schedule_free(&s);
