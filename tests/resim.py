@@ -53,7 +53,10 @@ and, from DESIGN §1 "The schedules" alone, re-derives what the JSON claims:
     written here from their descriptions, re-simulated over the same grid
     (c = 0.01 and 0.025 too): at each one's own stash slots hanayo W = 1
     split's capped choice is at or below it (asserted); at its peak, and
-    W = 2 at the same bytes, the points short of it are printed.
+    W = 2 at the same bytes, the points short of it are printed;
+  * unsplit (unsplit_report): hanayo W = 1, 2 against interleaved v = 2W
+    at P = 8, M up to 1024, c = 0.01..0.5; where hanayo is behind or holds
+    more, printed with its bound at interleaved's memory.
 
 Python 3 standard library only. Run from the repository root; the binary is
 $HANAYO (default build/hanayo). Prints "resim: N passed, N failed" and exits
@@ -551,15 +554,19 @@ def price_v(acts, P, c):
     return sim[2], max(peak_activations(acts, True)), max(stash_slots(acts, len(acts), True))
 
 
-def hanayo_capped(t, P, M, W, c, cap):
-    """hanayo W split at cap, re-simulated: its makespan, or None."""
+def hanayo_capped(t, P, M, W, c, cap, bound=None):
+    """hanayo W split at cap, re-simulated: its makespan, or None; the
+    plan's bound within the cap goes to bound[0] when a list is given."""
     f = 1.0 / (2 * W)
     args = plan_args("hanayo", P, M, W, 1, f, 2 * f, c, f) + ["--max-activations", cap]
     rc, out, err, cmd = run_plan(args)
     cmd += " --max-activations %d" % cap
     if not t.check(rc == 0, "%s: exit %d: %s" % (cmd, rc, err.strip())):
         return None
-    r = check_plan(t, json.loads(out), "hanayo", P, M, W, 1, f, f, c, cmd, True, f)
+    plan = json.loads(out)
+    r = check_plan(t, plan, "hanayo", P, M, W, 1, f, f, c, cmd, True, f)
+    if bound is not None:
+        bound[:] = [plan["cap_bound_makespan"]]
     return None if r is None else r["makespan"]
 
 
@@ -588,10 +595,12 @@ def peer_checks(t):
                             "%.4f, it %.4f" % (name, P, M, c, pk, h, mk))
                     w2 = None
                     if name in ("ZB-V", "DualPipeV") and M <= 16 * P:
-                        w2 = hanayo_capped(t, P, M, 2, c, 2 * pk)
+                        b2 = []
+                        w2 = hanayo_capped(t, P, M, 2, c, 2 * pk, b2)
                         if w2 is not None and w2 >= mk - TOL * mk:
-                            misses.append("%s P=%d M=%d c=%g: W=2 at %d (its bytes) %.2f, it %.2f"
-                                          % (name, P, M, c, 2 * pk, w2, mk))
+                            misses.append("%s P=%d M=%d c=%g: W=2 at %d (its bytes) %.2f, it %.2f; "
+                                          "no W=2 order within %d ends before %.2f"
+                                          % (name, P, M, c, 2 * pk, w2, mk, 2 * pk, b2[0]))
                     if P == 8 and M == 32:
                         table.append((c, name, mk, pk, sl, h, w2))
     print("resim: peers at P=8, M=32 (c, peer, makespan, peak, stash slots | hanayo W=1 "
@@ -600,6 +609,44 @@ def peer_checks(t):
         print("resim:   c=%-5g %-9s %8.2f %3d %3d | %8.2f %8s" % (
             c, name, mk, pk, sl, h, "%.2f" % w2 if w2 is not None else "-"))
     print("resim: %d points where a goal is not reached:" % len(misses))
+    for m in misses:
+        print("resim:   " + m)
+
+
+def unsplit_report(t):
+    """Unsplit hanayo W (no cap) against interleaved v = 2W at P = 8, c
+    from 0.01 to 0.5 a rank share, M up to 1024, both re-simulated: the
+    points where hanayo is behind, or holds more, are printed (the goal of
+    issue 26 not yet reached), with hanayo's bound at interleaved's
+    memory."""
+    misses = []
+    P = 8
+    for W in (1, 2):
+        v = 2 * W
+        f, b = 1.0 / v, 2.0 / v
+        for M in (16, 32, 64, 128, 256, 512, 1024):
+            for c in (0.01, 0.025, 0.05, 0.2, 0.5):
+                rc, out, err, cmd = run_plan(plan_args("interleaved", P, M, 1, v, f, b, c))
+                if not t.check(rc == 0, "%s: exit %d: %s" % (cmd, rc, err.strip())):
+                    continue
+                ri = check_plan(t, json.loads(out), "interleaved", P, M, 1, v, f, b, c, cmd)
+                rc, out, err, cmd = run_plan(plan_args("hanayo", P, M, W, 1, f, b, c))
+                if not t.check(rc == 0, "%s: exit %d: %s" % (cmd, rc, err.strip())):
+                    continue
+                plan = json.loads(out)
+                rh = check_plan(t, plan, "hanayo", P, M, W, 1, f, b, c, cmd)
+                if ri is None or rh is None:
+                    continue
+                if rh["makespan"] > ri["makespan"] + TOL * ri["makespan"] or rh["peak"] > ri["peak"]:
+                    mb = memory_bound(plan["placement"], P, M, 2 * W * P, f, b, 0.0, c, False,
+                                      ri["peak"])
+                    misses.append("W=%d M=%d c=%g: hanayo %.2f at %d, interleaved v=%d %.2f at %d "
+                                  "(%+.2f%%); no wave order within %d ends before %.2f"
+                                  % (W, M, c, rh["makespan"], rh["peak"], v, ri["makespan"],
+                                     ri["peak"], 100 * (rh["makespan"] / ri["makespan"] - 1),
+                                     ri["peak"], mb))
+    print("resim: unsplit at P=8, %d points where hanayo is behind interleaved v=2W or holds "
+          "more:" % len(misses))
     for m in misses:
         print("resim:   " + m)
 
@@ -635,6 +682,7 @@ def main():
     if os.environ.get("RESIM_CAPS", "1") != "0":
         cap_checks(t)
         peer_checks(t)
+        unsplit_report(t)
     gaps = [(r["bubble"] - r["ideal"], k) for k, r in results.items()
             if k[0] == "hanayo" and r is not None]
     if gaps:
