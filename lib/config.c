@@ -1138,6 +1138,17 @@ static int check_schedule(const hy_config *c, const load_ctx *ctx, hy_error *err
                        c->schedule.micro_batches, c->schedule.ranks, where,
                        (c->schedule.micro_batches / c->schedule.ranks + 1) * c->schedule.ranks);
     }
+    hy_sched_params sp = { .kind = c->schedule.kind, .ranks = c->schedule.ranks,
+                           .waves = c->schedule.waves, .chunks = c->schedule.chunks };
+    int least = hy_sched_min_activations(&sp);
+    if (c->schedule.max_activations > 0 && c->schedule.max_activations < least) {
+        WHERE("schedule.max_activations", "schedule.kind", "schedule.waves", "schedule.chunks");
+        return hy_fail(err, HY_ERR_INPUT, "schedule.max_activations (%d) is below the smallest "
+                       "cap that runs, %d: one activation of each of the %d stages a %s rank "
+                       "holds, in %s; give at least %d, or 0 for no cap",
+                       c->schedule.max_activations, least, least,
+                       hy_sched_name(c->schedule.kind), where, least);
+    }
     if (c->n_devices > c->schedule.ranks) {
         WHERE("devices", "schedule.ranks");
         return hy_fail(err, HY_ERR_INPUT, "devices has %d entries but schedule.ranks is %d, "
