@@ -254,14 +254,15 @@ static int try_merged_wgrads(order_search *g, const hy_sched_order *o, hy_error 
 }
 
 /* The list scheduler's orders within the cap (capped.h): the cap split
- * among a rank's stages exactly, then with slack, ties going either way
+ * among a rank's stages exactly, then with slack (a quarter, half, as
+ * much again, any), ties going either way
  * and, split, other gaps a W may fill. None starves; the first is
  * always tried, the others while the budget lasts. */
 static int try_capped(order_search *g, hy_error *err) {
     const hy_sched_params *p = g->p;
-    static const double slack[3] = { 0, 0.5, 1e9 };
+    static const double slack[] = { 0, 0.25, 0.5, 1, 1e9 };
     int rc = HY_OK;
-    for (int k = 0; k < 3 && !rc; k++)
+    for (int k = 0; k < (int)(sizeof slack / sizeof slack[0]) && !rc; k++)
         for (int deep = 1; deep >= 0 && !rc; deep--)
             for (int bf = 0; bf <= 1 && !rc; bf++)
                 for (int gap = 0; gap <= (p->split_backward ? 2 : 0) && !rc; gap++) {

