@@ -26,8 +26,8 @@
  * stage (hy_schedule_in_flight) add up to at most the cap as well; with
  * slack a stage may borrow what another leaves unused, which keeps the
  * rank's peak within the cap but may size the slots above it. The order
- * search (order.h) tries it under several knobs: DESIGN §1.5 "Orders
- * chosen for their costs".
+ * search (order.h) tries it under several knobs:
+ * DESIGN §1.5 "Orders chosen for their costs".
  */
 #ifndef HY_CAPPED_H
 #define HY_CAPPED_H
