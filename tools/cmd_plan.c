@@ -426,7 +426,9 @@ static int plan_in_memory(const cli_plan_request *rq, const hy_run *run, const h
     int least = hy_sched_min_activations(&q);
     int cap = cap_from_memory(mp, &pl->sched, *available);
     while (hy_memplan_check(mp, *available, "--memory-gb", &fits) != HY_OK && cap != 0) {
-        if (cap < least || cap >= hy_plan_peak_max(pl) + 1000000) return HY_OK;  /* as it is */
+        /* A cap at or above the peak keeps the same order: one below it. */
+        if (cap >= hy_plan_peak_max(pl)) cap = hy_plan_peak_max(pl) - 1;
+        if (cap < least) return HY_OK;   /* nothing fits: the plan as it is says so */
         hy_plan next;
         hy_memplan next_mp;
         q.max_activations = cap--;
