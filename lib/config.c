@@ -231,6 +231,11 @@ static const key_spec KEYS[] = {
              "time, hanayo's order keeps more micro-batches in flight to hide them; 0 "
              "(free transfers) is the canonical order. `hanayo plan CONFIG` plans with it "
              "unless `--comm-cost` says otherwise" },
+    { .name = "schedule.max_activations", .type = K_INT, .off = OFF(schedule.max_activations),
+      .lo = 0, .hi = 1 << 20, .def = 0,
+      .doc = "the most activations a rank may hold at once, in stage activations (one "
+             "micro-batch's input to one stage); the order is the best found within it, "
+             "down to one per stage a rank holds; 0: no cap" },
     { .name = "schedule.split", .type = K_INTS, .off = OFF(schedule.layers_per_stage),
       .n_off = OFF(schedule.n_layers_per_stage), .lo = 0, .hi = 1024, .max_len = 2 * 16 * HY_MAX_RANKS,
       .doc = "layers per stage, S entries summing to `model.layers` (0 allowed: the "
@@ -1272,6 +1277,17 @@ static int check_schedule(const hy_config *c, const load_ctx *ctx, hy_error *err
                        "be a multiple of schedule.ranks (%d), in %s; e.g. %d",
                        c->schedule.micro_batches, c->schedule.ranks, where,
                        (c->schedule.micro_batches / c->schedule.ranks + 1) * c->schedule.ranks);
+    }
+    hy_sched_params sp = { .kind = c->schedule.kind, .ranks = c->schedule.ranks,
+                           .waves = c->schedule.waves, .chunks = c->schedule.chunks };
+    int least = hy_sched_min_activations(&sp);
+    if (c->schedule.max_activations > 0 && c->schedule.max_activations < least) {
+        WHERE("schedule.max_activations", "schedule.kind", "schedule.waves", "schedule.chunks");
+        return hy_fail(err, HY_ERR_INPUT, "schedule.max_activations (%d) is below the smallest "
+                       "cap that runs, %d: one activation of each of the %d stages a %s rank "
+                       "holds, in %s; give at least %d, or 0 for no cap",
+                       c->schedule.max_activations, least, least,
+                       hy_sched_name(c->schedule.kind), where, least);
     }
     if (c->n_devices > c->schedule.ranks) {
         WHERE("devices", "schedule.ranks");

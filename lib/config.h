@@ -45,7 +45,8 @@ typedef struct {
              int *layers_per_stage;                    /* the key schedule.split */
              int n_layers_per_stage;                   /* 0: balance automatically */
              int split_backward;                       /* bool: B and W passes */
-             double comm_cost; } schedule;             /* the transfer time the order is for */
+             double comm_cost;                         /* the transfer time the order is for */
+             int max_activations; } schedule;          /* per rank, 0: no cap */
     struct { int steps; double lr, min_lr; int warmup_steps; hy_lr_schedule lr_schedule;
              double decay_fraction, weight_decay, beta1, beta2, eps, grad_clip;
              unsigned long long seed; int log_every; hy_nonfinite_policy on_nonfinite;

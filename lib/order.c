@@ -15,7 +15,12 @@
  *      stage or the last P/2 stages passing a rank's cap), which is what
  *      keeps memory within the bound while W's fill the latency of the
  *      hops.
- * Each is simulated once. Unsplit hanayo's best is then double-justified
+ * Right after the canonical order come, for split W = 1, the V
+ * placement's other published orders (DualPipeV, V-Half, V-Min:
+ * schedule.h); with a cap on the activations (order.h) then the list
+ * scheduler's orders (capped.h), then the above, each kept only within
+ * the cap.
+ * Each is simulated once. Unsplit hanayo's best (with a cap, any unsplit best) is then double-justified
  * (justify.h): its actions moved into the gaps the merge's greedy replay
  * left, within the same memory, which is what takes it ahead of
  * interleaved's order when a transfer takes time. The search is skipped,
@@ -38,6 +43,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "capped.h"
 #include "justify.h"
 #include "sim.h"
 
@@ -82,6 +88,7 @@ typedef struct {
     const hy_sched_params *p;
     const hy_costs *c;
     int peak_limit;         /* the most activations a candidate may hold on a rank */
+    int cap;                /* the user's cap on them (p->max_activations), 0: none */
     hy_schedule best;
     double makespan;        /* of best; < 0: none yet */
     int peak, peak_sum;
@@ -102,11 +109,10 @@ static int peak_of(const hy_sim_result *r, int *sum) {
  * shorter by more than rounding, else as short with less memory. */
 static int beats(const order_search *g, double makespan, int peak, int sum) {
     double eps = 1e-9 * (g->makespan > 1 ? g->makespan : 1);
-    return g->makespan < 0 ||
-           (peak <= g->peak_limit &&
-            (makespan < g->makespan - eps ||
-             (makespan <= g->makespan + eps &&
-              (peak < g->peak || (peak == g->peak && sum < g->peak_sum)))));
+    return peak <= g->peak_limit &&
+           (g->makespan < 0 || makespan < g->makespan - eps ||
+            (makespan <= g->makespan + eps &&
+             (peak < g->peak || (peak == g->peak && sum < g->peak_sum))));
 }
 
 /* The most activations rank r of s holds: each F adds one, each
@@ -122,6 +128,17 @@ static int rank_peak(const hy_schedule *s, int r, int frees) {
     return peak;
 }
 
+/* The most activations any rank of s holds (sim.h's peak_activations,
+ * read from the lists): what the user's cap bounds. */
+static int schedule_peak(const hy_schedule *s) {
+    int most = 0;
+    for (int r = 0; r < s->ranks; r++) {
+        int peak = rank_peak(s, r, s->split ? HY_WGRAD : HY_BWD);
+        if (peak > most) most = peak;
+    }
+    return most;
+}
+
 /* Whether hanayo's merge, building s under o, never found a rank at its
  * cap (2WP + cap_extra, + r with cap_rises: schedule.h). The merge
  * counts a rank's activations from each F to its B (to its W when it
@@ -129,13 +146,16 @@ static int rank_peak(const hy_schedule *s, int r, int frees) {
  * largest of those counts is read back from the list. Then the cap never
  * changed a choice, and any larger one builds the same lists. */
 static int below_caps(const order_search *g, const hy_sched_order *o, const hy_schedule *s) {
-    if (g->p->kind != HY_SCHED_HANAYO || o->zbv) return 0;
+    if (g->p->kind != HY_SCHED_HANAYO || o->zbv || o->v_order) return 0;
     int group = hy_sched_chunks(g->p) * g->p->ranks;
     int frees = s->split && o->w_in_merge ? HY_WGRAD : HY_BWD;
     for (int r = 0; r < s->ranks; r++)
         if (rank_peak(s, r, frees) >= group + o->cap_extra + (o->cap_rises ? r : 0)) return 0;
     return 1;
 }
+
+static int price(order_search *g, hy_schedule *sp, const hy_sched_order *o, priced *known,
+                 hy_error *err);
 
 /* Builds and prices one candidate (o NULL: the canonical order, made for
  * the uniform costs); keeps it if it beats the best so far. */
@@ -156,6 +176,16 @@ static int try_order(order_search *g, const hy_sched_order *o, hy_error *err) {
     hy_schedule s;
     int rc = o ? hy_schedule_build_order(&s, g->p, g->c, o, err) : hy_schedule_build(&s, g->p, err);
     if (rc) return rc;
+    return price(g, &s, o, known, err);
+}
+
+/* Simulates candidate s (built under knobs o, NULL for the canonical
+ * order or a capped one), counts the work, and keeps s if it beats the
+ * best so far, else frees it. */
+static int price(order_search *g, hy_schedule *sp, const hy_sched_order *o, priced *known,
+                 hy_error *err) {
+    hy_schedule s = *sp;
+    int rc;
     hy_sim_result r;
     rc = hy_simulate(&s, g->c, NULL, &r, err);
     if (rc) {
@@ -223,12 +253,50 @@ static int try_merged_wgrads(order_search *g, const hy_sched_order *o, hy_error 
     return rc;
 }
 
+/* The list scheduler's orders within the cap (capped.h): the cap split
+ * among a rank's stages exactly, then with slack (a quarter, half, as
+ * much again, any), ties going either way
+ * and, split, other gaps a W may fill. None starves; the first is
+ * always tried, the others while the budget lasts. */
+static int try_capped(order_search *g, hy_error *err) {
+    const hy_sched_params *p = g->p;
+    static const double slack[] = { 0, 0.25, 0.5, 1, 1e9 };
+    int rc = HY_OK;
+    for (int k = 0; k < (int)(sizeof slack / sizeof slack[0]) && !rc; k++)
+        for (int deep = 1; deep >= 0 && !rc; deep--)
+            for (int bf = 0; bf <= 1 && !rc; bf++)
+                for (int gap = 0; gap <= (p->split_backward ? 2 : 0) && !rc; gap++) {
+                    hy_capped_order o = { .cap = g->cap, .slack = slack[k], .backward_first = bf,
+                                          .deep_first = deep, .w_gap = gap };
+                    int first = k == 0 && deep == 1 && bf == 0 && gap == 0;
+                    if (!first && g->work.actions + g->actions > g->budget) {
+                        g->work.stopped = 1;
+                        return HY_OK;
+                    }
+                    hy_schedule s;
+                    rc = hy_capped_build(&s, p, g->c, &o, err);
+                    if (!rc) rc = price(g, &s, NULL, NULL, err);
+                }
+    return rc;
+}
+
 static int search(order_search *g, hy_error *err) {
     const hy_sched_params *p = g->p;
-    int rc = try_order(g, NULL, err);   /* always kept: the first */
+    int rc = try_order(g, NULL, err);   /* always kept when there is no cap: the first */
     if (rc) return rc;
-    g->peak_limit = canonical_peak(g, err);
-    if (g->peak_limit < 0) return err ? err->status : HY_ERR_RUNTIME;
+    if (g->cap == 0) {
+        g->peak_limit = canonical_peak(g, err);
+        if (g->peak_limit < 0) return err ? err->status : HY_ERR_RUNTIME;
+    }
+    /* Split W = 1 is the V placement: its published orders beside ZB-V,
+     * each the best of some budget (schedule.h). */
+    for (int v = HY_V_DUALPIPE; v < HY_V_COUNT && !rc && p->split_backward &&
+                                p->kind == HY_SCHED_HANAYO && p->waves == 1; v++) {
+        hy_sched_order o = { .v_order = v };
+        if (v != HY_V_DUALPIPE || p->micro_batches >= 2 * p->ranks) rc = try_order(g, &o, err);
+    }
+    if (!rc && g->cap > 0) rc = try_capped(g, err);
+    if (rc) return rc;
     int P = p->ranks, hanayo = p->kind == HY_SCHED_HANAYO;
     int wide = g->actions <= ORDER_SEARCH_ACTIONS;
     int group = hanayo ? 2 * p->waves * P : 0;
@@ -261,13 +329,23 @@ int hy_order_schedule(hy_schedule *s, const hy_sched_params *p, const hy_costs *
 int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                            hy_order_work *work, hy_error *err) {
     if (work) *work = (hy_order_work){ 0, 0, 0 };
-    if (!c || is_uniform(p, c)) return hy_schedule_build(s, p, err);
-    int rc = hy_costs_check(c, 0, err);
-    if (rc) {
-        memset(s, 0, sizeof *s);
-        return rc;
+    int cap = p->max_activations, least = hy_sched_min_activations(p);
+    memset(s, 0, sizeof *s);
+    if (cap < 0 || (cap > 0 && cap < least))
+        return hy_fail(err, HY_ERR_INPUT, "the activation cap (schedule.max_activations) of %d "
+                       "per rank is below the smallest that runs, %d: one activation of each of "
+                       "the %d stages a rank holds (0: no cap)", cap, least, least);
+    hy_costs uniform = hy_costs_uniform_for(p->split_backward, 0);
+    if (!c) c = &uniform;
+    if (is_uniform(p, c)) {
+        int rc = hy_schedule_build(s, p, err);
+        if (rc || cap == 0 || schedule_peak(s) <= cap) return rc;
+        hy_schedule_free(s);   /* the canonical order needs more: search within the cap */
     }
-    order_search g = { .p = p, .c = c, .makespan = -1, .peak_limit = 1 << 30 };
+    int rc = hy_costs_check(c, 0, err);
+    if (rc) return rc;
+    order_search g = { .p = p, .c = c, .makespan = -1, .peak_limit = cap > 0 ? cap : 1 << 30,
+                       .cap = cap };
     g.actions = (long long)p->ranks *
                 hy_sched_rank_actions(p->split_backward, hy_sched_chunks(p), p->micro_batches);
     g.budget = ORDER_SEARCH_ORDERS * g.actions > HY_ORDER_WORK ? ORDER_SEARCH_ORDERS * g.actions
@@ -283,7 +361,7 @@ int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_co
     /* Unsplit hanayo: the justification closes gaps the merge's greedy
      * replay left (justify.h), within the same memory. */
     double actions = (double)p->ranks * hy_sched_rank_actions(0, hy_sched_chunks(p), p->micro_batches);
-    if (p->kind == HY_SCHED_HANAYO && !p->split_backward &&
+    if ((p->kind == HY_SCHED_HANAYO || cap > 0) && !p->split_backward &&
         actions * (actions / p->ranks) <= JUSTIFY_WORK)
         rc = hy_justify_schedule(&g.best, c, g.peak_limit, JUSTIFY_ROUNDS, err);
     if (rc) {

@@ -12,7 +12,13 @@
  * unsplit hanayo, double-justified: justify.h), among
  * those whose peak activations stay within the memory the canonical
  * unsplit order of the same schedule needs (for hanayo, interleaved
- * v = 2W's 2WP + P - 1). Ties keep the candidate met first, the canonical
+ * v = 2W's 2WP + P - 1). With a cap (hy_sched_params.max_activations)
+ * the bound is the cap instead (on the same peak: the most activations a
+ * rank holds at once), even under the uniform costs when the canonical
+ * order needs more, and the list
+ * scheduler's orders (capped.h) join the candidates, first, so that some
+ * order within the cap is always found; a cap below one activation per
+ * stage a rank holds is HY_ERR_INPUT. Ties keep the candidate met first, the canonical
  * order first of all, so under uniform costs the canonical order is what
  * comes back, and the result is a deterministic function of (schedule,
  * costs).

@@ -50,6 +50,8 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
     pl->costs = *c;
     pl->costs.fwd_stage = pl->costs.bwd_stage = pl->costs.wgrad_stage = NULL;  /* copied below */
     pl->ideal_bubble = hy_ideal_bubble(&pl->sched);
+    pl->max_activations = p->max_activations;
+    pl->cap_bound = hy_makespan_bound_memory(&pl->sched, c, p->max_activations);
     if (c->fwd_stage || c->bwd_stage || c->wgrad_stage) {
         int S = pl->sched.stages;
         pl->fwd_stage = malloc((size_t)S * sizeof(double));
@@ -197,6 +199,8 @@ static json_t *plan_json(const hy_plan *pl) {
     bad |= json_object_set_new(o, "bound_bubble", json_real(hy_plan_bound_bubble(pl)));
     bad |= json_object_set_new(o, "memory_bound_makespan", json_real(pl->sim.bound_memory));
     bad |= json_object_set_new(o, "memory_bound_bubble", json_real(hy_plan_memory_bound_bubble(pl)));
+    bad |= json_object_set_new(o, "max_activations", json_integer(pl->max_activations));
+    bad |= json_object_set_new(o, "cap_bound_makespan", json_real(pl->cap_bound));
     /* Per-stage costs (measured ones: --costs). */
     if (pl->fwd_stage) {
         bad |= json_object_set_new(o, "fwd_costs", real_array(pl->fwd_stage, s->stages));
@@ -538,6 +542,10 @@ int hy_plan_write_summary(FILE *f, const hy_plan *pl) {
     for (int r = 0; r < s->ranks; r++)
         fprintf(f, "%s%d", r ? ", " : "", pl->sim.peak_activations[r]);
     fprintf(f, "] (max %d)\n", hy_plan_peak_max(pl));
+    if (pl->max_activations > 0)
+        fprintf(f, "%-18s%d per rank: peak %d; no order within it ends before %g (bubble "
+                "%.4f), without it %g\n", "activation cap", pl->max_activations,
+                hy_plan_peak_max(pl), pl->cap_bound, bubble_at(pl, pl->cap_bound), pl->sim.bound);
     fprintf(f, "%-18s%d per iteration\n", "transfers", pl->sim.transfers);
     return ferror(f) ? -1 : 0;
 }

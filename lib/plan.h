@@ -35,6 +35,9 @@ typedef struct {
                                                        NULL when uniform */
     hy_sim_result sim;
     double ideal_bubble;   /* hy_ideal_bubble(&sched) */
+    int max_activations;   /* the cap the order was chosen within (0: none) */
+    double cap_bound;      /* hy_makespan_bound_memory at that cap: no order within it
+                              is shorter (without a cap, sim.bound) */
 } hy_plan;
 
 /* Builds the schedule for p and simulates it under c. On failure the plan
@@ -57,7 +60,8 @@ double hy_plan_memory_bound_bubble(const hy_plan *pl);
 /* ---- JSON (DESIGN §1.3 "The plan as JSON, a stable contract") ----------
  * One line, keys in the documented order, then "ideal_bubble", then
  * "split_backward", "wgrad_cost", "bound_makespan", "bound_bubble",
- * "memory_bound_makespan" and "memory_bound_bubble" (and,
+ * "memory_bound_makespan", "memory_bound_bubble", "max_activations"
+ * (0: no cap) and "cap_bound_makespan" (and,
  * with per-stage costs, "fwd_costs", "bwd_costs" and, split, "wgrad_costs":
  * one per stage). "waves" is W for hanayo and 0 for the other schedules (an
  * integer in every plan, so readers never meet a null). Returns NULL only

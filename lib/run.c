@@ -32,7 +32,8 @@ int hy_run_resolve(hy_run *r, const hy_config *c, hy_error *err) {
                                          .micro_batches = c->schedule.micro_batches,
                                          .waves = c->schedule.waves,
                                          .chunks = c->schedule.chunks,
-                                         .split_backward = c->schedule.split_backward };
+                                         .split_backward = c->schedule.split_backward,
+                                         .max_activations = c->schedule.max_activations };
     r->comm_cost = c->schedule.comm_cost;
     r->micro_batch_size = c->schedule.micro_batch_size;
     r->train = (hy_run_train){ .steps = c->train.steps, .lr = c->train.lr,

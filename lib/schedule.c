@@ -129,6 +129,8 @@ int hy_sched_chunks(const hy_sched_params *p) {
 
 int hy_sched_stages(const hy_sched_params *p) { return hy_sched_chunks(p) * p->ranks; }
 
+int hy_sched_min_activations(const hy_sched_params *p) { return hy_sched_chunks(p); }
+
 long hy_sched_rank_actions(int split_backward, int chunks, int micro_batches) {
     return (split_backward ? 3L : 2L) * chunks * micro_batches;
 }
@@ -741,6 +743,138 @@ static void build_zbv(hy_schedule *s) {
     }
 }
 
+/* DualPipeV (DeepSeek's DualPipe cut in half: the V placement, one
+ * pipeline of micro-batches), in its eight steps on rank r, counting
+ * micro-batches per chunk (0 going down, 1 coming back):
+ *   1. 2(P-1-r) forwards of chunk 0;  2. r+1 times F0, F1;
+ *   3. P-1-r times B1, its W, F1;
+ *   4. M-2P+r+1 times F0, B1, F1, B0 (DualPipe overlaps each F with the
+ *      B after it; here they run one after the other), each B with its W;
+ *   5. P-1-r times B1, F1, B0, each B with its W;
+ *   6. r+1 times B1, B0: from the middle one on (at its B1 on odd
+ *      ranks, its B0 on even ones) the W's wait in a queue;
+ *   7. P-1-r times a queued W then B0, its W queued;  8. r+1 queued W's.
+ * Each rank holds at most 2P + 1 activations; the queue is what fills
+ * the drain. Needs M >= 2P. */
+typedef struct {
+    hy_schedule *s;
+    int r, stage[2], f[2], b[2];
+    hy_action *wq;        /* the W's waiting, oldest first */
+    int whead, wtail;
+} dpv_state;
+
+static void dpv_forward(dpv_state *d, int chunk) {
+    push(d->s, d->r, HY_FWD, d->f[chunk]++, d->stage[chunk]);
+}
+
+static void dpv_backward(dpv_state *d, int chunk, int queue) {
+    int m = d->b[chunk]++;
+    push(d->s, d->r, HY_BWD, m, d->stage[chunk]);
+    if (queue) d->wq[d->wtail++] = (hy_action){ HY_WGRAD, m, d->stage[chunk] };
+    else push(d->s, d->r, HY_WGRAD, m, d->stage[chunk]);
+}
+
+static void dpv_weight(dpv_state *d) {
+    assert(d->whead < d->wtail);
+    hy_action w = d->wq[d->whead++];
+    push(d->s, d->r, HY_WGRAD, w.mb, w.stage);
+}
+
+static int build_dualpipev(hy_schedule *s, hy_error *err) {
+    int P = s->ranks, M = s->micro_batches;
+    if (M < 2 * P)
+        return hy_fail(err, HY_ERR_INPUT, "DualPipeV needs micro_batches >= 2 x ranks (%d), got %d",
+                       2 * P, M);
+    hy_action *wq = malloc(2 * (size_t)M * sizeof *wq);
+    if (!wq) return hy_fail(err, HY_ERR_RUNTIME, "out of memory building DualPipeV");
+    for (int r = 0; r < P; r++) {
+        dpv_state d = { s, r, { r, 2 * P - 1 - r }, { 0, 0 }, { 0, 0 }, wq, 0, 0 };
+        s->n_actions[r] = 0;
+        for (int i = 0; i < 2 * (P - 1 - r); i++) dpv_forward(&d, 0);
+        for (int i = 0; i < r + 1; i++) {
+            dpv_forward(&d, 0);
+            dpv_forward(&d, 1);
+        }
+        for (int i = 0; i < P - 1 - r; i++) {
+            dpv_backward(&d, 1, 1);
+            dpv_weight(&d);
+            dpv_forward(&d, 1);
+        }
+        for (int i = 0; i < M - 2 * P + r + 1; i++) {
+            dpv_forward(&d, 0);
+            dpv_backward(&d, 1, 0);
+            dpv_forward(&d, 1);
+            dpv_backward(&d, 0, 0);
+        }
+        for (int i = 0; i < P - 1 - r; i++) {
+            dpv_backward(&d, 1, 0);
+            dpv_forward(&d, 1);
+            dpv_backward(&d, 0, 0);
+        }
+        int queue = 0, half = (r + 1) / 2;
+        for (int i = 0; i < r + 1; i++) {
+            if (i == half && r % 2 == 1) queue = 1;
+            dpv_backward(&d, 1, queue);
+            if (i == half && r % 2 == 0) queue = 1;
+            dpv_backward(&d, 0, queue);
+        }
+        for (int i = 0; i < P - 1 - r; i++) {
+            dpv_weight(&d);
+            dpv_backward(&d, 0, 1);
+        }
+        while (d.whead < d.wtail) dpv_weight(&d);
+        assert(d.f[0] == M && d.f[1] == M && d.b[0] == M && d.b[1] == M);
+    }
+    free(wq);
+    return HY_OK;
+}
+
+/* V-Half and V-Min (Qi et al., "Pipeline Parallelism with Controllable
+ * Memory", 2024): one building block repeated every 6 slots (f = B = W =
+ * 1 a stage), rank i running F of chunk 0, F of chunk 1, B of chunk 1 and
+ * B of chunk 0 of micro-batch m at o_k + 6m, with
+ *   V-Min:  o = i, 2P-1-i, 2P+g+i, 4P+g-1-i        (g = 2 if 3 | P, else 0)
+ *   V-Half: o = 2i, 3P-2-i, 3P+g+2i-1, 6P+g-2-i    (g = 3 if 2 | P, else 0)
+ * and the W's in the free slots, oldest first (the rest at the end).
+ * The offsets of a rank are distinct mod 6, so the slots never collide.
+ * A shorter lifespan of each activation than ZB-V's is what halves (and
+ * thirds) the memory; the order of each rank's slots is the list. */
+static int build_vpattern(hy_schedule *s, int kind, hy_error *err) {
+    int P = s->ranks, M = s->micro_batches;
+    hy_action *wq = malloc(2 * (size_t)M * sizeof *wq);
+    if (!wq) return hy_fail(err, HY_ERR_RUNTIME, "out of memory building a V order");
+    for (int i = 0; i < P; i++) {
+        static const int op[4] = { HY_FWD, HY_FWD, HY_BWD, HY_BWD }, chunk[4] = { 0, 1, 1, 0 };
+        int stage[2] = { i, 2 * P - 1 - i }, o[4], g, whead = 0, wtail = 0;
+        if (kind == HY_V_MIN) {
+            g = P % 3 == 0 ? 2 : 0;
+            o[0] = i, o[1] = 2 * P - 1 - i, o[2] = 2 * P + g + i, o[3] = 4 * P + g - 1 - i;
+        } else {
+            g = P % 2 == 0 ? 3 : 0;
+            o[0] = 2 * i, o[1] = 3 * P - 2 - i, o[2] = 3 * P + g + 2 * i - 1,
+            o[3] = 6 * P + g - 2 - i;
+        }
+        s->n_actions[i] = 0;
+        long last = 0;
+        for (int k = 0; k < 4; k++)
+            if (o[k] + 6L * (M - 1) > last) last = o[k] + 6L * (M - 1);
+        for (long t = 0; t <= last; t++) {
+            int k = 0;
+            while (k < 4 && !(t >= o[k] && (t - o[k]) % 6 == 0 && (t - o[k]) / 6 < M)) k++;
+            if (k == 4) {
+                if (whead < wtail) push(s, i, HY_WGRAD, wq[whead].mb, wq[whead].stage), whead++;
+                continue;
+            }
+            int m = (int)((t - o[k]) / 6);
+            push(s, i, op[k], m, stage[chunk[k]]);
+            if (op[k] == HY_BWD) wq[wtail++] = (hy_action){ HY_WGRAD, m, stage[chunk[k]] };
+        }
+        for (; whead < wtail; whead++) push(s, i, HY_WGRAD, wq[whead].mb, wq[whead].stage);
+    }
+    free(wq);
+    return HY_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 
 void hy_sched_order_default(const hy_sched_params *p, hy_sched_order *o) {
@@ -769,12 +903,17 @@ int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_c
     case HY_SCHED_1F1B: build_1f1b(s); break;
     case HY_SCHED_INTERLEAVED: build_interleaved(s); break;
     case HY_SCHED_HANAYO:
-        if (s->split && o->zbv) build_zbv(s);
+        if (s->split && o->v_order && p->waves != 1)
+            rc = hy_fail(err, HY_ERR_INPUT, "the published V orders are for one wave");
+        else if (s->split && o->v_order == HY_V_DUALPIPE) rc = build_dualpipev(s, err);
+        else if (s->split && o->v_order) rc = build_vpattern(s, o->v_order, err);
+        else if (s->split && o->zbv) build_zbv(s);
         else rc = build_hanayo(s, c, o, err);
         break;
     default: break;
     }
-    if (!rc && s->split && !(p->kind == HY_SCHED_HANAYO && (o->zbv || o->w_in_merge)))
+    if (!rc && s->split &&
+        !(p->kind == HY_SCHED_HANAYO && (o->zbv || o->v_order || o->w_in_merge)))
         rc = defer_wgrad(s, o, err);
     if (rc) hy_schedule_free(s);
     return rc;

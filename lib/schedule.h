@@ -51,7 +51,15 @@ typedef struct {
     int waves;          /* W >= 1 (hanayo) */
     int chunks;         /* v >= 1 (interleaved) */
     int split_backward; /* 1: each backward is B (input gradient) and W (weights) */
+    int max_activations;/* the most activations a rank may hold (0: no cap), read by
+                           the cost-aware choice (order.h); the canonical builders
+                           below ignore it */
 } hy_sched_params;
+
+/* The smallest cap on a rank's activations that any order of p meets:
+ * one activation of each stage the rank holds (hy_sched_chunks), what
+ * one micro-batch needs on its way down and back. */
+int hy_sched_min_activations(const hy_sched_params *p);
 
 #define HY_MAX_RANKS 64
 
@@ -111,6 +119,8 @@ typedef struct {
     int backward_first;   /* the merge breaks a tie between a ready F and B for B */
     int defer_slope, defer_base;
     int zbv;
+    int v_order;          /* hanayo split, W = 1: a published order of the V placement
+                             instead, HY_V_DUALPIPE, HY_V_HALF or HY_V_MIN */
     int w_in_merge;       /* hanayo split, k > 0: the merge places the W's itself, one
                              filling any wait for the next F or B longer than
                              (k - 1)/2 of a W (instead of the deferral), and a rank
@@ -118,6 +128,13 @@ typedef struct {
                              cap_tail stages (at least 1) */
     int cap_tail;
 } hy_sched_order;
+
+/* The published orders of the V placement (hanayo W = 1, split) beside
+ * ZB-V (schedule.c has each one's description): DeepSeek's DualPipeV
+ * (M >= 2P), and V-Half and V-Min of Qi et al., "Pipeline Parallelism
+ * with Controllable Memory" (2024), about a half and a third of ZB-V's
+ * memory. */
+enum { HY_V_NONE, HY_V_DUALPIPE, HY_V_HALF, HY_V_MIN, HY_V_COUNT };
 
 /* The canonical knobs for p. */
 void hy_sched_order_default(const hy_sched_params *p, hy_sched_order *o);

@@ -43,7 +43,22 @@ and, from DESIGN §1 "The schedules" alone, re-derives what the JSON claims:
     and that is below interleaved v = 2W's at the same P, M and costs:
     better wave orders than hanayo's construction finds exist there
     (docs/schedules.md, "With transfer time"). Its own order's makespan is
-    printed beside it.
+    printed beside it;
+  * schedule.max_activations (cap_checks): hanayo W = 1 split over P = 2,
+    4, 8, M = 2P..16P and 512, 1024 at P = 8, c = 0..0.5, at the smallest
+    cap, P and DualPipeV's 2P + 1: every capped plan re-simulates, and
+    its peak stays within the cap. RESIM_CAPS=0 skips these three,
+    and without RESIM_FULL=1 (as `make test` runs it) only M = 2P, 4P and
+    c = 0, 0.2 of their grids are checked and unsplit_report is skipped;
+  * the peers (peer_checks): ZB-V, DeepSeek's DualPipeV, and V-Half and
+    V-Min (Qi et al., "Pipeline Parallelism with Controllable Memory"),
+    written here from their descriptions, re-simulated over the same grid
+    (c = 0.01 and 0.025 too): at each one's own peak hanayo W = 1 split's
+    capped choice is at or below it (asserted); W = 2 at the same bytes,
+    the points short of it are printed with its bound within the cap;
+  * unsplit (unsplit_report): hanayo W = 1, 2 against interleaved v = 2W
+    at P = 8, M up to 1024, c = 0.01..0.5; where hanayo is behind or holds
+    more, printed with its bound at interleaved's memory.
 
 Python 3 standard library only. Run from the repository root; the binary is
 $HANAYO (default build/hanayo). Prints "resim: N passed, N failed" and exits
@@ -384,6 +399,276 @@ def witness_checks(t):
                                   json.loads(out)["makespan"]))
 
 
+
+def stash_slots(acts, P, split):
+    """Per rank, the in-flight peaks of its stages added up: the stash
+    slots the runtime sizes, which schedule.max_activations bounds."""
+    out = []
+    for row in acts:
+        live, peak = {}, {}
+        for op, m, st in row:
+            if op == "F":
+                live[st] = live.get(st, 0) + 1
+                peak[st] = max(peak.get(st, 0), live[st])
+            elif op == ("W" if split else "B"):
+                live[st] -= 1
+        out.append(sum(peak.values()))
+    return out
+
+
+# The issue's grid (RESIM_FULL=1): P = 2, 4, 8, M = 2P, 4P, 8P, 16P and
+# 512, 1024 at P = 8, c = 0, 0.01, 0.025, 0.05, 0.2, 0.5 (0 and 0.2 past
+# 16P); several minutes. Without it (make test) a corner of it: M = 2P
+# and 4P, c = 0 and 0.2.
+FULL = os.environ.get("RESIM_FULL", "0") != "0"
+
+
+def grid_ms(P):
+    if FULL:
+        return [2 * P, 4 * P, 8 * P, 16 * P] + ([512, 1024] if P == 8 else [])
+    return [2 * P, 4 * P]
+
+
+def grid_cs(M, P):
+    if not FULL:
+        return (0.0, 0.2)
+    return (0.0, 0.01, 0.025, 0.05, 0.2, 0.5) if M <= 16 * P else (0.0, 0.2)
+
+
+def cap_checks(t):
+    """schedule.max_activations: hanayo W = 1 split, P = 2, 4, 8, M = 2P..16P
+    (and 512, 1024 at P = 8), c = 0..0.5 a rank share, caps 2 (the
+    smallest), P and 2P + 1 (DualPipeV's peak): the plan re-simulates, its
+    peak stays within the cap, and its cap bound is a bound."""
+    for P in (2, 4, 8):
+        for M in grid_ms(P):
+            for c in grid_cs(M, P):
+                for cap in sorted({2, P, 2 * P + 1}):
+                    # a rank share f = 1, b = 2 over its two stages
+                    args = plan_args("hanayo", P, M, 1, 1, 0.5, 1.0, c, 0.5)
+                    rc, out, err, cmd = run_plan(args + ["--max-activations", cap])
+                    cmd += " --max-activations %d" % cap
+                    if not t.check(rc == 0, "%s: exit %d: %s" % (cmd, rc, err.strip())):
+                        continue
+                    plan = json.loads(out)
+                    r = check_plan(t, plan, "hanayo", P, M, 1, 1, 0.5, 0.5, c, cmd, True, 0.5)
+                    if r is None:
+                        continue
+                    t.check(plan["max_activations"] == cap and r["peak"] <= cap,
+                            "%s: peak %d, cap %d" % (cmd, r["peak"], cap))
+                    t.check(plan["cap_bound_makespan"] <= r["makespan"] + TOL * r["makespan"],
+                            "%s: cap bound %r above the makespan %r"
+                            % (cmd, plan["cap_bound_makespan"], r["makespan"]))
+
+
+# ---- The peers: published orders of the V placement, written here from
+# their descriptions (independently of lib/schedule.c's), re-simulated
+# beside hanayo's capped choice at their own memory.
+
+def v_stages(P, r):
+    return r, 2 * P - 1 - r
+
+def zbv(P, M):
+    """ZB-V (Qi et al. 2024, section 6), counting in one chunk's micro-batches."""
+    n = max(M, 2 * P - 1)
+    out = []
+    for r in range(P):
+        st = v_stages(P, r)
+        cnt = {"F": [0, 0], "B": [0, 0], "W": [0, 0]}
+        lst = []
+        def push(op, ch):
+            m = cnt[op][ch]; cnt[op][ch] += 1
+            if m < M: lst.append((op, m, st[ch]))
+        for _ in range(2 * (P - r) - 1): push("F", 0)
+        for _ in range(r): push("F", 1); push("F", 0)
+        for _ in range(P - r): push("F", 1); push("B", 1); push("W", 1)
+        while cnt["F"][1] < cnt["F"][0] or cnt["F"][0] < n:
+            if cnt["F"][0] < n: push("F", 0)
+            push("B", 0); push("W", 0); push("F", 1); push("B", 1); push("W", 1)
+        for _ in range(r): push("B", 0); push("B", 1)
+        for _ in range(P - r): push("B", 0); push("W", 0)
+        while cnt["W"][1] < cnt["B"][1]: push("W", 1)
+        while cnt["W"][0] < cnt["B"][0]: push("W", 0)
+        out.append(lst)
+    return out
+
+def dualpipev(P, M):
+    """DualPipeV (DeepSeek's DualPipe, cut in half) in its eight steps; an
+    overlapped F&B pair runs as F then B, a backward without zero bubble
+    as B then its W; with it, W waits in a queue."""
+    assert M >= 2 * P
+    out = []
+    for r in range(P):
+        st = v_stages(P, r)
+        nf, nb = [0, 0], [0, 0]
+        lst, wq = [], []
+        def F(ch):
+            lst.append(("F", nf[ch], st[ch])); nf[ch] += 1
+        def B(ch, zb=False):
+            a = ("B", nb[ch], st[ch]); nb[ch] += 1
+            lst.append(a)
+            if zb: wq.append(("W", a[1], a[2]))
+            else: lst.append(("W", a[1], a[2]))
+        def W():
+            lst.append(wq.pop(0))
+        for _ in range((P - r - 1) * 2): F(0)
+        for _ in range(r + 1): F(0); F(1)
+        for _ in range(P - r - 1): B(1, True); W(); F(1)
+        for _ in range(M - 2 * P + r + 1):
+            F(0); B(1); F(1); B(0)
+        for _ in range(P - r - 1):
+            B(1); F(1); B(0)
+        s6 = r + 1
+        zb = False
+        for i in range(s6):
+            if i == s6 // 2 and r % 2 == 1: zb = True
+            B(1, zb)
+            if i == s6 // 2 and r % 2 == 0: zb = True
+            B(0, zb)
+        for _ in range(P - r - 1): W(); B(0, True)
+        for _ in range(r + 1): W()
+        assert not wq
+        out.append(lst)
+    return out
+
+def vpattern(P, M, kind):
+    """V-Min / V-Half (Qi et al., Pipeline Parallelism with Controllable
+    Memory): rank i's F of chunk 0, F of chunk 1, B of chunk 1, B of chunk
+    0 at fixed offsets in a repeating block of 6 slots per micro-batch; W's
+    in the free slots, oldest first."""
+    out = []
+    for i in range(P):
+        if kind == "min":
+            g = 2 if P % 3 == 0 else 0
+            off = [i, 2 * P - i - 1, 2 * P + g + i, 4 * P + g - i - 1]
+        else:
+            g = 3 if P % 2 == 0 else 0
+            off = [2 * i, 3 * P - i - 2, 3 * P + g + 2 * i - 1, 6 * P + g - i - 2]
+        st = v_stages(P, i)
+        slot = {}
+        for m in range(M):
+            for k, (op, ch) in enumerate([("F", 0), ("F", 1), ("B", 1), ("B", 0)]):
+                t = off[k] + 6 * m
+                assert t not in slot
+                slot[t] = (op, m, st[ch])
+        lst, wq = [], []
+        t, end = 0, max(slot)
+        while t <= end or wq:
+            if t in slot:
+                a = slot[t]
+                lst.append(a)
+                if a[0] == "B": wq.append(("W", a[1], a[2]))
+            elif wq:
+                lst.append(wq.pop(0))
+            t += 1
+        out.append(lst)
+    return out
+
+
+def price_v(acts, P, c):
+    """Makespan, peak activations and stash slots of a V order, a rank
+    share costing f = 1, B = W = 1 (a stage half of it), transfers c."""
+    sim = simulate(acts, 2 * P, 0.5, 0.5, c, 0.5)
+    if sim is None:
+        return None
+    return sim[2], max(peak_activations(acts, True)), max(stash_slots(acts, len(acts), True))
+
+
+def hanayo_capped(t, P, M, W, c, cap, bound=None):
+    """hanayo W split at cap, re-simulated: its makespan, or None; the
+    plan's bound within the cap goes to bound[0] when a list is given."""
+    f = 1.0 / (2 * W)
+    args = plan_args("hanayo", P, M, W, 1, f, 2 * f, c, f) + ["--max-activations", cap]
+    rc, out, err, cmd = run_plan(args)
+    cmd += " --max-activations %d" % cap
+    if not t.check(rc == 0, "%s: exit %d: %s" % (cmd, rc, err.strip())):
+        return None
+    plan = json.loads(out)
+    r = check_plan(t, plan, "hanayo", P, M, W, 1, f, f, c, cmd, True, f)
+    if bound is not None:
+        bound[:] = [plan["cap_bound_makespan"]]
+    return None if r is None else r["makespan"]
+
+
+def peer_checks(t):
+    """At each peer's own peak hanayo W = 1 split is at or below it
+    (asserted); W = 2 at the same bytes (twice the stage activations: a
+    W = 2 stage is half a W = 1 one) is printed where it is not below."""
+    misses = []
+    table = []
+    for P in (2, 4, 8):
+        for M in grid_ms(P):
+            cs = grid_cs(M, P)
+            peers = [("ZB-V", zbv(P, M)), ("DualPipeV", dualpipev(P, M)),
+                     ("V-Half", vpattern(P, M, "half")), ("V-Min", vpattern(P, M, "min"))]
+            for c in cs:
+                for name, acts in peers:
+                    got = price_v(acts, P, c)
+                    if not t.check(got is not None, "%s P=%d M=%d: deadlocks" % (name, P, M)):
+                        continue
+                    mk, pk, sl = got
+                    h = hanayo_capped(t, P, M, 1, c, pk)
+                    if h is None:
+                        continue
+                    t.check(h <= mk + TOL * mk, "%s P=%d M=%d c=%g: hanayo W=1 at its peak %d "
+                            "%.4f, it %.4f" % (name, P, M, c, pk, h, mk))
+                    w2 = None
+                    if name in ("ZB-V", "DualPipeV") and M <= 16 * P:
+                        b2 = []
+                        w2 = hanayo_capped(t, P, M, 2, c, 2 * pk, b2)
+                        if w2 is not None and w2 >= mk - TOL * mk:
+                            misses.append("%s P=%d M=%d c=%g: W=2 at %d (its bytes) %.2f, it %.2f; "
+                                          "no W=2 order within %d ends before %.2f"
+                                          % (name, P, M, c, 2 * pk, w2, mk, 2 * pk, b2[0]))
+                    if P == 8 and M == 32:
+                        table.append((c, name, mk, pk, sl, h, w2))
+    print("resim: peers at P=8, M=32 (c, peer, makespan, peak, stash slots | hanayo W=1 "
+          "at its peak, W=2 at twice it):")
+    for c, name, mk, pk, sl, h, w2 in table:
+        print("resim:   c=%-5g %-9s %8.2f %3d %3d | %8.2f %8s" % (
+            c, name, mk, pk, sl, h, "%.2f" % w2 if w2 is not None else "-"))
+    print("resim: %d points where a goal is not reached:" % len(misses))
+    for m in misses:
+        print("resim:   " + m)
+
+
+def unsplit_report(t):
+    """Unsplit hanayo W (no cap) against interleaved v = 2W at P = 8, c
+    from 0.01 to 0.5 a rank share, M up to 1024, both re-simulated: the
+    points where hanayo is behind, or holds more, are printed (the goal of
+    issue 26 not yet reached), with hanayo's bound at interleaved's
+    memory."""
+    misses = []
+    P = 8
+    for W in (1, 2):
+        v = 2 * W
+        f, b = 1.0 / v, 2.0 / v
+        for M in (16, 32, 64, 128, 256, 512, 1024):
+            for c in (0.01, 0.025, 0.05, 0.2, 0.5):
+                rc, out, err, cmd = run_plan(plan_args("interleaved", P, M, 1, v, f, b, c))
+                if not t.check(rc == 0, "%s: exit %d: %s" % (cmd, rc, err.strip())):
+                    continue
+                ri = check_plan(t, json.loads(out), "interleaved", P, M, 1, v, f, b, c, cmd)
+                rc, out, err, cmd = run_plan(plan_args("hanayo", P, M, W, 1, f, b, c))
+                if not t.check(rc == 0, "%s: exit %d: %s" % (cmd, rc, err.strip())):
+                    continue
+                plan = json.loads(out)
+                rh = check_plan(t, plan, "hanayo", P, M, W, 1, f, b, c, cmd)
+                if ri is None or rh is None:
+                    continue
+                if rh["makespan"] > ri["makespan"] + TOL * ri["makespan"] or rh["peak"] > ri["peak"]:
+                    mb = memory_bound(plan["placement"], P, M, 2 * W * P, f, b, 0.0, c, False,
+                                      ri["peak"])
+                    misses.append("W=%d M=%d c=%g: hanayo %.2f at %d, interleaved v=%d %.2f at %d "
+                                  "(%+.2f%%); no wave order within %d ends before %.2f"
+                                  % (W, M, c, rh["makespan"], rh["peak"], v, ri["makespan"],
+                                     ri["peak"], 100 * (rh["makespan"] / ri["makespan"] - 1),
+                                     ri["peak"], mb))
+    print("resim: unsplit at P=8, %d points where hanayo is behind interleaved v=2W or holds "
+          "more:" % len(misses))
+    for m in misses:
+        print("resim:   " + m)
+
 def main():
     if not os.access(HANAYO, os.X_OK):
         print("resim: %s is not an executable; build it or set HANAYO" % HANAYO,
@@ -413,6 +698,11 @@ def main():
     split_checks(t)
     transfer_grid_checks(t)
     witness_checks(t)
+    if os.environ.get("RESIM_CAPS", "1") != "0":
+        cap_checks(t)
+        peer_checks(t)
+        if FULL:
+            unsplit_report(t)
     gaps = [(r["bubble"] - r["ideal"], k) for k, r in results.items()
             if k[0] == "hanayo" and r is not None]
     if gaps:

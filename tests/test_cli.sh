@@ -276,6 +276,28 @@ expect_out '^bubble ratio      0.2727 (ideal 0.2727)$'
 expect_out '^ranks             P = 4$'
 if grep -q $'\x1b' "$tmp/out"; then bad "$last: colour into a file"; else ok; fi
 
+# A cap on each rank's activations: the flag and the config key, the cap
+# and the peak printed, the peak within it; below the smallest, exit 2
+# naming it.
+run plan --schedule hanayo --ranks 4 --micro-batches 16 --split-backward --max-activations 4 --json
+expect_rc 0
+expect_json "p['max_activations']" 4
+expect_json "max(p['peak_activations']) <= 4" True
+run plan --schedule hanayo --ranks 4 --micro-batches 16 --set schedule.max_activations=3
+expect_rc 0
+expect_out '^activation cap    3 per rank: peak 3; no order within it ends before '
+run plan --schedule hanayo --ranks 4 --micro-batches 16 --waves 2 --max-activations 3
+expect_rc 2
+expect_err 'below the smallest that runs, 4'
+# --memory-gb without a cap: a plan that does not fit is made again
+# within the cap its memory plan allows, and then fits.
+run plan configs/gpt2-124m.json --memory-gb 16 --json
+expect_rc 0
+expect_json "p['max_activations'] > 0 and p['memory']['fits']" True
+expect_json "max(p['peak_activations']) <= p['max_activations']" True
+run plan configs/gpt2-124m.json --memory-gb 80 --json
+expect_json "p['max_activations']" 0
+
 run plan --schedule=hanayo --ranks=3 --micro-batches=6 --waves=2 --color always
 expect_rc 0
 expect_out $'\x1b\\['

@@ -48,7 +48,7 @@ static void test_valid_never_longer(void) {
         for (int P = 2; P <= 4; P += 2)
             for (int M = P; M <= 3 * P; M += P)
                 for (int ci = 0; ci < 3; ci++) {
-                    hy_sched_params p = { kinds[k].kind, P, M, kinds[k].wv, kinds[k].wv, 0 };
+                    hy_sched_params p = { kinds[k].kind, P, M, kinds[k].wv, kinds[k].wv, 0, 0 };
                     hy_schedule s;
                     hy_error err;
                     if (hy_schedule_build(&s, &p, &err)) { CHECKF(0, "%s", err.msg); continue; }
@@ -87,7 +87,7 @@ static void test_valid_never_longer(void) {
 
 /* hanayo W = 2, P = 4, M = 8, f = 0.25 and b = 0.5 a stage, c = 0.2. */
 static void test_wave_beats_interleaved(void) {
-    hy_sched_params ph = { HY_SCHED_HANAYO, 4, 8, 2, 2, 0 }, pi = { HY_SCHED_INTERLEAVED, 4, 8, 4, 4, 0 };
+    hy_sched_params ph = { HY_SCHED_HANAYO, 4, 8, 2, 2, 0, 0 }, pi = { HY_SCHED_INTERLEAVED, 4, 8, 4, 4, 0, 0 };
     hy_costs c = hy_costs_uniform();
     c.fwd = 0.25;
     c.bwd = 0.5;
@@ -120,7 +120,7 @@ static void test_left_alone(void) {
     hy_error err;
     hy_sim_result r;
     /* At its ideal under uniform costs: nothing to gain. */
-    hy_sched_params p = { HY_SCHED_HANAYO, 4, 16, 2, 2, 0 };
+    hy_sched_params p = { HY_SCHED_HANAYO, 4, 16, 2, 2, 0, 0 };
     hy_schedule s, t;
     hy_costs u = hy_costs_uniform();
     if (hy_schedule_build(&s, &p, &err) == HY_OK) {
@@ -136,7 +136,7 @@ static void test_left_alone(void) {
     hy_costs c = hy_costs_uniform_split();
     c.comm = 0.5;
     for (int split = 0; split <= 1; split++) {
-        hy_sched_params q = { HY_SCHED_HANAYO, 4, 8, 2, 2, split };
+        hy_sched_params q = { HY_SCHED_HANAYO, 4, 8, 2, 2, split, 0 };
         if (hy_schedule_build(&s, &q, &err) || hy_schedule_build(&t, &q, &err)) {
             CHECKF(0, "%s", err.msg);
             continue;

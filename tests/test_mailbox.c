@@ -182,7 +182,7 @@ static int open_backend(int on, int P, double watchdog_s, hy_backend **be, hy_er
 
 static void stress(int on, hy_sched_kind kind, int P, int wv, int M, int graph, int iterations,
                    uint32_t max_delay_ns, double watchdog_s) {
-    hy_sched_params p = { kind, P, M, wv, wv, 0 };
+    hy_sched_params p = { kind, P, M, wv, wv, 0, 0 };
     hy_schedule s;
     hy_mailbox mb;
     hy_backend *be = NULL;
@@ -254,7 +254,7 @@ static void stress(int on, hy_sched_kind kind, int P, int wv, int M, int graph, 
  * under 1F1B the forward edge into stage t holds the P - t micro-batches in
  * flight on rank t, plus the one its producer has already sent ahead. */
 static void test_plan(void) {
-    hy_sched_params p = { HY_SCHED_1F1B, 4, 8, 1, 1, 0 };
+    hy_sched_params p = { HY_SCHED_1F1B, 4, 8, 1, 1, 0, 0 };
     hy_schedule s;
     hy_mailbox mb;
     hy_error err;
@@ -274,7 +274,7 @@ static void test_plan(void) {
     hy_schedule_free(&s);
 
     /* Hanayo's turns are local edges: no flags across them. */
-    p = (hy_sched_params){ HY_SCHED_HANAYO, 4, 8, 2, 1, 0 };
+    p = (hy_sched_params){ HY_SCHED_HANAYO, 4, 8, 2, 1, 0, 0 };
     CHECK(hy_schedule_build(&s, &p, &err) == HY_OK);
     CHECK(hy_mailbox_plan(&mb, &s, &err) == HY_OK);
     CHECK(mb.n_edges == 2 * 15);
@@ -413,7 +413,7 @@ static void test_slots(void) {
     for (int kind = 0; kind < HY_SCHED_COUNT; kind++)
         for (int P = 2; P <= 4; P++)
             for (int M = P; M <= 3 * P; M += P) {
-                hy_sched_params sp = { (hy_sched_kind)kind, P, M, 2, 2, 0 };
+                hy_sched_params sp = { (hy_sched_kind)kind, P, M, 2, 2, 0, 0 };
                 hy_schedule s;
                 if (hy_schedule_build(&s, &sp, &err) != HY_OK) { CHECKF(0, "%s", err.msg); continue; }
                 double *f = malloc(2 * (size_t)s.stages * sizeof(double)), *b = f + s.stages;
@@ -448,7 +448,7 @@ static void test_slots(void) {
     /* gpipe, P = 2, M = 2: the backward edge has one slot (the uniform
      * replay frees it just as the second gradient is sent), so with a
      * transfer cost c the second gradient waits c for it. */
-    hy_sched_params sp = { HY_SCHED_GPIPE, 2, 2, 1, 1, 0 };
+    hy_sched_params sp = { HY_SCHED_GPIPE, 2, 2, 1, 1, 0, 0 };
     hy_schedule s;
     if (hy_schedule_build(&s, &sp, &err) == HY_OK) {
         hy_costs c = hy_costs_uniform();

@@ -21,6 +21,13 @@
  * and its work bounded (test_work_at_64_ranks, test_work_bound): counted
  * orders and simulated actions are asserted, never a time; make's
  * TEST_TIMEOUT fails a search that does not end.
+ * Within a cap on each rank's activations (schedule.max_activations):
+ * every kind at caps down to the smallest holds to it, and below that is
+ * refused (test_caps_hold); at ZB-V's, DualPipeV's, V-Half's and V-Min's
+ * own peaks the choice for split W = 1 is never behind them
+ * (test_cap_at_zbv_budget, test_v_orders: tests/resim.py re-checks it
+ * over the whole grid against its own renditions), and split W = 2 within
+ * interleaved zero-bubble's 32 activations reaches its bound there.
  */
 #include "order.h"
 #include "schedule.h"
@@ -38,7 +45,7 @@ typedef struct {
 /* The order chosen for c of (kind, P, W|v, M, split), simulated. */
 static int choose(hy_sched_kind kind, int P, int wv, int M, int split, double comm, priced *out,
                   hy_schedule *keep) {
-    hy_sched_params p = { kind, P, M, wv, wv, split };
+    hy_sched_params p = { kind, P, M, wv, wv, split, 0 };
     int v = hy_sched_chunks(&p);
     hy_costs c = hy_costs_uniform();
     c.fwd = 1.0 / v;
@@ -104,7 +111,7 @@ static void test_goals_with_transfer_time(void) {
  * interleaved's (test_goals_with_transfer_time). */
 static void test_wave_bound_at_memory(void) {
     int P = 8, M = 32, limit = 39;
-    hy_sched_params ph = { HY_SCHED_HANAYO, P, M, 2, 2, 0 }, pi = { HY_SCHED_INTERLEAVED, P, M, 4, 4, 0 };
+    hy_sched_params ph = { HY_SCHED_HANAYO, P, M, 2, 2, 0, 0 }, pi = { HY_SCHED_INTERLEAVED, P, M, 4, 4, 0, 0 };
     hy_costs c = hy_costs_uniform();
     c.fwd = 0.25;
     c.bwd = 0.5;
@@ -122,7 +129,7 @@ static void test_wave_bound_at_memory(void) {
 
 /* c = 0: the canonical order; and the same inputs give the same lists. */
 static void test_canonical_and_deterministic(void) {
-    hy_sched_params p = { HY_SCHED_HANAYO, 4, 16, 2, 2, 1 };
+    hy_sched_params p = { HY_SCHED_HANAYO, 4, 16, 2, 2, 1, 0 };
     hy_schedule a, b, canon;
     hy_error err;
     priced x, y;
@@ -151,7 +158,7 @@ static void test_canonical_and_deterministic(void) {
  * `hanayo plan --comm-cost c` chooses for. The order is checked valid and
  * within the memory rule (2WP + P - 1), its makespan returned. */
 static double choose_counted(int P, int W, int M, int split, double comm, hy_order_work *work) {
-    hy_sched_params p = { HY_SCHED_HANAYO, P, M, W, W, split };
+    hy_sched_params p = { HY_SCHED_HANAYO, P, M, W, W, split, 0 };
     hy_costs c = hy_costs_uniform_for(split, comm);
     hy_schedule s;
     hy_error err;
@@ -200,7 +207,7 @@ static void test_work_bound(void) {
     CHECKF(w.stopped && w.actions <= HY_ORDER_WORK && w.actions > HY_ORDER_WORK - 16 * 3 * 4 * 32,
            "stopped %d at %lld actions", w.stopped, w.actions);
     CHECK_NEAR(makespan, 414, 1e-6);
-    hy_sched_params p = { HY_SCHED_HANAYO, 16, 32, 2, 2, 1 };
+    hy_sched_params p = { HY_SCHED_HANAYO, 16, 32, 2, 2, 1, 0 };
     hy_costs c = hy_costs_uniform_for(1, 0.2);
     hy_schedule canon;
     hy_error err;
@@ -212,11 +219,206 @@ static void test_work_bound(void) {
     hy_schedule_free(&canon);
 }
 
+
+/* The order chosen within cap for (kind, P, W|v, M, split) at transfer
+ * time comm, priced as choose() does; HY_ERR_INPUT passes through. */
+static int choose_capped(hy_sched_kind kind, int P, int wv, int M, int split, double comm, int cap,
+                         priced *out, hy_error *err) {
+    hy_sched_params p = { kind, P, M, wv, wv, split, cap };
+    int v = hy_sched_chunks(&p);
+    hy_costs c = hy_costs_uniform();
+    c.fwd = 1.0 / v;
+    c.bwd = (split ? 1.0 : 2.0) / v;
+    c.wgrad = split ? 1.0 / v : 0;
+    c.comm = comm;
+    hy_schedule s;
+    int rc = hy_order_schedule(&s, &p, &c, err);
+    if (rc) return rc;
+    rc = hy_schedule_validate(&s, err);
+    hy_sim_result r;
+    if (!rc) rc = hy_simulate(&s, &c, NULL, &r, err);
+    if (!rc) {
+        out->makespan = r.makespan;
+        out->peak = hy_sim_peak_max(&r);
+        for (int k = 0; k < P; k++)
+            CHECKF(r.peak_activations[k] <= cap, "%s P=%d W|v=%d M=%d split=%d c=%g cap %d: "
+                   "rank %d holds %d", hy_sched_name(kind), P, wv, M, split, comm, cap, k,
+                   r.peak_activations[k]);
+        hy_sim_result_free(&r);
+    }
+    hy_schedule_free(&s);
+    return rc;
+}
+
+/* Every kind, split or not, with and without transfer time, at caps from
+ * the smallest (one activation per stage a rank holds) up: a valid order
+ * whose peak stays within the cap on every rank;
+ * below the smallest, HY_ERR_INPUT naming it. */
+static void test_caps_hold(void) {
+    static const struct { hy_sched_kind kind; int wv, split; } kinds[] = {
+        { HY_SCHED_GPIPE, 1, 0 }, { HY_SCHED_1F1B, 1, 0 }, { HY_SCHED_1F1B, 1, 1 },
+        { HY_SCHED_INTERLEAVED, 2, 0 }, { HY_SCHED_INTERLEAVED, 2, 1 },
+        { HY_SCHED_HANAYO, 1, 0 }, { HY_SCHED_HANAYO, 1, 1 },
+        { HY_SCHED_HANAYO, 2, 0 }, { HY_SCHED_HANAYO, 2, 1 },
+    };
+    static const double comms[] = { 0, 0.025, 0.2 };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int P = 2; P <= 8; P *= 2)
+            for (int mk = 2; mk <= (P == 2 ? 16 : 2); mk *= 2)
+                for (int ci = P == 8; ci < 3; ci += 1 + (P == 8)) {
+                    int M = mk * P, v = kinds[k].kind == HY_SCHED_HANAYO ? 2 * kinds[k].wv
+                                                                        : kinds[k].wv;
+                    if (kinds[k].kind == HY_SCHED_GPIPE || kinds[k].kind == HY_SCHED_1F1B) v = 1;
+                    int caps[3] = { v, v + P / 2, v * P };
+                    /* split hanayo W = 2 at P = 8 tries ~1500 orders a cap:
+                     * the smallest cap only, to keep the test fast */
+                    int n_caps = P == 8 && kinds[k].split && v == 4 ? 1 : 3;
+                    for (int ci2 = 0; ci2 < n_caps; ci2++) {
+                        priced got;
+                        hy_error err;
+                        int rc = choose_capped(kinds[k].kind, P, kinds[k].wv, M, kinds[k].split,
+                                               comms[ci], caps[ci2], &got, &err);
+                        CHECKF(rc == HY_OK, "%s P=%d M=%d cap %d: %s",
+                               hy_sched_name(kinds[k].kind), P, M, caps[ci2], err.msg);
+                    }
+                    if (ci == 0 && mk == 2 && v > 1) {   /* cap 0: no cap */
+                        priced got;
+                        hy_error err;
+                        int rc = choose_capped(kinds[k].kind, P, kinds[k].wv, M, kinds[k].split,
+                                               0.2, v - 1, &got, &err);
+                        char want[64];
+                        snprintf(want, sizeof want, "smallest that runs, %d", v);
+                        CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, want), "%s P=%d cap %d: "
+                               "rc %d, %s", hy_sched_name(kinds[k].kind), P, v - 1, rc,
+                               rc ? err.msg : "");
+                    }
+                }
+}
+
+/* A cap is a budget, not a handicap: at ZB-V's own peak (split,
+ * W = 1, the canonical order) the chosen order is never longer than
+ * ZB-V's, and a cap that the canonical order meets under the uniform
+ * costs returns it unchanged; a tighter cap costs time, never validity. */
+static void test_cap_at_zbv_budget(void) {
+    static const double comms[] = { 0, 0.05, 0.2, 0.5 };
+    for (int P = 2; P <= 8; P *= 2)
+        for (int ci = 0; ci < 4; ci++) {
+            int M = 4 * P;
+            hy_sched_params p = { HY_SCHED_HANAYO, P, M, 1, 1, 1, 0 };
+            hy_costs c = hy_costs_uniform_split();
+            c.fwd = c.bwd = c.wgrad = 0.5;
+            c.comm = comms[ci];
+            hy_schedule zbv;
+            hy_error err;
+            hy_sim_result r;
+            if (hy_schedule_build(&zbv, &p, &err) || hy_simulate(&zbv, &c, NULL, &r, &err)) {
+                CHECKF(0, "%s", err.msg);
+                continue;
+            }
+            int budget = hy_sim_peak_max(&r);
+            priced got;
+            CHECK(choose_capped(HY_SCHED_HANAYO, P, 1, M, 1, comms[ci], budget, &got, &err) ==
+                  HY_OK);
+            CHECKF(got.makespan <= r.makespan + 1e-9, "P=%d c=%g at ZB-V's peak %d: %g, "
+                   "ZB-V %g", P, comms[ci], budget, got.makespan, r.makespan);
+            if (ci == 0) {
+                hy_schedule s;
+                p.max_activations = budget;
+                CHECK(hy_order_schedule(&s, &p, NULL, &err) == HY_OK);
+                int same = 1;
+                for (int k = 0; k < P; k++)
+                    same &= s.n_actions[k] == zbv.n_actions[k] &&
+                            memcmp(s.actions[k], zbv.actions[k],
+                                   sizeof(hy_action) * (size_t)s.n_actions[k]) == 0;
+                CHECKF(same, "P=%d: the canonical order within its own budget", P);
+                hy_schedule_free(&s);
+            }
+            hy_sim_result_free(&r);
+            hy_schedule_free(&zbv);
+        }
+}
+
+/* The V placement's published orders beside ZB-V (schedule.h: DualPipeV,
+ * V-Half, V-Min) at M = 4P: valid, V-Min holding no more than V-Half and V-Half no
+ * more than ZB-V (2P), DualPipeV at most 2P + 1; and at each one's own
+ * peak the order chosen for hanayo W = 1 split is never longer,
+ * at every transfer time (tests/resim.py checks the same against its
+ * own renditions of them). */
+static void test_v_orders(void) {
+    static const double comms[] = { 0, 0.05, 0.2, 0.5 };
+    for (int P = 2; P <= 8; P *= 2) {
+        int M = 4 * P, peak[HY_V_COUNT] = { 2 * P };
+        for (int v = HY_V_DUALPIPE; v < HY_V_COUNT; v++) {
+            hy_sched_params p = { HY_SCHED_HANAYO, P, M, 1, 1, 1, 0 };
+            hy_sched_order o = { .v_order = v };
+            hy_schedule s;
+            hy_error err;
+            hy_sim_result r;
+            if (hy_schedule_build_order(&s, &p, NULL, &o, &err) ||
+                hy_schedule_validate(&s, &err) ||
+                hy_simulate(&s, &(hy_costs){ 0.5, 0.5, 0.5, 0, 0, 0, 0 },
+                            NULL, &r, &err)) {
+                CHECKF(0, "V order %d P=%d M=%d: %s", v, P, M, err.msg);
+                hy_schedule_free(&s);
+                continue;
+            }
+            int budget = peak[v] = hy_sim_peak_max(&r);
+            hy_sim_result_free(&r);
+            for (int ci = P == 8 ? 2 : 0; ci < 4; ci++) {   /* P = 8: c = 0.2, 0.5 */
+                hy_costs c = { 0.5, 0.5, 0.5, comms[ci], 0, 0, 0 };
+                priced got;
+                if (hy_simulate(&s, &c, NULL, &r, &err)) {
+                    CHECKF(0, "%s", err.msg);
+                    continue;
+                }
+                if (choose_capped(HY_SCHED_HANAYO, P, 1, M, 1, comms[ci], budget, &got, &err))
+                    CHECKF(0, "%s", err.msg);
+                else
+                    CHECKF(got.makespan <= r.makespan + 1e-9, "V order %d P=%d M=%d c=%g at its "
+                           "peak %d: %g, it %g", v, P, M, comms[ci], budget, got.makespan,
+                           r.makespan);
+                hy_sim_result_free(&r);
+            }
+            hy_schedule_free(&s);
+        }
+        CHECKF(peak[HY_V_DUALPIPE] <= 2 * P + 1 && peak[HY_V_HALF] <= 2 * P &&
+               peak[HY_V_MIN] <= peak[HY_V_HALF], "P=%d M=%d: peaks DualPipeV %d V-Half %d "
+               "V-Min %d", P, M, peak[HY_V_DUALPIPE], peak[HY_V_HALF], peak[HY_V_MIN]);
+    }
+}
+
+/* At interleaved zero-bubble's budget (PyTorch's order at v = 4, P = 8,
+ * M = 32, c = 0 holds 32 activations with bubble 0.0179: issue 26),
+ * split hanayo W = 2 within 32 reaches the bound of every order within
+ * that memory, which is that bubble. */
+static void test_cap_at_interleaved_zb_budget(void) {
+    hy_sched_params p = { HY_SCHED_HANAYO, 8, 32, 2, 2, 1, 32 };
+    hy_costs c = { 0.25, 0.25, 0.25, 0, 0, 0, 0 };
+    hy_schedule s;
+    hy_error err;
+    hy_sim_result r;
+    if (hy_order_schedule(&s, &p, &c, &err) || hy_simulate(&s, &c, NULL, &r, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return;
+    }
+    double bound = hy_makespan_bound_memory(&s, &c, 32);
+    CHECKF(hy_sim_peak_max(&r) <= 32 && r.makespan <= bound + 1e-9,
+           "W = 2 within 32: %g at %d, the bound within 32 %g", r.makespan, hy_sim_peak_max(&r),
+           bound);
+    CHECKF(r.bubble < 0.018, "bubble %g", r.bubble);
+    hy_sim_result_free(&r);
+    hy_schedule_free(&s);
+}
+
 int main(void) {
     test_goals_with_transfer_time();
     test_wave_bound_at_memory();
     test_canonical_and_deterministic();
     test_work_at_64_ranks();
     test_work_bound();
+    test_caps_hold();
+    test_cap_at_zbv_budget();
+    test_v_orders();
+    test_cap_at_interleaved_zb_budget();
     return TEST_END("order");
 }

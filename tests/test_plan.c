@@ -22,7 +22,7 @@
 #include "test.h"
 
 static hy_sched_params params(hy_sched_kind kind, int P, int M, int W, int v) {
-    hy_sched_params p = { kind, P, M, W, v, 0 };
+    hy_sched_params p = { kind, P, M, W, v, 0, 0 };
     return p;
 }
 
@@ -47,7 +47,7 @@ static const char *const json_keys[] = {
     "stages", "fwd_cost", "bwd_cost", "comm_cost", "placement", "actions",
     "makespan", "bubble_ratio", "peak_activations", "transfers",
     "ideal_bubble", "split_backward", "wgrad_cost", "bound_makespan", "bound_bubble",
-    "memory_bound_makespan", "memory_bound_bubble"};
+    "memory_bound_makespan", "memory_bound_bubble", "max_activations", "cap_bound_makespan"};
 #define N_JSON_KEYS ((int)(sizeof json_keys / sizeof json_keys[0]))
 
 static void check_json_keys_in_order(json_t *o) {

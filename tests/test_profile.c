@@ -626,7 +626,7 @@ static void test_tune_comm_cost(void) {
     for (int st = 0; st < b->stages; st++) fwd += b->split[st] * m.layer_fwd;
     CHECK_NEAR(b->comm_cost, m.comm / (fwd / b->stages), 1e-12);
     /* No slower than the canonical order under the same costs. */
-    hy_sched_params p = { b->kind, 2, b->micro_batches, b->waves, b->chunks, b->split_backward };
+    hy_sched_params p = { b->kind, 2, b->micro_batches, b->waves, b->chunks, b->split_backward, 0 };
     hy_schedule s;
     double f[64], bw[64];
     if (hy_schedule_build(&s, &p, &err) == HY_OK) {

@@ -117,6 +117,13 @@ static void pipelined_equals_sequential(const char *kind) {
          * (justify.h), its actions moved out of the merge's order */
         { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=2",
           "schedule.comm_cost=0.8" },
+        /* orders within a cap on each rank's activations (capped.h),
+         * down to the smallest: one per stage a rank holds */
+        { "model.layers=4", "schedule.kind=1f1b", "schedule.ranks=2", "schedule.max_activations=1" },
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=4", "schedule.waves=1",
+          "schedule.max_activations=2" },
+        { "model.layers=8", "schedule.kind=interleaved", "schedule.ranks=4", "schedule.chunks=2",
+          "schedule.max_activations=3" },
     };
     run_result ref[2];
     const char *one4[] = { "model.layers=4", "schedule.kind=gpipe", "schedule.ranks=1" };
@@ -161,7 +168,7 @@ static int variant_sets(const char *const *variant, const char **sets, const cha
  * passes the generators make runs: ZB-H1, ZB-V, the deferred waves, and
  * the waves whose W's the merge placed for a transfer time). */
 static void split_equals_sequential(const char *kind) {
-    static const char *const variants[][6] = {
+    static const char *const variants[][7] = {
         { "model.layers=4", "schedule.kind=1f1b", "schedule.ranks=2" },
         { "model.layers=4", "schedule.kind=1f1b", "schedule.ranks=4", "schedule.micro_batches=8" },
         { "model.layers=4", "schedule.kind=gpipe", "schedule.ranks=4", "graph=false" },
@@ -179,6 +186,11 @@ static void split_equals_sequential(const char *kind) {
         /* the order chosen for a transfer time: the merge places the W's */
         { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=2",
           "schedule.micro_batches=8", "schedule.comm_cost=0.5" },
+        /* within a cap (capped.h): the W's placed by the list scheduler */
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=4", "schedule.waves=1",
+          "schedule.micro_batches=8", "schedule.max_activations=3" },
+        { "model.layers=8", "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=2",
+          "schedule.micro_batches=8", "schedule.comm_cost=0.5", "schedule.max_activations=4" },
     };
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         const char *sets[8], *one[4];
@@ -385,6 +397,66 @@ static void whole_model_gradient(const char *kind, const char *sched, const char
     hy_run_free(&c);
 }
 
+
+/* The most stash slots a rank of the runtime's schedule allocates (its
+ * stages' in-flight counts added up: rt_plan_stashes asserts the slots
+ * it hands out equal them), and the most it holds at once, which the
+ * rank's list says: the runtime claims a slot at each F and gives it
+ * back at the B (W, split) in the list's order. */
+static void stash_use(const hy_schedule *sc, int *slots_most, int *held_most) {
+    int peak[64];
+    CHECK(sc->stages <= 64);
+    hy_schedule_in_flight(sc, peak);
+    *slots_most = *held_most = 0;
+    for (int r = 0; r < sc->ranks; r++) {
+        int slots = 0, held = 0;
+        for (int st = 0; st < sc->stages; st++)
+            if (sc->placement[st] == r) slots += peak[st];
+        for (int i = 0; i < sc->n_actions[r]; i++) {
+            int op = sc->actions[r][i].op;
+            held += op == HY_FWD ? 1 : op == (sc->split ? HY_WGRAD : HY_BWD) ? -1 : 0;
+            if (held > *held_most) *held_most = held;
+        }
+        if (slots > *slots_most) *slots_most = slots;
+    }
+}
+
+/* schedule.max_activations bounds what a rank's stashes hold: a step runs
+ * with the capped order, no rank holding more than the cap at once, and
+ * the slots allocated fewer than the uncapped order's. */
+static void capped_stashes(void) {
+    char data_set[300];
+    snprintf(data_set, sizeof data_set, "data.train=%s", shard);
+    int uncapped = 0;
+    static const char *const caps[] = { "schedule.max_activations=0", "schedule.max_activations=2",
+                                        "schedule.max_activations=3" };
+    for (int i = 0; i < 3; i++) {
+        const char *sets[] = { "model.layers=8", "model.d_model=32", "model.heads=4",
+                               "model.seq_len=16", "model.vocab=64", "schedule.micro_batch_size=2",
+                               "schedule.micro_batches=8", "schedule.kind=hanayo",
+                               "schedule.ranks=4", "schedule.waves=1", "data.val=null",
+                               "checkpoint.dir=null", "backend=cpu", data_set, caps[i] };
+        hy_run c;
+        hy_error err;
+        hy_runtime *rt = NULL;
+        hy_step_stats st;
+        memset(&c, 0, sizeof c);
+        int rc = hy_test_run_load(&c, NULL, sets, (int)(sizeof sets / sizeof sets[0]), &err);
+        if (!rc) rc = hy_runtime_create(&rt, &c, &err);
+        if (!rc) rc = hy_train_step(rt, &st, &err);
+        CHECKF(rc == HY_OK, "%s: %s", caps[i], rc ? err.msg : "");
+        if (!rc) {
+            int slots, held;
+            stash_use(hy_runtime_schedule(rt), &slots, &held);
+            if (i == 0) uncapped = slots;
+            else CHECKF(held <= 1 + i && slots < uncapped, "%s: %d held at once, %d slots on a "
+                        "rank, uncapped %d", caps[i], held, slots, uncapped);
+        }
+        hy_runtime_destroy(rt);
+        hy_run_free(&c);
+    }
+}
+
 int main(void) {
     if (hy_test_shard_make(shard, sizeof shard, "rt", 64, 40000) != 0) { CHECK(0); return TEST_END("runtime"); }
     pipelined_equals_sequential("gpt");
@@ -397,6 +469,7 @@ int main(void) {
     recompute_equals_none("gpt");
     recompute_equals_none("bert");
     recompute_equals_none("llama");
+    capped_stashes();
     replay_equals_eager();
     loss_falls();
     first_failure_is_reported();

@@ -17,7 +17,7 @@
 #include <string.h>
 
 static int build(hy_schedule *s, hy_sim_result *r, hy_sched_kind kind) {
-    hy_sched_params p = { kind, 2, 2, 1, 1, 0 };
+    hy_sched_params p = { kind, 2, 2, 1, 1, 0, 0 };
     hy_costs c = hy_costs_uniform();
     hy_error err;
     if (hy_schedule_build(s, &p, &err) != HY_OK || hy_simulate(s, &c, NULL, r, &err) != HY_OK) {

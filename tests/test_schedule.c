@@ -20,7 +20,7 @@
 #include <string.h>
 
 static int build(hy_schedule *s, hy_sched_kind kind, int P, int wv, int M) {
-    hy_sched_params p = { kind, P, M, wv, wv, 0 };
+    hy_sched_params p = { kind, P, M, wv, wv, 0, 0 };
     hy_error err;
     int rc = hy_schedule_build(s, &p, &err);
     if (rc) fprintf(stderr, "build %s P=%d W|v=%d M=%d: %s\n", hy_sched_name(kind), P, wv, M, err.msg);
@@ -124,7 +124,7 @@ static void test_hanayo_grid(void) {
 }
 
 static int build_split(hy_schedule *s, hy_sched_kind kind, int P, int wv, int M) {
-    hy_sched_params p = { kind, P, M, wv, wv, 1 };
+    hy_sched_params p = { kind, P, M, wv, wv, 1, 0 };
     hy_error err;
     int rc = hy_schedule_build(s, &p, &err);
     if (rc) fprintf(stderr, "build split %s P=%d W|v=%d M=%d: %s\n", hy_sched_name(kind), P, wv,
@@ -312,12 +312,12 @@ static void test_dependencies(void) {
 static void test_bad_params(void) {
     hy_schedule s;
     hy_error err;
-    hy_sched_params p = { HY_SCHED_INTERLEAVED, 4, 6, 1, 2, 0 };
+    hy_sched_params p = { HY_SCHED_INTERLEAVED, 4, 6, 1, 2, 0, 0 };
     CHECK(hy_schedule_build(&s, &p, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "multiple of ranks") != NULL);
-    p = (hy_sched_params){ HY_SCHED_HANAYO, 0, 8, 1, 1, 0 };
+    p = (hy_sched_params){ HY_SCHED_HANAYO, 0, 8, 1, 1, 0, 0 };
     CHECK(hy_schedule_build(&s, &p, &err) == HY_ERR_INPUT);
-    p = (hy_sched_params){ HY_SCHED_HANAYO, 4, 8, 0, 1, 0 };
+    p = (hy_sched_params){ HY_SCHED_HANAYO, 4, 8, 0, 1, 0, 0 };
     CHECK(hy_schedule_build(&s, &p, &err) == HY_ERR_INPUT);
     CHECK(strstr(err.msg, "waves") != NULL);
     hy_sched_kind k;

@@ -22,7 +22,7 @@ static void expect_times(const hy_sim_result *r, int rank, const double *se, int
 
 static hy_schedule one_f_one_b(int P, int M) {
     hy_schedule s;
-    hy_sched_params p = { HY_SCHED_1F1B, P, M, 1, 1, 0 };
+    hy_sched_params p = { HY_SCHED_1F1B, P, M, 1, 1, 0, 0 };
     hy_error err;
     if (hy_schedule_build(&s, &p, &err) != HY_OK) fprintf(stderr, "%s\n", err.msg);
     return s;
@@ -84,7 +84,7 @@ static void test_per_stage(void) {
 
 static void test_gpipe_peak(void) {
     hy_schedule s;
-    hy_sched_params p = { HY_SCHED_GPIPE, 3, 5, 1, 1, 0 };
+    hy_sched_params p = { HY_SCHED_GPIPE, 3, 5, 1, 1, 0, 0 };
     CHECK(hy_schedule_build(&s, &p, NULL) == HY_OK);
     hy_costs c = hy_costs_uniform();
     hy_sim_result r;
@@ -179,7 +179,7 @@ static void test_limits(void) {
  * its own peak is bound as without a limit. */
 static void test_memory_bound(void) {
     hy_schedule s;
-    hy_sched_params p = { HY_SCHED_HANAYO, 8, 32, 2, 1, 0 };
+    hy_sched_params p = { HY_SCHED_HANAYO, 8, 32, 2, 1, 0, 0 };
     hy_error err;
     CHECK(hy_schedule_build(&s, &p, &err) == HY_OK);
     hy_costs c = hy_costs_uniform();

@@ -55,7 +55,7 @@ static int write_timeline(FILE *f, const void *t) { return hy_svg_write_timeline
 static int write_bars(FILE *f, const void *b) { return hy_svg_write_bars(f, b); }
 
 static void test_timeline(void) {
-    hy_sched_params p = { HY_SCHED_1F1B, 2, 2, 1, 1, 0 };
+    hy_sched_params p = { HY_SCHED_1F1B, 2, 2, 1, 1, 0, 0 };
     hy_schedule s;
     hy_error err;
     if (hy_schedule_build(&s, &p, &err) != HY_OK) { CHECKF(0, "%s", err.msg); return; }

@@ -55,6 +55,9 @@ static const char usage_plan[] =
     "                      its per-stage F and B and transfer cost; with\n"
     "                      --compare every schedule priced from its per-layer\n"
     "                      costs, each with the split the runtime would use\n"
+    "  --max-activations N the most activations a rank may hold at once (stage\n"
+    "                      activations); the best order found within it, as\n"
+    "                      schedule.max_activations (0: no cap)\n"
     "  --json              print the plan as JSON instead of the timeline\n"
     "  --svg FILE          also draw the timeline as an SVG into FILE\n"
     "  --compare           one table of all four schedules at this P and M,\n"
@@ -69,7 +72,9 @@ static const char usage_plan[] =
     "                      costs are scaled to (with --costs: the measured ms)\n"
     "  --memory-gb G       hold the memory plan (bytes each rank allocates, shown\n"
     "                      under the summary and in --json) against G GiB per\n"
-    "                      rank (default: this machine's, as train would run)\n"
+    "                      rank (default: this machine's, as train would run);\n"
+    "                      a plan that does not fit, without a cap, is made\n"
+    "                      again within the activations that fit\n"
     "  --set key=value     override a config key, e.g. schedule.waves=2\n"
     "  --width N           timeline width in columns, 40..100000 (default 120)\n"
     "  --color WHEN        auto (colour on a terminal), always or never\n";
@@ -115,6 +120,8 @@ static const hy_flag plan_flags[] = {
     { .name = "--split-backward", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.split_backward) },
     { .name = "--wgrad-cost", .kind = HY_FLAG_REAL, .off = PLAN(rq.wgrad_cost),
       .example = "1", .lo = 0, .hi = 1e12 },
+    { .name = "--max-activations", .kind = HY_FLAG_INT, .off = PLAN(rq.max_activations),
+      .example = "16", .lo = 0, .hi = 1 << 20 },
     { .name = "--json", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.json) },
     { .name = "--svg", .kind = HY_FLAG_STRING, .off = PLAN(rq.svg), .example = "plan.svg" },
     { .name = "--compare", .kind = HY_FLAG_SWITCH, .off = PLAN(rq.compare) },
@@ -171,6 +178,7 @@ void cli_plan_request_init(cli_plan_request *rq) {
     memset(rq, 0, sizeof *rq);
     rq->fwd_cost = rq->bwd_cost = rq->comm_cost = rq->wgrad_cost = -1;
     rq->link_latency_us = -1;
+    rq->max_activations = -1;
 }
 
 /* The schedule flags over what the config says. */
@@ -181,6 +189,7 @@ static void apply_flags(const cli_plan_request *rq, hy_sched_params *p) {
     if (rq->waves > 0) p->waves = rq->waves;
     if (rq->chunks > 0) p->chunks = rq->chunks;
     if (rq->split_backward) p->split_backward = 1;
+    if (rq->max_activations >= 0) p->max_activations = rq->max_activations;
 }
 
 /* Config file (with --set, resolved in run), then the flags: the later
@@ -386,11 +395,66 @@ static char *json_with_memory(const hy_plan *pl, const char *memory) {
     return s;
 }
 
+/* --memory-gb and no cap: the most stash slots a rank may hold beside
+ * everything else it allocates, from plan mp of schedule sc (each rank's
+ * activation bytes over its slots: what a slot costs there); 0 when
+ * nothing is known (no slots). */
+static int cap_from_memory(const hy_memplan *mp, const hy_schedule *sc, double available) {
+    double most = INFINITY;
+    for (int r = 0; r < mp->ranks; r++) {
+        int slots = 0;
+        for (int s = 0; s < sc->stages; s++)
+            if (sc->placement[s] == r) slots += mp->in_flight[s];
+        double act = mp->rank[r].bytes[HY_MEM_ACTIVATIONS];
+        if (slots == 0 || act <= 0) continue;
+        double fit = floor((available - (mp->rank[r].total - act)) / (act / slots));
+        if (fit < most) most = fit;
+    }
+    return isfinite(most) ? (most > 0 ? (most < 1 << 20 ? (int)most : 1 << 20) : -1) : 0;
+}
+
+/* The plan of p under c with its memory plan (have_memory: whether one
+ * could be made; merr says why not). With --memory-gb and no cap, a plan
+ * that does not fit is made again within the cap its memory plan allows,
+ * one slot less while it still does not fit, down to the smallest cap;
+ * the cap it took is the plan's max_activations. */
+static int plan_in_memory(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
+                          const hy_costs *c, const hy_model *m, hy_plan *pl, hy_memplan *mp,
+                          double *available, hy_recompute *fit, char *why, size_t n,
+                          int *have_memory, hy_error *merr, hy_error *err) {
+    hy_sched_params q = *p;
+    int rc = hy_plan_build(pl, &q, c, err);
+    if (rc != HY_OK) return rc;
+    *have_memory = m && memory_of(rq, run, m, &pl->sched, mp, available, fit, why, n,
+                                   merr) == HY_OK;
+    if (!*have_memory || rq->memory_gb <= 0 || q.max_activations > 0) return HY_OK;
+    hy_error fits;
+    int least = hy_sched_min_activations(&q);
+    int cap = cap_from_memory(mp, &pl->sched, *available);
+    while (hy_memplan_check(mp, *available, "--memory-gb", &fits) != HY_OK && cap != 0) {
+        /* A cap at or above the peak keeps the same order: one below it. */
+        if (cap >= hy_plan_peak_max(pl)) cap = hy_plan_peak_max(pl) - 1;
+        if (cap < least) return HY_OK;   /* nothing fits: the plan as it is says so */
+        hy_plan next;
+        hy_memplan next_mp;
+        q.max_activations = cap--;
+        rc = hy_plan_build(&next, &q, c, err);
+        if (rc != HY_OK) return rc;
+        if (memory_of(rq, run, m, &next.sched, &next_mp, available, fit, why, n, merr) != HY_OK) {
+            hy_plan_free(&next);
+            return HY_OK;
+        }
+        hy_plan_free(pl);
+        hy_memplan_free(mp);
+        *pl = next;
+        *mp = next_mp;
+    }
+    return HY_OK;
+}
+
 static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
                    const hy_costs *c, FILE *out, hy_error *err) {
     hy_plan pl;
-    int rc = hy_plan_build(&pl, p, c, err);
-    if (rc != HY_OK) return rc;
     hy_memplan mp;
     double available = -1;
     hy_recompute fit = HY_RECOMPUTE_COUNT;
@@ -401,8 +465,13 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
      * than layers has none. */
     hy_model m;
     int have_model = model_for(run, p, &m, &merr) == HY_OK;
-    int have_memory = have_model && memory_of(rq, run, &m, &pl.sched, &mp, &available, &fit, why,
-                                              sizeof why, &merr) == HY_OK;
+    int have_memory = 0;
+    int rc = plan_in_memory(rq, run, p, c, have_model ? &m : NULL, &pl, &mp, &available, &fit, why,
+                            sizeof why, &have_memory, &merr, err);
+    if (rc != HY_OK) {
+        if (have_model) hy_model_free(&m);
+        return rc;
+    }
     /* The SVG first: if it cannot be written, nothing else is printed. */
     if (rq->svg) rc = hy_plan_save_svg(&pl, rq->svg, err);
     if (rc == HY_OK && rq->json) {

@@ -24,6 +24,7 @@ typedef struct {
     double fwd_cost, bwd_cost, comm_cost;
     int split_backward;           /* 1: split, else the config decides */
     double wgrad_cost;            /* W's share of bwd_cost when split; < 0: half */
+    int max_activations;          /* the cap on a rank's activations; < 0: the config's */
     int json;                     /* print the JSON instead of the timeline */
     int compare;                  /* print the comparison table instead */
     const char *svg;              /* also write the SVG here, or NULL */
