@@ -405,6 +405,32 @@ static int ck_check_model(const char *path, const char *what, json_t *state, con
     return HY_OK;
 }
 
+/* BERT's mask id, for a resume: masking with another id mid-run trains on
+ * other inputs, though the weights fit. A checkpoint older than the key
+ * model.mask_token masked with the last id, model.vocab - 1 (what the
+ * default for a 30522-id vocabulary, 103, silently replaced): the run
+ * must say that id, or start anew from the weights. */
+static int ck_check_mask(const char *path, json_t *state, const hy_model *m, hy_error *err) {
+    if (m->kind != HY_MODEL_BERT) return HY_OK;
+    json_t *model = json_object_get(json_object_get(state, "config"), "model");
+    json_t *v = json_object_get(model, "mask_token");
+    /* ck_check_model has held model.vocab to m's. */
+    long long was = v ? (json_is_integer(v) ? (long long)json_integer_value(v) : -1LL)
+                      : (long long)m->vocab - 1;
+    if (was == m->mask_token) return HY_OK;
+    if (!v)
+        return hy_fail(err, HY_ERR_INPUT, "%s was saved before model.mask_token existed, when "
+                       "BERT masked with the last id, model.vocab - 1 = %lld; the config has "
+                       "model.mask_token = %d. Resume with --set model.mask_token=%lld to mask "
+                       "as the run did, or start a new run from its weights (init = "
+                       "\"%s/model.safetensors\") to mask with %d", path, was, m->mask_token,
+                       was, path, m->mask_token);
+    return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.mask_token = %lld, the config "
+                   "has %d: the run would mask with another id from here on. Resume with "
+                   "--set model.mask_token=%lld, or start a new run from its weights (init = "
+                   "\"%s/model.safetensors\")", path, was, m->mask_token, was, path);
+}
+
 static int ck_read_moments(hy_runtime *rt, const char *file, hy_error *err) {
     const hy_model *m = hy_runtime_model(rt);
     hy_safetensors_file f;
@@ -1113,6 +1139,7 @@ int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_err
                             err);
     if (!rc) rc = ck_check_model(path, path, state, hy_runtime_model(rt),
                                  "resume with the checkpoint's model settings", err);
+    if (!rc) rc = ck_check_mask(path, state, hy_runtime_model(rt), err);
     if (!rc && !*unverified)
         rc = ck_check_data(path, state, rt, err);
     char file[PATH_MAX + 64];

@@ -46,8 +46,9 @@
 int hy_checkpoint_save(hy_runtime *rt, const char *dir, char *saved, hy_error *err);
 
 /* Checks checkpoint directory `path` (see the top) and loads it into rt,
- * whose run must describe the same model (the keys model.* must match;
- * errors name the key) and read the same data the same way (the same
+ * whose run must describe the same model (the keys model.* must match,
+ * BERT's mask_token too: a checkpoint older than that key masked with
+ * model.vocab - 1; errors name the key) and read the same data the same way (the same
  * shards in the same order, each by its size and first 64 KiB;
  * micro_batches and micro_batch_size: else the data position would mean
  * other tokens). *unverified: 1 for a

@@ -1295,7 +1295,8 @@ static int check_schedule(const hy_config *c, const load_ctx *ctx, hy_error *err
                        "in %s; give at most one device per rank", c->n_devices,
                        c->schedule.ranks, where);
     }
-    return check_stages(c, ctx, err);
+    /* One rank runs the whole model: the stages are never built. */
+    return c->use == HY_CONFIG_FOR_ONE_RANK ? HY_OK : check_stages(c, ctx, err);
 }
 
 static int check_train(const hy_config *c, const load_ctx *ctx, hy_error *err) {
@@ -1442,14 +1443,20 @@ static int load_into(hy_config *c, const char *path, const char *const *sets, in
     return rc;
 }
 
-int hy_config_load(hy_config *c, const char *path, const char *const *sets, int n_sets,
-                   hy_error *err) {
+int hy_config_load_for(hy_config *c, hy_config_use use, const char *path,
+                       const char *const *sets, int n_sets, hy_error *err) {
     hy_config_init(c);
     if (n_sets < 0 || (n_sets > 0 && !sets))
         return hy_fail(err, HY_ERR_INPUT, "hy_config_load: bad set list");
+    c->use = use;
     int rc = load_into(c, path, sets, n_sets, err);
     if (rc) hy_config_free(c);
     return rc;
+}
+
+int hy_config_load(hy_config *c, const char *path, const char *const *sets, int n_sets,
+                   hy_error *err) {
+    return hy_config_load_for(c, HY_CONFIG_FOR_STAGES, path, sets, n_sets, err);
 }
 
 /* ------------------------------------------------------------------------

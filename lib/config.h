@@ -36,6 +36,14 @@ typedef enum { HY_NONFINITE_STOP, HY_NONFINITE_SKIP, HY_NONFINITE_COUNT } hy_non
  * decay_fraction of the steps). */
 typedef enum { HY_LR_COSINE, HY_LR_LINEAR, HY_LR_CONSTANT, HY_LR_WSD, HY_LR_COUNT } hy_lr_schedule;
 
+/* What a config is loaded for. Training, and every command that prices or
+ * runs the schedule, partitions the model over the schedule's stages, so
+ * the stages must fit the layers (schedule.split included). A command that
+ * runs the whole model on one rank (`hanayo sample`) never uses that
+ * partition: its config is checked in every other way, and a run resolved
+ * from it (run.h) has one stage and no schedule. */
+typedef enum { HY_CONFIG_FOR_STAGES, HY_CONFIG_FOR_ONE_RANK } hy_config_use;
+
 typedef struct {
     char *path;                 /* file it came from, or NULL */
     hy_model_shape model;
@@ -60,6 +68,7 @@ typedef struct {
     int *devices; int n_devices;   /* rank r -> devices[r]; empty = r mod device count */
     int graph;                     /* bool */
     double watchdog_s;
+    hy_config_use use;             /* what it was loaded for (hy_config_load_for) */
 } hy_config;
 
 /* The defaults (see the table in config.c or docs/config.md); the defaults
@@ -79,6 +88,12 @@ void hy_config_init(hy_config *c);
  * failure c holds the defaults. Always hy_config_free(c) afterwards. */
 int hy_config_load(hy_config *c, const char *path, const char *const *sets, int n_sets,
                    hy_error *err);
+
+/* hy_config_load for `use`: HY_CONFIG_FOR_STAGES is hy_config_load;
+ * HY_CONFIG_FOR_ONE_RANK leaves out only the check that the schedule's
+ * stages fit model.layers (and schedule.split's entries and sum). */
+int hy_config_load_for(hy_config *c, hy_config_use use, const char *path,
+                       const char *const *sets, int n_sets, hy_error *err);
 
 /* The resolved config as pretty JSON (indent 2, keys in the table's fixed
  * order, every key present, derived defaults such as train.min_lr written

@@ -67,8 +67,17 @@ int hy_run_resolve(hy_run *r, const hy_config *c, hy_error *err) {
         hy_run_free(r);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory resolving the run");
     }
+    int rc;
+    if (c->use == HY_CONFIG_FOR_ONE_RANK) {
+        /* The whole model on one rank: no schedule to order, one stage
+         * (the config's split, left unchecked, is not read). */
+        r->backend.ranks = 1;
+        rc = hy_model_build(&r->model, &c->model, NULL, 1, 1, err);
+        if (rc) hy_run_free(r);
+        return rc;
+    }
     hy_costs costs = hy_costs_uniform_for(r->sched_params.split_backward, r->comm_cost);
-    int rc = hy_order_schedule(&r->sched, &r->sched_params, &costs, err);
+    rc = hy_order_schedule(&r->sched, &r->sched_params, &costs, err);
     if (!rc) {
         /* The config loader checked that a given split has one entry per
          * stage and sums to the layers. */

@@ -64,9 +64,11 @@ typedef struct {
 
 /* Resolves config c: builds the schedule (in the order chosen for
  * schedule.comm_cost) and the model partitioned over its stages
- * (schedule.split, else balanced), and copies the rest. On failure *r is
- * left empty (safe to free). The only function below the commands that
- * reads a hy_config past loading. */
+ * (schedule.split, else balanced), and copies the rest. A config loaded
+ * for one rank (HY_CONFIG_FOR_ONE_RANK, config.h) gives the whole model as
+ * one stage, no schedule (sched empty) and a backend request of one rank.
+ * On failure *r is left empty (safe to free). The only function below the
+ * commands that reads a hy_config past loading. */
 int hy_run_resolve(hy_run *r, const hy_config *c, hy_error *err);
 void hy_run_free(hy_run *r);
 

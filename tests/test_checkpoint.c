@@ -7,7 +7,8 @@
  * partial directory under a final name, and every checkpoint left behind
  * loads; a disk that fills up mid-save leaves the earlier checkpoints
  * whole and no partial one, with an error naming checkpoint and file; bad
- * checkpoints give clear errors.
+ * checkpoints give clear errors, and a BERT resumes masking with its
+ * checkpoint's mask id only.
  */
 #include "checkpoint.h"
 #include "cmd_checkpoint.h"
@@ -432,14 +433,11 @@ static void truncated_files(const hy_run *c, const char *ckdir) {
     CHECKF(try_load(c, ck, &unverified, &err) == HY_OK, "%s", err.msg);
 }
 
-/* A checkpoint of format 1 (before checksums: no files, data or checksum
- * in state.json) still loads, flagged unverified; verify says so. */
-static void legacy_format(const hy_run *c, const char *ckdir) {
-    char state[300], ck[200];
-    snprintf(ck, sizeof ck, "%s/legacy", ckdir);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "cp -r %s/step_000002 %s", ckdir, ck);
-    CHECK(system(cmd) == 0);
+/* Rewrites checkpoint ck's state.json as format 1 wrote it (before
+ * checksums: no files, data or checksum), and without config.model's key
+ * `model_key` (NULL: all of them), as before that key existed. */
+static void make_legacy(const char *ck, const char *model_key) {
+    char state[300];
     snprintf(state, sizeof state, "%s/state.json", ck);
     json_error_t je;
     json_t *o = json_load_file(state, 0, &je);
@@ -448,8 +446,22 @@ static void legacy_format(const hy_run *c, const char *ckdir) {
     const char *gone[] = { "files", "data", "checksum", "loss", "time" };
     for (int i = 0; i < 5; i++) json_object_del(o, gone[i]);
     json_object_set_new(o, "format", json_integer(1));
+    if (model_key)
+        CHECK(json_object_del(json_object_get(json_object_get(o, "config"), "model"),
+                              model_key) == 0);
     CHECK(json_dump_file(o, state, JSON_INDENT(2)) == 0);
     json_decref(o);
+}
+
+/* A checkpoint of format 1 (before checksums: no files, data or checksum
+ * in state.json) still loads, flagged unverified; verify says so. */
+static void legacy_format(const hy_run *c, const char *ckdir) {
+    char ck[200];
+    snprintf(ck, sizeof ck, "%s/legacy", ckdir);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cp -r %s/step_000002 %s", ckdir, ck);
+    CHECK(system(cmd) == 0);
+    make_legacy(ck, NULL);
     hy_error err;
     int unverified = 0;
     CHECKF(try_load(c, ck, &unverified, &err) == HY_OK && unverified == 1, "%s", err.msg);
@@ -511,6 +523,48 @@ static void other_data(const char *ckdir) {
                "%s: %d: %s", want[i], rc, err.msg);
         hy_run_free(&c);
     }
+}
+
+/* BERT's mask id on resume: a checkpoint that records model.mask_token
+ * resumes with that id only. One older than the key masked with
+ * model.vocab - 1; under a run whose id differs (bert-base's 30522 ids
+ * now default to 103) it is refused, naming the key and the id to set,
+ * and with that id it resumes. */
+static void bert_mask_token(void) {
+    char ckdir[128], ck[200];
+    snprintf(ckdir, sizeof ckdir, "%s/mask", dir);
+    snprintf(ck, sizeof ck, "%s/step_000001", ckdir);
+    const char *sets[][5] = {
+        { "model.kind=bert", "model.vocab=30522", "schedule.kind=gpipe", "schedule.ranks=1" },
+        { "model.kind=bert", "model.vocab=30522", "schedule.kind=gpipe", "schedule.ranks=1",
+          "model.mask_token=30521" },
+        { "model.kind=bert", "model.vocab=30522", "schedule.kind=gpipe", "schedule.ranks=1",
+          "model.mask_token=7" },
+    };
+    hy_run c[3];
+    for (int i = 0; i < 3; i++)
+        if (load(&c[i], ckdir, sets[i], i ? 5 : 4)) {
+            CHECK(0);
+            while (i--) hy_run_free(&c[i]);
+            return;
+        }
+    CHECK(c[0].model.mask_token == 103);
+    CHECK(save_steps(&c[0], ckdir, 1) == 0);
+    hy_error err;
+    int unverified;
+    CHECKF(try_load(&c[0], ck, &unverified, &err) == HY_OK, "%s", err.msg);
+    int rc = try_load(&c[2], ck, &unverified, &err);
+    CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, "saved with model.mask_token = 103, the config "
+                                        "has 7") && strstr(err.msg, "model.mask_token=103"),
+           "%d: %s", rc, err.msg);
+    make_legacy(ck, "mask_token");
+    rc = try_load(&c[0], ck, &unverified, &err);
+    CHECKF(rc == HY_ERR_INPUT && strstr(err.msg, "before model.mask_token existed") &&
+               strstr(err.msg, "model.vocab - 1 = 30521; the config has model.mask_token = 103") &&
+               strstr(err.msg, "--set model.mask_token=30521"),
+           "%d: %s", rc, err.msg);
+    CHECKF(try_load(&c[1], ck, &unverified, &err) == HY_OK && unverified == 1, "%s", err.msg);
+    for (int i = 0; i < 3; i++) hy_run_free(&c[i]);
 }
 
 /* hanayo checkpoint verify and list, through cmd_checkpoint.h. */
@@ -815,6 +869,7 @@ int main(void) {
     disk_full();
     killed_writer();
     integrity();
+    bert_mask_token();
     one_writer();
     lock_not_followed();
     retention();

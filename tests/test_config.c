@@ -1,7 +1,8 @@
 /*
  * test_config.c — the config loader: defaults, the shipped configs, the
- * to_json round trip, --set overrides, and the bad inputs it must refuse
- * with status 2 and a message that points at the problem.
+ * to_json round trip, --set overrides, a config loaded for one rank (no
+ * stage check), and the bad inputs it must refuse with status 2 and a
+ * message that points at the problem.
  *
  * Run from the repository root (it reads configs/). Bad inputs are written
  * to files in a mkdtemp directory that is removed at the end.
@@ -681,6 +682,39 @@ static void test_help_text(void) {
 /* A schedule with more stages than layers is refused with settings that
  * fit: each one offered, applied to the refused config, loads; and each
  * "N or fewer" is the most that does (N + 1 is refused again). */
+/* A config loaded for one rank (sample) skips only the stage check: more
+ * stages than layers and a split of the wrong length load, and resolve to
+ * the whole model as one stage on one rank with no schedule; the other
+ * checks still refuse. */
+static void test_one_rank(void) {
+    const char *sets[] = { "model.layers=2", "schedule.split=[1,1,1]" };
+    hy_config c;
+    hy_error err = { 0 };
+    CHECK(hy_config_load(&c, NULL, sets, 2, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "schedule.split has 3 entries"), "%s", err.msg);
+    CHECK(hy_config_load(&c, NULL, sets, 1, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "4 stages but model.layers is 2"), "%s", err.msg);
+    for (int n = 1; n <= 2; n++) {
+        CHECKF(hy_config_load_for(&c, HY_CONFIG_FOR_ONE_RANK, NULL, sets, n, &err) == HY_OK,
+               "%s", err.msg);
+        CHECK(c.use == HY_CONFIG_FOR_ONE_RANK && c.schedule.ranks == 2);
+        hy_run run;
+        CHECKF(hy_run_resolve(&run, &c, &err) == HY_OK, "%s", err.msg);
+        CHECK(run.model.stages == 1 && run.model.n_layers && run.model.n_layers[0] == 2);
+        CHECK(run.backend.ranks == 1 && run.sched.stages == 0 && !run.sched.actions);
+        CHECK(run.model.layers == 2 && run.model.vocab == c.model.vocab);
+        hy_run_free(&run);
+        hy_config_free(&c);
+        CHECK(c.use == HY_CONFIG_FOR_STAGES);   /* freed: the defaults */
+    }
+    const char *bad[] = { "model.layers=2", "model.heads=3" };
+    CHECK(hy_config_load_for(&c, HY_CONFIG_FOR_ONE_RANK, NULL, bad, 2, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "model.heads (3) must divide"), "%s", err.msg);
+    const char *devs[] = { "model.layers=2", "devices=[0,0,0]" };
+    CHECK(hy_config_load_for(&c, HY_CONFIG_FOR_ONE_RANK, NULL, devs, 2, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "devices has 3 entries"), "%s", err.msg);
+}
+
 static void test_stage_suggestions(void) {
     static const char *const cases[][4] = {
         { "schedule.ranks=8", NULL },
@@ -736,6 +770,7 @@ int main(void) {
     test_derived_defaults(&s);
     test_sets(&s);
     test_stage_suggestions();
+    test_one_rank();
     test_bad_inputs(&s);
     test_bad_files(&s);
     test_reference();

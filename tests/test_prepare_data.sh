@@ -7,7 +7,9 @@
 # download), prepares shards from text and JSONL, reads them back with
 # nothing from the tool (header, format, count) and decodes the ids to the
 # documents it wrote, in order, each after the end-of-text token; checks the
-# llm.c split (first shard val), --val-fraction, a uint32 vocabulary, the
+# llm.c split (first shard val), a corpus smaller than one shard (1% of its
+# documents, at least one, to val, said on stderr), --val-fraction (exact:
+# 0.57 of 100 documents is 57), a uint32 vocabulary, the
 # errors (exit 2: missing file, bad JSONL line as FILE:LINE, vocabulary too
 # large for u16, a directory holding shards), that no temporary file is
 # left and no progress bar is drawn off a terminal; then trains
@@ -179,6 +181,31 @@ expect_rc 0
 expect_out "^documents    2400 (240 val, 2160 train)"
 expect_out "shards       1 val, "
 expect_shards "$tmp/vf" vf "$tmp/tokenizer.json" 10
+# Exact fractions: 0.57 of 100 documents is 57 (100 x 0.57 in floating
+# point is 56.99999999999999).
+head -n 100 "$tmp/corpus.jsonl" >"$tmp/hundred.jsonl"
+prep --tokenizer "$tmp/tokenizer.json" --out "$tmp/vf57" --val-fraction 0.57 "$tmp/hundred.jsonl"
+expect_rc 0
+expect_out "^documents    100 (57 val, 43 train)"
+
+# ---- a corpus within one shard (the default 100M): 1% of it to val, spread -----
+prep --tokenizer "$tmp/tokenizer.json" --out "$tmp/one" "$tmp/corpus.jsonl"
+expect_rc 0
+expect_out "^documents    2400 (24 val, 2376 train)"
+expect_out "^shards       1 val, 1 train, at most 100000000 tokens each (val: one shard)"
+expect_out "^wrote        $tmp/one/one_train_000001.bin: "
+expect_err "^prepare_data: all [0-9]* tokens fit in the first shard (--shard-tokens 100000000).*24 of the 2400 documents"
+expect_shards "$tmp/one" one "$tmp/tokenizer.json" 100
+if ls -a "$tmp/one" | grep -q tmp; then bad "a temporary file was left: $(ls -a "$tmp/one")"; else ok; fi
+# Fewer than 100 documents: one, the last.
+head -n 50 "$tmp/corpus.jsonl" >"$tmp/fifty.jsonl"
+prep --tokenizer "$tmp/tokenizer.json" --out "$tmp/fifty" "$tmp/fifty.jsonl"
+expect_rc 0
+expect_out "^documents    50 (1 val, 49 train)"
+last_doc=$("$py" -c 'import json,sys; from tokenizers import Tokenizer
+d = json.load(open(sys.argv[1]))[49]
+print(len(Tokenizer.from_file(sys.argv[2]).encode(d).ids) + 1)' "$tmp/docs.json" "$tmp/tokenizer.json")
+expect_out "^wrote        $tmp/fifty/fifty_val_000000.bin: $last_doc tokens$"
 
 # ---- a vocabulary past 65536: uint32 -------------------------------------------
 prep --tokenizer "$tmp/big.json" --out "$tmp/big" --doc-per line --val-fraction 0 "$tmp/big.txt"
@@ -200,7 +227,8 @@ printf '{"body": "no text key"}\n' >"$tmp/nokey.jsonl"
 expect_prep_error "$tmp/nokey.jsonl:1: no \"text\" key" --tokenizer "$tmp/tokenizer.json" --out "$tmp/e" "$tmp/nokey.jsonl"
 prep --tokenizer "$tmp/tokenizer.json" --out "$tmp/e" --text-key body "$tmp/nokey.jsonl" --val-fraction 0
 expect_rc 0
-expect_prep_error "all .* tokens went to the val shard" --tokenizer "$tmp/tokenizer.json" --out "$tmp/small" "$tmp/nokey.jsonl" --text-key body
+# One document cannot be split: refused.
+expect_prep_error "all .* tokens went to the val shard, none is left to train on (one document" --tokenizer "$tmp/tokenizer.json" --out "$tmp/small" "$tmp/nokey.jsonl" --text-key body
 if ls "$tmp/small" | grep -q .; then bad "a refused run left shards: $(ls "$tmp/small")"; else ok; fi
 expect_prep_error "already holds .* shard(s) named sh_\*" --tokenizer "$tmp/tokenizer.json" --out "$tmp/sh" "$tmp/corpus.jsonl"
 expect_prep_error "--eot nope: the tokenizer has no such token" --tokenizer "$tmp/tokenizer.json" --out "$tmp/e2" --eot nope "$tmp/corpus.jsonl"
@@ -278,11 +306,10 @@ if grep -q '[A-Za-z]' "$tmp/text"; then ok; else bad "the sample holds no letter
 # The block is read from README.md and run in a directory of its own, with
 # the corpus and the tokenizer above and hanayo on PATH. Only the sizes
 # change, each substitution found exactly once (else the README moved and
-# this test must follow it): shards of 8000 tokens (a test corpus is far
-# below the 100M a shard holds by default, and nothing would be left to
-# train on), the tokenizer's vocabulary for model.vocab (as prepare_data.py
-# reports it), 40 steps with validation every 20 instead of 1000 and 100;
-# and the sample goes to a file, to be checked.
+# this test must follow it): the tokenizer's vocabulary for model.vocab (as
+# prepare_data.py reports it), 40 steps with validation every 20 instead
+# of 1000 and 100; and the sample goes to a file, to be checked. The shards
+# keep the default size: the corpus, far below one shard, is split 1% val.
 loop=$tmp/loop
 mkdir -p "$loop/bin"
 ln -s "$(cd "$(dirname "$HANAYO")" && pwd)/$(basename "$HANAYO")" "$loop/bin/hanayo"
@@ -297,8 +324,7 @@ lines = open(readme, encoding='utf-8').read().split('\n')
 start = lines.index('## Your text, end to end')
 i = lines.index('```', start) + 1
 block = '\n'.join(lines[i:lines.index('```', i)]) + '\n'
-subs = [('--out data/mine corpus.jsonl', '--out data/mine --shard-tokens 8000 corpus.jsonl'),
-        ('"vocab": 8192', '"vocab": %s' % vocab),
+subs = [('"vocab": 8192', '"vocab": %s' % vocab),
         ('"steps": 1000, "eval_every": 100', '"steps": 40, "eval_every": 20'),
         ('--tokenizer tokenizer.json\n', '--tokenizer tokenizer.json >sample.txt\n')]
 for a, b in subs:
@@ -313,6 +339,8 @@ rc=$?
 last="README's loop block"
 expect_rc 0
 expect_out "^vocabulary   $vocab ids"
+expect_out "^documents    2400 (24 val, 2376 train)"
+expect_err "^prepare_data: all [0-9]* tokens fit in the first shard"
 expect_out "^config       --set model.vocab=$vocab "
 for f in data/mine/mine_val_000000.bin data/mine/mine_train_000001.bin run.jsonl run.svg \
          checkpoints/mine/step_000040/model.safetensors; do

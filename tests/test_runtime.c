@@ -163,8 +163,9 @@ static int variant_sets(const char *const *variant, const char **sets, const cha
 }
 
 /* Split backward (B and W passes) leaves the same weights as one rank
- * running the whole backward at once: every schedule at P = 2 and 4, GPT
- * and BERT, replayed and eager, M = 4 and 8 (so every order of the weight
+ * running the whole backward at once: every schedule at P = 2 and 4, for
+ * the model `kind` (main runs it for GPT, BERT and Llama), replayed and
+ * eager, M = 4 and 8 (so every order of the weight
  * passes the generators make runs: ZB-H1, ZB-V, the deferred waves, and
  * the waves whose W's the merge placed for a transfer time). */
 static void split_equals_sequential(const char *kind) {

@@ -116,16 +116,19 @@ static const hy_model_shape LLAMA = { .kind = HY_MODEL_LLAMA, .layers = 2, .d_mo
                                       .ffn_dim = 48, .tie_embeddings = 0, .norm_eps = 1e-5,
                                       .rope_theta = 10000.0 };
 
-/* A sampler of SHAPE on be with GPT-2's initialization of seed, its
- * matrices scaled up so that the logits are far from flat. */
+/* A sampler of `shape` on be with the model's initialization of seed
+ * (model.h: GPT-2's, or Llama's), every parameter scaled by 10 so that the
+ * logits are far from flat. */
 static hy_sampler *make_sampler(hy_backend *be, const hy_model_shape *shape, uint64_t seed) {
     hy_model m;
     hy_error err;
     if (hy_model_build(&m, shape, NULL, 1, 1, &err) != HY_OK) return NULL;
     float *block = malloc(sizeof(float) * m.stage_numel[0]);
     hy_model_init_stage(&m, 0, seed, block);
+    /* The norms' gains too (1 -> 10; biases stay 0): the tests compare the
+     * sampler with itself and the references on the same weights, so any
+     * weights with peaked logits serve. */
     for (size_t i = 0; i < m.stage_numel[0]; i++) block[i] *= 10.0f;
-    /* LayerNorm gains stay 1: scaled they would only scale the logits. */
     hy_sampler *s = NULL;
     int rc = hy_sampler_create(&s, be, shape, block, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);

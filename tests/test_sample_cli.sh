@@ -14,7 +14,8 @@
 # Sampling: the same seed gives the same sample, another seed another;
 # --top-k 1 is greedy; --stop-token ends the sample with that token;
 # --max-new counts. The config's schedule does not matter (2 ranks or 1:
-# the same sample). With --tokenizer the sample is text, and --prompt
+# the same sample), nor whether its stages fit model.layers (more stages
+# than layers, a split of the wrong length: train refuses, sample runs). With --tokenizer the sample is text, and --prompt
 # TEXT gives the ids --prompt-tokens would.
 # Bad input exits 2 with one line: a prompt longer than seq_len, an id
 # outside the vocabulary, a malformed id list, no prompt or two, --prompt
@@ -70,6 +71,18 @@ run sample "${gpt[@]}" --set schedule.ranks=1 --set schedule.kind=gpipe --init "
     --prompt-tokens "7 300 12 99" --temperature 0 --max-new 100
 expect_rc 0
 expect_same "$tmp/out" "$tmp/greedy"
+# Nor whether its stages fit the model: hanayo on 4 ranks has 8 stages for
+# 4 layers, and a split of the wrong length, which train refuses; sample
+# never builds the stages. The config's other checks still hold.
+run sample "${gpt[@]}" --set schedule.ranks=4 --set schedule.split=[1,1] --init "$w" \
+    --prompt-tokens 7,300,12,99 --temperature 0 --max-new 100
+expect_rc 0
+expect_same "$tmp/out" "$tmp/greedy"
+expect_input_error train "${gpt[@]}" --set schedule.ranks=4 --steps 1
+expect_err '8 stages but model.layers is 4'
+expect_input_error sample "${gpt[@]}" --set schedule.ranks=4 --set 'devices=[0,0,0,0,0]' \
+    --init "$w" --prompt-tokens 7
+expect_err 'devices has 5 entries but schedule.ranks is 4'
 
 # ---- greedy = transformers' generate (the fixture) ---------------------------------
 if [ -n "$py" ]; then
@@ -82,7 +95,8 @@ d = json.load(open(sys.argv[1]))
 for c in d["cases"]:
     print(",".join(map(str, c["prompt"])), " ".join(map(str, c["greedy"])), sep="|")' \
         "$fix/sample-greedy.json" >"$tmp/cases"
-    hf=(configs/tiny-gpt.json --set schedule.kind=1f1b --set schedule.ranks=1
+    # 2 layers under tiny-gpt's schedule (hanayo, 2 ranks: 4 stages)
+    hf=(configs/tiny-gpt.json
         --set model.layers=2 --set model.d_model=32 --set model.heads=4
         --set model.seq_len=24 --set model.vocab=96)
     n=0

@@ -31,10 +31,11 @@ int cli_load_config(hy_config *c, const char *path, const hy_flag_list *sets, hy
     return hy_config_load(c, path, sets->items, sets->n, err);
 }
 
-int cli_load_run(hy_run *run, const char *path, const hy_flag_list *sets, hy_error *err) {
+int cli_load_run(hy_run *run, const char *path, const hy_flag_list *sets, hy_config_use use,
+                 hy_error *err) {
     memset(run, 0, sizeof *run);
     hy_config c;
-    int rc = cli_load_config(&c, path, sets, err);
+    int rc = hy_config_load_for(&c, use, path, sets->items, sets->n, err);
     if (!rc) rc = hy_run_resolve(run, &c, err);
     hy_config_free(&c);
     return rc;

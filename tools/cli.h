@@ -59,10 +59,12 @@ void cli_hand_config(const hy_args_result *got, const hy_flag_list *sets, const 
  * either way, so the caller frees it). */
 int cli_load_config(hy_config *c, const char *path, const hy_flag_list *sets, hy_error *err);
 
-/* Loads the config of `path` with the --set list and resolves it into
- * *run (run.h), once: what train, eval, profile and tune run. The config
- * is freed; *run is safe to free on failure too. */
-int cli_load_run(hy_run *run, const char *path, const hy_flag_list *sets, hy_error *err);
+/* Loads the config of `path` with the --set list for `use` (config.h:
+ * train and eval partition the model over the schedule's stages; sample
+ * runs it whole on one rank) and resolves it into *run (run.h), once. The
+ * config is freed; *run is safe to free on failure too. */
+int cli_load_run(hy_run *run, const char *path, const hy_flag_list *sets, hy_config_use use,
+                 hy_error *err);
 
 /* A weights flag's PATH (eval --init, sample --init) as the weights file
  * it means: PATH itself, or for a directory the model.safetensors of the

@@ -10,6 +10,7 @@
  * one line, or with a tokenizer the text. stderr says which backend and
  * weights, and why generation ended.
  */
+#include <assert.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -172,11 +173,11 @@ static int sample_run(const sample_args *a, const hy_run *run, const char *weigh
     /* Before anything is opened: a bad prompt is said alone. */
     hy_model_shape shape = hy_model_shape_of(&run->model);
     if (!rc) rc = hy_sample_check_prompt(&shape, prompt, n_prompt, err);
-    /* One rank: the whole model on rank 0's device. */
-    hy_backend_request rq = run->backend;
-    rq.ranks = 1;
+    /* One rank: the whole model on rank 0's device (the run was
+     * resolved for one rank). */
+    assert(run->backend.ranks == 1);
     hy_backend_choice chosen;
-    if (!rc) rc = hy_backend_open(&rq, &be, &chosen, err);
+    if (!rc) rc = hy_backend_open(&run->backend, &be, &chosen, err);
     if (!rc) rc = hy_sampler_open(&sp, be, &shape, weights, &unverified, err);
     if (!rc) {
         fprintf(stderr, "backend: %s, one rank\nweights: %s%s\n", chosen.why, weights,
@@ -218,7 +219,7 @@ static int cmd_sample(const cli_command *cmd, int argc, char **argv, hy_error *e
     hy_run run;
     memset(&run, 0, sizeof run);
     char file[PATH_MAX];
-    if (!rc) rc = cli_load_run(&run, got.operand, &a.sets, err);
+    if (!rc) rc = cli_load_run(&run, got.operand, &a.sets, HY_CONFIG_FOR_ONE_RANK, err);
     if (!rc && !a.init && !run.init)
         rc = hy_fail(err, HY_ERR_INPUT, "sample needs weights: --init WEIGHTS|DIR (a "
                      "safetensors file, a checkpoint, or a checkpoint.dir), or an init key "

@@ -761,7 +761,7 @@ static int cmd_train(const cli_command *cmd, int argc, char **argv, hy_error *er
     a.opts.dp = dp;
     if (rc == HY_OK && !got.help) {
         hy_run run;
-        rc = cli_load_run(&run, got.operand, &a.sets, err);
+        rc = cli_load_run(&run, got.operand, &a.sets, HY_CONFIG_FOR_STAGES, err);
         /* A config that fails on one replica: the others learn it in
          * cli_train_run's first agreement, which this one meets here. */
         if (rc != HY_OK && dp) rc = hy_dp_agree(dp, rc, err);
@@ -896,7 +896,7 @@ static int cmd_eval(const cli_command *cmd, int argc, char **argv, hy_error *err
     }
     if (rc == HY_OK && !got.help) {
         hy_run run;
-        rc = cli_load_run(&run, got.operand, &a.sets, err);
+        rc = cli_load_run(&run, got.operand, &a.sets, HY_CONFIG_FOR_STAGES, err);
         if (rc == HY_OK) rc = cli_eval_run(&run, a.data, a.batches, a.init, stdout, stderr, err);
         hy_run_free(&run);
     }

@@ -20,7 +20,10 @@ llm.c's scripts do, so a model sees where one document ends.
 Split: as llm.c, the first shard (OUT/NAME_val_000000.bin) is validation
 and the rest (NAME_train_000001.bin, ...) training; or with --val-fraction
 F, that fraction of the documents, spread evenly, goes to the one val shard
-(hanayo's data.val is one shard) and the rest to the train shards.
+(hanayo's data.val is one shard) and the rest to the train shards. A corpus
+that fits in the first shard would leave nothing to train on: then 1% of
+its documents (at least one), spread evenly, go to the val shard and the
+rest to NAME_train_000001.bin, ..., said on stderr.
 
 Every shard is written to a temporary file beside it and renamed into place
 once complete, so an interrupted run leaves no partial shard. Exit 2 for bad
@@ -31,6 +34,7 @@ for the format), 1 for a failed write. Needs only `tokenizers`:
 
 import argparse
 import array
+from fractions import Fraction
 import glob
 import json
 import os
@@ -42,6 +46,7 @@ SHARD_U32 = (20240801, 7, 'I', 4)
 HEADER_INTS = 256
 MAX_SHARD_TOKENS = 2**31 - 1        # header[2] is an int32
 ENCODE_BATCH_CHARS = 1 << 20        # text handed to encode_batch at a time
+SMALL_VAL_SHARE = Fraction(1, 100)  # a corpus within one shard: its val documents
 
 
 class InputError(Exception):
@@ -132,6 +137,45 @@ class ShardWriter:
                 os.unlink(self.tmp)
             except OSError:
                 pass
+
+
+def to_val(d, share):
+    """Whether document d (from 0) goes to val when `share` (a Fraction) of
+    the documents does: when the running count of val documents, d x share,
+    steps up, so that exactly that share is val, spread evenly (0.1: the
+    10th, the 20th, ...). Exact, so 0.3 of 10 documents is 3."""
+    return int((d + 1) * share) > int(d * share)
+
+
+def resplit(val, lens, out_dir, name, fmt, shard_tokens):
+    """A corpus that fits in the first shard, all of it in `val`: reads its
+    documents (their lengths `lens`) back and writes them again, 1% of them
+    (at least one) spread evenly to a new val shard in its place and the
+    rest to train shards from 000001, as llm.c's names. Returns the two
+    writers, closed, and how many documents went to val."""
+    n = len(lens)
+    n_val = max(1, int(n * SMALL_VAL_SHARE))
+    share = Fraction(n_val, n)
+    new_val = ShardWriter(out_dir, name, 'val', 0, fmt, None)
+    new_train = ShardWriter(out_dir, name, 'train', 1, fmt, shard_tokens)
+    # The old val shard stays open for reading while the new one replaces
+    # its name (POSIX keeps the open file).
+    with open(val.written[0][0], 'rb') as f:
+        f.seek(4 * HEADER_INTS)
+        try:
+            for d, length in enumerate(lens):
+                ids = array.array(fmt[2])
+                ids.fromfile(f, length)
+                if sys.byteorder != 'little':
+                    ids.byteswap()
+                (new_val if to_val(d, share) else new_train).add(ids.tolist())
+            new_val.close()
+            new_train.close()
+        except BaseException:
+            new_val.abandon()
+            new_train.abandon()
+            raise
+    return new_val, new_train, n_val
 
 
 # ---------------------------------------------------------------------------
@@ -235,9 +279,10 @@ def parse_args(argv):
                    help="shard file prefix (default: OUT's last component)")
     p.add_argument('--shard-tokens', type=int, default=100_000_000, metavar='N',
                    help='tokens per shard (default 100000000, as llm.c)')
-    p.add_argument('--val-fraction', type=float, metavar='F',
+    p.add_argument('--val-fraction', type=Fraction, metavar='F',
                    help='put this fraction of the documents in the one val shard '
-                        '(default: the first shard is val, as llm.c)')
+                        '(default: the first shard is val, as llm.c; when the corpus '
+                        'fits in it, 1%% of the documents)')
     p.add_argument('--eot', metavar='NAME|ID',
                    help='token before each document: a token name, an id, or "none" '
                         '(default: <|endoftext|> when the tokenizer has it)')
@@ -341,26 +386,28 @@ def prepare(a):
 
     progress = Progress(sum(os.path.getsize(p) for p in a.inputs))
     docs = val_docs = 0
+    val_lens = array.array('I')     # llm.c's split: the tokens of each document in val
     try:
         for batch, done in batches(read_documents(a.inputs, a.doc_per, a.text_key)):
             for enc in tok.encode_batch(batch, add_special_tokens=a.special_tokens):
                 ids = ([eot] if eot is not None else []) + enc.ids
                 if a.val_fraction is None:
                     # llm.c: the first shard is val; once full, the rest is train.
-                    to_val = not val.written
+                    is_val = not val.written
                 else:
-                    # Document d goes to val when the running count of val
-                    # documents, d * F, steps up: exactly F of them, spread.
-                    to_val = int((docs + 1) * a.val_fraction) > int(docs * a.val_fraction)
-                if to_val and a.val_fraction is None:
+                    is_val = to_val(docs, a.val_fraction)
+                if is_val and a.val_fraction is None:
                     n = min(len(ids), a.shard_tokens - val.count)
                     val.add(ids[:n])
+                    val_lens.append(n)
                     if val.full():
                         val.close()
+                    if n < len(ids):
+                        val_lens = None     # train has begun: llm.c's split stands
                     train.add(ids[n:])
                 else:
-                    (val if to_val else train).add(ids)
-                val_docs += to_val
+                    (val if is_val else train).add(ids)
+                val_docs += is_val
                 docs += 1
             progress.show(done, val.tokens + val.count + train.tokens + train.count)
         val.close()
@@ -373,12 +420,22 @@ def prepare(a):
 
     if docs == 0:
         raise InputError('no documents in the input (empty files or lines)')
+    if a.val_fraction is None and not train.written and docs > 1:
+        # Every document fit in the first shard, which llm.c makes val.
+        assert val_lens is not None and len(val_lens) == docs
+        val, train, val_docs = resplit(val, val_lens, a.out, name, fmt, a.shard_tokens)
+        print('prepare_data: all %d tokens fit in the first shard (--shard-tokens %d), '
+              'which would leave none to train on: %d of the %d documents (1%%, at least '
+              'one), spread evenly, went to the val shard and the rest to train; '
+              '--val-fraction F or a smaller --shard-tokens choose otherwise'
+              % (val.tokens + train.tokens, a.shard_tokens, val_docs, docs), file=sys.stderr)
     if not train.written:
         for path, _ in val.written:
             os.unlink(path)
-        raise InputError('all %d tokens went to the val shard, none is left to train on: '
+        raise InputError('all %d tokens went to the val shard, none is left to train on%s: '
                          'choose a --shard-tokens below %d, or a --val-fraction'
-                         % (val.tokens, val.tokens))
+                         % (val.tokens, ' (one document: --doc-per line splits a text file '
+                            'by lines)' if docs == 1 else '', val.tokens))
     written = {p for p, _ in val.written + train.written}
     for path in stale:
         if path not in written:
@@ -392,7 +449,7 @@ def prepare(a):
                                                  train.tokens))
     print('shards       %d val, %d train, at most %d tokens each%s'
           % (len(val.written), len(train.written), a.shard_tokens,
-             ' (val: one shard)' if a.val_fraction is not None else ''))
+             ' (val: one shard)' if val.limit is None else ''))
     print('vocabulary   %d ids (%s)' % (vocab, a.tokenizer))
     print('format       %s: llm.c magic %d, version %d, uint%d ids'
           % (fmt_name, fmt[0], fmt[1], 8 * fmt[3]))

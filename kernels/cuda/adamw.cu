@@ -59,6 +59,7 @@
 
 #include "check.cuh"
 #include "kernels.cuh"
+#include "pack.cuh"
 
 #define EW_THREADS 256
 #define EW_MAX_BLOCKS 65536u
@@ -96,12 +97,6 @@ static __device__ __forceinline__ void adamw_elem(float &p, float &m, float &v, 
     p = __fsub_rn(p, __fmul_rn(k.lr, __fadd_rn(step, __fmul_rn(decay ? k.wd : 0.0f, p))));
 }
 
-/* Two bf16 in one 32-bit word (lo at the lower address). */
-static __device__ __forceinline__ unsigned adamw_pack(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<unsigned *>(&h);
-}
-
 /* Elements j .. j+7 of block blk, all of one segment: two 16-byte loads of
  * each fp32 array, all eight issued before any arithmetic, two 16-byte
  * stores of each updated array and one of the bf16 copy. Every access is
@@ -125,9 +120,12 @@ static __device__ __forceinline__ void adamw_vec(const hy_adamw_block &blk, size
         __stcs(vp + h, v4[h]);
     }
     if (blk.param_compute != NULL) {
-        uint4 c = make_uint4(adamw_pack(p4[0].x, p4[0].y), adamw_pack(p4[0].z, p4[0].w),
-                             adamw_pack(p4[1].x, p4[1].y), adamw_pack(p4[1].z, p4[1].w));
-        __stcs(reinterpret_cast<uint4 *>(blk.param_compute + j), c);
+        const float f[8] = { p4[0].x, p4[0].y, p4[0].z, p4[0].w,
+                             p4[1].x, p4[1].y, p4[1].z, p4[1].w };
+        hy_k_bf16x8 c = hy_k_pack8(f);
+        /* The 16 bytes as one streaming store (__stcs takes a uint4). */
+        __stcs(reinterpret_cast<uint4 *>(blk.param_compute + j),
+               *reinterpret_cast<const uint4 *>(&c));
     }
 }
 

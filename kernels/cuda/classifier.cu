@@ -44,6 +44,7 @@
 
 #include "check.cuh"
 #include "kernels.cuh"
+#include "pack.cuh"
 
 #define CLS_ROW_THREADS 512
 #define CLS_ONE_THREADS 1024   /* the single-block count and loss kernels */
@@ -95,11 +96,6 @@ static __device__ __forceinline__ void cls_merge(float &m, float &s, float m2, f
     s = a + b;
 }
 
-/* 8 bf16: one 16-byte access. */
-struct __align__(16) cls_pack {
-    __nv_bfloat162 h[4];
-};
-
 /* Folds one column's logit, or (VEC) a pack of 8 of which the first `valid`
  * are real columns, into the thread's online (max, Σ exp). */
 static __device__ __forceinline__ void cls_fold(float &m, float &s, const float *x, int valid) {
@@ -116,12 +112,7 @@ static __device__ __forceinline__ void cls_fold(float &m, float &s, const float 
 template <int VEC>
 static __device__ __forceinline__ void cls_read(float x[8], const hy_bf16 *p) {
     if (VEC) {
-        cls_pack k = *(const cls_pack *)p;
-        for (int j = 0; j < 4; j++) {
-            float2 v = __bfloat1622float2(k.h[j]);
-            x[2 * j] = v.x;
-            x[2 * j + 1] = v.y;
-        }
+        hy_k_unpack8(hy_k_load8(p), x);
     } else {
         x[0] = __bfloat162float(*p);
     }
@@ -141,9 +132,8 @@ static __global__ void cls_row_kernel(hy_bf16 *logits, double *losses, float *hi
     if (y < 0 || y >= V) {   /* ignored (-1) or bad: the row does not count */
         for (int c = threadIdx.x * W; c < Vp; c += step) {
             if (VEC) {
-                cls_pack p;
-                for (int j = 0; j < 4; j++) p.h[j] = __floats2bfloat162_rn(0.0f, 0.0f);
-                *(cls_pack *)(z + c) = p;
+                const float zero[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
+                *(hy_k_bf16x8 *)(z + c) = hy_k_pack8(zero);
             } else {
                 z[c] = __float2bfloat16(0.0f);
             }
@@ -189,9 +179,7 @@ static __global__ void cls_row_kernel(hy_bf16 *logits, double *losses, float *hi
             v[j] = i >= V ? 0.0f : i == y ? gy : expf(x[j] - mx) * gs;
         }
         if (VEC) {
-            cls_pack p;
-            for (int j = 0; j < 4; j++) p.h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-            *(cls_pack *)(z + c) = p;
+            *(hy_k_bf16x8 *)(z + c) = hy_k_pack8(v);
         } else {
             z[c] = __float2bfloat16(v[0]);
         }

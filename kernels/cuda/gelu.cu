@@ -22,16 +22,12 @@
 
 #include "check.cuh"
 #include "kernels.cuh"
+#include "pack.cuh"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/π) */
 #define GELU_CUBE 0.044715f
 #define GELU_THREADS 256
 #define GELU_MAX_BLOCKS 65536u
-
-/* 8 bf16, one 16-byte load or store. */
-struct __align__(16) gelu_pack {
-    __nv_bfloat162 h[4];
-};
 
 static __device__ __forceinline__ float gelu_sigma(float x) {
     float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
@@ -52,12 +48,10 @@ static __global__ void gelu_fwd_kernel(hy_bf16 *out, const hy_bf16 *inp, size_t 
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (size_t v = gid; v < nvec; v += stride) {
-        gelu_pack x = reinterpret_cast<const gelu_pack *>(inp)[v], y;
-        for (int j = 0; j < 4; j++) {
-            float2 f = __bfloat1622float2(x.h[j]);
-            y.h[j] = __floats2bfloat162_rn(gelu_f(f.x), gelu_f(f.y));
-        }
-        reinterpret_cast<gelu_pack *>(out)[v] = y;
+        float f[8];
+        hy_k_unpack8(hy_k_load8(inp + v * 8), f);
+        for (int j = 0; j < 8; j++) f[j] = gelu_f(f[j]);
+        *(hy_k_bf16x8 *)(out + v * 8) = hy_k_pack8(f);
     }
     for (size_t i = nvec * 8 + gid; i < n; i += stride)
         out[i] = __float2bfloat16(gelu_f(__bfloat162float(inp[i])));
@@ -70,18 +64,12 @@ static __global__ void gelu_bwd_kernel(hy_bf16 *dinp, const hy_bf16 *dout, const
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (size_t v = gid; v < nvec; v += stride) {
-        gelu_pack x = reinterpret_cast<const gelu_pack *>(inp)[v];
-        gelu_pack d = reinterpret_cast<const gelu_pack *>(dout)[v];
-        gelu_pack a, y;
-        if (ADD) a = reinterpret_cast<const gelu_pack *>(dinp)[v];
-        for (int j = 0; j < 4; j++) {
-            float2 fx = __bfloat1622float2(x.h[j]);
-            float2 fd = __bfloat1622float2(d.h[j]);
-            float2 fa = ADD ? __bfloat1622float2(a.h[j]) : make_float2(0.0f, 0.0f);
-            y.h[j] = __floats2bfloat162_rn(fa.x + fd.x * gelu_slope(fx.x),
-                                           fa.y + fd.y * gelu_slope(fx.y));
-        }
-        reinterpret_cast<gelu_pack *>(dinp)[v] = y;
+        float x[8], d[8], a[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
+        hy_k_unpack8(hy_k_load8(inp + v * 8), x);
+        hy_k_unpack8(hy_k_load8(dout + v * 8), d);
+        if (ADD) hy_k_unpack8(hy_k_load8(dinp + v * 8), a);
+        for (int j = 0; j < 8; j++) a[j] = a[j] + d[j] * gelu_slope(x[j]);
+        *(hy_k_bf16x8 *)(dinp + v * 8) = hy_k_pack8(a);
     }
     for (size_t i = nvec * 8 + gid; i < n; i += stride) {
         float x = __bfloat162float(inp[i]);

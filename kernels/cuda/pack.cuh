@@ -1,6 +1,7 @@
 /*
  * pack.cuh — eight bf16 as one 16-byte access, for the memory-bound
- * kernels that read rows 8 elements at a time (layernorm.cu, swiglu.cu):
+ * kernels that read rows 8 elements at a time (layernorm.cu, swiglu.cu,
+ * gelu.cu, classifier.cu; adamw.cu writes its bf16 copy so):
  * the type, a load, and the conversions to and from eight floats (each
  * float rounded to bf16 once, to nearest even).
  *
