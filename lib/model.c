@@ -50,6 +50,10 @@ double hy_model_block_flops(const hy_model *m) {
 
 double hy_model_head_flops(const hy_model *m) { return 2.0 * m->d_model * m->vocab_padded; }
 
+double hy_model_flops_per_token(const hy_model *m) {
+    return m->layers * hy_model_block_flops(m) + hy_model_head_flops(m);
+}
+
 /* The head's forward FLOPs in units of one block's. */
 static double head_cost(const hy_model *m) {
     return hy_model_head_flops(m) / hy_model_block_flops(m);

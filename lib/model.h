@@ -161,6 +161,10 @@ double hy_model_block_weight_flops(const hy_model *m);
  * to the last stage. */
 double hy_model_head_flops(const hy_model *m);
 
+/* Forward FLOPs per token of the whole model: its blocks and the head
+ * (the embedding is a lookup). */
+double hy_model_flops_per_token(const hy_model *m);
+
 /* Widths of a block's fused products: the attention input,
  * (heads + 2 kv_heads) x head_dim (GPT: 3 d_model), and the MLP's first
  * product, ffn_dim (GPT) or gate|up's 2 ffn_dim (Llama). */

@@ -3,7 +3,8 @@
  * hy_tune_model_costs): models no machine here could profile, searched
  * under a memory budget without running (or allocating) them.
  *
- * The modelled cost model is the model's own FLOPs: its layer and head
+ * The FLOP counts (model.h) against the parameter table. The modelled
+ * cost model is the model's own FLOPs: its layer and head
  * costs stand in the ratio the partition weighs them by (model.h), a
  * backward is twice a forward, a transfer is a boundary's bytes over the
  * link. Then configs/gpt-13b.json and configs/llama-8b.json on the CUDA
@@ -76,6 +77,26 @@ static void test_model_costs(void) {
     hy_tune_model_costs(&run, &cpu, TFLOPS, LINK_GBPS, &mc, &share);
     CHECK_NEAR(mc.comm, 2 * m.comm, 1e-9 * m.comm);
     CHECK(mc.layer_fwd == m.layer_fwd);
+    hy_run_free(&run);
+}
+
+/* The FLOP counts against the parameter table: a block's products with
+ * weights are twice its matrices' values (the decayed parameters of
+ * layer 0), the whole forward its blocks and the head (what the bench's
+ * GFLOP/s counts), for a GPT and a Llama (fused Q|K|V of grouped-query
+ * attention, gate|up). */
+static void test_flops_of(const char *config) {
+    hy_run run;
+    if (load(&run, config)) return;
+    const hy_model *m = &run.model;
+    double matrices = 0;
+    for (int i = 0; i < m->n_params; i++)
+        if (m->params[i].layer == 0 && m->params[i].decay) matrices += (double)m->params[i].numel;
+    CHECKF(hy_model_block_weight_flops(m) == 2 * matrices, "%s: %g vs 2 x %g", config,
+           hy_model_block_weight_flops(m), matrices);
+    CHECK(hy_model_block_flops(m) == 2 * matrices + 4.0 * m->d_model * m->seq_len);
+    CHECK(hy_model_flops_per_token(m) ==
+          m->layers * hy_model_block_flops(m) + 2.0 * m->d_model * m->vocab_padded);
     hy_run_free(&run);
 }
 
@@ -203,6 +224,8 @@ static void test_llama_8b(void) {
 }
 
 int main(void) {
+    test_flops_of("configs/gpt-13b.json");
+    test_flops_of("configs/llama-8b.json");
     test_model_costs();
     test_gpt_13b();
     test_llama_8b();
