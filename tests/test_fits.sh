@@ -113,6 +113,8 @@ case "$HANAYO" in
         expect_out '^costs modelled, not measured: the run cannot be profiled here (the run does not fit'
         expect_out "FLOPs at 395.6 TFLOP/s a rank"
         expect_out '^     1  '
+        if [ $model = gpt-13b ]; then expect_out 'as it is, predicted the same way; over the memory budget'
+        else expect_no_out 'same way; over the memory budget'; fi
         run plan "$tmp/$model-tuned.json" --memory-gb 80 --set backend=cuda
         expect_rc 0
         expect_out '^  fits: each rank within 80.00 GiB'

@@ -456,11 +456,12 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
             write_candidate(out, tag, &res.best[i]);
         }
         write_candidate(out, "now", &res.current);
+        const char *over = res.current.mem_bytes > o.budget_bytes ? "; over the memory budget" : "";
         if (tc.modelled)
-            fprintf(out, "  (now: the config as it is, predicted the same way)\n");
+            fprintf(out, "  (now: the config as it is, predicted the same way%s)\n", over);
         else
-            fprintf(out, "  (now: the config as it is, predicted the same way; measured %.2f "
-                    "ms)\n", tc.p.wall_ms);
+            fprintf(out, "  (now: the config as it is, predicted the same way%s; measured %.2f "
+                    "ms)\n", over, tc.p.wall_ms);
         if (a->apply) {
             rc = cli_tune_apply(config, a->sets.items, a->sets.n, &res.best[0], a->apply, err);
             if (!rc) fprintf(out, "\nwrote %s: candidate 1\n", a->apply);
