@@ -3,6 +3,7 @@
  */
 #include "costs.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -142,4 +143,24 @@ void hy_cost_model_stage(const hy_cost_model *m, int stage, int S, int n, double
 void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,
                           double *fwd, double *bwd) {
     for (int s = 0; s < S; s++) hy_cost_model_stage(m, s, S, n_layers[s], &fwd[s], &bwd[s]);
+}
+
+/* ------------------------------------------------------------------------
+ * Modelled costs
+ * ------------------------------------------------------------------------ */
+
+double hy_costs_flops_ms(double flops, double tflops) { return flops / (tflops * 1e12) * 1e3; }
+
+double hy_costs_bytes_ms(double bytes, double gbps) { return 8 * bytes / (gbps * 1e9) * 1e3; }
+
+void hy_cost_model_of_work(hy_cost_model *m, const hy_cost_work *w) {
+    assert(w->tflops > 0 && w->link_gbps > 0);
+    memset(m, 0, sizeof *m);
+    m->layer_fwd = hy_costs_flops_ms(w->tokens * w->layer_flops, w->tflops);
+    m->first_fwd = hy_costs_flops_ms(w->tokens * w->first_flops, w->tflops);
+    m->last_fwd = hy_costs_flops_ms(w->tokens * w->last_flops, w->tflops);
+    m->layer_bwd = HY_COSTS_BWD_PER_FWD * m->layer_fwd;
+    m->first_bwd = HY_COSTS_BWD_PER_FWD * m->first_fwd;
+    m->last_bwd = HY_COSTS_BWD_PER_FWD * m->last_fwd;
+    m->comm = hy_costs_bytes_ms(w->transfer_bytes, w->link_gbps);
 }

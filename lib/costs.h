@@ -18,7 +18,9 @@
  * forward and backward alike, where `first` is what the first stage costs
  * beyond its layers (the embedding, and anything else that makes that
  * stage dearer) and `last` the same for the last (final LayerNorm, the
- * head and the loss). See hy_cost_model_fit for how it is fitted.
+ * head and the loss). See hy_cost_model_fit for how it is fitted, and
+ * hy_cost_model_of_work for the same model derived from the work instead
+ * of measured (`hanayo tune --costs model`).
  */
 #ifndef HY_COSTS_H
 #define HY_COSTS_H
@@ -120,5 +122,42 @@ double hy_cost_model_recompute(const hy_cost_model *m, int n, double share);
 /* Per-stage costs of split n_layers (S stages) under the model. */
 void hy_cost_model_stages(const hy_cost_model *m, const int *n_layers, int S,
                           double *fwd, double *bwd);
+
+/* ---- Modelled costs: the work at an assumed rate -----------------------
+ * Where a run cannot be measured (a 13B model on one machine), its costs
+ * are its FLOPs at an assumed sustained rate and its transfers' bytes
+ * over an assumed link. The assumed device, unless told otherwise: an
+ * H200 (SXM), dense bf16 peak 989 TFLOP/s, at a model FLOPs utilization
+ * of 40% (large-model training on Hopper reaches 35-45%; GPT-2 124M on
+ * one H200 ran at 34%: docs/cuda.md), 141 GB of memory, and NVLink 4's
+ * 450 GB/s each way between two GPUs of one server. */
+#define HY_COSTS_GPU_PEAK_TFLOPS 989.0
+#define HY_COSTS_GPU_MFU 0.40
+#define HY_COSTS_GPU_MEMORY_BYTES 141e9
+#define HY_COSTS_LINK_GBPS 3600.0      /* Gb/s: 450 GB/s */
+
+/* A backward's FLOPs over its forward's: every product has two
+ * gradients (its input's and its other operand's), each as large as it. */
+#define HY_COSTS_BWD_PER_FWD 2.0
+
+/* The work of one micro-batch, per stage part, and the assumed machine. */
+typedef struct {
+    double tokens;          /* per micro-batch: B x T */
+    double layer_flops;     /* forward FLOPs per token of one layer */
+    double first_flops;     /* ... beyond its layers, on the first stage */
+    double last_flops;      /* ... beyond its layers, on the last stage (the head) */
+    double transfer_bytes;  /* one cross-rank transfer */
+    double tflops;          /* sustained rate of one device, TFLOP/s */
+    double link_gbps;       /* a link between two ranks, Gb/s */
+} hy_cost_work;
+
+/* ms for `flops` at `tflops` TFLOP/s, and for `bytes` over `gbps` Gb/s:
+ * the two conversions from work to time. */
+double hy_costs_flops_ms(double flops, double tflops);
+double hy_costs_bytes_ms(double bytes, double gbps);
+
+/* The per-layer model of work w: each part's forward FLOPs in ms, its
+ * backward HY_COSTS_BWD_PER_FWD times that, a transfer its bytes' time. */
+void hy_cost_model_of_work(hy_cost_model *m, const hy_cost_work *w);
 
 #endif

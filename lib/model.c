@@ -42,13 +42,21 @@ static double block_matrix_numel(const hy_model *m) {
     return C * hy_model_qkv_width(m) + H * C + C * hy_model_fc_width(m) + F * C;
 }
 
+double hy_model_block_weight_flops(const hy_model *m) { return 2.0 * block_matrix_numel(m); }
+
 double hy_model_block_flops(const hy_model *m) {
-    return 2.0 * block_matrix_numel(m) + 4.0 * m->d_model * m->seq_len;
+    return hy_model_block_weight_flops(m) + 4.0 * m->d_model * m->seq_len;
 }
 
-/* Forward FLOPs per token of the head, 2 C Vp, in units of one block's. */
+double hy_model_head_flops(const hy_model *m) { return 2.0 * m->d_model * m->vocab_padded; }
+
+double hy_model_flops_per_token(const hy_model *m) {
+    return m->layers * hy_model_block_flops(m) + hy_model_head_flops(m);
+}
+
+/* The head's forward FLOPs in units of one block's. */
 static double head_cost(const hy_model *m) {
-    return 2.0 * m->d_model * m->vocab_padded / hy_model_block_flops(m);
+    return hy_model_head_flops(m) / hy_model_block_flops(m);
 }
 
 double hy_model_stage_cost(const hy_model *m, int stage) {

@@ -151,6 +151,20 @@ double hy_model_stage_cost(const hy_model *m, int stage);
  * work that the partition, the plan and the tuner share. */
 double hy_model_block_flops(const hy_model *m);
 
+/* The part of that of its products with weights (2 x its matrices'
+ * values): what a backward's weight-gradient pass redoes, attention's
+ * products having no weights. */
+double hy_model_block_weight_flops(const hy_model *m);
+
+/* Forward FLOPs per token of the LM head's product, 2 d_model Vp (the
+ * final norm and the loss are too few to count): what the partition adds
+ * to the last stage. */
+double hy_model_head_flops(const hy_model *m);
+
+/* Forward FLOPs per token of the whole model: its blocks and the head
+ * (the embedding is a lookup). */
+double hy_model_flops_per_token(const hy_model *m);
+
 /* Widths of a block's fused products: the attention input,
  * (heads + 2 kv_heads) x head_dim (GPT: 3 d_model), and the MLP's first
  * product, ffn_dim (GPT) or gate|up's 2 ffn_dim (Llama). */

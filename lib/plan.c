@@ -613,6 +613,12 @@ static void compare_row(hy_compare_row *row, const hy_plan *pl) {
 int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_COMPARE_ROWS],
                           const char *const skip[HY_COMPARE_ROWS],
                           hy_compare_row rows[HY_COMPARE_ROWS], hy_error *err) {
+    return hy_plan_compare_costs_each(p, costs, skip, NULL, NULL, rows, err);
+}
+
+int hy_plan_compare_costs_each(const hy_sched_params *p, const hy_costs costs[HY_COMPARE_ROWS],
+                               const char *const skip[HY_COMPARE_ROWS], hy_compare_each each,
+                               void *ctx, hy_compare_row rows[HY_COMPARE_ROWS], hy_error *err) {
     hy_error first;
     hy_error_clear(&first);
     int any = 0;
@@ -626,6 +632,7 @@ int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_COMP
         row->split = q.split_backward;
         row->waves = q.kind == HY_SCHED_HANAYO ? q.waves : 0;
         row->chunks = hy_sched_chunks(&q);
+        row->mem_bytes = -1;
         hy_plan pl;
         hy_error e;
         hy_error_clear(&e);
@@ -638,6 +645,7 @@ int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_COMP
             continue;
         }
         compare_row(row, &pl);
+        if (each) each(&pl, row, ctx);
         hy_plan_free(&pl);
         any = 1;
     }
@@ -647,6 +655,12 @@ int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_COMP
 
 int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
                     hy_compare_row rows[HY_COMPARE_ROWS], hy_error *err) {
+    return hy_plan_compare_each(p, c, 0, NULL, NULL, rows, err);
+}
+
+int hy_plan_compare_each(const hy_sched_params *p, const hy_costs *c, double recompute_share,
+                         hy_compare_each each, void *ctx, hy_compare_row rows[HY_COMPARE_ROWS],
+                         hy_error *err) {
     /* f and b are the cost of one rank's share of the model, split over
      * its chunks, so makespans compare across stage counts; a transfer
      * moves the same activation whatever the chunking. A split row does
@@ -661,8 +675,9 @@ int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
         share[k].fwd /= hy_sched_chunks(&q);
         share[k].bwd /= hy_sched_chunks(&q);
         share[k].wgrad /= hy_sched_chunks(&q);
+        hy_costs_add_recompute(&share[k], recompute_share);
     }
-    return hy_plan_compare_costs(p, share, NULL, rows, err);
+    return hy_plan_compare_costs_each(p, share, NULL, each, ctx, rows, err);
 }
 
 static void row_name(const hy_compare_row *row, char *buf, size_t n) {
@@ -682,9 +697,11 @@ int hy_compare_write_table(FILE *f, const hy_compare_row *rows, int n) {
     /* "peak act" counts stage activations; "act mem" divides by the chunks
      * per rank, giving memory in units of one micro-batch's activations
      * through a whole rank share, comparable across schedules. */
-    fprintf(f, "%-22s %6s %10s %8s %8s %8s %9s %9s %8s %10s\n", "schedule", "stages",
+    int mem = 0;
+    for (int i = 0; i < n; i++) mem |= rows[i].ok && rows[i].mem_bytes >= 0;
+    fprintf(f, "%-22s %6s %10s %8s %8s %8s %9s %9s %8s %10s%s\n", "schedule", "stages",
             "makespan", "bubble", "ideal", "bound", "mem bound", "peak act", "act mem",
-            "transfers");
+            "transfers", mem ? "    mem GiB" : "");
     for (int i = 0; i < n; i++) {
         char name[64];
         row_name(&rows[i], name, sizeof name);
@@ -692,11 +709,14 @@ int hy_compare_write_table(FILE *f, const hy_compare_row *rows, int n) {
             fprintf(f, "%-22s skipped: %s\n", name, rows[i].note);
             continue;
         }
-        fprintf(f, "%-22s %6d %10g %8.4f %8.4f %8.4f %9.4f %9d %8.2f %10d\n", name,
+        fprintf(f, "%-22s %6d %10g %8.4f %8.4f %8.4f %9.4f %9d %8.2f %10d", name,
                 rows[i].stages, rows[i].makespan, rows[i].bubble,
                 rows[i].ideal_bubble, rows[i].bound_bubble, rows[i].memory_bound_bubble,
                 rows[i].peak_max,
                 (double)rows[i].peak_max / rows[i].chunks, rows[i].transfers);
+        if (rows[i].mem_bytes >= 0) fprintf(f, " %10.3g", rows[i].mem_bytes / 1073741824.0);
+        else if (mem) fprintf(f, " %10s", "-");
+        fputc('\n', f);
     }
     return ferror(f) ? -1 : 0;
 }
@@ -728,6 +748,8 @@ static json_t *compare_row_json(const hy_compare_row *row) {
         bad |= json_object_set_new(o, "memory_bound_bubble", json_real(row->memory_bound_bubble));
         bad |= json_object_set_new(o, "peak_activations_max", json_integer(row->peak_max));
         bad |= json_object_set_new(o, "transfers", json_integer(row->transfers));
+        if (row->mem_bytes >= 0)
+            bad |= json_object_set_new(o, "memory_bytes", json_real(row->mem_bytes));
     }
     if (bad) {
         json_decref(o);

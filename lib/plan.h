@@ -122,7 +122,13 @@ typedef struct {
     double memory_bound_bubble;   /* no order within its peak activations does better */
     int peak_max;          /* peak activations, max over ranks */
     int transfers;
+    double mem_bytes;      /* the most a rank allocates, as a caller's hy_compare_each
+                              planned it (memplan.h); < 0: not planned */
 } hy_compare_row;
+
+/* Called with each row's plan once it is built, to add the caller's
+ * figures of it to the row (`hanayo plan --compare` plans its memory). */
+typedef void (*hy_compare_each)(const hy_plan *pl, hy_compare_row *row, void *ctx);
 
 /* p supplies P, M, W (waves) and v (chunks); p->kind and
  * p->split_backward are ignored. c holds one rank share's f, its whole
@@ -131,6 +137,13 @@ typedef struct {
  * parameters, with the first kind's reason. */
 int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
                     hy_compare_row rows[HY_COMPARE_ROWS], hy_error *err);
+/* The same with each backward pass (B, and W in the split rows) also
+ * redoing `recompute_share` of its stage's forward (costs.h,
+ * hy_costs_add_recompute: train.recompute's price), and each(pl, row,
+ * ctx) called for every row built (each may be NULL). */
+int hy_plan_compare_each(const hy_sched_params *p, const hy_costs *c, double recompute_share,
+                         hy_compare_each each, void *ctx, hy_compare_row rows[HY_COMPARE_ROWS],
+                         hy_error *err);
 /* The same with each row's own costs, used as given (per-stage arrays
  * sized for that kind's stages: measured costs re-priced per schedule,
  * `hanayo plan --compare --costs`). A row with a non-NULL skip[i] (skip
@@ -138,9 +151,14 @@ int hy_plan_compare(const hy_sched_params *p, const hy_costs *c,
 int hy_plan_compare_costs(const hy_sched_params *p, const hy_costs costs[HY_COMPARE_ROWS],
                           const char *const skip[HY_COMPARE_ROWS],
                           hy_compare_row rows[HY_COMPARE_ROWS], hy_error *err);
+int hy_plan_compare_costs_each(const hy_sched_params *p, const hy_costs costs[HY_COMPARE_ROWS],
+                               const char *const skip[HY_COMPARE_ROWS], hy_compare_each each,
+                               void *ctx, hy_compare_row rows[HY_COMPARE_ROWS], hy_error *err);
 int hy_compare_write_table(FILE *f, const hy_compare_row *rows, int n);
 char *hy_compare_table(const hy_compare_row *rows, int n);
-/* A JSON array of row objects (skipped rows carry "skipped": reason).
+/* The table has a "mem GiB" column when some row's mem_bytes is planned.
+ * A JSON array of row objects (skipped rows carry "skipped": reason; a
+ * planned row "memory_bytes").
  * NULL only when out of memory. */
 char *hy_compare_json(const hy_compare_row *rows, int n);
 

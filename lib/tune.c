@@ -62,6 +62,26 @@ void hy_tune_memory(const hy_run *run, const hy_schedule *s, const int *split, i
 }
 
 /* ------------------------------------------------------------------------
+ * Modelled costs
+ * ------------------------------------------------------------------------ */
+
+void hy_tune_model_costs(const hy_run *run, const hy_backend_memory *mem, double tflops,
+                         double link_gbps, hy_cost_model *m, double *wgrad_share) {
+    const hy_model *mdl = &run->model;
+    hy_transformer tf = { .model = mdl, .act_size = mem->act_size, .B = run->micro_batch_size,
+                          .T = mdl->seq_len };
+    hy_cost_work w = { .tokens = (double)run->micro_batch_size * mdl->seq_len,
+                       .layer_flops = hy_model_block_flops(mdl),
+                       .first_flops = 0,   /* the embedding is a lookup */
+                       .last_flops = hy_model_head_flops(mdl),
+                       .transfer_bytes = (double)hy_boundary_bytes(&tf),
+                       .tflops = tflops, .link_gbps = link_gbps };
+    hy_cost_model_of_work(m, &w);
+    *wgrad_share = hy_model_block_weight_flops(mdl) /
+                   (HY_COSTS_BWD_PER_FWD * hy_model_block_flops(mdl));
+}
+
+/* ------------------------------------------------------------------------
  * Splits
  * ------------------------------------------------------------------------ */
 
@@ -427,7 +447,7 @@ int hy_tune_search(const hy_run *run, const hy_cost_model *m, const hy_tune_opts
     hy_cost_model m0 = *m;
     m0.layer_bwd = fmax(0, m->layer_bwd - (run->sched.split ? 2 : 1) *
                                               hy_cost_model_recompute(m, 1, hy_recompute_share(
-                                                                                 run->train.recompute)));
+                                                                                 o->priced_recompute)));
     cand_list all = {0};
     int rc = HY_OK;
     for (int k = 0; !rc && k < HY_SCHED_COUNT; k++) {

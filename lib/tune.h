@@ -34,6 +34,10 @@
  *            faster than it (TUNE_MIN_LAYERS, TUNE_SPLIT_MARGIN in tune.c
  *            say why).
  *
+ * The costs are measured (a profile's fitted model) or modelled
+ * (hy_tune_model_costs: the model's FLOPs at an assumed rate, for a run
+ * that cannot be profiled on this machine); the search is the same.
+ *
  * A candidate's step time is its simulated makespan plus the rest of the
  * measured step (embedding exchange, clip, optimizer, the host's batch
  * loading), taken as fixed. Every candidate trains the same tokens per
@@ -80,8 +84,13 @@ typedef struct {
     double overhead_ms;    /* the step beyond the pipeline's makespan */
     const hy_backend_memory *mem;   /* the backend's types and scratch (NULL: the CPU's) */
     /* What W costs of a whole backward (0..1), as a profile of the split
-     * run measured it; < 0: unknown, no split candidates. */
+     * run measured it (or the model's FLOPs have it); < 0: unknown, no
+     * split candidates. */
     double wgrad_share;
+    /* The recomputation the costs' backwards already hold, taken out
+     * before each candidate's own is priced in: the profiled run's
+     * train.recompute; HY_RECOMPUTE_NONE for modelled costs. */
+    hy_recompute priced_recompute;
 } hy_tune_opts;
 
 typedef struct {
@@ -92,6 +101,16 @@ typedef struct {
     int over_budget;           /* of those, dropped for memory */
     hy_tune_candidate current; /* config c as it is, predicted the same way */
 } hy_tune_result;
+
+/* Modelled costs (costs.h, hy_cost_model_of_work) of run's model at its
+ * micro-batch size: each layer's and the head's FLOPs (model.h,
+ * hy_model_block_flops, hy_model_head_flops) at tflops TFLOP/s per rank,
+ * a transfer's bytes (transformer.h, hy_boundary_bytes, in the activation
+ * type of `mem`) over link_gbps; and W's share of a whole backward: its
+ * weight products' gradients (hy_model_block_weight_flops) over the
+ * block's backward. */
+void hy_tune_model_costs(const hy_run *run, const hy_backend_memory *mem, double tflops,
+                         double link_gbps, hy_cost_model *m, double *wgrad_share);
 
 /* Searches for the model and schedule P of run `run` under cost model m.
  * HY_ERR_INPUT when no candidate fits the budget (saying the smallest

@@ -398,7 +398,20 @@ left=$(find "$tmp/svgdir" -mindepth 1 | wc -l)
 if [ "$left" -eq 1 ]; then ok; else bad "$last: left files behind: $(find "$tmp/svgdir")"; fi
 
 # --compare
+# With a config: each schedule's memory plan under train.recompute, and
+# recomputation priced in: full holds less and takes longer than none.
+run plan configs/tiny-gpt.json --compare --json
+expect_rc 0
+none_mem=$(json_get "p[0]['memory_bytes']")
+none_ms=$(json_get "p[0]['makespan']")
+run plan configs/tiny-gpt.json --compare --json --set train.recompute=full
+expect_rc 0
+expect_json "p[0]['memory_bytes'] < $none_mem and p[0]['makespan'] > $none_ms" True
+run plan configs/tiny-gpt.json --compare --set train.recompute=full
+expect_out 'also redoes 1 x its stage.s forward'
+expect_out 'mem GiB'
 run plan --compare --ranks 4 --micro-batches 8 --waves 1
+expect_no_out 'mem GiB'
 expect_rc 0
 expect_out '^schedule .*stages .*makespan .*bubble .*ideal .*peak act .*transfers'
 expect_out '^gpipe  *4  *33  *0.2727'

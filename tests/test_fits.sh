@@ -97,7 +97,30 @@ case "$HANAYO" in
         last="ulimit -v 8000000; hanayo $cmd configs/gpt2-124m.json (seq_len 256)"
         expect_rc 2
         if [ $hint = 1 ]; then expect_err 'it fits with train.recompute = "full"'; fi
-    done ;;
+    done
+    # A run that fits no machine here and names no backend is tuned for
+    # GPUs from its modelled costs (nothing is allocated: 3 GB of address
+    # space would not hold one layer of the 13B model's optimizer state),
+    # saying so; the plan it writes fits 80 GiB a rank by the memory
+    # plan, as `hanayo plan` prints it. GPT 13B fits there as it is only
+    # with recompute; Llama 8B as it is, already.
+    for model in gpt-13b llama-8b; do
+        (ulimit -v 3000000; "$HANAYO" tune configs/$model.json --memory-gb 80 \
+            --apply "$tmp/$model-tuned.json" >"$tmp/out" 2>"$tmp/err")
+        rc=$?
+        last="ulimit -v 3000000; hanayo tune configs/$model.json --memory-gb 80"
+        expect_rc 0
+        expect_out '^costs modelled, not measured: the run cannot be profiled here (the run does not fit'
+        expect_out "FLOPs at 395.6 TFLOP/s a rank"
+        expect_out '^     1  '
+        if [ $model = gpt-13b ]; then expect_out 'as it is, predicted the same way; over the memory budget'
+        else expect_no_out 'same way; over the memory budget'; fi
+        run plan "$tmp/$model-tuned.json" --memory-gb 80 --set backend=cuda
+        expect_rc 0
+        expect_out '^  fits: each rank within 80.00 GiB'
+    done
+    run plan configs/gpt-13b.json --memory-gb 80 --set backend=cuda
+    expect_out '^  fits only with recompute' ;;
 esac
 
 hy_finish

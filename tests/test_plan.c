@@ -387,6 +387,66 @@ static void test_compare(void) {
     free(t);
 }
 
+/* Recomputation priced into every row: each row is the plan of its
+ * share's costs with every backward pass (B, and W when split) redoing
+ * the recomputed share of the stage's forward; the caller's hook sees
+ * each built plan, and its memory goes into the table and the JSON. */
+static void count_rows(const hy_plan *pl, hy_compare_row *row, void *ctx) {
+    ++*(int *)ctx;
+    row->mem_bytes = 1073741824.0 * pl->sched.stages;   /* a figure of the plan it saw */
+}
+
+static void test_compare_recompute(void) {
+    hy_sched_params p = params(HY_SCHED_HANAYO, 4, 8, 1, 2);
+    hy_costs c = hy_costs_uniform();
+    c.wgrad = -1;   /* the split rows: W half a backward, as `hanayo plan` asks */
+    hy_compare_row rows[HY_COMPARE_ROWS];
+    hy_error err;
+    int seen = 0;
+    double share = 0.25;
+    CHECK(hy_plan_compare_each(&p, &c, share, count_rows, &seen, rows, &err) == HY_OK);
+    CHECK(seen == HY_COMPARE_ROWS);
+    for (int k = 0; k < HY_COMPARE_ROWS; k++) {
+        hy_sched_params q = p;
+        q.kind = (hy_sched_kind)(k % HY_SCHED_COUNT);
+        q.split_backward = k >= HY_SCHED_COUNT;
+        hy_costs x = c;
+        x.wgrad = 0;
+        if (q.split_backward) hy_costs_split(&x, -1);
+        double v = rows[k].chunks;
+        x.fwd /= v, x.bwd /= v, x.wgrad /= v;
+        x.bwd += share * x.fwd;
+        if (q.split_backward) x.wgrad += share * x.fwd;
+        hy_plan pl;
+        if (hy_plan_build(&pl, &q, &x, &err) != HY_OK) {
+            CHECKF(0, "%s", err.msg);
+            continue;
+        }
+        CHECKF(rows[k].makespan == pl.sim.makespan, "row %d: %g vs %g", k, rows[k].makespan,
+               pl.sim.makespan);
+        CHECK(rows[k].mem_bytes == 1073741824.0 * pl.sched.stages);
+        hy_plan_free(&pl);
+    }
+    /* Dearer than without. */
+    hy_compare_row plain[HY_COMPARE_ROWS];
+    CHECK(hy_plan_compare(&p, &c, plain, &err) == HY_OK);
+    for (int k = 0; k < HY_COMPARE_ROWS; k++) {
+        CHECK(rows[k].makespan > plain[k].makespan);
+        CHECK(plain[k].mem_bytes < 0);
+    }
+    char *t = hy_compare_table(rows, HY_COMPARE_ROWS), *u = hy_compare_table(plain, HY_COMPARE_ROWS);
+    CHECK(t && strstr(t, "mem GiB") != NULL);
+    CHECK(u && strstr(u, "mem GiB") == NULL);
+    free(t);
+    free(u);
+    char *j = hy_compare_json(rows, HY_COMPARE_ROWS);
+    json_t *a = j ? json_loads(j, 0, NULL) : NULL;
+    CHECK(json_real_value(json_object_get(json_array_get(a, HY_SCHED_HANAYO), "memory_bytes")) ==
+          rows[HY_SCHED_HANAYO].mem_bytes);
+    json_decref(a);
+    free(j);
+}
+
 static void test_compare_skip(void) {
     hy_sched_params p = params(HY_SCHED_HANAYO, 4, 6, 2, 4);
     hy_costs c = hy_costs_uniform();
@@ -551,6 +611,7 @@ int main(void) {
     test_summary();
     test_svg_save();
     test_compare();
+    test_compare_recompute();
     test_compare_skip();
     test_run();
     return TEST_END("plan");

@@ -391,7 +391,7 @@ static void test_slow_stage(void) {
      * split: test_tune_moves_layers has a delay the layers can make up
      * for.) */
     hy_cost_model slow = slow_first_model(40);
-    hy_tune_opts to = { 0, 1e12, 1, NULL, -1 };
+    hy_tune_opts to = { 0, 1e12, 1, NULL, -1, HY_RECOMPUTE_NONE };
     hy_tune_result res;
     rc = hy_tune_search(&c, &slow, &to, &res, &err);
     CHECKF(rc == HY_OK, "%s", err.msg);
@@ -515,7 +515,7 @@ static void test_tune_moves_layers(void) {
     hy_run c;
     if (load_config(&c, sched, 2)) { CHECK(0); return; }
     hy_cost_model m = slow_first_model(2 * (1 + 2));
-    hy_tune_opts to = { 1u << HY_SCHED_1F1B, 1e12, 1, NULL, -1 };
+    hy_tune_opts to = { 1u << HY_SCHED_1F1B, 1e12, 1, NULL, -1, HY_RECOMPUTE_NONE };
     hy_tune_result res;
     hy_error err;
     int rc = hy_tune_search(&c, &m, &to, &res, &err);
@@ -545,7 +545,7 @@ static void test_tune_memory_cap(void) {
     if (load_config(&c, sched, 3)) { CHECK(0); return; }
     int G = 4 * 4;
     hy_cost_model m = { .layer_fwd = 1, .layer_bwd = 2, .last_fwd = 0.5, .last_bwd = 1 };
-    hy_tune_opts to = { 0, 1e12, 0, NULL, -1 };
+    hy_tune_opts to = { 0, 1e12, 0, NULL, -1, HY_RECOMPUTE_NONE };
     hy_tune_result free_res, cap_res;
     hy_error err;
     int rc = hy_tune_search(&c, &m, &to, &free_res, &err);
@@ -615,7 +615,7 @@ static void test_tune_comm_cost(void) {
     hy_run c;
     if (load_config(&c, sched, 3)) { CHECK(0); return; }
     hy_cost_model m = { .layer_fwd = 1, .layer_bwd = 2, .comm = 0.5 };
-    hy_tune_opts to = { 1u << HY_SCHED_HANAYO, 1e12, 0, NULL, -1 };
+    hy_tune_opts to = { 1u << HY_SCHED_HANAYO, 1e12, 0, NULL, -1, HY_RECOMPUTE_NONE };
     hy_tune_result res;
     hy_error err;
     int rc = hy_tune_search(&c, &m, &to, &res, &err);

@@ -190,4 +190,43 @@ expect_err 'memory budget'
 expect_input_error tune
 expect_err 'needs a config file'
 
+# Modelled costs: nothing runs (no shard is read), the report says so,
+# the same flags give the same report, and --apply writes a config that
+# loads. A CPU run has no assumed rate; a GPU run (the CUDA backend's
+# memory) has, and its own budget.
+nodata=(--set "data.train=$tmp/no-such-shard.bin" --set data.val=null --set checkpoint.dir=null
+        --set model.seq_len=16 --set schedule.micro_batch_size=2 --set schedule.micro_batches=4)
+run tune "$cfg" "${nodata[@]}" --set backend=cpu --costs model --tflops 0.05 --top 2 \
+    --apply "$tmp/tuned-model.json"
+expect_rc 0
+expect_out "costs modelled, not measured: the model's FLOPs at 0.05 TFLOP/s a rank (--tflops)"
+expect_out 'taken as 0'
+expect_out '^     1  '
+expect_out "wrote $tmp/tuned-model.json"
+cp "$tmp/out" "$tmp/model1.out"
+run check "$tmp/tuned-model.json" --set "data.train=$tmp/t.bin"
+expect_rc 0
+run tune "$cfg" "${nodata[@]}" --set backend=cpu --costs model --tflops 0.05 --top 2
+expect_rc 0
+grep -v '^wrote' "$tmp/model1.out" | sed '$d' >"$tmp/model1.cut"
+expect_same "$tmp/model1.cut" "$tmp/out"
+run tune "$cfg" "${nodata[@]}" --set backend=cuda --costs model --memory-gb 1 --link-gbps 100
+expect_rc 0
+expect_out '395.6 TFLOP/s a rank (assumed: an H200'
+expect_out 'over 100 Gb/s (--link-gbps), on cuda (modelled)'
+expect_out 'memory budget: 1.00 GiB per rank (--memory-gb)'
+run tune "$cfg" "${nodata[@]}" --set backend=cuda --costs model
+expect_rc 0
+expect_out "memory budget: 131.32 GiB per rank (assumed: an H200's 141 GB"
+expect_input_error tune "$cfg" "${nodata[@]}" --set backend=cpu --costs model
+expect_err 'modelled costs on the CPU backend need its rate: give --tflops'
+expect_input_error tune "$cfg" "${small[@]}" --costs measured --tflops 100
+expect_err '\-\-tflops and \-\-link-gbps price modelled costs'
+expect_input_error tune "$cfg" "${small[@]}" --costs guessed
+expect_input_error tune "$cfg" "${small[@]}" --costs model --tflops 0
+# A CPU run that does not fit here is refused, not modelled
+# (tests/test_fits.sh); a missing shard is said as such.
+expect_input_error tune "$cfg" "${nodata[@]}" --set backend=cpu
+expect_err 'no-such-shard.bin'
+
 hy_finish

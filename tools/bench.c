@@ -10,13 +10,16 @@
  *      rank thread per core): the median step's ms and tokens/s after two
  *      warm-up steps (the eager one and the recorded one), the schedules'
  *      steps taken round-robin so that they share the machine's moods;
- *      the ratio to 1F1B, the plan's uniform-cost bubble, and the share of
- *      rank time measured waiting on flags.
+ *      the ratio to 1F1B, the plan's uniform-cost bubble, the share of
+ *      rank time measured waiting on flags, and GFLOP/s by the model's own
+ *      FLOP count (model.h: the formula the partition balances by).
+ *      `--model small-llama` runs the small model as a Llama instead.
  *   2. GEMMs. Every dense-layer shape of one step of the small model,
  *      forward and backward, through the backend's own entry points
  *      (hy_backend_ops.matmul_* / lm_head_*: argument packing, dispatch,
  *      bias) against bare cblas_sgemm calls doing the same products on one
- *      thread. Goal: the backend at >= 0.9x bare. Then attention, whole op
+ *      thread, each with the width the model gives it (a Llama's fused
+ *      Q|K|V and gate|up). Goal: the backend at >= 0.9x bare. Then attention, whole op
  *      against its per-head GEMMs alone, which says how much of it is GEMM.
  *      Then, in a separate pass, each schedule's bubble measured by the
  *      profiler (profile.h) beside the simulator's prediction from the
@@ -63,8 +66,10 @@
 #include "checkpoint.h"
 #include "checksum.h"
 #include "config.h"
+#include "costs.h"
 #include "data.h"
 #include "memplan.h"
+#include "model.h"
 #include "error.h"
 #include "order.h"
 #include "plan.h"
@@ -96,7 +101,7 @@
 #define BENCH_ROUNDS 7
 
 static const char usage[] =
-    "usage: hanayo-bench [--steps N] [--model tiny|small] [--json FILE]\n"
+    "usage: hanayo-bench [--steps N] [--model tiny|small|small-llama] [--json FILE]\n"
     "\n"
     "Measures the CPU backend on this machine, in one run: tokens/s of a tiny\n"
     "and a small GPT for each schedule at P = 2, the backend's GEMMs against\n"
@@ -104,7 +109,8 @@ static const char usage[] =
     "\n"
     "  --steps N    timed steps per schedule (default: 20 tiny, 8 small)\n"
     "  --model M    only this model (the GEMM check and the breakdown then\n"
-    "               use its shapes; default: both, those from small)\n"
+    "               use its shapes; default: tiny and small, those from\n"
+    "               small; small-llama: small as a Llama, only when asked)\n"
     "  --json FILE  also write every number as JSON to FILE\n";
 
 // ----------------------------------------------------------------------------
@@ -115,17 +121,29 @@ typedef struct {
     int layers, d_model, heads, seq_len, vocab;
     int micro_batches, micro_batch_size;
     int steps;   /* timed steps by default */
+    hy_model_kind kind;
+    int kv_heads, ffn_dim;   /* Llama's; 0: the kind's default */
+    int only_asked;          /* run only when --model names it */
 } bench_model;
 
 /* tiny: configs/tiny-gpt.json's sizes. small: big enough that GEMMs are
  * most of a step, small enough that the whole bench takes about a minute
  * and a half on two cores. More timed steps for tiny, whose steps are
- * short enough for a scheduler hiccup to show. */
+ * short enough for a scheduler hiccup to show. llama: small's sizes as a
+ * Llama (grouped-query attention over 2 key/value heads, SwiGLU of
+ * 8/3 d_model rounded to 16, an untied head), on --model small-llama. */
 static const bench_model BENCH_MODELS[] = {
-    { "tiny", 4, 64, 4, 64, 512, 8, 4, 20 },
-    { "small", 8, 256, 8, 128, 4096, 8, 2, 8 },
+    { "tiny", 4, 64, 4, 64, 512, 8, 4, 20, HY_MODEL_GPT, 0, 0, 0 },
+    { "small", 8, 256, 8, 128, 4096, 8, 2, 8, HY_MODEL_GPT, 0, 0, 0 },
+    { "small-llama", 8, 256, 8, 128, 4096, 8, 2, 8, HY_MODEL_LLAMA, 2, 688, 1 },
 };
 #define BENCH_N_MODELS ((int)(sizeof BENCH_MODELS / sizeof BENCH_MODELS[0]))
+
+/* What the tables call a model after its name: "small GPT", "small-llama
+ * model". */
+static const char *kind_label(const bench_model *m) {
+    return m->kind == HY_MODEL_GPT ? "GPT" : "model";
+}
 
 typedef struct {
     hy_sched_kind kind;
@@ -156,6 +174,7 @@ typedef struct {
     int stages, steps;
     double *step_s;        /* [steps]: wall time of each timed step */
     double ms, tokens_per_s, vs_1f1b, plan_bubble;
+    double gflops;         /* the model's training FLOPs at tokens_per_s (model_flops) */
     double spread;         /* interquartile range of the timed steps / median */
     double act_bytes;      /* the stash the memory plan counts, on its peak rank */
     double alloc_bytes;    /* what the backend allocated on that rank */
@@ -309,9 +328,11 @@ static void data_remove(bench_data *d) {
 
 static int run_make(hy_run *run, const bench_model *m, const bench_sched *s,
                     const char *shard, hy_error *err) {
-    char sets[20][PATH_MAX + 32];
+    char sets[24][PATH_MAX + 32];
     int n = 0;
-    snprintf(sets[n++], sizeof sets[0], "model.kind=gpt");
+    snprintf(sets[n++], sizeof sets[0], "model.kind=%s", hy_model_name(m->kind));
+    if (m->kv_heads > 0) snprintf(sets[n++], sizeof sets[0], "model.kv_heads=%d", m->kv_heads);
+    if (m->ffn_dim > 0) snprintf(sets[n++], sizeof sets[0], "model.ffn_dim=%d", m->ffn_dim);
     snprintf(sets[n++], sizeof sets[0], "model.layers=%d", m->layers);
     snprintf(sets[n++], sizeof sets[0], "model.d_model=%d", m->d_model);
     snprintf(sets[n++], sizeof sets[0], "model.heads=%d", m->heads);
@@ -329,7 +350,7 @@ static int run_make(hy_run *run, const bench_model *m, const bench_sched *s,
     snprintf(sets[n++], sizeof sets[0], "checkpoint.dir=null");
     snprintf(sets[n++], sizeof sets[0], "backend=cpu");
     snprintf(sets[n++], sizeof sets[0], "train.recompute=%s", hy_recompute_name(s->recompute));
-    const char *ptrs[20];
+    const char *ptrs[24];
     for (int i = 0; i < n; i++) ptrs[i] = sets[i];
     hy_config c;
     hy_config_init(&c);
@@ -421,6 +442,14 @@ static void run_close(bench_run *r) {
     hy_run_free(&r->run);
 }
 
+/* Training FLOPs per token of model m: its forward, blocks and head
+ * (model.h, hy_model_flops_per_token, the count the partition balances
+ * by), and a backward of HY_COSTS_BWD_PER_FWD forwards; recomputation
+ * not counted (model FLOPs, as MFU counts them). */
+static double model_flops(const hy_model *m) {
+    return (1 + HY_COSTS_BWD_PER_FWD) * hy_model_flops_per_token(m);
+}
+
 /* Every schedule of one model, side by side: all runtimes are built
  * first, then the timed steps go round-robin (one step of each schedule,
  * then again), so load from elsewhere on the machine, or a change of clock
@@ -445,8 +474,10 @@ static int model_run(bench_run *runs, int n, const char *shard, hy_error *err) {
         r->ms = median * 1e3;
         r->spread = (t[(3 * r->steps) / 4] - t[r->steps / 4]) / median;
         r->tokens_per_s = (double)m->micro_batches * m->micro_batch_size * m->seq_len / median;
+        r->gflops = r->tokens_per_s * model_flops(&r->run.model) * 1e-9;
     }
-    if (rc) hy_error_prefix(err, "%s GPT, %s: ", runs[failed].model->name, runs[failed].label);
+    if (rc) hy_error_prefix(err, "%s %s, %s: ", runs[failed].model->name,
+                               kind_label(runs[failed].model), runs[failed].label);
     for (int j = 0; j < n; j++) run_close(&runs[j]);
     return rc;
 }
@@ -494,7 +525,7 @@ typedef enum { G_MM_FWD, G_MM_BWD, G_HEAD_FWD, G_HEAD_BWD, G_ATT_FWD, G_ATT_BWD 
 typedef struct {
     gemm_kind kind;
     int N, C, OC;              /* dense layers; for attention C = d_model, OC = heads */
-    int B, T;                  /* attention */
+    int B, T, NKV;             /* attention (NKV: key/value heads) */
     hy_backend *be;
     hy_stream *s;
     float *inp, *w, *bias, *out, *dout, *dinp, *dw, *dbias;   /* dense layers */
@@ -542,18 +573,22 @@ static int gemm_call(const gemm_case *g, int bare, hy_error *err) {
     }
     /* Attention: the per-head GEMMs of kernels/cpu/attention.c, without
      * the softmax and its backward, to see how much of the op is GEMM. */
-    int B = g->B, T = g->T, NH = g->OC, hd = C / NH, ld = 3 * C;
+    /* Rows of Q | K | V (model.h, hy_model_qkv_width); query head h
+     * reads key/value head h / (NH / NKV). */
+    int B = g->B, T = g->T, NH = g->OC, NKV = g->NKV, hd = C / NH, ld = (NH + 2 * NKV) * hd;
     float scale = 1.0f / sqrtf((float)hd);
     if (!bare) {
         if (g->kind == G_ATT_FWD)
-            return o->attention_fwd(g->s, g->atty, g->lse, g->qkv, B, T, NH, NH, hd, 1, err);
+            return o->attention_fwd(g->s, g->atty, g->lse, g->qkv, B, T, NH, NKV, hd, 1, err);
         return o->attention_bwd(g->s, g->dqkv, g->scratch, g->datty, g->qkv, g->atty, g->lse, B, T,
-                                NH, NH, hd, 1, err);
+                                NH, NKV, hd, 1, err);
     }
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            size_t qoff = (size_t)b * T * ld + (size_t)h * hd;
-            const float *q = g->qkv + qoff, *k = q + C, *v = q + 2 * C;
+            int kvh = h / (NH / NKV);
+            size_t row = (size_t)b * T * ld, qoff = row + (size_t)h * hd;
+            size_t koff = row + (size_t)(NH + kvh) * hd, voff = row + (size_t)(NH + NKV + kvh) * hd;
+            const float *q = g->qkv + qoff, *k = g->qkv + koff, *v = g->qkv + voff;
             float *a = g->att + ((size_t)b * NH + h) * T * T;
             size_t ooff = (size_t)b * T * C + (size_t)h * hd;
             if (g->kind == G_ATT_FWD) {
@@ -562,7 +597,7 @@ static int gemm_call(const gemm_case *g, int bare, hy_error *err) {
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, v,
                             ld, 0.0f, g->atty + ooff, C);
             } else {
-                float *dq = g->dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
+                float *dq = g->dqkv + qoff, *dk = g->dqkv + koff, *dv = g->dqkv + voff;
                 const float *dy = g->datty + ooff;
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, dy, C,
                             1.0f, dv, ld);
@@ -593,16 +628,17 @@ static int gemm_case_alloc(gemm_case *g, hy_error *err) {
     int rc = HY_OK;
     if (g->kind == G_ATT_FWD || g->kind == G_ATT_BWD) {
         size_t T = (size_t)g->T, att = (size_t)g->B * OC * T * T;
-        rc = gemm_alloc(g, &g->qkv, 3 * N * C, &rng, err);
+        size_t qkv = N * (OC + 2 * (size_t)g->NKV) * (C / OC);
+        rc = gemm_alloc(g, &g->qkv, qkv, &rng, err);
         if (!rc) rc = gemm_alloc(g, &g->att, att, NULL, err);
         if (!rc) rc = gemm_alloc(g, &g->atty, N * C, NULL, err);
-        if (!rc) rc = gemm_alloc(g, &g->dqkv, 3 * N * C, NULL, err);
+        if (!rc) rc = gemm_alloc(g, &g->dqkv, qkv, NULL, err);
         if (!rc) rc = gemm_alloc(g, &g->datty, N * C, &rng, err);
         if (!rc) rc = gemm_alloc(g, &g->lse, (size_t)g->B * OC * T, NULL, err);
         if (!rc) rc = gemm_alloc(g, &g->scratch, 2 * T * T, NULL, err);
         /* A real output and its log-sum-exps for the backward to read. */
         if (!rc) rc = g->be->ops->attention_fwd(g->s, g->atty, g->lse, g->qkv, g->B, g->T, g->OC,
-                                                g->OC, g->C / g->OC, 1, err);
+                                                g->NKV, g->C / g->OC, 1, err);
         return rc;
     }
     rc = gemm_alloc(g, &g->inp, N * C, &rng, err);
@@ -663,41 +699,57 @@ static int gemm_measure(const gemm_case *g, double *op_s, double *bare_s, hy_err
 
 #define BENCH_N_GEMMS 12   /* 5 dense layers and attention, forward and backward */
 
-/* The GEMM shapes of one step of model m, measured. */
+/* The GEMM shapes of one step of model m, measured: each product of a
+ * block with its weights, the head's, and attention, with the widths the
+ * model has (model.h: a Llama's fused Q|K|V of grouped-query attention
+ * and gate|up). A dense product's FLOPs are its 2 N C OC (twice that
+ * backward: two products of its size); attention's are the model's own
+ * count (hy_model_block_flops beyond hy_model_block_weight_flops), a
+ * backward HY_COSTS_BWD_PER_FWD of them. */
 static int gemm_check(const bench_model *m, bench_gemm rows[BENCH_N_GEMMS], hy_error *err) {
-    int N = m->micro_batch_size * m->seq_len, d = m->d_model;
+    hy_run run;
+    int rc = run_make(&run, m, &BENCH_SCHEDS[0], "unread.bin", err);
+    if (rc) {
+        hy_run_free(&run);
+        return rc;
+    }
+    const hy_model *md = &run.model;
+    int N = m->micro_batch_size * m->seq_len, d = md->d_model, H = md->heads * md->head_dim;
     const struct { const char *layer; gemm_kind fwd; int C, OC; } layers[] = {
-        { "qkv (c_attn)", G_MM_FWD, d, 3 * d },
-        { "attn proj", G_MM_FWD, d, d },
-        { "mlp fc", G_MM_FWD, d, 4 * d },
-        { "mlp proj", G_MM_FWD, 4 * d, d },
-        { "lm head", G_HEAD_FWD, d, m->vocab },
-        { "attention", G_ATT_FWD, d, m->heads },
+        { "qkv", G_MM_FWD, d, hy_model_qkv_width(md) },
+        { "attn proj", G_MM_FWD, H, d },
+        { "mlp fc", G_MM_FWD, d, hy_model_fc_width(md) },
+        { "mlp proj", G_MM_FWD, md->ffn_dim, d },
+        { "lm head", G_HEAD_FWD, d, md->vocab_padded },
+        { "attention", G_ATT_FWD, d, md->heads },
     };
+    /* The four block products are the block's weight FLOPs, as the model
+     * counts them. */
+    double block = 0;
+    for (int i = 0; i < 4; i++) block += 2.0 * layers[i].C * layers[i].OC;
+    assert(block == hy_model_block_weight_flops(md));
+    double attention = hy_model_block_flops(md) - hy_model_block_weight_flops(md);
     hy_backend *be = NULL;
     hy_stream *s = NULL;
     /* The backend sets OpenBLAS to one thread, so both sides run on one. */
-    int rc = hy_backend_cpu_create(&be, 1, 60.0, err);
+    rc = hy_backend_cpu_create(&be, 1, 60.0, err);
     if (!rc) rc = be->ops->stream_create(be, 0, &s, err);
     int n = 0;
     for (size_t i = 0; i < sizeof layers / sizeof layers[0] && !rc; i++) {
         for (int dir = 0; dir < 2 && !rc; dir++) {
             gemm_case g = { .kind = (gemm_kind)(layers[i].fwd + dir), .N = N, .C = layers[i].C,
                             .OC = layers[i].OC, .B = m->micro_batch_size, .T = m->seq_len,
-                            .be = be, .s = s };
+                            .NKV = md->kv_heads, .be = be, .s = s };
             bench_gemm *r = &rows[n++];
             r->layer = layers[i].layer;
             r->dir = dir ? "bwd" : "fwd";
             r->N = N;
             r->C = layers[i].C;
             r->OC = layers[i].OC;
-            if (layers[i].fwd == G_ATT_FWD) {
-                /* two T x T x hd products per (b, h) forward, four backward */
-                double per = 2.0 * m->seq_len * m->seq_len * (d / m->heads);
-                r->flops = per * m->micro_batch_size * m->heads * (dir ? 4 : 2);
-            } else {
-                r->flops = 2.0 * N * r->C * r->OC * (dir ? 2 : 1);
-            }
+            if (layers[i].fwd == G_ATT_FWD)
+                r->flops = N * attention * (dir ? HY_COSTS_BWD_PER_FWD : 1);
+            else
+                r->flops = 2.0 * N * r->C * r->OC * (dir ? HY_COSTS_BWD_PER_FWD : 1);
             rc = gemm_case_alloc(&g, err);
             if (!rc) rc = gemm_measure(&g, &r->op_s, &r->bare_s, err);
             gemm_case_free(&g);
@@ -705,6 +757,7 @@ static int gemm_check(const bench_model *m, bench_gemm rows[BENCH_N_GEMMS], hy_e
     }
     if (s) be->ops->stream_destroy(s);
     if (be) be->ops->destroy(be);
+    hy_run_free(&run);
     if (rc) hy_error_prefix(err, "GEMM check: ");
     return rc;
 }
@@ -731,16 +784,16 @@ static double wait_share(const bench_run *r) {
 
 static void print_throughput(const bench_run *runs, int n) {
     const bench_model *m = runs[0].model;
-    printf("\n%s GPT: %d layers, d %d, %d heads, T %d, V %d; M %d x B %d = %d tokens/step\n",
-           m->name, m->layers, m->d_model, m->heads, m->seq_len, m->vocab, m->micro_batches,
+    printf("\n%s %s: %d layers, d %d, %d heads, T %d, V %d; M %d x B %d = %d tokens/step\n",
+           m->name, kind_label(m), m->layers, m->d_model, m->heads, m->seq_len, m->vocab, m->micro_batches,
            m->micro_batch_size, m->micro_batches * m->micro_batch_size * m->seq_len);
-    printf("  %-18s %6s %6s %10s %7s %10s %8s %12s %12s\n", "schedule", "stages", "steps",
-           "ms/step", "spread", "tokens/s", "vs 1f1b", "plan bubble", "wait (meas)");
+    printf("  %-18s %6s %6s %10s %7s %10s %8s %8s %12s %12s\n", "schedule", "stages", "steps",
+           "ms/step", "spread", "tokens/s", "GFLOP/s", "vs 1f1b", "plan bubble", "wait (meas)");
     for (int i = 0; i < n; i++) {
         const bench_run *r = &runs[i];
-        printf("  %-18s %6d %6d %10.1f %6.0f%% %10.0f %7.2fx %11.1f%% %11.1f%%\n", r->label,
-               r->stages, r->steps, r->ms, 100 * r->spread, r->tokens_per_s, r->vs_1f1b,
-               100 * r->plan_bubble, 100 * wait_share(r));
+        printf("  %-18s %6d %6d %10.1f %6.0f%% %10.0f %8.1f %7.2fx %11.1f%% %11.1f%%\n",
+               r->label, r->stages, r->steps, r->ms, 100 * r->spread, r->tokens_per_s, r->gflops,
+               r->vs_1f1b, 100 * r->plan_bubble, 100 * wait_share(r));
     }
 }
 
@@ -748,9 +801,9 @@ static void print_throughput(const bench_run *runs, int n) {
  * none. */
 static void print_recompute(const bench_run *runs, int n) {
     const bench_model *m = runs[0].model;
-    printf("\nactivation recomputation, %s GPT (train.recompute; the stash and allocation of "
+    printf("\nactivation recomputation, %s %s (train.recompute; the stash and allocation of "
            "the peak rank,\nthe plan's stash = the backend's count on the CPU; layernorm+gelu: "
-           "their share of rank time)\n", m->name);
+           "their share of rank time)\n", m->name, kind_label(m));
     printf("  %-18s %-10s %10s %8s %12s %8s %14s %16s\n", "schedule", "recompute", "ms/step",
            "vs none", "stash MiB", "vs none", "allocated MiB", "layernorm+gelu");
     const bench_run *none = NULL;
@@ -771,8 +824,8 @@ static void print_recompute(const bench_run *runs, int n) {
 }
 
 static void print_gemms(const bench_model *m, const bench_gemm *rows, int n) {
-    printf("\nGEMMs of one %s GPT step (N = B*T = %d), one thread: the backend's op vs bare "
-           "cblas_sgemm\n", m->name, rows[0].N);
+    printf("\nGEMMs of one %s %s step (N = B*T = %d), one thread: the backend's op vs bare "
+           "cblas_sgemm\n", m->name, kind_label(m), rows[0].N);
     printf("  %-14s %3s %17s %9s %9s %8s\n", "layer", "", "N x C x OC", "op GF/s",
            "bare GF/s", "op/bare");
     for (int i = 0; i < n; i++) {
@@ -820,8 +873,8 @@ static bench_groups groups_of(const hy_op_stat *row) {
 
 static void print_breakdown(const bench_run *runs, int n) {
     const bench_model *m = runs[0].model;
-    printf("\nwhere each rank's step time goes, %s GPT (%d steps with op timing on; %% of the "
-           "rank's wall time)\n", m->name, BENCH_STATS_STEPS);
+    printf("\nwhere each rank's step time goes, %s %s (%d steps with op timing on; %% of the "
+           "rank's wall time)\n", m->name, kind_label(m), BENCH_STATS_STEPS);
     printf("  %-18s %4s %9s %7s %9s %9s %6s %6s %9s\n", "schedule", "rank", "ms/step", "GEMM",
            "attention", "other ops", "copy", "wait", "untracked");
     for (int i = 0; i < n; i++) {
@@ -839,7 +892,7 @@ static void print_breakdown(const bench_run *runs, int n) {
 
 /* Every op kind of one run: calls and ms per step on each rank. */
 static void print_ops(const bench_run *r) {
-    printf("\nper op, %s GPT, %s (per step)\n", r->model->name, r->label);
+    printf("\nper op, %s %s, %s (per step)\n", r->model->name, kind_label(r->model), r->label);
     printf("  %-14s", "op");
     for (int k = 0; k < BENCH_RANKS; k++) printf("  %8s %9s %6s", "calls", "ms", "%");
     printf("\n  %-14s", "");
@@ -880,14 +933,14 @@ static json_t *json_run(const bench_run *r) {
         json_array_append_new(ranks, ops);
     }
     return json_pack("{s:s, s:s, s:s, s:f, s:f, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, "
-                     "s:f, s:f, s:f, s:f, s:o}",
+                     "s:f, s:f, s:f, s:f, s:f, s:o}",
                      "model", r->model->name, "schedule", hy_sched_name(r->sched.kind),
                      "recompute", hy_recompute_name(r->sched.recompute), "act_bytes",
                      r->act_bytes, "alloc_bytes", r->alloc_bytes, "label",
                      r->label, "waves", r->sched.kind == HY_SCHED_HANAYO ? r->sched.waves : 0,
                      "chunks", r->sched.kind == HY_SCHED_INTERLEAVED ? r->sched.chunks : 0,
                      "ranks", BENCH_RANKS, "stages", r->stages, "steps", r->steps, "ms_per_step",
-                     r->ms, "spread", r->spread, "tokens_per_s", r->tokens_per_s, "vs_1f1b",
+                     r->ms, "spread", r->spread, "tokens_per_s", r->tokens_per_s, "gflops", r->gflops, "vs_1f1b",
                      r->vs_1f1b, "plan_bubble", r->plan_bubble, "wait_share", wait_share(r),
                      "stats_ms_per_step", r->stats_wall_s * 1e3 / BENCH_STATS_STEPS,
                      "ops_per_rank", ranks);
@@ -990,13 +1043,13 @@ static int ckpt_check(const bench_model *m, const char *shard, const char *dir, 
         rc = crc_speed(out, err);
     }
     out->done = !rc;
-    if (rc) hy_error_prefix(err, "checkpoint of the %s GPT: ", m->name);
+    if (rc) hy_error_prefix(err, "checkpoint of the %s %s: ", m->name, kind_label(m));
     return rc;
 }
 
 static void print_ckpt(const bench_model *m, const bench_ckpt *k) {
-    printf("\ncheckpoint of the %s GPT (%.1f MiB: weights, AdamW moments, config, state)\n",
-           m->name, k->mib);
+    printf("\ncheckpoint of the %s %s (%.1f MiB: weights, AdamW moments, config, state)\n",
+           m->name, kind_label(m), k->mib);
     printf("  save    %8.1f ms  %7.0f MB/s  every file's CRC-32C summed as it is written, "
            "all fsync'd\n", k->save_ms, k->mib * 1.048576 / (k->save_ms * 1e-3));
     printf("  verify  %8.1f ms  %7.0f MB/s  state.json and every file read back and summed "
@@ -1099,7 +1152,7 @@ static int parse_args(int argc, char **argv, bench_args *a, hy_error *err) {
             for (int k = 0; k < BENCH_N_MODELS; k++)
                 if (strcmp(name, BENCH_MODELS[k].name) == 0) a->only = k;
             if (a->only < 0)
-                return hy_fail(err, HY_ERR_INPUT, "--model %s: want tiny or small", name);
+                return hy_fail(err, HY_ERR_INPUT, "--model %s: want tiny, small or small-llama", name);
         } else if (strcmp(argv[i], "--steps") == 0) {
             char *end;
             errno = 0;
@@ -1141,7 +1194,7 @@ int main(int argc, char **argv) {
     rc = data_make(&data, &err);
     int last = 0;   /* the last (largest) model run */
     for (int i = 0; i < BENCH_N_MODELS && !rc; i++) {
-        if (args.only >= 0 && i != args.only) continue;
+        if (args.only >= 0 ? i != args.only : BENCH_MODELS[i].only_asked) continue;
         last = i;
         const bench_model *m = &BENCH_MODELS[i];
         int first = n_runs, base = -1;

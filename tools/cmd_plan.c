@@ -28,6 +28,7 @@
 #include "outfile.h"
 #include "run.h"
 #include "scale.h"
+#include "tune.h"
 
 static const char usage_plan[] =
     "usage: hanayo plan [CONFIG] [options]\n"
@@ -62,7 +63,8 @@ static const char usage_plan[] =
     "  --svg FILE          also draw the timeline as an SVG into FILE\n"
     "  --compare           one table of all four schedules at this P and M,\n"
     "                      whole and split backward (interleaved with v = 2W\n"
-    "                      unless --chunks is given)\n"
+    "                      unless --chunks is given); with CONFIG, priced under\n"
+    "                      its train.recompute, with each one's memory plan\n"
     "  --replicas N,N,...  also price this plan on N data-parallel replicas\n"
     "                      (servers), e.g. 1,4,16,64: each rank's gradients\n"
     "                      summed as its stages' backwards end (CONFIG's model)\n"
@@ -219,7 +221,41 @@ static int out_error(hy_error *err) {
                    strerror(errno ? errno : EIO));
 }
 
-static int run_compare(const cli_plan_request *rq, hy_sched_params p,
+/* The backend the run would get, as hy_backend_describe says; a GPU run
+ * planned on a machine without one gets the CUDA backend's types and
+ * scratch, with no memory of its own (--memory-gb gives it). */
+static int plan_backend(const hy_run *run, hy_backend_choice *chosen, hy_error *err) {
+    int rc = hy_backend_describe(&run->backend, chosen, err);
+    if (rc && run->backend.kind == HY_BACKEND_CUDA) {
+        memset(chosen, 0, sizeof *chosen);
+        chosen->cuda = 1;
+        chosen->rank_bytes = INFINITY;
+        hy_backend_cuda_memory(&chosen->mem);
+        rc = HY_OK;
+    }
+    return rc;
+}
+
+/* The memory of each compared schedule (hy_compare_each): the run's
+ * model split as the runtime would split it for the row's stages (model.h;
+ * the run's own split where the stage counts agree), under the run's
+ * train.recompute, on the backend it would get. */
+typedef struct {
+    const hy_run *run;
+    hy_backend_memory mem;
+} compare_memory;
+
+static void compare_memory_of(const hy_plan *pl, hy_compare_row *row, void *ctx) {
+    const compare_memory *cm = ctx;
+    const hy_run *run = cm->run;
+    double act, all;
+    hy_tune_memory(run, &pl->sched,
+                   pl->sched.stages == run->model.stages ? run->model.n_layers : NULL,
+                   run->micro_batch_size, run->train.recompute, &cm->mem, &act, &all);
+    row->mem_bytes = isfinite(all) ? all : -1;   /* more stages than layers: no model */
+}
+
+static int run_compare(const cli_plan_request *rq, const hy_run *run, hy_sched_params p,
                        const hy_costs *c, FILE *out, hy_error *err) {
     if (rq->svg)
         return hy_fail(err, HY_ERR_INPUT, "--svg draws one schedule and "
@@ -228,7 +264,16 @@ static int run_compare(const cli_plan_request *rq, hy_sched_params p,
      * as hanayo's 2W, unless v was asked for. */
     if (rq->chunks <= 0 && p.kind != HY_SCHED_INTERLEAVED) p.chunks = 2 * p.waves;
     hy_compare_row rows[HY_COMPARE_ROWS];
-    int rc = hy_plan_compare(&p, c, rows, err);
+    compare_memory cm = { .run = run };
+    hy_backend_choice chosen;
+    int rc = plan_backend(run, &chosen, err);
+    if (rc != HY_OK) return rc;
+    cm.mem = chosen.mem;
+    double share = hy_recompute_share(run->train.recompute);
+    /* Memory is a model's: planned for a CONFIG's, not for the bare
+     * schedules of f and b. */
+    int planned = run->config_path != NULL;
+    rc = hy_plan_compare_each(&p, c, share, planned ? compare_memory_of : NULL, &cm, rows, err);
     if (rc != HY_OK) return rc;
     if (rq->json) {
         char *s = hy_compare_json(rows, HY_COMPARE_ROWS);
@@ -239,8 +284,18 @@ static int run_compare(const cli_plan_request *rq, hy_sched_params p,
         double w = c->wgrad >= 0 ? c->wgrad : c->bwd / 2;
         fprintf(out, "P = %d, M = %d; one rank's share of the model costs f = %g forward, "
                 "b = %g backward (f/v and b/v per stage for v chunks per rank; +split: "
-                "B = %g, W = %g); a transfer costs c = %g\n\n",
+                "B = %g, W = %g); a transfer costs c = %g\n",
                 p.ranks, p.micro_batches, c->fwd, c->bwd, c->bwd - w, w, c->comm);
+        if (share > 0)
+            fprintf(out, "train.recompute = \"%s\": each backward pass (B, and W when split) "
+                    "also redoes %g x its stage's forward\n",
+                    hy_recompute_name(run->train.recompute), hy_costs_recompute(1, share));
+        if (planned)
+            fprintf(out, "mem GiB: the most a rank allocates (the memory plan of %s's model, "
+                    "B = %d, recompute %s, %s backend; - where a stage would hold no layer)\n",
+                    run->config_path, run->micro_batch_size,
+                    hy_recompute_name(run->train.recompute), chosen.cuda ? "cuda" : "cpu");
+        fputc('\n', out);
         hy_compare_write_table(out, rows, HY_COMPARE_ROWS);
     }
     return HY_OK;
@@ -318,16 +373,7 @@ static int memory_of(const cli_plan_request *rq, const hy_run *run, const hy_mod
                      char *why, size_t n, hy_error *err) {
     *fit = HY_RECOMPUTE_COUNT;
     hy_backend_choice chosen;
-    int rc = hy_backend_describe(&run->backend, &chosen, err);
-    if (rc && run->backend.kind == HY_BACKEND_CUDA) {
-        /* Planning a GPU run on a machine without one: the CUDA backend's
-         * types and scratch, against --memory-gb when given. */
-        memset(&chosen, 0, sizeof chosen);
-        chosen.cuda = 1;
-        chosen.rank_bytes = INFINITY;
-        hy_backend_cuda_memory(&chosen.mem);
-        rc = HY_OK;
-    }
+    int rc = plan_backend(run, &chosen, err);
     if (rc) return rc;
     hy_memplan_in in = { .model = m, .sched = sc, .micro_batch_size = run->micro_batch_size,
                          .replicas = 1, .mem = &chosen.mem, .recompute = run->train.recompute };
@@ -610,7 +656,15 @@ static int measured_compare(const cli_plan_request *rq, const hy_run *run,
                                .wgrad_stage = q.split_backward ? a[2] : NULL };
     }
     hy_compare_row rows[HY_COMPARE_ROWS];
-    if (rc == HY_OK) rc = hy_plan_compare_costs(&p, costs, skip, rows, err);
+    /* Each schedule's memory, as without --costs (the measured costs
+     * already hold the profiled run's recomputation). */
+    compare_memory cm = { .run = run };
+    hy_backend_choice chosen;
+    if (rc == HY_OK) rc = plan_backend(run, &chosen, err);
+    if (rc == HY_OK) {
+        cm.mem = chosen.mem;
+        rc = hy_plan_compare_costs_each(&p, costs, skip, compare_memory_of, &cm, rows, err);
+    }
     if (rc == HY_OK && rq->json) {
         char *s = hy_compare_json(rows, HY_COMPARE_ROWS);
         if (!s) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory");
@@ -645,7 +699,7 @@ static int run_uniform(const cli_plan_request *rq, const hy_run *run, FILE *out,
     hy_costs c;
     int rc = resolve(rq, run, &p, &c, err);
     if (rc != HY_OK) return rc;
-    return rq->compare ? run_compare(rq, p, &c, out, err)
+    return rq->compare ? run_compare(rq, run, p, &c, out, err)
                        : run_one(rq, run, &p, &c, out, err);
 }
 

@@ -2,12 +2,14 @@
  * cmd_tune.c — `hanayo tune` (cmd_tune.h): its flags, the measurement,
  * the search, the printed ranking and the tuned config --apply writes.
  *
- * Loads the config, profiles it briefly (lib/profile.h, hy_profile_run,
- * writing no files; a second profile with split backward when the config
- * does not split it, for W's share), searches with lib/tune.h's
- * hy_tune_search under the memory budget, prints the best schedules
- * beside the config as it is, and with --apply writes the config with the
- * best candidate's schedule keys.
+ * Loads the config and takes its costs: measured, by profiling it briefly
+ * (lib/profile.h, hy_profile_run, writing no files; a second profile with
+ * split backward when the config does not split it, for W's share), or
+ * modelled (lib/tune.h, hy_tune_model_costs: the model's FLOPs at an
+ * assumed rate) when asked, or when the run cannot be profiled here (see
+ * choose_costs). Then searches with hy_tune_search under the memory
+ * budget, prints the best schedules beside the config as it is, and with
+ * --apply writes the config with the best candidate's schedule keys.
  */
 #include "cmd_tune.h"
 
@@ -30,16 +32,19 @@
 #include "profile.h"
 #include "run.h"
 #include "schedule.h"
+#include "train.h"
 #include "tune.h"
 
 static const char usage_tune[] =
     "usage: hanayo tune CONFIG [--steps N] [--top K] [--apply OUT.json]\n"
     "                   [--memory-gb G] [--schedule K] [--set key=value]...\n"
+    "                   [--costs auto|measured|model] [--tflops T] [--link-gbps G]\n"
     "\n"
     "Profiles CONFIG briefly (as hanayo profile, writing no files), fits a\n"
     "per-layer cost model to the measured stage costs (a layer's F and B, what\n"
-    "the first and the last stage cost beyond their layers, a transfer), and\n"
-    "searches with the simulator: schedule (gpipe, 1f1b, interleaved v = 2..4,\n"
+    "the first and the last stage cost beyond their layers, a transfer), or\n"
+    "models those costs from the model's FLOPs (--costs), and searches with\n"
+    "the simulator: schedule (gpipe, 1f1b, interleaved v = 2..4,\n"
     "hanayo W = 1..4), its backward whole or split (W's share measured by a\n"
     "second profile with split backward), micro-batches M = P, 2P, .. 8P of\n"
     "the size B that keeps CONFIG's global batch M x B (what is trained stays),\n"
@@ -49,6 +54,17 @@ static const char usage_tune[] =
     "ranked by predicted time per token; each schedule is shown by its best\n"
     "M and split, beside the config as it is.\n"
     "\n"
+    "  --costs WHICH       measured: profile CONFIG here; model: price its FLOPs\n"
+    "                      at --tflops and its transfers at --link-gbps, running\n"
+    "                      nothing (a GPU run unless backend is \"cpu\"); auto\n"
+    "                      (default): measured, or modelled with a notice when\n"
+    "                      the run does not fit this machine (or asks for CUDA\n"
+    "                      where there is none) and backend is not \"cpu\"\n"
+    "  --tflops T          modelled: sustained TFLOP/s of one rank's device\n"
+    "                      (default on a GPU: 396, an H200's dense bf16 989 at an\n"
+    "                      assumed 40% MFU; the CPU has no default)\n"
+    "  --link-gbps G       modelled: a transfer's link in Gb/s (default 3600,\n"
+    "                      NVLink 4's 450 GB/s each way)\n"
     "  --steps N           measured steps, 1..1000 (default 5)\n"
     "  --top K             print the best K schedules, 1..100 (default 5)\n"
     "  --apply OUT.json    write CONFIG with the best candidate's schedule.kind,\n"
@@ -56,13 +72,20 @@ static const char usage_tune[] =
     "                      split and train.recompute (--set values are\n"
     "                      measured with but not written)\n"
     "  --memory-gb G       memory per rank in GiB (default: the GPU's memory,\n"
-    "                      or on the CPU the host's memory over the ranks)\n"
+    "                      on the CPU the host's memory over the ranks; modelled\n"
+    "                      on a GPU, the assumed H200's 141 GB)\n"
     "  --schedule K        search only this schedule\n"
     "  --set key=value     override a config key for the measurement\n"
     "  --slow-stage S:SEC  test hook, as in hanayo profile\n";
 
+/* --costs: where the costs come from. */
+enum { COSTS_AUTO, COSTS_MEASURED, COSTS_MODEL };
+static const char *const costs_names[] = {"auto", "measured", "model", NULL};
+
 typedef struct {
     hy_profile_opts profile;   /* as hanayo profile's (5 steps) */
+    int costs;                 /* COSTS_* */
+    double tflops, link_gbps;  /* modelled costs' rate and link; 0: the default */
     int top;                   /* candidates printed (default 5) */
     double memory_gb;          /* per rank; 0: the device's */
     unsigned kinds;            /* as hy_tune_opts */
@@ -89,6 +112,12 @@ static const hy_flag tune_flags[] = {
       .lo = 0, .lo_open = 1, .hi = 1e12 },
     { .name = "--schedule", .kind = HY_FLAG_CUSTOM, .off = TUNE(kinds), .example = "hanayo",
       .parse = parse_tune_schedule },
+    { .name = "--costs", .kind = HY_FLAG_CHOICE, .off = TUNE(costs), .example = "model",
+      .choices = costs_names },
+    { .name = "--tflops", .kind = HY_FLAG_REAL, .off = TUNE(tflops), .example = "400",
+      .lo = 0, .lo_open = 1, .hi = 1e9 },
+    { .name = "--link-gbps", .kind = HY_FLAG_REAL, .off = TUNE(link_gbps), .example = "3600",
+      .lo = 0, .lo_open = 1, .hi = 1e9 },
     { .name = NULL },
 };
 static const hy_args_spec tune_spec = {
@@ -228,20 +257,164 @@ static void write_candidate(FILE *f, const char *tag, const hy_tune_candidate *x
             x->mem_bytes / 1048576.0);
 }
 
+/* Where the search's costs come from, and what it plans on. */
+typedef struct {
+    int modelled;                /* 1: from the model's FLOPs, 0: a profile's */
+    char notice[1200];           /* --costs auto chose the model: why; else empty */
+    hy_backend_choice target;    /* the backend the candidates' memory is planned on */
+    double budget;               /* bytes per rank */
+    char budget_why[160];
+    double tflops, link_gbps;    /* modelled: the assumed rate and link */
+    char rate_why[160];
+    hy_profile p;                /* measured: the profile */
+} tune_costs;
+
+/* Measured or modelled (--costs; tc->modelled). With auto: measured when
+ * the run can be profiled here, else modelled with tc->notice saying why:
+ * when its memory plan does not fit this machine, or it asks for the CUDA
+ * backend where there is none. Not for a run that names the CPU backend:
+ * this machine is where it would train, and a CPU run that does not fit
+ * it is refused, as train refuses it, when it is measured. */
+static int choose_costs(const tune_args *a, const hy_run *run, tune_costs *tc, hy_error *err) {
+    hy_error e;
+    int described = hy_backend_describe(&run->backend, &tc->target, &e) == HY_OK;
+    tc->modelled = a->costs == COSTS_MODEL;
+    if (a->costs == COSTS_AUTO && run->backend.kind != HY_BACKEND_CPU) {
+        int rc = described ? hy_train_fits(run, &tc->target, 1, &e) : HY_ERR_INPUT;
+        if (rc == HY_ERR_RUNTIME) return hy_fail(err, rc, "%s", e.msg);
+        tc->modelled = rc != HY_OK;
+        if (tc->modelled)
+            snprintf(tc->notice, sizeof tc->notice, "costs modelled, not measured: the run "
+                     "cannot be profiled here (%s); --costs measured insists on a profile",
+                     e.msg);
+    }
+    if (!tc->modelled && (a->tflops > 0 || a->link_gbps > 0))
+        return hy_fail(err, HY_ERR_INPUT, "--tflops and --link-gbps price modelled costs; add "
+                       "--costs model, or drop them to measure");
+    if (!tc->modelled && !described) return hy_fail(err, e.status, "%s", e.msg);
+    return HY_OK;
+}
+
+/* The modelled machine: the CUDA backend's memory at the assumed (or
+ * given) rate, budget and link, or, for a run that names the CPU backend,
+ * this host's memory at the rate --tflops must give. */
+static int model_machine(const tune_args *a, const hy_run *run, tune_costs *tc, hy_error *err) {
+    tc->link_gbps = a->link_gbps > 0 ? a->link_gbps : HY_COSTS_LINK_GBPS;
+    if (run->backend.kind == HY_BACKEND_CPU) {
+        if (!(a->tflops > 0))
+            return hy_fail(err, HY_ERR_INPUT, "modelled costs on the CPU backend need its rate: "
+                           "give --tflops T, the TFLOP/s one rank sustains (or measure: --costs "
+                           "measured)");
+        tc->tflops = a->tflops;
+        snprintf(tc->rate_why, sizeof tc->rate_why, "--tflops");
+        cli_memory_budget(a->memory_gb, run->sched_params.ranks, &tc->target, &tc->budget,
+                          tc->budget_why, sizeof tc->budget_why);
+        return HY_OK;
+    }
+    memset(&tc->target, 0, sizeof tc->target);
+    tc->target.cuda = 1;
+    snprintf(tc->target.why, sizeof tc->target.why, "cuda (modelled)");
+    hy_backend_cuda_memory(&tc->target.mem);
+    tc->tflops = a->tflops > 0 ? a->tflops : HY_COSTS_GPU_PEAK_TFLOPS * HY_COSTS_GPU_MFU;
+    if (a->tflops > 0) snprintf(tc->rate_why, sizeof tc->rate_why, "--tflops");
+    else snprintf(tc->rate_why, sizeof tc->rate_why, "assumed: an H200's dense bf16 peak of %.0f "
+                  "at %.0f%% MFU; --tflops sets it", HY_COSTS_GPU_PEAK_TFLOPS,
+                  100 * HY_COSTS_GPU_MFU);
+    if (a->memory_gb > 0) {
+        tc->budget = a->memory_gb * 1073741824.0;
+        snprintf(tc->budget_why, sizeof tc->budget_why, "--memory-gb");
+    } else {
+        tc->budget = HY_COSTS_GPU_MEMORY_BYTES;
+        snprintf(tc->budget_why, sizeof tc->budget_why, "assumed: an H200's %.0f GB, a GPU per "
+                 "rank; --memory-gb sets it", HY_COSTS_GPU_MEMORY_BYTES / 1e9);
+    }
+    return HY_OK;
+}
+
+/* The costs and the options of the search (o), measured or modelled. */
+static int take_costs(const char *config, const tune_args *a, const hy_run *run, tune_costs *tc,
+                      hy_cost_model *m, hy_tune_opts *o, hy_error *err) {
+    o->kinds = a->kinds;
+    o->wgrad_share = -1;
+    if (tc->modelled) {
+        int rc = model_machine(a, run, tc, err);
+        if (rc) return rc;
+        hy_tune_model_costs(run, &tc->target.mem, tc->tflops, tc->link_gbps, m, &o->wgrad_share);
+        o->budget_bytes = tc->budget;
+        o->overhead_ms = 0;
+        o->mem = &tc->target.mem;
+        o->priced_recompute = HY_RECOMPUTE_NONE;
+        return HY_OK;
+    }
+    cli_memory_budget(a->memory_gb, run->sched_params.ranks, &tc->target, &tc->budget,
+                      tc->budget_why, sizeof tc->budget_why);
+    int rc = hy_profile_run(&tc->p, run, &a->profile, err);
+    if (!rc) rc = wgrad_share(config, a, &tc->p, &o->wgrad_share, err);
+    if (rc) return rc;
+    *m = tc->p.model;
+    o->budget_bytes = tc->budget;
+    o->overhead_ms = fmax(0, tc->p.wall_ms - tc->p.makespan);
+    o->mem = &tc->target.mem;
+    o->priced_recompute = run->train.recompute;
+    return HY_OK;
+}
+
+/* The lines above the ranking: what the costs are and where they come
+ * from, the budget and the search's extent. */
+static void write_report_head(FILE *out, const char *config, const hy_run *run,
+                              const tune_costs *tc, const hy_cost_model *m, const hy_tune_opts *o,
+                              const hy_tune_result *res) {
+    const hy_schedule *s = &run->sched;
+    if (tc->notice[0]) fprintf(out, "%s\n", tc->notice);
+    fprintf(out, "tune: %s, %s%s P = %d, M = %d", config, tc->modelled ? "" : "measured ",
+            hy_sched_name(s->kind), s->ranks, s->micro_batches);
+    if (s->kind == HY_SCHED_HANAYO) fprintf(out, ", W = %d", s->waves);
+    if (s->kind == HY_SCHED_INTERLEAVED) fprintf(out, ", v = %d", s->chunks);
+    fprintf(out, ", split");
+    for (int i = 0; i < s->stages; i++) fprintf(out, " %d", run->model.n_layers[i]);
+    if (tc->modelled)
+        fprintf(out, ": costs modelled, not measured: the model's FLOPs at %.4g TFLOP/s a rank "
+                "(%s), a transfer's bytes over %.4g Gb/s (%s), on %s\n", tc->tflops, tc->rate_why,
+                tc->link_gbps, tc->link_gbps == HY_COSTS_LINK_GBPS ? "assumed: NVLink 4's 450 GB/s "
+                "each way; --link-gbps sets it" : "--link-gbps", tc->target.why);
+    else
+        fprintf(out, ": %.2f ms per step, %.0f tokens/s (%d steps after %d warm-up; %s)\n",
+                tc->p.wall_ms, tc->p.tokens / (tc->p.wall_ms / 1e3), tc->p.steps,
+                HY_PROFILE_WARMUP, tc->target.why);
+    fprintf(out, "cost model, ms: a layer F %.3f B %.3f; the first stage's extra F %.3f B %.3f; "
+            "the last stage's extra F %.3f B %.3f; a transfer %.3f\n", m->layer_fwd,
+            m->layer_bwd, m->first_fwd, m->first_bwd, m->last_fwd, m->last_bwd, m->comm);
+    if (tc->modelled)
+        fprintf(out, "the rest of the step (exchange, clip, optimizer, batch loading): not "
+                "modelled, taken as 0\nsplit backward: W at %.0f%% of a backward (its weight "
+                "products' share of the FLOPs)\n", 100 * o->wgrad_share);
+    else
+        fprintf(out, "the rest of the step (exchange, clip, optimizer, batch loading): %.2f ms, "
+                "taken as fixed\nsplit backward: W measured at %.0f%% of a backward%s\n",
+                o->overhead_ms, 100 * o->wgrad_share,
+                tc->p.sched.split ? "" : " (a second profile, with split backward)");
+    fprintf(out, "memory budget: %.2f GiB per rank (%s)\n", tc->budget / 1073741824.0,
+            tc->budget_why);
+    fprintf(out, "searched %d candidates (schedule, W 1..4 or v 2..4, whole or split backward, "
+            "M = %d..%d at the global batch of %d sequences, layer splits, recompute); %d "
+            "over the memory budget\n", res->searched, s->ranks, HY_TUNE_MAX_M_FACTOR * s->ranks,
+            s->micro_batches * run->micro_batch_size, res->over_budget);
+    fprintf(out, "ranked by predicted time per token; each schedule by its best M and "
+            "split, with the least recompute that fits\n\n");
+}
+
 /* The tuning of the config file `config` as a asks, printed to out (see
  * the top of this file). */
 static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error *err) {
     hy_config c;
     hy_run run;
     memset(&run, 0, sizeof run);
+    tune_costs tc;
+    memset(&tc, 0, sizeof tc);
     int rc = cli_load_config(&c, config, &a->sets, err);
     if (!rc) rc = hy_run_resolve(&run, &c, err);
     hy_config_free(&c);
-    hy_backend_choice chosen = { 0 };
-    char why[128];
-    double bytes = 0;
-    if (!rc) rc = hy_backend_describe(&run.backend, &chosen, err);
-    if (!rc) cli_memory_budget(a->memory_gb, run.sched_params.ranks, &chosen, &bytes, why, sizeof why);
+    if (!rc) rc = choose_costs(a, &run, &tc, err);
     /* The output is checked before the measurement: it must be none of
      * the run's inputs (the config itself, above all: outfile.h), and
      * opening (and dropping) the temporary file proves its directory can
@@ -250,49 +423,29 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
         hy_outfile_inputs inputs;
         hy_outfile_inputs_init(&inputs);
         rc = hy_outfile_inputs_of_run(&inputs, &run, NULL, err);
+        /* Modelled costs read no shard: a run tuned before its data is
+         * there is held against the config (and what files there are). */
+        if (rc == HY_ERR_INPUT && tc.modelled) {
+            hy_outfile_inputs_free(&inputs);
+            rc = hy_outfile_inputs_add(&inputs, run.config_path, "the config", err);
+            if (!rc) rc = hy_outfile_inputs_add_tree(&inputs, run.checkpoint.dir,
+                                                     "a file in checkpoint.dir", err);
+        }
         if (!rc) rc = hy_outfile_check(&inputs, "--apply", a->apply, 0, err);
         hy_outfile_inputs_free(&inputs);
         hy_atomic_file af;
         if (!rc) rc = hy_atomic_open(&af, a->apply, HY_ERR_INPUT, err);
         if (!rc) hy_atomic_abort(&af);
     }
-    hy_profile p;
-    memset(&p, 0, sizeof p);
     hy_tune_result res;
     memset(&res, 0, sizeof res);
-    if (!rc) rc = hy_profile_run(&p, &run, &a->profile, err);
-    hy_tune_opts o = { a->kinds, bytes, 0, &chosen.mem, -1 };
-    if (!rc) rc = wgrad_share(config, a, &p, &o.wgrad_share, err);
+    hy_cost_model m;
+    hy_tune_opts o;
+    memset(&o, 0, sizeof o);
+    if (!rc) rc = take_costs(config, a, &run, &tc, &m, &o, err);
+    if (!rc) rc = hy_tune_search(&run, &m, &o, &res, err);
     if (!rc) {
-        o.overhead_ms = fmax(0, p.wall_ms - p.makespan);
-        rc = hy_tune_search(&run, &p.model, &o, &res, err);
-    }
-    if (!rc) {
-        const hy_schedule *s = &p.sched;
-        fprintf(out, "tune: %s, measured %s P = %d, M = %d", config, hy_sched_name(s->kind),
-                s->ranks, s->micro_batches);
-        if (s->kind == HY_SCHED_HANAYO) fprintf(out, ", W = %d", s->waves);
-        if (s->kind == HY_SCHED_INTERLEAVED) fprintf(out, ", v = %d", s->chunks);
-        fprintf(out, ", split");
-        for (int i = 0; i < s->stages; i++) fprintf(out, " %d", p.n_layers[i]);
-        fprintf(out, ": %.2f ms per step, %.0f tokens/s (%d steps after %d warm-up; %s)\n",
-                p.wall_ms, p.tokens / (p.wall_ms / 1e3), p.steps, HY_PROFILE_WARMUP, chosen.why);
-        const hy_cost_model *m = &p.model;
-        fprintf(out, "cost model, ms: a layer F %.3f B %.3f; the first stage's extra F %.3f B %.3f; "
-                "the last stage's extra F %.3f B %.3f; a transfer %.3f\n", m->layer_fwd,
-                m->layer_bwd, m->first_fwd, m->first_bwd, m->last_fwd, m->last_bwd, m->comm);
-        fprintf(out, "the rest of the step (exchange, clip, optimizer, batch loading): %.2f ms, "
-                "taken as fixed\n", o.overhead_ms);
-        fprintf(out, "split backward: W measured at %.0f%% of a backward%s\n",
-                100 * o.wgrad_share, s->split ? "" : " (a second profile, with split backward)");
-        fprintf(out, "memory budget: %.2f GiB per rank (%s)\n", bytes / 1073741824.0, why);
-        fprintf(out, "searched %d candidates (schedule, W 1..4 or v 2..4, whole or split backward, "
-                "M = %d..%d at the global batch of %d sequences, layer splits, recompute); %d "
-                "over the memory budget\n", res.searched, s->ranks,
-                HY_TUNE_MAX_M_FACTOR * s->ranks, s->micro_batches * run.micro_batch_size,
-                res.over_budget);
-        fprintf(out, "ranked by predicted time per token; each schedule by its best M and "
-                "split, with the least recompute that fits\n\n");
+        write_report_head(out, config, &run, &tc, &m, &o, &res);
         fprintf(out, "  %4s  %-22s %4s %4s  %-24s %-9s %9s %9s %8s %8s %8s\n", "#", "schedule",
                 "M", "B", "split", "recompute", "step ms", "tokens/s", "bubble", "act MiB",
                 "mem MiB");
@@ -303,21 +456,26 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
             write_candidate(out, tag, &res.best[i]);
         }
         write_candidate(out, "now", &res.current);
-        fprintf(out, "  (now: the config as it is, predicted the same way; measured %.2f ms)\n",
-                p.wall_ms);
+        const char *over = res.current.mem_bytes > o.budget_bytes ? "; over the memory budget" : "";
+        if (tc.modelled)
+            fprintf(out, "  (now: the config as it is, predicted the same way%s)\n", over);
+        else
+            fprintf(out, "  (now: the config as it is, predicted the same way%s; measured %.2f "
+                    "ms)\n", over, tc.p.wall_ms);
         if (a->apply) {
             rc = cli_tune_apply(config, a->sets.items, a->sets.n, &res.best[0], a->apply, err);
             if (!rc) fprintf(out, "\nwrote %s: candidate 1\n", a->apply);
         }
     }
     hy_tune_result_free(&res);
-    hy_profile_free(&p);
+    hy_profile_free(&tc.p);
     hy_run_free(&run);
     return rc;
 }
 
 static int cmd_tune(const cli_command *cmd, int argc, char **argv, hy_error *err) {
-    tune_args a = { .top = 5, .memory_gb = 0, .kinds = 0, .apply = NULL, .sets = { 0 } };
+    tune_args a = { .costs = COSTS_AUTO, .top = 5, .memory_gb = 0, .kinds = 0, .apply = NULL,
+                    .sets = { 0 } };
     hy_profile_opts_init(&a.profile);   /* 5 steps: fewer let one hiccup of the
                                            machine decide the split */
     hy_args_result got;
