@@ -459,11 +459,29 @@ static int cap_from_memory(const hy_memplan *mp, const hy_schedule *sc, double a
     return isfinite(most) ? (most > 0 ? (most < 1 << 20 ? (int)most : 1 << 20) : -1) : 0;
 }
 
+/* The makespan of p's plan under c with recomputation `mode` in place of
+ * the run's (uniform costs only; INFINITY when it cannot be priced). */
+static double makespan_recomputing(const hy_run *run, const hy_sched_params *p,
+                                   const hy_costs *c, hy_recompute mode) {
+    if (c->fwd_stage != NULL || mode >= HY_RECOMPUTE_COUNT) return INFINITY;
+    hy_costs alt = *c;   /* c already prices the run's own mode */
+    hy_costs_add_recompute(&alt, hy_recompute_share(mode) -
+                                 hy_recompute_share(run->train.recompute));
+    hy_plan pl;
+    hy_error ignored;
+    if (hy_plan_build(&pl, p, &alt, &ignored) != HY_OK) return INFINITY;
+    double t = pl.sim.makespan;
+    hy_plan_free(&pl);
+    return t;
+}
+
 /* The plan of p under c with its memory plan (have_memory: whether one
  * could be made; merr says why not). With --memory-gb and no cap, a plan
  * that does not fit is made again within the cap its memory plan allows,
  * one slot less while it still does not fit, down to the smallest cap;
- * the cap it took is the plan's max_activations. */
+ * the cap it took is the plan's max_activations. When recomputation would
+ * make the uncapped plan fit and end sooner than the capped one, the
+ * uncapped plan stays, and its memory table says which recompute fits. */
 static int plan_in_memory(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
                           const hy_costs *c, const hy_model *m, hy_plan *pl, hy_memplan *mp,
                           double *available, hy_recompute *fit, char *why, size_t n,
@@ -474,13 +492,14 @@ static int plan_in_memory(const cli_plan_request *rq, const hy_run *run, const h
     *have_memory = m && memory_of(rq, run, m, &pl->sched, mp, available, fit, why, n,
                                    merr) == HY_OK;
     if (!*have_memory || rq->memory_gb <= 0 || q.max_activations > 0) return HY_OK;
+    double recomputing = makespan_recomputing(run, &q, c, *fit);
     hy_error fits;
     int least = hy_sched_min_activations(&q);
     int cap = cap_from_memory(mp, &pl->sched, *available);
     while (hy_memplan_check(mp, *available, "--memory-gb", &fits) != HY_OK && cap != 0) {
         /* A cap at or above the peak keeps the same order: one below it. */
         if (cap >= hy_plan_peak_max(pl)) cap = hy_plan_peak_max(pl) - 1;
-        if (cap < least) return HY_OK;   /* nothing fits: the plan as it is says so */
+        if (cap < least) break;   /* nothing fits: the uncapped plan says so */
         hy_plan next;
         hy_memplan next_mp;
         q.max_activations = cap--;
@@ -494,6 +513,16 @@ static int plan_in_memory(const cli_plan_request *rq, const hy_run *run, const h
         hy_memplan_free(mp);
         *pl = next;
         *mp = next_mp;
+    }
+    if (q.max_activations > 0 && (hy_memplan_check(mp, *available, "--memory-gb", &fits) != HY_OK
+                                  || pl->sim.makespan > recomputing)) {
+        /* The uncapped plan with recomputation is the better one. */
+        hy_plan_free(pl);
+        hy_memplan_free(mp);
+        q.max_activations = 0;
+        if ((rc = hy_plan_build(pl, &q, c, err)) != HY_OK) return rc;
+        *have_memory = memory_of(rq, run, m, &pl->sched, mp, available, fit, why, n,
+                                 merr) == HY_OK;
     }
     return HY_OK;
 }
