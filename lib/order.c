@@ -360,9 +360,8 @@ int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_co
     }
     /* Unsplit hanayo: the justification closes gaps the merge's greedy
      * replay left (justify.h), within the same memory. */
-    double actions = (double)p->ranks * hy_sched_rank_actions(0, hy_sched_chunks(p), p->micro_batches);
-    if ((p->kind == HY_SCHED_HANAYO || cap > 0) && !p->split_backward &&
-        actions * (actions / p->ranks) <= JUSTIFY_WORK)
+    double actions = (double)g.actions;
+    if ((p->kind == HY_SCHED_HANAYO || cap > 0) && actions * (actions / p->ranks) <= JUSTIFY_WORK)
         rc = hy_justify_schedule(&g.best, c, g.peak_limit, JUSTIFY_ROUNDS, err);
     if (rc) {
         hy_schedule_free(&g.best);

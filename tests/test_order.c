@@ -206,7 +206,7 @@ static void test_work_bound(void) {
     double makespan = choose_counted(16, 2, 32, 1, 0.2, &w);
     CHECKF(w.stopped && w.actions <= HY_ORDER_WORK && w.actions > HY_ORDER_WORK - 16 * 3 * 4 * 32,
            "stopped %d at %lld actions", w.stopped, w.actions);
-    CHECK_NEAR(makespan, 414, 1e-6);
+    CHECK_NEAR(makespan, 408, 1e-6);
     hy_sched_params p = { HY_SCHED_HANAYO, 16, 32, 2, 2, 1, 0 };
     hy_costs c = hy_costs_uniform_for(1, 0.2);
     hy_schedule canon;
