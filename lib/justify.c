@@ -92,31 +92,74 @@ static int fits_memory(const justify *j, const timeline *t, int i, int d, int la
     return i >= t->n || t->most[i] + 1 <= j->limit;
 }
 
+/* Places action id at position i of t, and brings the count up to date.
+ * Only what the insertion changes is touched: the entries on the side
+ * the action shifts (after it going early, before it going late: mostly
+ * few, since each pass places actions near the end it builds from), and
+ * the running largest on the other side while it changes. */
 static void insert(timeline *t, int i, int id, double ts, double te, int held, int late) {
     int tail = t->n - i;
     memmove(t->id + i + 1, t->id + i, (size_t)tail * sizeof *t->id);
     memmove(t->ts + i + 1, t->ts + i, (size_t)tail * sizeof *t->ts);
     memmove(t->te + i + 1, t->te + i, (size_t)tail * sizeof *t->te);
     memmove(t->live + i + 1, t->live + i, (size_t)tail * sizeof *t->live);
+    memmove(t->most + i + 1, t->most + i, (size_t)tail * sizeof *t->most);
     t->id[i] = id;
     t->ts[i] = ts;
     t->te[i] = te;
-    t->n++;
+    int n = ++t->n;
     if (late) {
         int d = -held;
-        t->live[i] = (i + 1 < t->n ? t->live[i + 1] : 0) + d;
-        for (int k = 0; k < i; k++) t->live[k] += d;
-        t->most[0] = t->live[0];
-        for (int k = 1; k < t->n; k++)
-            t->most[k] = t->live[k] > t->most[k - 1] ? t->live[k] : t->most[k - 1];
+        t->live[i] = (i + 1 < n ? t->live[i + 1] : 0) + d;
+        for (int k = 0; d && k < i; k++) {
+            t->live[k] += d;
+            t->most[k] += d;
+        }
+        t->most[i] = i > 0 && t->most[i - 1] > t->live[i] ? t->most[i - 1] : t->live[i];
+        for (int k = i + 1; k < n; k++) {
+            int m = t->live[k] > t->most[k - 1] ? t->live[k] : t->most[k - 1];
+            if (m == t->most[k]) break;
+            t->most[k] = m;
+        }
         return;
     }
     int d = held;
     t->live[i] = (i > 0 ? t->live[i - 1] : 0) + d;
-    for (int k = i + 1; k < t->n; k++) t->live[k] += d;
-    t->most[t->n - 1] = t->live[t->n - 1];
-    for (int k = t->n - 2; k >= 0; k--)
-        t->most[k] = t->live[k] > t->most[k + 1] ? t->live[k] : t->most[k + 1];
+    for (int k = i + 1; d && k < n; k++) {
+        t->live[k] += d;
+        t->most[k] += d;
+    }
+    t->most[i] = i + 1 < n && t->most[i + 1] > t->live[i] ? t->most[i + 1] : t->live[i];
+    for (int k = i - 1; k >= 0; k--) {
+        int m = t->live[k] > t->most[k + 1] ? t->live[k] : t->most[k + 1];
+        if (m == t->most[k]) break;
+        t->most[k] = m;
+    }
+}
+
+/* The first position of t at which an action of duration du starting no
+ * earlier than est can go (every start before it is earlier than
+ * est + du): starts are in time order, so a binary search. */
+static int first_fit(const timeline *t, double est, double du, double eps) {
+    int lo = 0, hi = t->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (t->ts[mid] < est + du - eps) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The last position of t at which an action of duration du ending no
+ * later than lft can go (every end after it is later than lft - du). */
+static int last_fit(const timeline *t, double lft, double du, double eps) {
+    int lo = 0, hi = t->n;   /* the largest i with i == 0 or te[i - 1] <= lft - du + eps */
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (t->te[mid - 1] <= lft - du + eps) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
 }
 
 typedef struct {
@@ -157,7 +200,7 @@ static int pass(justify *j, int late, double horizon) {
                 double u = j->t0[o] - hop(j, a, &j->act[o]);
                 if (u < lft) lft = u;
             }
-            for (int i = t->n; i >= 0 && !placed; i--) {
+            for (int i = last_fit(t, lft, du, eps); i >= 0 && !placed; i--) {
                 double next = i < t->n ? t->ts[i] : horizon;
                 double end = lft < next ? lft : next;
                 double prev = i > 0 ? t->te[i - 1] : -INFINITY;
@@ -177,7 +220,7 @@ static int pass(justify *j, int late, double horizon) {
                 double u = j->t1[key] + hop(j, &in[d], a);
                 if (u > est) est = u;
             }
-            for (int i = 0; i <= t->n && !placed; i++) {
+            for (int i = first_fit(t, est, du, eps); i <= t->n && !placed; i++) {
                 double prev = i > 0 ? t->te[i - 1] : 0;
                 double start = est > prev ? est : prev;
                 double next = i < t->n ? t->ts[i] : INFINITY;

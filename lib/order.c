@@ -20,9 +20,9 @@
  * schedule.h); with a cap on the activations (order.h) then the list
  * scheduler's orders (capped.h), then the above, each kept only within
  * the cap.
- * Each is simulated once. Unsplit hanayo's best (with a cap, any unsplit best) is then double-justified
- * (justify.h): its actions moved into the gaps the merge's greedy replay
- * left, within the same memory, which is what takes it ahead of
+ * Each is simulated once. Hanayo's best, whole or split (with a cap, any
+ * schedule's best), is then double-justified (justify.h): its actions
+ * moved into the gaps the greedy replays left, within the same memory, which is what takes it ahead of
  * interleaved's order when a transfer takes time. The search is skipped,
  * the canonical order returned, when the costs are the uniform ones it is
  * made for, and narrowed to the canonical merge's neighbours when the
@@ -59,10 +59,13 @@
 #define ORDER_SEARCH_ORDERS 6
 
 /* Justification rounds at most (each two passes and a simulation), and
- * the work past which it is skipped: a pass costs about (actions) x
- * (actions per rank) steps, a tenth of a second at this many. */
+ * the work past which it is skipped: a pass costs at worst (actions) x
+ * (actions per rank) steps, in practice far less (justify.c finds each
+ * action's place by binary search and touches little of its rank's
+ * timeline): about a second at this many (P = 8, M = 1024, W = 2,
+ * 5 x 10^8, is justified; P = 64, M = 1024 is not, 15 s). */
 #define JUSTIFY_ROUNDS 4
-#define JUSTIFY_WORK 1e8
+#define JUSTIFY_WORK 1e9
 
 /* Whether c is what the canonical orders are made for. */
 static int is_uniform(const hy_sched_params *p, const hy_costs *c) {
@@ -358,8 +361,8 @@ int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_co
         memset(s, 0, sizeof *s);
         return rc;
     }
-    /* Unsplit hanayo: the justification closes gaps the merge's greedy
-     * replay left (justify.h), within the same memory. */
+    /* Hanayo, and any schedule within a cap: the justification closes
+     * gaps the greedy replays left (justify.h), within the same memory. */
     double actions = (double)g.actions;
     if ((p->kind == HY_SCHED_HANAYO || cap > 0) && actions * (actions / p->ranks) <= JUSTIFY_WORK)
         rc = hy_justify_schedule(&g.best, c, g.peak_limit, JUSTIFY_ROUNDS, err);
