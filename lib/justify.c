@@ -31,6 +31,7 @@ typedef struct {
     const hy_schedule *s;
     const hy_costs *c;
     int N, limit;
+    int frees;          /* the op that gives an activation back: B, split W */
     hy_action *act;     /* [N]: the action of each key */
     int (*out)[HY_MAX_INPUTS];   /* [N]: the keys that take each action's output, -1: none */
     double *t0, *t1;    /* [N]: start and end of every action in the current pass */
@@ -44,8 +45,8 @@ static double hop(const justify *j, const hy_action *a, const hy_action *b) {
 }
 
 /* Every key's action, and what needs it: hy_action_inputs turned round.
- * In an unsplit schedule no action feeds more than two others (F(m, s):
- * F(m, s+1) and B(m, s); B(m, s): B(m, s-1)). */
+ * No action feeds more than two others (F(m, s): F(m, s+1) and B(m, s);
+ * B(m, s): B(m, s-1), and split W(m, s); a W feeds none). */
 static void index_actions(justify *j) {
     const hy_schedule *s = j->s;
     for (int k = 0; k < j->N; k++) j->out[k][0] = j->out[k][1] = -1;
@@ -63,51 +64,102 @@ static void index_actions(justify *j) {
         }
 }
 
+/* What action a does to its rank's count of live activations, going
+ * early: an F takes one, the op that frees it (B, split W) gives it back,
+ * a split B leaves the count as it is. Going late the signs turn round. */
+static int held(const justify *j, const hy_action *a) {
+    return a->op == HY_FWD ? 1 : a->op == j->frees ? -1 : 0;
+}
+
 /* The count of live activations, over the actions placed so far: going
  * early (late = 0) live[k] is what rank holds after action k (an F adds
- * one, a B frees one: a prefix sum) and most[k] the largest of live[k..];
- * going late, built from the end, live[k] is what it holds before action
- * k (a B adds one looking back, an F frees it: a suffix sum) and most[k]
- * the largest of live[..k]. Each way the count is exact for the part of
- * the step already placed. */
-static int fits_memory(const justify *j, const timeline *t, int i, int fwd, int late) {
+ * one, what frees it takes one: a prefix sum) and most[k] the largest of
+ * live[k..]; going late, built from the end, live[k] is what it holds
+ * before action k (what frees one adds one looking back, an F takes it:
+ * a suffix sum) and most[k] the largest of live[..k]. Each way the count
+ * is exact for the part of the step already placed. d is the action's
+ * held(). */
+static int fits_memory(const justify *j, const timeline *t, int i, int d, int late) {
     if (late) {
-        if (fwd) return 1;
+        if (d >= 0) return 1;
         int after = i < t->n ? t->live[i] : 0;
         if (after + 1 > j->limit) return 0;
         return i == 0 || t->most[i - 1] + 1 <= j->limit;
     }
-    if (!fwd) return 1;
+    if (d <= 0) return 1;
     int before = i > 0 ? t->live[i - 1] : 0;
     if (before + 1 > j->limit) return 0;
     return i >= t->n || t->most[i] + 1 <= j->limit;
 }
 
-static void insert(timeline *t, int i, int id, double ts, double te, int fwd, int late) {
+/* Places action id at position i of t, and brings the count up to date.
+ * Only what the insertion changes is touched: the entries on the side
+ * the action shifts (after it going early, before it going late: mostly
+ * few, since each pass places actions near the end it builds from), and
+ * the running largest on the other side while it changes. */
+static void insert(timeline *t, int i, int id, double ts, double te, int held, int late) {
     int tail = t->n - i;
     memmove(t->id + i + 1, t->id + i, (size_t)tail * sizeof *t->id);
     memmove(t->ts + i + 1, t->ts + i, (size_t)tail * sizeof *t->ts);
     memmove(t->te + i + 1, t->te + i, (size_t)tail * sizeof *t->te);
     memmove(t->live + i + 1, t->live + i, (size_t)tail * sizeof *t->live);
+    memmove(t->most + i + 1, t->most + i, (size_t)tail * sizeof *t->most);
     t->id[i] = id;
     t->ts[i] = ts;
     t->te[i] = te;
-    t->n++;
+    int n = ++t->n;
     if (late) {
-        int d = fwd ? -1 : 1;
-        t->live[i] = (i + 1 < t->n ? t->live[i + 1] : 0) + d;
-        for (int k = 0; k < i; k++) t->live[k] += d;
-        t->most[0] = t->live[0];
-        for (int k = 1; k < t->n; k++)
-            t->most[k] = t->live[k] > t->most[k - 1] ? t->live[k] : t->most[k - 1];
+        int d = -held;
+        t->live[i] = (i + 1 < n ? t->live[i + 1] : 0) + d;
+        for (int k = 0; d && k < i; k++) {
+            t->live[k] += d;
+            t->most[k] += d;
+        }
+        t->most[i] = i > 0 && t->most[i - 1] > t->live[i] ? t->most[i - 1] : t->live[i];
+        for (int k = i + 1; k < n; k++) {
+            int m = t->live[k] > t->most[k - 1] ? t->live[k] : t->most[k - 1];
+            if (m == t->most[k]) break;
+            t->most[k] = m;
+        }
         return;
     }
-    int d = fwd ? 1 : -1;
+    int d = held;
     t->live[i] = (i > 0 ? t->live[i - 1] : 0) + d;
-    for (int k = i + 1; k < t->n; k++) t->live[k] += d;
-    t->most[t->n - 1] = t->live[t->n - 1];
-    for (int k = t->n - 2; k >= 0; k--)
-        t->most[k] = t->live[k] > t->most[k + 1] ? t->live[k] : t->most[k + 1];
+    for (int k = i + 1; d && k < n; k++) {
+        t->live[k] += d;
+        t->most[k] += d;
+    }
+    t->most[i] = i + 1 < n && t->most[i + 1] > t->live[i] ? t->most[i + 1] : t->live[i];
+    for (int k = i - 1; k >= 0; k--) {
+        int m = t->live[k] > t->most[k + 1] ? t->live[k] : t->most[k + 1];
+        if (m == t->most[k]) break;
+        t->most[k] = m;
+    }
+}
+
+/* The first position of t at which an action of duration du starting no
+ * earlier than est can go (every start before it is earlier than
+ * est + du): starts are in time order, so a binary search. */
+static int first_fit(const timeline *t, double est, double du, double eps) {
+    int lo = 0, hi = t->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (t->ts[mid] < est + du - eps) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The last position of t at which an action of duration du ending no
+ * later than lft can go (every end after it is later than lft - du). */
+static int last_fit(const timeline *t, double lft, double du, double eps) {
+    int lo = 0, hi = t->n;   /* the largest i with i == 0 or te[i - 1] <= lft - du + eps */
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (t->te[mid - 1] <= lft - du + eps) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
 }
 
 typedef struct {
@@ -138,7 +190,7 @@ static int pass(justify *j, int late, double horizon) {
         int id = j->order[k];
         const hy_action *a = &j->act[id];
         double du = hy_action_cost(j->c, a);
-        int fwd = a->op == HY_FWD;
+        int d = held(j, a);
         timeline *t = &j->tl[j->s->placement[a->stage]];
         int placed = 0;
         if (late) {
@@ -148,12 +200,12 @@ static int pass(justify *j, int late, double horizon) {
                 double u = j->t0[o] - hop(j, a, &j->act[o]);
                 if (u < lft) lft = u;
             }
-            for (int i = t->n; i >= 0 && !placed; i--) {
+            for (int i = last_fit(t, lft, du, eps); i >= 0 && !placed; i--) {
                 double next = i < t->n ? t->ts[i] : horizon;
                 double end = lft < next ? lft : next;
                 double prev = i > 0 ? t->te[i - 1] : -INFINITY;
-                if (end - du >= prev - eps && fits_memory(j, t, i, fwd, 1)) {
-                    insert(t, i, id, end - du, end, fwd, 1);
+                if (end - du >= prev - eps && fits_memory(j, t, i, d, 1)) {
+                    insert(t, i, id, end - du, end, d, 1);
                     j->t0[id] = end - du;
                     j->t1[id] = end;
                     placed = 1;
@@ -168,12 +220,12 @@ static int pass(justify *j, int late, double horizon) {
                 double u = j->t1[key] + hop(j, &in[d], a);
                 if (u > est) est = u;
             }
-            for (int i = 0; i <= t->n && !placed; i++) {
+            for (int i = first_fit(t, est, du, eps); i <= t->n && !placed; i++) {
                 double prev = i > 0 ? t->te[i - 1] : 0;
                 double start = est > prev ? est : prev;
                 double next = i < t->n ? t->ts[i] : INFINITY;
-                if (start + du <= next + eps && fits_memory(j, t, i, fwd, 0)) {
-                    insert(t, i, id, start, start + du, fwd, 0);
+                if (start + du <= next + eps && fits_memory(j, t, i, d, 0)) {
+                    insert(t, i, id, start, start + du, d, 0);
                     j->t0[id] = start;
                     j->t1[id] = start + du;
                     placed = 1;
@@ -218,10 +270,10 @@ static void justify_free(justify *j, hy_action **lists) {
 }
 
 int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err) {
-    if (s->split) return HY_OK;
     justify j;
     memset(&j, 0, sizeof j);
     j.s = s;
+    j.frees = s->split ? HY_WGRAD : HY_BWD;
     j.c = c;
     j.N = (int)hy_action_keys(s);
     j.limit = limit;

@@ -1,5 +1,5 @@
 /*
- * justify.h — double justification of an unsplit order.
+ * justify.h — double justification of an order, whole or split backward.
  *
  * An order fixes each rank's sequence; the simulator (sim.h) starts every
  * action as early as its inputs and its rank allow. Double justification
@@ -12,12 +12,14 @@
  * pass keeps every dependency and transfer time and never makes the
  * schedule longer than the one it starts from; moving into gaps is what
  * shortens it. A rank never holds more than `limit` activations at a time
- * (an F placed where that would be exceeded goes to a later gap).
+ * (an F placed where that would be exceeded goes to a later gap), each
+ * held from its F to its B, split to its W, as the simulator counts them.
  *
- * It is the last step of the cost-aware choice for unsplit hanayo
- * (order.c): the merge builds a good order, the justification closes
- * gaps the merge's greedy replay leaves, and with a transfer time that is
- * what takes the wave order ahead of interleaved's (docs/schedules.md).
+ * It is the last step of the cost-aware choice (order.c): the merge or
+ * the list scheduler builds a good order, the justification closes gaps
+ * their greedy replays leave. With a transfer time that is what takes
+ * the wave order ahead of interleaved's (docs/schedules.md), and split,
+ * W = 2 within ZB-V's bytes ahead of ZB-V.
  */
 #ifndef HY_JUSTIFY_H
 #define HY_JUSTIFY_H
@@ -29,8 +31,7 @@
 /* Replaces s's lists with their double justification under c, repeated
  * while it shortens the makespan (at most `rounds` times), if that is
  * shorter than s and holds at most `limit` activations on every rank;
- * otherwise leaves s as it is. s must be unsplit (a split order is left
- * as it is). Fails only on running out of memory or a schedule the
+ * otherwise leaves s as it is. Fails only on running out of memory or a schedule the
  * simulator refuses. */
 int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err);
 

@@ -20,9 +20,9 @@
  * schedule.h); with a cap on the activations (order.h) then the list
  * scheduler's orders (capped.h), then the above, each kept only within
  * the cap.
- * Each is simulated once. Unsplit hanayo's best (with a cap, any unsplit best) is then double-justified
- * (justify.h): its actions moved into the gaps the merge's greedy replay
- * left, within the same memory, which is what takes it ahead of
+ * Each is simulated once. Hanayo's best, whole or split (with a cap, any
+ * schedule's best), is then double-justified (justify.h): its actions
+ * moved into the gaps the greedy replays left, within the same memory, which is what takes it ahead of
  * interleaved's order when a transfer takes time. The search is skipped,
  * the canonical order returned, when the costs are the uniform ones it is
  * made for, and narrowed to the canonical merge's neighbours when the
@@ -59,10 +59,21 @@
 #define ORDER_SEARCH_ORDERS 6
 
 /* Justification rounds at most (each two passes and a simulation), and
- * the work past which it is skipped: a pass costs about (actions) x
- * (actions per rank) steps, a tenth of a second at this many. */
+ * the work past which it is skipped: a pass costs at worst (actions) x
+ * (actions per rank) steps, in practice far less (justify.c finds each
+ * action's place by binary search and touches little of its rank's
+ * timeline): about a second at this many (P = 8, M = 1024, W = 2,
+ * 5 x 10^8, is justified; P = 64, M = 1024 is not, 15 s). */
 #define JUSTIFY_ROUNDS 4
-#define JUSTIFY_WORK 1e8
+#define JUSTIFY_WORK 1e9
+
+/* Up to this much of that work every candidate is justified before it is
+ * priced, not only the winner: an order the merge left a little longer
+ * often justifies shorter than the merge's best does (with small
+ * transfer times, where the orders differ by a few hops). Each counts
+ * as JUSTIFY_EACH_ACTIONS simulations more against the search's budget. */
+#define JUSTIFY_EACH_WORK 1e7
+#define JUSTIFY_EACH_ACTIONS 2
 
 /* Whether c is what the canonical orders are made for. */
 static int is_uniform(const hy_sched_params *p, const hy_costs *c) {
@@ -81,6 +92,10 @@ typedef struct {
     int peak, peak_sum;
 } priced;
 
+/* The peak limit before the canonical order has said what it is (no cap:
+ * search sets it after pricing that order). */
+#define NO_PEAK_LIMIT (1 << 30)
+
 /* Candidates tried for one cap_extra, at most (search's loops). */
 #define ORDER_PER_CAP 256
 
@@ -95,6 +110,8 @@ typedef struct {
     hy_order_work work;
     long long actions;      /* of one order of the schedule */
     long long budget;       /* the most work.actions may reach */
+    int justify;            /* justify the winner (JUSTIFY_WORK) */
+    int justify_each;       /* justify every candidate (JUSTIFY_EACH_WORK) */
     priced known[ORDER_PER_CAP];   /* by the candidate's place in one cap_extra's loops */
     int slot;                      /* the next candidate's place */
 } order_search;
@@ -157,6 +174,13 @@ static int below_caps(const order_search *g, const hy_sched_order *o, const hy_s
 static int price(order_search *g, hy_schedule *sp, const hy_sched_order *o, priced *known,
                  hy_error *err);
 
+/* Whether the next candidate's work would take the search past its
+ * budget: a simulation, and with justify_each the justification too. */
+static int over_budget(const order_search *g) {
+    long long each = g->actions * (1 + (g->justify_each ? JUSTIFY_EACH_ACTIONS : 0));
+    return g->work.actions + each > g->budget;
+}
+
 /* Builds and prices one candidate (o NULL: the canonical order, made for
  * the uniform costs); keeps it if it beats the best so far. */
 static int try_order(order_search *g, const hy_sched_order *o, hy_error *err) {
@@ -168,7 +192,7 @@ static int try_order(order_search *g, const hy_sched_order *o, hy_error *err) {
         /* The lists of the last cap_extra: built again only if they win. */
         if (known->same_above && !beats(g, known->makespan, known->peak, known->peak_sum))
             return HY_OK;
-        if (g->work.actions + g->actions > g->budget) {
+        if (over_budget(g)) {
             g->work.stopped = 1;   /* this one and every one after it */
             return HY_OK;
         }
@@ -194,9 +218,23 @@ static int price(order_search *g, hy_schedule *sp, const hy_sched_order *o, pric
     }
     g->work.orders++;
     g->work.actions += (long long)hy_action_keys(&s);
+    int same_above = known ? below_caps(g, o, &s) : 0;   /* of the lists as built */
+    /* Not the canonical order before the limit is known: a justification
+     * without one could hold any memory. The winner is justified again
+     * at the end, within the limit, whichever it is. */
+    if (g->justify_each && g->peak_limit != NO_PEAK_LIMIT) {
+        hy_sim_result_free(&r);
+        g->work.actions += JUSTIFY_EACH_ACTIONS * (long long)hy_action_keys(&s);
+        rc = hy_justify_schedule(&s, g->c, g->peak_limit, JUSTIFY_ROUNDS, err);
+        if (!rc) rc = hy_simulate(&s, g->c, NULL, &r, err);
+        if (rc) {
+            hy_schedule_free(&s);
+            return rc;
+        }
+    }
     int sum, peak = peak_of(&r, &sum);
     double makespan = r.makespan;
-    if (known) *known = (priced){ below_caps(g, o, &s), makespan, peak, sum };
+    if (known) *known = (priced){ same_above, makespan, peak, sum };
     hy_sim_result_free(&r);
     if (!beats(g, makespan, peak, sum)) {
         hy_schedule_free(&s);
@@ -269,7 +307,7 @@ static int try_capped(order_search *g, hy_error *err) {
                     hy_capped_order o = { .cap = g->cap, .slack = slack[k], .backward_first = bf,
                                           .deep_first = deep, .w_gap = gap };
                     int first = k == 0 && deep == 1 && bf == 0 && gap == 0;
-                    if (!first && g->work.actions + g->actions > g->budget) {
+                    if (!first && over_budget(g)) {
                         g->work.stopped = 1;
                         return HY_OK;
                     }
@@ -344,13 +382,16 @@ int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_co
     }
     int rc = hy_costs_check(c, 0, err);
     if (rc) return rc;
-    order_search g = { .p = p, .c = c, .makespan = -1, .peak_limit = cap > 0 ? cap : 1 << 30,
+    order_search g = { .p = p, .c = c, .makespan = -1, .peak_limit = cap > 0 ? cap : NO_PEAK_LIMIT,
                        .cap = cap };
     g.actions = (long long)p->ranks *
                 hy_sched_rank_actions(p->split_backward, hy_sched_chunks(p), p->micro_batches);
     g.budget = ORDER_SEARCH_ORDERS * g.actions > HY_ORDER_WORK ? ORDER_SEARCH_ORDERS * g.actions
                                                                : HY_ORDER_WORK;
     memset(&g.best, 0, sizeof g.best);
+    double steps = (double)g.actions * ((double)g.actions / p->ranks);   /* a pass, at worst */
+    g.justify = (p->kind == HY_SCHED_HANAYO || cap > 0) && steps <= JUSTIFY_WORK;
+    g.justify_each = g.justify && steps <= JUSTIFY_EACH_WORK;
     rc = search(&g, err);
     if (work) *work = g.work;
     if (rc) {
@@ -358,11 +399,9 @@ int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_co
         memset(s, 0, sizeof *s);
         return rc;
     }
-    /* Unsplit hanayo: the justification closes gaps the merge's greedy
-     * replay left (justify.h), within the same memory. */
-    double actions = (double)p->ranks * hy_sched_rank_actions(0, hy_sched_chunks(p), p->micro_batches);
-    if ((p->kind == HY_SCHED_HANAYO || cap > 0) && !p->split_backward &&
-        actions * (actions / p->ranks) <= JUSTIFY_WORK)
+    /* Hanayo, and any schedule within a cap: the justification closes
+     * gaps the greedy replays left (justify.h), within the same memory. */
+    if (g.justify)
         rc = hy_justify_schedule(&g.best, c, g.peak_limit, JUSTIFY_ROUNDS, err);
     if (rc) {
         hy_schedule_free(&g.best);

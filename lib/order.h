@@ -9,7 +9,7 @@
  * replayed under the costs with other activation caps and look-aheads;
  * for a split backward other deferrals of the weight passes, and ZB-V),
  * prices each with the simulator (sim.h) and keeps the shortest (for
- * unsplit hanayo, double-justified: justify.h), among
+ * hanayo, and within a cap, double-justified: justify.h), among
  * those whose peak activations stay within the memory the canonical
  * unsplit order of the same schedule needs (for hanayo, interleaved
  * v = 2W's 2WP + P - 1). With a cap (hy_sched_params.max_activations)
@@ -51,8 +51,8 @@ int hy_order_schedule(hy_schedule *s, const hy_sched_params *p, const hy_costs *
 /* What a choice cost: the orders built and simulated (the candidates,
  * the canonical order first) and the actions those simulations ran, over
  * all ranks. Each costs a merge and a simulation of that many actions,
- * each action a few logarithms' work. The justification of unsplit
- * hanayo's winner (justify.h) is bounded apart and not counted. */
+ * each action a few logarithms' work. The justification of the
+ * winner (justify.h) is bounded apart and not counted. */
 typedef struct {
     int orders;
     long long actions;

@@ -1,18 +1,20 @@
 /*
- * test_justify.c — lib/justify: double justification of an unsplit order.
+ * test_justify.c — lib/justify: double justification of an order.
  *
  *   - Over every schedule kind, P = 2 and 4, several M, uneven stage costs
- *     and transfer times 0, 0.3 and 1: the justified order is valid (every
+ *     and transfer times 0, 0.3 and 1, whole and split backward (there an
+ *     activation is held to its W): the justified order is valid (every
  *     action once, on its rank, runs without deadlock), never longer than
  *     the order it starts from, and never holds more activations on a
- *     rank than the limit it was given; on some of them it is shorter.
+ *     rank than the limit it was given; on some of them it is shorter,
+ *     whole and split alike.
  *   - The case it is there for: hanayo W = 2's canonical order at P = 4,
  *     M = 8 with a transfer taking 0.2 of a rank share runs 34.65;
  *     justified within interleaved's memory (19) it comes in below
  *     interleaved v = 4's 32.25.
  *   - Uniform costs and free transfers: the canonical hanayo order is at
  *     its ideal already, and stays there.
- *   - A split order, and rounds = 0, leave the lists as they are.
+ *   - rounds = 0 leaves the lists as they are, whole or split.
  */
 #include "justify.h"
 #include "schedule.h"
@@ -43,23 +45,27 @@ static void test_valid_never_longer(void) {
         { HY_SCHED_HANAYO, 1 }, { HY_SCHED_HANAYO, 2 },
     };
     static const double comms[] = { 0, 0.3, 1.0 };
-    int shorter = 0, cases = 0;
+    int shorter[2] = { 0, 0 }, cases = 0;
+    for (int split = 0; split <= 1; split++)
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (int P = 2; P <= 4; P += 2)
             for (int M = P; M <= 3 * P; M += P)
                 for (int ci = 0; ci < 3; ci++) {
-                    hy_sched_params p = { kinds[k].kind, P, M, kinds[k].wv, kinds[k].wv, 0, 0 };
+                    hy_sched_params p = { kinds[k].kind, P, M, kinds[k].wv, kinds[k].wv, split, 0 };
                     hy_schedule s;
                     hy_error err;
                     if (hy_schedule_build(&s, &p, &err)) { CHECKF(0, "%s", err.msg); continue; }
-                    double *f = malloc(2 * (size_t)s.stages * sizeof(double)), *b = f + s.stages;
+                    double *f = malloc(3 * (size_t)s.stages * sizeof(double)), *b = f + s.stages;
+                    double *w = b + s.stages;
                     for (int i = 0; i < s.stages; i++) {
                         f[i] = 0.5 + (double)((i * 7 + M) % 4) * 0.25;
-                        b[i] = 2 * f[i] + (double)((i + ci) % 3) * 0.25;
+                        b[i] = (split ? 1 : 2) * f[i] + (double)((i + ci) % 3) * 0.25;
+                        w[i] = 0.25 + (double)((i * 3 + ci) % 3) * 0.25;
                     }
-                    hy_costs c = hy_costs_uniform();
+                    hy_costs c = split ? hy_costs_uniform_split() : hy_costs_uniform();
                     c.fwd_stage = f;
                     c.bwd_stage = b;
+                    if (split) c.wgrad_stage = w;
                     c.comm = comms[ci];
                     hy_sim_result before, after;
                     CHECK(hy_simulate(&s, &c, NULL, &before, &err) == HY_OK);
@@ -73,7 +79,7 @@ static void test_valid_never_longer(void) {
                                hy_sched_name(p.kind), P, M, c.comm, after.makespan, before.makespan);
                         CHECKF(peak_of(&after) <= limit, "%s P=%d M=%d c=%g: peak %d above %d",
                                hy_sched_name(p.kind), P, M, c.comm, peak_of(&after), limit);
-                        shorter += after.makespan < before.makespan - 1e-9;
+                        shorter[split] += after.makespan < before.makespan - 1e-9;
                         cases++;
                         hy_sim_result_free(&after);
                     }
@@ -81,8 +87,9 @@ static void test_valid_never_longer(void) {
                     free(f);
                     hy_schedule_free(&s);
                 }
-    CHECK(cases == 5 * 2 * 3 * 3);
-    CHECKF(shorter > 0, "justification shortened none of %d orders", cases);
+    CHECK(cases == 2 * 5 * 2 * 3 * 3);
+    CHECKF(shorter[0] > 0 && shorter[1] > 0, "justification shortened %d whole and %d split orders",
+           shorter[0], shorter[1]);
 }
 
 /* hanayo W = 2, P = 4, M = 8, f = 0.25 and b = 0.5 a stage, c = 0.2. */
@@ -132,7 +139,7 @@ static void test_left_alone(void) {
     } else {
         CHECKF(0, "%s", err.msg);
     }
-    /* Split, or no rounds: the lists as they were. */
+    /* No rounds: the lists as they were. */
     hy_costs c = hy_costs_uniform_split();
     c.comm = 0.5;
     for (int split = 0; split <= 1; split++) {
@@ -141,7 +148,7 @@ static void test_left_alone(void) {
             CHECKF(0, "%s", err.msg);
             continue;
         }
-        CHECK(hy_justify_schedule(&s, split ? &c : &u, 19, split ? 4 : 0, &err) == HY_OK);
+        CHECK(hy_justify_schedule(&s, split ? &c : &u, 2 * 19, 0, &err) == HY_OK);
         CHECK(same_lists(&s, &t));
         hy_schedule_free(&s);
         hy_schedule_free(&t);
