@@ -51,8 +51,8 @@
 #   BLAS_LIBS         libraries for the CPU GEMMs (kernels/cpu calls cblas;
 #                     default -lopenblas, from libopenblas-dev)
 #   TEST_TIMEOUT=s    seconds before one test program counts as hung (300)
-#   FUZZ_SECONDS=s    make fuzz: seconds per harness (default 20: one minute
-#                     for the three)
+#   FUZZ_SECONDS=s    make fuzz: seconds per harness (default 20: two minutes
+#                     for the six)
 #   FUZZ_CC           make fuzz: the compiler, a clang with libFuzzer (clang)
 #   PYTHON            the python3 for tests/*.py (default: one with numpy)
 #
@@ -431,9 +431,11 @@ bench: $(HY_BENCH)
 	$(HY_BENCH) $(BENCH_ARGS)
 
 # ---------------------------------------------------------------------------
-# Fuzzing: libFuzzer harnesses (tests/fuzz/fuzz_*.c) for the three readers of
-# files users hand us: the config loader, the token-shard reader and the
-# safetensors reader. Built with clang under ASan+UBSan in build-fuzz/, with
+# Fuzzing: libFuzzer harnesses (tests/fuzz/fuzz_*.c) for the readers of
+# files users hand us: the config loader, the token-shard reader, the
+# safetensors reader, the tokenizer.json reader, Hugging Face's config.json
+# reader and the model.safetensors.index.json reader (fuzz_index.c stands
+# in for the three runtime functions weights.c also calls). Built with clang under ASan+UBSan in build-fuzz/, with
 # their own archive of lib/*.c compiled with the fuzzer's coverage
 # instrumentation (-fsanitize=fuzzer-no-link); the link takes from it only
 # what the readers use (no kernels, no BLAS).
@@ -445,7 +447,7 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 20
 FUZZ_CFLAGS ?= -O1 -g
 HY_FUZZ := build-fuzz
-HY_FUZZ_NAMES := config shard safetensors
+HY_FUZZ_NAMES := config shard safetensors tokenizer hfconfig index
 HY_FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 HY_FUZZ_FLAGS = -D_GNU_SOURCE -Ilib $(HY_JANSSON_CFLAGS) -std=c11 -Wall -Wextra -Werror \
     $(FUZZ_CFLAGS) $(HY_FUZZ_SAN)

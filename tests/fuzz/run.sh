@@ -4,11 +4,16 @@
 #
 #     bash tests/fuzz/run.sh BUILD_DIR SECONDS NAME...
 #
-# For each NAME (config, shard, safetensors): makes the seed corpus
-# BUILD_DIR/seeds/NAME from the project's own inputs, good and bad —
+# For each NAME (config, shard, safetensors, tokenizer, hfconfig): makes
+# the seed corpus BUILD_DIR/seeds/NAME from the project's own inputs, good
+# and bad —
 #   config       tests/bad/*.json, configs/*.json, gen.py's configs
 #   shard        gen.py's token shards (tests/bad/gen.py)
 #   safetensors  gen.py's safetensors files, tests/fixtures/*.safetensors
+#   tokenizer    tests/fixtures/*tokenizer*.json
+#   hfconfig     tests/fixtures/llama-tiny/config.json
+#   index        model.safetensors.index.json files naming
+#                tests/fixtures/llama-tiny's tensors (fuzz_index.c's files)
 # (files over 64 KiB are left out: gen.py's megabyte-long key and deep
 # nesting are in the bad corpus already, and inputs that size only slow
 # every mutation down) — then runs BUILD_DIR/fuzz_NAME for SECONDS seconds
@@ -31,7 +36,8 @@ cd "$here" || exit 1
 
 seeds=$build/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds/gen" "$seeds/config" "$seeds/shard" "$seeds/safetensors"
+mkdir -p "$seeds/gen" "$seeds/config" "$seeds/shard" "$seeds/safetensors" "$seeds/tokenizer" \
+    "$seeds/hfconfig" "$seeds/index"
 if ! python3 tests/bad/gen.py "$seeds/gen"; then
     echo "fuzz: tests/bad/gen.py failed; cannot make the seed corpus" >&2
     exit 1
@@ -46,6 +52,18 @@ seed() {
 seed config tests/bad configs "$seeds/gen" -name '*.json'
 seed shard "$seeds/gen" -name 'shard*.bin'
 seed safetensors "$seeds/gen" tests/fixtures -name '*.safetensors'
+seed tokenizer tests/fixtures -name '*tokenizer*.json'
+seed hfconfig tests/fixtures/llama-tiny -name config.json
+# Indexes as Hugging Face writes them: every tensor of the fixture mapped
+# to one of the two files fuzz_index.c puts beside it.
+python3 - "$seeds/index" tests/fixtures/llama-tiny/model.safetensors <<'PY' || exit 1
+import json, struct, sys
+with open(sys.argv[2], "rb") as f:
+    names = [k for k in json.loads(f.read(struct.unpack("<Q", f.read(8))[0])) if k != "__metadata__"]
+for i, shard in enumerate(["model-00001-of-00001.safetensors", "model.safetensors"]):
+    with open(f"{sys.argv[1]}/index{i}.json", "w") as out:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": {n: shard for n in names}}, out, indent=2)
+PY
 rm -rf "$seeds/gen"
 
 total=0
