@@ -47,7 +47,7 @@ and, from DESIGN §1 "The schedules" alone, re-derives what the JSON claims:
   * schedule.max_activations (cap_checks): hanayo W = 1 split over P = 2,
     4, 8, M = 2P..16P and 512, 1024 at P = 8, c = 0..0.5, at the smallest
     cap, P and DualPipeV's 2P + 1: every capped plan re-simulates, and
-    its peak stays within the cap. RESIM_CAPS=0 skips these three,
+    its peak stays within the cap. RESIM_CAPS=0 skips this and the three below,
     and without RESIM_FULL=1 (as `make test` runs it) only M = 2P, 4P and
     c = 0, 0.2 of their grids are checked and unsplit_report is skipped;
   * the peers (peer_checks): ZB-V, DeepSeek's DualPipeV, and V-Half and
@@ -56,10 +56,16 @@ and, from DESIGN §1 "The schedules" alone, re-derives what the JSON claims:
     (c = 0.01 and 0.025 too): at each one's own peak hanayo W = 1 split's
     capped choice is at or below it (asserted); W = 2 at the same bytes,
     the points short of it are printed with its bound within the cap;
+  * PyTorch's interleaved zero bubble (izb_checks), written here from
+    its description and equal to PyTorch's own lists in
+    tests/fixtures/interleaved-zb-torch.json (izb_fixture_checks), at
+    v = 4 and 2 over the same grid: valid, peak vP, and hanayo split
+    W = 2 (W = 1) capped at that peak at or below it (asserted);
   * unsplit (unsplit_report): hanayo W = 1, 2 against interleaved v = 2W
     at P = 8, M up to 1024, c = 0.01..0.5: W = 1 at or below it within
     its memory (asserted); where W = 2 is behind or holds more, printed
-    with its bound at interleaved's memory.
+    with its bound at interleaved's memory and what it reaches within one
+    activation more.
 
 Python 3 standard library only. Run from the repository root; the binary is
 $HANAYO (default build/hanayo). Prints "resim: N passed, N failed" and exits
@@ -566,10 +572,53 @@ def vpattern(P, M, kind):
     return out
 
 
-def price_v(acts, P, c):
-    """Makespan, peak activations and stash slots of a V order, a rank
-    share costing f = 1, B = W = 1 (a stage half of it), transfers c."""
-    sim = simulate(acts, 2 * P, 0.5, 0.5, c, 0.5)
+def interleaved_zb(P, M, v):
+    """PyTorch's interleaved zero-bubble order (ScheduleInterleavedZeroBubble:
+    the ZB-H1 rule of Qi et al., "Zero Bubble Pipeline Parallelism", on
+    Megatron's interleaved placement, stage k*P + r on rank r), from its
+    description. The micro-batches go in rounds of `per` = M / max(1, M div
+    P); each rank visits its chunks in turn, `per` micro-batches at a time,
+    forwards shallowest first and input-gradient passes (B) deepest first.
+    Rank r starts with (v - 1) * per + P - 1 - r forwards (one fewer than
+    the rank before it: the first backward comes back to it one step
+    later), then runs one F and one B per step until its forwards are
+    done, then its remaining B's; from its (r + 1)-th B on, each B is
+    followed by the oldest weight pass (W) it still owes, and the W's left
+    over end its list."""
+    rounds = max(1, M // P)
+    assert M % rounds == 0, "interleaved zero bubble: M a multiple of its rounds"
+    per, n = M // rounds, v * M
+    out = []
+    for r in range(P):
+        warm = min((v - 1) * per + P - 1 - r, n)
+        count = {}
+
+        def next_of(op, chunk):
+            s = chunk * P + r
+            m = count.get((op, s), 0)
+            count[(op, s)] = m + 1
+            return (op, m, s)
+        lst, owed = [], []
+        for step in range(n + warm):
+            if step < n:
+                lst.append(next_of("F", (step // per) % v))
+            if step >= warm:
+                k = step - warm
+                b = next_of("B", v - 1 - (k // per) % v)
+                lst.append(b)
+                owed.append(("W", b[1], b[2]))
+                if k >= r:
+                    lst.append(owed.pop(0))
+        out.append(lst + owed)
+    return out
+
+
+def price_order(acts, P, S, c):
+    """Makespan, peak activations and stash slots of a split order over S
+    stages, a rank share costing f = 1, B = W = 1 (a stage P/S of it),
+    transfers c."""
+    f = P / S
+    sim = simulate(acts, S, f, f, c, f)
     if sim is None:
         return None
     return sim[2], max(peak_activations(acts, True)), max(stash_slots(acts, len(acts), True))
@@ -604,7 +653,7 @@ def peer_checks(t):
                      ("V-Half", vpattern(P, M, "half")), ("V-Min", vpattern(P, M, "min"))]
             for c in cs:
                 for name, acts in peers:
-                    got = price_v(acts, P, c)
+                    got = price_order(acts, P, 2 * P, c)
                     if not t.check(got is not None, "%s P=%d M=%d: deadlocks" % (name, P, M)):
                         continue
                     mk, pk, sl = got
@@ -631,6 +680,61 @@ def peer_checks(t):
     print("resim: %d points where a goal is not reached:" % len(misses))
     for m in misses:
         print("resim:   " + m)
+
+
+def izb_fixture_checks(t):
+    """interleaved_zb equals PyTorch's own lists, action for action, in
+    tests/fixtures/interleaved-zb-torch.json (made once with torch by
+    gen_interleaved_zb.py beside it)."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    with open(os.path.join(here, "interleaved-zb-torch.json")) as f:
+        cases = json.load(f)["cases"]
+    t.check(len(cases) >= 8, "interleaved-zb-torch.json: %d cases" % len(cases))
+    for case in cases:
+        P, M, v = case["ranks"], case["micro_batches"], case["chunks"]
+        theirs = [[tuple(a) for a in lst] for lst in case["actions"]]
+        ours = interleaved_zb(P, M, v)
+        t.check(ours == theirs, "interleaved zero bubble P=%d M=%d v=%d: not PyTorch's "
+                "order (first rank that differs: %s)" % (P, M, v, next(
+                    (r for r in range(P) if r >= len(theirs) or ours[r] != theirs[r]), None)))
+
+
+def izb_checks(t):
+    """PyTorch's interleaved zero bubble (v = 4 as issue 26 measured it,
+    and v = 2) over the peers' grid: the order is complete, each action on
+    the rank of its stage (s mod P), it runs, and it holds v*P
+    activations on its busiest rank. At that peak hanayo split is at or
+    below it (asserted): W = 2 (four stages a rank, like v = 4) and W = 1
+    (two, like v = 2). Returns the P = 8, M = 32 rows of the table."""
+    table = []
+    for v, W in ((4, 2), (2, 1)):
+        for P in (2, 4, 8):
+            for M in grid_ms(P):
+                name = "interleaved ZB v=%d P=%d M=%d" % (v, P, M)
+                acts = interleaved_zb(P, M, v)
+                S = v * P
+                want = {(op, m, s) for op in "FBW" for m in range(M) for s in range(S)}
+                got = [a for lst in acts for a in lst]
+                t.check(len(got) == len(want) and set(got) == want,
+                        name + ": every F, B and W exactly once")
+                t.check(all(a[2] % P == r for r, lst in enumerate(acts) for a in lst),
+                        name + ": each action on the rank holding its stage")
+                for c in grid_cs(M, P):
+                    priced = price_order(acts, P, S, c)
+                    if not t.check(priced is not None, name + ": deadlocks"):
+                        break
+                    mk, pk, sl = priced
+                    t.check(pk == v * P, name + ": peak %d, not %d" % (pk, v * P))
+                    b = []
+                    h = hanayo_capped(t, P, M, W, c, pk, b)
+                    if h is None:
+                        continue
+                    t.check(h <= mk + TOL * mk, "%s c=%g: hanayo W=%d at its peak %d %.4f, "
+                            "it %.4f (no wave order within %d ends before %.4f)"
+                            % (name, c, W, pk, h, mk, pk, b[0]))
+                    if P == 8 and M == 32:
+                        table.append((c, "IZB v=%d" % v, mk, pk, sl, h, W))
+    return table
 
 
 def unsplit_report(t):
@@ -665,11 +769,20 @@ def unsplit_report(t):
                 elif behind:
                     mb = memory_bound(plan["placement"], P, M, 2 * W * P, f, b, 0.0, c, False,
                                       ri["peak"])
+                    # what one activation more than interleaved's buys
+                    more = ri["peak"] + 1
+                    rc, out, err, cmd = run_plan(plan_args("hanayo", P, M, W, 1, f, b, c) +
+                                                 ["--max-activations", more])
+                    if not t.check(rc == 0, "%s: exit %d: %s" % (cmd, rc, err.strip())):
+                        continue
+                    rm = check_plan(t, json.loads(out), "hanayo", P, M, W, 1, f, b, c, cmd)
                     misses.append("W=%d M=%d c=%g: hanayo %.2f at %d, interleaved v=%d %.2f at %d "
-                                  "(%+.2f%%); no wave order within %d ends before %.2f"
-                                  % (W, M, c, rh["makespan"], rh["peak"], v, ri["makespan"],
-                                     ri["peak"], 100 * (rh["makespan"] / ri["makespan"] - 1),
-                                     ri["peak"], mb))
+                                  "(%+.2f%%); no wave order within %d ends before %.2f; within "
+                                  "%d: %s" % (W, M, c, rh["makespan"], rh["peak"], v,
+                                              ri["makespan"], ri["peak"],
+                                              100 * (rh["makespan"] / ri["makespan"] - 1),
+                                              ri["peak"], mb, more,
+                                              "%.2f" % rm["makespan"] if rm else "-"))
     print("resim: unsplit at P=8, %d points where hanayo is behind interleaved v=2W or holds "
           "more:" % len(misses))
     for m in misses:
@@ -707,6 +820,12 @@ def main():
     if os.environ.get("RESIM_CAPS", "1") != "0":
         cap_checks(t)
         peer_checks(t)
+        izb_fixture_checks(t)
+        izb = izb_checks(t)
+        print("resim: PyTorch's interleaved zero bubble at P=8, M=32 (c, order, makespan, "
+              "peak, stash slots | hanayo W at its peak):")
+        for c, name, mk, pk, sl, h, W in izb:
+            print("resim:   c=%-5g %-9s %8.2f %3d %3d | W=%d %8.2f" % (c, name, mk, pk, sl, W, h))
         if FULL:
             unsplit_report(t)
     gaps = [(r["bubble"] - r["ideal"], k) for k, r in results.items()

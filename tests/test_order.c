@@ -27,7 +27,9 @@
  * own peaks the choice for split W = 1 is never behind them
  * (test_cap_at_zbv_budget, test_v_orders: tests/resim.py re-checks it
  * over the whole grid against its own renditions), split W = 2 within
- * interleaved zero-bubble's 32 activations reaches its bound there, and
+ * interleaved zero-bubble's 4P activations reaches the ideal bubble at
+ * c = 0 (test_cap_at_interleaved_zb_budget; resim.py re-generates
+ * PyTorch's order and holds hanayo at or below it at every c), and
  * at ZB-V's and DualPipeV's bytes it is below both at c = 0.05 and 0.2
  * (test_w2_at_v_budgets).
  */
@@ -408,27 +410,38 @@ static void test_v_orders(void) {
     }
 }
 
-/* At interleaved zero-bubble's budget (PyTorch's order at v = 4, P = 8,
- * M = 32, c = 0 holds 32 activations with bubble 0.0179: issue 26),
- * split hanayo W = 2 within 32 reaches the bound of every order within
- * that memory, which is that bubble. */
+/* At interleaved zero-bubble's budget: PyTorch's order at v = 4 holds
+ * vP = 4P activations on its busiest rank (tests/resim.py generates it,
+ * checks that peak and re-simulates it at every c; at P = 8, M = 32, c = 0
+ * it is 32 with bubble 0.0179: issue 26). Split hanayo W = 2 within 4P at
+ * c = 0, P = 2, 4, 8, M = 2P to 16P, reaches the ideal bubble
+ * (P - 1)/(3vM + P - 1), below which no order of four stages a rank runs,
+ * and with it the bound of every wave order within 4P. */
 static void test_cap_at_interleaved_zb_budget(void) {
-    hy_sched_params p = { HY_SCHED_HANAYO, 8, 32, 2, 2, 1, 32 };
-    hy_costs c = { 0.25, 0.25, 0.25, 0, 0, 0, 0 };
-    hy_schedule s;
-    hy_error err;
-    hy_sim_result r;
-    if (hy_order_schedule(&s, &p, &c, &err) || hy_simulate(&s, &c, NULL, &r, &err)) {
-        CHECKF(0, "%s", err.msg);
-        return;
-    }
-    double bound = hy_makespan_bound_memory(&s, &c, 32);
-    CHECKF(hy_sim_peak_max(&r) <= 32 && r.makespan <= bound + 1e-9,
-           "W = 2 within 32: %g at %d, the bound within 32 %g", r.makespan, hy_sim_peak_max(&r),
-           bound);
-    CHECKF(r.bubble < 0.018, "bubble %g", r.bubble);
-    hy_sim_result_free(&r);
-    hy_schedule_free(&s);
+    for (int P = 2; P <= 8; P *= 2)
+        for (int k = 2; k <= 16; k *= 2) {
+            if (!grid_point()) continue;
+            int M = k * P, cap = 4 * P;
+            hy_sched_params p = { HY_SCHED_HANAYO, P, M, 2, 2, 1, cap };
+            hy_costs c = { 0.25, 0.25, 0.25, 0, 0, 0, 0 };
+            hy_schedule s;
+            hy_error err;
+            hy_sim_result r;
+            if (hy_order_schedule(&s, &p, &c, &err) || hy_simulate(&s, &c, NULL, &r, &err)) {
+                CHECKF(0, "P=%d M=%d: %s", P, M, err.msg);
+                hy_schedule_free(&s);
+                continue;
+            }
+            double bound = hy_makespan_bound_memory(&s, &c, cap);
+            double ideal = (double)(P - 1) / (12.0 * M + P - 1);
+            CHECKF(hy_sim_peak_max(&r) <= cap && r.makespan <= bound + 1e-9,
+                   "P=%d M=%d W = 2 within %d: %g at %d, the bound within %d %g", P, M, cap,
+                   r.makespan, hy_sim_peak_max(&r), cap, bound);
+            CHECKF(fabs(r.bubble - ideal) <= 1e-9, "P=%d M=%d W = 2 within %d: bubble %g, "
+                   "ideal %g", P, M, cap, r.bubble, ideal);
+            hy_sim_result_free(&r);
+            hy_schedule_free(&s);
+        }
 }
 
 /* Split W = 2 at ZB-V's and DualPipeV's bytes (twice their peaks in
