@@ -10,7 +10,8 @@
 #                     build-asan/ (CPU only), the threaded tests under TSan
 #                     in build-tsan/, then one aggregate tally line
 #   make test-one T=NAME   one test, by name: T=plan runs tests/test_plan.c
-#                     (or .sh, .py); V=1 shows its whole log
+#                     (or .sh, .py; a script without the prefix by its own
+#                     name: T=resim); V=1 shows its whole log
 #   make asan         ASan+UBSan build in build-asan/, run all its tests
 #   make tsan         TSan build in build-tsan/, run its test programs
 #   make bench        build build/hanayo-bench and run it: tokens/s of each
@@ -369,7 +370,7 @@ test:
 # test_plan.py) in build/ and shows its log when it fails, V=1 always.
 # Add the sanitizer builds' variables to run it there, e.g.
 #     make test-one T=runtime BUILD=build-tsan SANITIZE=thread NO_CUDA=1
-HY_ONE_LOG = $(firstword $(filter %/test_$(T).log,$(HY_UNIT_LOGS) $(HY_SCRIPT_LOGS)))
+HY_ONE_LOG = $(firstword $(filter %/test_$(T).log %/$(T).log,$(HY_UNIT_LOGS) $(HY_SCRIPT_LOGS)))
 HY_TEST_NAMES = $(sort $(patsubst test_%,%,$(basename $(notdir $(HY_UNIT_LOGS) $(HY_SCRIPT_LOGS)))))
 
 .PHONY: test-one hy-test-one
