@@ -214,10 +214,11 @@ int hy_stage_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream
                       const void *in, void *slot, void *dres, hy_error *err);
 
 /* Stage 0, backward, last: the embeddings' gradients from dres = d(stage
- * 0 input) and the micro-batch's tokens. Unsplit only: with split backward
- * W does it. */
-int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, const int *tokens,
-                      hy_error *err);
+ * 0 input) and the micro-batch's tokens (post-LN BERT: through its
+ * embedding LayerNorm, from what the slot kept). Unsplit only: with split
+ * backward W does it. */
+int hy_embed_backward(const hy_transformer *t, hy_stream *st, void *slot, const void *dres,
+                      const int *tokens, hy_error *err);
 
 /* W of one micro-batch on `stage` (split backward, after its B): every
  * weight's gradient of the stage from the slot, ln_f's on the last stage,

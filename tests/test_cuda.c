@@ -308,9 +308,9 @@ static void test_matmul_gelu(hy_rng *r, int N, int C, int H, int bias) {
         void *pg = put_act(d, g, NH), *pp2 = put_act(d, pre2, NH), *pw2 = put_act(d, w2, CH);
         void *pdo = put_act(d, dout, NC), *pdp = put_act(d, poison, NH), *scr = put_act(d, poison, NH);
         float *pdw = put_f32(d, dw0, CH), *pdb = put_f32(d, db0, C), *pdbp = put_f32(d, dbp0, H);
-        CHECK(o->matmul_gelu_fwd(d->st, po, pp, pi, pw1, pb1, N, C, H, &d->err) == HY_OK);
+        CHECK(o->matmul_gelu_fwd(d->st, po, pp, pi, pw1, pb1, N, C, H, HY_GELU_TANH, &d->err) == HY_OK);
         CHECK(o->matmul_gelu_bwd(d->st, pdp, bias ? pdbp : NULL, pdw, bias ? pdb : NULL, scr, pdo, pg,
-                                 pp2, pw2, N, H, C, &d->err) == HY_OK);
+                                 pp2, pw2, N, H, C, HY_GELU_TANH, &d->err) == HY_OK);
         out[k] = fetch_act(d, po, NH);
         pre[k] = fetch_act(d, pp, NH);
         dpre[k] = fetch_act(d, pdp, NH);
@@ -340,11 +340,11 @@ static void test_matmul_gelu(hy_rng *r, int N, int C, int H, int bias) {
         void *pg = put_act(d, g, NH), *pp2 = put_act(d, pre2, NH), *pw2 = put_act(d, w2, CH);
         void *pdo = put_act(d, dout, NC), *pdp = put_act(d, poison, NH), *scr = put_act(d, poison, NH);
         CHECK(o->matmul_gelu_bwd(d->st, pdp, NULL, NULL, NULL, scr, pdo, pg, pp2, pw2, N, H, C,
-                                 &d->err) == HY_OK);
+                                 HY_GELU_TANH, &d->err) == HY_OK);
         dpre[3] = fetch_act(d, pdp, NH);
         compare(what, dpre[3], dpre[0], NH, 1e-2);
         CHECK(o->matmul_fwd(d->st, pp, pi, pw1, pb1, N, C, H, &d->err) == HY_OK);
-        CHECK(o->gelu_fwd(d->st, po, pp, NH, &d->err) == HY_OK);
+        CHECK(o->gelu_fwd(d->st, po, pp, NH, HY_GELU_TANH, &d->err) == HY_OK);
         float *two = fetch_act(d, po, NH);
         size_t k = differ(two, out[1], NH);
         printf("cuda: %s: forward %s (%zu of %zu values differ from matmul_fwd + gelu_fwd)\n", what,
@@ -368,8 +368,8 @@ static void test_lm_head(hy_rng *r, int N, int C, int V) {
         void *pl = put_act(d, dl, (size_t)N * V), *pdl = put_act(d, dl, (size_t)N * V);
         void *pdi = put_act(d, dinp0, (size_t)N * C);
         float *pdw = put_f32(d, dwte0, (size_t)V * C);
-        CHECK(o->lm_head_fwd(d->st, pl, pi, pw, N, C, V, &d->err) == HY_OK);
-        CHECK(o->lm_head_bwd(d->st, pdi, pdw, pdl, pi, pw, N, C, V, &d->err) == HY_OK);
+        CHECK(o->lm_head_fwd(d->st, pl, pi, pw, NULL, N, C, V, &d->err) == HY_OK);
+        CHECK(o->lm_head_bwd(d->st, pdi, pdw, NULL, pdl, pi, pw, N, C, V, &d->err) == HY_OK);
         out[k] = malloc((size_t)N * V * sizeof(float));
         dinp[k] = malloc((size_t)N * C * sizeof(float));
         dwte[k] = malloc((size_t)V * C * sizeof(float));
@@ -399,7 +399,7 @@ static void test_layernorm(hy_rng *r, int N, int C) {
         void *pdi = put_act(d, dinp0, (size_t)N * C);
         float *pdw = put_f32(d, dw0, C), *pdb = put_f32(d, db0, C);
         float *pm = dev_alloc(d, (size_t)N * sizeof(float)), *prs = dev_alloc(d, (size_t)N * sizeof(float));
-        CHECK(o->layernorm_fwd(d->st, po, pm, prs, pi, pw, pb, N, C, &d->err) == HY_OK);
+        CHECK(o->layernorm_fwd(d->st, po, pm, prs, pi, pw, pb, N, C, 1e-5f, &d->err) == HY_OK);
         CHECK(o->layernorm_bwd(d->st, pdi, pdw, pdb, pdo, pi, pw, pm, prs, N, C, &d->err) == HY_OK);
         out[k] = malloc((size_t)N * C * sizeof(float));
         dinp[k] = malloc((size_t)N * C * sizeof(float));
@@ -434,8 +434,8 @@ static void test_gelu_add(hy_rng *r, size_t n) {
         const hy_backend_ops *o = d->be->ops;
         void *px = put_act(d, x, n), *po = put_act(d, x, n), *pdo = put_act(d, dout, n);
         void *pdi = put_act(d, acc0, n), *pacc = put_act(d, acc0, n);
-        CHECK(o->gelu_fwd(d->st, po, px, n, &d->err) == HY_OK);
-        CHECK(o->gelu_bwd(d->st, pdi, pdo, px, n, &d->err) == HY_OK);
+        CHECK(o->gelu_fwd(d->st, po, px, n, HY_GELU_TANH, &d->err) == HY_OK);
+        CHECK(o->gelu_bwd(d->st, pdi, pdo, px, n, HY_GELU_TANH, &d->err) == HY_OK);
         CHECK(o->add(d->st, pacc, px, n, &d->err) == HY_OK);
         out[k] = malloc(n * sizeof(float));
         dinp[k] = malloc(n * sizeof(float));
@@ -743,7 +743,7 @@ static void test_embedding(hy_rng *r, int B, int T, int C, int V) {
         void *pwte = put_act(d, wte, (size_t)V * C), *pwpe = put_act(d, wpe, (size_t)T * C);
         void *po = put_act(d, dout, N * C), *pdo = put_act(d, dout, N * C);
         float *pdwte = put_f32(d, dwte0, (size_t)V * C), *pdwpe = put_f32(d, dwpe0, (size_t)T * C);
-        CHECK(o->embedding_fwd(d->st, po, pt, pwte, pwpe, B, T, C, &d->err) == HY_OK);
+        CHECK(o->embedding_fwd(d->st, po, pt, pwte, pwpe, NULL, B, T, C, &d->err) == HY_OK);
         CHECK(o->embedding_bwd(d->st, pdwte, pdwpe, pdo, pt, B, T, C, &d->err) == HY_OK);
         out[k] = malloc(N * C * sizeof(float));
         dwte[k] = malloc((size_t)V * C * sizeof(float));
@@ -776,7 +776,7 @@ static void test_embedding_no_wpe(hy_rng *r, int B, int T, int C, int V) {
         void *pwte = put_act(d, wte, (size_t)V * C), *po = dev_alloc(d, N * C * o->act_size);
         void *pdo = put_act(d, dout, N * C);
         float *pdwte = put_f32(d, dwte0, (size_t)V * C);
-        CHECK(o->embedding_fwd(d->st, po, pt, pwte, NULL, B, T, C, &d->err) == HY_OK);
+        CHECK(o->embedding_fwd(d->st, po, pt, pwte, NULL, NULL, B, T, C, &d->err) == HY_OK);
         CHECK(o->embedding_bwd(d->st, pdwte, NULL, pdo, pt, B, T, C, &d->err) == HY_OK);
         out[k] = fetch_act(d, po, N * C);
         dwte[k] = fetch_f32(d, pdwte, (size_t)V * C);
@@ -924,11 +924,11 @@ static void test_fused(hy_rng *r, int N, int C) {
         FUSED_STEP(o->zero(d->st, d1, NC * o->act_size, &d->err));
         FUSED_STEP(o->matmul_bwd(d->st, d1, NULL, NULL, pb, pa, pw, N, C, 4 * C, &d->err));
         FUSED_STEP(o->zero(d->st, d2, 4 * NC * o->act_size, &d->err));
-        FUSED_STEP(o->gelu_bwd(d->st, d2, pb, pa, 4 * NC, &d->err));
+        FUSED_STEP(o->gelu_bwd(d->st, d2, pb, pa, 4 * NC, HY_GELU_TANH, &d->err));
         FUSED_STEP(o->zero(d->st, d3, NC * o->act_size, &d->err));
-        FUSED_STEP(o->lm_head_bwd(d->st, d3, NULL, pb, pa, pw, N, C, 4 * C, &d->err));
+        FUSED_STEP(o->lm_head_bwd(d->st, d3, NULL, NULL, pb, pa, pw, N, C, 4 * C, &d->err));
         FUSED_STEP(o->add(d->st, acc, pa, NC, &d->err));
-        FUSED_STEP(o->layernorm_fwd(d->st, lout, mean, rstd, acc, plw, plb, N, C, &d->err));
+        FUSED_STEP(o->layernorm_fwd(d->st, lout, mean, rstd, acc, plw, plb, N, C, 1e-5f, &d->err));
         size_t at = 0;
         for (int i = 0; i < FUSED_TENSORS; i++) {
             size_t off = at + (i >= FUSED_TENSORS - 2 ? gap : 0);

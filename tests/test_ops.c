@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "../kernels/cpu/ops.h"
+#include "backend.h"
 #include "model.h"
 #include "test.h"
 
@@ -280,24 +281,24 @@ static void test_lm_head(void) {
     float *dout = frand(&r, no, -1, 1), *out = falloc(no);
     lm_head_ctx ctx = {N, C, V, to_d(inp, ni), to_d(wte, nw), dalloc(no), dout};
 
-    hy_cpu_lm_head_forward(out, inp, wte, N, C, V);
+    hy_cpu_lm_head_forward(out, inp, wte, NULL, N, C, V);
     ref_lm_head(ctx.out, ctx.inp, ctx.wte, N, C, V);
     check_close_d("lm_head forward", out, ctx.out, no, TOL_FWD);
 
     float *dinp = falloc(ni), *dwte = falloc(nw);
-    hy_cpu_lm_head_backward(dinp, dwte, dout, inp, wte, N, C, V);
+    hy_cpu_lm_head_backward(dinp, dwte, NULL, dout, inp, wte, N, C, V);
     check_grad("lm_head dinp", dinp, ctx.inp, ni, lm_head_loss, &ctx);
     check_grad("lm_head dwte", dwte, ctx.wte, nw, lm_head_loss, &ctx);
 
     float *dinp2 = falloc(ni), *dwte2 = falloc(nw);
     memcpy(dinp2, dinp, ni * sizeof *dinp);
     memcpy(dwte2, dwte, nw * sizeof *dwte);
-    hy_cpu_lm_head_backward(dinp2, dwte2, dout, inp, wte, N, C, V);
+    hy_cpu_lm_head_backward(dinp2, dwte2, NULL, dout, inp, wte, N, C, V);
     check_doubled("lm_head dinp twice", dinp2, dinp, ni);
     check_doubled("lm_head dwte twice", dwte2, dwte, nw);
 
     memset(dwte2, 0, nw * sizeof *dwte2);
-    hy_cpu_lm_head_backward(NULL, dwte2, dout, inp, wte, N, C, V);
+    hy_cpu_lm_head_backward(NULL, dwte2, NULL, dout, inp, wte, N, C, V);
     check_close_f("lm_head dwte alone", dwte2, dwte, nw, TOL_TWICE);
 
     free(inp); free(wte); free(dout); free(out);
@@ -354,7 +355,7 @@ static void test_layernorm(void) {
     layernorm_ctx ctx = {N, C, to_d(x, nx), to_d(w, C), to_d(b, C), dalloc(nx), dout};
     double *mean64 = dalloc(N), *rstd64 = dalloc(N);
 
-    hy_cpu_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    hy_cpu_layernorm_forward(out, mean, rstd, x, w, b, N, C, HY_LAYERNORM_EPS);
     ref_layernorm(ctx.out, mean64, rstd64, ctx.x, ctx.w, ctx.b, N, C);
     check_close_d("layernorm forward", out, ctx.out, nx, TOL_FWD);
     check_close_d("layernorm mean", mean, mean64, N, TOL_FWD);
@@ -397,7 +398,7 @@ static void test_layernorm(void) {
      * the float64 reference of LayerNorm(a + b). */
     float *res2 = falloc(nx), *out2 = falloc(nx), *mean2 = falloc(N), *rstd2 = falloc(N);
     hy_cpu_residual_layernorm_forward(res2, out2, mean2, rstd2, a, bb, w, b, N, C);
-    hy_cpu_layernorm_forward(out, mean, rstd, res, w, b, N, C);
+    hy_cpu_layernorm_forward(out, mean, rstd, res, w, b, N, C, HY_LAYERNORM_EPS);
     CHECK(memcmp(res2, res, nx * sizeof *res) == 0);
     CHECK(memcmp(out2, out, nx * sizeof *out) == 0);
     CHECK(memcmp(mean2, mean, N * sizeof *mean) == 0);
@@ -445,15 +446,15 @@ static void test_gelu(void) {
     float *dout = frand(&r, n, -1, 1), *out = falloc(n), *dx = falloc(n);
     gelu_ctx ctx = {n, to_d(x, n), dalloc(n), dout};
 
-    hy_cpu_gelu_forward(out, x, n);
+    hy_cpu_gelu_forward(out, x, n, HY_GELU_TANH);
     ref_gelu(ctx.out, ctx.x, n);
     check_close_d("gelu forward", out, ctx.out, n, TOL_FWD);
 
-    hy_cpu_gelu_backward(dx, dout, x, n);
+    hy_cpu_gelu_backward(dx, dout, x, n, HY_GELU_TANH);
     check_grad("gelu dinp", dx, ctx.x, n, gelu_loss, &ctx);
     float *dx2 = falloc(n);
     memcpy(dx2, dx, n * sizeof *dx);
-    hy_cpu_gelu_backward(dx2, dout, x, n);
+    hy_cpu_gelu_backward(dx2, dout, x, n, HY_GELU_TANH);
     check_doubled("gelu dinp twice", dx2, dx, n);
 
     free(x); free(dout); free(out); free(dx); free(dx2); free(ctx.x); free(ctx.out);
@@ -903,7 +904,7 @@ static void test_embedding(void) {
     embedding_ctx ctx = {B, T, C, tokens, to_d(wte, (size_t)V * C), to_d(wpe, (size_t)maxT * C),
                          dalloc(no), dout};
 
-    hy_cpu_embedding_forward(out, tokens, wte, wpe, B, T, C);
+    hy_cpu_embedding_forward(out, tokens, wte, wpe, NULL, B, T, C);
     ref_embedding(ctx.out, tokens, ctx.wte, ctx.wpe, B, T, C);
     check_close_d("embedding forward", out, ctx.out, no, TOL_FWD);
 
@@ -919,7 +920,7 @@ static void test_embedding(void) {
 
     /* Without learned positions (wpe NULL, Llama): the token rows alone,
      * and the backward adds into dwte only. */
-    hy_cpu_embedding_forward(out, tokens, wte, NULL, B, T, C);
+    hy_cpu_embedding_forward(out, tokens, wte, NULL, NULL, B, T, C);
     int rows = 1;
     for (int bt = 0; bt < B * T; bt++)
         rows &= memcmp(out + (size_t)bt * C, wte + (size_t)tokens[bt] * C, C * sizeof *out) == 0;
