@@ -790,6 +790,73 @@ static void test_embedding_no_wpe(hy_rng *r, int B, int T, int C, int V) {
     free(tok); free(wte); free(dout); free(dwte0);
 }
 
+/* Post-LN BERT's ops against the CPU's: the exact erf GELU (alone, and
+ * through matmul_gelu, which takes its two-pass path: cuBLASLt's epilogue
+ * is tanh's), the LM head's decoder bias and its gradient (the column sums
+ * of dlogits), the embedding's token-type row, and LayerNorm at eps 1e-12
+ * on rows of small spread, where the epsilon shows (1e-5 would move rstd
+ * by several percent). Tolerances as the ops' own tests. */
+static void test_bert_ops(hy_rng *r, int N, int C, int V) {
+    size_t NC = (size_t)N * C, NH = (size_t)N * 4 * C, CH = (size_t)C * 4 * C, NV = (size_t)N * V;
+    int H = 4 * C, B = 2, T = N / 2;
+    float *x = rnd(r, NH, 4), *dg = rnd(r, NH, 1), *inp = rnd(r, NC, 1), *w1 = rnd(r, CH, 0.5f);
+    float *b1 = rnd(r, H, 0.5f), *wte = rnd(r, (size_t)V * C, 0.5f), *bias = rnd(r, V, 1);
+    float *dl = rnd(r, NV, 1), *dbias0 = rnd(r, V, 1), *wpe = rnd(r, (size_t)T * C, 1);
+    float *type = rnd(r, C, 1), *small = rnd(r, NC, 1e-4f), *lw = rnd(r, C, 1), *lb = rnd(r, C, 1);
+    int *tok = malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tok[i] = (int)hy_rng_below(r, (uint64_t)V);
+    float *gout[2], *gd[2], *mgo[2], *mgp[2], *lo[2], *db[2], *eo[2], *no[2], *nr[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *px = put_act(d, x, NH), *po = put_act(d, x, NH), *pdg = put_act(d, dg, NH);
+        void *pdi = put_act(d, dg, NH);
+        CHECK(o->gelu_fwd(d->st, po, px, NH, HY_GELU_ERF, &d->err) == HY_OK);
+        CHECK(o->gelu_bwd(d->st, pdi, pdg, px, NH, HY_GELU_ERF, &d->err) == HY_OK);
+        gout[k] = fetch_act(d, po, NH);
+        gd[k] = fetch_act(d, pdi, NH);
+        void *pi = put_act(d, inp, NC), *pw1 = put_act(d, w1, CH), *pb1 = put_act(d, b1, H);
+        void *pmo = put_act(d, x, NH), *pmp = put_act(d, x, NH);
+        CHECK(o->matmul_gelu_fwd(d->st, pmo, pmp, pi, pw1, pb1, N, C, H, HY_GELU_ERF, &d->err) ==
+              HY_OK);
+        mgo[k] = fetch_act(d, pmo, NH);
+        mgp[k] = fetch_act(d, pmp, NH);
+        void *pw = put_act(d, wte, (size_t)V * C), *pbias = put_act(d, bias, V);
+        void *pl = put_act(d, dl, NV), *pdl = put_act(d, dl, NV);
+        float *pdb = put_f32(d, dbias0, V);
+        CHECK(o->lm_head_fwd(d->st, pl, pi, pw, pbias, N, C, V, &d->err) == HY_OK);
+        CHECK(o->lm_head_bwd(d->st, NULL, NULL, pdb, pdl, pi, pw, N, C, V, &d->err) == HY_OK);
+        lo[k] = fetch_act(d, pl, NV);
+        db[k] = fetch_f32(d, pdb, V);
+        int *pt = put_int(d, tok, (size_t)N);
+        void *pwpe = put_act(d, wpe, (size_t)T * C), *ptype = put_act(d, type, C);
+        void *pe = put_act(d, inp, NC);
+        CHECK(o->embedding_fwd(d->st, pe, pt, pw, pwpe, ptype, B, T, C, &d->err) == HY_OK);
+        eo[k] = fetch_act(d, pe, NC);
+        void *ps = put_act(d, small, NC), *pno = put_act(d, small, NC);
+        void *plw = put_act(d, lw, C), *plb = put_act(d, lb, C);
+        float *pm = dev_alloc(d, (size_t)N * sizeof(float)), *prs = dev_alloc(d, (size_t)N * sizeof(float));
+        CHECK(o->layernorm_fwd(d->st, pno, pm, prs, ps, plw, plb, N, C, 1e-12f, &d->err) == HY_OK);
+        no[k] = fetch_act(d, pno, NC);
+        nr[k] = fetch_f32(d, prs, (size_t)N);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "bert ops N=%d C=%d V=%d", N, C, V);
+    compare(what, gout[1], gout[0], NH, 1e-2);
+    compare(what, gd[1], gd[0], NH, 1e-2);
+    compare(what, mgp[1], mgp[0], NH, 1e-2);
+    compare(what, mgo[1], mgo[0], NH, 1e-2);
+    compare(what, lo[1], lo[0], NV, 1e-2);
+    compare(what, db[1], db[0], V, 1e-2);
+    compare(what, eo[1], eo[0], NC, 1e-2);
+    compare(what, no[1], no[0], NC, 1e-2);
+    compare(what, nr[1], nr[0], N, 1e-2);
+    BOTH { free(gout[k]); free(gd[k]); free(mgo[k]); free(mgp[k]); free(lo[k]); free(db[k]);
+           free(eo[k]); free(no[k]); free(nr[k]); }
+    free(x); free(dg); free(inp); free(w1); free(b1); free(wte); free(bias); free(dl);
+    free(dbias0); free(wpe); free(type); free(small); free(lw); free(lb); free(tok);
+}
+
 static void test_classifier(hy_rng *r, int N, int V, int Vp) {
     float *logits = rnd(r, (size_t)N * Vp, 4);
     int *tg = malloc((size_t)N * sizeof(int));
@@ -1127,6 +1194,8 @@ static void test_ops(void) {
     test_matmul_gelu(&r, 1, 8, 16, 1);
     test_lm_head(&r, 33, 64, 129);
     test_lm_head(&r, 256, 128, 1024);
+    test_bert_ops(&r, 32, 32, 256);
+    test_bert_ops(&r, 66, 48, 384);
     test_layernorm(&r, 1, 1);
     test_layernorm(&r, 17, 33);
     test_layernorm(&r, 300, 768);
