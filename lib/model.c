@@ -130,33 +130,30 @@ static void add_block(hy_model *m, int l, int stage) {
         add_param(m, HY_P_MLP_PROJ_W, l, "mlp.down.weight", F, C, stage, 1);
         return;
     }
-    if (hy_model_post_ln(m)) {   /* Hugging Face BERT's names, in hy_param_kind's order */
-        add_param(m, HY_P_LN1_W, l, "attention.output.LayerNorm.weight", C, 0, stage, 0);
-        add_param(m, HY_P_LN1_B, l, "attention.output.LayerNorm.bias", C, 0, stage, 0);
-        add_param(m, HY_P_QKV_W, l, "attention.self.qkv.weight", C, QKV, stage, 1);
-        add_param(m, HY_P_QKV_B, l, "attention.self.qkv.bias", QKV, 0, stage, 0);
-        add_param(m, HY_P_ATTN_PROJ_W, l, "attention.output.dense.weight", C, C, stage, 1);
-        add_param(m, HY_P_ATTN_PROJ_B, l, "attention.output.dense.bias", C, 0, stage, 0);
-        add_param(m, HY_P_LN2_W, l, "output.LayerNorm.weight", C, 0, stage, 0);
-        add_param(m, HY_P_LN2_B, l, "output.LayerNorm.bias", C, 0, stage, 0);
-        add_param(m, HY_P_FC_W, l, "intermediate.dense.weight", C, FC, stage, 1);
-        add_param(m, HY_P_FC_B, l, "intermediate.dense.bias", FC, 0, stage, 0);
-        add_param(m, HY_P_MLP_PROJ_W, l, "output.dense.weight", F, C, stage, 1);
-        add_param(m, HY_P_MLP_PROJ_B, l, "output.dense.bias", C, 0, stage, 0);
-        return;
+    /* GPT-2's names, or post-LN BERT's (Hugging Face's, q|k|v fused), in
+     * hy_param_kind's order from HY_P_LN1_W */
+    static const char *const gpt[12] = {
+        "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+        "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
+    };
+    static const char *const bert[12] = {
+        "attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias",
+        "attention.self.qkv.weight", "attention.self.qkv.bias",
+        "attention.output.dense.weight", "attention.output.dense.bias",
+        "output.LayerNorm.weight", "output.LayerNorm.bias",
+        "intermediate.dense.weight", "intermediate.dense.bias",
+        "output.dense.weight", "output.dense.bias",
+    };
+    const char *const *names = hy_model_post_ln(m) ? bert : gpt;
+    /* Six weights (two of them norms' [C]), each followed by its bias, as
+     * wide as its output; decay on the matrices alone. */
+    const int rows[6] = { C, C, C, C, C, F }, cols[6] = { 0, QKV, C, 0, FC, C };
+    for (int k = 0; k < 12; k++) {
+        int w = k / 2, bias = k % 2, norm = cols[w] == 0;
+        int d0 = bias && !norm ? cols[w] : rows[w], d1 = bias || norm ? 0 : cols[w];
+        add_param(m, (hy_param_kind)(HY_P_LN1_W + k), l, names[k], d0, d1, stage, !bias && !norm);
     }
-    add_param(m, HY_P_LN1_W, l, "ln_1.weight", C, 0, stage, 0);
-    add_param(m, HY_P_LN1_B, l, "ln_1.bias", C, 0, stage, 0);
-    add_param(m, HY_P_QKV_W, l, "attn.c_attn.weight", C, QKV, stage, 1);
-    add_param(m, HY_P_QKV_B, l, "attn.c_attn.bias", QKV, 0, stage, 0);
-    add_param(m, HY_P_ATTN_PROJ_W, l, "attn.c_proj.weight", C, C, stage, 1);
-    add_param(m, HY_P_ATTN_PROJ_B, l, "attn.c_proj.bias", C, 0, stage, 0);
-    add_param(m, HY_P_LN2_W, l, "ln_2.weight", C, 0, stage, 0);
-    add_param(m, HY_P_LN2_B, l, "ln_2.bias", C, 0, stage, 0);
-    add_param(m, HY_P_FC_W, l, "mlp.c_fc.weight", C, FC, stage, 1);
-    add_param(m, HY_P_FC_B, l, "mlp.c_fc.bias", FC, 0, stage, 0);
-    add_param(m, HY_P_MLP_PROJ_W, l, "mlp.c_proj.weight", F, C, stage, 1);
-    add_param(m, HY_P_MLP_PROJ_B, l, "mlp.c_proj.bias", C, 0, stage, 0);
 }
 
 /* A Llama block's parameter of `kind` as its place in the block (add_block's

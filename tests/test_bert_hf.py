@@ -28,51 +28,19 @@ Prints "bert-hf: N passed, N failed" and exits non-zero on any failure.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_cli as hf  # noqa: E402  (check, hanayo, expect_refused)
 import gpt2_ref as ref  # noqa: E402  (the safetensors reader, BERT's masking)
 
 FIX = "tests/fixtures/bert-tiny"
 CONFIG = FIX + "/hanayo.json"
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL: " + what, file=sys.stderr)
-    return bool(cond)
-
-
-def hanayo(*args):
-    exe = os.environ.get("HANAYO", "build/hanayo")
-    r = subprocess.run([exe] + list(args), capture_output=True, text=True, timeout=300)
-    return r.returncode, r.stdout, r.stderr
 
 
 def eval_loss(*args, config=CONFIG):
-    rc, out, err = hanayo("eval", config, "--batches", "1", *args)
-    if not check(rc == 0, "eval %s: exit %d: %s" % (" ".join(args), rc, err.strip())):
-        return float("nan")
-    return json.loads(out.splitlines()[0])["loss"]
-
-
-def rel(a, b):
-    return abs(a - b) / abs(b)
-
-
-def expect_refused(what, needle, *args):
-    rc, out, err = hanayo(*args)
-    msg = err.strip()
-    check(rc == 2, "%s: exit %d, want 2: %s" % (what, rc, msg))
-    check(needle in msg and len(msg.splitlines()) == 1,
-          "%s: want one line naming %r, got: %s" % (what, needle, msg))
+    return hf.eval_loss(config, *args)
 
 
 def hf_dir(tmp, name, cfg_changes=None, weights=None):
@@ -95,52 +63,53 @@ def main():
     want = json.load(open(FIX + "/expected.json"))
     tmp = tempfile.mkdtemp(prefix="hy-bert-")
     try:
-        check(ref.mask_pin_holds(), "gpt2_ref.mask_tokens differs from hy_mask_tokens")
+        hf.check(ref.mask_pin_holds(), "gpt2_ref.mask_tokens differs from hy_mask_tokens")
 
         # 1. transformers' loss, from the directory, the file, other names
         loss0 = eval_loss("--init", FIX)
-        check(rel(loss0, want["loss0"]) <= 1e-5,
-              "eval of the transformers model: %.7f, transformers %.7f" % (loss0, want["loss0"]))
-        check(eval_loss("--init", FIX + "/model.safetensors") == loss0, "eval of the file alone")
+        hf.check(hf.rel(loss0, want["loss0"]) <= 1e-5,
+                 "eval of the transformers model: %.7f, transformers %.7f" % (loss0, want["loss0"]))
+        hf.check(eval_loss("--init", FIX + "/model.safetensors") == loss0, "eval of the file alone")
         theirs = ref.read_safetensors(FIX + "/model.safetensors")
         bare = {(k[5:] if k.startswith("bert.") else k): v for k, v in theirs.items()}
         bare["pooler.dense.weight"] = theirs["cls.predictions.transform.dense.weight"]
         bare["cls.seq_relationship.bias"] = theirs["cls.predictions.bias"][:2]
         bare["cls.predictions.decoder.weight"] = theirs["bert.embeddings.word_embeddings.weight"]
         d = hf_dir(tmp, "bare", weights=bare)
-        check(rel(eval_loss("--init", d), loss0) <= 1e-6,
-              "names without bert., with a pooler and a tied decoder, fp32")
+        hf.check(hf.rel(eval_loss("--init", d), loss0) <= 1e-6,
+                 "names without bert., with a pooler and a tied decoder, fp32")
 
         # 2. three AdamW steps
         ck = os.path.join(tmp, "ck")
-        rc, out, err = hanayo("train", CONFIG, "--set", "init=" + FIX,
-                              "--set", "checkpoint.dir=" + ck)
-        check(rc == 0, "train from the fixture: exit %d: %s" % (rc, err.strip()[-300:]))
+        rc, out, err = hf.hanayo("train", CONFIG, "--set", "init=" + FIX,
+                                 "--set", "checkpoint.dir=" + ck)
+        hf.check(rc == 0, "train from the fixture: exit %d: %s" % (rc, err.strip()[-300:]))
         step3 = os.path.join(ck, "step_000003")
         loss3 = eval_loss("--init", step3)
-        check(rel(loss3, want["loss3"]) <= 2e-5,
-              "after three steps: %.7f, PyTorch %.7f" % (loss3, want["loss3"]))
+        hf.check(hf.rel(loss3, want["loss3"]) <= 2e-5,
+                 "after three steps: %.7f, PyTorch %.7f" % (loss3, want["loss3"]))
 
         # 3. the checkpoint as transformers writes one, read back, resumed
         ours = ref.read_safetensors(step3 + "/model.safetensors") if rc == 0 else {}
-        check(sorted(ours) == sorted(theirs),
-              "checkpoint tensor names differ from transformers': missing %s, unexpected %s"
-              % (sorted(set(theirs) - set(ours))[:4], sorted(set(ours) - set(theirs))[:4]))
-        check(all(ours[k].shape == theirs[k].shape for k in theirs if k in ours),
-              "checkpoint tensor shapes differ from transformers'")
+        hf.check(sorted(ours) == sorted(theirs),
+                 "checkpoint tensor names differ from transformers': missing %s, unexpected %s"
+                 % (sorted(set(theirs) - set(ours))[:4], sorted(set(ours) - set(theirs))[:4]))
+        hf.check(all(ours[k].shape == theirs[k].shape for k in theirs if k in ours),
+                 "checkpoint tensor shapes differ from transformers'")
         cfg = json.load(open(step3 + "/config.json")) if rc == 0 else {}
-        hf = json.load(open(FIX + "/config.json"))
-        check(cfg.get("architectures") == ["BertForMaskedLM"] and cfg.get("model_type") == "bert",
-              "checkpoint config.json is not a BertForMaskedLM's: %s" % cfg.get("architectures"))
+        hf_cfg = json.load(open(FIX + "/config.json"))
+        hf.check(cfg.get("architectures") == ["BertForMaskedLM"] and
+                 cfg.get("model_type") == "bert",
+                 "checkpoint config.json is not a BertForMaskedLM's: %s" % cfg.get("architectures"))
         for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "vocab_size", "max_position_embeddings", "type_vocab_size", "hidden_act",
                   "layer_norm_eps", "tie_word_embeddings"):
-            check(cfg.get(k) == hf[k], "checkpoint config.json %s = %s, transformers' %s"
-                  % (k, cfg.get(k), hf[k]))
-        rc, out, err = hanayo("train", CONFIG, "--resume", ck, "--steps", "4",
-                              "--set", "checkpoint.dir=" + ck)
-        check(rc == 0 and os.path.isdir(os.path.join(ck, "step_000004")),
-              "resume of the checkpoint: exit %d: %s" % (rc, err.strip()[-300:]))
+            hf.check(cfg.get(k) == hf_cfg[k], "checkpoint config.json %s = %s, transformers' %s"
+                     % (k, cfg.get(k), hf_cfg[k]))
+        rc, out, err = hf.hanayo("train", CONFIG, "--resume", ck, "--steps", "4",
+                                 "--set", "checkpoint.dir=" + ck)
+        hf.check(rc == 0 and os.path.isdir(os.path.join(ck, "step_000004")),
+                 "resume of the checkpoint: exit %d: %s" % (rc, err.strip()[-300:]))
 
         # 4. model.from: the model block from config.json
         frm = os.path.join(tmp, "from.json")
@@ -151,43 +120,42 @@ def main():
                        "train": {"seed": want["seed"]},
                        "data": {"train": FIX + "/tokens.bin"}, "checkpoint": {"dir": None},
                        "backend": "cpu"}, f)
-        rc, out, err = hanayo("check", frm)
+        rc, out, err = hf.hanayo("check", frm)
         model = json.loads(out)["model"] if rc == 0 else {}
         given = json.load(open(CONFIG))["model"]
         for k, v in given.items():
-            check(model.get(k) == v, "model.from: model.%s = %s, the fixture's %s"
-                  % (k, model.get(k), v))
-        check(eval_loss("--init", FIX, config=frm) == loss0, "model.from: eval")
+            hf.check(model.get(k) == v, "model.from: model.%s = %s, the fixture's %s"
+                     % (k, model.get(k), v))
+        hf.check(eval_loss("--init", FIX, config=frm) == loss0, "model.from: eval")
 
         # 5. bad input
         d = hf_dir(tmp, "relu", {"hidden_act": "relu"})
-        expect_refused("hidden_act relu", "hidden_act", "eval", CONFIG, "--init", d)
-        expect_refused("model.from of hidden_act relu", "hidden_act", "check", frm,
-                       "--set", "model.from=" + d)
+        hf.expect_refused("hidden_act relu", "hidden_act", "eval", CONFIG, "--init", d)
+        hf.expect_refused("model.from of hidden_act relu", "hidden_act", "check", frm,
+                          "--set", "model.from=" + d)
         d = hf_dir(tmp, "wide", {"intermediate_size": 96})
-        expect_refused("intermediate_size not 4 x hidden", "intermediate_size",
-                       "eval", CONFIG, "--init", d)
-        expect_refused("another layer_norm_eps", "layer_norm_eps",
-                       "eval", CONFIG, "--init", FIX, "--set", "model.norm_eps=1e-5")
+        hf.expect_refused("intermediate_size not 4 x hidden", "intermediate_size",
+                          "eval", CONFIG, "--init", d)
+        hf.expect_refused("another layer_norm_eps", "layer_norm_eps",
+                          "eval", CONFIG, "--init", FIX, "--set", "model.norm_eps=1e-5")
         pre = os.path.join(tmp, "pre")
-        rc, out, err = hanayo("train", CONFIG, "--steps", "1", "--set", "model.norm=pre",
-                              "--set", "checkpoint.dir=" + pre)
-        check(rc == 0, "a pre-LN BERT trains: %s" % err.strip()[-300:])
+        rc, out, err = hf.hanayo("train", CONFIG, "--steps", "1", "--set", "model.norm=pre",
+                                 "--set", "checkpoint.dir=" + pre)
+        hf.check(rc == 0, "a pre-LN BERT trains: %s" % err.strip()[-300:])
         pre1 = os.path.join(pre, "step_000001")
-        expect_refused("pre-LN weights as post-LN", "model.norm",
-                       "eval", CONFIG, "--init", pre1 + "/model.safetensors")
-        expect_refused("post-LN weights as pre-LN", "model.norm",
-                       "eval", CONFIG, "--init", step3 + "/model.safetensors",
-                       "--set", "model.norm=pre")
-        expect_refused("a resume as the other norm", "model.norm",
-                       "train", CONFIG, "--resume", ck, "--steps", "5",
-                       "--set", "checkpoint.dir=" + ck, "--set", "model.norm=pre")
-        expect_refused("model.norm post on a GPT", "model.norm", "check", "configs/tiny-gpt.json",
-                       "--set", "model.norm=post")
+        hf.expect_refused("pre-LN weights as post-LN", "model.norm",
+                          "eval", CONFIG, "--init", pre1 + "/model.safetensors")
+        hf.expect_refused("post-LN weights as pre-LN", "model.norm",
+                          "eval", CONFIG, "--init", step3 + "/model.safetensors",
+                          "--set", "model.norm=pre")
+        hf.expect_refused("a resume as the other norm", "model.norm",
+                          "train", CONFIG, "--resume", ck, "--steps", "5",
+                          "--set", "checkpoint.dir=" + ck, "--set", "model.norm=pre")
+        hf.expect_refused("model.norm post on a GPT", "model.norm", "check",
+                          "configs/tiny-gpt.json", "--set", "model.norm=post")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("bert-hf: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return hf.finish("bert-hf")
 
 
 if __name__ == "__main__":
