@@ -349,9 +349,10 @@ static const key_spec KEYS[] = {
              "`train.eval_every` steps), and what `hanayo eval` reads by default; null: none" },
 
     { .name = "init", .type = K_STRING, .off = OFF(init), .flags = F_NULLABLE,
-      .doc = "safetensors weights to start from (Hugging Face GPT-2 names), or for `llama` "
-             "a Hugging Face Llama checkpoint's directory (config.json and one or sharded "
-             "safetensors); null: random init from `train.seed`" },
+      .doc = "safetensors weights to start from (Hugging Face GPT-2 names; post-LN `bert`: "
+             "BertForMaskedLM's), or for `llama` and post-LN `bert` a Hugging Face "
+             "checkpoint's directory (config.json and one or sharded safetensors); null: "
+             "random init from `train.seed`" },
 
     { .name = "checkpoint", .type = K_SECTION, .doc = "saving the run" },
     { .name = "checkpoint.dir", .type = K_STRING, .off = OFF(checkpoint.dir),
