@@ -1383,6 +1383,24 @@ char *hy_config_derived_dir(const char *top, const char *config) {
     return dir;
 }
 
+/* Key k set to v read from field `name` of the config.json at path, held
+ * to the key's own range as a value the config gave would be (a file's
+ * num_hidden_layers 0 is refused, not built). */
+static int from_value(hy_config *c, const key_spec *k, double v, const char *path,
+                      const char *name, const load_ctx *ctx, hy_error *err) {
+    json_t *j = k->type == K_REAL ? json_real(v) : k->type == K_BOOL ? json_boolean(v != 0)
+                                                 : json_integer((json_int_t)v);
+    if (!j) return hy_fail(err, HY_ERR_RUNTIME, "out of memory reading %s", path);
+    int rc = read_key(c, k, j, ctx, err);
+    json_decref(j);
+    if (rc) {
+        char where[PATH_MAX + 128];
+        snprintf(where, sizeof where, "model.from: %s: \"%s\" gives ", path, name);
+        hy_error_prefix(err, where);
+    }
+    return rc;
+}
+
 /* model.from: the model keys the config leaves to their defaults, from a
  * Hugging Face Llama's or BERT's config.json (hfconfig.h), the kind with
  * them (BERT: post-LN, derive_norm). */
@@ -1410,16 +1428,16 @@ static int model_from(hy_config *c, const load_ctx *ctx, hy_error *err) {
     /* BERT's positions are weights: their rows are the sequence length */
     const key_spec *seq = find_key("model.seq_len");
     if (hf.kind == HY_MODEL_BERT && ctx->origin[key_index(seq)] == ORIGIN_DEFAULT)
-        c->model.seq_len = hf.seq_len;
-    for (int f = 0; f < HY_HF_FIELDS; f++) {
+        rc = from_value(c, seq, hf.seq_len, path, "max_position_embeddings", ctx, err);
+    for (int f = 0; f < HY_HF_FIELDS && !rc; f++) {
         const key_spec *k = find_key(hy_hfconfig_key(f));
         assert(k);
         if (ctx->origin[key_index(k)] != ORIGIN_DEFAULT) continue;   /* given: it wins */
-        double v = hy_hfconfig_value(&hf, f);
-        if (k->type == K_REAL) *(double *)field(c, k->off) = v;
-        else *(int *)field(c, k->off) = (int)v;
+        const char *name = hy_hfconfig_field_of(hf.kind, f);
+        rc = from_value(c, k, hy_hfconfig_value(&hf, f), path, name ? name : hy_hfconfig_field(f),
+                        ctx, err);
     }
-    return HY_OK;
+    return rc;
 }
 
 /* BERT's defaults, which the kind decides: post-LN (Hugging Face's) and

@@ -18,7 +18,8 @@ batches (gpt2_ref.py's mask_tokens, pinned here to hy_mask_tokens' bytes):
      (2 evaluates it) and resumes from it;
   4. `model.from` reads the model block from config.json;
   5. bad input exits 2 with one message naming the cause: hidden_act
-     "relu", an intermediate_size other than 4 x hidden, a pre-LN BERT's
+     "relu", an intermediate_size other than 4 x hidden, model.from of a
+     config.json with no layers, a pre-LN BERT's
      weights loaded as post-LN and the other way round, model.norm on a
      GPT.
 
@@ -132,6 +133,9 @@ def main():
         d = hf_dir(tmp, "relu", {"hidden_act": "relu"})
         hf.expect_refused("hidden_act relu", "hidden_act", "eval", CONFIG, "--init", d)
         hf.expect_refused("model.from of hidden_act relu", "hidden_act", "check", frm,
+                          "--set", "model.from=" + d)
+        d = hf_dir(tmp, "none", {"num_hidden_layers": 0})
+        hf.expect_refused("model.from of no layers", "num_hidden_layers", "check", frm,
                           "--set", "model.from=" + d)
         d = hf_dir(tmp, "wide", {"intermediate_size": 96})
         hf.expect_refused("intermediate_size not 4 x hidden", "intermediate_size",
