@@ -5,14 +5,19 @@
  * GPT-like is GPT-2 (DESIGN §5 "Model, numerics, data, files"): token and
  * learned position embeddings, pre-LN blocks (LN, attention, residual, LN,
  * MLP with tanh-GELU, residual), a final LN and an LM head tied to the token
- * embedding. BERT-like is the same with bidirectional attention and a
- * masked-LM loss. Llama-like (Llama 2/3, Mistral, Qwen, SmolLM): token
+ * embedding. BERT-like has bidirectional attention and a masked-LM loss,
+ * and either Hugging Face's post-LN BertForMaskedLM (model.norm "post": an
+ * embedding LayerNorm with a token-type row, LN(x + f(x)) blocks with the
+ * erf GELU, a head of dense, GELU and LayerNorm before the tied decoder and
+ * its bias) or GPT-2's pre-LN blocks (model.norm "pre"). Llama-like (Llama 2/3, Mistral, Qwen, SmolLM): token
  * embeddings only, pre-norm blocks with RMSNorm, causal grouped-query
  * attention with rotary positions, a SwiGLU MLP of its own width, no
  * biases, a final RMSNorm and an LM head that is untied by default.
  *
- * GPT and BERT parameters carry Hugging Face GPT-2 names and layouts
- * (Conv1D weights are [in, out]), so safetensors files map one to one.
+ * GPT and pre-LN BERT parameters carry Hugging Face GPT-2 names and
+ * layouts (Conv1D weights are [in, out]), so safetensors files map one to
+ * one. Post-LN BERT's carry BertForMaskedLM's names (without "bert."),
+ * with q|k|v fused and every matrix [in, out]; weights.h maps them.
  * Llama's carry names of their own: Q, K and V are one fused [in, out]
  * matrix and gate and up another, so the GPT's matmul op serves them;
  * weights.h maps them to and from Hugging Face's separate [out, in]
