@@ -9,8 +9,9 @@
  * and either Hugging Face's post-LN BertForMaskedLM (model.norm "post": an
  * embedding LayerNorm with a token-type row, LN(x + f(x)) blocks with the
  * erf GELU, a head of dense, GELU and LayerNorm before the tied decoder and
- * its bias) or GPT-2's pre-LN blocks (model.norm "pre"). Llama-like (Llama 2/3, Mistral, Qwen, SmolLM): token
- * embeddings only, pre-norm blocks with RMSNorm, causal grouped-query
+ * its bias) or GPT-2's pre-LN blocks (model.norm "pre"). Llama-like
+ * (Llama 2/3, Mistral, Qwen, SmolLM): token embeddings only, pre-norm
+ * blocks with RMSNorm, causal grouped-query
  * attention with rotary positions, a SwiGLU MLP of its own width, no
  * biases, a final RMSNorm and an LM head that is untied by default.
  *

@@ -807,7 +807,8 @@ static int tf_norm_logits(const hy_transformer *t, const hy_stage_work *w, hy_st
                                  (float)t->model->norm_eps, err);
     else
         rc = t->ops->layernorm_fwd(st, ha->out, ha->mean, ha->rstd, h, tf_w(t, pw),
-                                   tf_w(t, tf_p(t, HY_P_LNF_B, 0)), N, C, hy_model_ln_eps(t->model), err);
+                                   tf_w(t, tf_p(t, HY_P_LNF_B, 0)), N, C,
+                                   hy_model_ln_eps(t->model), err);
     return rc ? rc : t->ops->lm_head_fwd(st, logits, ha->out, tf_head_wte(t, w), NULL, N, C,
                                          t->model->vocab_padded, err);
 }

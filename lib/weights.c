@@ -136,8 +136,9 @@ static int wt_bert_pieces(const hy_model *m, const hy_param *p, hy_weights_piece
     if (p->kind == HY_P_QKV_W || p->kind == HY_P_QKV_B) {
         static const char *const qkv[3] = { "query", "key", "value" };
         for (int i = 0; i < 3; i++) {
-            snprintf(pieces[i].name, sizeof pieces[i].name, "bert.encoder.layer.%d.attention.self.%s.%s",
-                     p->layer, qkv[i], p->kind == HY_P_QKV_W ? "weight" : "bias");
+            snprintf(pieces[i].name, sizeof pieces[i].name,
+                     "bert.encoder.layer.%d.attention.self.%s.%s", p->layer, qkv[i],
+                     p->kind == HY_P_QKV_W ? "weight" : "bias");
             pieces[i].rows = (size_t)m->d_model;
         }
         return 3;

@@ -109,10 +109,11 @@ int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, in
                   hy_error *err) {
     if (n == 0) return HY_OK;
     size_t nvec = gelu_aligned(out) && gelu_aligned(inp) ? n / 8 : 0;
+    unsigned blocks = gelu_blocks(n, nvec);
     if (kind == HY_GELU_ERF)
-        gelu_fwd_kernel<HY_GELU_ERF><<<gelu_blocks(n, nvec), GELU_THREADS, 0, s>>>(out, inp, n, nvec);
+        gelu_fwd_kernel<HY_GELU_ERF><<<blocks, GELU_THREADS, 0, s>>>(out, inp, n, nvec);
     else
-        gelu_fwd_kernel<HY_GELU_TANH><<<gelu_blocks(n, nvec), GELU_THREADS, 0, s>>>(out, inp, n, nvec);
+        gelu_fwd_kernel<HY_GELU_TANH><<<blocks, GELU_THREADS, 0, s>>>(out, inp, n, nvec);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }
