@@ -359,6 +359,40 @@ static int wt_load_llama_param(wt_sink put, void *ctx, const hy_model *m, const 
     return rc ? rc : put(ctx, p, host, err);
 }
 
+/* A tensor of w by name, with or without BertForMaskedLM's "bert." prefix. */
+static const hy_safetensors_tensor *wt_find_bert(const wt_files *w, const char *name,
+                                                 const hy_safetensors_file **in) {
+    const hy_safetensors_tensor *t = wt_find(w, name, in);
+    return t || strncmp(name, "bert.", 5) ? t : wt_find(w, name + 5, in);
+}
+
+/* BertForMaskedLM's decoder, when a file holds it, must be what hanayo's
+ * is: tied to the word embedding, its bias cls.predictions.bias. A file
+ * whose decoder differs (an untied one) is refused rather than read as
+ * another model. tmp: room for the largest of them, twice. */
+static int wt_bert_decoder_tied(const wt_files *w, float *tmp, size_t room, hy_error *err) {
+    static const char *const pairs[2][2] = {
+        { "cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight" },
+        { "cls.predictions.decoder.bias", "cls.predictions.bias" },
+    };
+    int rc = HY_OK;
+    for (int i = 0; i < 2 && !rc; i++) {
+        const hy_safetensors_file *fd = NULL, *fe = NULL;
+        const hy_safetensors_tensor *d = wt_find_bert(w, pairs[i][0], &fd);
+        const hy_safetensors_tensor *e = wt_find_bert(w, pairs[i][1], &fe);
+        if (!d || !e) continue;   /* absent: tied; a missing parameter is reported by name */
+        int same = d->numel == e->numel && 2 * d->numel <= room;
+        if (same) rc = hy_safetensors_read_f32(fd, d, tmp, d->numel, err);
+        if (same && !rc) rc = hy_safetensors_read_f32(fe, e, tmp + d->numel, e->numel, err);
+        if (same && !rc) same = !memcmp(tmp, tmp + d->numel, d->numel * sizeof(float));
+        if (!rc && !same)
+            rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' differs from '%s': an untied "
+                         "decoder, which hanayo's BERT (its decoder is the word embedding, its "
+                         "bias cls.predictions.bias) cannot hold", fd->path, d->name, e->name);
+    }
+    return rc;
+}
+
 static int wt_load_llama(wt_sink put, void *ctx, const hy_model *m, const wt_files *w,
                          const char *where, hy_error *err) {
     int rc = HY_OK;
@@ -374,8 +408,9 @@ static int wt_load_llama(wt_sink put, void *ctx, const hy_model *m, const wt_fil
         }
     }
     size_t most = hy_model_max_numel(m);
-    float *host = malloc(most * sizeof(float)), *tmp = malloc(most * sizeof(float));
+    float *host = malloc(2 * most * sizeof(float)), *tmp = malloc(most * sizeof(float));
     if (!rc && (!host || !tmp)) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory loading %s", where);
+    if (!rc && hy_model_post_ln(m)) rc = wt_bert_decoder_tied(w, host, 2 * most, err);
     for (int i = 0; i < m->n_params && !rc; i++)
         rc = wt_load_llama_param(put, ctx, m, w, where, &m->params[i], host, tmp, err);
     free(host);

@@ -18,7 +18,8 @@
  * as a Llama, with BertConfig's config.json: q, k and v are fused into
  * the [C, 3C] qkv, every Linear is transposed, tensor names may carry
  * BertForMaskedLM's "bert." prefix or none (BertModel's); the tied
- * decoder's weight and bias (cls.predictions.decoder.*), a pooler and
+ * decoder's weight and bias (cls.predictions.decoder.*, which must equal
+ * the word embedding and cls.predictions.bias), a pooler and
  * BertForPreTraining's next-sentence head (cls.seq_relationship.*) are
  * ignored. A hanayo BERT file records its model.norm ("hanayo_norm";
  * absent: "pre"), which must be the config's.

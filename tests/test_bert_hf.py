@@ -19,7 +19,7 @@ batches (gpt2_ref.py's mask_tokens, pinned here to hy_mask_tokens' bytes):
   4. `model.from` reads the model block from config.json;
   5. bad input exits 2 with one message naming the cause: hidden_act
      "relu", an intermediate_size other than 4 x hidden, model.from of a
-     config.json with no layers, a pre-LN BERT's
+     config.json with no layers, a decoder that is not the word embedding, a pre-LN BERT's
      weights loaded as post-LN and the other way round, model.norm on a
      GPT.
 
@@ -137,6 +137,11 @@ def main():
         d = hf_dir(tmp, "none", {"num_hidden_layers": 0})
         hf.expect_refused("model.from of no layers", "num_hidden_layers", "check", frm,
                           "--set", "model.from=" + d)
+        untied = dict(theirs)
+        untied["cls.predictions.decoder.weight"] = theirs["bert.embeddings.word_embeddings.weight"] * 2
+        d = hf_dir(tmp, "untied", weights=untied)
+        hf.expect_refused("an untied decoder", "cls.predictions.decoder.weight", "eval", CONFIG,
+                          "--init", d)
         d = hf_dir(tmp, "wide", {"intermediate_size": 96})
         hf.expect_refused("intermediate_size not 4 x hidden", "intermediate_size",
                           "eval", CONFIG, "--init", d)
