@@ -142,6 +142,11 @@ typedef struct {
     char what[160];   /* e.g. "F m3 s5: activations from rank 2 (edge s4->s5, slot 1)" */
 } hy_wait_site;
 
+/* The GELU an MLP uses (backend.h's gelu ops): GPT-2's tanh approximation
+ * ("gelu_new"), or the exact x·Φ(x) = ½ x (1 + erf(x/√2)) of BERT
+ * (Hugging Face's hidden_act "gelu"). */
+typedef enum { HY_GELU_TANH, HY_GELU_ERF } hy_gelu_kind;
+
 /* ---- Op timing (optional) ---------------------------------------------
  *
  * Where a rank's time goes, for benchmarks and profiling (tools/bench.c):
@@ -247,14 +252,19 @@ typedef struct {
     int (*zero)(hy_stream *s, void *p, size_t bytes, hy_error *err);
     int (*add)(hy_stream *s, void *acc, const void *x, size_t n, hy_error *err);     /* act */
     int (*add_f32)(hy_stream *s, float *acc, const float *x, size_t n, hy_error *err);
-    /* wpe NULL: no learned positions (Llama: RoPE inside attention);
-     * embedding_bwd's dwpe is then NULL too. */
+    /* out[b,t] = wte[tokens[b,t]] + wpe[t] + type (kernels/cpu/ops.h).
+     * wpe NULL: no learned positions (Llama: RoPE inside attention);
+     * embedding_bwd's dwpe is then NULL too. type: one row [C] added to
+     * every token (BERT's token-type row 0; NULL: none); its gradient is
+     * the column sum of dout, which matmul_bwd's bias sum gives. */
     int (*embedding_fwd)(hy_stream *s, void *out, const int *tokens, const void *wte,
-                         const void *wpe, int B, int T, int C, hy_error *err);
+                         const void *wpe, const void *type, int B, int T, int C, hy_error *err);
     int (*embedding_bwd)(hy_stream *s, float *dwte, float *dwpe, const void *dout,
                          const int *tokens, int B, int T, int C, hy_error *err);
+    /* LayerNorm with its epsilon (model.h's hy_model_ln_eps: GPT-2's 1e-5,
+     * post-LN BERT's norm_eps). */
     int (*layernorm_fwd)(hy_stream *s, void *out, float *mean, float *rstd, const void *inp,
-                         const void *w, const void *b, int N, int C, hy_error *err);
+                         const void *w, const void *b, int N, int C, float eps, hy_error *err);
     int (*layernorm_bwd)(hy_stream *s, void *dinp, float *dw, float *db, const void *dout,
                          const void *inp, const void *w, const float *mean, const float *rstd,
                          int N, int C, hy_error *err);
@@ -262,16 +272,18 @@ typedef struct {
                       int N, int C, int OC, hy_error *err);
     int (*matmul_bwd)(hy_stream *s, void *dinp, float *dw, float *dbias, const void *dout,
                       const void *inp, const void *w, int N, int C, int OC, hy_error *err);
-    int (*gelu_fwd)(hy_stream *s, void *out, const void *inp, size_t n, hy_error *err);
+    /* GELU of `kind` (hy_gelu_kind): GPT-2's tanh approximation or BERT's
+     * exact erf one. */
+    int (*gelu_fwd)(hy_stream *s, void *out, const void *inp, size_t n, int kind, hy_error *err);
     int (*gelu_bwd)(hy_stream *s, void *dinp, const void *dout, const void *inp, size_t n,
-                    hy_error *err);
+                    int kind, hy_error *err);
     /* The MLP's dense layer and the GELU after it, as one op so that a
      * backend can do both in one pass (the GPU: in the GEMM's epilogue):
      *   pre[N,OC] = inp[N,C] · w[C,OC] + bias[OC]   (kept for the backward)
      *   out = gelu(pre)
      * exactly matmul_fwd then gelu_fwd (the CPU runs those). */
     int (*matmul_gelu_fwd)(hy_stream *s, void *out, void *pre, const void *inp, const void *w,
-                           const void *bias, int N, int C, int OC, hy_error *err);
+                           const void *bias, int N, int C, int OC, int kind, hy_error *err);
     /* The backward of the dense layer that reads the GELU's output, carried
      * on through the GELU: inp = gelu(pre) [N,C], w [C,OC], dout [N,OC];
      *   dw += inpᵀ · dout,  dbias += Σ_n dout   (as matmul_bwd; NULL: not)
@@ -284,7 +296,7 @@ typedef struct {
      * it, zero(dpre), gelu_bwd, and matmul_bwd's bias sum over dpre. */
     int (*matmul_gelu_bwd)(hy_stream *s, void *dpre, float *dbias_pre, float *dw, float *dbias,
                            void *scratch, const void *dout, const void *inp, const void *pre,
-                           const void *w, int N, int C, int OC, hy_error *err);
+                           const void *w, int N, int C, int OC, int kind, hy_error *err);
     /* Self-attention, with grouped-query attention (GQA). qkv is
      * [B, T, (NH + 2·NKV)·hd]: per token the NH query heads, then the NKV
      * key heads, then the NKV value heads, each hd wide (NKV = NH is
@@ -357,9 +369,12 @@ typedef struct {
     int (*attention_cached)(hy_stream *s, void *out, const void *qkv, const void *kc,
                             const void *vc, int B, int Tq, int t0, int Tmax, int NH, int NKV,
                             int hd, hy_error *err);
-    int (*lm_head_fwd)(hy_stream *s, void *logits, const void *inp, const void *wte, int N, int C,
-                       int V, hy_error *err);
-    int (*lm_head_bwd)(hy_stream *s, void *dinp, float *dwte, const void *dlogits,
+    /* The tied (or untied) LM head, logits = inp · wteᵀ (+ bias [V], BERT's
+     * decoder bias; NULL: none); the backward adds dbias += Σ_n dlogits
+     * (NULL: not). */
+    int (*lm_head_fwd)(hy_stream *s, void *logits, const void *inp, const void *wte,
+                       const void *bias, int N, int C, int V, hy_error *err);
+    int (*lm_head_bwd)(hy_stream *s, void *dinp, float *dwte, float *dbias, const void *dlogits,
                        const void *inp, const void *wte, int N, int C, int V, hy_error *err);
     /* Softmax cross-entropy and its gradient in place over logits [N, Vp]:
      * dlogits = grad_scale (softmax - onehot) / count, over the rows whose

@@ -51,7 +51,7 @@ static const char *const CK_FILES[] = { "model.safetensors", "optimizer.safetens
 /* A parameter's shape as saved: wte without its padding rows
  * (hy_model_real_numel's values). */
 static void ck_shape(const hy_model *m, const hy_param *p, size_t shape[2]) {
-    shape[0] = p->kind == HY_P_WTE ? (size_t)m->vocab : (size_t)p->shape[0];
+    shape[0] = p->vocab_rows ? (size_t)m->vocab : (size_t)p->shape[0];
     shape[1] = (size_t)p->shape[1];
 }
 
@@ -61,15 +61,15 @@ static size_t ck_total(const hy_model *m) {
     return n;
 }
 
-/* Adds Llama parameter p, whose values are at v, as its Hugging Face
- * tensors (weights.h): a transposed parameter is turned in place (through
- * a copy), then its pieces are consecutive rows of it. */
-static int ck_add_llama(hy_safetensors_writer *w, const hy_model *m, const hy_param *p, float *v,
+/* Adds parameter p of a Llama or post-LN BERT, whose values are at v, as
+ * its Hugging Face tensors (weights.h): a transposed parameter is turned
+ * in place (through a copy), then its pieces are consecutive rows of it. */
+static int ck_add_hf(hy_safetensors_writer *w, const hy_model *m, const hy_param *p, float *v,
                         hy_error *err) {
     hy_weights_piece pc[3];
-    int n = hy_weights_llama_pieces(m, p, pc), rc = HY_OK;
+    int n = hy_weights_hf_pieces(m, p, pc), rc = HY_OK;
     size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 0;
-    if (hy_weights_llama_transposed(p)) {
+    if (hy_weights_hf_transposed(p)) {
         float *copy = malloc(p->numel * sizeof(float));
         if (!copy) return hy_fail(err, HY_ERR_RUNTIME, "out of memory writing %s", p->name);
         memcpy(copy, v, p->numel * sizeof(float));
@@ -102,6 +102,8 @@ static int ck_write_tensors(hy_runtime *rt, const hy_model *m, const char *path,
     snprintf(heads, sizeof heads, "%d", m->heads);
     if (!rc) rc = hy_safetensors_writer_set_meta(&w, "hanayo_model", hy_model_name(m->kind), err);
     if (!rc) rc = hy_safetensors_writer_set_meta(&w, "hanayo_heads", heads, err);
+    if (!rc && m->kind == HY_MODEL_BERT)   /* pre- and post-LN BERT share their kind */
+        rc = hy_safetensors_writer_set_meta(&w, "hanayo_norm", hy_model_norm_name(m->norm), err);
     float *at = buf;
     for (int k = 0; k < n_roles && !rc; k++) {
         for (int i = 0; i < m->n_params && !rc; i++) {
@@ -111,10 +113,11 @@ static int ck_write_tensors(hy_runtime *rt, const hy_model *m, const char *path,
             snprintf(name, sizeof name, "%s%s", prefixes[k], p->name);
             ck_shape(m, p, shape);
             rc = hy_runtime_get(rt, roles[k], p, at, n, err);
-            /* A Llama's weights go out as Hugging Face's, so transformers
-             * opens the checkpoint; the moments stay in this layout. */
-            if (!rc && m->kind == HY_MODEL_LLAMA && roles[k] == HY_T_PARAM)
-                rc = ck_add_llama(&w, m, p, at, err);
+            /* A Llama's and post-LN BERT's weights go out as Hugging
+             * Face's, so transformers opens the checkpoint; the moments
+             * stay in this layout. */
+            if (!rc && hy_weights_hf_layout(m) && roles[k] == HY_T_PARAM)
+                rc = ck_add_hf(&w, m, p, at, err);
             else if (!rc)
                 rc = hy_safetensors_writer_add(&w, name, HY_ST_F32, p->ndim, shape, at, err);
             at += n;
@@ -157,10 +160,11 @@ static char *ck_json_text(json_t *o) {
     return out;
 }
 
-/* BERT's config.json: the run's "model" block as a hanayo config file, which
- * `hanayo check` and `eval` read back. Not a transformers config: hanayo's
- * BERT is GPT-2's pre-LN blocks made bidirectional, which no Hugging Face
- * BERT class computes (docs/runtime.md "Checkpoints" says what differs). */
+/* Pre-LN BERT's config.json: the run's "model" block as a hanayo config
+ * file, which `hanayo check` and `eval` read back. Not a transformers
+ * config: pre-LN BERT is GPT-2's blocks made bidirectional, which no
+ * Hugging Face BERT class computes (docs/runtime.md "Checkpoints" says
+ * what differs); post-LN BERT writes BertForMaskedLM's. */
 static json_t *ck_hanayo_config(const hy_run *run) {
     json_error_t je;
     json_t *cfg = json_loads(run->config_json, 0, &je);
@@ -381,6 +385,21 @@ static int ck_check_model(const char *path, const char *what, json_t *state, con
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.tie_embeddings = %s, the "
                        "config has %s; %s", what, json_is_true(tie) ? "true" : "false",
                        m->tie_embeddings ? "true" : "false", advice);
+    if (m->kind == HY_MODEL_BERT) {
+        /* A BERT saved before model.norm existed is a pre-LN one. */
+        const char *norm = json_string_value(json_object_get(model, "norm"));
+        if (!norm) norm = "pre";
+        if (strcmp(norm, hy_model_norm_name(m->norm)) != 0)
+            return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.norm = %s, the config has "
+                           "%s; %s", what, norm, hy_model_norm_name(m->norm), advice);
+        json_t *eps = json_object_get(model, "norm_eps");
+        if (m->norm == HY_NORM_POST && (!json_is_number(eps) ||
+                                        (float)json_number_value(eps) != (float)m->norm_eps))
+            return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.norm_eps = %g, the config "
+                           "has %g; %s", what, json_is_number(eps) ? json_number_value(eps) : NAN,
+                           m->norm_eps, advice);
+        return HY_OK;
+    }
     if (m->kind != HY_MODEL_LLAMA) return HY_OK;
     /* Llama's reals change the function the weights compute, not their shapes. */
     json_t *scaling = json_object_get(model, "rope_scaling");
@@ -491,7 +510,7 @@ static int ck_write_files(hy_runtime *rt, const char *tmp, int step,
     if (!rc) rc = ck_write_tensors(rt, m, file, mv, mvp, 2, step_text, &sums[1], err);
     ck_path(file, sizeof file, tmp, CK_FILES[2]);
     if (!rc)
-        rc = ck_write_owned(file, ck_json_text(m->kind != HY_MODEL_BERT
+        rc = ck_write_owned(file, ck_json_text(m->kind != HY_MODEL_BERT || m->norm == HY_NORM_POST
                                                ? hy_hfconfig_json(m)
                                                : ck_hanayo_config(hy_runtime_run(rt))),
                             &sums[2], err);

@@ -68,6 +68,7 @@ const char *hy_lr_schedule_name(hy_lr_schedule s) {
 }
 
 static const char *model_name(int k) { return hy_model_name((hy_model_kind)k); }
+static const char *norm_name(int k) { return hy_model_norm_name(k); }
 static const char *backend_name(int k) { return hy_backend_name((hy_backend_kind)k); }
 static const char *nonfinite_name(int k) { return hy_nonfinite_name((hy_nonfinite_policy)k); }
 static const char *lr_schedule_name(int k) { return hy_lr_schedule_name((hy_lr_schedule)k); }
@@ -132,14 +133,15 @@ static const key_spec KEYS[] = {
     { .name = "model.kind", .type = K_ENUM, .off = OFF(model.kind),
       .enum_name = model_name, .n_enum = HY_MODEL_COUNT, .def = HY_MODEL_GPT,
       .doc = "`gpt`: GPT-2 (causal attention, next-token loss, LM head tied to the "
-             "token embedding); `bert`: the same blocks with bidirectional attention "
-             "and a masked-LM loss; `llama`: Llama 2/3 (RMSNorm, rotary positions, "
+             "token embedding); `bert`: BERT, bidirectional attention and a masked-LM "
+             "loss (`model.norm` says which); `llama`: Llama 2/3 (RMSNorm, rotary positions, "
              "grouped-query attention, SwiGLU MLP, no biases, next-token loss)" },
     { .name = "model.from", .type = K_STRING, .off = OFF(model_from), .flags = F_NULLABLE,
-      .doc = "a Hugging Face Llama checkpoint's directory (or its config.json): every model "
-             "key below that the config does not give is read from it (kind `llama`, layers, "
-             "heads, kv_heads, ffn_dim, vocab, norm_eps, rope_theta, rope_scaling, "
-             "tie_embeddings; not seq_len); null: none" },
+      .doc = "a Hugging Face Llama or BERT checkpoint's directory (or its config.json): every "
+             "model key below that the config does not give is read from it (kind `llama` or "
+             "`bert`, layers, heads, kv_heads, ffn_dim, vocab, norm_eps, rope_theta, "
+             "rope_scaling, tie_embeddings; BERT's seq_len from max_position_embeddings, "
+             "norm `post`); null: none" },
     { .name = "model.layers", .type = K_INT, .off = OFF(model.layers),
       .lo = 1, .hi = 1024, .def = 4, .doc = "transformer blocks" },
     { .name = "model.d_model", .type = K_INT, .off = OFF(model.d_model),
@@ -169,9 +171,19 @@ static const key_spec KEYS[] = {
       .flags = F_NULLABLE, .def = -1, .def_doc = "true for `gpt` and `bert`, false for `llama`",
       .doc = "the LM head is the token embedding; untied (`llama` only), the head is a "
              "weight of its own on the last stage; null: the kind's default" },
+    { .name = "model.norm", .type = K_ENUM, .off = OFF(model.norm),
+      .enum_name = norm_name, .n_enum = HY_NORM_COUNT, .def = HY_NORM_PRE,
+      .def_doc = "`post` for `bert`, else `pre`",
+      .doc = "`bert` only: `post` is Hugging Face's BertForMaskedLM (LayerNorm after each "
+             "residual add, an embedding LayerNorm, exact-erf GELU, the MLM head's dense and "
+             "LayerNorm; checkpoints open in transformers); `pre` is GPT-2's pre-LN blocks "
+             "made bidirectional (Megatron's rearranged LayerNorm; tanh GELU; GPT-2 tensor "
+             "names). `gpt` and `llama` are `pre`" },
     { .name = "model.norm_eps", .type = K_REAL, .off = OFF(model.norm_eps),
       .lo = 0, .hi = 1, .flags = F_LO_OPEN | F_FLOAT, .def = 1e-5,
-      .doc = "RMSNorm's epsilon (`llama`; Llama 3: 1e-5, Llama 2: 1e-6)" },
+      .def_doc = "1e-12 for `bert` with `post` norm, else 1e-5",
+      .doc = "the norms' epsilon: RMSNorm's (`llama`; Llama 3: 1e-5, Llama 2: 1e-6) and "
+             "post-LN BERT's LayerNorm's (bert-base: 1e-12); GPT-2 and pre-LN BERT keep 1e-5" },
     { .name = "model.rope_theta", .type = K_REAL, .off = OFF(model.rope_theta),
       .lo = 0, .hi = 1e12, .flags = F_LO_OPEN, .def = 10000,
       .doc = "the base of the rotary position embedding's frequencies (`llama`; "
@@ -337,9 +349,10 @@ static const key_spec KEYS[] = {
              "`train.eval_every` steps), and what `hanayo eval` reads by default; null: none" },
 
     { .name = "init", .type = K_STRING, .off = OFF(init), .flags = F_NULLABLE,
-      .doc = "safetensors weights to start from (Hugging Face GPT-2 names), or for `llama` "
-             "a Hugging Face Llama checkpoint's directory (config.json and one or sharded "
-             "safetensors); null: random init from `train.seed`" },
+      .doc = "safetensors weights to start from (Hugging Face GPT-2 names; post-LN `bert`: "
+             "BertForMaskedLM's), or for `llama` and post-LN `bert` a Hugging Face "
+             "checkpoint's directory (config.json and one or sharded safetensors); null: "
+             "random init from `train.seed`" },
 
     { .name = "checkpoint", .type = K_SECTION, .doc = "saving the run" },
     { .name = "checkpoint.dir", .type = K_STRING, .off = OFF(checkpoint.dir),
@@ -1199,6 +1212,13 @@ static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
                        "%s: each K/V head serves heads / kv_heads query heads; pick a divisor "
                        "of %d", m->kv_heads, m->heads, where, m->heads);
     }
+    if (m->kind != HY_MODEL_BERT && m->norm != HY_NORM_PRE) {
+        WHERE("model.norm", "model.kind");
+        return hy_fail(err, HY_ERR_INPUT, "model.norm is \"%s\" in %s, but %s's norms come "
+                       "before each branch (\"pre\"); drop model.norm or use model.kind "
+                       "\"bert\"", hy_model_norm_name(m->norm), where,
+                       hy_model_name(m->kind));
+    }
     if (m->kind == HY_MODEL_LLAMA) {
         const hy_rope_scaling *rs = &m->rope_scaling;
         if (rs->factor != 0 && !(rs->high_freq_factor > rs->low_freq_factor)) {
@@ -1217,6 +1237,7 @@ static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
     }
     /* GPT and BERT have fixed answers to what Llama makes keys of. */
     const char *kind = hy_model_name(m->kind);
+
     if (m->kv_heads != m->heads) {
         WHERE("model.kv_heads", "model.kind");
         return hy_fail(err, HY_ERR_INPUT, "model.kv_heads (%d) differs from model.heads (%d) "
@@ -1362,8 +1383,27 @@ char *hy_config_derived_dir(const char *top, const char *config) {
     return dir;
 }
 
+/* Key k set to v read from field `name` of the config.json at path, held
+ * to the key's own range as a value the config gave would be (a file's
+ * num_hidden_layers 0 is refused, not built). */
+static int from_value(hy_config *c, const key_spec *k, double v, const char *path,
+                      const char *name, const load_ctx *ctx, hy_error *err) {
+    json_t *j = k->type == K_REAL ? json_real(v) : k->type == K_BOOL ? json_boolean(v != 0)
+                                                 : json_integer((json_int_t)v);
+    if (!j) return hy_fail(err, HY_ERR_RUNTIME, "out of memory reading %s", path);
+    int rc = read_key(c, k, j, ctx, err);
+    json_decref(j);
+    if (rc) {
+        char where[PATH_MAX + 128];
+        snprintf(where, sizeof where, "model.from: %s: \"%s\" gives ", path, name);
+        hy_error_prefix(err, where);
+    }
+    return rc;
+}
+
 /* model.from: the model keys the config leaves to their defaults, from a
- * Hugging Face Llama's config.json (hfconfig.h), the kind llama with them. */
+ * Hugging Face Llama's or BERT's config.json (hfconfig.h), the kind with
+ * them (BERT: post-LN, derive_norm). */
 static int model_from(hy_config *c, const load_ctx *ctx, hy_error *err) {
     char path[PATH_MAX + 32];
     struct stat sb;
@@ -1376,23 +1416,40 @@ static int model_from(hy_config *c, const load_ctx *ctx, hy_error *err) {
         return rc;
     }
     const key_spec *kind = find_key("model.kind");
-    if (ctx->origin[key_index(kind)] != ORIGIN_DEFAULT && c->model.kind != HY_MODEL_LLAMA) {
+    const char *name = hy_model_name(hf.kind);
+    if (ctx->origin[key_index(kind)] != ORIGIN_DEFAULT && c->model.kind != hf.kind) {
         char where[512];
         WHERE("model.kind", "model.from");
-        return hy_fail(err, HY_ERR_INPUT, "model.from names a Llama's config.json but model.kind "
-                       "is %s in %s; drop model.kind or make it \"llama\"",
-                       hy_model_name(c->model.kind), where);
+        return hy_fail(err, HY_ERR_INPUT, "model.from names a %s's config.json but model.kind "
+                       "is %s in %s; drop model.kind or make it \"%s\"", name,
+                       hy_model_name(c->model.kind), where, name);
     }
-    c->model.kind = HY_MODEL_LLAMA;
-    for (int f = 0; f < HY_HF_FIELDS; f++) {
+    c->model.kind = hf.kind;
+    /* BERT's positions are weights: their rows are the sequence length */
+    const key_spec *seq = find_key("model.seq_len");
+    if (hf.kind == HY_MODEL_BERT && ctx->origin[key_index(seq)] == ORIGIN_DEFAULT)
+        rc = from_value(c, seq, hf.seq_len, path, "max_position_embeddings", ctx, err);
+    for (int f = 0; f < HY_HF_FIELDS && !rc; f++) {
         const key_spec *k = find_key(hy_hfconfig_key(f));
         assert(k);
         if (ctx->origin[key_index(k)] != ORIGIN_DEFAULT) continue;   /* given: it wins */
-        double v = hy_hfconfig_value(&hf, f);
-        if (k->type == K_REAL) *(double *)field(c, k->off) = v;
-        else *(int *)field(c, k->off) = (int)v;
+        const char *name = hy_hfconfig_field_of(hf.kind, f);
+        rc = from_value(c, k, hy_hfconfig_value(&hf, f), path, name ? name : hy_hfconfig_field(f),
+                        ctx, err);
     }
-    return HY_OK;
+    return rc;
+}
+
+/* BERT's defaults, which the kind decides: post-LN (Hugging Face's) and
+ * its LayerNorm epsilon 1e-12, unless the config (or model.from's
+ * layer_norm_eps) says. */
+static void derive_norm(hy_config *c, const load_ctx *ctx) {
+    if (c->model.kind != HY_MODEL_BERT) return;
+    if (ctx->origin[key_index(find_key("model.norm"))] == ORIGIN_DEFAULT)
+        c->model.norm = HY_NORM_POST;
+    if (c->model.norm == HY_NORM_POST && !c->model_from &&
+        ctx->origin[key_index(find_key("model.norm_eps"))] == ORIGIN_DEFAULT)
+        c->model.norm_eps = 1e-12;
 }
 
 /* Each key of the merged object into c; then derived defaults and the
@@ -1408,6 +1465,7 @@ static int resolve(hy_config *c, json_t *root, const load_ctx *ctx, hy_error *er
     }
     if (isnan(c->train.min_lr)) c->train.min_lr = c->train.lr / 10;
     int rc = c->model_from ? model_from(c, ctx, err) : HY_OK;
+    derive_norm(c, ctx);
     derive_model(&c->model);
     if (!rc) rc = derive_paths(c, ctx, err);
     if (!rc) rc = check_model(c, ctx, err);

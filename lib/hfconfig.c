@@ -23,7 +23,18 @@ static const char *const KEYS[HY_HF_FIELDS] = {
     "model.rope_scaling.original_max_position_embeddings",
 };
 
+/* BertConfig's names of the same fields; NULL where BERT has none. */
+static const char *const BERT_FIELDS[HY_HF_FIELDS] = {
+    "num_hidden_layers", "hidden_size", "num_attention_heads", NULL, "intermediate_size",
+    "vocab_size", "layer_norm_eps", NULL, "tie_word_embeddings", NULL, NULL, NULL, NULL,
+};
+
 const char *hy_hfconfig_field(int f) { return (unsigned)f < HY_HF_FIELDS ? FIELDS[f] : "?"; }
+
+const char *hy_hfconfig_field_of(hy_model_kind kind, int f) {
+    if ((unsigned)f >= HY_HF_FIELDS) return NULL;
+    return kind == HY_MODEL_BERT ? BERT_FIELDS[f] : FIELDS[f];
+}
 const char *hy_hfconfig_key(int f) { return (unsigned)f < HY_HF_FIELDS ? KEYS[f] : "?"; }
 
 double hy_hfconfig_value(const hy_model_shape *s, int f) {
@@ -68,11 +79,65 @@ static int hf_int(const char *path, const char *key, double v, int *out, hy_erro
     return HY_OK;
 }
 
+/* String field `key` of o must be `want` (absent: BertConfig's default,
+ * which is want). */
+static int hf_string_is(const char *path, json_t *o, const char *key, const char *want,
+                        const char *why, hy_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || (json_is_string(v) && !strcmp(json_string_value(v), want))) return HY_OK;
+    return hy_fail(err, HY_ERR_INPUT, "%s: \"%s\" is %s, hanayo's BERT has \"%s\" only (%s)",
+                   path, key, json_is_string(v) ? hy_safetensors_show(json_string_value(v)).s
+                                                : "not a string", want, why);
+}
+
+/* A BertConfig (model_type "bert"): the post-LN BERT of BertForMaskedLM. */
+static int hf_read_bert(const char *path, json_t *o, hy_model_shape *s, hy_error *err) {
+    double v[HY_HF_FIELDS] = { 0 }, seq = 0, types = 0;
+    int rc = HY_OK;
+    for (int f = 0; f < HY_HF_FIELDS && !rc; f++) {
+        const char *key = BERT_FIELDS[f];
+        if (!key || f == HY_HF_TIE) continue;
+        rc = hf_number(path, o, key, 1e-12, f == HY_HF_NORM_EPS, &v[f], err);
+    }
+    json_t *tie = json_object_get(o, "tie_word_embeddings");
+    if (!rc && tie && !json_is_true(tie))
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: \"tie_word_embeddings\" is not true; hanayo's BERT "
+                     "decoder is its word embedding", path);
+    if (!rc) rc = hf_number(path, o, "max_position_embeddings", 512, 1, &seq, err);
+    if (!rc) rc = hf_number(path, o, "type_vocab_size", 2, 1, &types, err);
+    if (!rc && types != HY_BERT_TYPE_VOCAB)
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: \"type_vocab_size\" is %g, hanayo's BERT has %d "
+                     "token types (it reads type 0)", path, types, HY_BERT_TYPE_VOCAB);
+    if (!rc) rc = hf_string_is(path, o, "hidden_act", "gelu", "the exact erf GELU", err);
+    if (!rc) rc = hf_string_is(path, o, "position_embedding_type", "absolute",
+                               "learned positions", err);
+    memset(s, 0, sizeof *s);
+    s->kind = HY_MODEL_BERT;
+    s->norm = HY_NORM_POST;
+    if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_LAYERS], v[HY_HF_LAYERS], &s->layers, err);
+    if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_D_MODEL], v[HY_HF_D_MODEL], &s->d_model, err);
+    if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_HEADS], v[HY_HF_HEADS], &s->heads, err);
+    if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_FFN_DIM], v[HY_HF_FFN_DIM], &s->ffn_dim, err);
+    if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_VOCAB], v[HY_HF_VOCAB], &s->vocab, err);
+    if (!rc) rc = hf_int(path, "max_position_embeddings", seq, &s->seq_len, err);
+    if (rc) return rc;
+    if (s->ffn_dim != 4 * s->d_model)
+        return hy_fail(err, HY_ERR_INPUT, "%s: \"intermediate_size\" is %d, not 4 x hidden_size "
+                       "(%d), which hanayo's BERT MLP is", path, s->ffn_dim, 4 * s->d_model);
+    s->kv_heads = s->heads;
+    s->tie_embeddings = 1;
+    s->norm_eps = v[HY_HF_NORM_EPS];
+    s->rope_theta = 10000;
+    s->rope_scaling = (hy_rope_scaling){ 0, 1, 4, 8192 };
+    return HY_OK;
+}
+
 static int hf_read(const char *path, json_t *o, hy_model_shape *s, hy_error *err) {
     const char *type = json_string_value(json_object_get(o, "model_type"));
+    if (type && !strcmp(type, "bert")) return hf_read_bert(path, o, s, err);
     if (!type || strcmp(type, "llama") != 0)
-        return hy_fail(err, HY_ERR_INPUT, "%s: model_type is %s, not \"llama\"; model.kind llama "
-                       "reads LlamaForCausalLM checkpoints", path,
+        return hy_fail(err, HY_ERR_INPUT, "%s: model_type is %s, not \"llama\" or \"bert\"; "
+                       "hanayo reads LlamaForCausalLM and BertForMaskedLM checkpoints", path,
                        type ? hy_safetensors_show(type).s : "missing");
     json_t *rp = json_object_get(o, "rope_parameters");
     json_t *scaling = json_is_object(rp) ? rp : json_object_get(o, "rope_scaling");
@@ -150,6 +215,17 @@ json_t *hy_hfconfig_json(const hy_model *m) {
                          "n_positions", m->seq_len, "n_ctx", m->seq_len, "vocab_size", m->vocab,
                          "layer_norm_epsilon", 1e-5, "activation_function", "gelu_new",
                          "tie_word_embeddings", 1);
+    if (m->kind == HY_MODEL_BERT && m->norm == HY_NORM_POST)
+        return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:i, s:s, s:b, "
+                         "s:s}",
+                         "architectures", "BertForMaskedLM", "model_type", "bert",
+                         "num_hidden_layers", m->layers, "hidden_size", m->d_model,
+                         "num_attention_heads", m->heads, "intermediate_size", m->ffn_dim,
+                         "max_position_embeddings", m->seq_len, "vocab_size", m->vocab,
+                         "layer_norm_eps", m->norm_eps, "hidden_act", "gelu",
+                         "type_vocab_size", HY_BERT_TYPE_VOCAB,
+                         "position_embedding_type", "absolute", "tie_word_embeddings", 1,
+                         "torch_dtype", "float32");
     if (m->kind != HY_MODEL_LLAMA) return NULL;
     const hy_rope_scaling *rs = &m->rope_scaling;
     json_t *scaling = rs->factor == 0 ? json_null()

@@ -1,7 +1,7 @@
 /*
  * hfconfig.h — Hugging Face's config.json for a model: a LlamaForCausalLM's
- * read into a model shape, and the GPT2Config or LlamaConfig a checkpoint
- * writes beside its weights.
+ * or a BertForMaskedLM's read into a model shape, and the GPT2Config,
+ * LlamaConfig or BertConfig a checkpoint writes beside its weights.
  *
  * One mapping serves the three places that need it: `model.from` (the
  * config's model block read from a checkpoint's config.json, config.h),
@@ -30,23 +30,34 @@ enum {
 /* Field f's name in config.json ("num_key_value_heads") and the config
  * key it sets ("model.kv_heads"). */
 const char *hy_hfconfig_field(int f);
+
+/* Field f's name in the config.json of a model of `kind` (BERT's
+ * layer_norm_eps for norm_eps); NULL where that kind has none (BERT's
+ * kv heads and rope fields). */
+const char *hy_hfconfig_field_of(hy_model_kind kind, int f);
 const char *hy_hfconfig_key(int f);
 
 /* Field f of shape s, as a number (tie_embeddings: 0 or 1). */
 double hy_hfconfig_value(const hy_model_shape *s, int f);
 
-/* Reads the config.json at path into *s: kind llama and every field
- * above (Hugging Face's defaults where it leaves one out: kv heads =
- * heads, rms_norm_eps 1e-6, rope_theta 10000, untied, no scaling);
- * seq_len is not a property of the weights and stays 0. HY_ERR_INPUT
- * naming the file and the field for a file that is not a Llama's, a
- * field missing or not a number, a head_dim other than hidden_size /
- * num_attention_heads, or a rope scaling other than Llama 3's. */
+/* Reads the config.json at path into *s. A Llama's (model_type "llama"):
+ * kind llama and every field above (Hugging Face's defaults where it
+ * leaves one out: kv heads = heads, rms_norm_eps 1e-6, rope_theta 10000,
+ * untied, no scaling); seq_len is not a property of the weights and stays
+ * 0. A BertConfig (model_type "bert"): kind bert, norm post, the shape,
+ * layer_norm_eps (default 1e-12) and seq_len = max_position_embeddings
+ * (the position embedding's rows). HY_ERR_INPUT naming the file and the
+ * field for a file that is neither, a field missing or not a number, a
+ * head_dim other than hidden_size / num_attention_heads, a rope scaling
+ * other than Llama 3's; for BERT an intermediate_size other than 4 x
+ * hidden_size, a hidden_act other than "gelu", a type_vocab_size other
+ * than 2, a position_embedding_type other than "absolute" or an untied
+ * decoder. */
 int hy_hfconfig_read(const char *path, hy_model_shape *s, hy_error *err);
 
-/* Hugging Face's config for model m (GPT2LMHeadModel or
- * LlamaForCausalLM), so transformers opens a checkpoint; NULL on OOM.
- * BERT has none (NULL). */
+/* Hugging Face's config for model m (GPT2LMHeadModel, LlamaForCausalLM
+ * or, for post-LN BERT, BertForMaskedLM), so transformers opens a
+ * checkpoint; NULL on OOM. Pre-LN BERT has none (NULL). */
 json_t *hy_hfconfig_json(const hy_model *m);
 
 #endif

@@ -2,6 +2,7 @@
  * model.c — see model.h.
  */
 #include "model.h"
+#include "backend.h"
 #include "rng.h"
 
 #include <assert.h>
@@ -48,7 +49,21 @@ double hy_model_block_flops(const hy_model *m) {
     return hy_model_block_weight_flops(m) + 4.0 * m->d_model * m->seq_len;
 }
 
-double hy_model_head_flops(const hy_model *m) { return 2.0 * m->d_model * m->vocab_padded; }
+/* The logits' product, and post-LN BERT's dense transform before it. */
+double hy_model_head_flops(const hy_model *m) {
+    double C = m->d_model;
+    return 2.0 * C * m->vocab_padded + (hy_model_post_ln(m) ? 2.0 * C * C : 0.0);
+}
+
+int hy_model_post_ln(const hy_model *m) {
+    return m->kind == HY_MODEL_BERT && m->norm == HY_NORM_POST;
+}
+
+float hy_model_ln_eps(const hy_model *m) {
+    return hy_model_post_ln(m) ? (float)m->norm_eps : 1e-5f;
+}
+
+int hy_model_gelu(const hy_model *m) { return hy_model_post_ln(m) ? HY_GELU_ERF : HY_GELU_TANH; }
 
 double hy_model_flops_per_token(const hy_model *m) {
     return m->layers * hy_model_block_flops(m) + hy_model_head_flops(m);
@@ -86,10 +101,11 @@ static void add_param(hy_model *m, hy_param_kind kind, int layer, const char *su
                          int d1, int stage, int decay) {
     hy_param *p = &m->params[m->n_params++];
     memset(p, 0, sizeof *p);
-    const char *block = m->kind == HY_MODEL_LLAMA ? "layers" : "h";
+    const char *block = m->kind == HY_MODEL_LLAMA ? "layers"
+                      : hy_model_post_ln(m) ? "encoder.layer" : "h";
     if (layer >= 0) snprintf(p->name, sizeof p->name, "%s.%d.%s", block, layer, suffix);
     else snprintf(p->name, sizeof p->name, "%s", suffix);
-    p->vocab_rows = kind == HY_P_WTE || kind == HY_P_LM_HEAD;
+    p->vocab_rows = kind == HY_P_WTE || kind == HY_P_LM_HEAD || kind == HY_P_HEAD_BIAS;
     p->kind = kind;
     p->layer = layer;
     p->ndim = d1 > 0 ? 2 : 1;
@@ -114,18 +130,30 @@ static void add_block(hy_model *m, int l, int stage) {
         add_param(m, HY_P_MLP_PROJ_W, l, "mlp.down.weight", F, C, stage, 1);
         return;
     }
-    add_param(m, HY_P_LN1_W, l, "ln_1.weight", C, 0, stage, 0);
-    add_param(m, HY_P_LN1_B, l, "ln_1.bias", C, 0, stage, 0);
-    add_param(m, HY_P_QKV_W, l, "attn.c_attn.weight", C, QKV, stage, 1);
-    add_param(m, HY_P_QKV_B, l, "attn.c_attn.bias", QKV, 0, stage, 0);
-    add_param(m, HY_P_ATTN_PROJ_W, l, "attn.c_proj.weight", C, C, stage, 1);
-    add_param(m, HY_P_ATTN_PROJ_B, l, "attn.c_proj.bias", C, 0, stage, 0);
-    add_param(m, HY_P_LN2_W, l, "ln_2.weight", C, 0, stage, 0);
-    add_param(m, HY_P_LN2_B, l, "ln_2.bias", C, 0, stage, 0);
-    add_param(m, HY_P_FC_W, l, "mlp.c_fc.weight", C, FC, stage, 1);
-    add_param(m, HY_P_FC_B, l, "mlp.c_fc.bias", FC, 0, stage, 0);
-    add_param(m, HY_P_MLP_PROJ_W, l, "mlp.c_proj.weight", F, C, stage, 1);
-    add_param(m, HY_P_MLP_PROJ_B, l, "mlp.c_proj.bias", C, 0, stage, 0);
+    /* GPT-2's names, or post-LN BERT's (Hugging Face's, q|k|v fused), in
+     * hy_param_kind's order from HY_P_LN1_W */
+    static const char *const gpt[12] = {
+        "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+        "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
+    };
+    static const char *const bert[12] = {
+        "attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias",
+        "attention.self.qkv.weight", "attention.self.qkv.bias",
+        "attention.output.dense.weight", "attention.output.dense.bias",
+        "output.LayerNorm.weight", "output.LayerNorm.bias",
+        "intermediate.dense.weight", "intermediate.dense.bias",
+        "output.dense.weight", "output.dense.bias",
+    };
+    const char *const *names = hy_model_post_ln(m) ? bert : gpt;
+    /* Six weights (two of them norms' [C]), each followed by its bias, as
+     * wide as its output; decay on the matrices alone. */
+    const int rows[6] = { C, C, C, C, C, F }, cols[6] = { 0, QKV, C, 0, FC, C };
+    for (int k = 0; k < 12; k++) {
+        int w = k / 2, bias = k % 2, norm = cols[w] == 0;
+        int d0 = bias && !norm ? cols[w] : rows[w], d1 = bias || norm ? 0 : cols[w];
+        add_param(m, (hy_param_kind)(HY_P_LN1_W + k), l, names[k], d0, d1, stage, !bias && !norm);
+    }
 }
 
 /* A Llama block's parameter of `kind` as its place in the block (add_block's
@@ -155,9 +183,20 @@ static long vocab_lcm(int k) {
 
 static const char *const MODEL_NAMES[HY_MODEL_COUNT] = { "gpt", "bert", "llama" };
 
+const char *hy_model_norm_name(int norm) {
+    static const char *const names[HY_NORM_COUNT] = { "pre", "post" };
+    return (unsigned)norm < HY_NORM_COUNT ? names[norm] : "?";
+}
+
 const char *hy_model_name(hy_model_kind kind) {
     return (unsigned)kind < HY_MODEL_COUNT ? MODEL_NAMES[kind] : "?";
 }
+
+/* The most parameters before the first block (post-LN BERT: wte, wpe,
+ * tte and the embedding LayerNorm's two) and after the last (its head's
+ * five; an untied head's one more). */
+#define MD_EMBED_MAX 5
+#define MD_TAIL_MAX 6
 
 int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_per_stage,
                    int stages, int vocab_multiple, hy_error *err) {
@@ -182,13 +221,16 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
     assert(m->kv_heads >= 1 && m->heads % m->kv_heads == 0 && m->ffn_dim >= 1);
     assert(m->kind == HY_MODEL_LLAMA || (m->tie_embeddings && m->kv_heads == m->heads));
     m->mask_token = shape->mask_token;
+    m->norm = shape->norm;
+    assert(m->norm == HY_NORM_PRE || m->kind == HY_MODEL_BERT);
     m->vocab_padded = (int)((shape->vocab + multiple - 1) / multiple * multiple);
     m->stages = stages;
     int S = m->stages, L = m->layers;
     m->first_layer = calloc((size_t)S, sizeof(int));
     m->n_layers = calloc((size_t)S, sizeof(int));
     m->stage_numel = calloc((size_t)S, sizeof(size_t));
-    m->params = calloc(2 + (size_t)m->per_block * (size_t)L + 2, sizeof(hy_param));
+    m->params = calloc(MD_EMBED_MAX + (size_t)m->per_block * (size_t)L + MD_TAIL_MAX,
+                       sizeof(hy_param));
     if (!m->first_layer || !m->n_layers || !m->stage_numel || !m->params) {
         hy_model_free(m);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the model");
@@ -208,12 +250,29 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
     }
     for (int s = 1; s < S; s++) m->first_layer[s] = m->first_layer[s - 1] + m->n_layers[s - 1];
 
-    int C = m->d_model, llama = m->kind == HY_MODEL_LLAMA;
-    add_param(m, HY_P_WTE, -1, llama ? "embed.weight" : "wte.weight", m->vocab_padded, C, 0, 1);
-    if (!llama) add_param(m, HY_P_WPE, -1, "wpe.weight", m->seq_len, C, 0, 1);
+    int C = m->d_model, llama = m->kind == HY_MODEL_LLAMA, post = hy_model_post_ln(m);
+    if (post) {
+        add_param(m, HY_P_WTE, -1, "embeddings.word_embeddings.weight", m->vocab_padded, C, 0, 1);
+        add_param(m, HY_P_WPE, -1, "embeddings.position_embeddings.weight", m->seq_len, C, 0, 1);
+        add_param(m, HY_P_TTE, -1, "embeddings.token_type_embeddings.weight", HY_BERT_TYPE_VOCAB,
+                  C, 0, 1);
+        add_param(m, HY_P_LNE_W, -1, "embeddings.LayerNorm.weight", C, 0, 0, 0);
+        add_param(m, HY_P_LNE_B, -1, "embeddings.LayerNorm.bias", C, 0, 0, 0);
+    } else {
+        add_param(m, HY_P_WTE, -1, llama ? "embed.weight" : "wte.weight", m->vocab_padded, C, 0, 1);
+        if (!llama) add_param(m, HY_P_WPE, -1, "wpe.weight", m->seq_len, C, 0, 1);
+    }
     for (int s = 0; s < S; s++)
         for (int l = m->first_layer[s]; l < m->first_layer[s] + m->n_layers[s]; l++)
             add_block(m, l, s);
+    if (post) {
+        add_param(m, HY_P_LNF_W, -1, "cls.predictions.transform.LayerNorm.weight", C, 0, S - 1, 0);
+        add_param(m, HY_P_LNF_B, -1, "cls.predictions.transform.LayerNorm.bias", C, 0, S - 1, 0);
+        add_param(m, HY_P_HEAD_W, -1, "cls.predictions.transform.dense.weight", C, C, S - 1, 1);
+        add_param(m, HY_P_HEAD_B, -1, "cls.predictions.transform.dense.bias", C, 0, S - 1, 0);
+        add_param(m, HY_P_HEAD_BIAS, -1, "cls.predictions.bias", m->vocab_padded, 0, S - 1, 0);
+        return HY_OK;
+    }
     add_param(m, HY_P_LNF_W, -1, llama ? "norm.weight" : "ln_f.weight", C, 0, S - 1, 0);
     if (!llama) add_param(m, HY_P_LNF_B, -1, "ln_f.bias", C, 0, S - 1, 0);
     if (!m->tie_embeddings)
@@ -227,7 +286,7 @@ hy_model_shape hy_model_shape_of(const hy_model *m) {
                              .kv_heads = m->kv_heads, .ffn_dim = m->ffn_dim,
                              .tie_embeddings = m->tie_embeddings, .norm_eps = m->norm_eps,
                              .rope_theta = m->rope_theta, .rope_scaling = m->rope_scaling,
-                             .mask_token = m->mask_token };
+                             .mask_token = m->mask_token, .norm = m->norm };
 }
 
 size_t hy_model_param_count(const hy_model *m) {
@@ -244,17 +303,26 @@ const hy_param *hy_model_find(const hy_model *m, const char *name) {
 }
 
 /* The table is built in this order (hy_model_build): wte, wpe (GPT,
- * BERT), each block's parameters (GPT: the 12 in hy_param_kind's order;
- * Llama: llama_slot's 6), ln_f's weight and bias (GPT, BERT) or the final
- * norm's weight (Llama), then lm_head when untied. */
+ * BERT), post-LN BERT's tte and embedding LayerNorm, each block's
+ * parameters (GPT, BERT: the 12 in hy_param_kind's order; Llama:
+ * llama_slot's 6), ln_f's weight and bias (GPT, BERT; post-LN BERT: the
+ * head's LayerNorm, then its dense weight and bias and the decoder bias)
+ * or the final norm's weight (Llama), then lm_head when untied. */
 const hy_param *hy_model_param(const hy_model *m, hy_param_kind kind, int layer) {
-    int llama = m->kind == HY_MODEL_LLAMA, first = llama ? 1 : 2;
+    int llama = m->kind == HY_MODEL_LLAMA, post = hy_model_post_ln(m);
+    int first = llama ? 1 : post ? 5 : 2;
     int tail = first + m->per_block * m->layers, slot;
     switch (kind) {
     case HY_P_WTE: return &m->params[0];
     case HY_P_WPE: return llama ? NULL : &m->params[1];
+    case HY_P_TTE: return post ? &m->params[2] : NULL;
+    case HY_P_LNE_W: return post ? &m->params[3] : NULL;
+    case HY_P_LNE_B: return post ? &m->params[4] : NULL;
     case HY_P_LNF_W: return &m->params[tail];
     case HY_P_LNF_B: return llama ? NULL : &m->params[tail + 1];
+    case HY_P_HEAD_W: return post ? &m->params[tail + 2] : NULL;
+    case HY_P_HEAD_B: return post ? &m->params[tail + 3] : NULL;
+    case HY_P_HEAD_BIAS: return post ? &m->params[tail + 4] : NULL;
     case HY_P_LM_HEAD: return m->tie_embeddings ? NULL : &m->params[m->n_params - 1];
     default:
         assert(layer >= 0 && layer < m->layers);
@@ -264,7 +332,7 @@ const hy_param *hy_model_param(const hy_model *m, hy_param_kind kind, int layer)
 }
 
 size_t hy_model_real_numel(const hy_model *m, const hy_param *p) {
-    return p->vocab_rows ? (size_t)m->vocab * m->d_model : p->numel;
+    return p->vocab_rows ? (size_t)m->vocab * (p->ndim == 2 ? (size_t)m->d_model : 1) : p->numel;
 }
 
 size_t hy_model_max_numel(const hy_model *m) {
@@ -279,13 +347,15 @@ static int is_residual_proj(hy_param_kind k) {
 }
 
 void hy_model_init_stage(const hy_model *m, int stage, uint64_t seed, float *block) {
-    double resid = m->kind == HY_MODEL_LLAMA ? 0.02 : 0.02 / sqrt(2.0 * m->layers);
+    int hf = m->kind == HY_MODEL_LLAMA || hy_model_post_ln(m);   /* Hugging Face's: no scaling */
+    double resid = hf ? 0.02 : 0.02 / sqrt(2.0 * m->layers);
     for (int i = 0; i < m->n_params; i++) {
         const hy_param *p = &m->params[i];
         if (p->stage != stage) continue;
         float *w = block + p->offset;
         size_t n = p->numel;
-        if (p->kind == HY_P_LN1_W || p->kind == HY_P_LN2_W || p->kind == HY_P_LNF_W) {
+        if (p->kind == HY_P_LN1_W || p->kind == HY_P_LN2_W || p->kind == HY_P_LNF_W ||
+            p->kind == HY_P_LNE_W) {
             for (size_t j = 0; j < n; j++) w[j] = 1.0f;
         } else if (p->ndim == 1) {
             memset(w, 0, n * sizeof *w);

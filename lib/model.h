@@ -5,14 +5,20 @@
  * GPT-like is GPT-2 (DESIGN §5 "Model, numerics, data, files"): token and
  * learned position embeddings, pre-LN blocks (LN, attention, residual, LN,
  * MLP with tanh-GELU, residual), a final LN and an LM head tied to the token
- * embedding. BERT-like is the same with bidirectional attention and a
- * masked-LM loss. Llama-like (Llama 2/3, Mistral, Qwen, SmolLM): token
- * embeddings only, pre-norm blocks with RMSNorm, causal grouped-query
+ * embedding. BERT-like has bidirectional attention and a masked-LM loss,
+ * and either Hugging Face's post-LN BertForMaskedLM (model.norm "post": an
+ * embedding LayerNorm with a token-type row, LN(x + f(x)) blocks with the
+ * erf GELU, a head of dense, GELU and LayerNorm before the tied decoder and
+ * its bias) or GPT-2's pre-LN blocks (model.norm "pre"). Llama-like
+ * (Llama 2/3, Mistral, Qwen, SmolLM): token embeddings only, pre-norm
+ * blocks with RMSNorm, causal grouped-query
  * attention with rotary positions, a SwiGLU MLP of its own width, no
  * biases, a final RMSNorm and an LM head that is untied by default.
  *
- * GPT and BERT parameters carry Hugging Face GPT-2 names and layouts
- * (Conv1D weights are [in, out]), so safetensors files map one to one.
+ * GPT and pre-LN BERT parameters carry Hugging Face GPT-2 names and
+ * layouts (Conv1D weights are [in, out]), so safetensors files map one to
+ * one. Post-LN BERT's carry BertForMaskedLM's names (without "bert."),
+ * with q|k|v fused and every matrix [in, out]; weights.h maps them.
  * Llama's carry names of their own: Q, K and V are one fused [in, out]
  * matrix and gate and up another, so the GPT's matmul op serves them;
  * weights.h maps them to and from Hugging Face's separate [out, in]
@@ -36,6 +42,18 @@
 #include "error.h"
 
 typedef enum { HY_MODEL_GPT, HY_MODEL_BERT, HY_MODEL_LLAMA, HY_MODEL_COUNT } hy_model_kind;
+
+/* Where a block's norms sit (model.norm). Pre: before each branch, as
+ * GPT-2 and Llama have them, and the BERT variant whose checkpoints
+ * predate "post" (Megatron's rearranged LayerNorms). Post: after each
+ * residual add, Hugging Face's BertForMaskedLM exactly: an embedding
+ * LayerNorm, LN1(x + attn), LN2(h + mlp), no final norm, and a head of
+ * dense, GELU, LayerNorm and the tied decoder with a bias. BERT only. */
+typedef enum { HY_NORM_PRE, HY_NORM_POST, HY_NORM_COUNT } hy_model_norm;
+
+/* BERT's token-type embedding rows (type_vocab_size): stored and saved
+ * for Hugging Face, but hanayo has no segment pairs and reads row 0. */
+#define HY_BERT_TYPE_VOCAB 2
 
 /* Llama 3's RoPE frequency scaling (Hugging Face's rope_scaling with
  * rope_type "llama3"): frequencies whose wavelength exceeds
@@ -64,10 +82,14 @@ typedef struct {
     double rope_theta;  /* RoPE's base */
     hy_rope_scaling rope_scaling;
     int mask_token;     /* BERT: the id masked positions read (< vocab); GPT: unused */
+    int norm;           /* hy_model_norm: post only for BERT */
 } hy_model_shape;
 
 /* "gpt", "bert", "llama"; "?" when out of range. */
 const char *hy_model_name(hy_model_kind kind);
+
+/* "pre", "post"; "?" when out of range. */
+const char *hy_model_norm_name(int norm);
 
 /* A Llama block reuses the GPT kinds whose role it shares: LN1_W its
  * input RMSNorm, QKV_W the fused [C, (NH + 2 NKV) hd] Q|K|V, ATTN_PROJ_W
@@ -78,11 +100,16 @@ typedef enum {
     HY_P_WTE, HY_P_WPE,
     HY_P_LN1_W, HY_P_LN1_B, HY_P_QKV_W, HY_P_QKV_B, HY_P_ATTN_PROJ_W, HY_P_ATTN_PROJ_B,
     HY_P_LN2_W, HY_P_LN2_B, HY_P_FC_W, HY_P_FC_B, HY_P_MLP_PROJ_W, HY_P_MLP_PROJ_B,
-    HY_P_LNF_W, HY_P_LNF_B, HY_P_LM_HEAD
+    HY_P_LNF_W, HY_P_LNF_B, HY_P_LM_HEAD,
+    /* Post-LN BERT's own: the token-type embedding [2, C] and the
+     * embedding LayerNorm on stage 0; the MLM head's dense [C, C] and its
+     * bias, and the decoder's bias [Vp], on the last (LNF_W/B are the
+     * head's LayerNorm there). */
+    HY_P_TTE, HY_P_LNE_W, HY_P_LNE_B, HY_P_HEAD_W, HY_P_HEAD_B, HY_P_HEAD_BIAS
 } hy_param_kind;
 
 typedef struct {
-    char name[48];      /* "wte.weight", "h.3.attn.c_attn.weight", ... */
+    char name[80];      /* "wte.weight", "h.3.attn.c_attn.weight", ... */
     hy_param_kind kind;
     int layer;          /* block index, -1 for embeddings and ln_f */
     int ndim;
@@ -91,7 +118,7 @@ typedef struct {
     int stage;          /* the stage whose block holds it */
     size_t offset;      /* floats from the start of that stage's block */
     int decay;          /* AdamW weight decay applies (matrices, not biases or LN) */
-    int vocab_rows;     /* its rows are the padded vocabulary (wte, lm_head) */
+    int vocab_rows;     /* its rows are the padded vocabulary (wte, lm_head, the decoder bias) */
 } hy_param;
 
 typedef struct {
@@ -107,6 +134,7 @@ typedef struct {
                            of the logits; the extra rows stay zero, the extra logits are
                            masked out of the loss */
     int mask_token;     /* BERT's mask id (hy_model_shape) */
+    int norm;           /* hy_model_norm */
     int stages;
     int *first_layer;   /* [stages] */
     int *n_layers;      /* [stages] */
@@ -164,6 +192,17 @@ double hy_model_head_flops(const hy_model *m);
 /* Forward FLOPs per token of the whole model: its blocks and the head
  * (the embedding is a lookup). */
 double hy_model_flops_per_token(const hy_model *m);
+
+/* Post-LN BERT (HY_MODEL_BERT with HY_NORM_POST)? */
+int hy_model_post_ln(const hy_model *m);
+
+/* The epsilon of m's LayerNorms: GPT-2's 1e-5 (and pre-LN BERT's), the
+ * model's norm_eps for post-LN BERT. */
+float hy_model_ln_eps(const hy_model *m);
+
+/* The GELU kind of m's MLP (backend.h's hy_gelu_kind): GPT-2's tanh
+ * approximation, post-LN BERT's exact erf one. */
+int hy_model_gelu(const hy_model *m);
 
 /* Widths of a block's fused products: the attention input,
  * (heads + 2 kv_heads) x head_dim (GPT: 3 d_model), and the MLP's first

@@ -256,7 +256,8 @@ static int rt_backward(rt_ctx *x, const hy_action *a, const char *label, int k) 
     if (s == 0) {
         /* Split backward: the embeddings' gradients wait for W. */
         if (!rt->sched->split)
-            rc = hy_embed_backward(&rt->tf, x->st, rk->dres, rk->tokens + (size_t)m * N, x->err);
+            rc = hy_embed_backward(&rt->tf, x->st, slot, rk->dres, rk->tokens + (size_t)m * N,
+                                   x->err);
         if (!rc) rc = rt_stamp_action(x, k, HY_STAMP_COMPUTED);
     } else {
         rc = rt_stamp_action(x, k, HY_STAMP_COMPUTED);

@@ -39,7 +39,19 @@ typedef struct {
 typedef struct {
     void *out, *dout;
     float *mean, *rstd;
+    /* Post-LN BERT's MLM head, z = LN(gelu(dense(y))): out is z, dout
+     * d(y) (its whole backward runs in the forward), pre the dense's
+     * output, g the GELU's; dz and dd, d(z) and d(pre), which a split W
+     * reads. NULL for other models. */
+    void *pre, *g, *dz, *dd;
 } tf_head_acts;
+
+/* Post-LN BERT's part of stage 0's slot: the embeddings' sum before
+ * their LayerNorm, its statistics, and room for d(sum) in the backward. */
+typedef struct {
+    void *sum, *dsum;
+    float *mean, *rstd;
+} tf_embed_acts;
 
 /* ------------------------------------------------------------------------ */
 /* Shapes and stash layout */
@@ -85,7 +97,7 @@ static tf_layer_acts tf_layer_carve(const hy_transformer *t, unsigned char *base
     size_t Q = (size_t)hy_model_qkv_width(m), FC = (size_t)hy_model_fc_width(m);
     size_t F = (size_t)m->ffn_dim;
     size_t rows = (size_t)t->B * m->heads * t->T;   /* attention rows */
-    int llama = m->kind == HY_MODEL_LLAMA;
+    int llama = m->kind == HY_MODEL_LLAMA, post = hy_model_post_ln(m);
     unsigned char **p = &base;
     tf_layer_acts a;
     memset(&a, 0, sizeof a);
@@ -99,7 +111,8 @@ static tf_layer_acts tf_layer_carve(const hy_transformer *t, unsigned char *base
         a.qkv = tf_carve(p, used, N * Q * A);
         a.atty = tf_carve(p, used, N * C * A);
         a.res2 = tf_carve(p, used, N * C * A);
-        if (keep == TF_KEEP_ALL) a.ln2 = tf_carve(p, used, N * C * A);
+        /* post-LN: ln2 holds the second residual sum, LN2's input */
+        if (keep == TF_KEEP_ALL || post) a.ln2 = tf_carve(p, used, N * C * A);
         a.fch = tf_carve(p, used, N * FC * A);
         if (keep == TF_KEEP_ALL) a.fchg = tf_carve(p, used, N * F * A);
         a.res3 = tf_carve(p, used, N * C * A);
@@ -139,7 +152,8 @@ static tf_layer_acts tf_layer(const hy_transformer *t, const hy_stage_work *w, v
                            tf_stash_keeps(t), t->split);
     if (t->recompute == HY_RECOMPUTE_SELECTIVE) {
         assert(w->ln && w->fchg);
-        a.ln1 = a.ln2 = w->ln;   /* ln_1's and then ln_2's: one is read before the other is made */
+        a.ln1 = w->ln;   /* ln_1's and then ln_2's: one is read before the other is made */
+        if (!hy_model_post_ln(t->model)) a.ln2 = w->ln;
         a.fchg = w->fchg;
     } else if (t->recompute == HY_RECOMPUTE_FULL) {
         assert(w->redo);
@@ -158,11 +172,27 @@ static int tf_last(const hy_transformer *t, int stage) { return stage == t->mode
 
 size_t hy_boundary_bytes(const hy_transformer *t) { return tf_acts(t, tf_N(t) * tf_C(t)); }
 
+/* Stage 0's extras: the embedding's output (split: and d of it), and
+ * post-LN BERT's embedding sum, d(sum) and statistics. */
+static size_t tf_embed_bytes(const hy_transformer *t) {
+    size_t n = (t->split ? 2 : 1) * tf_align(hy_boundary_bytes(t));
+    if (hy_model_post_ln(t->model))
+        n += 2 * tf_align(hy_boundary_bytes(t)) + 2 * tf_align(tf_N(t) * sizeof(float));
+    return n;
+}
+
+/* The head's pieces: ln_f's output and d(its output), its statistics;
+ * post-LN BERT's four more of [N, C] (tf_head_acts). */
+static size_t tf_head_bytes(const hy_transformer *t) {
+    int more = hy_model_post_ln(t->model) ? 4 : 0;
+    return (size_t)(2 + more) * tf_align(hy_boundary_bytes(t)) +
+           2 * tf_align(tf_N(t) * sizeof(float));
+}
+
 size_t hy_stash_bytes(const hy_transformer *t, int stage) {
     size_t n = (size_t)t->model->n_layers[stage] * tf_stash_layer_bytes(t);
-    if (stage == 0) n += (t->split ? 2 : 1) * tf_align(hy_boundary_bytes(t));   /* the embedding's */
-    if (tf_last(t, stage))
-        n += 2 * tf_align(hy_boundary_bytes(t)) + 2 * tf_align(tf_N(t) * sizeof(float));
+    if (stage == 0) n += tf_embed_bytes(t);
+    if (tf_last(t, stage)) n += tf_head_bytes(t);
     return n;
 }
 
@@ -180,16 +210,36 @@ static void *tf_stash_dembedding(const hy_transformer *t, void *slot) {
     return tf_extra(t, 0, slot) + tf_align(hy_boundary_bytes(t));
 }
 
+/* Post-LN BERT's embedding pieces of stage 0's slot, after the output
+ * (and its d). */
+static tf_embed_acts tf_embed_of(const hy_transformer *t, void *slot) {
+    size_t used = 0;
+    unsigned char *p = tf_extra(t, 0, slot) + (t->split ? 2 : 1) * tf_align(hy_boundary_bytes(t));
+    tf_embed_acts e;
+    assert(hy_model_post_ln(t->model));
+    e.mean = tf_carve(&p, &used, tf_N(t) * sizeof(float));
+    e.rstd = tf_carve(&p, &used, tf_N(t) * sizeof(float));
+    e.sum = tf_carve(&p, &used, hy_boundary_bytes(t));
+    e.dsum = tf_carve(&p, &used, hy_boundary_bytes(t));
+    return e;
+}
+
 static tf_head_acts tf_head_of(const hy_transformer *t, void *slot) {
     size_t used = 0;
     unsigned char *p = tf_extra(t, t->model->stages - 1, slot);
-    if (t->model->stages == 1)   /* after the embedding's */
-        p += (t->split ? 2 : 1) * tf_align(hy_boundary_bytes(t));
+    if (t->model->stages == 1) p += tf_embed_bytes(t);   /* after the embedding's */
     tf_head_acts h;
+    memset(&h, 0, sizeof h);
     h.mean = tf_carve(&p, &used, tf_N(t) * sizeof(float));
     h.rstd = tf_carve(&p, &used, tf_N(t) * sizeof(float));
     h.out = tf_carve(&p, &used, hy_boundary_bytes(t));
     h.dout = tf_carve(&p, &used, hy_boundary_bytes(t));
+    if (hy_model_post_ln(t->model)) {
+        h.pre = tf_carve(&p, &used, hy_boundary_bytes(t));
+        h.g = tf_carve(&p, &used, hy_boundary_bytes(t));
+        h.dz = tf_carve(&p, &used, hy_boundary_bytes(t));
+        h.dd = tf_carve(&p, &used, hy_boundary_bytes(t));
+    }
     return h;
 }
 
@@ -374,7 +424,8 @@ static int tf_layer_forward(const hy_transformer *t, hy_stream *st, int l, const
     const hy_backend_ops *o = t->ops;
     int N = (int)tf_N(t), C = (int)tf_C(t), rc;
     const void *ln1w = tf_w(t, tf_p(t, HY_P_LN1_W, l)), *ln1b = tf_w(t, tf_p(t, HY_P_LN1_B, l));
-    rc = o->layernorm_fwd(st, a->ln1, a->ln1_mean, a->ln1_rstd, in, ln1w, ln1b, N, C, err);
+    float eps = hy_model_ln_eps(t->model);
+    rc = o->layernorm_fwd(st, a->ln1, a->ln1_mean, a->ln1_rstd, in, ln1w, ln1b, N, C, eps, err);
     if (!rc) rc = o->matmul_fwd(st, a->qkv, a->ln1, tf_w(t, tf_p(t, HY_P_QKV_W, l)),
                                 tf_w(t, tf_p(t, HY_P_QKV_B, l)), N, C, 3 * C, err);
     if (!rc) rc = tf_attention(t, st, a, kv, err);
@@ -383,9 +434,10 @@ static int tf_layer_forward(const hy_transformer *t, hy_stream *st, int l, const
     if (!rc) rc = o->add(st, a->res2, in, (size_t)N * C, err);
     if (!rc) rc = o->layernorm_fwd(st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
                                    tf_w(t, tf_p(t, HY_P_LN2_W, l)),
-                                   tf_w(t, tf_p(t, HY_P_LN2_B, l)), N, C, err);
+                                   tf_w(t, tf_p(t, HY_P_LN2_B, l)), N, C, eps, err);
     if (!rc) rc = o->matmul_gelu_fwd(st, a->fchg, a->fch, a->ln2, tf_w(t, tf_p(t, HY_P_FC_W, l)),
-                                     tf_w(t, tf_p(t, HY_P_FC_B, l)), N, C, 4 * C, err);
+                                     tf_w(t, tf_p(t, HY_P_FC_B, l)), N, C, 4 * C,
+                                     hy_model_gelu(t->model), err);
     if (!rc) rc = o->matmul_fwd(st, out, a->fchg, tf_w(t, tf_p(t, HY_P_MLP_PROJ_W, l)),
                                 tf_w(t, tf_p(t, HY_P_MLP_PROJ_B, l)), N, 4 * C, C, err);
     if (!rc) rc = o->add(st, out, a->res2, (size_t)N * C, err);
@@ -407,7 +459,7 @@ static int tf_rebuild_norm(const hy_transformer *t, const hy_stage_work *w, hy_s
         return t->ops->rmsnorm_fwd(st, out, w->ln_stats, in, tf_w(t, pw), N, C,
                                    (float)t->model->norm_eps, err);
     return t->ops->layernorm_fwd(st, out, w->ln_stats + N, w->ln_stats, in, tf_w(t, pw),
-                                 tf_w(t, pw + 1), N, C, err);
+                                 tf_w(t, pw + 1), N, C, hy_model_ln_eps(t->model), err);
 }
 
 /* Selective recompute, before a block's backward or weight pass: the MLP
@@ -421,7 +473,11 @@ static int tf_rebuild_mlp(const hy_transformer *t, const hy_stage_work *w, hy_st
     const hy_backend_ops *o = t->ops;
     int rc = t->model->kind == HY_MODEL_LLAMA
                  ? o->swiglu_fwd(st, a->fchg, a->fch, (int)tf_N(t), t->model->ffn_dim, err)
-                 : o->gelu_fwd(st, a->fchg, a->fch, tf_N(t) * (size_t)t->model->ffn_dim, err);
+                 : o->gelu_fwd(st, a->fchg, a->fch, tf_N(t) * (size_t)t->model->ffn_dim,
+                               hy_model_gelu(t->model), err);
+    /* post-LN: LN1's output is what the MLP read (ln2 holds a sum, kept) */
+    if (!rc && hy_model_post_ln(t->model))
+        return tf_rebuild_norm(t, w, st, HY_P_LN1_W, l, a->ln1, a->res2, err);
     return rc ? rc : tf_rebuild_norm(t, w, st, HY_P_LN2_W, l, a->ln2, a->res2, err);
 }
 
@@ -460,7 +516,7 @@ static int tf_layer_backward(const hy_transformer *t, const hy_stage_work *w, hy
      * the fc bias's gradient: that is why fc's own backward adds none. */
     if (!rc) rc = o->matmul_gelu_bwd(st, dfc, tf_g_now(t, pfc + 1), tf_g_now(t, pmp),
                                      tf_g_now(t, pmp + 1), w->dfcg, dres, a->fchg, a->fch,
-                                     tf_w(t, pmp), N, 4 * C, C, err);
+                                     tf_w(t, pmp), N, 4 * C, C, HY_GELU_TANH, err);
     if (!rc) rc = o->zero(st, dln2, tf_acts(t, NC), err);
     if (!rc) rc = o->matmul_bwd(st, dln2, tf_g_now(t, pfc), NULL, dfc, a->ln2, tf_w(t, pfc), N, C,
                                 4 * C, err);
@@ -611,6 +667,105 @@ static int tf_llama_wgrad(const hy_transformer *t, const hy_stage_work *w, hy_st
     return rc;
 }
 
+/* ------------------------------------------------------------------------ */
+/* A post-LN BERT block (Hugging Face's BertLayer): a = proj(attn(qkv(x)));
+ * h = LN1(x + a); out = LN2(h + W2 gelu(W1 h)), exact-erf GELU. Of the
+ * slot's pieces ln1 is h, res2 the first sum (LN1's input), ln2 the
+ * second (LN2's input) and the output goes to `out` (res3). */
+
+static int tf_post_forward(const hy_transformer *t, hy_stream *st, int l, const void *in,
+                           const tf_layer_acts *a, void *out, const hy_kv_layer *kv,
+                           hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    int N = (int)tf_N(t), C = (int)tf_C(t), rc;
+    float eps = hy_model_ln_eps(t->model);
+    const hy_param *pln1 = tf_p(t, HY_P_LN1_W, l), *pln2 = tf_p(t, HY_P_LN2_W, l);
+    rc = o->matmul_fwd(st, a->qkv, in, tf_w(t, tf_p(t, HY_P_QKV_W, l)),
+                       tf_w(t, tf_p(t, HY_P_QKV_B, l)), N, C, 3 * C, err);
+    if (!rc) rc = tf_attention(t, st, a, kv, err);
+    if (!rc) rc = o->matmul_fwd(st, a->res2, a->atty, tf_w(t, tf_p(t, HY_P_ATTN_PROJ_W, l)),
+                                tf_w(t, tf_p(t, HY_P_ATTN_PROJ_B, l)), N, C, C, err);
+    if (!rc) rc = o->add(st, a->res2, in, (size_t)N * C, err);
+    if (!rc) rc = o->layernorm_fwd(st, a->ln1, a->ln1_mean, a->ln1_rstd, a->res2, tf_w(t, pln1),
+                                   tf_w(t, pln1 + 1), N, C, eps, err);
+    if (!rc) rc = o->matmul_gelu_fwd(st, a->fchg, a->fch, a->ln1, tf_w(t, tf_p(t, HY_P_FC_W, l)),
+                                     tf_w(t, tf_p(t, HY_P_FC_B, l)), N, C, 4 * C, HY_GELU_ERF,
+                                     err);
+    if (!rc) rc = o->matmul_fwd(st, a->ln2, a->fchg, tf_w(t, tf_p(t, HY_P_MLP_PROJ_W, l)),
+                                tf_w(t, tf_p(t, HY_P_MLP_PROJ_B, l)), N, 4 * C, C, err);
+    if (!rc) rc = o->add(st, a->ln2, a->ln1, (size_t)N * C, err);
+    if (!rc) rc = o->layernorm_fwd(st, out, a->ln2_mean, a->ln2_rstd, a->ln2, tf_w(t, pln2),
+                                   tf_w(t, pln2 + 1), N, C, eps, err);
+    return rc;
+}
+
+/* B (and unsplit, the weights' gradients too) of a post-LN block. dres
+ * holds d(out) and becomes d(in). Split, the slot keeps for W: d(out)
+ * (dln2, LN2's), d(second sum) (dproj), d(fc pre-activation) (dfc), d(h)
+ * (dln1, LN1's), d(first sum) (dattn) and d(qkv). */
+static int tf_post_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+                            const void *in, const tf_layer_acts *a, void *dres, hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    int N = (int)tf_N(t), C = (int)tf_C(t), NH = t->model->heads, split = t->split, rc;
+    size_t NC = (size_t)N * C;
+    const hy_param *pmp = tf_p(t, HY_P_MLP_PROJ_W, l), *pfc = tf_p(t, HY_P_FC_W, l);
+    const hy_param *pap = tf_p(t, HY_P_ATTN_PROJ_W, l), *pqkv = tf_p(t, HY_P_QKV_W, l);
+    const hy_param *pln2 = tf_p(t, HY_P_LN2_W, l), *pln1 = tf_p(t, HY_P_LN1_W, l);
+    void *dsum2 = split ? a->dproj : w->dln, *dfc = split ? a->dfc : w->dfc;
+    void *dsum1 = split ? a->dattn : w->dln, *dqkv = split ? a->dqkv : w->dqkv;
+    rc = tf_rebuild_mlp(t, w, st, l, a, err);
+    if (!rc && split) rc = o->copy(st, a->dln2, dres, tf_acts(t, NC), err);
+    /* LN2: d(second sum), whose residual part is d(h) */
+    if (!rc) rc = o->zero(st, dsum2, tf_acts(t, NC), err);
+    if (!rc) rc = o->layernorm_bwd(st, dsum2, tf_g_now(t, pln2), tf_g_now(t, pln2 + 1), dres,
+                                   a->ln2, tf_w(t, pln2), a->ln2_mean, a->ln2_rstd, N, C, err);
+    if (!rc) rc = o->copy(st, dres, dsum2, tf_acts(t, NC), err);
+    if (!rc) rc = o->matmul_gelu_bwd(st, dfc, tf_g_now(t, pfc + 1), tf_g_now(t, pmp),
+                                     tf_g_now(t, pmp + 1), w->dfcg, dsum2, a->fchg, a->fch,
+                                     tf_w(t, pmp), N, 4 * C, C, HY_GELU_ERF, err);
+    if (!rc) rc = o->matmul_bwd(st, dres, tf_g_now(t, pfc), NULL, dfc, a->ln1, tf_w(t, pfc), N, C,
+                                4 * C, err);
+    /* dres is d(h); LN1: d(first sum), whose residual part is d(in) */
+    if (!rc && split) rc = o->copy(st, a->dln1, dres, tf_acts(t, NC), err);
+    if (!rc) rc = o->zero(st, dsum1, tf_acts(t, NC), err);
+    if (!rc) rc = o->layernorm_bwd(st, dsum1, tf_g_now(t, pln1), tf_g_now(t, pln1 + 1), dres,
+                                   a->res2, tf_w(t, pln1), a->ln1_mean, a->ln1_rstd, N, C, err);
+    if (!rc) rc = o->copy(st, dres, dsum1, tf_acts(t, NC), err);
+    if (!rc) rc = o->zero(st, w->datty, tf_acts(t, NC), err);
+    if (!rc) rc = o->matmul_bwd(st, w->datty, tf_g_now(t, pap), tf_g_now(t, pap + 1), dsum1,
+                                a->atty, tf_w(t, pap), N, C, C, err);
+    if (!rc) rc = o->zero(st, dqkv, tf_acts(t, 3 * NC), err);
+    if (!rc) rc = o->attention_bwd(st, dqkv, w->attn_scratch, w->datty, a->qkv, a->atty, a->lse,
+                                   t->B, t->T, NH, NH, C / NH, tf_causal(t), err);
+    if (!rc) rc = o->matmul_bwd(st, dres, tf_g_now(t, pqkv), tf_g_now(t, pqkv + 1), dqkv, in,
+                                tf_w(t, pqkv), N, C, 3 * C, err);
+    return rc;
+}
+
+/* W of a post-LN block, from what B kept. */
+static int tf_post_wgrad(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
+                         const void *in, const tf_layer_acts *a, hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    int N = (int)tf_N(t), C = (int)tf_C(t), rc;
+    const hy_param *pmp = tf_p(t, HY_P_MLP_PROJ_W, l), *pfc = tf_p(t, HY_P_FC_W, l);
+    const hy_param *pap = tf_p(t, HY_P_ATTN_PROJ_W, l), *pqkv = tf_p(t, HY_P_QKV_W, l);
+    const hy_param *pln2 = tf_p(t, HY_P_LN2_W, l), *pln1 = tf_p(t, HY_P_LN1_W, l);
+    rc = tf_rebuild_mlp(t, w, st, l, a, err);
+    if (!rc) rc = o->layernorm_bwd(st, NULL, tf_g(t, pln2), tf_g(t, pln2 + 1), a->dln2, a->ln2,
+                                   tf_w(t, pln2), a->ln2_mean, a->ln2_rstd, N, C, err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pmp), tf_g(t, pmp + 1), a->dproj, a->fchg,
+                                tf_w(t, pmp), N, 4 * C, C, err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pfc), tf_g(t, pfc + 1), a->dfc, a->ln1,
+                                tf_w(t, pfc), N, C, 4 * C, err);
+    if (!rc) rc = o->layernorm_bwd(st, NULL, tf_g(t, pln1), tf_g(t, pln1 + 1), a->dln1, a->res2,
+                                   tf_w(t, pln1), a->ln1_mean, a->ln1_rstd, N, C, err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pap), tf_g(t, pap + 1), a->dattn, a->atty,
+                                tf_w(t, pap), N, C, C, err);
+    if (!rc) rc = o->matmul_bwd(st, NULL, tf_g(t, pqkv), tf_g(t, pqkv + 1), a->dqkv, in,
+                                tf_w(t, pqkv), N, C, 3 * C, err);
+    return rc;
+}
+
 /* A block of the model's kind: forward, backward (B), W. Of the stage
  * work the forward needs only the RoPE table (NULL: a GPT or BERT), so
  * generation, which has no stage work, runs it too. */
@@ -621,6 +776,7 @@ static int tf_block_forward(const hy_transformer *t, const float *rope, hy_strea
         assert(rope);
         return tf_llama_forward(t, rope, st, l, in, a, out, kv, err);
     }
+    if (hy_model_post_ln(t->model)) return tf_post_forward(t, st, l, in, a, out, kv, err);
     return tf_layer_forward(t, st, l, in, a, out, kv, err);
 }
 
@@ -628,12 +784,14 @@ static int tf_block_backward(const hy_transformer *t, const hy_stage_work *w, hy
                              int l, const void *in, const tf_layer_acts *a, void *dres,
                              hy_error *err) {
     if (t->model->kind == HY_MODEL_LLAMA) return tf_llama_backward(t, w, st, l, in, a, dres, err);
+    if (hy_model_post_ln(t->model)) return tf_post_backward(t, w, st, l, in, a, dres, err);
     return tf_layer_backward(t, w, st, l, in, a, dres, err);
 }
 
 static int tf_block_wgrad(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int l,
                           const void *in, const tf_layer_acts *a, hy_error *err) {
     if (t->model->kind == HY_MODEL_LLAMA) return tf_llama_wgrad(t, w, st, l, in, a, err);
+    if (hy_model_post_ln(t->model)) return tf_post_wgrad(t, w, st, l, in, a, err);
     return tf_layer_wgrad(t, w, st, l, in, a, err);
 }
 
@@ -649,8 +807,9 @@ static int tf_norm_logits(const hy_transformer *t, const hy_stage_work *w, hy_st
                                  (float)t->model->norm_eps, err);
     else
         rc = t->ops->layernorm_fwd(st, ha->out, ha->mean, ha->rstd, h, tf_w(t, pw),
-                                   tf_w(t, tf_p(t, HY_P_LNF_B, 0)), N, C, err);
-    return rc ? rc : t->ops->lm_head_fwd(st, logits, ha->out, tf_head_wte(t, w), N, C,
+                                   tf_w(t, tf_p(t, HY_P_LNF_B, 0)), N, C,
+                                   hy_model_ln_eps(t->model), err);
+    return rc ? rc : t->ops->lm_head_fwd(st, logits, ha->out, tf_head_wte(t, w), NULL, N, C,
                                          t->model->vocab_padded, err);
 }
 
@@ -660,18 +819,70 @@ static int tf_norm_logits(const hy_transformer *t, const hy_stage_work *w, hy_st
 /* ln_f, logits, the fused loss and d(logits), and the head's backward
  * down to d(ln_f out), so the logits never need stashing (llm.c does the
  * same). h: the last block's output. */
+/* Post-LN BERT's MLM head (Hugging Face's cls.predictions): z =
+ * LN(gelu(dense(y))), logits = z · wteᵀ + bias, then the loss; training,
+ * its whole backward down to d(y) (ha.dout), adding the decoder's and
+ * (unsplit) the dense's and LayerNorm's gradients; split, those two wait
+ * for W (tf_post_head_wgrad), from d(z) and d(dense out) kept. */
+static int tf_post_head(const hy_transformer *t, const hy_stage_work *w, hy_stream *st,
+                        const void *y, const tf_head_acts *ha, const int *targets, int train,
+                        float share, hy_error *err) {
+    const hy_backend_ops *o = t->ops;
+    int N = (int)tf_N(t), C = (int)tf_C(t), V = t->model->vocab, Vp = t->model->vocab_padded, rc;
+    size_t NC = (size_t)N * C;
+    const hy_param *pd = tf_p(t, HY_P_HEAD_W, 0), *pn = tf_p(t, HY_P_LNF_W, 0);
+    const hy_param *pb = tf_p(t, HY_P_HEAD_BIAS, 0);
+    rc = o->matmul_gelu_fwd(st, ha->g, ha->pre, y, tf_w(t, pd), tf_w(t, pd + 1), N, C, C,
+                            HY_GELU_ERF, err);
+    if (!rc) rc = o->layernorm_fwd(st, ha->out, ha->mean, ha->rstd, ha->g, tf_w(t, pn),
+                                   tf_w(t, pn + 1), N, C, hy_model_ln_eps(t->model), err);
+    if (!rc) rc = o->lm_head_fwd(st, w->logits, ha->out, tf_head_wte(t, w), tf_w(t, pb), N, C, Vp,
+                                 err);
+    if (!rc) rc = o->classifier(st, w->logits, w->loss, w->loss + 1, targets, N, V, Vp, share,
+                                train ? share : 1.0f, err);
+    if (!train) return rc;
+    if (!rc) rc = o->zero(st, ha->dz, tf_acts(t, NC), err);
+    if (!rc) rc = o->lm_head_bwd(st, ha->dz, tf_head_dwte(t, w), tf_g(t, pb), w->logits, ha->out,
+                                 tf_head_wte(t, w), N, C, Vp, err);
+    /* d(gelu out) into dout for now, then d(dense out), then d(y) */
+    if (!rc) rc = o->zero(st, ha->dout, tf_acts(t, NC), err);
+    if (!rc) rc = o->layernorm_bwd(st, ha->dout, tf_g_now(t, pn), tf_g_now(t, pn + 1), ha->dz,
+                                   ha->g, tf_w(t, pn), ha->mean, ha->rstd, N, C, err);
+    if (!rc) rc = o->zero(st, ha->dd, tf_acts(t, NC), err);
+    if (!rc) rc = o->gelu_bwd(st, ha->dd, ha->dout, ha->pre, NC, HY_GELU_ERF, err);
+    if (!rc) rc = o->zero(st, ha->dout, tf_acts(t, NC), err);
+    if (!rc) rc = o->matmul_bwd(st, ha->dout, tf_g_now(t, pd), tf_g_now(t, pd + 1), ha->dd, y,
+                                tf_w(t, pd), N, C, C, err);
+    return rc;
+}
+
+/* W of post-LN BERT's head: its LayerNorm's and dense's gradients. */
+static int tf_post_head_wgrad(const hy_transformer *t, const hy_stage_work *w, hy_stream *st,
+                              const void *in, void *slot, hy_error *err) {
+    tf_head_acts ha = tf_head_of(t, slot);
+    const void *y = tf_final(t, w, t->model->stages - 1, in, slot);
+    const hy_param *pd = tf_p(t, HY_P_HEAD_W, 0), *pn = tf_p(t, HY_P_LNF_W, 0);
+    int N = (int)tf_N(t), C = (int)tf_C(t);
+    int rc = t->ops->layernorm_bwd(st, NULL, tf_g(t, pn), tf_g(t, pn + 1), ha.dz, ha.g,
+                                   tf_w(t, pn), ha.mean, ha.rstd, N, C, err);
+    return rc ? rc : t->ops->matmul_bwd(st, NULL, tf_g(t, pd), tf_g(t, pd + 1), ha.dd, y,
+                                        tf_w(t, pd), N, C, C, err);
+}
+
 static int tf_head(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, const void *h,
                    void *slot, const int *targets, int train, hy_error *err) {
     const hy_backend_ops *o = t->ops;
     int N = (int)tf_N(t), C = (int)tf_C(t), V = t->model->vocab, Vp = t->model->vocab_padded, rc;
     float share = 1.0f / t->global_micro_batches;
     tf_head_acts ha = tf_head_of(t, slot);
+    if (hy_model_post_ln(t->model))
+        return tf_post_head(t, w, st, h, &ha, targets, train, share, err);
     rc = tf_norm_logits(t, w, st, &ha, h, w->logits, err);
     if (!rc) rc = o->classifier(st, w->logits, w->loss, w->loss + 1, targets, N, V, Vp, share,
                                 train ? share : 1.0f, err);
     if (!train) return rc;
     if (!rc) rc = o->zero(st, ha.dout, hy_boundary_bytes(t), err);
-    if (!rc) rc = o->lm_head_bwd(st, ha.dout, tf_head_dwte(t, w), w->logits, ha.out,
+    if (!rc) rc = o->lm_head_bwd(st, ha.dout, tf_head_dwte(t, w), NULL, w->logits, ha.out,
                                  tf_head_wte(t, w), N, C, Vp, err);
     return rc;
 }
@@ -693,14 +904,32 @@ static int tf_lnf_backward(const hy_transformer *t, const hy_stage_work *w, hy_s
 
 int hy_head_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st,
                      const void *in, void *slot, void *dres, hy_error *err) {
+    if (hy_model_post_ln(t->model))   /* the forward went down to d(y) */
+        return t->ops->add(st, dres, tf_head_of(t, slot).dout, tf_N(t) * tf_C(t), err);
     return tf_lnf_backward(t, w, st, in, slot, dres, !t->split, err);
 }
 
 /* ------------------------------------------------------------------------ */
 /* A stage */
 
+/* Post-LN BERT: LN_emb(word[tok] + token_type[0] + position[t]), the
+ * sum and its statistics kept for the backward. */
+static int tf_post_embed_forward(const hy_transformer *t, hy_stream *st, void *slot,
+                                 const int *tokens, hy_error *err) {
+    tf_embed_acts e = tf_embed_of(t, slot);
+    const hy_param *pn = tf_p(t, HY_P_LNE_W, 0);
+    int C = (int)tf_C(t);
+    int rc = t->ops->embedding_fwd(st, e.sum, tokens, tf_w(t, tf_p(t, HY_P_WTE, 0)),
+                                   tf_w(t, tf_p(t, HY_P_WPE, 0)), tf_w(t, tf_p(t, HY_P_TTE, 0)),
+                                   t->B, t->T, C, err);
+    return rc ? rc : t->ops->layernorm_fwd(st, hy_stash_embedding(t, slot), e.mean, e.rstd, e.sum,
+                                           tf_w(t, pn), tf_w(t, pn + 1), (int)tf_N(t), C,
+                                           hy_model_ln_eps(t->model), err);
+}
+
 int hy_embed_forward(const hy_transformer *t, hy_stream *st, void *slot, const int *tokens,
                      hy_error *err) {
+    if (hy_model_post_ln(t->model)) return tf_post_embed_forward(t, st, slot, tokens, err);
     return hy_embed_forward_at(t, st, hy_stash_embedding(t, slot), tokens, 0, err);
 }
 
@@ -711,8 +940,8 @@ int hy_embed_forward_at(const hy_transformer *t, hy_stream *st, void *out, const
     /* The learned positions from t0: wpe's rows are the positions. */
     const unsigned char *pos = tf_w_or_null(t, wpe);
     if (pos) pos += tf_acts(t, (size_t)t0 * tf_C(t));
-    return t->ops->embedding_fwd(st, out, tokens, tf_w(t, wte), pos, t->B, t->T, (int)tf_C(t),
-                                 err);
+    return t->ops->embedding_fwd(st, out, tokens, tf_w(t, wte), pos, NULL, t->B, t->T,
+                                 (int)tf_C(t), err);
 }
 
 int hy_stage_forward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
@@ -762,21 +991,38 @@ int hy_stage_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream
 int hy_stage_wgrad(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, int stage,
                    const void *in, void *slot, const int *tokens, hy_error *err) {
     int L = t->model->n_layers[stage], first = t->model->first_layer[stage], rc = HY_OK;
-    if (tf_last(t, stage)) rc = tf_lnf_backward(t, w, st, in, slot, NULL, 1, err);
+    if (tf_last(t, stage))
+        rc = hy_model_post_ln(t->model) ? tf_post_head_wgrad(t, w, st, in, slot, err)
+                                        : tf_lnf_backward(t, w, st, in, slot, NULL, 1, err);
     for (int l = L - 1; l >= 0 && !rc; l--) {
         tf_layer_acts acts = tf_layer(t, w, slot, l);
         const void *lin = l == 0 ? in : tf_layer(t, w, slot, l - 1).res3;
         rc = tf_block_wgrad(t, w, st, first + l, lin, &acts, err);
     }
-    if (!rc && stage == 0) rc = hy_embed_backward(t, st, tf_stash_dembedding(t, slot), tokens, err);
+    if (!rc && stage == 0)
+        rc = hy_embed_backward(t, st, slot, tf_stash_dembedding(t, slot), tokens, err);
     return rc;
 }
 
-int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, const int *tokens,
-                      hy_error *err) {
+int hy_embed_backward(const hy_transformer *t, hy_stream *st, void *slot, const void *dres,
+                      const int *tokens, hy_error *err) {
     const hy_param *wte = tf_p(t, HY_P_WTE, 0), *wpe = tf_p(t, HY_P_WPE, 0);
-    return t->ops->embedding_bwd(st, tf_g(t, wte), wpe ? tf_g(t, wpe) : NULL, dres, tokens, t->B,
-                                 t->T, (int)tf_C(t), err);
+    int N = (int)tf_N(t), C = (int)tf_C(t), rc = HY_OK;
+    if (hy_model_post_ln(t->model)) {
+        /* through the embedding LayerNorm to d(sum), which every
+         * embedding's gradient reads; token type row 0's is its column
+         * sum (matmul_bwd's bias reduction) */
+        tf_embed_acts e = tf_embed_of(t, slot);
+        const hy_param *pn = tf_p(t, HY_P_LNE_W, 0);
+        rc = t->ops->zero(st, e.dsum, hy_boundary_bytes(t), err);
+        if (!rc) rc = t->ops->layernorm_bwd(st, e.dsum, tf_g(t, pn), tf_g(t, pn + 1), dres, e.sum,
+                                            tf_w(t, pn), e.mean, e.rstd, N, C, err);
+        if (!rc) rc = t->ops->matmul_bwd(st, NULL, NULL, tf_g(t, tf_p(t, HY_P_TTE, 0)), e.dsum,
+                                         NULL, NULL, N, C, C, err);
+        dres = e.dsum;
+    }
+    return rc ? rc : t->ops->embedding_bwd(st, tf_g(t, wte), wpe ? tf_g(t, wpe) : NULL, dres,
+                                           tokens, t->B, t->T, C, err);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -2,7 +2,8 @@
  * transformer.h — the transformer's math for one pipeline stage and one
  * micro-batch, against the backend's ops (backend.h): a block's forward
  * and backward, the embedding on the first stage, and on the last the head
- * (ln_f, the logits, the fused loss and the head's backward), the way
+ * (ln_f, the logits, the fused loss and the head's backward; post-LN
+ * BERT's embedding LayerNorm and MLM head transform too), the way
  * llm.c keeps gpt2_forward apart from its training loop. model.h gives
  * the shapes and the parameter table; the model is
  * DESIGN §5 "Model, numerics, data, files".
@@ -43,7 +44,10 @@
  *              input: LayerNorm's, or a Llama's RMSNorm's; and the MLP
  *              activation's output, from its pre-activation: GELU's, or a
  *              Llama's SwiGLU's from gate|up), rebuilt in the backward
- *              into the rank's working buffers (hy_stage_work);
+ *              into the rank's working buffers (hy_stage_work); post-LN
+ *              BERT keeps its second norm's input (a residual sum) and
+ *              its output (the block's), and rebuilds LN1's output and
+ *              the GELU's;
  *   full       only the stage input (the embedding's output on stage 0)
  *              and the head's d(ln_f output) on the last stage; the
  *              backward first reruns the stage's blocks into one per-rank
@@ -201,8 +205,9 @@ int hy_stage_recompute(const hy_transformer *t, const hy_stage_work *w, hy_strea
 
 /* The last stage, backward, first: d(its output) from the head's d(ln_f
  * output), added into dres ([B * T, d_model], zeroed by the caller), with
- * ln_f's gradient (split: in W). in: the stage's input, as its forward had
- * it. */
+ * ln_f's gradient (split: in W); post-LN BERT's head went down to d(its
+ * output) in the forward, which this adds. in: the stage's input, as its
+ * forward had it. */
 int hy_head_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream *st,
                      const void *in, void *slot, void *dres, hy_error *err);
 
@@ -214,10 +219,11 @@ int hy_stage_backward(const hy_transformer *t, const hy_stage_work *w, hy_stream
                       const void *in, void *slot, void *dres, hy_error *err);
 
 /* Stage 0, backward, last: the embeddings' gradients from dres = d(stage
- * 0 input) and the micro-batch's tokens. Unsplit only: with split backward
- * W does it. */
-int hy_embed_backward(const hy_transformer *t, hy_stream *st, const void *dres, const int *tokens,
-                      hy_error *err);
+ * 0 input) and the micro-batch's tokens (post-LN BERT: through its
+ * embedding LayerNorm, from what the slot kept). Unsplit only: with split
+ * backward W does it. */
+int hy_embed_backward(const hy_transformer *t, hy_stream *st, void *slot, const void *dres,
+                      const int *tokens, hy_error *err);
 
 /* W of one micro-batch on `stage` (split backward, after its B): every
  * weight's gradient of the stage from the slot, ln_f's on the last stage,

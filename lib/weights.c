@@ -46,7 +46,7 @@ typedef int (*wt_sink)(void *ctx, const hy_param *p, const float *v, hy_error *e
  * to put. */
 static int wt_load_tensor(wt_sink put, void *ctx, const hy_model *m, const hy_safetensors_file *f,
                           const hy_param *p, float *host, hy_error *err) {
-    char prefixed[64];
+    char prefixed[96];
     snprintf(prefixed, sizeof prefixed, "transformer.%s", p->name);
     const hy_safetensors_tensor *t = hy_safetensors_find(f, p->name);
     if (!t) t = hy_safetensors_find(f, prefixed);
@@ -85,6 +85,15 @@ static int wt_check_model(const hy_safetensors_file *f, const hy_model *m, hy_er
                        "hanayo_model), the config's model.kind is %s: these are another "
                        "model's weights", f->path, hy_safetensors_show(kind).s,
                        hy_model_name(m->kind));
+    /* A BERT file from before model.norm is a pre-LN one. */
+    const char *norm = hy_safetensors_meta_get(f, "hanayo_norm");
+    if (!norm && kind && m->kind == HY_MODEL_BERT) norm = "pre";
+    if (norm && m->kind == HY_MODEL_BERT && strcmp(norm, hy_model_norm_name(m->norm)) != 0)
+        return hy_fail(err, HY_ERR_INPUT, "%s holds the weights of a BERT with model.norm \"%s\" "
+                       "(its metadata hanayo_norm, absent: \"pre\"), the config's model.norm is "
+                       "\"%s\": another architecture's weights; --set model.norm=%s",
+                       f->path, hy_safetensors_show(norm).s, hy_model_norm_name(m->norm),
+                       hy_safetensors_show(norm).s);
     if (heads && strcmp(heads, now) != 0)
         return hy_fail(err, HY_ERR_INPUT, "%s holds the weights of a model with %s heads (its "
                        "metadata hanayo_heads), the config's model.heads is %d: the same "
@@ -111,14 +120,42 @@ int hy_weights_check(const char *path, const char *name, const float *v, size_t 
  * Llama: Hugging Face names and layouts
  */
 
-int hy_weights_llama_transposed(const hy_param *p) { return p->ndim == 2 && !p->vocab_rows; }
+int hy_weights_hf_layout(const hy_model *m) {
+    return m->kind == HY_MODEL_LLAMA || hy_model_post_ln(m);
+}
+
+int hy_weights_hf_transposed(const hy_param *p) {
+    return p->ndim == 2 && !p->vocab_rows && p->kind != HY_P_WPE && p->kind != HY_P_TTE;
+}
+
+/* Post-LN BERT: the parameter's own name with BertForMaskedLM's "bert."
+ * before the encoder's (not the head's "cls."), rows as the file holds
+ * them ([out, in] for a Linear); q, k and v apart. */
+static int wt_bert_pieces(const hy_model *m, const hy_param *p, hy_weights_piece pieces[3]) {
+    const char *prefix = strncmp(p->name, "cls.", 4) == 0 ? "" : "bert.";
+    if (p->kind == HY_P_QKV_W || p->kind == HY_P_QKV_B) {
+        static const char *const qkv[3] = { "query", "key", "value" };
+        for (int i = 0; i < 3; i++) {
+            snprintf(pieces[i].name, sizeof pieces[i].name,
+                     "bert.encoder.layer.%d.attention.self.%s.%s", p->layer, qkv[i],
+                     p->kind == HY_P_QKV_W ? "weight" : "bias");
+            pieces[i].rows = (size_t)m->d_model;
+        }
+        return 3;
+    }
+    snprintf(pieces[0].name, sizeof pieces[0].name, "%s%s", prefix, p->name);
+    pieces[0].rows = p->vocab_rows ? (size_t)m->vocab
+                   : hy_weights_hf_transposed(p) ? (size_t)p->shape[1] : (size_t)p->shape[0];
+    return 1;
+}
 
 void hy_weights_transpose(float *dst, const float *src, size_t rows, size_t cols) {
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
 }
 
-int hy_weights_llama_pieces(const hy_model *m, const hy_param *p, hy_weights_piece pieces[3]) {
+int hy_weights_hf_pieces(const hy_model *m, const hy_param *p, hy_weights_piece pieces[3]) {
+    if (hy_model_post_ln(m)) return wt_bert_pieces(m, p, pieces);
     assert(m->kind == HY_MODEL_LLAMA);
     size_t C = (size_t)m->d_model, H = (size_t)m->heads * m->head_dim;
     size_t KV = (size_t)m->kv_heads * m->head_dim, F = (size_t)m->ffn_dim;
@@ -224,7 +261,16 @@ static int wt_check_hf_config(const char *dir, const hy_model *m, hy_error *err)
     snprintf(path, sizeof path, "%s/config.json", dir);
     hy_model_shape file, now = hy_model_shape_of(m);
     int rc = hy_hfconfig_read(path, &file, err);
+    if (!rc && file.kind != m->kind)
+        rc = hy_fail(err, HY_ERR_INPUT, "%s describes a %s model, the config's model.kind is %s",
+                     path, hy_model_name(file.kind), hy_model_name(m->kind));
+    if (!rc && m->kind == HY_MODEL_BERT && file.seq_len != m->seq_len)
+        rc = hy_fail(err, HY_ERR_INPUT, "%s: max_position_embeddings is %d, the config's "
+                     "model.seq_len is %d: BERT's position embedding has one row per position; "
+                     "use the checkpoint's value (--set model.seq_len=%d)", path, file.seq_len,
+                     m->seq_len, file.seq_len);
     for (int f = 0; f < HY_HF_FIELDS && !rc; f++) {
+        if (!hy_hfconfig_field_of(m->kind, f)) continue;   /* BERT's kv heads, rope */
         if (f > HY_HF_ROPE_FACTOR && file.rope_scaling.factor == 0) break;   /* unscaled */
         double a = hy_hfconfig_value(&file, f), b = hy_hfconfig_value(&now, f);
         /* eps is a float where it is used: 1e-05 and 1e-5f are one value */
@@ -234,7 +280,7 @@ static int wt_check_hf_config(const char *dir, const hy_model *m, hy_error *err)
         snprintf(fa, sizeof fa, f == HY_HF_TIE ? (a ? "true" : "false") : "%g", a);
         snprintf(fb, sizeof fb, f == HY_HF_TIE ? (b ? "true" : "false") : "%g", b);
         rc = hy_fail(err, HY_ERR_INPUT, "%s: %s is %s, the config's %s is %s; use the "
-                     "checkpoint's value (--set %s=%s)", path, hy_hfconfig_field(f), fa,
+                     "checkpoint's value (--set %s=%s)", path, hy_hfconfig_field_of(m->kind, f), fa,
                      hy_hfconfig_key(f), fb, hy_hfconfig_key(f), fa);
     }
     return rc;
@@ -246,17 +292,34 @@ static int wt_check_hf_config(const char *dir, const hy_model *m, hy_error *err)
 static int wt_llama_ignorable(const hy_model *m, const char *name) {
     static const char inv_freq[] = ".self_attn.rotary_emb.inv_freq";
     size_t n = strlen(name), k = sizeof inv_freq - 1;
+    if (hy_model_post_ln(m)) {
+        /* BertForMaskedLM's decoder is the word embedding and its bias
+         * cls.predictions.bias; BertForPreTraining's pooler and
+         * next-sentence head are no part of a masked-LM model; older
+         * transformers saved the position ids buffer. */
+        if (!strncmp(name, "bert.", 5)) name += 5;
+        return !strcmp(name, "cls.predictions.decoder.weight") ||
+               !strcmp(name, "cls.predictions.decoder.bias") || !strncmp(name, "pooler.", 7) ||
+               !strncmp(name, "cls.seq_relationship.", 21) ||
+               !strcmp(name, "embeddings.position_ids");
+    }
     if (n > k && !strcmp(name + n - k, inv_freq)) return 1;
     return m->tie_embeddings && !strcmp(name, "lm_head.weight");
+}
+
+/* Does a file's tensor `name` stand for the piece named `piece`? BERT's
+ * may come without BertForMaskedLM's "bert." prefix (BertModel's files). */
+static int wt_piece_is(const char *piece, const char *name) {
+    return !strcmp(piece, name) || (!strncmp(piece, "bert.", 5) && !strcmp(piece + 5, name));
 }
 
 /* Is name one of m's pieces? */
 static int wt_llama_known(const hy_model *m, const char *name) {
     for (int i = 0; i < m->n_params; i++) {
         hy_weights_piece pc[3];
-        int n = hy_weights_llama_pieces(m, &m->params[i], pc);
+        int n = hy_weights_hf_pieces(m, &m->params[i], pc);
         for (int k = 0; k < n; k++)
-            if (!strcmp(pc[k].name, name)) return 1;
+            if (wt_piece_is(pc[k].name, name)) return 1;
     }
     return 0;
 }
@@ -267,7 +330,7 @@ static int wt_load_llama_param(wt_sink put, void *ctx, const hy_model *m, const 
                                const char *where, const hy_param *p, float *host, float *tmp,
                                hy_error *err) {
     hy_weights_piece pc[3];
-    int n = hy_weights_llama_pieces(m, p, pc), transposed = hy_weights_llama_transposed(p);
+    int n = hy_weights_hf_pieces(m, p, pc), transposed = hy_weights_hf_transposed(p);
     size_t cols = p->ndim == 2 ? (transposed ? (size_t)p->shape[0] : (size_t)p->shape[1]) : 0;
     size_t at = 0;
     int rc = HY_OK;
@@ -275,6 +338,7 @@ static int wt_load_llama_param(wt_sink put, void *ctx, const hy_model *m, const 
     for (int k = 0; k < n && !rc; k++) {
         const hy_safetensors_file *f = NULL;
         const hy_safetensors_tensor *t = wt_find(w, pc[k].name, &f);
+        if (!t && !strncmp(pc[k].name, "bert.", 5)) t = wt_find(w, pc[k].name + 5, &f);
         char want[48], have[160];
         size_t shape[2] = { pc[k].rows, cols };
         wt_shape_text(want, sizeof want, p->ndim, shape);
@@ -295,6 +359,40 @@ static int wt_load_llama_param(wt_sink put, void *ctx, const hy_model *m, const 
     return rc ? rc : put(ctx, p, host, err);
 }
 
+/* A tensor of w by name, with or without BertForMaskedLM's "bert." prefix. */
+static const hy_safetensors_tensor *wt_find_bert(const wt_files *w, const char *name,
+                                                 const hy_safetensors_file **in) {
+    const hy_safetensors_tensor *t = wt_find(w, name, in);
+    return t || strncmp(name, "bert.", 5) ? t : wt_find(w, name + 5, in);
+}
+
+/* BertForMaskedLM's decoder, when a file holds it, must be what hanayo's
+ * is: tied to the word embedding, its bias cls.predictions.bias. A file
+ * whose decoder differs (an untied one) is refused rather than read as
+ * another model. tmp: room for the largest of them, twice. */
+static int wt_bert_decoder_tied(const wt_files *w, float *tmp, size_t room, hy_error *err) {
+    static const char *const pairs[2][2] = {
+        { "cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight" },
+        { "cls.predictions.decoder.bias", "cls.predictions.bias" },
+    };
+    int rc = HY_OK;
+    for (int i = 0; i < 2 && !rc; i++) {
+        const hy_safetensors_file *fd = NULL, *fe = NULL;
+        const hy_safetensors_tensor *d = wt_find_bert(w, pairs[i][0], &fd);
+        const hy_safetensors_tensor *e = wt_find_bert(w, pairs[i][1], &fe);
+        if (!d || !e) continue;   /* absent: tied; a missing parameter is reported by name */
+        int same = d->numel == e->numel && 2 * d->numel <= room;
+        if (same) rc = hy_safetensors_read_f32(fd, d, tmp, d->numel, err);
+        if (same && !rc) rc = hy_safetensors_read_f32(fe, e, tmp + d->numel, e->numel, err);
+        if (same && !rc) same = !memcmp(tmp, tmp + d->numel, d->numel * sizeof(float));
+        if (!rc && !same)
+            rc = hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' differs from '%s': an untied "
+                         "decoder, which hanayo's BERT (its decoder is the word embedding, its "
+                         "bias cls.predictions.bias) cannot hold", fd->path, d->name, e->name);
+    }
+    return rc;
+}
+
 static int wt_load_llama(wt_sink put, void *ctx, const hy_model *m, const wt_files *w,
                          const char *where, hy_error *err) {
     int rc = HY_OK;
@@ -310,8 +408,9 @@ static int wt_load_llama(wt_sink put, void *ctx, const hy_model *m, const wt_fil
         }
     }
     size_t most = hy_model_max_numel(m);
-    float *host = malloc(most * sizeof(float)), *tmp = malloc(most * sizeof(float));
+    float *host = malloc(2 * most * sizeof(float)), *tmp = malloc(most * sizeof(float));
     if (!rc && (!host || !tmp)) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory loading %s", where);
+    if (!rc && hy_model_post_ln(m)) rc = wt_bert_decoder_tied(w, host, 2 * most, err);
     for (int i = 0; i < m->n_params && !rc; i++)
         rc = wt_load_llama_param(put, ctx, m, w, where, &m->params[i], host, tmp, err);
     free(host);
@@ -331,11 +430,11 @@ static int wt_read_gpt(const hy_model *m, const char *path, wt_sink put, void *c
  * file or a Hugging Face directory, GPT's and BERT's from one file. */
 static int wt_read(const hy_model *m, const char *path, wt_sink put, void *ctx, hy_error *err) {
     int dir = wt_is_dir(path);
-    if (m->kind != HY_MODEL_LLAMA) {
+    if (!hy_weights_hf_layout(m)) {
         if (dir)
-            return hy_fail(err, HY_ERR_INPUT, "%s is a directory; model.kind %s reads one "
-                           "safetensors file (a directory is a Hugging Face Llama checkpoint's)",
-                           path, hy_model_name(m->kind));
+            return hy_fail(err, HY_ERR_INPUT, "%s is a directory; model.kind %s (model.norm "
+                           "pre) reads one safetensors file (a directory is a Hugging Face "
+                           "Llama's or BERT's checkpoint)", path, hy_model_name(m->kind));
         return wt_read_gpt(m, path, put, ctx, err);
     }
     wt_files *w = calloc(1, sizeof *w);

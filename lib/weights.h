@@ -14,6 +14,16 @@
  * (hy_runtime_create); a checkpoint's model.safetensors loads the same way.
  *
  *
+ * Post-LN BERT (BertForMaskedLM, model.norm "post") is read the same way
+ * as a Llama, with BertConfig's config.json: q, k and v are fused into
+ * the [C, 3C] qkv, every Linear is transposed, tensor names may carry
+ * BertForMaskedLM's "bert." prefix or none (BertModel's); the tied
+ * decoder's weight and bias (cls.predictions.decoder.*, which must equal
+ * the word embedding and cls.predictions.bias), a pooler and
+ * BertForPreTraining's next-sentence head (cls.seq_relationship.*) are
+ * ignored. A hanayo BERT file records its model.norm ("hanayo_norm";
+ * absent: "pre"), which must be the config's.
+ *
  * A Llama (LlamaForCausalLM) is read from a directory holding config.json
  * and model.safetensors, or the shards model-0000k-of-0000n.safetensors
  * that model.safetensors.index.json lists; or from one safetensors file
@@ -72,12 +82,21 @@ typedef struct {
     size_t rows;
 } hy_weights_piece;
 
-/* p's pieces into pieces[] (at most 3: q, k, v; gate, up); returns how
- * many. m is a Llama. */
-int hy_weights_llama_pieces(const hy_model *m, const hy_param *p, hy_weights_piece pieces[3]);
+/* Are m's files in Hugging Face's names and layouts, through the pieces
+ * below (a Llama, post-LN BERT)? GPT's and pre-LN BERT's parameters are
+ * their files' tensors as they are. */
+int hy_weights_hf_layout(const hy_model *m);
 
-/* Does Hugging Face store p as the transpose of its layout here? */
-int hy_weights_llama_transposed(const hy_param *p);
+/* p's pieces into pieces[] (at most 3: q, k, v; gate, up); returns how
+ * many. m is in Hugging Face's layout (hy_weights_hf_layout). Post-LN
+ * BERT's carry BertForMaskedLM's names ("bert.embeddings...",
+ * "bert.encoder.layer.N...", "cls.predictions..."); a file may have them
+ * without "bert." too. */
+int hy_weights_hf_pieces(const hy_model *m, const hy_param *p, hy_weights_piece pieces[3]);
+
+/* Does Hugging Face store p as the transpose of its layout here (a
+ * Linear's [out, in] weight; not an embedding)? */
+int hy_weights_hf_transposed(const hy_param *p);
 
 /* dst[c * rows + r] = src[r * cols + c]: the [rows, cols] matrix src as
  * [cols, rows]. */

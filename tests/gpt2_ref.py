@@ -397,6 +397,79 @@ def init_weights(layers, d_model, heads, seq_len, vocab, seed, std=0.02):
 
 
 # ---------------------------------------------------------------------------
+# BERT's masking: lib/rng's streams and lib/data's hy_mask_tokens, bit for bit
+
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix64(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+class Rng:
+    """hy_rng: SplitMix64 streams keyed by (seed, id)."""
+
+    def __init__(self, seed, stream_id):
+        self.state = _mix64((seed ^ _mix64((stream_id + _GOLDEN) & _M64)) & _M64)
+
+    def u64(self):
+        self.state = (self.state + _GOLDEN) & _M64
+        return _mix64(self.state)
+
+    def uniform(self):
+        return (self.u64() >> 11) * (1.0 / 9007199254740992.0)
+
+    def below(self, n):
+        limit = _M64 - _M64 % n
+        while True:
+            x = self.u64()
+            if x < limit:
+                return x % n
+
+
+def mask_tokens(inputs, vocab, mask_token, seed, step, micro_batches, m):
+    """hy_mask_tokens: (masked inputs, targets with -1 where unscored) of
+    micro-batch m of step `step`: 15% of the positions scored, of them 80%
+    read mask_token, 10% a random id, 10% themselves."""
+    inputs = [int(t) for t in inputs]
+    targets = [-1] * len(inputs)
+    r = Rng(seed ^ 0x4D4C4D, step * micro_batches + m)
+    for i in range(len(inputs)):
+        if r.uniform() >= 0.15:
+            continue
+        targets[i] = inputs[i]
+        u = r.uniform()
+        if u < 0.8:
+            inputs[i] = mask_token
+        elif u < 0.9:
+            inputs[i] = r.below(vocab)
+    return inputs, targets
+
+
+def mask_hash(inputs, targets):
+    """FNV-1a over the (input, target) pairs as uint32: tests/test_data.c's
+    mask_hash, which pins hy_mask_tokens' bytes."""
+    h = 1469598103934665603
+    for a, b in zip(inputs, targets):
+        h = ((h ^ (a & 0xFFFFFFFF)) * 1099511628211) & _M64
+        h = ((h ^ (b & 0xFFFFFFFF)) * 1099511628211) & _M64
+    return h
+
+
+# The bytes tests/test_data.c pins: inputs (i * 7) % 61 of 256, vocab 64,
+# mask 63, seed 1234, step 3, 4 micro-batches, micro-batch 2.
+MASK_PIN = 0x7ed1501e045931f2
+
+
+def mask_pin_holds():
+    inputs, targets = mask_tokens([(i * 7) % 61 for i in range(256)], 64, 63, 1234, 3, 4, 2)
+    return mask_hash(inputs, targets) == MASK_PIN
+
+
+# ---------------------------------------------------------------------------
 # command line
 
 def _selftest():
@@ -410,6 +483,7 @@ def _selftest():
             failed += 1
             print("FAIL: " + what, file=sys.stderr)
 
+    check(mask_pin_holds(), "mask_tokens differs from hy_mask_tokens' pinned bytes")
     L, d, nh, T, V = 2, 16, 4, 8, 29
     w = init_weights(L, d, nh, T, V, seed=1)
     zero = {k: (np.ones_like(v) if k.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight"))

@@ -7,8 +7,10 @@
 # token, so a model that has learnt it predicts every one: the accuracy
 # must end at exactly 1 (a wrong count of hits or of masked positions
 # would not give 1), and starts far below at the random initialization.
-# GPT output carries no accuracy. A BERT checkpoint's config.json is the
-# model block of a hanayo config: eval reads it back and scores the same.
+# GPT output carries no accuracy. A pre-LN BERT checkpoint's config.json
+# is the model block of a hanayo config: eval reads it back and scores the
+# same; a post-LN one's is a BertForMaskedLM config.json, which model.from
+# reads back to the same model and score.
 # Training one step with another mask id gives another loss (the id
 # reaches the inputs). Prints
 # "bert-cli: N passed, N failed".
@@ -38,7 +40,7 @@ expect_no_out accuracy
 
 # ---- periodic validation: console and log --------------------------------------
 run train configs/tiny-bert.json --steps 30 "${same[@]}" --set "checkpoint.dir=$tmp/ck" --set train.eval_every=10 \
-    --set train.eval_batches=2 --set train.warmup_steps=2 --log-json "$tmp/log.jsonl"
+    --set train.eval_batches=2 --set train.warmup_steps=2 --set model.norm=pre --log-json "$tmp/log.jsonl"
 expect_rc 0
 expect_out '^step 10/30  val loss [0-9.]*  masked-LM accuracy [0-9.]*% (2 batches of '
 got=$(python3 - "$tmp/log.jsonl" <<'EOF'
@@ -55,15 +57,15 @@ run train configs/tiny-gpt.json --steps 2 "${same[@]}" --set train.eval_batches=
 expect_rc 0
 if grep -q accuracy "$tmp/gpt.jsonl" "$tmp/out"; then bad "GPT validation has an accuracy"; else ok; fi
 
-# ---- a BERT checkpoint's config.json is a hanayo config it reads back -----------
+# ---- a pre-LN BERT checkpoint's config.json is a hanayo config it reads back ----
 # (not a transformers one: no Hugging Face BERT computes hanayo's pre-LN
 # blocks, docs/runtime.md)
 ck=$tmp/ck/step_000030
 run checkpoint verify "$ck"
 expect_rc 0
-if python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(not (set(c) == {"model"} and c["model"]["kind"] == "bert" and c["model"]["mask_token"] == 511))' "$ck/config.json"; then ok; else
+if python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(not (set(c) == {"model"} and c["model"]["kind"] == "bert" and c["model"]["norm"] == "pre" and c["model"]["mask_token"] == 511))' "$ck/config.json"; then ok; else
     bad "$ck/config.json is not hanayo's model block: $(cat "$ck/config.json")"; fi
-run eval configs/tiny-bert.json --init "$tmp/ck" --data "$tmp/same.bin" --batches 2
+run eval configs/tiny-bert.json --init "$tmp/ck" --data "$tmp/same.bin" --batches 2 --set model.norm=pre
 expect_rc 0
 want=$(json_get "p['loss'], p['accuracy']")
 run eval "$ck/config.json" --init "$tmp/ck" --data "$tmp/same.bin" --batches 2
@@ -71,6 +73,25 @@ expect_rc 0
 got=$(json_get "p['loss'], p['accuracy']")
 if [ -n "$want" ] && [ "$got" = "$want" ]; then ok; else
     bad "eval with the checkpoint's config.json: $got, with tiny-bert.json: $want"; fi
+
+# ---- a post-LN BERT checkpoint's config.json is BertForMaskedLM's -------------
+run train configs/tiny-bert.json --steps 2 "${same[@]}" --set "checkpoint.dir=$tmp/post"
+expect_rc 0
+pk=$tmp/post/step_000002
+if python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(not (c["architectures"] == ["BertForMaskedLM"] and c["model_type"] == "bert" and c["hidden_size"] == 64 and c["max_position_embeddings"] == 64 and c["hidden_act"] == "gelu"))' "$pk/config.json"; then ok; else
+    bad "$pk/config.json is not a BertForMaskedLM config: $(cat "$pk/config.json")"; fi
+run eval configs/tiny-bert.json --init "$pk" --data "$tmp/same.bin" --batches 2
+expect_rc 0
+want=$(json_get "p['loss'], p['accuracy']")
+printf '{"model": {"from": "%s", "mask_token": 511}, "data": {"train": "%s"}, "checkpoint": {"dir": null}}\n' \
+    "$pk" "$tmp/same.bin" > "$tmp/from.json"
+run eval "$tmp/from.json" --init "$pk" --data "$tmp/same.bin" --batches 2
+expect_rc 0
+got=$(json_get "p['loss'], p['accuracy']")
+if [ -n "$want" ] && [ "$got" = "$want" ]; then ok; else
+    bad "eval with model.from the checkpoint: $got, with tiny-bert.json: $want"; fi
+expect_input_error eval configs/tiny-bert.json --init "$pk" --set model.norm=pre --data "$tmp/same.bin" --batches 1
+expect_err 'model.norm'
 
 # ---- model.mask_token reaches the masking --------------------------------------
 first_loss() {

@@ -171,7 +171,7 @@ static void check_round_trip(scratch *s, const hy_config *c, const char *what) {
     if (j) {
         /* every section and top-level key present */
         CHECK(json_object_size(j) == 10);
-        CHECK(json_object_size(json_object_get(j, "model")) == 14);
+        CHECK(json_object_size(json_object_get(j, "model")) == 15);
         CHECK(json_object_size(json_object_get(j, "schedule")) == 10);
         CHECK(json_object_size(json_object_get(j, "train")) == 17);
         json_decref(j);

@@ -308,9 +308,9 @@ static void test_matmul_gelu(hy_rng *r, int N, int C, int H, int bias) {
         void *pg = put_act(d, g, NH), *pp2 = put_act(d, pre2, NH), *pw2 = put_act(d, w2, CH);
         void *pdo = put_act(d, dout, NC), *pdp = put_act(d, poison, NH), *scr = put_act(d, poison, NH);
         float *pdw = put_f32(d, dw0, CH), *pdb = put_f32(d, db0, C), *pdbp = put_f32(d, dbp0, H);
-        CHECK(o->matmul_gelu_fwd(d->st, po, pp, pi, pw1, pb1, N, C, H, &d->err) == HY_OK);
+        CHECK(o->matmul_gelu_fwd(d->st, po, pp, pi, pw1, pb1, N, C, H, HY_GELU_TANH, &d->err) == HY_OK);
         CHECK(o->matmul_gelu_bwd(d->st, pdp, bias ? pdbp : NULL, pdw, bias ? pdb : NULL, scr, pdo, pg,
-                                 pp2, pw2, N, H, C, &d->err) == HY_OK);
+                                 pp2, pw2, N, H, C, HY_GELU_TANH, &d->err) == HY_OK);
         out[k] = fetch_act(d, po, NH);
         pre[k] = fetch_act(d, pp, NH);
         dpre[k] = fetch_act(d, pdp, NH);
@@ -340,11 +340,11 @@ static void test_matmul_gelu(hy_rng *r, int N, int C, int H, int bias) {
         void *pg = put_act(d, g, NH), *pp2 = put_act(d, pre2, NH), *pw2 = put_act(d, w2, CH);
         void *pdo = put_act(d, dout, NC), *pdp = put_act(d, poison, NH), *scr = put_act(d, poison, NH);
         CHECK(o->matmul_gelu_bwd(d->st, pdp, NULL, NULL, NULL, scr, pdo, pg, pp2, pw2, N, H, C,
-                                 &d->err) == HY_OK);
+                                 HY_GELU_TANH, &d->err) == HY_OK);
         dpre[3] = fetch_act(d, pdp, NH);
         compare(what, dpre[3], dpre[0], NH, 1e-2);
         CHECK(o->matmul_fwd(d->st, pp, pi, pw1, pb1, N, C, H, &d->err) == HY_OK);
-        CHECK(o->gelu_fwd(d->st, po, pp, NH, &d->err) == HY_OK);
+        CHECK(o->gelu_fwd(d->st, po, pp, NH, HY_GELU_TANH, &d->err) == HY_OK);
         float *two = fetch_act(d, po, NH);
         size_t k = differ(two, out[1], NH);
         printf("cuda: %s: forward %s (%zu of %zu values differ from matmul_fwd + gelu_fwd)\n", what,
@@ -368,8 +368,8 @@ static void test_lm_head(hy_rng *r, int N, int C, int V) {
         void *pl = put_act(d, dl, (size_t)N * V), *pdl = put_act(d, dl, (size_t)N * V);
         void *pdi = put_act(d, dinp0, (size_t)N * C);
         float *pdw = put_f32(d, dwte0, (size_t)V * C);
-        CHECK(o->lm_head_fwd(d->st, pl, pi, pw, N, C, V, &d->err) == HY_OK);
-        CHECK(o->lm_head_bwd(d->st, pdi, pdw, pdl, pi, pw, N, C, V, &d->err) == HY_OK);
+        CHECK(o->lm_head_fwd(d->st, pl, pi, pw, NULL, N, C, V, &d->err) == HY_OK);
+        CHECK(o->lm_head_bwd(d->st, pdi, pdw, NULL, pdl, pi, pw, N, C, V, &d->err) == HY_OK);
         out[k] = malloc((size_t)N * V * sizeof(float));
         dinp[k] = malloc((size_t)N * C * sizeof(float));
         dwte[k] = malloc((size_t)V * C * sizeof(float));
@@ -399,7 +399,7 @@ static void test_layernorm(hy_rng *r, int N, int C) {
         void *pdi = put_act(d, dinp0, (size_t)N * C);
         float *pdw = put_f32(d, dw0, C), *pdb = put_f32(d, db0, C);
         float *pm = dev_alloc(d, (size_t)N * sizeof(float)), *prs = dev_alloc(d, (size_t)N * sizeof(float));
-        CHECK(o->layernorm_fwd(d->st, po, pm, prs, pi, pw, pb, N, C, &d->err) == HY_OK);
+        CHECK(o->layernorm_fwd(d->st, po, pm, prs, pi, pw, pb, N, C, 1e-5f, &d->err) == HY_OK);
         CHECK(o->layernorm_bwd(d->st, pdi, pdw, pdb, pdo, pi, pw, pm, prs, N, C, &d->err) == HY_OK);
         out[k] = malloc((size_t)N * C * sizeof(float));
         dinp[k] = malloc((size_t)N * C * sizeof(float));
@@ -434,8 +434,8 @@ static void test_gelu_add(hy_rng *r, size_t n) {
         const hy_backend_ops *o = d->be->ops;
         void *px = put_act(d, x, n), *po = put_act(d, x, n), *pdo = put_act(d, dout, n);
         void *pdi = put_act(d, acc0, n), *pacc = put_act(d, acc0, n);
-        CHECK(o->gelu_fwd(d->st, po, px, n, &d->err) == HY_OK);
-        CHECK(o->gelu_bwd(d->st, pdi, pdo, px, n, &d->err) == HY_OK);
+        CHECK(o->gelu_fwd(d->st, po, px, n, HY_GELU_TANH, &d->err) == HY_OK);
+        CHECK(o->gelu_bwd(d->st, pdi, pdo, px, n, HY_GELU_TANH, &d->err) == HY_OK);
         CHECK(o->add(d->st, pacc, px, n, &d->err) == HY_OK);
         out[k] = malloc(n * sizeof(float));
         dinp[k] = malloc(n * sizeof(float));
@@ -743,7 +743,7 @@ static void test_embedding(hy_rng *r, int B, int T, int C, int V) {
         void *pwte = put_act(d, wte, (size_t)V * C), *pwpe = put_act(d, wpe, (size_t)T * C);
         void *po = put_act(d, dout, N * C), *pdo = put_act(d, dout, N * C);
         float *pdwte = put_f32(d, dwte0, (size_t)V * C), *pdwpe = put_f32(d, dwpe0, (size_t)T * C);
-        CHECK(o->embedding_fwd(d->st, po, pt, pwte, pwpe, B, T, C, &d->err) == HY_OK);
+        CHECK(o->embedding_fwd(d->st, po, pt, pwte, pwpe, NULL, B, T, C, &d->err) == HY_OK);
         CHECK(o->embedding_bwd(d->st, pdwte, pdwpe, pdo, pt, B, T, C, &d->err) == HY_OK);
         out[k] = malloc(N * C * sizeof(float));
         dwte[k] = malloc((size_t)V * C * sizeof(float));
@@ -776,7 +776,7 @@ static void test_embedding_no_wpe(hy_rng *r, int B, int T, int C, int V) {
         void *pwte = put_act(d, wte, (size_t)V * C), *po = dev_alloc(d, N * C * o->act_size);
         void *pdo = put_act(d, dout, N * C);
         float *pdwte = put_f32(d, dwte0, (size_t)V * C);
-        CHECK(o->embedding_fwd(d->st, po, pt, pwte, NULL, B, T, C, &d->err) == HY_OK);
+        CHECK(o->embedding_fwd(d->st, po, pt, pwte, NULL, NULL, B, T, C, &d->err) == HY_OK);
         CHECK(o->embedding_bwd(d->st, pdwte, NULL, pdo, pt, B, T, C, &d->err) == HY_OK);
         out[k] = fetch_act(d, po, N * C);
         dwte[k] = fetch_f32(d, pdwte, (size_t)V * C);
@@ -788,6 +788,73 @@ static void test_embedding_no_wpe(hy_rng *r, int B, int T, int C, int V) {
     compare("embedding without wpe: dwte", dwte[1], dwte[0], (size_t)V * C, 1e-4);
     BOTH { free(out[k]); free(dwte[k]); }
     free(tok); free(wte); free(dout); free(dwte0);
+}
+
+/* Post-LN BERT's ops against the CPU's: the exact erf GELU (alone, and
+ * through matmul_gelu, which takes its two-pass path: cuBLASLt's epilogue
+ * is tanh's), the LM head's decoder bias and its gradient (the column sums
+ * of dlogits), the embedding's token-type row, and LayerNorm at eps 1e-12
+ * on rows of small spread, where the epsilon shows (1e-5 would move rstd
+ * by several percent). Tolerances as the ops' own tests. */
+static void test_bert_ops(hy_rng *r, int N, int C, int V) {
+    size_t NC = (size_t)N * C, NH = (size_t)N * 4 * C, CH = (size_t)C * 4 * C, NV = (size_t)N * V;
+    int H = 4 * C, B = 2, T = N / 2;
+    float *x = rnd(r, NH, 4), *dg = rnd(r, NH, 1), *inp = rnd(r, NC, 1), *w1 = rnd(r, CH, 0.5f);
+    float *b1 = rnd(r, H, 0.5f), *wte = rnd(r, (size_t)V * C, 0.5f), *bias = rnd(r, V, 1);
+    float *dl = rnd(r, NV, 1), *dbias0 = rnd(r, V, 1), *wpe = rnd(r, (size_t)T * C, 1);
+    float *type = rnd(r, C, 1), *small = rnd(r, NC, 1e-4f), *lw = rnd(r, C, 1), *lb = rnd(r, C, 1);
+    int *tok = malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tok[i] = (int)hy_rng_below(r, (uint64_t)V);
+    float *gout[2], *gd[2], *mgo[2], *mgp[2], *lo[2], *db[2], *eo[2], *no[2], *nr[2];
+    BOTH {
+        dev *d = &D[k];
+        const hy_backend_ops *o = d->be->ops;
+        void *px = put_act(d, x, NH), *po = put_act(d, x, NH), *pdg = put_act(d, dg, NH);
+        void *pdi = put_act(d, dg, NH);
+        CHECK(o->gelu_fwd(d->st, po, px, NH, HY_GELU_ERF, &d->err) == HY_OK);
+        CHECK(o->gelu_bwd(d->st, pdi, pdg, px, NH, HY_GELU_ERF, &d->err) == HY_OK);
+        gout[k] = fetch_act(d, po, NH);
+        gd[k] = fetch_act(d, pdi, NH);
+        void *pi = put_act(d, inp, NC), *pw1 = put_act(d, w1, CH), *pb1 = put_act(d, b1, H);
+        void *pmo = put_act(d, x, NH), *pmp = put_act(d, x, NH);
+        CHECK(o->matmul_gelu_fwd(d->st, pmo, pmp, pi, pw1, pb1, N, C, H, HY_GELU_ERF, &d->err) ==
+              HY_OK);
+        mgo[k] = fetch_act(d, pmo, NH);
+        mgp[k] = fetch_act(d, pmp, NH);
+        void *pw = put_act(d, wte, (size_t)V * C), *pbias = put_act(d, bias, V);
+        void *pl = put_act(d, dl, NV), *pdl = put_act(d, dl, NV);
+        float *pdb = put_f32(d, dbias0, V);
+        CHECK(o->lm_head_fwd(d->st, pl, pi, pw, pbias, N, C, V, &d->err) == HY_OK);
+        CHECK(o->lm_head_bwd(d->st, NULL, NULL, pdb, pdl, pi, pw, N, C, V, &d->err) == HY_OK);
+        lo[k] = fetch_act(d, pl, NV);
+        db[k] = fetch_f32(d, pdb, V);
+        int *pt = put_int(d, tok, (size_t)N);
+        void *pwpe = put_act(d, wpe, (size_t)T * C), *ptype = put_act(d, type, C);
+        void *pe = put_act(d, inp, NC);
+        CHECK(o->embedding_fwd(d->st, pe, pt, pw, pwpe, ptype, B, T, C, &d->err) == HY_OK);
+        eo[k] = fetch_act(d, pe, NC);
+        void *ps = put_act(d, small, NC), *pno = put_act(d, small, NC);
+        void *plw = put_act(d, lw, C), *plb = put_act(d, lb, C);
+        float *pm = dev_alloc(d, (size_t)N * sizeof(float)), *prs = dev_alloc(d, (size_t)N * sizeof(float));
+        CHECK(o->layernorm_fwd(d->st, pno, pm, prs, ps, plw, plb, N, C, 1e-12f, &d->err) == HY_OK);
+        no[k] = fetch_act(d, pno, NC);
+        nr[k] = fetch_f32(d, prs, (size_t)N);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "bert ops N=%d C=%d V=%d", N, C, V);
+    compare(what, gout[1], gout[0], NH, 1e-2);
+    compare(what, gd[1], gd[0], NH, 1e-2);
+    compare(what, mgp[1], mgp[0], NH, 1e-2);
+    compare(what, mgo[1], mgo[0], NH, 1e-2);
+    compare(what, lo[1], lo[0], NV, 1e-2);
+    compare(what, db[1], db[0], V, 1e-2);
+    compare(what, eo[1], eo[0], NC, 1e-2);
+    compare(what, no[1], no[0], NC, 1e-2);
+    compare(what, nr[1], nr[0], N, 1e-2);
+    BOTH { free(gout[k]); free(gd[k]); free(mgo[k]); free(mgp[k]); free(lo[k]); free(db[k]);
+           free(eo[k]); free(no[k]); free(nr[k]); }
+    free(x); free(dg); free(inp); free(w1); free(b1); free(wte); free(bias); free(dl);
+    free(dbias0); free(wpe); free(type); free(small); free(lw); free(lb); free(tok);
 }
 
 static void test_classifier(hy_rng *r, int N, int V, int Vp) {
@@ -924,11 +991,11 @@ static void test_fused(hy_rng *r, int N, int C) {
         FUSED_STEP(o->zero(d->st, d1, NC * o->act_size, &d->err));
         FUSED_STEP(o->matmul_bwd(d->st, d1, NULL, NULL, pb, pa, pw, N, C, 4 * C, &d->err));
         FUSED_STEP(o->zero(d->st, d2, 4 * NC * o->act_size, &d->err));
-        FUSED_STEP(o->gelu_bwd(d->st, d2, pb, pa, 4 * NC, &d->err));
+        FUSED_STEP(o->gelu_bwd(d->st, d2, pb, pa, 4 * NC, HY_GELU_TANH, &d->err));
         FUSED_STEP(o->zero(d->st, d3, NC * o->act_size, &d->err));
-        FUSED_STEP(o->lm_head_bwd(d->st, d3, NULL, pb, pa, pw, N, C, 4 * C, &d->err));
+        FUSED_STEP(o->lm_head_bwd(d->st, d3, NULL, NULL, pb, pa, pw, N, C, 4 * C, &d->err));
         FUSED_STEP(o->add(d->st, acc, pa, NC, &d->err));
-        FUSED_STEP(o->layernorm_fwd(d->st, lout, mean, rstd, acc, plw, plb, N, C, &d->err));
+        FUSED_STEP(o->layernorm_fwd(d->st, lout, mean, rstd, acc, plw, plb, N, C, 1e-5f, &d->err));
         size_t at = 0;
         for (int i = 0; i < FUSED_TENSORS; i++) {
             size_t off = at + (i >= FUSED_TENSORS - 2 ? gap : 0);
@@ -1127,6 +1194,8 @@ static void test_ops(void) {
     test_matmul_gelu(&r, 1, 8, 16, 1);
     test_lm_head(&r, 33, 64, 129);
     test_lm_head(&r, 256, 128, 1024);
+    test_bert_ops(&r, 32, 32, 256);
+    test_bert_ops(&r, 66, 48, 384);
     test_layernorm(&r, 1, 1);
     test_layernorm(&r, 17, 33);
     test_layernorm(&r, 300, 768);

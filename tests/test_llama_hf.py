@@ -39,53 +39,21 @@ Prints "llama-hf: N passed, N failed" and exits non-zero on any failure.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_cli as hf  # noqa: E402  (check, hanayo, expect_refused)
 import gpt2_ref as ref  # noqa: E402  (the safetensors and shard readers)
 
 FIX = "tests/fixtures/llama-tiny"
 CONFIG = FIX + "/hanayo.json"
-passed = failed = 0
 
 
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL: " + what, file=sys.stderr)
-    return bool(cond)
-
-
-def hanayo(*args):
-    exe = os.environ.get("HANAYO", "build/hanayo")
-    r = subprocess.run([exe] + list(args), capture_output=True, text=True, timeout=300)
-    return r.returncode, r.stdout, r.stderr
-
-
-def eval_loss(*args):
-    rc, out, err = hanayo("eval", CONFIG, "--batches", "1", *args)
-    if not check(rc == 0, "eval %s: exit %d: %s" % (" ".join(args), rc, err.strip())):
-        return float("nan")
-    return json.loads(out.splitlines()[0])["loss"]
-
-
-def rel(a, b):
-    return abs(a - b) / abs(b)
-
-
-def expect_refused(what, needle, *args):
-    rc, out, err = hanayo(*args)
-    msg = err.strip()
-    check(rc == 2, "%s: exit %d, want 2: %s" % (what, rc, msg))
-    check(needle in msg and len(msg.splitlines()) == 1,
-          "%s: want one line naming %r, got: %s" % (what, needle, msg))
+def eval_loss(*args, config=CONFIG):
+    return hf.eval_loss(config, *args)
 
 
 def sample_greedy(what, cases, *args):
@@ -93,11 +61,11 @@ def sample_greedy(what, cases, *args):
     equals the case's tokens."""
     for c in cases:
         prompt = ",".join(map(str, c["prompt"]))
-        rc, out, err = hanayo("sample", *args, "--prompt-tokens", prompt, "--temperature", "0",
-                              "--max-new", "100")
+        rc, out, err = hf.hanayo("sample", *args, "--prompt-tokens", prompt, "--temperature", "0",
+                                 "--max-new", "100")
         got = out.split() if rc == 0 else ["exit %d: %s" % (rc, err.strip()[-200:])]
-        check(got == [str(t) for t in c["greedy"]], "sample %s, prompt %s: %s; transformers' "
-              "greedy generate: %s" % (what, prompt, " ".join(got), c["greedy"]))
+        hf.check(got == [str(t) for t in c["greedy"]], "sample %s, prompt %s: %s; transformers' "
+                 "greedy generate: %s" % (what, prompt, " ".join(got), c["greedy"]))
 
 
 def main():
@@ -109,22 +77,22 @@ def main():
     try:
         # 1. transformers' loss
         loss0 = eval_loss("--init", FIX)
-        check(rel(loss0, want["loss0"]) <= 1e-5,
-              "eval of the transformers model: %.7f, transformers %.7f" % (loss0, want["loss0"]))
+        hf.check(hf.rel(loss0, want["loss0"]) <= 1e-5,
+                 "eval of the transformers model: %.7f, transformers %.7f" % (loss0, want["loss0"]))
 
         # 2. three AdamW steps
         ck = os.path.join(tmp, "ck")
-        rc, out, err = hanayo("train", CONFIG, "--set", "init=" + FIX,
-                              "--set", "checkpoint.dir=" + ck)
-        check(rc == 0, "train from the fixture: exit %d: %s" % (rc, err.strip()[-300:]))
+        rc, out, err = hf.hanayo("train", CONFIG, "--set", "init=" + FIX,
+                                 "--set", "checkpoint.dir=" + ck)
+        hf.check(rc == 0, "train from the fixture: exit %d: %s" % (rc, err.strip()[-300:]))
         step3 = os.path.join(ck, "step_000003")
         loss3 = eval_loss("--init", step3)
-        check(rel(loss3, want["loss3"]) <= 2e-5,
-              "after three steps: %.7f, PyTorch %.7f" % (loss3, want["loss3"]))
+        hf.check(hf.rel(loss3, want["loss3"]) <= 2e-5,
+                 "after three steps: %.7f, PyTorch %.7f" % (loss3, want["loss3"]))
 
         # 7. greedy generation (here: the trained checkpoint is at hand)
-        check(all(len(greedy[k]["cases"]) == 3 for k in ("untied", "tied", "trained")),
-              "greedy.json holds three cases per model")
+        hf.check(all(len(greedy[k]["cases"]) == 3 for k in ("untied", "tied", "trained")),
+                 "greedy.json holds three cases per model")
         sample_greedy("of the directory", greedy["untied"]["cases"], CONFIG, "--init", FIX)
         sample_greedy("of the file", greedy["untied"]["cases"], CONFIG,
                       "--init", FIX + "/model.safetensors")
@@ -145,21 +113,23 @@ def main():
         # 3. the checkpoint as transformers writes one
         theirs = ref.read_safetensors(FIX + "/model.safetensors")
         ours = ref.read_safetensors(step3 + "/model.safetensors") if rc == 0 else {}
-        check(sorted(ours) == sorted(theirs),
-              "checkpoint tensor names differ from transformers': missing %s, unexpected %s"
-              % (sorted(set(theirs) - set(ours))[:4], sorted(set(ours) - set(theirs))[:4]))
-        check(all(ours[k].shape == theirs[k].shape for k in theirs if k in ours),
-              "checkpoint tensor shapes differ from transformers'")
+        hf.check(sorted(ours) == sorted(theirs),
+                 "checkpoint tensor names differ from transformers': missing %s, unexpected %s"
+                 % (sorted(set(theirs) - set(ours))[:4], sorted(set(ours) - set(theirs))[:4]))
+        hf.check(all(ours[k].shape == theirs[k].shape for k in theirs if k in ours),
+                 "checkpoint tensor shapes differ from transformers'")
         cfg = json.load(open(step3 + "/config.json")) if rc == 0 else {}
-        hf = json.load(open(FIX + "/config.json"))
-        check(cfg.get("architectures") == ["LlamaForCausalLM"] and cfg.get("model_type") == "llama",
-              "checkpoint config.json is not a LlamaForCausalLM's: %s" % cfg.get("architectures"))
+        hf_cfg = json.load(open(FIX + "/config.json"))
+        hf.check(cfg.get("architectures") == ["LlamaForCausalLM"] and
+                 cfg.get("model_type") == "llama",
+                 "checkpoint config.json is not a LlamaForCausalLM's: %s"
+                 % cfg.get("architectures"))
         for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                   "intermediate_size", "vocab_size", "rms_norm_eps", "tie_word_embeddings"):
-            check(cfg.get(k) == hf[k], "checkpoint config.json %s = %s, transformers' %s"
-                  % (k, cfg.get(k), hf[k]))
-        check(cfg.get("rope_theta") == hf["rope_parameters"]["rope_theta"],
-              "checkpoint config.json rope_theta = %s" % cfg.get("rope_theta"))
+            hf.check(cfg.get(k) == hf_cfg[k], "checkpoint config.json %s = %s, transformers' %s"
+                     % (k, cfg.get(k), hf_cfg[k]))
+        hf.check(cfg.get("rope_theta") == hf_cfg["rope_parameters"]["rope_theta"],
+                 "checkpoint config.json rope_theta = %s" % cfg.get("rope_theta"))
 
         # 4. two shards and an index, fp32
         sh = os.path.join(tmp, "sharded")
@@ -175,7 +145,7 @@ def main():
         with open(os.path.join(sh, "model.safetensors.index.json"), "w") as f:
             json.dump(index, f)
         loss_sh = eval_loss("--init", sh)
-        check(loss_sh == loss0, "sharded fp32 copy: %.7f, the file %.7f" % (loss_sh, loss0))
+        hf.check(loss_sh == loss0, "sharded fp32 copy: %.7f, the file %.7f" % (loss_sh, loss0))
 
         # 4b. Llama 3's rope scaling, in transformers 5's config.json form
         # (rope_parameters) and the older one (rope_theta, rope_scaling)
@@ -185,26 +155,27 @@ def main():
                        "--set", "model.rope_scaling.high_freq_factor=%g" % sc["high_freq_factor"],
                        "--set", "model.rope_scaling.original_max_position_embeddings=%d"
                        % sc["original_max_position_embeddings"]]
-        check(rel(want["loss0_scaled"], want["loss0"]) > 1e-4,
-              "the fixture's scaling moves the loss too little to be checked")
+        hf.check(hf.rel(want["loss0_scaled"], want["loss0"]) > 1e-4,
+                 "the fixture's scaling moves the loss too little to be checked")
         for form in ("rope_parameters", "rope_scaling"):
             d = os.path.join(tmp, form)
             os.makedirs(d)
             shutil.copy(FIX + "/model.safetensors", d)
-            c = dict(hf)
+            c = dict(hf_cfg)
             if form == "rope_parameters":
-                c["rope_parameters"] = dict(sc, rope_theta=hf["rope_parameters"]["rope_theta"])
+                c["rope_parameters"] = dict(sc, rope_theta=hf_cfg["rope_parameters"]["rope_theta"])
             else:
                 del c["rope_parameters"]
-                c["rope_theta"], c["rope_scaling"] = hf["rope_parameters"]["rope_theta"], sc
+                c["rope_theta"], c["rope_scaling"] = hf_cfg["rope_parameters"]["rope_theta"], sc
             with open(os.path.join(d, "config.json"), "w") as f:
                 json.dump(c, f)
             got = eval_loss("--init", d, *scaled_sets)
-            check(rel(got, want["loss0_scaled"]) <= 1e-5, "rope scaling (%s): %.7f, transformers "
-                  "%.7f" % (form, got, want["loss0_scaled"]))
-        expect_refused("a config without the file's rope scaling", "factor",
-                       "eval", CONFIG, "--init", os.path.join(tmp, "rope_scaling"),
-                       "--batches", "1")
+            hf.check(hf.rel(got, want["loss0_scaled"]) <= 1e-5,
+                     "rope scaling (%s): %.7f, transformers %.7f"
+                     % (form, got, want["loss0_scaled"]))
+        hf.expect_refused("a config without the file's rope scaling", "factor",
+                          "eval", CONFIG, "--init", os.path.join(tmp, "rope_scaling"),
+                          "--batches", "1")
 
         # 4c. model.from: the model block read from config.json
         frm = os.path.join(tmp, "from.json")
@@ -214,63 +185,62 @@ def main():
                                     "micro_batch_size": 2},
                        "data": {"train": FIX + "/tokens.bin"}, "checkpoint": {"dir": None},
                        "backend": "cpu"}, f)
-        rc, out, err = hanayo("check", frm)
+        rc, out, err = hf.hanayo("check", frm)
         model = json.loads(out)["model"] if rc == 0 else {}
         given = json.load(open(CONFIG))["model"]
         for k, v in given.items():
-            check(model.get(k) == v, "model.from: model.%s = %s, the fixture's %s"
-                  % (k, model.get(k), v))
-        rc, out, err = hanayo("eval", frm, "--init", FIX, "--batches", "1")
-        check(rc == 0 and json.loads(out.splitlines()[0])["loss"] == loss0,
-              "model.from: eval %s" % (out.strip() or err.strip()))
-        expect_refused("model.from with another kind", "model.kind", "check", frm,
-                       "--set", "model.kind=gpt")
-        expect_refused("model.from of a GPT-2", "model_type", "check", frm,
-                       "--set", "model.from=" + os.path.join(tmp, "gpt2.json"))
+            hf.check(model.get(k) == v, "model.from: model.%s = %s, the fixture's %s"
+                     % (k, model.get(k), v))
+        rc, out, err = hf.hanayo("eval", frm, "--init", FIX, "--batches", "1")
+        hf.check(rc == 0 and json.loads(out.splitlines()[0])["loss"] == loss0,
+                 "model.from: eval %s" % (out.strip() or err.strip()))
+        hf.expect_refused("model.from with another kind", "model.kind", "check", frm,
+                          "--set", "model.kind=gpt")
+        hf.expect_refused("model.from of a GPT-2", "model_type", "check", frm,
+                          "--set", "model.from=" + os.path.join(tmp, "gpt2.json"))
 
         # 5. bad input
-        expect_refused("another kv_heads", "num_key_value_heads",
-                       "eval", CONFIG, "--init", FIX, "--set", "model.kv_heads=2",
-                       "--batches", "1")
-        expect_refused("another rope_theta", "rope_theta",
-                       "eval", CONFIG, "--init", FIX, "--set", "model.rope_theta=10000",
-                       "--batches", "1")
-        expect_refused("a tied head", "tie_word_embeddings",
-                       "eval", CONFIG, "--init", FIX, "--set", "model.tie_embeddings=true",
-                       "--batches", "1")
-        expect_refused("a resume under another shape", "model.kv_heads",
-                       "train", CONFIG, "--resume", ck, "--steps", "4",
-                       "--set", "checkpoint.dir=" + ck, "--set", "model.kv_heads=2")
-        expect_refused("kv_heads not dividing heads", "model.kv_heads (3) must divide",
-                       "check", CONFIG, "--set", "model.heads=4", "--set", "model.kv_heads=3")
-        expect_refused("sample under another kv_heads", "num_key_value_heads",
-                       "sample", CONFIG, "--init", FIX, "--set", "model.kv_heads=2",
-                       "--prompt-tokens", "1")
-        expect_refused("sample of a prompt past seq_len", "model.seq_len 16",
-                       "sample", CONFIG, "--init", FIX, "--prompt-tokens",
-                       ",".join(["1"] * 17))
-        expect_refused("an unknown kind", "model.kind", "check", CONFIG,
-                       "--set", "model.kind=mamba")
-        expect_refused("gpt with kv heads", "grouped-query", "check", "configs/tiny-gpt.json",
-                       "--set", "model.kv_heads=2")
+        hf.expect_refused("another kv_heads", "num_key_value_heads",
+                          "eval", CONFIG, "--init", FIX, "--set", "model.kv_heads=2",
+                          "--batches", "1")
+        hf.expect_refused("another rope_theta", "rope_theta",
+                          "eval", CONFIG, "--init", FIX, "--set", "model.rope_theta=10000",
+                          "--batches", "1")
+        hf.expect_refused("a tied head", "tie_word_embeddings",
+                          "eval", CONFIG, "--init", FIX, "--set", "model.tie_embeddings=true",
+                          "--batches", "1")
+        hf.expect_refused("a resume under another shape", "model.kv_heads",
+                          "train", CONFIG, "--resume", ck, "--steps", "4",
+                          "--set", "checkpoint.dir=" + ck, "--set", "model.kv_heads=2")
+        hf.expect_refused("kv_heads not dividing heads", "model.kv_heads (3) must divide",
+                          "check", CONFIG, "--set", "model.heads=4", "--set", "model.kv_heads=3")
+        hf.expect_refused("sample under another kv_heads", "num_key_value_heads",
+                          "sample", CONFIG, "--init", FIX, "--set", "model.kv_heads=2",
+                          "--prompt-tokens", "1")
+        hf.expect_refused("sample of a prompt past seq_len", "model.seq_len 16",
+                          "sample", CONFIG, "--init", FIX, "--prompt-tokens",
+                          ",".join(["1"] * 17))
+        hf.expect_refused("an unknown kind", "model.kind", "check", CONFIG,
+                          "--set", "model.kind=mamba")
+        hf.expect_refused("gpt with kv heads", "grouped-query", "check", "configs/tiny-gpt.json",
+                          "--set", "model.kv_heads=2")
 
         # 6. the tiny config trains
         data = os.path.join(tmp, "synth.bin")
-        rc, out, err = hanayo("data", "synth", "--out", data, "--tokens", "60000", "--vocab",
-                              "512", "--seed", "5")
-        check(rc == 0, "data synth: %s" % err.strip())
-        rc, out, err = hanayo("train", "configs/tiny-llama.json", "--steps", "30",
-                              "--set", "data.train=" + data, "--set", "data.val=null",
-                              "--set", "checkpoint.dir=null", "--set", "train.log_every=1",
-                              "--set", "backend=cpu")
+        rc, out, err = hf.hanayo("data", "synth", "--out", data, "--tokens", "60000", "--vocab",
+                                 "512", "--seed", "5")
+        hf.check(rc == 0, "data synth: %s" % err.strip())
+        rc, out, err = hf.hanayo("train", "configs/tiny-llama.json", "--steps", "30",
+                                 "--set", "data.train=" + data, "--set", "data.val=null",
+                                 "--set", "checkpoint.dir=null", "--set", "train.log_every=1",
+                                 "--set", "backend=cpu")
         losses = [float(line.split()[3]) for line in (out + err).splitlines()
                   if line.startswith("step ") and " loss " in line and "val" not in line]
-        check(rc == 0 and len(losses) >= 2 and losses[-1] < losses[0] - 0.3,
-              "tiny-llama: exit %d, losses %s" % (rc, losses[:2] + losses[-1:]))
+        hf.check(rc == 0 and len(losses) >= 2 and losses[-1] < losses[0] - 0.3,
+                 "tiny-llama: exit %d, losses %s" % (rc, losses[:2] + losses[-1:]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("llama-hf: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return hf.finish("llama-hf")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 /*
  * test_memplan.c — the memory plan against what the runtime allocates.
  *
- * For every schedule, whole and split backward, GPT, BERT and Llama, each
+ * For every schedule, whole and split backward, GPT, BERT (post- and pre-LN)
+ * and Llama, each
  * activation-recomputation mode, on 1, 2 and 4 ranks, the plan of a run (memplan.h, with the CPU backend's memory)
  * must equal, rank by rank and byte for byte, what the CPU backend counted
  * (hy_backend_ops.allocated) after the runtime was built and had taken a
@@ -27,7 +28,9 @@ static char shard[256];
 /* The run of `sets` over a small model, on the CPU backend. */
 static int load(hy_run *run, const char *kind, const char *const *extra, int n_extra) {
     char kind_set[64], data_set[300];
-    snprintf(kind_set, sizeof kind_set, "model.kind=%s", kind);
+    /* "bert-pre": BERT with GPT-2's pre-LN blocks, beside the post-LN default */
+    int pre = strcmp(kind, "bert-pre") == 0;
+    snprintf(kind_set, sizeof kind_set, "model.kind=%s", pre ? "bert" : kind);
     snprintf(data_set, sizeof data_set, "data.train=%s", shard);
     const char *sets[24] = { "model.layers=4", "model.d_model=32", "model.heads=4",
                              "model.seq_len=16", "model.vocab=64",
@@ -35,6 +38,7 @@ static int load(hy_run *run, const char *kind, const char *const *extra, int n_e
                              "data.val=null", "checkpoint.dir=null", "backend=cpu",
                              kind_set, data_set };
     int n = 12;
+    if (pre) sets[n++] = "model.norm=pre";
     for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
     hy_error err;
     int rc = hy_test_run_load(run, NULL, sets, n, &err);
@@ -93,10 +97,10 @@ static void test_every_schedule(void) {
         { "schedule.kind=hanayo", "schedule.ranks=1", "schedule.waves=2" },
         { "schedule.kind=hanayo", "schedule.ranks=2", "schedule.waves=1", "schedule.comm_cost=0.2" },
     };
-    const char *kinds[] = { "gpt", "bert", "llama" };
+    const char *kinds[] = { "gpt", "bert", "bert-pre", "llama" };
     const char *modes[] = { "train.recompute=none", "train.recompute=selective",
                             "train.recompute=full" };
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         for (size_t i = 0; i < sizeof scheds / sizeof scheds[0]; i++)
             for (int split = 0; split <= 1; split++)
                 for (int mode = 0; mode < 3; mode++) {
@@ -291,6 +295,7 @@ int main(void) {
     test_every_schedule();
     test_tied_llama();
     test_recompute_saves("gpt");
+    test_recompute_saves("bert");
     test_recompute_saves("llama");
     test_in_flight();
     test_terms_by_hand();

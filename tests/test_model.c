@@ -52,6 +52,41 @@ static void test_counts(void) {
     hy_config_free(&c);
 }
 
+/* bert-base-uncased as BertForMaskedLM (no pooler): 109,514,298 parameters
+ * by transformers' count, the tied decoder once, its bias and the head's
+ * dense and LayerNorm on the last stage, Hugging Face's names; the head's
+ * dense adds 2 C^2 to the head's FLOPs. Pre-LN BERT keeps GPT-2's table. */
+static void test_bert_counts(void) {
+    hy_config c;
+    hy_model m;
+    hy_error err;
+    CHECK(load(&c, "configs/bert-base.json", NULL, 0) == HY_OK);
+    CHECK(c.model.norm == HY_NORM_POST && (float)c.model.norm_eps == 1e-12f);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECKF(hy_model_param_count(&m) == 109514298u, "%zu", hy_model_param_count(&m));
+    const hy_param *bias = hy_model_param(&m, HY_P_HEAD_BIAS, 0);
+    CHECK(bias && bias->vocab_rows && bias->ndim == 1 && bias->stage == m.stages - 1 &&
+          !bias->decay && hy_model_real_numel(&m, bias) == 30522);
+    CHECK(hy_model_find(&m, "encoder.layer.11.attention.self.qkv.weight") ==
+          hy_model_param(&m, HY_P_QKV_W, 11));
+    CHECK(hy_model_param(&m, HY_P_TTE, 0)->shape[0] == 2 && hy_model_param(&m, HY_P_TTE, 0)->stage == 0);
+    CHECK(hy_model_param(&m, HY_P_HEAD_W, 0) == hy_model_find(&m, "cls.predictions.transform.dense.weight"));
+    CHECK(hy_model_param(&m, HY_P_LNF_W, 0) ==
+          hy_model_find(&m, "cls.predictions.transform.LayerNorm.weight"));
+    double C = 768;
+    CHECK(hy_model_head_flops(&m) == 2 * C * m.vocab_padded + 2 * C * C);
+    CHECK(hy_model_ln_eps(&m) == 1e-12f && hy_model_gelu(&m) == HY_GELU_ERF);
+    hy_model_free(&m);
+    hy_config_free(&c);
+    const char *pre[] = { "model.norm=pre" };
+    CHECK(load(&c, "configs/bert-base.json", pre, 1) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECK(hy_model_param(&m, HY_P_TTE, 0) == NULL && hy_model_find(&m, "wte.weight") != NULL);
+    CHECK(hy_model_ln_eps(&m) == 1e-5f && hy_model_gelu(&m) == HY_GELU_TANH);
+    hy_model_free(&m);
+    hy_config_free(&c);
+}
+
 /* The Llama shapes' published sizes (Llama 3.2 1B: 1,235,814,400 with the
  * tied head; Llama 3 8B: 8,030,261,248 untied), and the table: fused
  * Q|K|V narrower than 3 d_model under GQA, gate|up 2F wide, no biases, no
@@ -245,6 +280,7 @@ static void test_lookup(void) {
 int main(void) {
     test_counts();
     test_llama_counts();
+    test_bert_counts();
     test_partition();
     test_init();
     test_lookup();

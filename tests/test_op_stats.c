@@ -85,7 +85,7 @@ int main(void) {
     CHECK(o->matmul_fwd(s0, out, inp, w, NULL, N, C, OC, &err) == HY_OK);
     CHECK(o->matmul_fwd(s0, out, inp, w, NULL, N, C, OC, &err) == HY_OK);
     CHECK(o->copy(s0, b, a, sizeof(float) * 64, &err) == HY_OK);
-    CHECK(o->gelu_fwd(s1, b, a, 64, &err) == HY_OK);
+    CHECK(o->gelu_fwd(s1, b, a, 64, HY_GELU_TANH, &err) == HY_OK);
     CHECK(o->write_flag(s1, flag, 1, &err) == HY_OK);
     CHECK(o->wait_flag(s1, flag, 1, 1, &site, &err) == HY_OK);
     double wall = now_s() - t0;
@@ -107,7 +107,7 @@ int main(void) {
     hy_graph *g = NULL;
     CHECK(o->capture_begin(s0, &err) == HY_OK);
     CHECK(o->matmul_bwd(s0, dinp, dw, NULL, dout, inp, w, N, C, OC, &err) == HY_OK);
-    CHECK(o->lm_head_fwd(s0, out, inp, w, N, C, OC, &err) == HY_OK);
+    CHECK(o->lm_head_fwd(s0, out, inp, w, NULL, N, C, OC, &err) == HY_OK);
     CHECK(o->capture_end(s0, &g, &err) == HY_OK);
     CHECK(o->op_stats(be, 1, stats, &err) == HY_OK);
     check_counts(stats, 2, NULL, 0, 0, "recording");
@@ -120,7 +120,7 @@ int main(void) {
 
     /* Off again: neither replays nor eager work count. */
     if (g) CHECK(o->graph_launch(g, s0, &err) == HY_OK);
-    CHECK(o->gelu_fwd(s1, b, a, 64, &err) == HY_OK);
+    CHECK(o->gelu_fwd(s1, b, a, 64, HY_GELU_TANH, &err) == HY_OK);
     CHECK(o->op_stats(be, 0, stats, &err) == HY_OK);
     check_counts(stats, 2, NULL, 0, 0, "off again");
 

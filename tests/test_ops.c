@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "../kernels/cpu/ops.h"
+#include "backend.h"
 #include "model.h"
 #include "test.h"
 
@@ -280,25 +281,41 @@ static void test_lm_head(void) {
     float *dout = frand(&r, no, -1, 1), *out = falloc(no);
     lm_head_ctx ctx = {N, C, V, to_d(inp, ni), to_d(wte, nw), dalloc(no), dout};
 
-    hy_cpu_lm_head_forward(out, inp, wte, N, C, V);
+    hy_cpu_lm_head_forward(out, inp, wte, NULL, N, C, V);
     ref_lm_head(ctx.out, ctx.inp, ctx.wte, N, C, V);
     check_close_d("lm_head forward", out, ctx.out, no, TOL_FWD);
 
     float *dinp = falloc(ni), *dwte = falloc(nw);
-    hy_cpu_lm_head_backward(dinp, dwte, dout, inp, wte, N, C, V);
+    hy_cpu_lm_head_backward(dinp, dwte, NULL, dout, inp, wte, N, C, V);
     check_grad("lm_head dinp", dinp, ctx.inp, ni, lm_head_loss, &ctx);
     check_grad("lm_head dwte", dwte, ctx.wte, nw, lm_head_loss, &ctx);
 
     float *dinp2 = falloc(ni), *dwte2 = falloc(nw);
     memcpy(dinp2, dinp, ni * sizeof *dinp);
     memcpy(dwte2, dwte, nw * sizeof *dwte);
-    hy_cpu_lm_head_backward(dinp2, dwte2, dout, inp, wte, N, C, V);
+    hy_cpu_lm_head_backward(dinp2, dwte2, NULL, dout, inp, wte, N, C, V);
     check_doubled("lm_head dinp twice", dinp2, dinp, ni);
     check_doubled("lm_head dwte twice", dwte2, dwte, nw);
 
     memset(dwte2, 0, nw * sizeof *dwte2);
-    hy_cpu_lm_head_backward(NULL, dwte2, dout, inp, wte, N, C, V);
+    hy_cpu_lm_head_backward(NULL, dwte2, NULL, dout, inp, wte, N, C, V);
     check_close_f("lm_head dwte alone", dwte2, dwte, nw, TOL_TWICE);
+
+    /* BERT's decoder bias: added to every row; its gradient the column sums */
+    float *bias = frand(&r, (size_t)V, -1, 1), *outb = falloc(no), *db = falloc((size_t)V);
+    hy_cpu_lm_head_forward(outb, inp, wte, bias, N, C, V);
+    int biased = 1;
+    for (size_t i = 0; i < no; i++) biased &= fabsf(outb[i] - (out[i] + bias[i % V])) <= 1e-5f;
+    CHECKF(biased, "lm_head forward with a bias is not the product plus the bias");
+    hy_cpu_lm_head_backward(NULL, NULL, db, dout, inp, wte, N, C, V);
+    int summed = 1;
+    for (int v = 0; v < V; v++) {
+        double col = 0;
+        for (int n = 0; n < N; n++) col += dout[(size_t)n * V + v];
+        summed &= fabs(db[v] - col) <= 1e-5;
+    }
+    CHECKF(summed, "lm_head dbias is not the column sums of dlogits");
+    free(bias); free(outb); free(db);
 
     free(inp); free(wte); free(dout); free(out);
     free(ctx.inp); free(ctx.wte); free(ctx.out);
@@ -354,7 +371,7 @@ static void test_layernorm(void) {
     layernorm_ctx ctx = {N, C, to_d(x, nx), to_d(w, C), to_d(b, C), dalloc(nx), dout};
     double *mean64 = dalloc(N), *rstd64 = dalloc(N);
 
-    hy_cpu_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    hy_cpu_layernorm_forward(out, mean, rstd, x, w, b, N, C, HY_LAYERNORM_EPS);
     ref_layernorm(ctx.out, mean64, rstd64, ctx.x, ctx.w, ctx.b, N, C);
     check_close_d("layernorm forward", out, ctx.out, nx, TOL_FWD);
     check_close_d("layernorm mean", mean, mean64, N, TOL_FWD);
@@ -397,7 +414,7 @@ static void test_layernorm(void) {
      * the float64 reference of LayerNorm(a + b). */
     float *res2 = falloc(nx), *out2 = falloc(nx), *mean2 = falloc(N), *rstd2 = falloc(N);
     hy_cpu_residual_layernorm_forward(res2, out2, mean2, rstd2, a, bb, w, b, N, C);
-    hy_cpu_layernorm_forward(out, mean, rstd, res, w, b, N, C);
+    hy_cpu_layernorm_forward(out, mean, rstd, res, w, b, N, C, HY_LAYERNORM_EPS);
     CHECK(memcmp(res2, res, nx * sizeof *res) == 0);
     CHECK(memcmp(out2, out, nx * sizeof *out) == 0);
     CHECK(memcmp(mean2, mean, N * sizeof *mean) == 0);
@@ -417,10 +434,12 @@ static void test_layernorm(void) {
 // ----------------------------------------------------------------------------
 // gelu
 
-static void ref_gelu(double *out, const double *x, size_t n) {
+/* GPT-2's tanh approximation, or BERT's exact x Φ(x) */
+static void ref_gelu(double *out, const double *x, size_t n, int kind) {
     for (size_t i = 0; i < n; i++) {
         double u = sqrt(2.0 / M_PI) * (x[i] + 0.044715 * x[i] * x[i] * x[i]);
-        out[i] = 0.5 * x[i] * (1.0 + tanh(u));
+        out[i] = kind == HY_GELU_ERF ? 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)))
+                                     : 0.5 * x[i] * (1.0 + tanh(u));
     }
 }
 
@@ -428,33 +447,41 @@ typedef struct {
     size_t n;
     double *x, *out;
     const float *r;
+    int kind;
 } gelu_ctx;
 
 static double gelu_loss(void *p) {
     gelu_ctx *c = p;
-    ref_gelu(c->out, c->x, c->n);
+    ref_gelu(c->out, c->x, c->n, c->kind);
     return dot_fd(c->r, c->out, c->n);
 }
 
-static void test_gelu(void) {
+static void test_gelu(int kind) {
     rng r = {4};
     size_t n = 61;
     float *x = frand(&r, n, -6, 6);
     /* The corners: 0, tiny, and the saturated tails. */
     x[0] = 0.0f; x[1] = 1e-3f; x[2] = -1e-3f; x[3] = 10.0f; x[4] = -10.0f; x[5] = -30.0f;
     float *dout = frand(&r, n, -1, 1), *out = falloc(n), *dx = falloc(n);
-    gelu_ctx ctx = {n, to_d(x, n), dalloc(n), dout};
+    gelu_ctx ctx = {n, to_d(x, n), dalloc(n), dout, kind};
 
-    hy_cpu_gelu_forward(out, x, n);
-    ref_gelu(ctx.out, ctx.x, n);
+    hy_cpu_gelu_forward(out, x, n, kind);
+    ref_gelu(ctx.out, ctx.x, n, kind);
     check_close_d("gelu forward", out, ctx.out, n, TOL_FWD);
 
-    hy_cpu_gelu_backward(dx, dout, x, n);
+    hy_cpu_gelu_backward(dx, dout, x, n, kind);
     check_grad("gelu dinp", dx, ctx.x, n, gelu_loss, &ctx);
     float *dx2 = falloc(n);
     memcpy(dx2, dx, n * sizeof *dx);
-    hy_cpu_gelu_backward(dx2, dout, x, n);
+    hy_cpu_gelu_backward(dx2, dout, x, n, kind);
     check_doubled("gelu dinp twice", dx2, dx, n);
+    /* the two kinds differ by up to ~5e-4 (at |x| near 2): the kind is used */
+    float *other = falloc(n);
+    hy_cpu_gelu_forward(other, x, n, kind == HY_GELU_ERF ? HY_GELU_TANH : HY_GELU_ERF);
+    double most = 0;
+    for (size_t i = 0; i < n; i++) most = fmax(most, fabs((double)other[i] - out[i]));
+    CHECKF(most > 1e-4, "gelu kinds %d: the other kind differs by only %g", kind, most);
+    free(other);
 
     free(x); free(dout); free(out); free(dx); free(dx2); free(ctx.x); free(ctx.out);
 }
@@ -903,7 +930,7 @@ static void test_embedding(void) {
     embedding_ctx ctx = {B, T, C, tokens, to_d(wte, (size_t)V * C), to_d(wpe, (size_t)maxT * C),
                          dalloc(no), dout};
 
-    hy_cpu_embedding_forward(out, tokens, wte, wpe, B, T, C);
+    hy_cpu_embedding_forward(out, tokens, wte, wpe, NULL, B, T, C);
     ref_embedding(ctx.out, tokens, ctx.wte, ctx.wpe, B, T, C);
     check_close_d("embedding forward", out, ctx.out, no, TOL_FWD);
 
@@ -917,9 +944,17 @@ static void test_embedding(void) {
     hy_cpu_embedding_backward(dwte2, NULL, dout, tokens, B, T, C);
     check_doubled("embedding dwte twice", dwte2, dwte, (size_t)V * C);
 
+    /* BERT's token-type row: added to every token, after the word row */
+    float *type = frand(&r, (size_t)C, -1, 1), *outt = falloc(no);
+    hy_cpu_embedding_forward(outt, tokens, wte, wpe, type, B, T, C);
+    int typed = 1;
+    for (size_t i = 0; i < no; i++) typed &= fabsf(outt[i] - (out[i] + type[i % C])) <= 1e-5f;
+    CHECKF(typed, "embedding forward with a type row is not the sum plus the row");
+    free(type); free(outt);
+
     /* Without learned positions (wpe NULL, Llama): the token rows alone,
      * and the backward adds into dwte only. */
-    hy_cpu_embedding_forward(out, tokens, wte, NULL, B, T, C);
+    hy_cpu_embedding_forward(out, tokens, wte, NULL, NULL, B, T, C);
     int rows = 1;
     for (int bt = 0; bt < B * T; bt++)
         rows &= memcmp(out + (size_t)bt * C, wte + (size_t)tokens[bt] * C, C * sizeof *out) == 0;
@@ -1162,7 +1197,8 @@ int main(void) {
     test_matmul();
     test_lm_head();
     test_layernorm();
-    test_gelu();
+    test_gelu(HY_GELU_TANH);
+    test_gelu(HY_GELU_ERF);
     test_rmsnorm();
     test_swiglu();
     test_rope_table();

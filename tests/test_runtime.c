@@ -2,7 +2,8 @@
  * test_runtime.c — the training runtime on the CPU backend, end to end.
  *
  * Pipelined = sequential (DESIGN §6.2 "Pipelined = sequential"): a few steps
- * of a small GPT (and a small BERT and Llama) with every schedule, 1 to 4 ranks, leave
+ * of a small GPT (and a small BERT, post-LN and pre-LN, and Llama) with every
+ * schedule, 1 to 4 ranks, leave
  * the same weights as one rank running the whole model, within 1e-5 of the
  * largest weight (only the order of gradient accumulation differs). Replaying
  * the recorded iteration gives bit-identical weights to running it eagerly,
@@ -34,6 +35,14 @@ typedef struct {
 
 /* Trains `steps` steps of the config given by the sets (on top of a small
  * model) and returns all its weights. */
+/* The --set of a model kind the grids name: a config kind, or "bert-pre",
+ * BERT with model.norm "pre" (GPT-2's blocks), beside the post-LN default. */
+static const char *kind_norm(const char *kind, char *kind_set, size_t n) {
+    int pre = strcmp(kind, "bert-pre") == 0;
+    snprintf(kind_set, n, "model.kind=%s", pre ? "bert" : kind);
+    return pre ? "model.norm=pre" : strcmp(kind, "bert") == 0 ? "model.norm=post" : "model.norm=pre";
+}
+
 static int train(const char *kind, const char *const *extra, int n_extra, int steps, run_result *res) {
     const char *base[28] = {
         "model.layers=4", "model.d_model=32", "model.heads=4", "model.seq_len=16",
@@ -43,8 +52,8 @@ static int train(const char *kind, const char *const *extra, int n_extra, int st
     };
     int n = 12;
     char kind_set[64], data_set[300];
-    snprintf(kind_set, sizeof kind_set, "model.kind=%s", kind);
     snprintf(data_set, sizeof data_set, "data.train=%s", shard);
+    base[n++] = kind_norm(kind, kind_set, sizeof kind_set);
     base[n++] = kind_set;
     base[n++] = data_set;
     /* A Llama whose MLP width is no multiple of d_model, with grouped-query
@@ -340,16 +349,17 @@ static void first_failure_is_reported(void) {
 static void whole_model_gradient(const char *kind, const char *sched, const char *ranks) {
     char data_set[300], kind_set[64];
     snprintf(data_set, sizeof data_set, "data.train=%s", shard);
-    snprintf(kind_set, sizeof kind_set, "model.kind=%s", kind);
+    const char *norm = kind_norm(kind, kind_set, sizeof kind_set);
     const char *sets[] = { "model.layers=2", "model.d_model=16", "model.heads=2", "model.seq_len=8",
                            "model.vocab=64", "schedule.micro_batch_size=2",
                            "schedule.micro_batches=2", "train.lr=0", "train.min_lr=0",
                            "train.warmup_steps=0", "train.weight_decay=0", "train.grad_clip=0",
-                           "data.val=null", "checkpoint.dir=null", data_set, kind_set, sched, ranks };
+                           "data.val=null", "checkpoint.dir=null", data_set, kind_set, sched, ranks,
+                           norm };
     hy_run c;
     hy_error err;
     memset(&c, 0, sizeof c);
-    if (hy_test_run_load(&c, NULL, sets, 18, &err)) { CHECKF(0, "%s", err.msg); return; }
+    if (hy_test_run_load(&c, NULL, sets, 19, &err)) { CHECKF(0, "%s", err.msg); return; }
     hy_runtime *rt = NULL;
     hy_model m;
     hy_step_stats st;
@@ -462,13 +472,16 @@ int main(void) {
     if (hy_test_shard_make(shard, sizeof shard, "rt", 64, 40000) != 0) { CHECK(0); return TEST_END("runtime"); }
     pipelined_equals_sequential("gpt");
     pipelined_equals_sequential("bert");
+    pipelined_equals_sequential("bert-pre");
     split_equals_sequential("gpt");
     split_equals_sequential("bert");
+    split_equals_sequential("bert-pre");
     pipelined_equals_sequential("llama");
     split_equals_sequential("llama");
     tied_llama_equals_sequential();
     recompute_equals_none("gpt");
     recompute_equals_none("bert");
+    recompute_equals_none("bert-pre");
     recompute_equals_none("llama");
     capped_stashes();
     replay_equals_eager();
@@ -477,6 +490,8 @@ int main(void) {
     whole_model_gradient("gpt", "schedule.kind=gpipe", "schedule.ranks=1");
     whole_model_gradient("gpt", "schedule.kind=1f1b", "schedule.ranks=2");
     whole_model_gradient("bert", "schedule.kind=hanayo", "schedule.ranks=1");
+    whole_model_gradient("bert", "schedule.kind=1f1b", "schedule.ranks=2");
+    whole_model_gradient("bert-pre", "schedule.kind=hanayo", "schedule.ranks=1");
     whole_model_gradient("llama", "schedule.kind=1f1b", "schedule.ranks=2");
     whole_model_gradient("llama", "schedule.kind=1f1b", "model.kv_heads=1");
     whole_model_gradient("llama", "schedule.kind=hanayo", "schedule.ranks=1");

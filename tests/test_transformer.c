@@ -150,7 +150,7 @@ static int backward(bench *b) {
     if (!rc) rc = hy_stage_recompute(&b->t, &b->w, b->st, 0, in, &err);
     if (!rc) rc = hy_head_backward(&b->t, &b->w, b->st, in, b->slot, b->dres, &err);
     if (!rc) rc = hy_stage_backward(&b->t, &b->w, b->st, 0, in, b->slot, b->dres, &err);
-    if (!rc) rc = hy_embed_backward(&b->t, b->st, b->dres, b->tokens, &err);
+    if (!rc) rc = hy_embed_backward(&b->t, b->st, b->slot, b->dres, b->tokens, &err);
     if (!rc) rc = o->sync(b->st, &err);
     if (rc) fprintf(stderr, "backward: %s\n", err.msg);
     return rc;

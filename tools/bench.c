@@ -555,13 +555,13 @@ static int gemm_call(const gemm_case *g, int bare, hy_error *err) {
                     OC, 1.0f, g->dw, OC);
         return HY_OK;
     case G_HEAD_FWD:   /* w is wte [V = OC, C] */
-        if (!bare) return o->lm_head_fwd(g->s, g->out, g->inp, g->w, N, C, OC, err);
+        if (!bare) return o->lm_head_fwd(g->s, g->out, g->inp, g->w, NULL, N, C, OC, err);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, g->inp, C, g->w, C,
                     0.0f, g->out, OC);
         return HY_OK;
     case G_HEAD_BWD:
         if (!bare)
-            return o->lm_head_bwd(g->s, g->dinp, g->dw, g->dout, g->inp, g->w, N, C, OC, err);
+            return o->lm_head_bwd(g->s, g->dinp, g->dw, NULL, g->dout, g->inp, g->w, N, C, OC, err);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, g->dout, OC, g->w,
                     C, 1.0f, g->dinp, C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, g->dout, OC, g->inp,

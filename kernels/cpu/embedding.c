@@ -1,8 +1,8 @@
 /*
  * embedding.c — token + learned position embedding (GPT-2's wte and wpe;
- * the BERT-like model uses the same two), CPU backend.
+ * BERT adds its token-type row 0), CPU backend.
  *
- *   forward   out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+ *   forward   out[b,t,:] = wte[tokens[b,t],:] + type[:] + wpe[t,:]
  *   backward  dwte[tokens[b,t],:] += dout[b,t,:]
  *             dwpe[t,:]           += dout[b,t,:]
  * A token that occurs several times adds its gradient once per occurrence,
@@ -14,18 +14,20 @@
 #include "ops.h"
 
 void hy_cpu_embedding_forward(float *out, const int *tokens, const float *wte,
-                              const float *wpe, int B, int T, int C) {
+                              const float *wpe, const float *type, int B, int T, int C) {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             size_t bt = (size_t)b * T + t;
             float *o = out + bt * C;
             const float *te = wte + (size_t)tokens[bt] * C;
-            if (wpe == NULL) {
-                for (int i = 0; i < C; i++) o[i] = te[i];
-                continue;
+            for (int i = 0; i < C; i++) o[i] = te[i];
+            /* Hugging Face BERT's order: (word + token type) + position */
+            if (type != NULL)
+                for (int i = 0; i < C; i++) o[i] += type[i];
+            if (wpe != NULL) {
+                const float *pe = wpe + (size_t)t * C;
+                for (int i = 0; i < C; i++) o[i] += pe[i];
             }
-            const float *pe = wpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) o[i] = te[i] + pe[i];
         }
     }
 }

@@ -1,6 +1,9 @@
 /*
- * gelu.c — GELU with the tanh approximation (GPT-2's "gelu_new", also what
- * the MLP of the BERT-like model uses here), elementwise, CPU backend.
+ * gelu.c — GELU, elementwise, CPU backend: the tanh approximation (GPT-2's
+ * "gelu_new", and pre-LN BERT's) or the exact erf one (Hugging Face BERT's
+ * "gelu"), by kind (backend.h's hy_gelu_kind; ops.h gives both).
+ *
+ * The tanh approximation:
  *
  *   u = sqrt(2/π) · (x + 0.044715 x³)
  *   out = ½ x (1 + tanh u)
@@ -15,6 +18,7 @@
  */
 #include <math.h>
 
+#include "backend.h"
 #include "ops.h"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/π) */
@@ -25,11 +29,29 @@ static inline float gelu_sigma(float x) {
     return 1.0f / (1.0f + expf(-2.0f * u));
 }
 
-void hy_cpu_gelu_forward(float *out, const float *inp, size_t n) {
+#define GELU_RSQRT2 0.7071067811865476   /* 1/√2 */
+#define GELU_RSQRT2PI 0.3989422804014327 /* 1/√(2π) */
+
+/* Φ(x) = ½ (1 + erf(x/√2)), in double so the erf path matches PyTorch's
+ * fp32 erf to the last bit or one. */
+static inline double gelu_phi(double x) { return 0.5 * (1.0 + erf(x * GELU_RSQRT2)); }
+
+void hy_cpu_gelu_forward(float *out, const float *inp, size_t n, int kind) {
+    if (kind == HY_GELU_ERF) {
+        for (size_t i = 0; i < n; i++) out[i] = (float)(inp[i] * gelu_phi(inp[i]));
+        return;
+    }
     for (size_t i = 0; i < n; i++) out[i] = inp[i] * gelu_sigma(inp[i]);
 }
 
-void hy_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n) {
+void hy_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int kind) {
+    if (kind == HY_GELU_ERF) {
+        for (size_t i = 0; i < n; i++) {
+            double x = inp[i];
+            dinp[i] += dout[i] * (float)(gelu_phi(x) + x * GELU_RSQRT2PI * exp(-0.5 * x * x));
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         float x = inp[i], sg = gelu_sigma(x);
         float slope = sg + 2.0f * x * sg * (1.0f - sg) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);

@@ -3,7 +3,7 @@
  * the two fused, for the CPU backend (llm.c keeps these together too: the
  * pre-LN block's residual stream feeds straight into the next LayerNorm).
  *
- * LayerNorm of row x (length C), eps = HY_LAYERNORM_EPS = 1e-5:
+ * LayerNorm of row x (length C), eps given (GPT-2: HY_LAYERNORM_EPS = 1e-5):
  *   mean = (1/C) Σ x_i,  rstd = 1/sqrt((1/C) Σ (x_i − mean)² + eps)
  *   xhat_i = (x_i − mean) · rstd,  out_i = xhat_i · w_i + b_i
  * Backward, with g_i = dout_i · w_i:
@@ -32,7 +32,7 @@
 /* Normalizes one row: writes out, *mean and *rstd. Shared by the plain and
  * the fused forward so the two give bit-identical results. */
 static void layernorm_row(float *out, float *mean, float *rstd, const float *x,
-                          const float *weight, const float *bias, int C) {
+                          const float *weight, const float *bias, int C, float eps) {
     double sum = 0.0;
     for (int i = 0; i < C; i++) sum += x[i];
     double mu = sum / C;
@@ -41,7 +41,7 @@ static void layernorm_row(float *out, float *mean, float *rstd, const float *x,
         double d = x[i] - mu;
         sq += d * d;
     }
-    double rs = 1.0 / sqrt(sq / C + (double)HY_LAYERNORM_EPS);
+    double rs = 1.0 / sqrt(sq / C + (double)eps);
     float m = (float)mu, r = (float)rs;
     for (int i = 0; i < C; i++) out[i] = (x[i] - m) * r * weight[i] + bias[i];
     *mean = m;
@@ -50,10 +50,10 @@ static void layernorm_row(float *out, float *mean, float *rstd, const float *x,
 
 void hy_cpu_layernorm_forward(float *out, float *mean, float *rstd,
                               const float *inp, const float *weight, const float *bias,
-                              int N, int C) {
+                              int N, int C, float eps) {
     for (int n = 0; n < N; n++) {
         size_t off = (size_t)n * C;
-        layernorm_row(out + off, mean + n, rstd + n, inp + off, weight, bias, C);
+        layernorm_row(out + off, mean + n, rstd + n, inp + off, weight, bias, C, eps);
     }
 }
 
@@ -108,7 +108,8 @@ void hy_cpu_residual_layernorm_forward(float *residual, float *out, float *mean,
     for (int n = 0; n < N; n++) {
         size_t off = (size_t)n * C;
         hy_cpu_residual_forward(residual + off, a + off, b + off, (size_t)C);
-        layernorm_row(out + off, mean + n, rstd + n, residual + off, weight, bias, C);
+        layernorm_row(out + off, mean + n, rstd + n, residual + off, weight, bias, C,
+                      HY_LAYERNORM_EPS);
     }
 }
 

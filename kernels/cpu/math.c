@@ -36,22 +36,23 @@ static int cpu_add_f32(hy_stream *s, float *acc, const float *x, size_t n, hy_er
     return cpu_add(s, acc, x, n, err);
 }
 
-typedef struct { float *out; const float *inp; size_t n; const float *dout; } gelu_args;
+typedef struct { float *out; const float *inp; size_t n; const float *dout; int kind; } gelu_args;
 static void run_gelu_fwd(const void *p) {
     const gelu_args *a = p;
-    hy_cpu_gelu_forward(a->out, a->inp, a->n);
+    hy_cpu_gelu_forward(a->out, a->inp, a->n, a->kind);
 }
-static int cpu_gelu_fwd(hy_stream *s, void *out, const void *inp, size_t n, hy_error *err) {
-    gelu_args a = { out, inp, n, NULL };
+static int cpu_gelu_fwd(hy_stream *s, void *out, const void *inp, size_t n, int kind,
+                        hy_error *err) {
+    gelu_args a = { out, inp, n, NULL, kind };
     return HY_CALL(s, HY_OPK_GELU, run_gelu_fwd, a, err);
 }
 static void run_gelu_bwd(const void *p) {
     const gelu_args *a = p;
-    hy_cpu_gelu_backward(a->out, a->dout, a->inp, a->n);
+    hy_cpu_gelu_backward(a->out, a->dout, a->inp, a->n, a->kind);
 }
 static int cpu_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void *inp, size_t n,
-                        hy_error *err) {
-    gelu_args a = { dinp, inp, n, dout };
+                        int kind, hy_error *err) {
+    gelu_args a = { dinp, inp, n, dout, kind };
     return HY_CALL(s, HY_OPK_GELU, run_gelu_bwd, a, err);
 }
 
@@ -78,17 +79,19 @@ static int cpu_swiglu_bwd(hy_stream *s, void *dinp, const void *dout, const void
 
 typedef struct {
     float *out, *dwte, *dwpe;
-    const float *dout, *wte, *wpe;
+    const float *dout, *wte, *wpe, *type;
     const int *tokens;
     int B, T, C;
 } emb_args;
 static void run_emb_fwd(const void *p) {
     const emb_args *a = p;
-    hy_cpu_embedding_forward(a->out, a->tokens, a->wte, a->wpe, a->B, a->T, a->C);
+    hy_cpu_embedding_forward(a->out, a->tokens, a->wte, a->wpe, a->type, a->B, a->T, a->C);
 }
 static int cpu_embedding_fwd(hy_stream *s, void *out, const int *tokens, const void *wte,
-                             const void *wpe, int B, int T, int C, hy_error *err) {
-    emb_args a = { .out = out, .tokens = tokens, .wte = wte, .wpe = wpe, .B = B, .T = T, .C = C };
+                             const void *wpe, const void *type, int B, int T, int C,
+                             hy_error *err) {
+    emb_args a = { .out = out, .tokens = tokens, .wte = wte, .wpe = wpe, .type = type, .B = B,
+                   .T = T, .C = C };
     return HY_CALL(s, HY_OPK_EMBEDDING, run_emb_fwd, a, err);
 }
 static void run_emb_bwd(const void *p) {
@@ -109,15 +112,17 @@ typedef struct {
     const float *inp, *w, *b, *dout;
     const float *cmean, *crstd;
     int N, C;
+    float eps;
 } ln_args;
 static void run_ln_fwd(const void *p) {
     const ln_args *a = p;
-    hy_cpu_layernorm_forward(a->out, a->mean, a->rstd, a->inp, a->w, a->b, a->N, a->C);
+    hy_cpu_layernorm_forward(a->out, a->mean, a->rstd, a->inp, a->w, a->b, a->N, a->C, a->eps);
 }
 static int cpu_layernorm_fwd(hy_stream *s, void *out, float *mean, float *rstd, const void *inp,
-                             const void *w, const void *b, int N, int C, hy_error *err) {
+                             const void *w, const void *b, int N, int C, float eps,
+                             hy_error *err) {
     ln_args a = { .out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .N = N,
-                  .C = C };
+                  .C = C, .eps = eps };
     return HY_CALL(s, HY_OPK_LAYERNORM, run_ln_fwd, a, err);
 }
 static void run_ln_bwd(const void *p) {
@@ -187,21 +192,22 @@ static int cpu_matmul_bwd(hy_stream *s, void *dinp, float *dw, float *dbias, con
 }
 static void run_head_fwd(const void *p) {
     const mm_args *a = p;
-    hy_cpu_lm_head_forward(a->out, a->inp, a->w, a->N, a->C, a->OC);
+    hy_cpu_lm_head_forward(a->out, a->inp, a->w, a->bias, a->N, a->C, a->OC);
 }
-static int cpu_lm_head_fwd(hy_stream *s, void *logits, const void *inp, const void *wte, int N,
-                           int C, int V, hy_error *err) {
-    mm_args a = { .out = logits, .inp = inp, .w = wte, .N = N, .C = C, .OC = V };
+static int cpu_lm_head_fwd(hy_stream *s, void *logits, const void *inp, const void *wte,
+                           const void *bias, int N, int C, int V, hy_error *err) {
+    mm_args a = { .out = logits, .inp = inp, .w = wte, .bias = bias, .N = N, .C = C, .OC = V };
     return HY_CALL(s, HY_OPK_LM_HEAD_FWD, run_head_fwd, a, err);
 }
 static void run_head_bwd(const void *p) {
     const mm_args *a = p;
-    hy_cpu_lm_head_backward(a->out, a->dw, a->dout, a->inp, a->w, a->N, a->C, a->OC);
+    hy_cpu_lm_head_backward(a->out, a->dw, a->dbias, a->dout, a->inp, a->w, a->N, a->C, a->OC);
 }
-static int cpu_lm_head_bwd(hy_stream *s, void *dinp, float *dwte, const void *dlogits,
-                           const void *inp, const void *wte, int N, int C, int V, hy_error *err) {
-    mm_args a = { .out = dinp, .dw = dwte, .dout = dlogits, .inp = inp, .w = wte, .N = N, .C = C,
-                  .OC = V };
+static int cpu_lm_head_bwd(hy_stream *s, void *dinp, float *dwte, float *dbias,
+                           const void *dlogits, const void *inp, const void *wte, int N, int C,
+                           int V, hy_error *err) {
+    mm_args a = { .out = dinp, .dw = dwte, .dbias = dbias, .dout = dlogits, .inp = inp, .w = wte,
+                  .N = N, .C = C, .OC = V };
     return HY_CALL(s, HY_OPK_LM_HEAD_BWD, run_head_bwd, a, err);
 }
 
@@ -210,19 +216,19 @@ static int cpu_lm_head_bwd(hy_stream *s, void *dinp, float *dwte, const void *dl
 /* The calls it stands for, one after the other (backend.h): the same
  * commands, the same bits and the same op timing as before it existed. */
 static int cpu_matmul_gelu_fwd(hy_stream *s, void *out, void *pre, const void *inp, const void *w,
-                               const void *bias, int N, int C, int OC, hy_error *err) {
+                               const void *bias, int N, int C, int OC, int kind, hy_error *err) {
     int rc = cpu_matmul_fwd(s, pre, inp, w, bias, N, C, OC, err);
-    return rc ? rc : cpu_gelu_fwd(s, out, pre, (size_t)N * (size_t)OC, err);
+    return rc ? rc : cpu_gelu_fwd(s, out, pre, (size_t)N * (size_t)OC, kind, err);
 }
 
 static int cpu_matmul_gelu_bwd(hy_stream *s, void *dpre, float *dbias_pre, float *dw, float *dbias,
                                void *scratch, const void *dout, const void *inp, const void *pre,
-                               const void *w, int N, int C, int OC, hy_error *err) {
+                               const void *w, int N, int C, int OC, int kind, hy_error *err) {
     size_t n = (size_t)N * (size_t)C;
     int rc = cpu_zero(s, scratch, n * sizeof(float), err);
     if (!rc) rc = cpu_matmul_bwd(s, scratch, dw, dbias, dout, inp, w, N, C, OC, err);
     if (!rc) rc = cpu_zero(s, dpre, n * sizeof(float), err);
-    if (!rc) rc = cpu_gelu_bwd(s, dpre, scratch, pre, n, err);
+    if (!rc) rc = cpu_gelu_bwd(s, dpre, scratch, pre, n, kind, err);
     /* dbias_pre as the next layer's matmul_bwd summed it over dout = dpre */
     if (!rc && dbias_pre) rc = cpu_matmul_bwd(s, NULL, NULL, dbias_pre, dpre, NULL, NULL, N, OC, C, err);
     return rc;

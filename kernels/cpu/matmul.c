@@ -62,13 +62,20 @@ void hy_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
 // Tied LM head: wte is [V, C]
 
 void hy_cpu_lm_head_forward(float *logits, const float *inp, const float *wte,
-                            int N, int C, int V) {
+                            const float *bias, int N, int C, int V) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, C,
                 1.0f, inp, C, wte, C, 0.0f, logits, V);
+    if (bias != NULL)
+        for (int n = 0; n < N; n++) {
+            float *row = logits + (size_t)n * V;
+            for (int v = 0; v < V; v++) row[v] += bias[v];
+        }
 }
 
-void hy_cpu_lm_head_backward(float *dinp, float *dwte, const float *dlogits,
+void hy_cpu_lm_head_backward(float *dinp, float *dwte, float *dbias, const float *dlogits,
                              const float *inp, const float *wte, int N, int C, int V) {
+    if (dbias != NULL) /* the bias's gradient: the column sums, as matmul_backward's */
+        hy_cpu_matmul_backward(NULL, NULL, dbias, dlogits, NULL, NULL, N, 0, V);
     if (dinp != NULL) /* dinp[N,C] += dlogits[N,V] · wte[V,C] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V,
                     1.0f, dlogits, V, wte, C, 1.0f, dinp, C);

@@ -54,9 +54,11 @@
  *
  * Tied LM head: the weight is the token embedding wte[V,C] (nn.Linear /
  * embedding layout [out, in]), so the product takes its transpose.
- *   forward   logits[N,V] = inp[N,C] · wteᵀ
+ *   forward   logits[N,V] = inp[N,C] · wteᵀ + bias[V]      (bias may be NULL:
+ *                                                          BERT's decoder bias)
  *   backward  dinp[N,C]  += dlogits[N,V] · wte
- *             dwte[V,C]  += dlogitsᵀ · inp                  (either may be NULL)
+ *             dwte[V,C]  += dlogitsᵀ · inp
+ *             dbias[V]   += Σ_n dlogits[n,:]               (each may be NULL)
  * V here is the row count of wte, i.e. the padded vocabulary when one is
  * used; the classifier then ignores the padding columns.
  */
@@ -67,14 +69,15 @@ void hy_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
                             int N, int C, int OC);
 
 void hy_cpu_lm_head_forward(float *logits, const float *inp, const float *wte,
-                            int N, int C, int V);
-void hy_cpu_lm_head_backward(float *dinp, float *dwte, const float *dlogits,
+                            const float *bias, int N, int C, int V);
+void hy_cpu_lm_head_backward(float *dinp, float *dwte, float *dbias, const float *dlogits,
                              const float *inp, const float *wte, int N, int C, int V);
 
 /* ---------------------------------------------------------------------- */
 /* layernorm.c — LayerNorm, the residual add, and the two fused
  *
- * LayerNorm over the last dimension, eps = 1e-5 (GPT-2 and BERT):
+ * LayerNorm over the last dimension, eps given (GPT-2's 1e-5, HY_LAYERNORM_EPS,
+ * which the fused residual form uses; post-LN BERT's the model's):
  *   mean[n] = (1/C) Σ_i x[n,i]
  *   rstd[n] = 1 / sqrt((1/C) Σ_i (x[n,i] − mean[n])² + eps)
  *   out[n,i] = (x[n,i] − mean[n]) · rstd[n] · weight[i] + bias[i]
@@ -95,7 +98,7 @@ void hy_cpu_lm_head_backward(float *dinp, float *dwte, const float *dlogits,
 
 void hy_cpu_layernorm_forward(float *out, float *mean, float *rstd,
                               const float *inp, const float *weight, const float *bias,
-                              int N, int C);
+                              int N, int C, float eps);
 void hy_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
                                const float *dout, const float *inp, const float *weight,
                                const float *mean, const float *rstd, int N, int C);
@@ -121,13 +124,17 @@ void hy_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, con
                              const float *weight, const float *rstd, int N, int C);
 
 /* ---------------------------------------------------------------------- */
-/* gelu.c — GELU, tanh approximation (GPT-2's "gelu_new"), elementwise
+/* gelu.c — GELU, elementwise, of a kind (backend.h's hy_gelu_kind):
+ * HY_GELU_TANH, the tanh approximation (GPT-2's "gelu_new"):
  *   u = sqrt(2/π) · (x + 0.044715 x³)
  *   forward   out = ½ x (1 + tanh u)                     (out may alias inp)
  *   backward  dinp += dout · (½(1 + tanh u) + ½ x (1 − tanh² u) · sqrt(2/π)(1 + 3·0.044715 x²))
+ * HY_GELU_ERF, the exact one (BERT's "gelu"), Φ the normal CDF:
+ *   forward   out = x Φ(x) = ½ x (1 + erf(x/√2))
+ *   backward  dinp += dout · (Φ(x) + x φ(x)),  φ(x) = e^(−x²/2) / √(2π)
  */
-void hy_cpu_gelu_forward(float *out, const float *inp, size_t n);
-void hy_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
+void hy_cpu_gelu_forward(float *out, const float *inp, size_t n, int kind);
+void hy_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int kind);
 
 /* ---------------------------------------------------------------------- */
 /* swiglu.c — SwiGLU (Llama's MLP activation) on one fused up-projection
@@ -203,8 +210,10 @@ void hy_cpu_attention_cached(float *out, const float *qkv, const float *kc, cons
                              int B, int Tq, int t0, int Tmax, int NH, int NKV, int hd);
 
 /* ---------------------------------------------------------------------- */
-/* embedding.c — token + learned position embedding
- *   forward   out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+/* embedding.c — token + learned position (+ token-type) embedding
+ *   forward   out[b,t,:] = wte[tokens[b,t],:] + type[:] + wpe[t,:]
+ *             (type: one row added to every token, BERT's token-type row
+ *             0, or NULL; its gradient is the column sum of dout)
  *   backward  dwte[tokens[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
  *             (either may be NULL)
  * tokens are [B,T] ints in [0, V) (checked where they are read, lib/data);
@@ -212,7 +221,7 @@ void hy_cpu_attention_cached(float *out, const float *qkv, const float *kc, cons
  * out is the token embedding alone.
  */
 void hy_cpu_embedding_forward(float *out, const int *tokens, const float *wte,
-                              const float *wpe, int B, int T, int C);
+                              const float *wpe, const float *type, int B, int T, int C);
 void hy_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
                                const int *tokens, int B, int T, int C);
 

@@ -289,10 +289,11 @@ static int cuda_add_f32(hy_stream *s, float *acc, const float *x, size_t n, hy_e
 }
 
 static int cuda_embedding_fwd(hy_stream *s, void *out, const int *tokens, const void *wte,
-                              const void *wpe, int B, int T, int C, hy_error *err) {
+                              const void *wpe, const void *type, int B, int T, int C,
+                              hy_error *err) {
     int rc = enter_stream(cs_of(s), err);
     return rc ? rc : hy_k_embedding_fwd(cs_of(s)->s, HY_BF(out), tokens, HY_CBF(wte), HY_CBF(wpe),
-                                        B, T, C, err);
+                                        HY_CBF(type), B, T, C, err);
 }
 
 static int cuda_embedding_bwd(hy_stream *s, float *dwte, float *dwpe, const void *dout,
@@ -318,8 +319,9 @@ static int cuda_norm_fwd(hy_stream *s, void *out, float *mean, float *rstd, cons
 }
 
 static int cuda_layernorm_fwd(hy_stream *s, void *out, float *mean, float *rstd, const void *inp,
-                              const void *w, const void *b, int N, int C, hy_error *err) {
-    return cuda_norm_fwd(s, out, mean, rstd, inp, w, b, N, C, HY_K_LAYERNORM_EPS, err);
+                              const void *w, const void *b, int N, int C, float eps,
+                              hy_error *err) {
+    return cuda_norm_fwd(s, out, mean, rstd, inp, w, b, N, C, eps, err);
 }
 
 static int cuda_rmsnorm_fwd(hy_stream *s, void *out, float *rstd, const void *inp, const void *w,
@@ -372,36 +374,37 @@ static int cuda_matmul_bwd(hy_stream *s, void *dinp, float *dw, float *dbias, co
 }
 
 static int cuda_matmul_gelu_fwd(hy_stream *s, void *out, void *pre, const void *inp, const void *w,
-                                const void *bias, int N, int C, int OC, hy_error *err) {
+                                const void *bias, int N, int C, int OC, int kind, hy_error *err) {
     int rc = enter_stream(cs_of(s), err);
     return rc ? rc : hy_k_matmul_gelu_fwd(lt_of(s), cs_of(s)->s, HY_BF(out), HY_BF(pre), HY_CBF(inp),
-                                          HY_CBF(w), HY_CBF(bias), N, C, OC, err);
+                                          HY_CBF(w), HY_CBF(bias), N, C, OC, kind, err);
 }
 
 /* dpre is stored, not added to: nothing to take from a held zero. */
 static int cuda_matmul_gelu_bwd(hy_stream *s, void *dpre, float *dbias_pre, float *dw, float *dbias,
                                 void *dgelu, const void *dout, const void *inp, const void *pre,
-                                const void *w, int N, int C, int OC, hy_error *err) {
+                                const void *w, int N, int C, int OC, int kind, hy_error *err) {
     cuda_stream *cs = cs_of(s);
     void *scr = NULL;
     int rc = enter_stream(cs, err);
     if (!rc) rc = scratch(cs, hy_k_matmul_gelu_bwd_scratch(N, C, OC), &scr, err);
     return rc ? rc : hy_k_matmul_gelu_bwd(lt_of(s), cs->s, HY_BF(dpre), dbias_pre, dw, dbias,
                                           HY_BF(dgelu), HY_CBF(dout), HY_CBF(inp), HY_CBF(pre),
-                                          HY_CBF(w), N, C, OC, scr, err);
+                                          HY_CBF(w), N, C, OC, kind, scr, err);
 }
 
-static int cuda_gelu_fwd(hy_stream *s, void *out, const void *inp, size_t n, hy_error *err) {
+static int cuda_gelu_fwd(hy_stream *s, void *out, const void *inp, size_t n, int kind,
+                         hy_error *err) {
     int rc = enter_stream(cs_of(s), err);
-    return rc ? rc : hy_k_gelu_fwd(cs_of(s)->s, HY_BF(out), HY_CBF(inp), n, err);
+    return rc ? rc : hy_k_gelu_fwd(cs_of(s)->s, HY_BF(out), HY_CBF(inp), n, kind, err);
 }
 
 static int cuda_gelu_bwd(hy_stream *s, void *dinp, const void *dout, const void *inp, size_t n,
-                         hy_error *err) {
+                         int kind, hy_error *err) {
     int overwrite = 0;
     int rc = enter_first_writer(cs_of(s), dinp, n, &overwrite, err);
     return rc ? rc : hy_k_gelu_bwd(cs_of(s)->s, HY_BF(dinp), HY_CBF(dout), HY_CBF(inp), n, overwrite,
-                                   err);
+                                   kind, err);
 }
 
 static int cuda_swiglu_fwd(hy_stream *s, void *out, const void *inp, int N, int F, hy_error *err) {
@@ -506,19 +509,23 @@ static int cuda_reserve(hy_stream *s, size_t rows, size_t width, hy_error *err) 
     return rc;
 }
 
-static int cuda_lm_head_fwd(hy_stream *s, void *logits, const void *inp, const void *wte, int N,
-                            int C, int V, hy_error *err) {
+static int cuda_lm_head_fwd(hy_stream *s, void *logits, const void *inp, const void *wte,
+                            const void *bias, int N, int C, int V, hy_error *err) {
     int rc = enter_stream(cs_of(s), err);
     return rc ? rc : hy_k_lm_head_fwd(lt_of(s), cs_of(s)->s, HY_BF(logits), HY_CBF(inp),
-                                      HY_CBF(wte), N, C, V, err);
+                                      HY_CBF(wte), HY_CBF(bias), N, C, V, err);
 }
 
-static int cuda_lm_head_bwd(hy_stream *s, void *dinp, float *dwte, const void *dlogits,
-                            const void *inp, const void *wte, int N, int C, int V, hy_error *err) {
+static int cuda_lm_head_bwd(hy_stream *s, void *dinp, float *dwte, float *dbias,
+                            const void *dlogits, const void *inp, const void *wte, int N, int C,
+                            int V, hy_error *err) {
     int overwrite = 0;
+    void *scr = NULL;
     int rc = enter_first_writer(cs_of(s), dinp, (size_t)N * (size_t)C, &overwrite, err);
-    return rc ? rc : hy_k_lm_head_bwd(lt_of(s), cs_of(s)->s, HY_BF(dinp), dwte, HY_CBF(dlogits),
-                                      HY_CBF(inp), HY_CBF(wte), N, C, V, overwrite, err);
+    if (!rc && dbias) rc = scratch(cs_of(s), hy_k_matmul_bwd_scratch(N, C, V), &scr, err);
+    return rc ? rc : hy_k_lm_head_bwd(lt_of(s), cs_of(s)->s, HY_BF(dinp), dwte, dbias,
+                                      HY_CBF(dlogits), HY_CBF(inp), HY_CBF(wte), N, C, V,
+                                      overwrite, scr, err);
 }
 
 static int cuda_classifier(hy_stream *s, void *logits, float *loss_acc, float *hits_acc,

@@ -1,8 +1,10 @@
 /*
  * embedding.cu — token + learned position embedding, CUDA backend
  * (kernels/cpu/embedding.c on the CPU):
- *   forward   out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]       (bf16;
- *             wpe NULL, Llama's: the token row alone)
+ *   forward   out[b,t,:] = wte[tokens[b,t],:] + type[:] + wpe[t,:]
+ *             (bf16, summed in fp32 in that order, rounded once; wpe
+ *             NULL, Llama's: no position; type NULL: no token type, else
+ *             BERT's row 0)
  *   backward  dwte[tokens[b,t],:] += dout[b,t,:]               (fp32)
  *             dwpe[t,:]           += dout[b,t,:]               (fp32)
  *
@@ -53,17 +55,21 @@ static unsigned emb_col_threads(int C) {
 
 /* Block n = b·T + t; threads over c. */
 static __global__ void emb_fwd_kernel(hy_bf16 *out, const int *tokens, const hy_bf16 *wte,
-                               const hy_bf16 *wpe, int T, int C) {
+                               const hy_bf16 *wpe, const hy_bf16 *type, int T, int C) {
     int n = blockIdx.x, t = n % T;
     const hy_bf16 *te = wte + (size_t)tokens[n] * C;
     hy_bf16 *o = out + (size_t)n * C;
-    if (wpe == NULL) {
+    if (wpe == NULL && type == NULL) {
         for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = te[c];
         return;
     }
-    const hy_bf16 *pe = wpe + (size_t)t * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        o[c] = __float2bfloat16(__bfloat162float(te[c]) + __bfloat162float(pe[c]));
+    const hy_bf16 *pe = wpe ? wpe + (size_t)t * C : NULL;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = __bfloat162float(te[c]);
+        if (type) v += __bfloat162float(type[c]);
+        if (pe) v += __bfloat162float(pe[c]);
+        o[c] = __float2bfloat16(v);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -143,10 +149,11 @@ static __global__ void emb_dwte_kernel(float *dwte, const hy_bf16 *dout, const i
 // Launchers
 
 int hy_k_embedding_fwd(cudaStream_t s, hy_bf16 *out, const int *tokens, const hy_bf16 *wte,
-                       const hy_bf16 *wpe, int B, int T, int C, hy_error *err) {
+                       const hy_bf16 *wpe, const hy_bf16 *type, int B, int T, int C,
+                       hy_error *err) {
     if (B <= 0 || T <= 0 || C <= 0) return HY_OK;
     unsigned rows = (unsigned)((size_t)B * T);
-    emb_fwd_kernel<<<rows, emb_col_threads(C), 0, s>>>(out, tokens, wte, wpe, T, C);
+    emb_fwd_kernel<<<rows, emb_col_threads(C), 0, s>>>(out, tokens, wte, wpe, type, T, C);
     HY_CUDA_CHECK(cudaGetLastError(), err);
     return HY_OK;
 }

@@ -85,10 +85,12 @@ int hy_k_matmul_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dw, float *
 /* The MLP's first layer and its GELU (backend.h's matmul_gelu_fwd):
  * pre[N,OC] = inp · w + bias (kept for the backward), out = gelu(pre); one
  * GEMM with the GELU_AUX_BIAS epilogue where cuBLASLt has one (OC a
- * multiple of 8, bias 16-byte aligned), else matmul_fwd and gelu_fwd. */
+ * multiple of 8, bias 16-byte aligned) and the GELU is its tanh one, else
+ * matmul_fwd and gelu_fwd (the erf GELU always: cuBLASLt has no erf
+ * epilogue). */
 int hy_k_matmul_gelu_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, hy_bf16 *pre,
                          const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *bias, int N, int C,
-                         int OC, hy_error *err);
+                         int OC, int kind, hy_error *err);
 /* Its backward through the next layer (backend.h's matmul_gelu_bwd), with
  * inp = gelu(pre) [N,C], w [C,OC], dout [N,OC]: dw += inpᵀ · dout, dbias
  * += Σ_n dout (either NULL: not), dpre = (dout · wᵀ) ⊙ gelu'(pre), stored,
@@ -98,20 +100,21 @@ int hy_k_matmul_gelu_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, hy_bf16 *pre,
 size_t hy_k_matmul_gelu_bwd_scratch(int N, int C, int OC);
 int hy_k_matmul_gelu_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dpre, float *dbias_pre, float *dw,
                          float *dbias, hy_bf16 *dgelu, const hy_bf16 *dout, const hy_bf16 *inp,
-                         const hy_bf16 *pre, const hy_bf16 *w, int N, int C, int OC, void *scratch,
-                         hy_error *err);
-/* logits[N,V] = inp[N,C] · wteᵀ (wte [V,C]) */
+                         const hy_bf16 *pre, const hy_bf16 *w, int N, int C, int OC, int kind,
+                         void *scratch, hy_error *err);
+/* logits[N,V] = inp[N,C] · wteᵀ (wte [V,C]) + bias[V] (NULL: none; added
+ * to the rounded product, one more bf16 rounding) */
 int hy_k_lm_head_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *logits, const hy_bf16 *inp,
-                     const hy_bf16 *wte, int N, int C, int V, hy_error *err);
-/* dinp[N,C] += dlogits · wte;  dwte[V,C] += dlogitsᵀ · inp (either may be
- * NULL); overwrite as in matmul_bwd */
-int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte,
+                     const hy_bf16 *wte, const hy_bf16 *bias, int N, int C, int V, hy_error *err);
+/* dinp[N,C] += dlogits · wte;  dwte[V,C] += dlogitsᵀ · inp;  dbias[V] +=
+ * Σ_n dlogits (each may be NULL; dbias takes hy_k_matmul_bwd_scratch(N, C,
+ * V) of scratch); overwrite as in matmul_bwd */
+int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte, float *dbias,
                      const hy_bf16 *dlogits, const hy_bf16 *inp, const hy_bf16 *wte, int N,
-                     int C, int V, int overwrite, hy_error *err);
+                     int C, int V, int overwrite, void *scratch, hy_error *err);
 
 /* ---- layernorm.cu ---- LayerNorm and RMSNorm (w, b: the bf16 compute
  * copy) */
-#define HY_K_LAYERNORM_EPS 1e-5f   /* GPT-2's and BERT's: HY_LAYERNORM_EPS of kernels/cpu/ops.h */
 /* out = LayerNorm(acc) (mean, rstd saved), or RMSNorm(acc) when b is NULL
  * (mean is then NULL: Llama's, backend.h's rmsnorm_fwd); with x not NULL
  * the residual add before it in the same pass: acc ← acc + x first
@@ -126,11 +129,12 @@ int hy_k_norm_bwd(cudaStream_t s, hy_bf16 *dinp, float *dw, float *db, const hy_
                   const hy_bf16 *inp, const hy_bf16 *w, const float *mean, const float *rstd,
                   int N, int C, void *scratch, hy_error *err);
 
-/* ---- gelu.cu ---- (tanh approximation; out may alias inp) */
-int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, hy_error *err);
+/* ---- gelu.cu ---- (kind: hy_gelu_kind, tanh or erf; out may alias inp) */
+int hy_k_gelu_fwd(cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp, size_t n, int kind,
+                  hy_error *err);
 /* dinp += dout · gelu'(inp); overwrite: dinp = dout · gelu'(inp) */
 int hy_k_gelu_bwd(cudaStream_t s, hy_bf16 *dinp, const hy_bf16 *dout, const hy_bf16 *inp,
-                  size_t n, int overwrite, hy_error *err);
+                  size_t n, int overwrite, int kind, hy_error *err);
 
 /* ---- kvcache.cu ---- attention over a KV cache (generation): the cache
  * kc, vc [B, Tmax, NKV·hd], qkv [B, Tq, (NH + 2·NKV)·hd] of the new tokens at
@@ -193,9 +197,12 @@ int hy_k_attention_sm90_bwd(cudaStream_t s, hy_bf16 *dqkv, void *scratch, const 
                             const hy_bf16 *qkv, const hy_bf16 *out, const float *lse, int B, int T,
                             int NH, int NKV, int hd, int causal, int overwrite, hy_error *err);
 
-/* ---- embedding.cu ---- tokens [B,T] in [0, V); wpe, dwpe may be NULL */
+/* ---- embedding.cu ---- tokens [B,T] in [0, V); wpe, dwpe may be NULL;
+ * type: one row [C] added to every token (BERT's token-type row 0), NULL:
+ * none */
 int hy_k_embedding_fwd(cudaStream_t s, hy_bf16 *out, const int *tokens, const hy_bf16 *wte,
-                       const hy_bf16 *wpe, int B, int T, int C, hy_error *err);
+                       const hy_bf16 *wpe, const hy_bf16 *type, int B, int T, int C,
+                       hy_error *err);
 size_t hy_k_embedding_bwd_scratch(int B, int T, int C);
 int hy_k_embedding_bwd(cudaStream_t s, float *dwte, float *dwpe, const hy_bf16 *dout,
                        const int *tokens, int B, int T, int C, void *scratch, hy_error *err);

@@ -613,11 +613,13 @@ static int mm_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 int hy_k_matmul_gelu_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, hy_bf16 *pre,
                          const hy_bf16 *inp, const hy_bf16 *w, const hy_bf16 *bias, int N, int C,
-                         int OC, hy_error *err) {
+                         int OC, int kind, hy_error *err) {
     int fused = 0, rc;
     hy_lt_gemm g = hy_lt_single("matmul_gelu_fwd", CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C,
                                 w, OC, inp, C, out, CUDA_R_16BF, OC, 0.0f);
-    if (N > 0 && C > 0 && OC > 0 && OC % 8 == 0 && (bias == NULL || mm_aligned16(bias))) {
+    /* cuBLASLt's GELU epilogue is the tanh one: the erf GELU runs apart */
+    if (kind == HY_GELU_TANH && N > 0 && C > 0 && OC > 0 && OC % 8 == 0 &&
+        (bias == NULL || mm_aligned16(bias))) {
         g.epi = bias != NULL ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
         g.bias = bias;
         g.aux = pre;
@@ -627,7 +629,7 @@ int hy_k_matmul_gelu_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, hy_bf16 *pre,
     if (fused) return HY_OK;
     /* Two passes: the product (its bias in the BIAS epilogue), then GELU. */
     if ((rc = hy_k_matmul_fwd(lt, s, pre, inp, w, bias, N, C, OC, err))) return rc;
-    return hy_k_gelu_fwd(s, out, pre, (size_t)N * (size_t)OC, err);
+    return hy_k_gelu_fwd(s, out, pre, (size_t)N * (size_t)OC, kind, err);
 }
 
 /* Scratch: the column sums' partials from 0 (the layer's own, then, when
@@ -652,8 +654,8 @@ size_t hy_k_matmul_gelu_bwd_scratch(int N, int C, int OC) {
  * matmul_bwd computes them. */
 int hy_k_matmul_gelu_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dpre, float *dbias_pre, float *dw,
                          float *dbias, hy_bf16 *dgelu, const hy_bf16 *dout, const hy_bf16 *inp,
-                         const hy_bf16 *pre, const hy_bf16 *w, int N, int C, int OC, void *scratch,
-                         hy_error *err) {
+                         const hy_bf16 *pre, const hy_bf16 *w, int N, int C, int OC, int kind,
+                         void *scratch, hy_error *err) {
     if (N <= 0 || C <= 0 || OC <= 0) return HY_OK;
     int rc, fused = 0;
     if ((dw != NULL || dbias != NULL) &&
@@ -662,7 +664,7 @@ int hy_k_matmul_gelu_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dpre, float *dbias_
     hy_bf16 *bgrad = (hy_bf16 *)((char *)scratch + mm_bgrad_offset(N, C, OC));
     hy_lt_gemm g = hy_lt_single("matmul_gelu_bwd (dpre)", CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC,
                                 w, OC, dout, OC, dpre, CUDA_R_16BF, C, 0.0f);
-    if (C % 8 == 0) {
+    if (kind == HY_GELU_TANH && C % 8 == 0) {   /* the DGELU epilogues are tanh's */
         g.aux = (hy_bf16 *)pre;   /* read, not written */
         g.ldaux = C;
         if (dbias_pre != NULL) {
@@ -682,7 +684,8 @@ int hy_k_matmul_gelu_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dpre, float *dbias_
         g.ldaux = 0;
         g.D = dgelu;
         if ((rc = hy_lt_run(lt, s, &g, err))) return rc;
-        if ((rc = hy_k_gelu_bwd(s, dpre, dgelu, pre, (size_t)N * (size_t)C, 1, err))) return rc;
+        if ((rc = hy_k_gelu_bwd(s, dpre, dgelu, pre, (size_t)N * (size_t)C, 1, kind, err)))
+            return rc;
     }
     if (dbias_pre == NULL) return HY_OK;
     if (g.epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
@@ -694,19 +697,38 @@ int hy_k_matmul_gelu_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dpre, float *dbias_
                            err);
 }
 
+/* logits[n, v] += bias[v], over N·V values, in fp32, rounded once. */
+static __global__ void mm_add_bias_kernel(hy_bf16 *logits, const hy_bf16 *bias, size_t n, int V) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        logits[i] = __float2bfloat16(__bfloat162float(logits[i]) + __bfloat162float(bias[i % V]));
+}
+
 int hy_k_lm_head_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *logits, const hy_bf16 *inp,
-                     const hy_bf16 *wte, int N, int C, int V, hy_error *err) {
+                     const hy_bf16 *wte, const hy_bf16 *bias, int N, int C, int V,
+                     hy_error *err) {
     if (N <= 0 || C <= 0 || V <= 0) return HY_OK;
     hy_lt_gemm g = hy_lt_single("lm_head_fwd", CUBLAS_OP_T, CUBLAS_OP_N, V, N, C,
                                 wte, C, inp, C, logits, CUDA_R_16BF, V, 0.0f);
-    return hy_lt_run(lt, s, &g, err);
+    int rc = hy_lt_run(lt, s, &g, err);
+    if (rc || bias == NULL) return rc;
+    size_t n = (size_t)N * (size_t)V, blocks = (n + 255) / 256;
+    mm_add_bias_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(logits, bias,
+                                                                                 n, V);
+    HY_CUDA_CHECK(cudaGetLastError(), err);
+    return HY_OK;
 }
 
-int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte,
+int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte, float *dbias,
                      const hy_bf16 *dlogits, const hy_bf16 *inp, const hy_bf16 *wte, int N,
-                     int C, int V, int overwrite, hy_error *err) {
+                     int C, int V, int overwrite, void *scratch, hy_error *err) {
     if (N <= 0 || C <= 0 || V <= 0) return HY_OK;
     int rc;
+    /* the bias's gradient: matmul_bwd's column sums of dlogits */
+    if (dbias != NULL &&
+        (rc = hy_k_matmul_bwd(lt, s, NULL, NULL, dbias, dlogits, NULL, NULL, N, C, V, 0, scratch,
+                              err)))
+        return rc;
     if (dinp != NULL) {
         hy_lt_gemm g = hy_lt_single("lm_head_bwd (dinp)", CUBLAS_OP_N, CUBLAS_OP_N, C, N, V,
                                     wte, C, dlogits, V, dinp, CUDA_R_16BF, C, overwrite ? 0.0f : 1.0f);
@@ -728,5 +750,6 @@ int hy_k_matmul_preload(hy_error *err) {
     HY_CUDA_PRELOAD(mm_dbias_partial_kernel, err);
     HY_CUDA_PRELOAD(mm_dbias_finish_kernel, err);
     HY_CUDA_PRELOAD(mm_bgrad_add_kernel, err);
+    HY_CUDA_PRELOAD(mm_add_bias_kernel, err);
     return HY_OK;
 }
