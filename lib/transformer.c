@@ -516,7 +516,7 @@ static int tf_layer_backward(const hy_transformer *t, const hy_stage_work *w, hy
      * the fc bias's gradient: that is why fc's own backward adds none. */
     if (!rc) rc = o->matmul_gelu_bwd(st, dfc, tf_g_now(t, pfc + 1), tf_g_now(t, pmp),
                                      tf_g_now(t, pmp + 1), w->dfcg, dres, a->fchg, a->fch,
-                                     tf_w(t, pmp), N, 4 * C, C, HY_GELU_TANH, err);
+                                     tf_w(t, pmp), N, 4 * C, C, hy_model_gelu(t->model), err);
     if (!rc) rc = o->zero(st, dln2, tf_acts(t, NC), err);
     if (!rc) rc = o->matmul_bwd(st, dln2, tf_g_now(t, pfc), NULL, dfc, a->ln2, tf_w(t, pfc), N, C,
                                 4 * C, err);
@@ -689,8 +689,8 @@ static int tf_post_forward(const hy_transformer *t, hy_stream *st, int l, const 
     if (!rc) rc = o->layernorm_fwd(st, a->ln1, a->ln1_mean, a->ln1_rstd, a->res2, tf_w(t, pln1),
                                    tf_w(t, pln1 + 1), N, C, eps, err);
     if (!rc) rc = o->matmul_gelu_fwd(st, a->fchg, a->fch, a->ln1, tf_w(t, tf_p(t, HY_P_FC_W, l)),
-                                     tf_w(t, tf_p(t, HY_P_FC_B, l)), N, C, 4 * C, HY_GELU_ERF,
-                                     err);
+                                     tf_w(t, tf_p(t, HY_P_FC_B, l)), N, C, 4 * C,
+                                     hy_model_gelu(t->model), err);
     if (!rc) rc = o->matmul_fwd(st, a->ln2, a->fchg, tf_w(t, tf_p(t, HY_P_MLP_PROJ_W, l)),
                                 tf_w(t, tf_p(t, HY_P_MLP_PROJ_B, l)), N, 4 * C, C, err);
     if (!rc) rc = o->add(st, a->ln2, a->ln1, (size_t)N * C, err);
@@ -722,7 +722,7 @@ static int tf_post_backward(const hy_transformer *t, const hy_stage_work *w, hy_
     if (!rc) rc = o->copy(st, dres, dsum2, tf_acts(t, NC), err);
     if (!rc) rc = o->matmul_gelu_bwd(st, dfc, tf_g_now(t, pfc + 1), tf_g_now(t, pmp),
                                      tf_g_now(t, pmp + 1), w->dfcg, dsum2, a->fchg, a->fch,
-                                     tf_w(t, pmp), N, 4 * C, C, HY_GELU_ERF, err);
+                                     tf_w(t, pmp), N, 4 * C, C, hy_model_gelu(t->model), err);
     if (!rc) rc = o->matmul_bwd(st, dres, tf_g_now(t, pfc), NULL, dfc, a->ln1, tf_w(t, pfc), N, C,
                                 4 * C, err);
     /* dres is d(h); LN1: d(first sum), whose residual part is d(in) */
@@ -816,9 +816,6 @@ static int tf_norm_logits(const hy_transformer *t, const hy_stage_work *w, hy_st
 /* ------------------------------------------------------------------------ */
 /* The head */
 
-/* ln_f, logits, the fused loss and d(logits), and the head's backward
- * down to d(ln_f out), so the logits never need stashing (llm.c does the
- * same). h: the last block's output. */
 /* Post-LN BERT's MLM head (Hugging Face's cls.predictions): z =
  * LN(gelu(dense(y))), logits = z · wteᵀ + bias, then the loss; training,
  * its whole backward down to d(y) (ha.dout), adding the decoder's and
@@ -833,7 +830,7 @@ static int tf_post_head(const hy_transformer *t, const hy_stage_work *w, hy_stre
     const hy_param *pd = tf_p(t, HY_P_HEAD_W, 0), *pn = tf_p(t, HY_P_LNF_W, 0);
     const hy_param *pb = tf_p(t, HY_P_HEAD_BIAS, 0);
     rc = o->matmul_gelu_fwd(st, ha->g, ha->pre, y, tf_w(t, pd), tf_w(t, pd + 1), N, C, C,
-                            HY_GELU_ERF, err);
+                            hy_model_gelu(t->model), err);
     if (!rc) rc = o->layernorm_fwd(st, ha->out, ha->mean, ha->rstd, ha->g, tf_w(t, pn),
                                    tf_w(t, pn + 1), N, C, hy_model_ln_eps(t->model), err);
     if (!rc) rc = o->lm_head_fwd(st, w->logits, ha->out, tf_head_wte(t, w), tf_w(t, pb), N, C, Vp,
@@ -849,7 +846,7 @@ static int tf_post_head(const hy_transformer *t, const hy_stage_work *w, hy_stre
     if (!rc) rc = o->layernorm_bwd(st, ha->dout, tf_g_now(t, pn), tf_g_now(t, pn + 1), ha->dz,
                                    ha->g, tf_w(t, pn), ha->mean, ha->rstd, N, C, err);
     if (!rc) rc = o->zero(st, ha->dd, tf_acts(t, NC), err);
-    if (!rc) rc = o->gelu_bwd(st, ha->dd, ha->dout, ha->pre, NC, HY_GELU_ERF, err);
+    if (!rc) rc = o->gelu_bwd(st, ha->dd, ha->dout, ha->pre, NC, hy_model_gelu(t->model), err);
     if (!rc) rc = o->zero(st, ha->dout, tf_acts(t, NC), err);
     if (!rc) rc = o->matmul_bwd(st, ha->dout, tf_g_now(t, pd), tf_g_now(t, pd + 1), ha->dd, y,
                                 tf_w(t, pd), N, C, C, err);
@@ -869,6 +866,9 @@ static int tf_post_head_wgrad(const hy_transformer *t, const hy_stage_work *w, h
                                         tf_w(t, pd), N, C, C, err);
 }
 
+/* ln_f, logits, the fused loss and d(logits), and the head's backward
+ * down to d(ln_f out), so the logits never need stashing (llm.c does the
+ * same); post-LN BERT's is tf_post_head. h: the last block's output. */
 static int tf_head(const hy_transformer *t, const hy_stage_work *w, hy_stream *st, const void *h,
                    void *slot, const int *targets, int train, hy_error *err) {
     const hy_backend_ops *o = t->ops;
