@@ -32,6 +32,14 @@ typedef struct {
     int room, off;
     int *id_buf, *live_buf, *most_buf;
     double *ts_buf, *te_buf;
+    /* For each block of GAP_BLOCK buffer slots, a bound on the idle time
+     * before its entries (ts[i] - te[i - 1]): raised as entries come,
+     * made exact when a search looks through the block. A pass skips
+     * the blocks with no gap an action fits in rather than walk past
+     * every entry. tmax: the largest time placed, which says how far
+     * rounding goes. */
+    double *gap, tmax;
+    int blocks;
 } timeline;
 
 typedef struct {
@@ -39,10 +47,14 @@ typedef struct {
     int id;
 } keyed;
 
+/* Slots per block of a timeline's gap bounds. */
+#define GAP_BLOCK 32
+
 typedef struct {
     const hy_schedule *s;
     const hy_costs *c;
     int N, limit;
+    int skip;           /* skip the stretches of a timeline with no gap that fits */
     int frees;          /* the op that gives an activation back: B, split W */
     hy_action *act;     /* [N]: the action of each key */
     int (*out)[HY_MAX_INPUTS];   /* [N]: the keys that take each action's output, -1: none */
@@ -119,7 +131,77 @@ static void view(timeline *t, int off) {
  * inserts mostly at the front, the early pass at the back. */
 static void reset(timeline *t) {
     t->n = 0;
+    t->tmax = 0;
     view(t, t->room);
+    for (int b = 0; b < t->blocks; b++) t->gap[b] = -INFINITY;
+}
+
+/* The idle time before entry i of t: -inf before the first. */
+static double gap_at(const timeline *t, int i) {
+    return i > 0 ? t->ts[i] - t->te[i - 1] : -INFINITY;
+}
+
+/* The gaps before positions lo..hi of t changed: their blocks' bounds
+ * raised to them. */
+static void gaps_set(timeline *t, int lo, int hi) {
+    for (int i = lo; i <= hi; i++) {
+        double g = gap_at(t, i);
+        double *most = &t->gap[(t->off + i) / GAP_BLOCK];
+        if (g > *most) *most = g;
+    }
+}
+
+/* The gap an action of duration du needs, at least, to go before an
+ * entry i (0 < i < n): going late it ends by ts[i] and starts after
+ * te[i - 1], going early the same, each within eps. Less the rounding
+ * of those sums, by far: so every position below it is one where the
+ * exact test fails, and skipping them changes nothing. */
+static double gap_needed(const timeline *t, double du, double at, double eps) {
+    return du - eps - 1e-9 * (1 + t->tmax + fabs(at) + du);
+}
+
+/* The last position in [1, i] of t whose gap reaches `least` (0 if
+ * none); i itself when it is not an inner position. Whole blocks whose
+ * bound is below it are skipped, and a block looked through entry by
+ * entry gets its bound made exact. */
+static int gap_last(timeline *t, int i, double least) {
+    if (i < 1 || i >= t->n) return i;
+    while (i >= 1) {
+        int b = (t->off + i) / GAP_BLOCK, first = b * GAP_BLOCK - t->off;
+        int lo = first > 1 ? first : 1, last = first + GAP_BLOCK - 1;
+        if (t->gap[b] >= least) {
+            double most = -INFINITY;
+            for (int k = i; k >= lo; k--) {
+                double g = gap_at(t, k);
+                if (g >= least) return k;
+                if (g > most) most = g;
+            }
+            if (i >= last || i >= t->n - 1) t->gap[b] = most;   /* all of it seen */
+        }
+        i = lo - 1;
+    }
+    return 0;
+}
+
+/* The first position in [i, n - 1] whose gap reaches `least` (n if none);
+ * i itself when it is not an inner position. */
+static int gap_first(timeline *t, int i, double least) {
+    if (i < 1 || i >= t->n) return i;
+    while (i < t->n) {
+        int b = (t->off + i) / GAP_BLOCK, first = b * GAP_BLOCK - t->off;
+        int hi = first + GAP_BLOCK - 1 < t->n - 1 ? first + GAP_BLOCK - 1 : t->n - 1;
+        if (t->gap[b] >= least) {
+            double most = -INFINITY;
+            for (int k = i; k <= hi; k++) {
+                double g = gap_at(t, k);
+                if (g >= least) return k;
+                if (g > most) most = g;
+            }
+            if (i <= (first > 1 ? first : 1)) t->gap[b] = most;   /* all of it seen */
+        }
+        i = hi + 1;
+    }
+    return t->n;
 }
 
 /* Places action id at position i of t, and brings the count up to date.
@@ -146,10 +228,15 @@ static void insert(timeline *t, int i, int id, double ts, double te, int held, i
         memmove(t->live + i + 1, t->live + i, (size_t)tail * sizeof *t->live);
         memmove(t->most + i + 1, t->most + i, (size_t)tail * sizeof *t->most);
     }
+    int front = i < t->n - i;
     t->id[i] = id;
     t->ts[i] = ts;
     t->te[i] = te;
     int n = ++t->n;
+    /* the gaps of the entries that moved, its own and the next one's */
+    gaps_set(t, front ? 0 : i, front ? (i + 1 < n ? i + 1 : i) : n - 1);
+    if (fabs(ts) > t->tmax) t->tmax = fabs(ts);
+    if (fabs(te) > t->tmax) t->tmax = fabs(te);
     if (late) {
         int d = -held;
         t->live[i] = (i + 1 < n ? t->live[i + 1] : 0) + d;
@@ -273,7 +360,9 @@ static int pass(justify *j, int late, double horizon) {
                 double u = j->t0[o] - hop(j, a, &j->act[o]);
                 if (u < lft) lft = u;
             }
+            double least = j->skip ? gap_needed(t, du, lft, eps) : -INFINITY;
             for (int i = last_fit(t, lft, du, eps); i >= 0 && !placed; i--) {
+                i = gap_last(t, i, least);
                 double next = i < t->n ? t->ts[i] : horizon;
                 double end = lft < next ? lft : next;
                 double prev = i > 0 ? t->te[i - 1] : -INFINITY;
@@ -293,7 +382,9 @@ static int pass(justify *j, int late, double horizon) {
                 double u = j->t1[key] + hop(j, &in[d], a);
                 if (u > est) est = u;
             }
+            double least = j->skip ? gap_needed(t, du, est, eps) : -INFINITY;
             for (int i = first_fit(t, est, du, eps); i <= t->n && !placed; i++) {
+                i = gap_first(t, i, least);
                 double prev = i > 0 ? t->te[i - 1] : 0;
                 double start = est > prev ? est : prev;
                 double next = i < t->n ? t->ts[i] : INFINITY;
@@ -344,13 +435,16 @@ static void justify_free(justify *j, hy_action **lists) {
     for (int r = 0; r < HY_MAX_RANKS; r++) {
         timeline *t = &j->tl[r];
         free(t->id_buf); free(t->ts_buf); free(t->te_buf); free(t->live_buf); free(t->most_buf);
+        free(t->gap);
         free(lists[r]);
     }
 }
 
-int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err) {
+static int justify_run(hy_schedule *s, const hy_costs *c, int limit, int rounds, int skip,
+                       hy_error *err) {
     justify j;
     memset(&j, 0, sizeof j);
+    j.skip = skip;
     j.s = s;
     j.frees = s->split ? HY_WGRAD : HY_BWD;
     j.c = c;
@@ -378,7 +472,10 @@ int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds
         t->live_buf = malloc(room * sizeof *t->live_buf);
         t->most_buf = malloc(room * sizeof *t->most_buf);
         lists[r] = malloc(n * sizeof *lists[r]);
-        ok = t->id_buf && t->ts_buf && t->te_buf && t->live_buf && t->most_buf && lists[r];
+        t->blocks = (int)(room / GAP_BLOCK) + 1;
+        t->gap = malloc((size_t)t->blocks * sizeof *t->gap);
+        ok = t->id_buf && t->ts_buf && t->te_buf && t->live_buf && t->most_buf && lists[r] &&
+             t->gap;
     }
     if (!ok) {
         justify_free(&j, lists);
@@ -414,4 +511,13 @@ int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds
     }
     justify_free(&j, lists);
     return rc;
+}
+
+int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err) {
+    return justify_run(s, c, limit, rounds, 1, err);
+}
+
+int hy_justify_schedule_plain(hy_schedule *s, const hy_costs *c, int limit, int rounds,
+                              hy_error *err) {
+    return justify_run(s, c, limit, rounds, 0, err);
 }
