@@ -25,12 +25,12 @@ typedef struct {
     int n;
     int *id;            /* placed actions (keys), in time order */
     double *ts, *te;    /* their start and end */
-    int *live, *most;   /* the activations held, as fits_memory says */
+    int *live;          /* the activations held, as fits_memory says */
     /* The arrays above are views into buffers of 2 room + 1 entries, room
      * the rank's actions, starting at off: each insertion moves the
      * shorter side of the timeline, so there is room either way. */
     int room, off;
-    int *id_buf, *live_buf, *most_buf;
+    int *id_buf, *live_buf;
     double *ts_buf, *te_buf;
     /* For each block of GAP_BLOCK buffer slots, a bound on the idle time
      * before its entries (ts[i] - te[i - 1]): raised as entries come,
@@ -98,23 +98,30 @@ static int held(const justify *j, const hy_action *a) {
 
 /* The count of live activations, over the actions placed so far: going
  * early (late = 0) live[k] is what rank holds after action k (an F adds
- * one, what frees it takes one: a prefix sum) and most[k] the largest of
- * live[k..]; going late, built from the end, live[k] is what it holds
- * before action k (what frees one adds one looking back, an F takes it:
- * a suffix sum) and most[k] the largest of live[..k]. Each way the count
- * is exact for the part of the step already placed. d is the action's
- * held(). */
+ * one, what frees it takes one: a prefix sum), and an F at i raises every
+ * count from i on; going late, built from the end, live[k] is what it
+ * holds before action k (what frees one adds one looking back, an F takes
+ * it: a suffix sum), and what frees one at i raises every count before i.
+ * Each way the count is exact for the part of the step already placed.
+ * d is the action's held(). The counts it raises are those insert
+ * changes, on the side each pass rarely reaches far into, so they are
+ * looked through here rather than kept as a running largest, which every
+ * insertion at the other side would have to bring up to date. */
 static int fits_memory(const justify *j, const timeline *t, int i, int d, int late) {
     if (late) {
         if (d >= 0) return 1;
         int after = i < t->n ? t->live[i] : 0;
         if (after + 1 > j->limit) return 0;
-        return i == 0 || t->most[i - 1] + 1 <= j->limit;
+        for (int k = i - 1; k >= 0; k--)
+            if (t->live[k] + 1 > j->limit) return 0;
+        return 1;
     }
     if (d <= 0) return 1;
     int before = i > 0 ? t->live[i - 1] : 0;
     if (before + 1 > j->limit) return 0;
-    return i >= t->n || t->most[i] + 1 <= j->limit;
+    for (int k = i; k < t->n; k++)
+        if (t->live[k] + 1 > j->limit) return 0;
+    return 1;
 }
 
 /* Points t's arrays at slot off of its buffers. */
@@ -124,7 +131,6 @@ static void view(timeline *t, int off) {
     t->ts = t->ts_buf + off;
     t->te = t->te_buf + off;
     t->live = t->live_buf + off;
-    t->most = t->most_buf + off;
 }
 
 /* Empties t, its views in the middle of its buffers: the late pass
@@ -206,10 +212,9 @@ static int gap_first(timeline *t, int i, double least) {
 
 /* Places action id at position i of t, and brings the count up to date.
  * Only what the insertion changes is touched: the shorter side of the
- * timeline moves one slot, the counts on the side the action shifts
+ * timeline moves one slot, and the counts on the side the action shifts
  * (after it going early, before it going late: mostly few, since each
- * pass places actions near the end it builds from) change by its own,
- * and the running largest on the other side while it changes. */
+ * pass places actions near the end it builds from) change by its own. */
 static void insert(timeline *t, int i, int id, double ts, double te, int held, int late) {
     if (i < t->n - i) {   /* the entries before i move one slot down */
         assert(t->off > 0);
@@ -217,7 +222,6 @@ static void insert(timeline *t, int i, int id, double ts, double te, int held, i
         memmove(t->ts - 1, t->ts, (size_t)i * sizeof *t->ts);
         memmove(t->te - 1, t->te, (size_t)i * sizeof *t->te);
         memmove(t->live - 1, t->live, (size_t)i * sizeof *t->live);
-        memmove(t->most - 1, t->most, (size_t)i * sizeof *t->most);
         view(t, t->off - 1);
     } else {              /* those from i on move one slot up */
         int tail = t->n - i;
@@ -226,7 +230,6 @@ static void insert(timeline *t, int i, int id, double ts, double te, int held, i
         memmove(t->ts + i + 1, t->ts + i, (size_t)tail * sizeof *t->ts);
         memmove(t->te + i + 1, t->te + i, (size_t)tail * sizeof *t->te);
         memmove(t->live + i + 1, t->live + i, (size_t)tail * sizeof *t->live);
-        memmove(t->most + i + 1, t->most + i, (size_t)tail * sizeof *t->most);
     }
     int front = i < t->n - i;
     t->id[i] = id;
@@ -240,30 +243,12 @@ static void insert(timeline *t, int i, int id, double ts, double te, int held, i
     if (late) {
         int d = -held;
         t->live[i] = (i + 1 < n ? t->live[i + 1] : 0) + d;
-        for (int k = 0; d && k < i; k++) {
-            t->live[k] += d;
-            t->most[k] += d;
-        }
-        t->most[i] = i > 0 && t->most[i - 1] > t->live[i] ? t->most[i - 1] : t->live[i];
-        for (int k = i + 1; k < n; k++) {
-            int m = t->live[k] > t->most[k - 1] ? t->live[k] : t->most[k - 1];
-            if (m == t->most[k]) break;
-            t->most[k] = m;
-        }
+        for (int k = 0; d && k < i; k++) t->live[k] += d;
         return;
     }
     int d = held;
     t->live[i] = (i > 0 ? t->live[i - 1] : 0) + d;
-    for (int k = i + 1; d && k < n; k++) {
-        t->live[k] += d;
-        t->most[k] += d;
-    }
-    t->most[i] = i + 1 < n && t->most[i + 1] > t->live[i] ? t->most[i + 1] : t->live[i];
-    for (int k = i - 1; k >= 0; k--) {
-        int m = t->live[k] > t->most[k + 1] ? t->live[k] : t->most[k + 1];
-        if (m == t->most[k]) break;
-        t->most[k] = m;
-    }
+    for (int k = i + 1; d && k < n; k++) t->live[k] += d;
 }
 
 /* The first position of t at which an action of duration du starting no
@@ -434,7 +419,7 @@ static void justify_free(justify *j, hy_action **lists) {
     free(j->ks_tmp);
     for (int r = 0; r < HY_MAX_RANKS; r++) {
         timeline *t = &j->tl[r];
-        free(t->id_buf); free(t->ts_buf); free(t->te_buf); free(t->live_buf); free(t->most_buf);
+        free(t->id_buf); free(t->ts_buf); free(t->te_buf); free(t->live_buf);
         free(t->gap);
         free(lists[r]);
     }
@@ -470,11 +455,10 @@ static int justify_run(hy_schedule *s, const hy_costs *c, int limit, int rounds,
         t->ts_buf = malloc(room * sizeof *t->ts_buf);
         t->te_buf = malloc(room * sizeof *t->te_buf);
         t->live_buf = malloc(room * sizeof *t->live_buf);
-        t->most_buf = malloc(room * sizeof *t->most_buf);
         lists[r] = malloc(n * sizeof *lists[r]);
         t->blocks = (int)(room / GAP_BLOCK) + 1;
         t->gap = malloc((size_t)t->blocks * sizeof *t->gap);
-        ok = t->id_buf && t->ts_buf && t->te_buf && t->live_buf && t->most_buf && lists[r] &&
+        ok = t->id_buf && t->ts_buf && t->te_buf && t->live_buf && lists[r] &&
              t->gap;
     }
     if (!ok) {
