@@ -14,6 +14,7 @@
  */
 #include "justify.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,18 +25,42 @@ typedef struct {
     int n;
     int *id;            /* placed actions (keys), in time order */
     double *ts, *te;    /* their start and end */
-    int *live, *most;   /* the activations held, as fits_memory says */
+    int *live;          /* the activations held, as fits_memory says */
+    /* The arrays above are views into buffers of 2 room + 1 entries, room
+     * the rank's actions, starting at off: each insertion moves the
+     * shorter side of the timeline, so there is room either way. */
+    int room, off;
+    int *id_buf, *live_buf;
+    double *ts_buf, *te_buf;
+    /* For each block of GAP_BLOCK buffer slots, a bound on the idle time
+     * before its entries (ts[i] - te[i - 1]): raised as entries come,
+     * made exact when a search looks through the block. A pass skips
+     * the blocks with no gap an action fits in rather than walk past
+     * every entry. tmax: the largest time placed, which says how far
+     * rounding goes. */
+    double *gap, tmax;
+    int blocks;
 } timeline;
+
+typedef struct {
+    double key;
+    int id;
+} keyed;
+
+/* Slots per block of a timeline's gap bounds. */
+#define GAP_BLOCK 32
 
 typedef struct {
     const hy_schedule *s;
     const hy_costs *c;
     int N, limit;
+    int skip;           /* skip the stretches of a timeline with no gap that fits */
     int frees;          /* the op that gives an activation back: B, split W */
     hy_action *act;     /* [N]: the action of each key */
     int (*out)[HY_MAX_INPUTS];   /* [N]: the keys that take each action's output, -1: none */
     double *t0, *t1;    /* [N]: start and end of every action in the current pass */
     int *order;         /* [N]: the keys in the order they are placed */
+    keyed *ks, *ks_tmp; /* [N]: the keys being put in that order */
     timeline tl[HY_MAX_RANKS];
 } justify;
 
@@ -73,68 +98,157 @@ static int held(const justify *j, const hy_action *a) {
 
 /* The count of live activations, over the actions placed so far: going
  * early (late = 0) live[k] is what rank holds after action k (an F adds
- * one, what frees it takes one: a prefix sum) and most[k] the largest of
- * live[k..]; going late, built from the end, live[k] is what it holds
- * before action k (what frees one adds one looking back, an F takes it:
- * a suffix sum) and most[k] the largest of live[..k]. Each way the count
- * is exact for the part of the step already placed. d is the action's
- * held(). */
+ * one, what frees it takes one: a prefix sum), and an F at i raises every
+ * count from i on; going late, built from the end, live[k] is what it
+ * holds before action k (what frees one adds one looking back, an F takes
+ * it: a suffix sum), and what frees one at i raises every count before i.
+ * Each way the count is exact for the part of the step already placed.
+ * d is the action's held(). The counts it raises are those insert
+ * changes, on the side each pass rarely reaches far into, so they are
+ * looked through here rather than kept as a running largest, which every
+ * insertion at the other side would have to bring up to date. */
 static int fits_memory(const justify *j, const timeline *t, int i, int d, int late) {
     if (late) {
         if (d >= 0) return 1;
         int after = i < t->n ? t->live[i] : 0;
         if (after + 1 > j->limit) return 0;
-        return i == 0 || t->most[i - 1] + 1 <= j->limit;
+        for (int k = i - 1; k >= 0; k--)
+            if (t->live[k] + 1 > j->limit) return 0;
+        return 1;
     }
     if (d <= 0) return 1;
     int before = i > 0 ? t->live[i - 1] : 0;
     if (before + 1 > j->limit) return 0;
-    return i >= t->n || t->most[i] + 1 <= j->limit;
+    for (int k = i; k < t->n; k++)
+        if (t->live[k] + 1 > j->limit) return 0;
+    return 1;
+}
+
+/* Points t's arrays at slot off of its buffers. */
+static void view(timeline *t, int off) {
+    t->off = off;
+    t->id = t->id_buf + off;
+    t->ts = t->ts_buf + off;
+    t->te = t->te_buf + off;
+    t->live = t->live_buf + off;
+}
+
+/* Empties t, its views in the middle of its buffers: the late pass
+ * inserts mostly at the front, the early pass at the back. */
+static void reset(timeline *t) {
+    t->n = 0;
+    t->tmax = 0;
+    view(t, t->room);
+    for (int b = 0; b < t->blocks; b++) t->gap[b] = -INFINITY;
+}
+
+/* The idle time before entry i of t: -inf before the first. */
+static double gap_at(const timeline *t, int i) {
+    return i > 0 ? t->ts[i] - t->te[i - 1] : -INFINITY;
+}
+
+/* The gaps before positions lo..hi of t changed: their blocks' bounds
+ * raised to them. */
+static void gaps_set(timeline *t, int lo, int hi) {
+    for (int i = lo; i <= hi; i++) {
+        double g = gap_at(t, i);
+        double *most = &t->gap[(t->off + i) / GAP_BLOCK];
+        if (g > *most) *most = g;
+    }
+}
+
+/* The gap an action of duration du needs, at least, to go before an
+ * entry i (0 < i < n): going late it ends by ts[i] and starts after
+ * te[i - 1], going early the same, each within eps. Less the rounding
+ * of those sums, by far: so every position below it is one where the
+ * exact test fails, and skipping them changes nothing. */
+static double gap_needed(const timeline *t, double du, double at, double eps) {
+    return du - eps - 1e-9 * (1 + t->tmax + fabs(at) + du);
+}
+
+/* The last position in [1, i] of t whose gap reaches `least` (0 if
+ * none); i itself when it is not an inner position. Whole blocks whose
+ * bound is below it are skipped, and a block looked through entry by
+ * entry gets its bound made exact. */
+static int gap_last(timeline *t, int i, double least) {
+    if (i < 1 || i >= t->n) return i;
+    while (i >= 1) {
+        int b = (t->off + i) / GAP_BLOCK, first = b * GAP_BLOCK - t->off;
+        int lo = first > 1 ? first : 1, last = first + GAP_BLOCK - 1;
+        if (t->gap[b] >= least) {
+            double most = -INFINITY;
+            for (int k = i; k >= lo; k--) {
+                double g = gap_at(t, k);
+                if (g >= least) return k;
+                if (g > most) most = g;
+            }
+            if (i >= last || i >= t->n - 1) t->gap[b] = most;   /* all of it seen */
+        }
+        i = lo - 1;
+    }
+    return 0;
+}
+
+/* The first position in [i, n - 1] whose gap reaches `least` (n if none);
+ * i itself when it is not an inner position. */
+static int gap_first(timeline *t, int i, double least) {
+    if (i < 1 || i >= t->n) return i;
+    while (i < t->n) {
+        int b = (t->off + i) / GAP_BLOCK, first = b * GAP_BLOCK - t->off;
+        int hi = first + GAP_BLOCK - 1 < t->n - 1 ? first + GAP_BLOCK - 1 : t->n - 1;
+        if (t->gap[b] >= least) {
+            double most = -INFINITY;
+            for (int k = i; k <= hi; k++) {
+                double g = gap_at(t, k);
+                if (g >= least) return k;
+                if (g > most) most = g;
+            }
+            if (i <= (first > 1 ? first : 1)) t->gap[b] = most;   /* all of it seen */
+        }
+        i = hi + 1;
+    }
+    return t->n;
 }
 
 /* Places action id at position i of t, and brings the count up to date.
- * Only what the insertion changes is touched: the entries on the side
- * the action shifts (after it going early, before it going late: mostly
- * few, since each pass places actions near the end it builds from), and
- * the running largest on the other side while it changes. */
+ * Only what the insertion changes is touched: the shorter side of the
+ * timeline moves one slot, and the counts on the side the action shifts
+ * (after it going early, before it going late: mostly few, since each
+ * pass places actions near the end it builds from) change by its own. */
 static void insert(timeline *t, int i, int id, double ts, double te, int held, int late) {
-    int tail = t->n - i;
-    memmove(t->id + i + 1, t->id + i, (size_t)tail * sizeof *t->id);
-    memmove(t->ts + i + 1, t->ts + i, (size_t)tail * sizeof *t->ts);
-    memmove(t->te + i + 1, t->te + i, (size_t)tail * sizeof *t->te);
-    memmove(t->live + i + 1, t->live + i, (size_t)tail * sizeof *t->live);
-    memmove(t->most + i + 1, t->most + i, (size_t)tail * sizeof *t->most);
+    if (i < t->n - i) {   /* the entries before i move one slot down */
+        assert(t->off > 0);
+        memmove(t->id - 1, t->id, (size_t)i * sizeof *t->id);
+        memmove(t->ts - 1, t->ts, (size_t)i * sizeof *t->ts);
+        memmove(t->te - 1, t->te, (size_t)i * sizeof *t->te);
+        memmove(t->live - 1, t->live, (size_t)i * sizeof *t->live);
+        view(t, t->off - 1);
+    } else {              /* those from i on move one slot up */
+        int tail = t->n - i;
+        assert(t->off + t->n < 2 * t->room + 1);
+        memmove(t->id + i + 1, t->id + i, (size_t)tail * sizeof *t->id);
+        memmove(t->ts + i + 1, t->ts + i, (size_t)tail * sizeof *t->ts);
+        memmove(t->te + i + 1, t->te + i, (size_t)tail * sizeof *t->te);
+        memmove(t->live + i + 1, t->live + i, (size_t)tail * sizeof *t->live);
+    }
+    int front = i < t->n - i;
     t->id[i] = id;
     t->ts[i] = ts;
     t->te[i] = te;
     int n = ++t->n;
+    /* the gaps of the entries that moved, its own and the next one's */
+    gaps_set(t, front ? 0 : i, front ? (i + 1 < n ? i + 1 : i) : n - 1);
+    if (fabs(ts) > t->tmax) t->tmax = fabs(ts);
+    if (fabs(te) > t->tmax) t->tmax = fabs(te);
     if (late) {
         int d = -held;
         t->live[i] = (i + 1 < n ? t->live[i + 1] : 0) + d;
-        for (int k = 0; d && k < i; k++) {
-            t->live[k] += d;
-            t->most[k] += d;
-        }
-        t->most[i] = i > 0 && t->most[i - 1] > t->live[i] ? t->most[i - 1] : t->live[i];
-        for (int k = i + 1; k < n; k++) {
-            int m = t->live[k] > t->most[k - 1] ? t->live[k] : t->most[k - 1];
-            if (m == t->most[k]) break;
-            t->most[k] = m;
-        }
+        for (int k = 0; d && k < i; k++) t->live[k] += d;
         return;
     }
     int d = held;
     t->live[i] = (i > 0 ? t->live[i - 1] : 0) + d;
-    for (int k = i + 1; d && k < n; k++) {
-        t->live[k] += d;
-        t->most[k] += d;
-    }
-    t->most[i] = i + 1 < n && t->most[i + 1] > t->live[i] ? t->most[i + 1] : t->live[i];
-    for (int k = i - 1; k >= 0; k--) {
-        int m = t->live[k] > t->most[k + 1] ? t->live[k] : t->most[k + 1];
-        if (m == t->most[k]) break;
-        t->most[k] = m;
-    }
+    for (int k = i + 1; d && k < n; k++) t->live[k] += d;
 }
 
 /* The first position of t at which an action of duration du starting no
@@ -162,15 +276,51 @@ static int last_fit(const timeline *t, double lft, double du, double eps) {
     return lo;
 }
 
-typedef struct {
-    double key;
-    int id;
-} keyed;
+static int keyed_less(const keyed *x, const keyed *y) {
+    return x->key < y->key || (x->key == y->key && x->id < y->id);
+}
 
-static int by_key(const void *a, const void *b) {
-    const keyed *x = a, *y = b;
-    if (x->key != y->key) return x->key < y->key ? -1 : 1;
-    return x->id - y->id;
+/* Sorts a[0..n) by key, then id, with tmp[n] to merge into: a merge sort
+ * of the runs already in order, so P runs (each rank's timeline, in time
+ * order) cost log P merges of the whole. Any input comes out sorted;
+ * (key, id) pairs are distinct, so there is one result whatever the
+ * algorithm. */
+static void sort_keyed(keyed *a, keyed *tmp, int n) {
+    for (;;) {
+        int runs = 0;
+        for (int lo = 0; lo < n; runs++) {
+            int mid = lo + 1;
+            while (mid < n && !keyed_less(&a[mid], &a[mid - 1])) mid++;
+            int hi = mid < n ? mid + 1 : n;
+            while (hi < n && !keyed_less(&a[hi], &a[hi - 1])) hi++;
+            int x = lo, y = mid, k = lo;
+            while (x < mid && y < hi) tmp[k++] = keyed_less(&a[y], &a[x]) ? a[y++] : a[x++];
+            while (x < mid) tmp[k++] = a[x++];
+            while (y < hi) tmp[k++] = a[y++];
+            lo = hi;
+        }
+        memcpy(a, tmp, (size_t)n * sizeof *a);
+        if (runs <= 1) return;
+    }
+}
+
+/* j->order: every key, the last to end first (late) or the first to
+ * start first, ties by key. Each rank's timeline holds its actions in
+ * time order, so going through them rank by rank (backwards, late) gives
+ * the sort P runs already in order. */
+static void place_order(justify *j, int late) {
+    int n = 0;
+    for (int r = 0; r < j->s->ranks; r++) {
+        const timeline *t = &j->tl[r];
+        for (int i = 0; i < t->n; i++) {
+            int id = t->id[late ? t->n - 1 - i : i];
+            /* + 0.0: a -0.0 key equals 0.0, as the comparison says */
+            j->ks[n++] = (keyed){ late ? -j->t1[id] + 0.0 : j->t0[id], id };
+        }
+    }
+    assert(n == j->N);
+    sort_keyed(j->ks, j->ks_tmp, n);
+    for (int i = 0; i < n; i++) j->order[i] = j->ks[i].id;
 }
 
 /* One pass: late (every action as late as it can end by `horizon`, the
@@ -178,13 +328,8 @@ static int by_key(const void *a, const void *b) {
  * start first). Reads t0/t1, writes them. Returns 0, or -1 if an action
  * found no place within the limit. */
 static int pass(justify *j, int late, double horizon) {
-    keyed *ks = malloc((size_t)j->N * sizeof *ks);
-    if (!ks) return -2;
-    for (int i = 0; i < j->N; i++) ks[i] = (keyed){ late ? -j->t1[i] : j->t0[i], i };
-    qsort(ks, (size_t)j->N, sizeof *ks, by_key);
-    for (int i = 0; i < j->N; i++) j->order[i] = ks[i].id;
-    free(ks);
-    for (int r = 0; r < j->s->ranks; r++) j->tl[r].n = 0;
+    place_order(j, late);
+    for (int r = 0; r < j->s->ranks; r++) reset(&j->tl[r]);
     const double eps = 1e-9;
     for (int k = 0; k < j->N; k++) {
         int id = j->order[k];
@@ -200,7 +345,9 @@ static int pass(justify *j, int late, double horizon) {
                 double u = j->t0[o] - hop(j, a, &j->act[o]);
                 if (u < lft) lft = u;
             }
+            double least = j->skip ? gap_needed(t, du, lft, eps) : -INFINITY;
             for (int i = last_fit(t, lft, du, eps); i >= 0 && !placed; i--) {
+                i = gap_last(t, i, least);
                 double next = i < t->n ? t->ts[i] : horizon;
                 double end = lft < next ? lft : next;
                 double prev = i > 0 ? t->te[i - 1] : -INFINITY;
@@ -220,7 +367,9 @@ static int pass(justify *j, int late, double horizon) {
                 double u = j->t1[key] + hop(j, &in[d], a);
                 if (u > est) est = u;
             }
+            double least = j->skip ? gap_needed(t, du, est, eps) : -INFINITY;
             for (int i = first_fit(t, est, du, eps); i <= t->n && !placed; i++) {
+                i = gap_first(t, i, least);
                 double prev = i > 0 ? t->te[i - 1] : 0;
                 double start = est > prev ? est : prev;
                 double next = i < t->n ? t->ts[i] : INFINITY;
@@ -237,7 +386,8 @@ static int pass(justify *j, int late, double horizon) {
     return 0;
 }
 
-/* s's simulated times into t0/t1; its makespan and largest peak. */
+/* s's simulated times into t0/t1, its lists into the timelines (the
+ * order the first pass sorts from); its makespan and largest peak. */
 static int measure(justify *j, const hy_schedule *s, double *makespan, int *peak, hy_error *err) {
     hy_sim_result r;
     int rc = hy_simulate(s, j->c, NULL, &r, err);
@@ -246,10 +396,13 @@ static int measure(justify *j, const hy_schedule *s, double *makespan, int *peak
     *peak = 0;
     for (int q = 0; q < s->ranks; q++) {
         if (r.peak_activations[q] > *peak) *peak = r.peak_activations[q];
+        timeline *t = &j->tl[q];   /* the rank's actions in the order they run */
+        reset(t);
         for (int i = 0; i < s->n_actions[q]; i++) {
-            size_t key = hy_action_key(s, &s->actions[q][i]);
+            int key = (int)hy_action_key(s, &s->actions[q][i]);
             j->t0[key] = r.start[q][i];
             j->t1[key] = r.end[q][i];
+            t->id[t->n++] = key;
         }
     }
     hy_sim_result_free(&r);
@@ -262,16 +415,21 @@ static void justify_free(justify *j, hy_action **lists) {
     free(j->t0);
     free(j->t1);
     free(j->order);
+    free(j->ks);
+    free(j->ks_tmp);
     for (int r = 0; r < HY_MAX_RANKS; r++) {
         timeline *t = &j->tl[r];
-        free(t->id); free(t->ts); free(t->te); free(t->live); free(t->most);
+        free(t->id_buf); free(t->ts_buf); free(t->te_buf); free(t->live_buf);
+        free(t->gap);
         free(lists[r]);
     }
 }
 
-int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err) {
+static int justify_run(hy_schedule *s, const hy_costs *c, int limit, int rounds, int skip,
+                       hy_error *err) {
     justify j;
     memset(&j, 0, sizeof j);
+    j.skip = skip;
     j.s = s;
     j.frees = s->split ? HY_WGRAD : HY_BWD;
     j.c = c;
@@ -283,20 +441,25 @@ int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds
     j.t0 = malloc(N * sizeof *j.t0);
     j.t1 = malloc(N * sizeof *j.t1);
     j.order = malloc(N * sizeof *j.order);
+    j.ks = malloc(N * sizeof *j.ks);
+    j.ks_tmp = malloc(N * sizeof *j.ks_tmp);
     /* Each round's order is written here, and swapped with s's lists when
      * it is taken. */
     hy_action *lists[HY_MAX_RANKS] = { 0 };
-    int ok = j.act && j.out && j.t0 && j.t1 && j.order;
+    int ok = j.act && j.out && j.t0 && j.t1 && j.order && j.ks && j.ks_tmp;
     for (int r = 0; ok && r < s->ranks; r++) {
-        size_t n = (size_t)s->n_actions[r];
+        size_t n = (size_t)s->n_actions[r], room = 2 * n + 1;
         timeline *t = &j.tl[r];
-        t->id = malloc(n * sizeof *t->id);
-        t->ts = malloc(n * sizeof *t->ts);
-        t->te = malloc(n * sizeof *t->te);
-        t->live = malloc(n * sizeof *t->live);
-        t->most = malloc(n * sizeof *t->most);
+        t->room = s->n_actions[r];
+        t->id_buf = malloc(room * sizeof *t->id_buf);
+        t->ts_buf = malloc(room * sizeof *t->ts_buf);
+        t->te_buf = malloc(room * sizeof *t->te_buf);
+        t->live_buf = malloc(room * sizeof *t->live_buf);
         lists[r] = malloc(n * sizeof *lists[r]);
-        ok = t->id && t->ts && t->te && t->live && t->most && lists[r];
+        t->blocks = (int)(room / GAP_BLOCK) + 1;
+        t->gap = malloc((size_t)t->blocks * sizeof *t->gap);
+        ok = t->id_buf && t->ts_buf && t->te_buf && t->live_buf && lists[r] &&
+             t->gap;
     }
     if (!ok) {
         justify_free(&j, lists);
@@ -308,7 +471,6 @@ int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds
     for (int round = 0; round < rounds && !rc; round++) {
         int p = pass(&j, 1, best);
         if (p == 0) p = pass(&j, 0, 0);
-        if (p == -2) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory justifying a schedule");
         if (p) break;
         /* The early pass's timelines are the new order, priced by the
          * simulator, which starts each action as early as the order lets
@@ -333,4 +495,13 @@ int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds
     }
     justify_free(&j, lists);
     return rc;
+}
+
+int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err) {
+    return justify_run(s, c, limit, rounds, 1, err);
+}
+
+int hy_justify_schedule_plain(hy_schedule *s, const hy_costs *c, int limit, int rounds,
+                              hy_error *err) {
+    return justify_run(s, c, limit, rounds, 0, err);
 }

@@ -35,4 +35,11 @@
  * simulator refuses. */
 int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err);
 
+/* The same justification with each pass trying every position of a
+ * rank's timeline in turn, as it was first written, rather than skipping
+ * the stretches where no gap fits the action: slower, and there for the
+ * tests, which compare the two list for list. */
+int hy_justify_schedule_plain(hy_schedule *s, const hy_costs *c, int limit, int rounds,
+                              hy_error *err);
+
 #endif

@@ -39,8 +39,11 @@ int hy_plan_build(hy_plan *pl, const hy_sched_params *p, const hy_costs *c,
                        "hold; use fewer micro-batches, waves or chunks",
                        hy_sched_name(p->kind), p->ranks, p->micro_batches,
                        hy_sched_chunks(p), n, HY_PLAN_MAX_ACTIONS);
-    int rc = hy_order_schedule(&pl->sched, p, c, err);
-    if (rc != HY_OK) return rc;
+    int rc = hy_order_schedule_work(&pl->sched, p, c, &pl->work, err);
+    if (rc != HY_OK) {
+        memset(pl, 0, sizeof *pl);
+        return rc;
+    }
     rc = hy_simulate(&pl->sched, c, NULL, &pl->sim, err);
     if (rc != HY_OK) {
         hy_schedule_free(&pl->sched);

@@ -20,6 +20,7 @@
 
 #include "costs.h"
 #include "error.h"
+#include "order.h"
 #include "schedule.h"
 #include "sim.h"
 
@@ -38,6 +39,7 @@ typedef struct {
     int max_activations;   /* the cap the order was chosen within (0: none) */
     double cap_bound;      /* hy_makespan_bound_memory at that cap: no order within it
                               is shorter (without a cap, sim.bound) */
+    hy_order_work work;    /* what choosing the order cost (order.h) */
 } hy_plan;
 
 /* Builds the schedule for p and simulates it under c. On failure the plan

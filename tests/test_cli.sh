@@ -275,6 +275,13 @@ expect_no_out '^rank 4 |'
 expect_out '^bubble ratio      0.2727 (ideal 0.2727)$'
 expect_out '^ranks             P = 4$'
 if grep -q $'\x1b' "$tmp/out"; then bad "$last: colour into a file"; else ok; fi
+# plan says what planning took: under the costs the order is made for,
+# no search; with a transfer time, the orders the search built (never a
+# time asserted, only the line's form).
+expect_out '^planning          [0-9.]* s ([0-9.]* s of CPU): the order made for these costs, no search$'
+run plan --schedule hanayo --ranks 4 --micro-batches 8 --comm-cost 0.2
+expect_rc 0
+expect_out '^planning          [0-9.]* s ([0-9.]* s of CPU): [1-9][0-9]* orders built, [1-9][0-9]* actions simulated$'
 
 # A cap on each rank's activations: the flag and the config key, the cap
 # and the peak printed, the peak within it; below the smallest, exit 2

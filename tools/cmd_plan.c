@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "args.h"
@@ -527,6 +528,27 @@ static int plan_in_memory(const cli_plan_request *rq, const hy_run *run, const h
     return HY_OK;
 }
 
+/* Seconds on clock `id` (CLOCK_MONOTONIC: the wall; CLOCK_PROCESS_CPUTIME_ID:
+ * this process's CPU). */
+static double seconds_on(clockid_t id) {
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0) return 0;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* What making the plan took: its time, and what the order search did
+ * (order.h), saying so when its bound stopped it before its last
+ * candidate. */
+static void write_planning(FILE *out, const hy_plan *pl, double wall, double cpu) {
+    fprintf(out, "%-18s%.2f s (%.2f s of CPU)", "planning", wall, cpu);
+    if (pl->work.orders == 0) fprintf(out, ": the order made for these costs, no search\n");
+    else
+        fprintf(out, ": %d orders built, %lld actions simulated%s\n", pl->work.orders,
+                pl->work.actions, pl->work.stopped
+                    ? "; the search stopped at its bound (HY_ORDER_WORK), the best so far kept"
+                    : "");
+}
+
 static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
                    const hy_costs *c, FILE *out, hy_error *err) {
     hy_plan pl;
@@ -541,8 +563,11 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
     hy_model m;
     int have_model = model_for(run, p, &m, &merr) == HY_OK;
     int have_memory = 0;
+    double wall = seconds_on(CLOCK_MONOTONIC), cpu = seconds_on(CLOCK_PROCESS_CPUTIME_ID);
     int rc = plan_in_memory(rq, run, p, c, have_model ? &m : NULL, &pl, &mp, &available, &fit, why,
                             sizeof why, &have_memory, &merr, err);
+    wall = seconds_on(CLOCK_MONOTONIC) - wall;
+    cpu = seconds_on(CLOCK_PROCESS_CPUTIME_ID) - cpu;
     if (rc != HY_OK) {
         if (have_model) hy_model_free(&m);
         return rc;
@@ -560,6 +585,7 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
         if (hy_plan_write_timeline(out, &pl, &rq->timeline) != 0) rc = out_error(err);
         fputc('\n', out);
         hy_plan_write_summary(out, &pl);
+        write_planning(out, &pl, wall, cpu);
         if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
         if (have_memory) write_memory(out, &mp, available, fit, why);
         else fprintf(out, "\nmemory: not planned: %s\n", merr.msg);
