@@ -59,13 +59,13 @@
 #define ORDER_SEARCH_ORDERS 6
 
 /* Justification rounds at most (each two passes and a simulation), and
- * the work past which it is skipped: a pass costs at worst (actions) x
- * (actions per rank) steps, in practice far less (justify.c finds each
- * action's place by binary search and touches little of its rank's
- * timeline): about a second at this many (P = 8, M = 1024, W = 2,
- * 5 x 10^8, is justified; P = 64, M = 1024 is not, 15 s). */
+ * the work past which it is skipped (and hy_order_work says so): a pass
+ * costs at worst (actions) x (actions per rank) steps, in practice far
+ * less (justify.c skips the stretches of a timeline where no gap fits):
+ * every plan up to P = 8, M = 1024, split or not (1.2 x 10^9 at split
+ * W = 2), is justified, in about 0.1 s; P = 64, M = 1024 is not. */
 #define JUSTIFY_ROUNDS 4
-#define JUSTIFY_WORK 1e9
+#define JUSTIFY_WORK 1e10
 
 /* Up to this much of that work every candidate is justified before it is
  * priced, not only the winner: an order the merge left a little longer
@@ -366,7 +366,7 @@ int hy_order_schedule(hy_schedule *s, const hy_sched_params *p, const hy_costs *
 
 int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                            hy_order_work *work, hy_error *err) {
-    if (work) *work = (hy_order_work){ 0, 0, 0 };
+    if (work) *work = (hy_order_work){ 0, 0, 0, 0 };
     int cap = p->max_activations, least = hy_sched_min_activations(p);
     memset(s, 0, sizeof *s);
     if (cap < 0 || (cap > 0 && cap < least))
@@ -390,9 +390,11 @@ int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_co
                                                                : HY_ORDER_WORK;
     memset(&g.best, 0, sizeof g.best);
     double steps = (double)g.actions * ((double)g.actions / p->ranks);   /* a pass, at worst */
-    g.justify = (p->kind == HY_SCHED_HANAYO || cap > 0) && steps <= JUSTIFY_WORK;
+    int wants = p->kind == HY_SCHED_HANAYO || cap > 0;
+    g.justify = wants && steps <= JUSTIFY_WORK;
     g.justify_each = g.justify && steps <= JUSTIFY_EACH_WORK;
     rc = search(&g, err);
+    g.work.unjustified = wants && !g.justify;
     if (work) *work = g.work;
     if (rc) {
         hy_schedule_free(&g.best);

@@ -57,6 +57,7 @@ typedef struct {
     int orders;
     long long actions;
     int stopped;        /* the bound stopped the search before its last candidate */
+    int unjustified;    /* justification would have helped but was past its work limit */
 } hy_order_work;
 
 /* hy_order_schedule, also saying in *work (when not NULL) what the

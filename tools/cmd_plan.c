@@ -538,15 +538,17 @@ static double seconds_on(clockid_t id) {
 
 /* What making the plan took: its time, and what the order search did
  * (order.h), saying so when its bound stopped it before its last
- * candidate. */
+ * candidate or the order was too large to justify. */
 static void write_planning(FILE *out, const hy_plan *pl, double wall, double cpu) {
     fprintf(out, "%-18s%.2f s (%.2f s of CPU)", "planning", wall, cpu);
     if (pl->work.orders == 0) fprintf(out, ": the order made for these costs, no search\n");
     else
-        fprintf(out, ": %d orders built, %lld actions simulated%s\n", pl->work.orders,
+        fprintf(out, ": %d orders built, %lld actions simulated%s%s\n", pl->work.orders,
                 pl->work.actions, pl->work.stopped
                     ? "; the search stopped at its bound (HY_ORDER_WORK), the best so far kept"
-                    : "");
+                    : "",
+                pl->work.unjustified ? "; too large to justify (order.c's JUSTIFY_WORK): the "
+                                       "order as merged, not tightened" : "");
 }
 
 static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
