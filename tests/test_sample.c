@@ -108,7 +108,8 @@ static void test_ops(int NH, int NKV, int hd) {
 /* ---- a sampler --------------------------------------------------------------- */
 
 static const hy_model_shape SHAPE = { .kind = HY_MODEL_GPT, .layers = 2, .d_model = 32,
-                                      .heads = 4, .seq_len = 12, .vocab = 61, .kv_heads = 4,
+                                      .heads = 4, .seq_len = 12, .positions = 12, .vocab = 61,
+                                      .kv_heads = 4,
                                       .ffn_dim = 128, .tie_embeddings = 1 };
 /* Two query heads per kv head, an untied head. */
 static const hy_model_shape LLAMA = { .kind = HY_MODEL_LLAMA, .layers = 2, .d_model = 32,
