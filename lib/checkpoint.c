@@ -392,11 +392,13 @@ static int ck_check_model(const char *path, const char *what, json_t *state, con
                            advice);
     }
     long long rows = ck_saved_positions(model);
-    if (m->kind != HY_MODEL_LLAMA && rows != m->positions)
+    if (m->kind != HY_MODEL_LLAMA && rows != m->positions) {
+        char also[64] = "";   /* a seq_len the saved table covers */
+        if (rows < m->seq_len) snprintf(also, sizeof also, " --set model.seq_len=%lld", rows);
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.positions = %lld (its "
                        "position table's rows), the config has %d; --set model.positions=%lld%s",
-                       what, rows, m->positions, rows,
-                       rows < m->seq_len ? " and a model.seq_len no longer than that" : "");
+                       what, rows, m->positions, rows, also);
+    }
     json_t *tie = json_object_get(model, "tie_embeddings");
     if (tie && (!json_is_boolean(tie) || json_is_true(tie) != !!m->tie_embeddings))
         return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.tie_embeddings = %s, the "
