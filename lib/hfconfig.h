@@ -47,7 +47,8 @@ double hy_hfconfig_value(const hy_model_shape *s, int f);
  * weights and stay 0. A BertConfig (model_type "bert"): kind bert, norm
  * post, the shape, layer_norm_eps (default 1e-12) and positions =
  * max_position_embeddings (the position embedding's rows), seq_len as
- * many. HY_ERR_INPUT naming the file and the field for a file that is neither, a field missing or not a number, a
+ * many. HY_ERR_INPUT naming the file and the field for a file that is
+ * neither, a field missing or not a number, a
  * head_dim other than hidden_size / num_attention_heads, a rope scaling
  * other than Llama 3's; for BERT an intermediate_size other than 4 x
  * hidden_size, a hidden_act other than "gelu", a type_vocab_size other

@@ -155,6 +155,8 @@ def main():
         rc, out, err = hf.hanayo("train", CONFIG, "--steps", "1", "--set", "init=" + FIX,
                                  "--set", "checkpoint.dir=" + ck8, *short)
         hf.check(rc == 0, "train at seq_len 8: exit %d: %s" % (rc, err.strip()[-300:]))
+        hf.check("seq_len 8 of 16 positions" in out, "train's model line: %s"
+                 % [l for l in out.splitlines() if l.startswith("model:")])
         s1 = os.path.join(ck8, "step_000001")
         ours = ref.read_safetensors(s1 + "/model.safetensors") if rc == 0 else {}
         table = ours.get("bert.embeddings.position_embeddings.weight")
