@@ -351,12 +351,23 @@ static int ck_mkdirs(const char *dir, size_t *made, hy_error *err) {
     return HY_OK;
 }
 
+/* A GPT's or BERT's position table as saved: model.positions, or in a
+ * checkpoint older than it model.seq_len (the table had that many rows);
+ * -1 when neither is a number. */
+static long long ck_saved_positions(json_t *model) {
+    json_t *v = json_object_get(model, "positions");
+    if (!v) v = json_object_get(model, "seq_len");
+    return json_is_integer(v) ? (long long)json_integer_value(v) : -1LL;
+}
+
 /* The saved config's model.* must equal m: the kind first (a BERT's
- * tensors have a GPT's names and shapes), then the shape. `what` names
- * the checkpoint's part in messages ("ck/step_000200", or its weights
- * file and the checkpoint), `advice` ends them. */
+ * tensors have a GPT's names and shapes), then the shape. A resume
+ * (`resume`) holds seq_len too: the data position counts sequences of
+ * it; weights alone run at any seq_len their position table covers.
+ * `what` names the checkpoint's part in messages ("ck/step_000200", or
+ * its weights file and the checkpoint), `advice` ends them. */
 static int ck_check_model(const char *path, const char *what, json_t *state, const hy_model *m,
-                          const char *advice, hy_error *err) {
+                          int resume, const char *advice, hy_error *err) {
     json_t *model = json_object_get(json_object_get(state, "config"), "model");
     if (!json_is_object(model))
         return hy_fail(err, HY_ERR_INPUT, "%s/state.json: no config.model section", path);
@@ -373,12 +384,20 @@ static int ck_check_model(const char *path, const char *what, json_t *state, con
                         m->ffn_dim };
     for (int i = 0; i < 7; i++) {
         json_t *v = json_object_get(model, keys[i]);
-        if (!v && i >= 5) continue;
+        if ((!v && i >= 5) || (!resume && i == 3)) continue;
         if (!json_is_integer(v) || json_integer_value(v) != now[i])
             return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.%s = %lld, the config has "
                            "%d; %s", what, keys[i],
                            json_is_integer(v) ? (long long)json_integer_value(v) : -1LL, now[i],
                            advice);
+    }
+    long long rows = ck_saved_positions(model);
+    if (m->kind != HY_MODEL_LLAMA && rows != m->positions) {
+        char also[64] = "";   /* a seq_len the saved table covers */
+        if (rows < m->seq_len) snprintf(also, sizeof also, " --set model.seq_len=%lld", rows);
+        return hy_fail(err, HY_ERR_INPUT, "%s was saved with model.positions = %lld (its "
+                       "position table's rows), the config has %d; --set model.positions=%lld%s",
+                       what, rows, m->positions, rows, also);
     }
     json_t *tie = json_object_get(model, "tie_embeddings");
     if (tie && (!json_is_boolean(tie) || json_is_true(tie) != !!m->tie_embeddings))
@@ -880,7 +899,7 @@ int hy_checkpoint_verify_file(const char *file, const hy_model *m, int *unverifi
     char what[2 * PATH_MAX + 32];
     snprintf(what, sizeof what, "%s (checkpoint %s)", file, dir);
     if (m)
-        rc = ck_check_model(dir, what, o, m, "these are another model's weights: use a config "
+        rc = ck_check_model(dir, what, o, m, 0, "these are another model's weights: use a config "
                             "of the model its state.json's config.model records", err);
     json_decref(o);
     return rc;
@@ -1156,7 +1175,7 @@ int hy_checkpoint_load(hy_runtime *rt, const char *path, int *unverified, hy_err
                      named);
     if (!rc) rc = ck_int_in(path, state, "data_position", "data_position", 0, LLONG_MAX, -1, &pos,
                             err);
-    if (!rc) rc = ck_check_model(path, path, state, hy_runtime_model(rt),
+    if (!rc) rc = ck_check_model(path, path, state, hy_runtime_model(rt), 1,
                                  "resume with the checkpoint's model settings", err);
     if (!rc) rc = ck_check_mask(path, state, hy_runtime_model(rt), err);
     if (!rc && !*unverified)

@@ -64,8 +64,9 @@ int hy_checkpoint_verify(const char *path, int *unverified, hy_error *err);
  * --init) lies in a checkpoint directory, checks it against the
  * directory's state.json, and (m not NULL) that the checkpoint is of
  * model m: its recorded config.model must have m's kind, layers,
- * d_model, heads, seq_len and vocab (a BERT checkpoint's tensors have a
- * GPT's names and shapes, so only the record tells them apart):
+ * d_model, heads, vocab and (GPT, BERT) positions, not its seq_len (a
+ * BERT checkpoint's tensors have a GPT's names and shapes, so only the
+ * record tells them apart):
  * HY_ERR_INPUT naming the key. A file elsewhere is not a checkpoint's
  * and passes (*unverified 0): weights.h checks its tensors' shapes (and
  * the model a hanayo checkpoint's weights record, when they do). */

@@ -140,8 +140,8 @@ static const key_spec KEYS[] = {
       .doc = "a Hugging Face Llama or BERT checkpoint's directory (or its config.json): every "
              "model key below that the config does not give is read from it (kind `llama` or "
              "`bert`, layers, heads, kv_heads, ffn_dim, vocab, norm_eps, rope_theta, "
-             "rope_scaling, tie_embeddings; BERT's seq_len from max_position_embeddings, "
-             "norm `post`); null: none" },
+             "rope_scaling, tie_embeddings; BERT's positions from max_position_embeddings and "
+             "its seq_len, unless given, as many; norm `post`); null: none" },
     { .name = "model.layers", .type = K_INT, .off = OFF(model.layers),
       .lo = 1, .hi = 1024, .def = 4, .doc = "transformer blocks" },
     { .name = "model.d_model", .type = K_INT, .off = OFF(model.d_model),
@@ -152,7 +152,15 @@ static const key_spec KEYS[] = {
       .doc = "attention (query) heads; head size is d_model / heads" },
     { .name = "model.seq_len", .type = K_INT, .off = OFF(model.seq_len),
       .lo = 1, .hi = 65536, .def = 64,
-      .doc = "tokens per sequence (T), also the number of learned positions" },
+      .doc = "tokens per sequence (T): every batch, and the longest a sample may grow" },
+    { .name = "model.positions", .type = K_INT, .off = OFF(model.positions),
+      .lo = 0, .hi = 65536, .def = 0, .def_doc = "`model.seq_len`",
+      .doc = "rows of the learned position table (`gpt`, `bert`; GPT-2's n_positions, BERT's "
+             "max_position_embeddings), at least `model.seq_len`: a run reads rows 0 to "
+             "seq_len - 1, and the rows past them get no gradient (AdamW's decoupled decay "
+             "still shrinks them, as in PyTorch), so bert-base (512) trains at 128 and "
+             "GPT-2 (1024) at 256 and the checkpoint keeps the whole table; 0 means "
+             "`model.seq_len`; read by `gpt` and `bert` only" },
     { .name = "model.vocab", .type = K_INT, .off = OFF(model.vocab),
       .lo = 2, .hi = INT_ANY, .def = 512,
       .doc = "vocabulary size (GPT-2: 50257, Llama 3: 128256); above 65536 the shards must "
@@ -699,6 +707,7 @@ static int default_mask_token(int vocab) { return vocab == 30522 ? 103 : vocab -
 static void derive_model(hy_model_shape *m) {
     if (m->kv_heads == 0) m->kv_heads = m->heads;
     if (m->ffn_dim == 0) m->ffn_dim = 4 * m->d_model;
+    if (m->positions == 0) m->positions = m->seq_len;
     if (m->tie_embeddings < 0) m->tie_embeddings = m->kind != HY_MODEL_LLAMA;
     if (m->mask_token < 0) m->mask_token = default_mask_token(m->vocab);
 }
@@ -1238,6 +1247,14 @@ static int check_model(const hy_config *c, const load_ctx *ctx, hy_error *err) {
     /* GPT and BERT have fixed answers to what Llama makes keys of. */
     const char *kind = hy_model_name(m->kind);
 
+    if (m->positions < m->seq_len) {
+        WHERE("model.positions", "model.seq_len");
+        return hy_fail(err, HY_ERR_INPUT, "model.positions (%d) is below model.seq_len (%d) in "
+                       "%s: %s's position table needs a row for each of a sequence's tokens; "
+                       "give model.positions >= %d or a model.seq_len <= %d", m->positions,
+                       m->seq_len, where, kind, m->seq_len, m->positions);
+    }
+
     if (m->kv_heads != m->heads) {
         WHERE("model.kv_heads", "model.kind");
         return hy_fail(err, HY_ERR_INPUT, "model.kv_heads (%d) differs from model.heads (%d) "
@@ -1425,10 +1442,15 @@ static int model_from(hy_config *c, const load_ctx *ctx, hy_error *err) {
                        hy_model_name(c->model.kind), where, name);
     }
     c->model.kind = hf.kind;
-    /* BERT's positions are weights: their rows are the sequence length */
-    const key_spec *seq = find_key("model.seq_len");
-    if (hf.kind == HY_MODEL_BERT && ctx->origin[key_index(seq)] == ORIGIN_DEFAULT)
-        rc = from_value(c, seq, hf.seq_len, path, "max_position_embeddings", ctx, err);
+    /* BERT's positions are weights: the table's rows, and the sequence
+     * length unless the config gives one (shorter: BERT's phase 1) */
+    const key_spec *seq = find_key("model.seq_len"), *pos = find_key("model.positions");
+    if (hf.kind == HY_MODEL_BERT) {
+        if (ctx->origin[key_index(pos)] == ORIGIN_DEFAULT)
+            rc = from_value(c, pos, hf.positions, path, "max_position_embeddings", ctx, err);
+        if (!rc && ctx->origin[key_index(seq)] == ORIGIN_DEFAULT)
+            c->model.seq_len = c->model.positions;
+    }
     for (int f = 0; f < HY_HF_FIELDS && !rc; f++) {
         const key_spec *k = find_key(hy_hfconfig_key(f));
         assert(k);
@@ -1456,7 +1478,7 @@ static void derive_norm(hy_config *c, const load_ctx *ctx) {
  * checks that involve several keys. */
 static int resolve(hy_config *c, json_t *root, const load_ctx *ctx, hy_error *err) {
     c->train.min_lr = NAN;                    /* "not given" until read */
-    c->model.kv_heads = c->model.ffn_dim = 0;   /* likewise (derive_model) */
+    c->model.kv_heads = c->model.ffn_dim = c->model.positions = 0;   /* likewise (derive_model) */
     c->model.tie_embeddings = c->model.mask_token = -1;
     for (int i = 0; i < N_KEYS; i++) {
         const json_t *v = KEYS[i].type == K_SECTION ? NULL : lookup(root, KEYS[i].name);

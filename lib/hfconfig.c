@@ -119,8 +119,9 @@ static int hf_read_bert(const char *path, json_t *o, hy_model_shape *s, hy_error
     if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_HEADS], v[HY_HF_HEADS], &s->heads, err);
     if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_FFN_DIM], v[HY_HF_FFN_DIM], &s->ffn_dim, err);
     if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_VOCAB], v[HY_HF_VOCAB], &s->vocab, err);
-    if (!rc) rc = hf_int(path, "max_position_embeddings", seq, &s->seq_len, err);
+    if (!rc) rc = hf_int(path, "max_position_embeddings", seq, &s->positions, err);
     if (rc) return rc;
+    s->seq_len = s->positions;
     if (s->ffn_dim != 4 * s->d_model)
         return hy_fail(err, HY_ERR_INPUT, "%s: \"intermediate_size\" is %d, not 4 x hidden_size "
                        "(%d), which hanayo's BERT MLP is", path, s->ffn_dim, 4 * s->d_model);
@@ -212,7 +213,7 @@ json_t *hy_hfconfig_json(const hy_model *m) {
         return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:b}",
                          "architectures", "GPT2LMHeadModel", "model_type", "gpt2",
                          "n_layer", m->layers, "n_embd", m->d_model, "n_head", m->heads,
-                         "n_positions", m->seq_len, "n_ctx", m->seq_len, "vocab_size", m->vocab,
+                         "n_positions", m->positions, "n_ctx", m->positions, "vocab_size", m->vocab,
                          "layer_norm_epsilon", 1e-5, "activation_function", "gelu_new",
                          "tie_word_embeddings", 1);
     if (m->kind == HY_MODEL_BERT && m->norm == HY_NORM_POST)
@@ -221,7 +222,7 @@ json_t *hy_hfconfig_json(const hy_model *m) {
                          "architectures", "BertForMaskedLM", "model_type", "bert",
                          "num_hidden_layers", m->layers, "hidden_size", m->d_model,
                          "num_attention_heads", m->heads, "intermediate_size", m->ffn_dim,
-                         "max_position_embeddings", m->seq_len, "vocab_size", m->vocab,
+                         "max_position_embeddings", m->positions, "vocab_size", m->vocab,
                          "layer_norm_eps", m->norm_eps, "hidden_act", "gelu",
                          "type_vocab_size", HY_BERT_TYPE_VOCAB,
                          "position_embedding_type", "absolute", "tie_word_embeddings", 1,

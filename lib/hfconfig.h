@@ -43,11 +43,12 @@ double hy_hfconfig_value(const hy_model_shape *s, int f);
 /* Reads the config.json at path into *s. A Llama's (model_type "llama"):
  * kind llama and every field above (Hugging Face's defaults where it
  * leaves one out: kv heads = heads, rms_norm_eps 1e-6, rope_theta 10000,
- * untied, no scaling); seq_len is not a property of the weights and stays
- * 0. A BertConfig (model_type "bert"): kind bert, norm post, the shape,
- * layer_norm_eps (default 1e-12) and seq_len = max_position_embeddings
- * (the position embedding's rows). HY_ERR_INPUT naming the file and the
- * field for a file that is neither, a field missing or not a number, a
+ * untied, no scaling); seq_len and positions are not properties of the
+ * weights and stay 0. A BertConfig (model_type "bert"): kind bert, norm
+ * post, the shape, layer_norm_eps (default 1e-12) and positions =
+ * max_position_embeddings (the position embedding's rows), seq_len as
+ * many. HY_ERR_INPUT naming the file and the field for a file that is
+ * neither, a field missing or not a number, a
  * head_dim other than hidden_size / num_attention_heads, a rope scaling
  * other than Llama 3's; for BERT an intermediate_size other than 4 x
  * hidden_size, a hidden_act other than "gelu", a type_vocab_size other
@@ -57,7 +58,10 @@ int hy_hfconfig_read(const char *path, hy_model_shape *s, hy_error *err);
 
 /* Hugging Face's config for model m (GPT2LMHeadModel, LlamaForCausalLM
  * or, for post-LN BERT, BertForMaskedLM), so transformers opens a
- * checkpoint; NULL on OOM. Pre-LN BERT has none (NULL). */
+ * checkpoint: GPT's n_positions and BERT's max_position_embeddings are
+ * the position table's rows (model.positions), a Llama's
+ * max_position_embeddings its seq_len; NULL on OOM. Pre-LN BERT has none
+ * (NULL). */
 json_t *hy_hfconfig_json(const hy_model *m);
 
 #endif

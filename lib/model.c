@@ -208,6 +208,7 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
     m->d_model = shape->d_model;
     m->heads = shape->heads;
     m->seq_len = shape->seq_len;
+    m->positions = shape->positions;
     m->vocab = shape->vocab;
     m->kv_heads = shape->kv_heads;
     m->ffn_dim = shape->ffn_dim;
@@ -223,6 +224,7 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
     m->mask_token = shape->mask_token;
     m->norm = shape->norm;
     assert(m->norm == HY_NORM_PRE || m->kind == HY_MODEL_BERT);
+    assert(m->kind == HY_MODEL_LLAMA || m->positions >= m->seq_len);
     m->vocab_padded = (int)((shape->vocab + multiple - 1) / multiple * multiple);
     m->stages = stages;
     int S = m->stages, L = m->layers;
@@ -253,14 +255,15 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
     int C = m->d_model, llama = m->kind == HY_MODEL_LLAMA, post = hy_model_post_ln(m);
     if (post) {
         add_param(m, HY_P_WTE, -1, "embeddings.word_embeddings.weight", m->vocab_padded, C, 0, 1);
-        add_param(m, HY_P_WPE, -1, "embeddings.position_embeddings.weight", m->seq_len, C, 0, 1);
+        add_param(m, HY_P_WPE, -1, "embeddings.position_embeddings.weight", m->positions, C,
+                  0, 1);
         add_param(m, HY_P_TTE, -1, "embeddings.token_type_embeddings.weight", HY_BERT_TYPE_VOCAB,
                   C, 0, 1);
         add_param(m, HY_P_LNE_W, -1, "embeddings.LayerNorm.weight", C, 0, 0, 0);
         add_param(m, HY_P_LNE_B, -1, "embeddings.LayerNorm.bias", C, 0, 0, 0);
     } else {
         add_param(m, HY_P_WTE, -1, llama ? "embed.weight" : "wte.weight", m->vocab_padded, C, 0, 1);
-        if (!llama) add_param(m, HY_P_WPE, -1, "wpe.weight", m->seq_len, C, 0, 1);
+        if (!llama) add_param(m, HY_P_WPE, -1, "wpe.weight", m->positions, C, 0, 1);
     }
     for (int s = 0; s < S; s++)
         for (int l = m->first_layer[s]; l < m->first_layer[s] + m->n_layers[s]; l++)
@@ -282,7 +285,8 @@ int hy_model_build(hy_model *m, const hy_model_shape *shape, const int *layers_p
 
 hy_model_shape hy_model_shape_of(const hy_model *m) {
     return (hy_model_shape){ .kind = m->kind, .layers = m->layers, .d_model = m->d_model,
-                             .heads = m->heads, .seq_len = m->seq_len, .vocab = m->vocab,
+                             .heads = m->heads, .seq_len = m->seq_len,
+                             .positions = m->positions, .vocab = m->vocab,
                              .kv_heads = m->kv_heads, .ffn_dim = m->ffn_dim,
                              .tie_embeddings = m->tie_embeddings, .norm_eps = m->norm_eps,
                              .rope_theta = m->rope_theta, .rope_scaling = m->rope_scaling,

@@ -74,6 +74,9 @@ typedef struct {
 typedef struct {
     hy_model_kind kind;
     int layers, d_model, heads, seq_len;
+    int positions;      /* GPT, BERT: rows of the learned position table, >= seq_len (a
+                           model trained longer than it is run, as BERT's phase 1 runs
+                           its 512 positions at 128); Llama: unused */
     int vocab;          /* the real vocabulary */
     int kv_heads;       /* key/value heads, dividing heads (grouped-query attention) */
     int ffn_dim;        /* the MLP's hidden width F */
@@ -124,6 +127,7 @@ typedef struct {
 typedef struct {
     hy_model_kind kind;
     int layers, d_model, heads, seq_len;
+    int positions;      /* wpe's rows (hy_model_shape); the runs read rows 0..seq_len-1 */
     int vocab;          /* V: the real vocabulary */
     int kv_heads, ffn_dim, tie_embeddings;   /* as in hy_model_shape */
     double norm_eps, rope_theta;

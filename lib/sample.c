@@ -177,7 +177,7 @@ int hy_sample_check_prompt(const hy_model_shape *shape, const int *prompt, int n
         return hy_fail(err, HY_ERR_INPUT, "sample: the prompt is empty; give at least one token");
     if (n > shape->seq_len)
         return hy_fail(err, HY_ERR_INPUT, "sample: the prompt is %d tokens, longer than "
-                       "model.seq_len %d (the positions the model has)", n, shape->seq_len);
+                       "model.seq_len %d (the positions a sample has)", n, shape->seq_len);
     return sp_check_tokens(shape->vocab, prompt, n, err);
 }
 

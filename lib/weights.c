@@ -38,6 +38,21 @@ static void wt_shape_text(char *buf, size_t n, int ndim, const size_t *shape) {
     if (used < n) snprintf(buf + used, n - used, "]");
 }
 
+/* A file's position table of `rows` rows (its tensor `tensor`; NULL:
+ * its config.json's max_position_embeddings) where m's has another count:
+ * the --set that fits, and the seq_len that fits with it when the
+ * config's is longer than the file's table. */
+static int wt_positions_differ(const char *path, const char *tensor, int rows, const hy_model *m,
+                               hy_error *err) {
+    char what[160], also[64] = "";
+    if (tensor) snprintf(what, sizeof what, "tensor '%s' has %d rows", tensor, rows);
+    else snprintf(what, sizeof what, "max_position_embeddings is %d", rows);
+    if (m->seq_len > rows) snprintf(also, sizeof also, " --set model.seq_len=%d", rows);
+    return hy_fail(err, HY_ERR_INPUT, "%s: %s, the config's model.positions is %d: the learned "
+                   "position table's rows; use the file's (--set model.positions=%d%s)", path,
+                   what, m->positions, rows, also);
+}
+
 /* Where the values read go: each parameter's numel floats, once. */
 typedef int (*wt_sink)(void *ctx, const hy_param *p, const float *v, hy_error *err);
 
@@ -59,6 +74,9 @@ static int wt_load_tensor(wt_sink put, void *ctx, const hy_model *m, const hy_sa
                        "it, shape %s)", f->path, p->name, want);
     int rows_ok = t->ndim >= 1 && (t->shape[0] == (size_t)p->shape[0] ||
                                    (p->kind == HY_P_WTE && t->shape[0] == (size_t)m->vocab));
+    if (p->kind == HY_P_WPE && t->ndim == 2 && t->shape[1] == (size_t)p->shape[1] && !rows_ok &&
+        t->shape[0] <= (size_t)INT_MAX)
+        return wt_positions_differ(f->path, t->name, (int)t->shape[0], m, err);
     if (t->ndim != p->ndim || !rows_ok || (p->ndim == 2 && t->shape[1] != (size_t)p->shape[1])) {
         wt_shape_text(have, sizeof have, t->ndim, t->shape);
         return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has shape %s, the config's model "
@@ -264,11 +282,8 @@ static int wt_check_hf_config(const char *dir, const hy_model *m, hy_error *err)
     if (!rc && file.kind != m->kind)
         rc = hy_fail(err, HY_ERR_INPUT, "%s describes a %s model, the config's model.kind is %s",
                      path, hy_model_name(file.kind), hy_model_name(m->kind));
-    if (!rc && m->kind == HY_MODEL_BERT && file.seq_len != m->seq_len)
-        rc = hy_fail(err, HY_ERR_INPUT, "%s: max_position_embeddings is %d, the config's "
-                     "model.seq_len is %d: BERT's position embedding has one row per position; "
-                     "use the checkpoint's value (--set model.seq_len=%d)", path, file.seq_len,
-                     m->seq_len, file.seq_len);
+    if (!rc && m->kind == HY_MODEL_BERT && file.positions != m->positions)
+        rc = wt_positions_differ(path, NULL, file.positions, m, err);
     for (int f = 0; f < HY_HF_FIELDS && !rc; f++) {
         if (!hy_hfconfig_field_of(m->kind, f)) continue;   /* BERT's kv heads, rope */
         if (f > HY_HF_ROPE_FACTOR && file.rope_scaling.factor == 0) break;   /* unscaled */
@@ -345,6 +360,9 @@ static int wt_load_llama_param(wt_sink put, void *ctx, const hy_model *m, const 
         if (!t)
             return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' is missing (the config's model has "
                            "it, shape %s)", where, pc[k].name, want);
+        if (p->kind == HY_P_WPE && t->ndim == 2 && t->shape[1] == cols &&
+            t->shape[0] != shape[0] && t->shape[0] <= (size_t)INT_MAX)
+            return wt_positions_differ(f->path, t->name, (int)t->shape[0], m, err);
         if (t->ndim != p->ndim || t->shape[0] != shape[0] || (p->ndim == 2 && t->shape[1] != cols)) {
             wt_shape_text(have, sizeof have, t->ndim, t->shape);
             return hy_fail(err, HY_ERR_INPUT, "%s: tensor '%s' has shape %s, the config's model "

@@ -17,7 +17,15 @@ batches (gpt2_ref.py's mask_tokens, pinned here to hy_mask_tokens' bytes):
      transformers) and a BertForMaskedLM config.json; hanayo reads it back
      (2 evaluates it) and resumes from it;
   4. `model.from` reads the model block from config.json;
-  5. bad input exits 2 with one message naming the cause: hidden_act
+  5. a run shorter than the position table (model.positions 16,
+     model.seq_len 8): eval equals transformers' loss on the same tokens
+     and masks as 4 sequences of 8 (`loss0_t8`), also through model.from
+     with --set model.seq_len=8; a checkpoint trained so holds all 16
+     rows and says max_position_embeddings 16, evaluates at seq_len 16,
+     and resumes at 8; another table (--init, eval of the checkpoint, a
+     resume), a resume at another seq_len, and model.from with a seq_len
+     past the table are refused naming the key;
+  6. bad input exits 2 with one message naming the cause: hidden_act
      "relu", an intermediate_size other than 4 x hidden, model.from of a
      config.json with no layers, a decoder that is not the word embedding, a pre-LN BERT's
      weights loaded as post-LN and the other way round, model.norm on a
@@ -27,6 +35,7 @@ Run from the repository root with numpy; HANAYO is the binary under test.
 Prints "bert-hf: N passed, N failed" and exits non-zero on any failure.
 """
 import json
+import math
 import os
 import shutil
 import sys
@@ -129,7 +138,57 @@ def main():
                      % (k, model.get(k), v))
         hf.check(eval_loss("--init", FIX, config=frm) == loss0, "model.from: eval")
 
-        # 5. bad input
+        # 5. a run shorter than the position table
+        short = ("--set", "model.seq_len=8", "--set", "schedule.micro_batch_size=4")
+        loss_t8 = eval_loss("--init", FIX, *short)
+        hf.check(hf.rel(loss_t8, want["loss0_t8"]) <= 1e-5,
+                 "eval at seq_len 8 of 16 positions: %.7f, transformers %.7f"
+                 % (loss_t8, want["loss0_t8"]))
+        rc, out, err = hf.hanayo("check", frm, "--set", "model.seq_len=8")
+        model = json.loads(out)["model"] if rc == 0 else {}
+        hf.check(model.get("seq_len") == 8 and model.get("positions") == 16,
+                 "model.from with --set model.seq_len=8: seq_len %s, positions %s: %s"
+                 % (model.get("seq_len"), model.get("positions"), err.strip()))
+        hf.check(eval_loss("--init", FIX, *short, config=frm) == loss_t8,
+                 "model.from with --set model.seq_len=8: eval")
+        ck8 = os.path.join(tmp, "ck8")
+        rc, out, err = hf.hanayo("train", CONFIG, "--steps", "1", "--set", "init=" + FIX,
+                                 "--set", "checkpoint.dir=" + ck8, *short)
+        hf.check(rc == 0, "train at seq_len 8: exit %d: %s" % (rc, err.strip()[-300:]))
+        hf.check("seq_len 8 of 16 positions" in out, "train's model line: %s"
+                 % [l for l in out.splitlines() if l.startswith("model:")])
+        s1 = os.path.join(ck8, "step_000001")
+        ours = ref.read_safetensors(s1 + "/model.safetensors") if rc == 0 else {}
+        table = ours.get("bert.embeddings.position_embeddings.weight")
+        hf.check(table is not None and table.shape == (16, 32),
+                 "the seq_len 8 checkpoint's position table: %s"
+                 % (None if table is None else str(table.shape)))
+        cfg = json.load(open(s1 + "/config.json")) if rc == 0 else {}
+        hf.check(cfg.get("max_position_embeddings") == 16,
+                 "the seq_len 8 checkpoint's config.json: max_position_embeddings %s"
+                 % cfg.get("max_position_embeddings"))
+        loss16 = eval_loss("--init", s1)
+        hf.check(math.isfinite(loss16), "the seq_len 8 checkpoint evaluates at seq_len 16")
+        rc, out, err = hf.hanayo("train", CONFIG, "--resume", ck8, "--steps", "2",
+                                 "--set", "checkpoint.dir=" + ck8, *short)
+        hf.check(rc == 0 and os.path.isdir(os.path.join(ck8, "step_000002")),
+                 "resume at seq_len 8: exit %d: %s" % (rc, err.strip()[-300:]))
+        hf.expect_refused("a table of 8 rows for the file's 16", "--set model.positions=16",
+                          "eval", CONFIG, "--init", FIX, "--set", "model.seq_len=8",
+                          "--set", "model.positions=8")
+        hf.expect_refused("a table of 32 rows for the checkpoint's 16", "model.positions = 16",
+                          "eval", CONFIG, "--init", s1, "--set", "model.positions=32")
+        hf.expect_refused("a resume with another table", "model.positions = 16",
+                          "train", CONFIG, "--resume", ck8, "--steps", "3",
+                          "--set", "checkpoint.dir=" + ck8, "--set", "model.positions=32", *short)
+        hf.expect_refused("a resume at another seq_len", "model.seq_len = 8",
+                          "train", CONFIG, "--resume", ck8, "--steps", "3",
+                          "--set", "checkpoint.dir=" + ck8, "--set", "schedule.micro_batch_size=4")
+        hf.expect_refused("model.from with seq_len past the table",
+                          "model.positions (16) is below model.seq_len (32)",
+                          "check", frm, "--set", "model.seq_len=32")
+
+        # 6. bad input
         d = hf_dir(tmp, "relu", {"hidden_act": "relu"})
         hf.expect_refused("hidden_act relu", "hidden_act", "eval", CONFIG, "--init", d)
         hf.expect_refused("model.from of hidden_act relu", "hidden_act", "check", frm,

@@ -171,7 +171,7 @@ static void check_round_trip(scratch *s, const hy_config *c, const char *what) {
     if (j) {
         /* every section and top-level key present */
         CHECK(json_object_size(j) == 10);
-        CHECK(json_object_size(json_object_get(j, "model")) == 15);
+        CHECK(json_object_size(json_object_get(j, "model")) == 16);
         CHECK(json_object_size(json_object_get(j, "schedule")) == 10);
         CHECK(json_object_size(json_object_get(j, "train")) == 17);
         json_decref(j);
@@ -189,6 +189,56 @@ static void check_round_trip(scratch *s, const hy_config *c, const char *what) {
     free(first);
     free(second);
     hy_config_free(&back);
+}
+
+/* model.positions: the learned position table's rows, seq_len unless
+ * given, at least seq_len (BAD holds the refusals); ignored by a Llama;
+ * model.from takes it from a BERT's max_position_embeddings, and seq_len
+ * with it unless the config gives one. */
+static void test_positions(scratch *s) {
+    hy_config c;
+    hy_error err = { 0 };
+    CHECK(hy_config_load(&c, "configs/tiny-gpt.json", NULL, 0, &err) == HY_OK);
+    CHECK(c.model.seq_len == 64 && c.model.positions == 64);
+    char *j = hy_config_to_json(&c);
+    CHECK(j && strstr(j, "\"positions\": 64,"));
+    free(j);
+    hy_config_free(&c);
+    const char *shorter[] = { "model.seq_len=32" };
+    CHECK(hy_config_load(&c, "configs/tiny-gpt.json", shorter, 1, &err) == HY_OK);
+    CHECK(c.model.seq_len == 32 && c.model.positions == 32);
+    hy_config_free(&c);
+    const char *longer[] = { "model.seq_len=32", "model.positions=128" };
+    CHECK(hy_config_load(&c, "configs/tiny-gpt.json", longer, 2, &err) == HY_OK);
+    CHECK(c.model.seq_len == 32 && c.model.positions == 128);
+    check_round_trip(s, &c, "a table longer than seq_len");
+    hy_config_free(&c);
+    const char *llama[] = { "model.positions=8" };
+    CHECKF(hy_config_load(&c, "configs/tiny-llama.json", llama, 1, &err) == HY_OK, "%s", err.msg);
+    hy_config_free(&c);
+
+    /* bert-tiny's config.json: max_position_embeddings 16 */
+    static const struct { const char *sets[2]; int seq_len, positions; } from[] = {
+        { { NULL, NULL }, 16, 16 },
+        { { "model.seq_len=8", NULL }, 8, 16 },
+        { { "model.positions=32", NULL }, 32, 32 },
+        { { "model.positions=32", "model.seq_len=8" }, 8, 32 },
+    };
+    const char *p = scratch_file(s, "from.json", "{\"model\": {\"from\": "
+                                 "\"tests/fixtures/bert-tiny\"}, \"schedule\": {\"ranks\": 1}}");
+    for (int i = 0; i < NELEM(from); i++) {
+        int n = from[i].sets[0] ? from[i].sets[1] ? 2 : 1 : 0;
+        int rc = hy_config_load(&c, p, from[i].sets, n, &err);
+        CHECKF(rc == HY_OK, "model.from case %d: %s", i, err.msg);
+        CHECKF(rc || (c.model.seq_len == from[i].seq_len && c.model.positions == from[i].positions),
+               "model.from case %d: seq_len %d, positions %d", i, c.model.seq_len,
+               c.model.positions);
+        hy_config_free(&c);
+    }
+    const char *too_long[] = { "model.seq_len=17" };
+    CHECK(hy_config_load(&c, p, too_long, 1, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "model.positions (16) is below model.seq_len (17)"), "%s", err.msg);
+    hy_config_free(&c);
 }
 
 static void test_shipped_configs(scratch *s) {
@@ -495,6 +545,12 @@ static const bad_case BAD[] = {
     { "{\"train\": {\"lr\": 1e-3, \"min_lr\": 1e-2}}", NULL,
       "train.min_lr (0.01) must be <= train.lr (0.001)", NULL },
     { "{\"checkpoint\": {\"dir\": null, \"every\": 10}}", NULL, "checkpoint.dir is null", NULL },
+    { "{\"model\": {\"positions\": 32}}", NULL,
+      "model.positions (32) is below model.seq_len (64)", "model.positions >= 64" },
+    { "{\"model\": {\"kind\": \"bert\", \"positions\": 512}}", "model.seq_len=1024",
+      "model.positions (512) is below model.seq_len (1024) in ",
+      "x.json and --set model.seq_len=1024: bert's position table" },
+    { NULL, "model.positions=-1", "model.positions in --set", "0..65536, got -1" },
     /* --set */
     { NULL, "schedule.waves", "--set schedule.waves: expected key=value", NULL },
     { NULL, "=3", "key before '=' is missing", NULL },
@@ -768,6 +824,7 @@ int main(void) {
     test_names();
     test_shipped_configs(&s);
     test_derived_defaults(&s);
+    test_positions(&s);
     test_sets(&s);
     test_stage_suggestions();
     test_one_rank();

@@ -1259,7 +1259,8 @@ static void test_ops(void) {
     test_nonfinite();
     test_conversions_and_patterns(&r);
     hy_model_shape gpt = { .kind = HY_MODEL_GPT, .layers = 2, .d_model = 64, .heads = 4,
-                           .seq_len = 40, .vocab = 100, .kv_heads = 4, .ffn_dim = 256,
+                           .seq_len = 40, .positions = 40, .vocab = 100, .kv_heads = 4,
+                           .ffn_dim = 256,
                            .tie_embeddings = 1 };
     hy_model_shape llama = { .kind = HY_MODEL_LLAMA, .layers = 2, .d_model = 64, .heads = 4,
                              .seq_len = 40, .vocab = 100, .kv_heads = 2, .ffn_dim = 176,

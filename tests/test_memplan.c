@@ -6,7 +6,8 @@
  * activation-recomputation mode, on 1, 2 and 4 ranks, the plan of a run (memplan.h, with the CPU backend's memory)
  * must equal, rank by rank and byte for byte, what the CPU backend counted
  * (hy_backend_ops.allocated) after the runtime was built and had taken a
- * step (the step can only add scratch). Then the parts the plan is made
+ * step (the step can only add scratch), a position table longer than
+ * seq_len too. Then the parts the plan is made
  * of: the stash slots are the schedule's in-flight counts, terms add up,
  * an explicit case computed by hand, and the check's message.
  */
@@ -177,6 +178,38 @@ static void test_tied_llama(void) {
     }
 }
 
+/* A position table longer than seq_len (model.positions): the plan
+ * counts its rows where the runtime allocates them, and the weights,
+ * gradients and moments grow by exactly them on the first stage's rank. */
+static void test_positions(void) {
+    static const char *const kinds[] = { "gpt", "bert", "bert-pre" };
+    for (int k = 0; k < 3; k++) {
+        const char *sets[] = { "schedule.kind=1f1b", "schedule.ranks=2", "model.positions=48" };
+        plan_equals_allocation(kinds[k], sets, 3);
+        hy_run a, b;
+        hy_memplan pa, pb;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        if (load(&a, kinds[k], sets, 2) || load(&b, kinds[k], sets, 3) || plan_of(&a, &pa) ||
+            plan_of(&b, &pb)) {
+            CHECK(0);
+        } else {
+            /* 32 more rows of d_model 32 floats, fp32 on the CPU */
+            double rows = 32.0 * 32 * sizeof(float);
+            CHECK(pb.rank[0].bytes[HY_MEM_WEIGHTS] - pa.rank[0].bytes[HY_MEM_WEIGHTS] == rows);
+            CHECK(pb.rank[0].bytes[HY_MEM_GRADS] - pa.rank[0].bytes[HY_MEM_GRADS] == rows);
+            CHECK(pb.rank[0].bytes[HY_MEM_OPTIMIZER] - pa.rank[0].bytes[HY_MEM_OPTIMIZER] ==
+                  2 * rows);
+            CHECK(pb.rank[0].total - pa.rank[0].total == 4 * rows);
+            CHECK(pb.rank[1].total == pa.rank[1].total);
+            hy_memplan_free(&pa);
+            hy_memplan_free(&pb);
+        }
+        hy_run_free(&a);
+        hy_run_free(&b);
+    }
+}
+
 /* The stash is what the schedule keeps in flight: GPipe every
  * micro-batch on every stage, 1F1B P - s on stage s. */
 static void test_in_flight(void) {
@@ -298,6 +331,7 @@ int main(void) {
     test_recompute_saves("bert");
     test_recompute_saves("llama");
     test_in_flight();
+    test_positions();
     test_terms_by_hand();
     test_check();
     test_plan_command();

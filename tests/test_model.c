@@ -45,6 +45,27 @@ static void test_counts(void) {
     hy_model_free(&m);
     hy_config_free(&c);
 
+    /* Trained shorter than its table (nanoGPT's block_size below
+     * n_positions): the same model, the same count; a table of 256 rows
+     * is 768 x 768 values fewer. */
+    const char *short_seq[] = { "model.seq_len=256" };
+    CHECK(load(&c, "configs/gpt2-124m.json", short_seq, 1) == HY_OK);
+    CHECK(c.model.positions == 1024 && c.model.seq_len == 256);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECKF(hy_model_param_count(&m) == 124439808u, "%zu", hy_model_param_count(&m));
+    const hy_param *wpe = hy_model_param(&m, HY_P_WPE, 0);
+    CHECK(wpe == hy_model_find(&m, "wpe.weight") && wpe->shape[0] == 1024 && wpe->shape[1] == 768);
+    CHECK(m.seq_len == 256 && m.positions == 1024);
+    CHECK(hy_model_shape_of(&m).positions == 1024);
+    hy_model_free(&m);
+    hy_config_free(&c);
+    const char *own[] = { "model.seq_len=256", "model.positions=256" };
+    CHECK(load(&c, "configs/gpt2-124m.json", own, 2) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECKF(hy_model_param_count(&m) == 124439808u - 768u * 768u, "%zu", hy_model_param_count(&m));
+    hy_model_free(&m);
+    hy_config_free(&c);
+
     CHECK(load(&c, "configs/gpt2-350m.json", NULL, 0) == HY_OK);
     CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
     CHECKF(hy_model_param_count(&m) == 354823168u, "%zu", hy_model_param_count(&m));
@@ -76,6 +97,14 @@ static void test_bert_counts(void) {
     double C = 768;
     CHECK(hy_model_head_flops(&m) == 2 * C * m.vocab_padded + 2 * C * C);
     CHECK(hy_model_ln_eps(&m) == 1e-12f && hy_model_gelu(&m) == HY_GELU_ERF);
+    hy_model_free(&m);
+    hy_config_free(&c);
+    /* BERT's own phase 1: T = 128 over the 512-row table it keeps. */
+    const char *phase1[] = { "model.seq_len=128" };
+    CHECK(load(&c, "configs/bert-base.json", phase1, 1) == HY_OK);
+    CHECK(hy_test_model_build(&m, &c, 1, &err) == HY_OK);
+    CHECKF(hy_model_param_count(&m) == 109514298u, "%zu", hy_model_param_count(&m));
+    CHECK(hy_model_param(&m, HY_P_WPE, 0)->shape[0] == 512 && m.seq_len == 128);
     hy_model_free(&m);
     hy_config_free(&c);
     const char *pre[] = { "model.norm=pre" };

@@ -37,6 +37,12 @@ relative. Two parts:
    each other (pipelining does not change the loss); and BF16 weights with a
    "transformer." prefix. While eval says "not available", these are
    counted as skipped.
+3. A position table longer than the sequences (model.positions): weights
+   with 16 wpe rows evaluated at seq_len 8 give the reference's loss on
+   sequences of 8 (rows 0..7); a step trained so saves all 16 rows and a
+   config.json with n_positions 16, and the checkpoint evaluated at
+   seq_len 16 gives the reference's loss on its weights; a table of
+   another row count is refused (exit 2) naming model.positions.
 
 Run from the repository root with numpy (Debian's python3-numpy); HANAYO is
 the binary under test. Prints "reference: N passed, N failed" last (skips on
@@ -622,6 +628,84 @@ def cross_check(t, tmp):
         t.check(False, "pipelined vs sequential: an eval above failed")
 
 
+def eval_line(out):
+    """The JSON line of `hanayo eval`'s output, or None."""
+    for s in reversed((out or "").strip().splitlines()):
+        try:
+            cand = json.loads(s)
+        except ValueError:
+            continue
+        if isinstance(cand, dict) and "loss" in cand:
+            return cand
+    return None
+
+
+def positions_check(t, tmp):
+    """3.: model.positions 16 at seq_len 8, against the reference."""
+    if hanayo_path() is None:
+        t.skip(8, "positions: HANAYO is not set to an executable")
+        return
+    short, rows = 8, T
+    shard = os.path.join(tmp, "pos.bin")
+    toks = np.random.default_rng(DATA_SEED).integers(0, V, 400)
+    ref.write_shard(shard, toks)
+    wp = os.path.join(tmp, "pos.safetensors")
+    ref.write_safetensors(wp, ref.init_weights(2, D, NH, rows, V, seed=WEIGHT_SEED[2], std=STD))
+    ck = os.path.join(tmp, "pos-ck")
+
+    def config(name, seq_len, positions):
+        cfg = {"model": {"kind": "gpt", "layers": 2, "d_model": D, "heads": NH,
+                         "seq_len": seq_len, "positions": positions, "vocab": V},
+               "schedule": {"kind": "1f1b", "ranks": 1, "micro_batches": MB,
+                            "micro_batch_size": MBS},
+               "train": {"steps": 1, "warmup_steps": 0, "lr_schedule": "constant"},
+               "data": {"train": shard, "val": shard}, "checkpoint": {"dir": ck},
+               "backend": "cpu"}
+        path = os.path.join(tmp, name)
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        return path
+
+    def eval_vs_ref(cp, weights, seq_len, what):
+        rc, out = run_hanayo(["eval", cp, "--init", weights, "--batches", str(NB)], timeout=120)
+        line = eval_line(out)
+        want, _, nt = ref.shard_loss(ref.read_safetensors(weights if weights.endswith(
+            ".safetensors") else weights + "/model.safetensors"), toks, MBS * MB, seq_len, NH, NB)
+        ok = rc == 0 and line is not None and line.get("tokens") == nt
+        t.check(ok and rel(float(line["loss"]), want) <= REL_TOL,
+                "positions: %s: %s vs reference %.10g (status %s: %s)"
+                % (what, json.dumps(line), want, rc, (out or "").strip()[-300:]))
+
+    short_cfg = config("pos8.json", short, rows)
+    eval_vs_ref(short_cfg, wp, short, "16 rows at seq_len 8")
+    rc, out = run_hanayo(["train", short_cfg, "--set", "init=" + wp], timeout=120)
+    step1 = os.path.join(ck, "step_000001")
+    t.check(rc == 0, "positions: train at seq_len 8 of 16: status %s: %s"
+            % (rc, (out or "").strip()[-300:]))
+    saved = ref.read_safetensors(step1 + "/model.safetensors") if rc == 0 else {}
+    t.check(saved.get("wpe.weight") is not None and saved["wpe.weight"].shape == (rows, D),
+            "positions: the checkpoint's wpe.weight is not [%d, %d]" % (rows, D))
+    hf = json.load(open(step1 + "/config.json")) if rc == 0 else {}
+    t.check(hf.get("n_positions") == rows and hf.get("n_ctx") == rows,
+            "positions: config.json n_positions %s, n_ctx %s, want %d"
+            % (hf.get("n_positions"), hf.get("n_ctx"), rows))
+    state = json.load(open(step1 + "/state.json")) if rc == 0 else {}
+    model = state.get("config", {}).get("model", {})
+    t.check(model.get("positions") == rows and model.get("seq_len") == short,
+            "positions: state.json records positions %s, seq_len %s"
+            % (model.get("positions"), model.get("seq_len")))
+    eval_vs_ref(config("pos16.json", rows, rows), step1, rows,
+                "the seq_len 8 checkpoint at seq_len 16")
+    for cp, weights, want in ((config("pos8of8.json", short, short), wp,
+                               "--set model.positions=16"),
+                              (config("pos8of32.json", short, 32), step1,
+                               "model.positions = 16")):
+        rc, out = run_hanayo(["eval", cp, "--init", weights, "--batches", "1"])
+        t.check(rc == 2 and "model.positions" in (out or "") and want in (out or ""),
+                "positions: %s refused naming model.positions (%r): status %s: %s"
+                % (weights, want, rc, (out or "").strip()[-300:]))
+
+
 def main():
     t = Tally()
     check_zero(t)
@@ -633,6 +717,7 @@ def main():
         check_batches_and_cli(t, tmp)
         check_real_libraries(t, tmp)
         cross_check(t, tmp)
+        positions_check(t, tmp)
     if t.skipped:
         print("reference skipped %d: %s" % (sum(n for n, _ in t.skipped),
                                             "; ".join("%d (%s)" % (n, why) for n, why in t.skipped)))

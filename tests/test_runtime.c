@@ -8,6 +8,8 @@
  * largest weight (only the order of gradient accumulation differs). Replaying
  * the recorded iteration gives bit-identical weights to running it eagerly,
  * and so does every activation-recomputation mode to keeping everything.
+ * A position table longer than the sequences trains the rows a run reads
+ * as a table of seq_len rows does, and leaves the others to weight decay.
  * And the loss falls on the synthetic corpus.
  */
 #include "config.h"
@@ -408,6 +410,47 @@ static void whole_model_gradient(const char *kind, const char *sched, const char
     hy_run_free(&c);
 }
 
+/* A position table longer than the sequences (model.positions 40 at
+ * seq_len 16, on 2 ranks): the rows a run reads train exactly as a table
+ * of 16 rows does, every other weight too, bit for bit; the 24 rows past
+ * them get no gradient, so without weight decay they stay the
+ * initialization's and with it (AdamW's decoupled decay, as PyTorch's)
+ * each is the initialization times one common factor below 1. */
+static void longer_position_table(const char *kind) {
+    const char *sets16[] = { "schedule.kind=1f1b", "schedule.ranks=2", "train.weight_decay=0.1" };
+    const char *sets40[] = { "schedule.kind=1f1b", "schedule.ranks=2", "train.weight_decay=0.1",
+                             "model.positions=40" };
+    const char *nodecay[] = { "schedule.kind=1f1b", "schedule.ranks=2", "train.weight_decay=0",
+                              "model.positions=40" };
+    run_result r16, r40, init, plain;
+    if (train(kind, sets16, 3, 3, &r16) || train(kind, sets40, 4, 3, &r40) ||
+        train(kind, sets40, 4, 0, &init) || train(kind, nodecay, 4, 3, &plain)) {
+        CHECK(0);
+        return;
+    }
+    /* train()'s sets: vocab 64, d_model 32, seq_len 16; wte's real rows,
+     * then wpe, in either kind's table */
+    size_t C = 32, read = 64 * C + 16 * C, extra = 24 * C;
+    CHECK(r40.n == r16.n + extra && init.n == r40.n && plain.n == r40.n);
+    CHECKF(memcmp(r16.w, r40.w, read * sizeof(float)) == 0,
+           "%s: the rows a run reads differ under a longer table", kind);
+    CHECKF(memcmp(r16.w + read, r40.w + read + extra, (r16.n - read) * sizeof(float)) == 0,
+           "%s: the weights after wpe differ under a longer table", kind);
+    CHECKF(memcmp(plain.w + read, init.w + read, extra * sizeof(float)) == 0,
+           "%s: rows past seq_len moved without weight decay", kind);
+    size_t j0 = read;
+    for (size_t j = read; j < read + extra; j++)
+        if (fabsf(init.w[j]) > fabsf(init.w[j0])) j0 = j;
+    double f = (double)r40.w[j0] / init.w[j0], worst = 0;
+    for (size_t j = read; j < read + extra; j++)
+        worst = fmax(worst, fabs(r40.w[j] - f * init.w[j]));
+    CHECKF(f < 1 && f > 0.99 && worst <= 1e-6 * fabsf(init.w[j0]),
+           "%s: rows past seq_len: factor %.9f, off it by %.3g", kind, f, worst);
+    free(r16.w);
+    free(r40.w);
+    free(init.w);
+    free(plain.w);
+}
 
 /* The most stash slots a rank of the runtime's schedule allocates (its
  * stages' in-flight counts added up: rt_plan_stashes asserts the slots
@@ -483,6 +526,8 @@ int main(void) {
     recompute_equals_none("bert");
     recompute_equals_none("bert-pre");
     recompute_equals_none("llama");
+    longer_position_table("gpt");
+    longer_position_table("bert");
     capped_stashes();
     replay_equals_eager();
     loss_falls();

@@ -11,8 +11,10 @@
  *   later token fed alone over its cache equal those of the whole sequence
  *   run again through the training forward (hy_sampler_forward_full), at
  *   every step up to seq_len; a prefill split in two equals it in one. For
- *   a GPT and for Llamas with grouped-query heads (RoPE at the cache's
- *   positions, Llama 3's scaling of it, RMSNorm, SwiGLU), untied and tied.
+ *   a GPT (and one whose position table is longer than seq_len: the
+ *   cache still ends at seq_len) and for Llamas with grouped-query heads
+ *   (RoPE at the cache's positions, Llama 3's scaling of it, RMSNorm,
+ *   SwiGLU), untied and tied.
  * - Sampling: greedy is the argmax (the lowest id of equal maxima); top-k 1
  *   is greedy whatever the seed; one seed gives one sequence of draws and
  *   another seed another; the draws follow softmax(logits / T); nothing
@@ -108,7 +110,8 @@ static void test_ops(int NH, int NKV, int hd) {
 /* ---- a sampler --------------------------------------------------------------- */
 
 static const hy_model_shape SHAPE = { .kind = HY_MODEL_GPT, .layers = 2, .d_model = 32,
-                                      .heads = 4, .seq_len = 12, .vocab = 61, .kv_heads = 4,
+                                      .heads = 4, .seq_len = 12, .positions = 12, .vocab = 61,
+                                      .kv_heads = 4,
                                       .ffn_dim = 128, .tie_embeddings = 1 };
 /* Two query heads per kv head, an untied head. */
 static const hy_model_shape LLAMA = { .kind = HY_MODEL_LLAMA, .layers = 2, .d_model = 32,
@@ -365,7 +368,11 @@ int main(void) {
                                              .high_freq_factor = 4.0,
                                              .original_max_position_embeddings = 4 };
     mqa.kv_heads = 1;
-    const hy_model_shape *shapes[] = { &SHAPE, &LLAMA, &tied, &scaled, &mqa };
+    /* A GPT whose position table is longer than seq_len: generation reads
+     * its first rows and still ends at seq_len. */
+    hy_model_shape longer = SHAPE;
+    longer.positions = 20;
+    const hy_model_shape *shapes[] = { &SHAPE, &LLAMA, &tied, &scaled, &mqa, &longer };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         test_cached_equals_full(be, shapes[i]);
         test_greedy(be, shapes[i]);

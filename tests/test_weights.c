@@ -9,7 +9,7 @@
  * evaluate the same loss); a tensor that is not a parameter is refused
  * before any weight changes, its name shown without control characters;
  * a missing tensor and a wrong shape are refused naming the file and the
- * tensor.
+ * tensor, a position table of another row count naming model.positions.
  */
 #include "config.h"
 #include "model.h"
@@ -209,6 +209,28 @@ static void refuses_bad_files(void) {
                            "[64, 32]"), "%s", err.msg);
     hy_runtime_destroy(wide);
     hy_run_free(&other);
+
+    /* good's table has 8 rows (seq_len 8): a config of 24 rows, at
+     * seq_len 8 and at 16, is told the row count and the --set that fits. */
+    static const char *const tables[][2] = {
+        { "model.seq_len=8", "--set model.positions=8)" },
+        { "model.seq_len=16", "--set model.positions=8 --set model.seq_len=8)" },
+    };
+    for (int i = 0; i < 2; i++) {
+        const char *more[] = { "model.layers=2", "model.d_model=16", "model.heads=2",
+                               tables[i][0], "model.positions=24", "model.vocab=64",
+                               "schedule.kind=gpipe", "schedule.ranks=1", "backend=cpu",
+                               data_set };
+        hy_runtime *longer = NULL;
+        memset(&other, 0, sizeof other);
+        CHECK(hy_test_run_load(&other, NULL, more, 10, &err) == HY_OK);
+        CHECK(hy_runtime_create(&longer, &other, &err) == HY_OK);
+        CHECK(longer && hy_weights_load(longer, good, &err) == HY_ERR_INPUT);
+        CHECKF(strstr(err.msg, "tensor 'wpe.weight' has 8 rows, the config's model.positions is "
+                               "24") && strstr(err.msg, tables[i][1]), "%s", err.msg);
+        hy_runtime_destroy(longer);
+        hy_run_free(&other);
+    }
 }
 
 int main(void) {

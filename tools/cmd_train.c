@@ -186,9 +186,12 @@ static void print_header(const hy_run *run, int replicas, FILE *out) {
                  m->tie_embeddings ? "tied" : "untied");
     const char *norm = m->kind != HY_MODEL_BERT ? ""   /* which BERT: model.norm */
                      : m->norm == HY_NORM_POST ? " (post-LN)" : " (pre-LN)";
-    fprintf(out, "model: %s%s, %d layers, d_model %d, %d heads%s, seq_len %d, vocab %d: %.2fM "
+    char table[48] = "";   /* a position table longer than the sequences */
+    if (m->kind != HY_MODEL_LLAMA && m->positions != m->seq_len)
+        snprintf(table, sizeof table, " of %d positions", m->positions);
+    fprintf(out, "model: %s%s, %d layers, d_model %d, %d heads%s, seq_len %d%s, vocab %d: %.2fM "
             "parameters\n", hy_model_name(m->kind), norm, m->layers, m->d_model, m->heads, llama,
-            m->seq_len, m->vocab, hy_model_param_count(m) / 1e6);
+            m->seq_len, table, m->vocab, hy_model_param_count(m) / 1e6);
     fprintf(out, "stages:");
     for (int s = 0; s < m->stages; s++) fprintf(out, " %d", m->n_layers[s]);
     fprintf(out, " layers\n");
