@@ -42,6 +42,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import hf_cli as hf  # noqa: E402  (check, hanayo, expect_refused)
 import gpt2_ref as ref  # noqa: E402  (the safetensors reader, BERT's masking)
 

@@ -45,6 +45,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import hf_cli as hf  # noqa: E402  (check, hanayo, expect_refused)
 import gpt2_ref as ref  # noqa: E402  (the safetensors and shard readers)
 

@@ -2,7 +2,8 @@
 test_bert_hf.py) share: a tally of checks, running the hanayo binary under
 test (HANAYO, default build/hanayo), an eval's loss, and a refusal that
 must exit 2 with one line naming its cause. numpy-free; imported by path
-(the tests put tests/ on sys.path)."""
+(the tests put tests/lib on sys.path). It lives in tests/lib, not tests/,
+because make runs every tests/*.py as a test."""
 import json
 import os
 import subprocess
