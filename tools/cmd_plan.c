@@ -450,12 +450,15 @@ static char *json_with_memory(const hy_plan *pl, const char *memory) {
  * run's recompute and no other), and an activation cap on the order.
  * When a capped order is the fastest that fits, the plan is made again
  * within that cap (the plan's max_activations); otherwise the uncapped
- * plan stays, and its memory table says which recompute fits. */
+ * plan stays, and its memory table says which recompute fits. *chosen:
+ * the option weighed fastest (chosen->makespan < 0: none weighed). */
 static int plan_in_memory(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
                           const hy_costs *c, const hy_model *m, hy_plan *pl, hy_memplan *mp,
                           double *available, hy_recompute *fit, char *why, size_t n,
-                          int *have_memory, hy_error *merr, hy_error *err) {
+                          int *have_memory, hy_fit_option *chosen, hy_error *merr,
+                          hy_error *err) {
     hy_sched_params q = *p;
+    chosen->makespan = -1;
     int rc = hy_plan_build(pl, &q, c, err);
     if (rc != HY_OK) return rc;
     *have_memory = m && memory_of(rq, run, m, &pl->sched, mp, available, fit, why, n,
@@ -464,11 +467,11 @@ static int plan_in_memory(const cli_plan_request *rq, const hy_run *run, const h
     if (!*have_memory || rq->memory_gb <= 0 || q.max_activations > 0 ||
         hy_memplan_check(mp, *available, "--memory-gb", &fits) == HY_OK)
         return HY_OK;
-    hy_backend_choice chosen;
-    if ((rc = plan_backend(run, &chosen, err)) != HY_OK) return rc;
+    hy_backend_choice backend;
+    if ((rc = plan_backend(run, &backend, err)) != HY_OK) return rc;
     hy_costs modes[HY_RECOMPUTE_COUNT];
     hy_fit_in in = { .p = &q, .order_costs = c, .model = m,
-                     .micro_batch_size = run->micro_batch_size, .mem = &chosen.mem,
+                     .micro_batch_size = run->micro_batch_size, .mem = &backend.mem,
                      .budget = *available, .search_caps = 1 };
     hy_recompute own = run->train.recompute;
     for (int k = own; k < HY_RECOMPUTE_COUNT && (k == (int)own || !c->fwd_stage); k++) {
@@ -479,6 +482,7 @@ static int plan_in_memory(const cli_plan_request *rq, const hy_run *run, const h
     }
     hy_fit_option best;
     if ((rc = hy_fit_search(&in, &best, err)) != HY_OK) return rc;
+    *chosen = best;
     if (!best.fits || best.cap == 0) return HY_OK;   /* nothing fits: the uncapped plan says so */
     hy_plan next;
     hy_memplan next_mp;
@@ -509,8 +513,9 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
     hy_model m;
     int have_model = model_for(run, p, &m, &merr) == HY_OK;
     int have_memory = 0;
+    hy_fit_option chosen = { .makespan = -1 };
     int rc = plan_in_memory(rq, run, p, c, have_model ? &m : NULL, &pl, &mp, &available, &fit, why,
-                            sizeof why, &have_memory, &merr, err);
+                            sizeof why, &have_memory, &chosen, &merr, err);
     if (rc != HY_OK) {
         if (have_model) hy_model_free(&m);
         return rc;
@@ -531,6 +536,11 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
         if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
         if (have_memory) write_memory(out, &mp, available, fit, why);
         else fprintf(out, "\nmemory: not planned: %s\n", merr.msg);
+        if (chosen.makespan >= 0 && chosen.fits)
+            fprintf(out, "  fastest way to fit (recompute or an activation cap, weighed as tune "
+                    "weighs them): cap %d with train.recompute = \"%s\", makespan %g with its "
+                    "recompute priced in\n", chosen.cap, hy_recompute_name(chosen.recompute),
+                    chosen.makespan);
     }
     if (have_memory) hy_memplan_free(&mp);
     if (rc == HY_OK && rq->replicas && !have_model) rc = hy_fail(err, merr.status, "%s", merr.msg);
