@@ -77,7 +77,8 @@ static const char usage_plan[] =
     "                      under the summary and in --json) against G GiB per\n"
     "                      rank (default: this machine's, as train would run);\n"
     "                      a plan that does not fit, without a cap, is made\n"
-    "                      again within the activations that fit\n"
+    "                      again the fastest way that fits: recompute, an\n"
+    "                      activation cap, or both (as tune weighs them)\n"
     "  --set key=value     override a config key, e.g. schedule.waves=2\n"
     "  --width N           timeline width in columns, 40..100000 (default 120)\n"
     "  --color WHEN        auto (colour on a terminal), always or never\n";
