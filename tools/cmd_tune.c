@@ -76,6 +76,9 @@ static const char usage_tune[] =
     "                      on the CPU the host's memory over the ranks; modelled\n"
     "                      on a GPU, the assumed H200's 141 GB)\n"
     "  --schedule K        search only this schedule\n"
+    "  --json              print the ranking as one JSON object instead of the\n"
+    "                      report: each candidate's schedule keys, recompute,\n"
+    "                      max_activations, predicted step and memory\n"
     "  --set key=value     override a config key for the measurement\n"
     "  --slow-stage S:SEC  test hook, as in hanayo profile\n";
 
@@ -91,6 +94,7 @@ typedef struct {
     double memory_gb;          /* per rank; 0: the device's */
     unsigned kinds;            /* as hy_tune_opts */
     const char *apply;         /* write the tuned config here, or NULL */
+    int json;                  /* --json: the ranking as JSON */
     hy_flag_list sets;
 } tune_args;
 
@@ -109,6 +113,7 @@ static const hy_flag tune_flags[] = {
     { .name = "--top", .kind = HY_FLAG_INT, .off = TUNE(top), .example = "5",
       .lo = 1, .hi = 100 },
     { .name = "--apply", .kind = HY_FLAG_STRING, .off = TUNE(apply), .example = "tuned.json" },
+    { .name = "--json", .kind = HY_FLAG_SWITCH, .off = TUNE(json) },
     { .name = "--memory-gb", .kind = HY_FLAG_REAL, .off = TUNE(memory_gb), .example = "80",
       .lo = 0, .lo_open = 1, .hi = 1e12 },
     { .name = "--schedule", .kind = HY_FLAG_CUSTOM, .off = TUNE(kinds), .example = "hanayo",
@@ -259,6 +264,73 @@ static void write_candidate(FILE *f, const char *tag, const hy_tune_candidate *x
             x->micro_batches, x->micro_batch_size, split, hy_recompute_name(x->recompute), cap,
             x->step_ms, x->tokens / (x->step_ms / 1e3), x->bubble, x->act_bytes / 1048576.0,
             x->mem_bytes / 1048576.0);
+}
+
+/* Candidate x as a JSON object (the keys --apply writes, and the
+ * prediction), or NULL when out of memory. */
+static json_t *candidate_json(const hy_tune_candidate *x) {
+    json_t *split = json_array(), *o = json_object();
+    int bad = !split || !o;
+    for (int i = 0; !bad && i < x->stages; i++)
+        bad |= json_array_append_new(split, json_integer(x->split[i]));
+    if (bad) {
+        json_decref(split);
+        json_decref(o);
+        return NULL;
+    }
+    bad |= json_object_set_new(o, "kind", json_string(hy_sched_name(x->kind)));
+    bad |= json_object_set_new(o, "waves", json_integer(x->waves));
+    bad |= json_object_set_new(o, "chunks", json_integer(x->chunks));
+    bad |= json_object_set_new(o, "split_backward", json_boolean(x->split_backward));
+    bad |= json_object_set_new(o, "micro_batches", json_integer(x->micro_batches));
+    bad |= json_object_set_new(o, "micro_batch_size", json_integer(x->micro_batch_size));
+    bad |= json_object_set_new(o, "split", split);
+    bad |= json_object_set_new(o, "comm_cost", json_real(round(x->comm_cost * 1e4) / 1e4));
+    bad |= json_object_set_new(o, "recompute", json_string(hy_recompute_name(x->recompute)));
+    bad |= json_object_set_new(o, "max_activations", json_integer(x->max_activations));
+    bad |= json_object_set_new(o, "peak_activations", json_integer(x->peak));
+    bad |= json_object_set_new(o, "step_ms", json_real(x->step_ms));
+    bad |= json_object_set_new(o, "tokens_per_s", json_real(x->tokens / (x->step_ms / 1e3)));
+    bad |= json_object_set_new(o, "bubble", json_real(x->bubble));
+    bad |= json_object_set_new(o, "act_bytes", json_real(x->act_bytes));
+    bad |= json_object_set_new(o, "mem_bytes", json_real(x->mem_bytes));
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* --json: the ranking (the best `top`), the config as it is and the
+ * search's extent as one object on one line. */
+static int write_json(FILE *out, const hy_tune_result *res, int top, double budget,
+                      hy_error *err) {
+    json_t *root = json_object(), *best = json_array();
+    int bad = !root || !best;
+    for (int i = 0; !bad && i < top; i++) {
+        json_t *c = candidate_json(&res->best[i]);
+        bad |= !c || json_array_append_new(best, c);
+    }
+    json_t *now = bad ? NULL : candidate_json(&res->current);
+    if (!bad && now) {
+        bad |= json_object_set_new(root, "budget_bytes", json_real(budget));
+        bad |= json_object_set_new(root, "searched", json_integer(res->searched));
+        bad |= json_object_set_new(root, "over_budget", json_integer(res->over_budget));
+        bad |= json_object_set_new(root, "outrun", json_integer(res->outrun));
+        bad |= json_object_set_new(root, "best", best);
+        best = NULL;
+        bad |= json_object_set_new(root, "now", now);
+    } else {
+        json_decref(now);
+        bad = 1;
+    }
+    char *text = bad ? NULL : json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT);
+    json_decref(best);
+    json_decref(root);
+    if (!text) return hy_fail(err, HY_ERR_RUNTIME, "out of memory writing the JSON");
+    fprintf(out, "%s\n", text);
+    free(text);
+    return HY_OK;
 }
 
 /* Candidate 1 as the --set flags that run it (what --apply writes). */
@@ -465,12 +537,15 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
     memset(&o, 0, sizeof o);
     if (!rc) rc = take_costs(config, a, &run, &tc, &m, &o, err);
     if (!rc) rc = hy_tune_search(&run, &m, &o, &res, err);
-    if (!rc) {
+    int top = a->top < res.n_best ? a->top : res.n_best;
+    if (!rc && a->json) rc = write_json(out, &res, top, o.budget_bytes, err);
+    if (!rc && a->json && a->apply)
+        rc = cli_tune_apply(config, a->sets.items, a->sets.n, &res.best[0], a->apply, err);
+    if (!rc && !a->json) {
         write_report_head(out, config, &run, &tc, &m, &o, &res);
         fprintf(out, "  %4s  %-22s %4s %4s  %-24s %-9s %4s %9s %9s %8s %8s %8s\n", "#", "schedule",
                 "M", "B", "split", "recompute", "cap", "step ms", "tokens/s", "bubble", "act MiB",
                 "mem MiB");
-        int top = a->top < res.n_best ? a->top : res.n_best;
         for (int i = 0; i < top; i++) {
             char tag[16];
             snprintf(tag, sizeof tag, "%d", i + 1);
