@@ -15,8 +15,9 @@
  *   the natural order (no cap) with the least recompute under which its
  *   memory plan fits;
  *   for every mode that recomputes less than that (all of them when the
- *   natural order fits under none), the order within the largest cap
- *   that fits under that mode.
+ *   natural order fits under no mode), the order within the largest cap
+ *   below the natural order's peak that fits under that mode (found as
+ *   below), and in that order the least mode that fits.
  *
  * The fastest option that fits wins; of equals, the one met first (the
  * natural order, then less recompute). Why the largest cap and not a
@@ -28,8 +29,10 @@
  * memory is exact; while each cap is a whole order search (0.1 to 3 s at
  * P = 8, M = 64). So per mode: the cap the natural order's memory plan
  * allows (hy_fit_cap_estimate), below its peak; then while that order's
- * own plan does not fit, the cap its plan allows, at least one less (at
- * most HY_FIT_CAP_TRIES orders), down to the smallest cap that runs. The
+ * own plan does not fit, the cap its plan allows, at least one less, down
+ * to the smallest cap that runs; once one fits, the gap between it and
+ * the smallest cap that did not, halved (HY_FIT_CAP_TRIES orders in all,
+ * so the cap found may be a little below the largest that fits). The
  * descent stops where an order runs no shorter than the best option
  * that fits so far (or than in->beat): a smaller cap would not either,
  * but for those bumps. A cap whose bound (sim.h, hy_makespan_bound_memory:
