@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fit.h"
 #include "mailbox.h"
 #include "memplan.h"
 #include "model.h"
-#include "order.h"
 #include "runtime.h"
 #include "sim.h"
 #include "transformer.h"
@@ -123,24 +123,32 @@ static void greedy_split(const hy_cost_model *m, int L, int S, int *n) {
     }
 }
 
+/* The per-stage costs of split n (S stages) under m: fwd, bwd (B's, or a
+ * whole backward's) and, split, wgrad (W's, a wgrad_share of the whole),
+ * each backward pass that reads the activations redoing recompute_share
+ * of its layers' forward (costs.h). */
+static void stage_costs(const hy_cost_model *m, const int *n, int S, int split, double wgrad_share,
+                        double recompute_share, double *fwd, double *bwd, double *wgrad) {
+    hy_cost_model_stages(m, n, S, fwd, bwd);   /* bwd: a whole backward */
+    for (int stage = 0; stage < S; stage++) {
+        wgrad[stage] = split ? bwd[stage] * wgrad_share : 0;
+        bwd[stage] -= wgrad[stage];
+        double extra = recompute_share > 0 ? hy_cost_model_recompute(m, n[stage],
+                                                                      recompute_share) : 0;
+        bwd[stage] += extra;
+        if (split) wgrad[stage] += extra;
+    }
+}
+
 /* Schedule s with split n, simulated as the runtime runs it: with its
  * mailbox slots (lim: mailbox.h, hy_mailbox_sim_limits), since a split
- * that lets one rank run ahead makes it wait for slots there. */
+ * that lets one rank run ahead makes it wait for slots there. fwd, bwd:
+ * scratch of S entries each, bwd followed by S more. */
 static int simulate_split(const hy_schedule *s, const hy_sim_limits *lim, const hy_cost_model *m,
-                          const int *n, double wgrad_share, double recompute_share, double *fwd,
-                          double *bwd, hy_sim_result *res, hy_error *err) {
-    hy_cost_model_stages(m, n, s->stages, fwd, bwd);   /* bwd: a whole backward */
+                          const int *n, double wgrad_share, double *fwd, double *bwd,
+                          hy_sim_result *res, hy_error *err) {
     double *wgrad = bwd + s->stages;
-    for (int stage = 0; s->split && stage < s->stages; stage++) {
-        wgrad[stage] = bwd[stage] * wgrad_share;
-        bwd[stage] -= wgrad[stage];
-    }
-    /* Recomputation: each pass that reads the activations redoes them. */
-    for (int stage = 0; recompute_share > 0 && stage < s->stages; stage++) {
-        double extra = hy_cost_model_recompute(m, n[stage], recompute_share);
-        bwd[stage] += extra;
-        if (s->split) wgrad[stage] += extra;
-    }
+    stage_costs(m, n, s->stages, s->split, wgrad_share, 0, fwd, bwd, wgrad);
     hy_costs c = { .comm = m->comm, .fwd_stage = fwd, .bwd_stage = bwd,
                    .wgrad_stage = s->split ? wgrad : NULL };
     return hy_simulate(s, &c, lim, res, err);
@@ -150,7 +158,7 @@ static int makespan_of(const hy_schedule *s, const hy_sim_limits *lim, const hy_
                        const int *n, double wgrad_share, double *fwd, double *bwd,
                        double *makespan, hy_error *err) {
     hy_sim_result res;
-    int rc = simulate_split(s, lim, m, n, wgrad_share, 0, fwd, bwd, &res, err);
+    int rc = simulate_split(s, lim, m, n, wgrad_share, fwd, bwd, &res, err);
     if (!rc) {
         *makespan = res.makespan;
         hy_sim_result_free(&res);
@@ -234,13 +242,17 @@ static int same_candidate(const hy_tune_candidate *a, const hy_tune_candidate *b
 
 /* The measured transfer time in the units schedule.comm_cost takes: one
  * stage's forward, here the mean of split n's measured stage forwards
- * (fwd, bwd: scratch of S entries each). */
+ * (fwd, bwd: scratch of S entries each), rounded to the four decimals a
+ * tuned config is written with (cmd_tune.c), so that the order priced is
+ * the order the tuned run builds. The mean is every split's of S stages
+ * (their layers and the ends' extras, summed), so the splits of one
+ * schedule share their orders. */
 static double comm_units(const hy_cost_model *m, const int *split, int S, double *fwd,
                          double *bwd) {
     double sum = 0;
     hy_cost_model_stages(m, split, S, fwd, bwd);
     for (int stage = 0; stage < S; stage++) sum += fwd[stage];
-    return sum > 0 && m->comm > 0 ? m->comm / (sum / S) : 0;
+    return sum > 0 && m->comm > 0 ? round(m->comm / (sum / S) * 1e4) / 1e4 : 0;
 }
 
 /* The model measured at micro-batch size B0, at size B: every cost grows
@@ -253,75 +265,95 @@ static hy_cost_model scaled_model(const hy_cost_model *m, int B, int B0) {
     return x;
 }
 
-/* Simulates one candidate into *out (which owns a copy of the split), in
- * the order the runtime will run once its comm_cost is written: the one
- * chosen for the measured transfer time (order.h). m0: the cost model
- * without recomputation, at the run's micro-batch size; B: the
- * candidate's; r: its recomputation, or HY_RECOMPUTE_COUNT for the least
- * under which it fits the budget (full when none does). A schedule that
- * cannot be built for these parameters (interleaved with an M it does
- * not divide) leaves out->stages 0 and is no error. */
+/* Prices one candidate into *out (which owns a copy of the split): the
+ * fastest way it fits the budget (fit.h: recompute, an activation cap,
+ * or both), its orders built as the runtime will build them once its
+ * comm_cost is written: for the measured transfer time (order.h). m0:
+ * the cost model without recomputation, at the run's micro-batch size;
+ * B: the candidate's; r: its recomputation, or HY_RECOMPUTE_COUNT for
+ * any; search_caps: whether caps are options (else p's own cap, as the
+ * config has it); cache, beat: as fit.h's. A schedule that cannot be built for these parameters
+ * (interleaved with an M it does not divide) leaves out->stages 0 and is
+ * no error. */
 static int evaluate(const hy_run *run, const hy_cost_model *m0, const hy_tune_opts *o,
-                    const hy_sched_params *p, int B, hy_recompute r, const int *split,
-                    hy_tune_candidate *out, hy_error *err) {
+                    const hy_sched_params *p, int B, hy_recompute r, int search_caps,
+                    hy_fit_cache *cache, double beat, const int *split, hy_tune_candidate *out,
+                    hy_error *err) {
     memset(out, 0, sizeof *out);
     int S = hy_sched_chunks(p) * p->ranks, rc = HY_OK;
-    double *fwd = malloc(3 * (size_t)S * sizeof(double)), units = 0;
+    /* fwd, then each mode's bwd and wgrad */
+    double *fwd = malloc((1 + 2 * HY_RECOMPUTE_COUNT) * (size_t)S * sizeof(double));
     out->split = malloc((size_t)S * sizeof(int));
     hy_cost_model m = scaled_model(m0, B, run->micro_batch_size);
-    hy_schedule s;
-    memset(&s, 0, sizeof s);
-    hy_sim_result res;
-    hy_sim_limits lim;
-    memset(&lim, 0, sizeof lim);
-    if (!fwd || !out->split) rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory tuning");
-    if (!rc) {
-        units = comm_units(&m, split, S, fwd, fwd + S);
-        hy_costs oc = hy_costs_uniform_for(p->split_backward, units);
-        hy_error why;
-        rc = hy_order_schedule(&s, p, &oc, &why);
-        if (rc == HY_ERR_INPUT) {   /* no such schedule: nothing to compare */
-            free(fwd);
-            candidate_free(out);
-            return HY_OK;
-        }
-        if (rc) *err = why;
+    hy_model_shape shape = hy_model_shape_of(&run->model);
+    hy_model mdl;
+    hy_error why;
+    if (!fwd || !out->split) {
+        free(fwd);
+        candidate_free(out);
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory tuning");
     }
-    if (!rc) {
-        hy_recompute first = r == HY_RECOMPUTE_COUNT ? HY_RECOMPUTE_NONE : r;
-        hy_recompute last = r == HY_RECOMPUTE_COUNT ? HY_RECOMPUTE_FULL : r;
-        for (int k = first; k <= (int)last; k++) {
-            out->recompute = (hy_recompute)k;
-            hy_tune_memory(run, &s, split, B, out->recompute, o->mem, &out->act_bytes,
-                           &out->mem_bytes);
-            if (out->mem_bytes <= o->budget_bytes) break;
-        }
+    if (hy_model_build(&mdl, &shape, split, S, 1, &why) != HY_OK) {   /* no such model */
+        free(fwd);
+        candidate_free(out);
+        return why.status == HY_ERR_INPUT ? HY_OK : hy_fail(err, why.status, "%s", why.msg);
     }
-    if (!rc) rc = hy_mailbox_sim_limits(&s, &lim, err);
-    if (!rc) rc = simulate_split(&s, &lim, &m, split, o->wgrad_share,
-                                 hy_recompute_share(out->recompute), fwd, fwd + S, &res, err);
-    if (!rc) {
-        out->kind = p->kind;
-        out->split_backward = s.split;
-        out->waves = p->kind == HY_SCHED_HANAYO ? p->waves : 0;
-        out->chunks = s.chunks;
-        out->micro_batches = p->micro_batches;
-        out->micro_batch_size = B;
-        out->stages = S;
-        memcpy(out->split, split, (size_t)S * sizeof(int));
-        out->comm_cost = units;
-        out->makespan_ms = res.makespan;
-        out->bubble = res.bubble;
-        out->step_ms = res.makespan + o->overhead_ms;
-        out->tokens = hy_run_tokens_per_step(p->micro_batches, B, run->model.seq_len, 1);
-        out->us_per_token = out->step_ms * 1e3 / out->tokens;
-        hy_sim_result_free(&res);
+    hy_costs costs[HY_RECOMPUTE_COUNT];
+    hy_fit_in in = { .p = p, .mailbox_limits = 1, .model = &mdl, .micro_batch_size = B,
+                     .budget = o->budget_bytes, .search_caps = search_caps, .beat = beat,
+                     .cache = cache };
+    hy_backend_memory cpu;
+    if (!o->mem) hy_backend_cpu_memory(&cpu);
+    in.mem = o->mem ? o->mem : &cpu;
+    double units = comm_units(&m, split, S, fwd, fwd + S);
+    hy_costs oc = hy_costs_uniform_for(p->split_backward, units);
+    in.order_costs = &oc;
+    for (int k = 0; k < HY_RECOMPUTE_COUNT; k++) {
+        if (r != HY_RECOMPUTE_COUNT && k != (int)r) continue;
+        double *bwd = fwd + (1 + 2 * (size_t)k) * S, *wgrad = bwd + S;
+        stage_costs(&m, split, S, p->split_backward, o->wgrad_share,
+                    hy_recompute_share((hy_recompute)k), fwd, bwd, wgrad);
+        costs[k] = (hy_costs){ .comm = m.comm, .fwd_stage = fwd, .bwd_stage = bwd,
+                               .wgrad_stage = p->split_backward ? wgrad : NULL };
+        in.costs[k] = &costs[k];
     }
+    hy_fit_option best;
+    rc = hy_fit_search(&in, &best, &why);
+    hy_model_free(&mdl);
     free(fwd);
-    hy_sim_limits_free(&lim);
-    hy_schedule_free(&s);
-    if (rc) candidate_free(out);
-    return rc;
+    if (rc == HY_ERR_INPUT) {   /* no such schedule: nothing to compare */
+        candidate_free(out);
+        return HY_OK;
+    }
+    if (rc) {
+        *err = why;
+        candidate_free(out);
+        return rc;
+    }
+    out->kind = p->kind;
+    out->split_backward = p->split_backward;
+    out->waves = p->kind == HY_SCHED_HANAYO ? p->waves : 0;
+    out->chunks = hy_sched_chunks(p);
+    out->micro_batches = p->micro_batches;
+    out->micro_batch_size = B;
+    out->stages = S;
+    memcpy(out->split, split, (size_t)S * sizeof(int));
+    out->comm_cost = units;
+    out->recompute = best.recompute;
+    out->max_activations = best.cap;
+    out->peak = best.peak;
+    out->makespan_ms = best.makespan;
+    out->bubble = best.bubble;
+    out->step_ms = best.makespan + o->overhead_ms;
+    out->tokens = hy_run_tokens_per_step(p->micro_batches, B, run->model.seq_len, 1);
+    out->us_per_token = out->step_ms * 1e3 / out->tokens;
+    out->act_bytes = best.act_bytes;
+    out->mem_bytes = best.mem_bytes;
+    out->mem_rank = best.rank;
+    out->mem_largest = best.largest;
+    out->mem_largest_bytes = best.largest_bytes;
+    out->outrun = best.outrun;
+    return HY_OK;
 }
 
 /* Adds a simulated candidate unless it is there already. */
@@ -413,21 +445,40 @@ static int search_one(const hy_run *run, const hy_cost_model *m0, const hy_tune_
     int G = run->sched_params.micro_batches * run->micro_batch_size;
     int ms[HY_TUNE_MAX_M_FACTOR + 1];
     int n_ms = batch_splits(P, G, run->sched_params.micro_batches, ms);
+    /* The most micro-batches first: the smallest, so the likeliest to fit
+     * without recompute or a cap and the shortest bubble, whose time then
+     * spares the capped orders of the larger ones that could not beat it
+     * (fit.h, beat). Every split of the schedule shares its orders (the
+     * order does not depend on the split: comm_units). */
+    for (int i = 1; i < n_ms; i++)
+        for (int j = i; j > 0 && ms[j] > ms[j - 1]; j--) {
+            int t = ms[j];
+            ms[j] = ms[j - 1];
+            ms[j - 1] = t;
+        }
+    hy_fit_cache cache = { 0 };
+    double beat = 0;   /* the schedule's best makespan that fits so far */
     for (int k = 0; !rc && k < n_ms; k++) {
         q.micro_batches = ms[k];
         double dflt = INFINITY;   /* the default split's time per token at this M */
         for (int i = 0; !rc && i < n_splits; i++) {
             hy_tune_candidate cand;
-            rc = evaluate(run, m0, o, &q, G / ms[k], HY_RECOMPUTE_COUNT, splits + (size_t)i * S,
-                          &cand, err);
+            rc = evaluate(run, m0, o, &q, G / ms[k], HY_RECOMPUTE_COUNT, 1, &cache, beat,
+                          splits + (size_t)i * S, &cand, err);
             if (rc || cand.stages == 0) continue;
-            if (has_default && i == 0) dflt = cand.us_per_token;
+            /* An outrun default: the others must beat the best so far. */
+            if (has_default && i == 0)
+                dflt = cand.outrun ? (beat + o->overhead_ms) * 1e3 / cand.tokens
+                                   : cand.us_per_token;
             if (i > 0 && cand.us_per_token > (1 - TUNE_SPLIT_MARGIN) * dflt) {
                 candidate_free(&cand);   /* not clearly better than the default */
                 continue;
             }
+            if (cand.mem_bytes <= o->budget_bytes && (beat == 0 || cand.makespan_ms < beat))
+                beat = cand.makespan_ms;
             rc = keep(all, &cand, err);
         }
+        hy_fit_cache_free(&cache);   /* the next M's orders are others */
     }
     free(splits);
     return rc;
@@ -463,18 +514,27 @@ int hy_tune_search(const hy_run *run, const hy_cost_model *m, const hy_tune_opts
                 q.waves = w;
                 q.chunks = w;
                 q.split_backward = split;
+                q.max_activations = 0;   /* searched: fit.h */
                 rc = search_one(run, &m0, o, q, m_ref, &all, err);
             }
     }
     /* The config as it is, for comparison. */
-    if (!rc) rc = evaluate(run, &m0, o, &base, run->micro_batch_size, run->train.recompute,
-                           run->model.n_layers, &r->current, err);
+    if (!rc) rc = evaluate(run, &m0, o, &base, run->micro_batch_size, run->train.recompute, 0,
+                           NULL, 0, run->model.n_layers, &r->current, err);
     r->searched = all.n;
-    double least = INFINITY;
+    /* What the candidate that needs the least memory needs: what the
+     * error says when none fits. */
+    hy_tune_candidate least = { .mem_bytes = INFINITY };
     for (int i = 0; !rc && i < all.n; i++) {
         hy_tune_candidate *x = &all.v[i];
-        if (x->mem_bytes > o->budget_bytes) {
-            if (x->mem_bytes < least) least = x->mem_bytes;
+        if (x->mem_bytes > o->budget_bytes && x->outrun) {
+            r->outrun++;
+            candidate_free(x);
+        } else if (x->mem_bytes > o->budget_bytes) {
+            if (x->mem_bytes < least.mem_bytes) {
+                least = *x;
+                least.split = NULL;   /* freed below */
+            }
             r->over_budget++;
             candidate_free(x);
         } else {
@@ -503,10 +563,20 @@ int hy_tune_search(const hy_run *run, const hy_cost_model *m, const hy_tune_opts
     }
     r->n_best = kept;
     if (r->n_best == 0) {
+        /* Recompute and caps shrink the stash alone: past them, the term
+         * that is left says what would help. */
+        int state = least.mem_largest <= HY_MEM_OPTIMIZER;
         rc = hy_fail(err, HY_ERR_INPUT, "tune: none of the %d candidates fits the memory budget "
-                     "of %.2f GiB per rank, even with full recompute (the smallest needs %.2f "
-                     "GiB); give a larger --memory-gb, more ranks or a smaller model",
-                     r->searched, o->budget_bytes / 1073741824.0, least / 1073741824.0);
+                     "of %.2f GiB per rank, even with full recompute and the smallest activation "
+                     "cap; the smallest (%s%s, M = %d, B = %d) needs %.2f GiB on rank %d, the most "
+                     "of it %s (%.2f GiB); %s", r->searched, o->budget_bytes / 1073741824.0,
+                     hy_sched_name(least.kind), least.split_backward ? " +split" : "",
+                     least.micro_batches, least.micro_batch_size, least.mem_bytes / 1073741824.0,
+                     least.mem_rank, hy_mem_term_name(least.mem_largest),
+                     least.mem_largest_bytes / 1073741824.0,
+                     state ? "the model's state alone: give more ranks, a larger --memory-gb or "
+                             "a smaller model"
+                           : "give a larger --memory-gb, more ranks or a smaller global batch");
         hy_tune_result_free(r);
     }
     return rc;

@@ -20,10 +20,12 @@
  *            B over it (a layer's work and a transfer's bytes grow with
  *            the tokens; a GEMM's efficiency at another size is not
  *            modelled);
- *   recompute  the least activation recomputation (none, selective,
- *            full: transformer.h) under which the candidate fits the
- *            budget, its extra forward work priced into every backward
- *            pass (costs.h);
+ *   memory   the fastest way the candidate fits the budget (fit.h):
+ *            the least activation recomputation (none, selective, full:
+ *            transformer.h) under which its order fits, or less
+ *            recomputation within an activation cap on its order
+ *            (schedule.max_activations), each mode's extra forward work
+ *            priced into every backward pass (costs.h);
  *   split    for each kind and W or v: the balanced split the runtime
  *            makes by default (model.h), a greedy balance by the measured
  *            costs (each layer in turn to the stage it makes cheapest, the
@@ -44,8 +46,8 @@
  * step; they are ranked by predicted time per token, and each schedule
  * (kind with its W or v) is shown by its best M and split. A candidate
  * whose memory plan (memplan.h: what the runtime would allocate on each
- * rank) exceeds the budget on some rank even with full recompute is
- * dropped.
+ * rank) exceeds the budget on some rank even with full recompute and the
+ * smallest cap is dropped.
  */
 #ifndef HY_TUNE_H
 #define HY_TUNE_H
@@ -53,6 +55,7 @@
 #include "run.h"
 #include "costs.h"
 #include "error.h"
+#include "memplan.h"
 #include "profile.h"
 #include "schedule.h"
 
@@ -66,7 +69,9 @@ typedef struct {
     int chunks;            /* stages per rank: 1, v, or 2W */
     int micro_batches, stages;
     int micro_batch_size;  /* B: micro_batches x B is the config's global batch */
-    hy_recompute recompute;   /* the least that fits the budget (train.recompute) */
+    hy_recompute recompute;   /* train.recompute: the fastest way to fit, with the cap */
+    int max_activations;   /* schedule.max_activations: its order's cap (0: none) */
+    int peak;              /* the most activations its order holds on a rank */
     int split_backward;    /* B and W passes */
     int *split;            /* [stages]: layers per stage */
     double comm_cost;      /* the measured transfer in stage forwards (schedule.comm_cost) */
@@ -75,7 +80,12 @@ typedef struct {
     double tokens;         /* per step */
     double us_per_token;
     double act_bytes;      /* activation stashes, the most over ranks */
-    double mem_bytes;      /* the whole estimate, the most over ranks */
+    double mem_bytes;      /* the whole memory plan, the most over ranks */
+    int mem_rank;          /* the rank that needs mem_bytes */
+    hy_mem_term mem_largest;   /* its largest term */
+    double mem_largest_bytes;
+    int outrun;            /* over the budget, its caps not tried: their bound could not
+                              beat a faster candidate of its schedule (fit.h, beat) */
 } hy_tune_candidate;
 
 typedef struct {
@@ -99,6 +109,8 @@ typedef struct {
     int n_best;
     int searched;              /* candidates simulated */
     int over_budget;           /* of those, dropped for memory */
+    int outrun;                /* of those, dropped unfinished: no cap that fits could beat
+                                  a faster candidate of their schedule */
     hy_tune_candidate current; /* config c as it is, predicted the same way */
 } hy_tune_result;
 
@@ -114,7 +126,7 @@ void hy_tune_model_costs(const hy_run *run, const hy_backend_memory *mem, double
 
 /* Searches for the model and schedule P of run `run` under cost model m.
  * HY_ERR_INPUT when no candidate fits the budget (saying the smallest
- * need). */
+ * need and its largest term). */
 int hy_tune_search(const hy_run *run, const hy_cost_model *m, const hy_tune_opts *o,
                    hy_tune_result *r, hy_error *err);
 void hy_tune_result_free(hy_tune_result *r);

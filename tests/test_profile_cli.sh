@@ -215,6 +215,21 @@ expect_rc 0
 expect_out '395.6 TFLOP/s a rank (assumed: an H200'
 expect_out 'over 100 Gb/s (--link-gbps), on cuda (modelled)'
 expect_out 'memory budget: 1.00 GiB per rank (--memory-gb)'
+# --json: the ranking with each candidate's cap; under a budget the
+# uncapped orders of some schedules overshoot, a capped order stands in
+# (within its cap, within the budget), and --apply writes candidate 1's
+# cap as schedule.max_activations.
+run tune "$cfg" "${nodata[@]}" --set backend=cpu --costs model --tflops 0.05 --memory-gb 0.0025 \
+    --json --apply "$tmp/tuned-json.json"
+expect_rc 0
+expect_json "all(b['mem_bytes'] <= p['budget_bytes'] for b in p['best'])" True
+expect_json "any(b['max_activations'] > 0 for b in p['best'])" True
+expect_json "all(b['peak_activations'] <= b['max_activations'] for b in p['best'] if b['max_activations'])" True
+expect_json "all(b['micro_batches'] * b['micro_batch_size'] == 8 for b in p['best'])" True
+expect_json "p['now']['mem_bytes'] > p['budget_bytes']" True
+cap=$(json_get "p['best'][0]['max_activations']")
+if python3 -c "import json,sys; sys.exit(json.load(open('$tmp/tuned-json.json'))['schedule']['max_activations'] != $cap)"
+then ok; else bad "tune --json --apply: schedule.max_activations is not candidate 1's ($cap)"; fi
 run tune "$cfg" "${nodata[@]}" --set backend=cuda --costs model
 expect_rc 0
 expect_out "memory budget: 131.32 GiB per rank (assumed: an H200's 141 GB"

@@ -9,17 +9,19 @@
  * backward is twice a forward, a transfer is a boundary's bytes over the
  * link. Then configs/gpt-13b.json and configs/llama-8b.json on the CUDA
  * backend's memory at 80 GiB a rank: the chosen plan's memory plan,
- * rebuilt here, fits; every candidate recomputes no more than it needs
- * (one mode less would not fit); the 13B config as it is fits only with
+ * rebuilt here as `hanayo plan` builds it (within its activation cap,
+ * which its order keeps), fits; every candidate recomputes no more than
+ * its order needs (one mode less would not fit); the 13B config as it is fits only with
  * recompute, and under a tighter budget the chosen plan recomputes and
- * would not fit without. The search is a function of its inputs: two runs
+ * would not fit without. Then caps against recompute on 1F1B alone
+ * (test_cap_or_recompute). The search is a function of its inputs: two runs
  * agree to the last bit. (The same through the command, under `ulimit
  * -v`: tests/test_fits.sh.)
  */
 #include "costs.h"
 #include "memplan.h"
 #include "model.h"
-#include "order.h"
+#include "plan.h"
 #include "test.h"
 #include "lib/testrun.h"
 #include "transformer.h"
@@ -33,9 +35,11 @@
 #define TFLOPS 400.0
 #define LINK_GBPS 3600.0
 
-/* Every kind but hanayo, whose order search takes most of a search's time
- * at 13B's sizes (the llama-8b case searches all). */
-#define NOT_HANAYO ((1u << HY_SCHED_GPIPE) | (1u << HY_SCHED_1F1B) | (1u << HY_SCHED_INTERLEAVED))
+/* GPipe and 1F1B: the order searches of hanayo and interleaved (capped
+ * ones above all) take most of a search's time at 13B's sizes, seconds
+ * each, and the test runs under ASan too (the llama-8b case searches
+ * every kind). */
+#define FAST_KINDS ((1u << HY_SCHED_GPIPE) | (1u << HY_SCHED_1F1B))
 
 static int load(hy_run *run, const char *config) {
     hy_error err;
@@ -114,8 +118,9 @@ static int search(const hy_run *run, unsigned kinds, double budget, const hy_bac
 }
 
 /* The memory plan of candidate x under recomputation r, its schedule
- * built as the search built it (in the order chosen for its transfer
- * time): the most any rank needs. */
+ * built as `hanayo plan` builds it (hy_plan_build, in the order chosen for
+ * its transfer time, within its cap): the most any rank needs. The order
+ * holds no more than the cap on any rank. */
 static double memory_of(const hy_run *run, const hy_tune_candidate *x, hy_recompute r,
                         const hy_backend_memory *mem) {
     hy_sched_params p = run->sched_params;
@@ -124,23 +129,26 @@ static double memory_of(const hy_run *run, const hy_tune_candidate *x, hy_recomp
     p.chunks = x->kind == HY_SCHED_INTERLEAVED ? x->chunks : 1;
     p.micro_batches = x->micro_batches;
     p.split_backward = x->split_backward;
+    p.max_activations = x->max_activations;
     hy_costs c = hy_costs_uniform_for(p.split_backward, x->comm_cost);
-    hy_schedule s;
+    hy_plan pl;
     hy_error err;
-    if (hy_order_schedule(&s, &p, &c, &err) != HY_OK) {
+    if (hy_plan_build(&pl, &p, &c, &err) != HY_OK) {
         CHECKF(0, "%s", err.msg);
         return INFINITY;
     }
-    CHECK(s.stages == x->stages);
+    CHECK(pl.sched.stages == x->stages);
+    CHECKF(x->max_activations == 0 || hy_plan_peak_max(&pl) <= x->max_activations,
+           "peak %d over the cap %d", hy_plan_peak_max(&pl), x->max_activations);
     double act, all;
-    hy_tune_memory(run, &s, x->split, x->micro_batch_size, r, mem, &act, &all);
-    hy_schedule_free(&s);
+    hy_tune_memory(run, &pl.sched, x->split, x->micro_batch_size, r, mem, &act, &all);
+    hy_plan_free(&pl);
     return all;
 }
 
 /* The search's answers against their memory plans: the best fits, every
- * candidate with the least recomputation that does, each trains the
- * config's global batch. */
+ * candidate with the least recomputation that does in its order, each
+ * trains the config's global batch. */
 static void check_fits(const char *config, const hy_run *run, const hy_tune_result *res,
                        double budget, const hy_backend_memory *mem) {
     CHECKF(res->n_best > 0, "%s: no candidate", config);
@@ -157,11 +165,71 @@ static void check_fits(const char *config, const hy_run *run, const hy_tune_resu
         }
         CHECK(x->micro_batches * x->micro_batch_size == G);
     }
-    printf("%s at %.0f GiB: %s%s M = %d, B = %d, recompute %s, %.2f GiB, %.0f tokens/s "
+    printf("%s at %.0f GiB: %s%s M = %d, B = %d, recompute %s, cap %d, %.2f GiB, %.0f tokens/s "
            "predicted\n", config, budget / GIB, hy_sched_name(res->best[0].kind),
            res->best[0].split_backward ? " +split" : "", res->best[0].micro_batches,
            res->best[0].micro_batch_size, hy_recompute_name(res->best[0].recompute),
-           res->best[0].mem_bytes / GIB, res->best[0].tokens / (res->best[0].step_ms / 1e3));
+           res->best[0].max_activations, res->best[0].mem_bytes / GIB,
+           res->best[0].tokens / (res->best[0].step_ms / 1e3));
+}
+
+/* The cap against recompute (lib/fit.h), 1F1B alone on gpt-13b: at
+ * 72 GiB the fastest plan is a capped order that recomputes nothing,
+ * where its natural order would have to recompute; at 56 GiB the natural
+ * order with selective recompute beats every cap; at 20 GiB nothing fits,
+ * and the error names the term that keeps it from fitting (the model's
+ * state: caps and recompute shrink the stash alone). */
+static void test_cap_or_recompute(void) {
+    hy_run run;
+    if (load(&run, "configs/gpt-13b.json")) return;
+    hy_backend_memory mem;
+    hy_backend_cuda_memory(&mem);
+    unsigned kinds = 1u << HY_SCHED_1F1B;
+    hy_tune_result res;
+    double budget = 72 * GIB;
+    if (search(&run, kinds, budget, &mem, &res) == HY_OK) {
+        check_fits("gpt-13b 1f1b", &run, &res, budget, &mem);
+        hy_tune_candidate x = res.best[0];
+        CHECKF(x.max_activations > 0 && x.recompute == HY_RECOMPUTE_NONE, "cap %d, %s",
+               x.max_activations, hy_recompute_name(x.recompute));
+        x.max_activations = 0;   /* its natural order would not fit without recompute */
+        CHECK(memory_of(&run, &x, HY_RECOMPUTE_NONE, &mem) > budget);
+        hy_tune_result_free(&res);
+    }
+    budget = 56 * GIB;
+    if (search(&run, kinds, budget, &mem, &res) == HY_OK) {
+        check_fits("gpt-13b 1f1b", &run, &res, budget, &mem);
+        const hy_tune_candidate *x = &res.best[0];
+        CHECKF(x->max_activations == 0 && x->recompute != HY_RECOMPUTE_NONE, "cap %d, %s",
+               x->max_activations, hy_recompute_name(x->recompute));
+        hy_tune_result_free(&res);
+    }
+    hy_cost_model m;
+    hy_tune_opts o = { .kinds = kinds, .budget_bytes = 20 * GIB, .mem = &mem,
+                       .priced_recompute = HY_RECOMPUTE_NONE };
+    hy_tune_model_costs(&run, &mem, TFLOPS, LINK_GBPS, &m, &o.wgrad_share);
+    hy_error err;
+    CHECK(hy_tune_search(&run, &m, &o, &res, &err) == HY_ERR_INPUT);
+    CHECKF(strstr(err.msg, "even with full recompute and the smallest activation cap") &&
+           strstr(err.msg, "the most of it optimizer") && strstr(err.msg, "model's state alone"),
+           "%s", err.msg);
+    hy_run_free(&run);
+}
+
+/* Two searches agree to the bit. */
+static void check_same(const hy_tune_result *res, const hy_tune_result *again) {
+    CHECK(again->n_best == res->n_best && again->searched == res->searched &&
+          again->over_budget == res->over_budget && again->outrun == res->outrun);
+    for (int i = 0; i < res->n_best && i < again->n_best; i++) {
+        const hy_tune_candidate *x = &res->best[i], *y = &again->best[i];
+        CHECK(x->kind == y->kind && x->chunks == y->chunks &&
+              x->micro_batches == y->micro_batches &&
+              x->micro_batch_size == y->micro_batch_size && x->recompute == y->recompute &&
+              x->max_activations == y->max_activations &&
+              x->split_backward == y->split_backward &&
+              memcmp(x->split, y->split, (size_t)x->stages * sizeof(int)) == 0 &&
+              x->step_ms == y->step_ms && x->mem_bytes == y->mem_bytes);
+    }
 }
 
 static void test_gpt_13b(void) {
@@ -171,38 +239,27 @@ static void test_gpt_13b(void) {
     hy_backend_cuda_memory(&mem);
     double budget = 80 * GIB;
     hy_tune_result res;
-    if (search(&run, NOT_HANAYO, budget, &mem, &res) == HY_OK) {
+    if (search(&run, FAST_KINDS, budget, &mem, &res) == HY_OK) {
         check_fits("gpt-13b", &run, &res, budget, &mem);
         /* The config as it is does not fit without recompute; with full,
          * it does. */
         CHECKF(res.current.mem_bytes > budget, "%.2f GiB", res.current.mem_bytes / GIB);
         CHECK(memory_of(&run, &res.current, HY_RECOMPUTE_FULL, &mem) <= budget);
-        /* The same search again: the same answer, to the bit. */
-        hy_tune_result again;
-        if (search(&run, NOT_HANAYO, budget, &mem, &again) == HY_OK) {
-            CHECK(again.n_best == res.n_best && again.searched == res.searched &&
-                  again.over_budget == res.over_budget);
-            for (int i = 0; i < res.n_best && i < again.n_best; i++) {
-                const hy_tune_candidate *x = &res.best[i], *y = &again.best[i];
-                CHECK(x->kind == y->kind && x->chunks == y->chunks &&
-                      x->micro_batches == y->micro_batches &&
-                      x->micro_batch_size == y->micro_batch_size &&
-                      x->recompute == y->recompute && x->split_backward == y->split_backward &&
-                      memcmp(x->split, y->split, (size_t)x->stages * sizeof(int)) == 0 &&
-                      x->step_ms == y->step_ms && x->mem_bytes == y->mem_bytes);
-            }
-            hy_tune_result_free(&again);
-        }
         hy_tune_result_free(&res);
     }
     /* Tighter: no candidate fits without recomputing, and the chosen one
-     * does not without. */
+     * does not without; the same search again gives the same answer, to
+     * the bit, caps and recompute included. */
     budget = 48 * GIB;
-    if (search(&run, NOT_HANAYO, budget, &mem, &res) == HY_OK) {
+    unsigned kinds = FAST_KINDS;
+    if (search(&run, kinds, budget, &mem, &res) == HY_OK) {
         check_fits("gpt-13b", &run, &res, budget, &mem);
-        if (res.n_best > 0) {
-            CHECK(res.best[0].recompute != HY_RECOMPUTE_NONE);
-            CHECK(memory_of(&run, &res.best[0], HY_RECOMPUTE_NONE, &mem) > budget);
+        CHECK(res.best[0].recompute != HY_RECOMPUTE_NONE);
+        CHECK(memory_of(&run, &res.best[0], HY_RECOMPUTE_NONE, &mem) > budget);
+        hy_tune_result again;
+        if (search(&run, kinds, budget, &mem, &again) == HY_OK) {
+            check_same(&res, &again);
+            hy_tune_result_free(&again);
         }
         hy_tune_result_free(&res);
     }
@@ -228,6 +285,7 @@ int main(void) {
     test_flops_of("configs/llama-8b.json");
     test_model_costs();
     test_gpt_13b();
+    test_cap_or_recompute();
     test_llama_8b();
     return TEST_END("tune");
 }

@@ -23,6 +23,7 @@
 #include "cli.h"
 #include "config.h"
 #include "costs.h"
+#include "fit.h"
 #include "measured.h"
 #include "memplan.h"
 #include "model.h"
@@ -77,7 +78,8 @@ static const char usage_plan[] =
     "                      under the summary and in --json) against G GiB per\n"
     "                      rank (default: this machine's, as train would run);\n"
     "                      a plan that does not fit, without a cap, is made\n"
-    "                      again within the activations that fit\n"
+    "                      again the fastest way that fits: recompute, an\n"
+    "                      activation cap, or both (as tune weighs them)\n"
     "  --set key=value     override a config key, e.g. schedule.waves=2\n"
     "  --width N           timeline width in columns, 40..100000 (default 120)\n"
     "  --color WHEN        auto (colour on a terminal), always or never\n";
@@ -442,89 +444,60 @@ static char *json_with_memory(const hy_plan *pl, const char *memory) {
     return s;
 }
 
-/* --memory-gb and no cap: the most stash slots a rank may hold beside
- * everything else it allocates, from plan mp of schedule sc (each rank's
- * activation bytes over its slots: what a slot costs there); 0 when
- * nothing is known (no slots). */
-static int cap_from_memory(const hy_memplan *mp, const hy_schedule *sc, double available) {
-    double most = INFINITY;
-    for (int r = 0; r < mp->ranks; r++) {
-        int slots = 0;
-        for (int s = 0; s < sc->stages; s++)
-            if (sc->placement[s] == r) slots += mp->in_flight[s];
-        double act = mp->rank[r].bytes[HY_MEM_ACTIVATIONS];
-        if (slots == 0 || act <= 0) continue;
-        double fit = floor((available - (mp->rank[r].total - act)) / (act / slots));
-        if (fit < most) most = fit;
-    }
-    return isfinite(most) ? (most > 0 ? (most < 1 << 20 ? (int)most : 1 << 20) : -1) : 0;
-}
-
-/* The makespan of p's plan under c with recomputation `mode` in place of
- * the run's (uniform costs only; INFINITY when it cannot be priced). */
-static double makespan_recomputing(const hy_run *run, const hy_sched_params *p,
-                                   const hy_costs *c, hy_recompute mode) {
-    if (c->fwd_stage != NULL || mode >= HY_RECOMPUTE_COUNT) return INFINITY;
-    hy_costs alt = *c;   /* c already prices the run's own mode */
-    hy_costs_add_recompute(&alt, hy_recompute_share(mode) -
-                                 hy_recompute_share(run->train.recompute));
-    hy_plan pl;
-    hy_error ignored;
-    if (hy_plan_build(&pl, p, &alt, &ignored) != HY_OK) return INFINITY;
-    double t = pl.sim.makespan;
-    hy_plan_free(&pl);
-    return t;
-}
-
 /* The plan of p under c with its memory plan (have_memory: whether one
  * could be made; merr says why not). With --memory-gb and no cap, a plan
- * that does not fit is made again within the cap its memory plan allows,
- * one slot less while it still does not fit, down to the smallest cap;
- * the cap it took is the plan's max_activations. When recomputation would
- * make the uncapped plan fit and end sooner than the capped one, the
- * uncapped plan stays, and its memory table says which recompute fits. */
+ * that does not fit is weighed against the ways it could (lib/fit.h,
+ * hy_fit_search, as tune weighs them): recomputing more than the run does
+ * (priced when the costs are uniform; measured ones hold the profiled
+ * run's recompute and no other), and an activation cap on the order.
+ * When a capped order is the fastest that fits, the plan is made again
+ * within that cap (the plan's max_activations); otherwise the uncapped
+ * plan stays, and its memory table says which recompute fits. *chosen:
+ * the option weighed fastest (chosen->makespan < 0: none weighed). */
 static int plan_in_memory(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
                           const hy_costs *c, const hy_model *m, hy_plan *pl, hy_memplan *mp,
                           double *available, hy_recompute *fit, char *why, size_t n,
-                          int *have_memory, hy_error *merr, hy_error *err) {
+                          int *have_memory, hy_fit_option *chosen, hy_error *merr,
+                          hy_error *err) {
     hy_sched_params q = *p;
+    chosen->makespan = -1;
     int rc = hy_plan_build(pl, &q, c, err);
     if (rc != HY_OK) return rc;
     *have_memory = m && memory_of(rq, run, m, &pl->sched, mp, available, fit, why, n,
                                    merr) == HY_OK;
-    if (!*have_memory || rq->memory_gb <= 0 || q.max_activations > 0) return HY_OK;
-    double recomputing = makespan_recomputing(run, &q, c, *fit);
     hy_error fits;
-    int least = hy_sched_min_activations(&q);
-    int cap = cap_from_memory(mp, &pl->sched, *available);
-    while (hy_memplan_check(mp, *available, "--memory-gb", &fits) != HY_OK && cap != 0) {
-        /* A cap at or above the peak keeps the same order: one below it. */
-        if (cap >= hy_plan_peak_max(pl)) cap = hy_plan_peak_max(pl) - 1;
-        if (cap < least) break;   /* nothing fits: the uncapped plan says so */
-        hy_plan next;
-        hy_memplan next_mp;
-        q.max_activations = cap--;
-        rc = hy_plan_build(&next, &q, c, err);
-        if (rc != HY_OK) return rc;
-        if (memory_of(rq, run, m, &next.sched, &next_mp, available, fit, why, n, merr) != HY_OK) {
-            hy_plan_free(&next);
-            return HY_OK;
-        }
-        hy_plan_free(pl);
-        hy_memplan_free(mp);
-        *pl = next;
-        *mp = next_mp;
+    if (!*have_memory || rq->memory_gb <= 0 || q.max_activations > 0 ||
+        hy_memplan_check(mp, *available, "--memory-gb", &fits) == HY_OK)
+        return HY_OK;
+    hy_backend_choice backend;
+    if ((rc = plan_backend(run, &backend, err)) != HY_OK) return rc;
+    hy_costs modes[HY_RECOMPUTE_COUNT];
+    hy_fit_in in = { .p = &q, .order_costs = c, .model = m,
+                     .micro_batch_size = run->micro_batch_size, .mem = &backend.mem,
+                     .budget = *available, .search_caps = 1 };
+    hy_recompute own = run->train.recompute;
+    for (int k = own; k < HY_RECOMPUTE_COUNT && (k == (int)own || !c->fwd_stage); k++) {
+        modes[k] = *c;   /* c already prices the run's own mode */
+        hy_costs_add_recompute(&modes[k], hy_recompute_share((hy_recompute)k) -
+                                          hy_recompute_share(own));
+        in.costs[k] = &modes[k];
     }
-    if (q.max_activations > 0 && (hy_memplan_check(mp, *available, "--memory-gb", &fits) != HY_OK
-                                  || pl->sim.makespan > recomputing)) {
-        /* The uncapped plan with recomputation is the better one. */
-        hy_plan_free(pl);
-        hy_memplan_free(mp);
-        q.max_activations = 0;
-        if ((rc = hy_plan_build(pl, &q, c, err)) != HY_OK) return rc;
-        *have_memory = memory_of(rq, run, m, &pl->sched, mp, available, fit, why, n,
-                                 merr) == HY_OK;
+    hy_fit_option best;
+    if ((rc = hy_fit_search(&in, &best, err)) != HY_OK) return rc;
+    *chosen = best;
+    if (!best.fits || best.cap == 0) return HY_OK;   /* nothing fits: the uncapped plan says so */
+    hy_plan next;
+    hy_memplan next_mp;
+    q.max_activations = best.cap;
+    if ((rc = hy_plan_build(&next, &q, c, err)) != HY_OK) return rc;
+    if (memory_of(rq, run, m, &next.sched, &next_mp, available, fit, why, n, merr) != HY_OK) {
+        hy_plan_free(&next);
+        return HY_OK;
     }
+    hy_plan_free(pl);
+    hy_memplan_free(mp);
+    *pl = next;
+    *mp = next_mp;
     return HY_OK;
 }
 
@@ -565,9 +538,10 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
     hy_model m;
     int have_model = model_for(run, p, &m, &merr) == HY_OK;
     int have_memory = 0;
+    hy_fit_option chosen = { .makespan = -1 };
     double wall = seconds_on(CLOCK_MONOTONIC), cpu = seconds_on(CLOCK_PROCESS_CPUTIME_ID);
     int rc = plan_in_memory(rq, run, p, c, have_model ? &m : NULL, &pl, &mp, &available, &fit, why,
-                            sizeof why, &have_memory, &merr, err);
+                            sizeof why, &have_memory, &chosen, &merr, err);
     wall = seconds_on(CLOCK_MONOTONIC) - wall;
     cpu = seconds_on(CLOCK_PROCESS_CPUTIME_ID) - cpu;
     if (rc != HY_OK) {
@@ -591,6 +565,11 @@ static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched
         if (rq->svg) fprintf(out, "%-18s%s\n", "svg", rq->svg);
         if (have_memory) write_memory(out, &mp, available, fit, why);
         else fprintf(out, "\nmemory: not planned: %s\n", merr.msg);
+        if (chosen.makespan >= 0 && chosen.fits)
+            fprintf(out, "  fastest way to fit (recompute or an activation cap, weighed as tune "
+                    "weighs them): cap %d with train.recompute = \"%s\", makespan %g with its "
+                    "recompute priced in\n", chosen.cap, hy_recompute_name(chosen.recompute),
+                    chosen.makespan);
     }
     if (have_memory) hy_memplan_free(&mp);
     if (rc == HY_OK && rq->replicas && !have_model) rc = hy_fail(err, merr.status, "%s", merr.msg);

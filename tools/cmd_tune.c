@@ -48,9 +48,10 @@ static const char usage_tune[] =
     "hanayo W = 1..4), its backward whole or split (W's share measured by a\n"
     "second profile with split backward), micro-batches M = P, 2P, .. 8P of\n"
     "the size B that keeps CONFIG's global batch M x B (what is trained stays),\n"
-    "the layer split, and the least activation recomputation (none, selective,\n"
-    "full) under which each fits the memory budget.\n"
-    "Candidates over it even with full recompute are dropped. Candidates are\n"
+    "the layer split, and the fastest way each fits the memory budget: the\n"
+    "least activation recomputation (none, selective, full), or less within a\n"
+    "cap on the activations its order holds (schedule.max_activations).\n"
+    "Candidates over it even with full recompute and the smallest cap are dropped. Candidates are\n"
     "ranked by predicted time per token; each schedule is shown by its best\n"
     "M and split, beside the config as it is.\n"
     "\n"
@@ -69,12 +70,15 @@ static const char usage_tune[] =
     "  --top K             print the best K schedules, 1..100 (default 5)\n"
     "  --apply OUT.json    write CONFIG with the best candidate's schedule.kind,\n"
     "                      waves or chunks, micro_batches, micro_batch_size,\n"
-    "                      split and train.recompute (--set values are\n"
+    "                      split, max_activations and train.recompute (--set values are\n"
     "                      measured with but not written)\n"
     "  --memory-gb G       memory per rank in GiB (default: the GPU's memory,\n"
     "                      on the CPU the host's memory over the ranks; modelled\n"
     "                      on a GPU, the assumed H200's 141 GB)\n"
     "  --schedule K        search only this schedule\n"
+    "  --json              print the ranking as one JSON object instead of the\n"
+    "                      report: each candidate's schedule keys, recompute,\n"
+    "                      max_activations, predicted step and memory\n"
     "  --set key=value     override a config key for the measurement\n"
     "  --slow-stage S:SEC  test hook, as in hanayo profile\n";
 
@@ -90,6 +94,7 @@ typedef struct {
     double memory_gb;          /* per rank; 0: the device's */
     unsigned kinds;            /* as hy_tune_opts */
     const char *apply;         /* write the tuned config here, or NULL */
+    int json;                  /* --json: the ranking as JSON */
     hy_flag_list sets;
 } tune_args;
 
@@ -108,6 +113,7 @@ static const hy_flag tune_flags[] = {
     { .name = "--top", .kind = HY_FLAG_INT, .off = TUNE(top), .example = "5",
       .lo = 1, .hi = 100 },
     { .name = "--apply", .kind = HY_FLAG_STRING, .off = TUNE(apply), .example = "tuned.json" },
+    { .name = "--json", .kind = HY_FLAG_SWITCH, .off = TUNE(json) },
     { .name = "--memory-gb", .kind = HY_FLAG_REAL, .off = TUNE(memory_gb), .example = "80",
       .lo = 0, .lo_open = 1, .hi = 1e12 },
     { .name = "--schedule", .kind = HY_FLAG_CUSTOM, .off = TUNE(kinds), .example = "hanayo",
@@ -156,8 +162,9 @@ int cli_tune_apply(const char *config, const char *const *sets, int n_sets,
     bad |= json_object_set_new(sc, "micro_batch_size", json_integer(cand->micro_batch_size));
     bad |= json_object_set_new(sc, "split", split);
     bad |= json_object_set_new(sc, "split_backward", json_boolean(cand->split_backward));
-    /* Rounded, so the file reads well; the order barely moves with the
-     * fourth digit. */
+    bad |= json_object_set_new(sc, "max_activations", json_integer(cand->max_activations));
+    /* Rounded as the search rounded it (lib/tune.c, comm_units): the
+     * tuned run builds the order that was priced. */
     bad |= json_object_set_new(sc, "comm_cost", json_real(round(cand->comm_cost * 1e4) / 1e4));
     json_t *train = bad ? NULL : json_object_get(root, "train");
     if (!bad && !train) {
@@ -251,10 +258,93 @@ static void write_candidate(FILE *f, const char *tag, const hy_tune_candidate *x
     for (int i = 0; i < x->stages && used + 8 < sizeof split; i++)
         used += (size_t)snprintf(split + used, sizeof split - used, "%s%d", i ? " " : "", x->split[i]);
     if (used + 8 >= sizeof split) snprintf(split + used, sizeof split - used, " ...");
-    fprintf(f, "  %4s  %-22s %4d %4d  %-24s %-9s %9.2f %9.0f %8.4f %8.2f %8.2f\n", tag, name,
-            x->micro_batches, x->micro_batch_size, split, hy_recompute_name(x->recompute),
+    char cap[16] = "-";
+    if (x->max_activations > 0) snprintf(cap, sizeof cap, "%d", x->max_activations);
+    fprintf(f, "  %4s  %-22s %4d %4d  %-24s %-9s %4s %9.2f %9.0f %8.4f %8.2f %8.2f\n", tag, name,
+            x->micro_batches, x->micro_batch_size, split, hy_recompute_name(x->recompute), cap,
             x->step_ms, x->tokens / (x->step_ms / 1e3), x->bubble, x->act_bytes / 1048576.0,
             x->mem_bytes / 1048576.0);
+}
+
+/* Candidate x as a JSON object (the keys --apply writes, and the
+ * prediction), or NULL when out of memory. */
+static json_t *candidate_json(const hy_tune_candidate *x) {
+    json_t *split = json_array(), *o = json_object();
+    int bad = !split || !o;
+    for (int i = 0; !bad && i < x->stages; i++)
+        bad |= json_array_append_new(split, json_integer(x->split[i]));
+    if (bad) {
+        json_decref(split);
+        json_decref(o);
+        return NULL;
+    }
+    bad |= json_object_set_new(o, "kind", json_string(hy_sched_name(x->kind)));
+    bad |= json_object_set_new(o, "waves", json_integer(x->waves));
+    bad |= json_object_set_new(o, "chunks", json_integer(x->chunks));
+    bad |= json_object_set_new(o, "split_backward", json_boolean(x->split_backward));
+    bad |= json_object_set_new(o, "micro_batches", json_integer(x->micro_batches));
+    bad |= json_object_set_new(o, "micro_batch_size", json_integer(x->micro_batch_size));
+    bad |= json_object_set_new(o, "split", split);
+    bad |= json_object_set_new(o, "comm_cost", json_real(round(x->comm_cost * 1e4) / 1e4));
+    bad |= json_object_set_new(o, "recompute", json_string(hy_recompute_name(x->recompute)));
+    bad |= json_object_set_new(o, "max_activations", json_integer(x->max_activations));
+    bad |= json_object_set_new(o, "peak_activations", json_integer(x->peak));
+    bad |= json_object_set_new(o, "step_ms", json_real(x->step_ms));
+    bad |= json_object_set_new(o, "tokens_per_s", json_real(x->tokens / (x->step_ms / 1e3)));
+    bad |= json_object_set_new(o, "bubble", json_real(x->bubble));
+    bad |= json_object_set_new(o, "act_bytes", json_real(x->act_bytes));
+    bad |= json_object_set_new(o, "mem_bytes", json_real(x->mem_bytes));
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* --json: the ranking (the best `top`), the config as it is and the
+ * search's extent as one object on one line. */
+static int write_json(FILE *out, const hy_tune_result *res, int top, double budget,
+                      hy_error *err) {
+    json_t *root = json_object(), *best = json_array();
+    int bad = !root || !best;
+    for (int i = 0; !bad && i < top; i++) {
+        json_t *c = candidate_json(&res->best[i]);
+        bad |= !c || json_array_append_new(best, c);
+    }
+    json_t *now = bad ? NULL : candidate_json(&res->current);
+    if (!bad && now) {
+        bad |= json_object_set_new(root, "budget_bytes", json_real(budget));
+        bad |= json_object_set_new(root, "searched", json_integer(res->searched));
+        bad |= json_object_set_new(root, "over_budget", json_integer(res->over_budget));
+        bad |= json_object_set_new(root, "outrun", json_integer(res->outrun));
+        bad |= json_object_set_new(root, "best", best);
+        best = NULL;
+        bad |= json_object_set_new(root, "now", now);
+    } else {
+        json_decref(now);
+        bad = 1;
+    }
+    char *text = bad ? NULL : json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT);
+    json_decref(best);
+    json_decref(root);
+    if (!text) return hy_fail(err, HY_ERR_RUNTIME, "out of memory writing the JSON");
+    fprintf(out, "%s\n", text);
+    free(text);
+    return HY_OK;
+}
+
+/* Candidate 1 as the --set flags that run it (what --apply writes). */
+static void write_sets(FILE *f, const hy_tune_candidate *x) {
+    fprintf(f, "\ncandidate 1: --set schedule.kind=%s", hy_sched_name(x->kind));
+    if (x->kind == HY_SCHED_HANAYO) fprintf(f, " --set schedule.waves=%d", x->waves);
+    if (x->kind == HY_SCHED_INTERLEAVED) fprintf(f, " --set schedule.chunks=%d", x->chunks);
+    fprintf(f, " --set schedule.micro_batches=%d --set schedule.micro_batch_size=%d --set "
+            "schedule.split=", x->micro_batches, x->micro_batch_size);
+    for (int i = 0; i < x->stages; i++) fprintf(f, "%s%d", i ? "," : "[", x->split[i]);
+    fprintf(f, "] --set schedule.split_backward=%s --set schedule.comm_cost=%.4f --set "
+            "schedule.max_activations=%d --set train.recompute=%s\n",
+            x->split_backward ? "true" : "false", round(x->comm_cost * 1e4) / 1e4,
+            x->max_activations, hy_recompute_name(x->recompute));
 }
 
 /* Where the search's costs come from, and what it plans on. */
@@ -396,11 +486,14 @@ static void write_report_head(FILE *out, const char *config, const hy_run *run,
     fprintf(out, "memory budget: %.2f GiB per rank (%s)\n", tc->budget / 1073741824.0,
             tc->budget_why);
     fprintf(out, "searched %d candidates (schedule, W 1..4 or v 2..4, whole or split backward, "
-            "M = %d..%d at the global batch of %d sequences, layer splits, recompute); %d "
-            "over the memory budget\n", res->searched, s->ranks, HY_TUNE_MAX_M_FACTOR * s->ranks,
-            s->micro_batches * run->micro_batch_size, res->over_budget);
-    fprintf(out, "ranked by predicted time per token; each schedule by its best M and "
-            "split, with the least recompute that fits\n\n");
+            "M = %d..%d at the global batch of %d sequences, layer splits, recompute and "
+            "activation caps); %d over the memory budget, %d outrun (over it, and no cap that "
+            "fits could beat a faster candidate of their schedule)\n", res->searched, s->ranks,
+            HY_TUNE_MAX_M_FACTOR * s->ranks, s->micro_batches * run->micro_batch_size,
+            res->over_budget, res->outrun);
+    fprintf(out, "ranked by predicted time per token; each schedule by its best M and split, "
+            "with the fastest way it fits: the least recompute, or less within an activation "
+            "cap (cap: schedule.max_activations)\n\n");
 }
 
 /* The tuning of the config file `config` as a asks, printed to out (see
@@ -444,12 +537,15 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
     memset(&o, 0, sizeof o);
     if (!rc) rc = take_costs(config, a, &run, &tc, &m, &o, err);
     if (!rc) rc = hy_tune_search(&run, &m, &o, &res, err);
-    if (!rc) {
+    int top = a->top < res.n_best ? a->top : res.n_best;
+    if (!rc && a->json) rc = write_json(out, &res, top, o.budget_bytes, err);
+    if (!rc && a->json && a->apply)
+        rc = cli_tune_apply(config, a->sets.items, a->sets.n, &res.best[0], a->apply, err);
+    if (!rc && !a->json) {
         write_report_head(out, config, &run, &tc, &m, &o, &res);
-        fprintf(out, "  %4s  %-22s %4s %4s  %-24s %-9s %9s %9s %8s %8s %8s\n", "#", "schedule",
-                "M", "B", "split", "recompute", "step ms", "tokens/s", "bubble", "act MiB",
+        fprintf(out, "  %4s  %-22s %4s %4s  %-24s %-9s %4s %9s %9s %8s %8s %8s\n", "#", "schedule",
+                "M", "B", "split", "recompute", "cap", "step ms", "tokens/s", "bubble", "act MiB",
                 "mem MiB");
-        int top = a->top < res.n_best ? a->top : res.n_best;
         for (int i = 0; i < top; i++) {
             char tag[16];
             snprintf(tag, sizeof tag, "%d", i + 1);
@@ -462,6 +558,7 @@ static int run_tune(const char *config, const tune_args *a, FILE *out, hy_error 
         else
             fprintf(out, "  (now: the config as it is, predicted the same way%s; measured %.2f "
                     "ms)\n", over, tc.p.wall_ms);
+        if (res.n_best > 0) write_sets(out, &res.best[0]);
         if (a->apply) {
             rc = cli_tune_apply(config, a->sets.items, a->sets.n, &res.best[0], a->apply, err);
             if (!rc) fprintf(out, "\nwrote %s: candidate 1\n", a->apply);
