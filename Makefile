@@ -315,7 +315,7 @@ export TSAN_OPTIONS ?= second_deadlock_stack=1
 # exit mark, show the summary lines, and the whole log when it failed.
 define hy_run_test
 @mkdir -p $(@D)
-@{ HANAYO=$(abspath $(HY_BIN)) timeout $(TEST_TIMEOUT) $(1); echo "$(HY_EXIT_MARK) $$?"; } > $@ 2>&1 </dev/null; \
+@{ HANAYO=$(abspath $(HY_BIN)) HY_SANITIZE=$(SANITIZE) timeout $(TEST_TIMEOUT) $(1); echo "$(HY_EXIT_MARK) $$?"; } > $@ 2>&1 </dev/null; \
     $(subst quiet=0,quiet=1,$(HY_TALLY)) $@ || { echo "---- FAILED: $< (log $@) ----"; cat $@; echo "----"; }
 endef
 
