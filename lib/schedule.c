@@ -299,7 +299,8 @@ static void tree_set(ready_tree *q, int i, double t) {
  * tree's least is known to be <= at). */
 static int tree_first_by(const ready_tree *q, double at) {
     int k = 1;
-    while (k < q->size) k = q->t[2 * k] <= at ? 2 * k : 2 * k + 1;
+    /* The branch taken is as good as random: computed, not predicted. */
+    while (k < q->size) k = 2 * k + !(q->t[2 * k] <= at);
     return k - q->size;
 }
 
@@ -307,7 +308,7 @@ static int tree_first_by(const ready_tree *q, double at) {
  * equals. */
 static int tree_first_least(const ready_tree *q) {
     int k = 1;
-    while (k < q->size) k = q->t[2 * k] <= q->t[2 * k + 1] ? 2 * k : 2 * k + 1;
+    while (k < q->size) k = 2 * k + !(q->t[2 * k] <= q->t[2 * k + 1]);
     return k - q->size;
 }
 
@@ -320,8 +321,10 @@ typedef struct {
 typedef struct {
     const hy_schedule *sched;    /* the one being ordered: its shape and dependencies */
     int P, S, n;                 /* ranks, stages, items per stream */
+    int waves, micro_batches;    /* with P, the shape the streams are of */
     const int *placement;
     const hy_costs *c;           /* what the replay takes each action to cost */
+    double *cost;                /* [3 * S]: hy_action_cost of (op, stage) under c, op * S + stage */
     stream_item **fs, **bs;      /* [P][n] forward and backward streams */
     int *fpos;                   /* [M*S]: (m, s)'s index in its rank's forward stream */
     double *fend, *bend;         /* [M*S]: end time, or -1 while not run */
@@ -423,7 +426,7 @@ static merge_choice choose(const merge_state *g, int r) {
     double gap = (g->split_w - 1) * 0.5;
     if (g->split_w && g->wtail[r] > g->whead[r] &&
         (ch.op < 0 ||
-         ch.t > g->free_at[r] + gap * hy_costs_wgrad(g->c, g->wq[r][g->whead[r]].stage))) {
+         ch.t > g->free_at[r] + gap * g->cost[HY_WGRAD * g->S + g->wq[r][g->whead[r]].stage])) {
         ch.op = HY_WGRAD;
         ch.t = g->free_at[r];
     }
@@ -489,7 +492,7 @@ static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window,
         int fed = -1;   /* another rank whose next action may have got its input */
         if (ch.op == HY_FWD) {
             const stream_item *f = &g->fs[r][ch.pick];
-            double end = ch.t + hy_costs_fwd(g->c, f->stage);
+            double end = ch.t + g->cost[HY_FWD * S + f->stage];
             g->fend[f->mb * S + f->stage] = end;
             g->free_at[r] = end;
             g->live[r]++;
@@ -502,7 +505,7 @@ static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window,
             }
         } else if (ch.op == HY_BWD) {
             const stream_item *b = &g->bs[r][g->bhead[r]++];
-            double end = ch.t + hy_costs_bwd(g->c, b->stage);
+            double end = ch.t + g->cost[HY_BWD * S + b->stage];
             g->bend[b->mb * S + b->stage] = end;
             g->free_at[r] = end;
             if (g->split_w) g->wq[r][g->wtail[r]++] = *b;
@@ -511,7 +514,7 @@ static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window,
             if (b->stage > 0) fed = g->placement[b->stage - 1];
         } else {
             const stream_item *w = &g->wq[r][g->whead[r]++];
-            g->free_at[r] = ch.t + hy_costs_wgrad(g->c, w->stage);
+            g->free_at[r] = ch.t + g->cost[HY_WGRAD * S + w->stage];
             g->live[r]--;
             push(s, r, HY_WGRAD, w->mb, w->stage);
         }
@@ -529,25 +532,25 @@ static void merge_free(merge_state *g) {
         if (g->ready_tail) free(g->ready_tail[r].t);
         if (g->wq) free(g->wq[r]);
     }
-    free(g->fs); free(g->bs); free(g->fpos);
+    free(g->fs); free(g->bs); free(g->fpos); free(g->cost);
     free(g->fend); free(g->bend);
     free(g->ready); free(g->ready_tail);
     free(g->ftaken); free(g->bhead); free(g->live); free(g->free_at);
     free(g->choice); free(g->start); free(g->best);
     free(g->wq); free(g->whead); free(g->wtail);
+    memset(g, 0, sizeof *g);
 }
 
-static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, int split_w,
-                         int cap_tail) {
+/* The memory of a merge of s's shape and its streams, which depend on
+ * that shape alone (ranks, waves, micro-batches). -1 when out of memory
+ * (merge_free takes the part-built state). */
+static int merge_alloc(merge_state *g, const hy_schedule *s) {
     memset(g, 0, sizeof *g);
-    g->split_w = split_w;
-    g->cap_tail = cap_tail > 1 ? cap_tail : 1;
     g->P = s->ranks;
     g->S = s->stages;
     g->n = s->chunks * s->micro_batches;
-    g->sched = s;
-    g->placement = s->placement;
-    g->c = c;
+    g->waves = s->waves;
+    g->micro_batches = s->micro_batches;
     for (g->P2 = 1; g->P2 < g->P; g->P2 *= 2) {}
     int leaves = 1;
     while (leaves < g->n) leaves *= 2;
@@ -555,7 +558,10 @@ static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, i
     g->fs = calloc(P, sizeof *g->fs);
     g->bs = calloc(P, sizeof *g->bs);
     g->ready = calloc(P, sizeof *g->ready);
+    g->ready_tail = calloc(P, sizeof *g->ready_tail);
+    g->wq = calloc(P, sizeof *g->wq);
     g->fpos = malloc(MS * sizeof(int));
+    g->cost = malloc(3 * (size_t)g->S * sizeof(double));
     g->fend = malloc(MS * sizeof(double));
     g->bend = malloc(MS * sizeof(double));
     g->ftaken = malloc(P * sizeof(int));
@@ -565,42 +571,60 @@ static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, i
     g->choice = malloc(P * sizeof *g->choice);
     g->start = malloc((size_t)g->P2 * sizeof(double));
     g->best = malloc(2 * (size_t)g->P2 * sizeof(int));
-    if (!g->fs || !g->bs || !g->ready || !g->fpos || !g->fend || !g->bend || !g->ftaken ||
-        !g->bhead || !g->live || !g->free_at || !g->choice || !g->start || !g->best)
+    g->whead = malloc(P * sizeof(int));
+    g->wtail = malloc(P * sizeof(int));
+    if (!g->fs || !g->bs || !g->ready || !g->ready_tail || !g->wq || !g->fpos || !g->cost ||
+        !g->fend || !g->bend || !g->ftaken || !g->bhead || !g->live || !g->free_at ||
+        !g->choice || !g->start || !g->best || !g->whead || !g->wtail)
         return -1;
-    if (g->split_w) {
-        g->ready_tail = calloc(P, sizeof *g->ready_tail);
-        g->wq = calloc(P, sizeof *g->wq);
-        g->whead = malloc(P * sizeof(int));
-        g->wtail = malloc(P * sizeof(int));
-        if (!g->ready_tail || !g->wq || !g->whead || !g->wtail) return -1;
-    }
     int *count = malloc((size_t)(stream_keys(s) + 1) * sizeof *count);
     if (!count) return -1;
     for (int r = 0; r < g->P; r++) {
         g->fs[r] = malloc(n * sizeof(stream_item));
         g->bs[r] = malloc(n * sizeof(stream_item));
-        g->ready[r].size = leaves;
+        g->wq[r] = malloc(n * sizeof(stream_item));
+        g->ready[r].size = g->ready_tail[r].size = leaves;
         g->ready[r].t = malloc(2 * (size_t)leaves * sizeof(double));
-        if (!g->fs[r] || !g->bs[r] || !g->ready[r].t) {
+        g->ready_tail[r].t = malloc(2 * (size_t)leaves * sizeof(double));
+        if (!g->fs[r] || !g->bs[r] || !g->wq[r] || !g->ready[r].t || !g->ready_tail[r].t) {
             free(count);
             return -1;
         }
         wave_stream(s, r, 0, count, g->fs[r]);
         wave_stream(s, r, 1, count, g->bs[r]);
         for (int i = 0; i < g->n; i++) g->fpos[g->fs[r][i].mb * g->S + g->fs[r][i].stage] = i;
-        if (g->split_w) {
-            g->ready_tail[r].size = leaves;
-            g->ready_tail[r].t = malloc(2 * (size_t)leaves * sizeof(double));
-            g->wq[r] = malloc(n * sizeof(stream_item));
-            if (!g->ready_tail[r].t || !g->wq[r]) {
-                free(count);
-                return -1;
-            }
-        }
     }
     free(count);
     return 0;
+}
+
+/* g ready to order s under costs c: its memory and streams kept from the
+ * last order if that was of the same shape, else made anew. */
+static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, int split_w,
+                      int cap_tail) {
+    if (!g->fs || g->P != s->ranks || g->waves != s->waves ||
+        g->micro_batches != s->micro_batches) {
+        merge_free(g);
+        if (merge_alloc(g, s) != 0) return -1;
+    }
+    g->split_w = split_w;
+    g->cap_tail = cap_tail > 1 ? cap_tail : 1;
+    g->sched = s;
+    g->placement = s->placement;
+    g->c = c;
+    for (int op = HY_FWD; op <= HY_WGRAD; op++)
+        for (int st = 0; st < g->S; st++) {
+            hy_action a = { op, 0, st };
+            g->cost[op * g->S + st] = hy_action_cost(c, &a);
+        }
+    return 0;
+}
+
+void hy_sched_scratch_free(hy_sched_scratch *w) {
+    if (!w) return;
+    if (w->merge) merge_free(w->merge);
+    free(w->merge);
+    w->merge = NULL;
 }
 
 /* The F and B order of the waves: the merge under costs c with rank r
@@ -611,18 +635,19 @@ static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, i
  * r backward hops later than rank 0's. Overtaking looks one group (2WP
  * stream entries) ahead by default. Too few micro-batches to fill the
  * pipeline starve a cap: then the merge runs uncapped. */
-static int build_hanayo(hy_schedule *s, const hy_costs *c, const hy_sched_order *o, hy_error *err) {
-    merge_state g;
+static int build_hanayo(hy_schedule *s, const hy_costs *c, const hy_sched_order *o,
+                        hy_sched_scratch *w, hy_error *err) {
+    if (!w->merge) w->merge = calloc(1, sizeof(merge_state));
+    merge_state *g = w->merge;
     int P = s->ranks, group = s->chunks * P, cap[HY_MAX_RANKS];
-    if (merge_init(&g, s, c, s->split ? o->w_in_merge : 0, o->cap_tail) != 0) {
-        merge_free(&g);
+    if (!g || merge_init(g, s, c, s->split ? o->w_in_merge : 0, o->cap_tail) != 0) {
+        hy_sched_scratch_free(w);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the hanayo order");
     }
     for (int r = 0; r < P; r++) cap[r] = group + o->cap_extra + (o->cap_rises ? r : 0);
     int window = o->window > 0 ? o->window : group;
-    int rc = merge_run(&g, s, cap, window, o->backward_first);
-    if (rc != 0) rc = merge_run(&g, s, NULL, window, o->backward_first);
-    merge_free(&g);
+    int rc = merge_run(g, s, cap, window, o->backward_first);
+    if (rc != 0) rc = merge_run(g, s, NULL, window, o->backward_first);
     if (rc != 0)
         return hy_fail(err, HY_ERR_RUNTIME, "internal error: no hanayo order for P=%d W=%d M=%d",
                        P, s->waves, s->micro_batches);
@@ -891,6 +916,14 @@ void hy_sched_order_default(const hy_sched_params *p, hy_sched_order *o) {
 
 int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                             const hy_sched_order *o, hy_error *err) {
+    hy_sched_scratch w = { NULL };
+    int rc = hy_schedule_build_scratch(s, p, c, o, &w, err);
+    hy_sched_scratch_free(&w);
+    return rc;
+}
+
+int hy_schedule_build_scratch(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
+                              const hy_sched_order *o, hy_sched_scratch *w, hy_error *err) {
     memset(s, 0, sizeof *s);
     int rc = check_params(p, err);
     if (rc) return rc;
@@ -908,7 +941,7 @@ int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_c
         else if (s->split && o->v_order == HY_V_DUALPIPE) rc = build_dualpipev(s, err);
         else if (s->split && o->v_order) rc = build_vpattern(s, o->v_order, err);
         else if (s->split && o->zbv) build_zbv(s);
-        else rc = build_hanayo(s, c, o, err);
+        else rc = build_hanayo(s, c, o, w, err);
         break;
     default: break;
     }
@@ -939,30 +972,10 @@ void hy_schedule_grads_done(const hy_schedule *s, int rank, int *last) {
         if (s->actions[rank][i].op == done) last[s->actions[rank][i].stage] = i;
 }
 
-int hy_action_inputs(const hy_schedule *s, const hy_action *a, hy_action in[HY_MAX_INPUTS]) {
-    int n = 0;
-    if (a->op == HY_FWD) {
-        if (a->stage > 0) in[n++] = (hy_action){ HY_FWD, a->mb, a->stage - 1 };
-        return n;
-    }
-    if (a->op == HY_WGRAD) {
-        in[n++] = (hy_action){ HY_BWD, a->mb, a->stage };
-        return n;
-    }
-    in[n++] = (hy_action){ HY_FWD, a->mb, a->stage };
-    if (a->stage + 1 < s->stages) in[n++] = (hy_action){ HY_BWD, a->mb, a->stage + 1 };
-    return n;
-}
-
 double hy_action_cost(const hy_costs *c, const hy_action *a) {
     return a->op == HY_FWD ? hy_costs_fwd(c, a->stage)
          : a->op == HY_BWD ? hy_costs_bwd(c, a->stage)
                            : hy_costs_wgrad(c, a->stage);
-}
-
-size_t hy_action_key(const hy_schedule *s, const hy_action *a) {
-    return ((size_t)a->op * (size_t)s->micro_batches + (size_t)a->mb) * (size_t)s->stages +
-           (size_t)a->stage;
 }
 
 size_t hy_action_keys(const hy_schedule *s) {
