@@ -277,16 +277,23 @@ static void wave_stream(const hy_schedule *s, int r, int backward, int *count, s
 }
 
 /* The forwards of one rank's stream that the merge may pick, as a
- * tournament over the stream's entries: leaf i holds the time entry i's
- * input arrives, +inf while that input has not run, the entry is taken
- * or lies beyond the window; each node the least of its two children. */
+ * tournament over a stretch of the stream's entries: leaf j holds the
+ * time entry base + j's input arrives, +inf while that input has not
+ * run, the entry is taken or lies beyond the window; each node the least
+ * of its two children. The stretch starts at the first untaken entry
+ * when it is placed (window_place) and is twice as long as the window
+ * then reaches, so the tree is about as deep as the window is wide, not
+ * as the stream is long, and is placed again only after the window has
+ * moved by half its length. */
 typedef struct {
-    int size;         /* leaves, a power of two >= the stream's length */
-    double *t;        /* [2 * size], t[1] the root */
+    int base;         /* the stream index of leaf 0 */
+    int size;         /* leaves, a power of two */
+    double *t;        /* [2 * size, up to twice the most leaves], t[1] the root */
 } ready_tree;
 
 static void tree_set(ready_tree *q, int i, double t) {
-    int k = q->size + i;
+    assert(i >= q->base && i < q->base + q->size);
+    int k = q->size + i - q->base;
     q->t[k] = t;
     for (k /= 2; k >= 1; k /= 2) {
         double a = q->t[2 * k], b = q->t[2 * k + 1], least = a <= b ? a : b;
@@ -295,21 +302,47 @@ static void tree_set(ready_tree *q, int i, double t) {
     }
 }
 
+/* An empty tree of `size` leaves from entry 0. */
+static void tree_clear(ready_tree *q, int size) {
+    q->base = 0;
+    q->size = size;
+    for (int k = 0; k < 2 * size; k++) q->t[k] = INFINITY;
+}
+
+/* q over `size` leaves from entry `base` (every entry below both bases
+ * being taken, so +inf), its leaves moved through spare ([size]). */
+static void tree_move(ready_tree *q, int base, int size, double *spare) {
+    for (int j = 0; j < size; j++) {
+        int i = base + j;
+        spare[j] = i >= q->base && i < q->base + q->size ? q->t[q->size + i - q->base] : INFINITY;
+    }
+    q->base = base;
+    q->size = size;
+    memcpy(q->t + size, spare, (size_t)size * sizeof *spare);
+    for (int k = size - 1; k >= 1; k--) {
+        double a = q->t[2 * k], b = q->t[2 * k + 1];
+        q->t[k] = a <= b ? a : b;
+    }
+}
+
 /* The first entry in stream order whose input arrives by `at` (the
- * tree's least is known to be <= at). */
-static int tree_first_by(const ready_tree *q, double at) {
+ * tree's least is known to be <= at); `first` is the first untaken
+ * entry, most often the answer. */
+static int tree_first_by(const ready_tree *q, double at, int first) {
+    if (first < q->base + q->size && q->t[q->size + first - q->base] <= at) return first;
     int k = 1;
     /* The branch taken is as good as random: computed, not predicted. */
     while (k < q->size) k = 2 * k + !(q->t[2 * k] <= at);
-    return k - q->size;
+    return k - q->size + q->base;
 }
 
 /* The entry whose input arrives first, the first in stream order of
- * equals. */
-static int tree_first_least(const ready_tree *q) {
+ * equals (`first` as above). */
+static int tree_first_least(const ready_tree *q, int first) {
+    if (first < q->base + q->size && q->t[q->size + first - q->base] == q->t[1]) return first;
     int k = 1;
     while (k < q->size) k = 2 * k + !(q->t[2 * k] <= q->t[2 * k + 1]);
-    return k - q->size;
+    return k - q->size + q->base;
 }
 
 /* What a rank would run next, and from when: op < 0 if nothing can. */
@@ -331,6 +364,10 @@ typedef struct {
     int window;                  /* how many untaken stream entries a forward may overtake */
     ready_tree *ready;           /* [P]: the forwards within the window, their inputs' arrival */
     ready_tree *ready_tail;      /* [P], with split_w: the same for the last cap_tail stages */
+    int leaves;                  /* the most leaves a tree has: a power of two >= n */
+    double *spare;               /* [leaves]: where tree_move moves them through */
+    char **taken;                /* [P][n]: whether the rank has run that forward */
+    int *first;                  /* [P]: each rank's first untaken forward (n: none) */
     int *ftaken, *bhead, *live;  /* [P]: forwards taken, next backward, activations held */
     double *free_at;             /* [P] */
     const int *cap;              /* [P] or NULL */
@@ -373,6 +410,17 @@ static void forward_in_window(merge_state *g, int r, int i) {
     const stream_item *f = &g->fs[r][i];
     double t = inputs_ready(g, HY_FWD, f->mb, f->stage, r);
     if (t < 0) return;
+    ready_tree *q = &g->ready[r];
+    if (i >= q->base + q->size) {
+        /* Past the trees' stretch: a new one from the first untaken
+         * entry, twice as long as what the window spans now (the whole
+         * stream once that is as long). */
+        int size = q->size;
+        while (size < 2 * (i + 1 - g->first[r]) && size < g->leaves) size *= 2;
+        int base = size == g->leaves ? 0 : g->first[r];
+        tree_move(q, base, size, g->spare);
+        if (g->split_w) tree_move(&g->ready_tail[r], base, size, g->spare);
+    }
     tree_set(&g->ready[r], i, t);
     if (g->split_w && f->stage >= g->S - g->cap_tail) tree_set(&g->ready_tail[r], i, t);
 }
@@ -382,6 +430,8 @@ static void forward_in_window(merge_state *g, int r, int i) {
 static void forward_taken(merge_state *g, int r, int i) {
     tree_set(&g->ready[r], i, INFINITY);
     if (g->split_w) tree_set(&g->ready_tail[r], i, INFINITY);
+    g->taken[r][i] = 1;
+    while (g->first[r] < g->n && g->taken[r][g->first[r]]) g->first[r]++;
     int edge = g->ftaken[r]++ + g->window;   /* every entry past the window is untaken */
     if (edge < g->n) forward_in_window(g, r, edge);
 }
@@ -393,10 +443,10 @@ static double next_forward(const merge_state *g, const ready_tree *q, int r, int
     double least = q->t[1], free_at = g->free_at[r];
     if (least == INFINITY) return -1;
     if (least <= free_at) {
-        *pick = tree_first_by(q, free_at);
+        *pick = tree_first_by(q, free_at, g->first[r]);
         return free_at;
     }
-    *pick = tree_first_least(q);
+    *pick = tree_first_least(q, g->first[r]);
     return least;
 }
 
@@ -468,11 +518,15 @@ static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window,
     g->window = window;
     g->b_first = b_first;
     for (int i = 0; i < s->micro_batches * S; i++) g->fend[i] = g->bend[i] = -1;
+    /* Twice the window to start with: it moves by half a tree before
+     * the tree is placed again. */
+    int size = 1;
+    while (size < 2 * window && size < g->leaves) size *= 2;
     for (int r = 0; r < P; r++) {
-        ready_tree *q = &g->ready[r];
-        for (int k = 0; k < 2 * q->size; k++) q->t[k] = INFINITY;
-        if (g->split_w)
-            for (int k = 0; k < 2 * q->size; k++) g->ready_tail[r].t[k] = INFINITY;
+        tree_clear(&g->ready[r], size);
+        if (g->split_w) tree_clear(&g->ready_tail[r], size);
+        memset(g->taken[r], 0, (size_t)g->n);
+        g->first[r] = 0;
         g->ftaken[r] = g->bhead[r] = g->live[r] = 0;
         g->free_at[r] = 0;
         s->n_actions[r] = 0;
@@ -531,7 +585,9 @@ static void merge_free(merge_state *g) {
         if (g->ready) free(g->ready[r].t);
         if (g->ready_tail) free(g->ready_tail[r].t);
         if (g->wq) free(g->wq[r]);
+        if (g->taken) free(g->taken[r]);
     }
+    free(g->taken); free(g->first); free(g->spare);
     free(g->fs); free(g->bs); free(g->fpos); free(g->cost);
     free(g->fend); free(g->bend);
     free(g->ready); free(g->ready_tail);
@@ -560,6 +616,10 @@ static int merge_alloc(merge_state *g, const hy_schedule *s) {
     g->ready = calloc(P, sizeof *g->ready);
     g->ready_tail = calloc(P, sizeof *g->ready_tail);
     g->wq = calloc(P, sizeof *g->wq);
+    g->taken = calloc(P, sizeof *g->taken);
+    g->first = malloc(P * sizeof(int));
+    g->spare = malloc((size_t)leaves * sizeof(double));
+    g->leaves = leaves;
     g->fpos = malloc(MS * sizeof(int));
     g->cost = malloc(3 * (size_t)g->S * sizeof(double));
     g->fend = malloc(MS * sizeof(double));
@@ -573,7 +633,8 @@ static int merge_alloc(merge_state *g, const hy_schedule *s) {
     g->best = malloc(2 * (size_t)g->P2 * sizeof(int));
     g->whead = malloc(P * sizeof(int));
     g->wtail = malloc(P * sizeof(int));
-    if (!g->fs || !g->bs || !g->ready || !g->ready_tail || !g->wq || !g->fpos || !g->cost ||
+    if (!g->fs || !g->bs || !g->ready || !g->ready_tail || !g->wq || !g->taken || !g->first ||
+        !g->spare || !g->fpos || !g->cost ||
         !g->fend || !g->bend || !g->ftaken || !g->bhead || !g->live || !g->free_at ||
         !g->choice || !g->start || !g->best || !g->whead || !g->wtail)
         return -1;
@@ -583,10 +644,11 @@ static int merge_alloc(merge_state *g, const hy_schedule *s) {
         g->fs[r] = malloc(n * sizeof(stream_item));
         g->bs[r] = malloc(n * sizeof(stream_item));
         g->wq[r] = malloc(n * sizeof(stream_item));
-        g->ready[r].size = g->ready_tail[r].size = leaves;
+        g->taken[r] = malloc(n);
         g->ready[r].t = malloc(2 * (size_t)leaves * sizeof(double));
         g->ready_tail[r].t = malloc(2 * (size_t)leaves * sizeof(double));
-        if (!g->fs[r] || !g->bs[r] || !g->wq[r] || !g->ready[r].t || !g->ready_tail[r].t) {
+        if (!g->fs[r] || !g->bs[r] || !g->wq[r] || !g->taken[r] || !g->ready[r].t ||
+            !g->ready_tail[r].t) {
             free(count);
             return -1;
         }
