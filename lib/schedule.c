@@ -390,7 +390,7 @@ static double arrival(const merge_state *g, double end, int from, int r) {
 /* When action a could start on rank r as far as its inputs go: the last
  * of their arrivals, by hy_action_inputs (the one statement of the
  * dependencies); -1 while one of them has not run. */
-static double inputs_ready(const merge_state *g, int op, int m, int rc, int r) {
+static inline double inputs_ready(const merge_state *g, int op, int m, int rc, int r) {
     hy_action a = { op, m, rc }, in[HY_MAX_INPUTS];
     int n = hy_action_inputs(g->sched, &a, in);
     double t = 0;
@@ -483,6 +483,11 @@ static merge_choice choose(const merge_state *g, int r) {
     return ch;
 }
 
+/* Up to this many ranks the merge finds the rank whose choice starts
+ * first by reading every rank's (first_to_start): a few independent
+ * loads cost less than a tournament's chain of dependent ones. */
+#define MERGE_SCAN_RANKS 8
+
 /* Rank r's choice made again, after its state or its inputs changed,
  * and played up the tournament: a node holds the rank of its two
  * children's whose choice starts first, the left one (the lower ranks)
@@ -490,11 +495,27 @@ static merge_choice choose(const merge_state *g, int r) {
 static void rechoose(merge_state *g, int r) {
     g->choice[r] = choose(g, r);
     g->start[r] = g->choice[r].op < 0 ? INFINITY : g->choice[r].t;
+    if (g->P <= MERGE_SCAN_RANKS) return;   /* first_to_start scans them */
     for (int k = (g->P2 + r) / 2; k >= 1; k /= 2) {
         int a = g->best[2 * k], b = g->best[2 * k + 1], was = g->best[k];
         g->best[k] = g->start[b] < g->start[a] ? b : a;
         if (g->best[k] == was && was != r) break;   /* nothing above changes */
     }
+}
+
+/* The rank whose choice starts first, the lowest of equals: the
+ * tournament's winner, or up to MERGE_SCAN_RANKS the same read off. */
+static int first_to_start(const merge_state *g) {
+    if (g->P > MERGE_SCAN_RANKS) return g->best[1];
+    int best = 0;
+    double least = g->start[0];
+    for (int r = 1; r < g->P; r++) {
+        double t = g->start[r];
+        int earlier = t < least;
+        best = earlier ? r : best;
+        least = earlier ? t : least;
+    }
+    return best;
 }
 
 /* Replays the merge and writes the F and B order into s (and with
@@ -540,7 +561,7 @@ static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window,
     for (int k = g->P2 - 1; k >= 1; k--) g->best[k] = g->best[2 * k];
     for (int r = 0; r < P; r++) rechoose(g, r);
     for (int done = 0; done < total; done++) {
-        int r = g->best[1];
+        int r = first_to_start(g);
         if (g->start[r] == INFINITY) return -1;
         merge_choice ch = g->choice[r];
         int fed = -1;   /* another rank whose next action may have got its input */
