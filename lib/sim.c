@@ -167,45 +167,57 @@ static double end_or_wait(sim_state *g, size_t key, int k) {
     return u;
 }
 
-/* Runs rank k's next action if its inputs are there (c->comm added to
- * each made on another rank) and, with limits, its output's slot will be
- * freed: 1 if it ran, 0 if it must wait (and then waits, end_or_wait,
- * for what it lacks). */
-static int run_next(sim_state *g, int k) {
+/* Runs rank k's actions in list order while their inputs are there (c->comm
+ * added to each made on another rank) and, with limits, their outputs'
+ * slots will be freed; at one that must wait, the rank waits
+ * (end_or_wait) for what it lacks. The rank's state is kept in locals
+ * for the run: this loop is the simulator's time. */
+static void advance(sim_state *g, int k) {
     const hy_schedule *s = g->s;
-    int i = g->next[k];
-    const hy_action *a = &s->actions[k][i];
-    hy_action in[HY_MAX_INPUTS];
-    int n = hy_action_inputs(s, a, in);
-    double t = g->free_at[k];
-    for (int j = 0; j < n; j++) {
-        double u = end_or_wait(g, hy_action_key(s, &in[j]), k);
-        if (u < 0) return 0;
-        if (s->placement[in[j].stage] != k) u += g->c->comm;
-        if (u > t) t = u;
+    const hy_action *acts = s->actions[k];
+    const hy_action *freed_by = g->limits ? g->limits->freed_by[k] : NULL;
+    int i = g->next[k], n_acts = s->n_actions[k], S = s->stages;
+    int frees = s->split ? HY_WGRAD : HY_BWD;   /* the pass that releases an activation */
+    int live = g->live[k], peak = g->r->peak_activations[k];
+    double free_at = g->free_at[k], busy = g->r->busy[k], comm = g->c->comm;
+    double *start = g->r->start[k], *end = g->r->end[k];
+    for (; i < n_acts; i++) {
+        const hy_action *a = &acts[i];
+        hy_action in[HY_MAX_INPUTS];
+        int n = hy_action_inputs(s, a, in), missing = 0;
+        double t = free_at;
+        for (int j = 0; j < n && !missing; j++) {
+            double u = end_or_wait(g, hy_action_key(s, &in[j]), k);
+            if (u < 0) missing = 1;
+            if (s->placement[in[j].stage] != k) u += comm;
+            if (u > t) t = u;
+        }
+        if (missing) break;
+        double d = g->cost[a->op * S + a->stage];
+        double done = t + d;
+        if (freed_by && freed_by[i].op >= 0) {
+            double freed = end_or_wait(g, hy_action_key(s, &freed_by[i]), k);
+            if (freed < 0) break;   /* its output's slot is still taken */
+            if (freed > done) done = freed;
+        }
+        size_t key = hy_action_key(s, a);
+        g->ends[key] = done;
+        for (int w = g->waiter[key]; w >= 0; w = g->next_waiter[w]) g->ready[g->n_ready++] = w;
+        g->waiter[key] = -1;
+        start[i] = t;
+        end[i] = done;
+        busy += d;   /* waiting for the slot is not work */
+        free_at = done;
+        /* An activation is held from its forward until the last pass that
+         * reads it: B, or W when the backward is split. */
+        live += a->op == HY_FWD ? 1 : a->op == frees ? -1 : 0;
+        if (live > peak) peak = live;
     }
-    double d = g->cost[a->op * s->stages + a->stage];
-    double done = t + d;
-    const hy_action *f = g->limits ? &g->limits->freed_by[k][i] : NULL;
-    if (f && f->op >= 0) {
-        double freed = end_or_wait(g, hy_action_key(s, f), k);
-        if (freed < 0) return 0;   /* its output's slot is still taken */
-        if (freed > done) done = freed;
-    }
-    size_t key = hy_action_key(s, a);
-    g->ends[key] = done;
-    for (int w = g->waiter[key]; w >= 0; w = g->next_waiter[w]) g->ready[g->n_ready++] = w;
-    g->waiter[key] = -1;
-    g->r->start[k][i] = t;
-    g->r->end[k][i] = done;
-    g->r->busy[k] += d;   /* waiting for the slot is not work */
-    g->free_at[k] = done;
-    /* An activation is held from its forward until the last pass that
-     * reads it: B, or W when the backward is split. */
-    g->live[k] += a->op == HY_FWD ? 1 : a->op == (s->split ? HY_WGRAD : HY_BWD) ? -1 : 0;
-    if (g->live[k] > g->r->peak_activations[k]) g->r->peak_activations[k] = g->live[k];
-    g->next[k]++;
-    return 1;
+    g->next[k] = i;
+    g->live[k] = live;
+    g->r->peak_activations[k] = peak;
+    g->free_at[k] = free_at;
+    g->r->busy[k] = busy;
 }
 
 int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *limits,
@@ -240,7 +252,7 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *li
     for (int k = s->ranks - 1; k >= 0; k--) g.ready[g.n_ready++] = k;
     while (g.n_ready > 0) {
         int k = g.ready[--g.n_ready];
-        while (g.next[k] < s->n_actions[k] && run_next(&g, k)) {}
+        advance(&g, k);
     }
     for (int k = 0; k < s->ranks; k++) {
         if (g.next[k] < s->n_actions[k]) {
