@@ -528,8 +528,9 @@ static int first_to_start(const merge_state *g) {
  * only when it can change: after the rank runs an action, or when an
  * action it may run next gets an input. A rank's forwards within the
  * window are kept ordered by their inputs' arrival (ready_tree), and the
- * ranks' choices in a tournament, so a step costs a few logarithms
- * rather than a scan of every rank and of its whole window.
+ * ranks' choices in a tournament (read off directly up to
+ * MERGE_SCAN_RANKS ranks), so a step costs a few logarithms rather than
+ * a scan of every rank and of its whole window.
  *
  * Returns 0 if it ran to completion, -1 if a cap starved it. */
 static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window, int b_first) {
