@@ -277,16 +277,23 @@ static void wave_stream(const hy_schedule *s, int r, int backward, int *count, s
 }
 
 /* The forwards of one rank's stream that the merge may pick, as a
- * tournament over the stream's entries: leaf i holds the time entry i's
- * input arrives, +inf while that input has not run, the entry is taken
- * or lies beyond the window; each node the least of its two children. */
+ * tournament over a stretch of the stream's entries: leaf j holds the
+ * time entry base + j's input arrives, +inf while that input has not
+ * run, the entry is taken or lies beyond the window; each node the least
+ * of its two children. The stretch starts at the first untaken entry
+ * when it is placed (window_place) and is twice as long as the window
+ * then reaches, so the tree is about as deep as the window is wide, not
+ * as the stream is long, and is placed again only after the window has
+ * moved by half its length. */
 typedef struct {
-    int size;         /* leaves, a power of two >= the stream's length */
-    double *t;        /* [2 * size], t[1] the root */
+    int base;         /* the stream index of leaf 0 */
+    int size;         /* leaves, a power of two */
+    double *t;        /* [2 * size, up to twice the most leaves], t[1] the root */
 } ready_tree;
 
 static void tree_set(ready_tree *q, int i, double t) {
-    int k = q->size + i;
+    assert(i >= q->base && i < q->base + q->size);
+    int k = q->size + i - q->base;
     q->t[k] = t;
     for (k /= 2; k >= 1; k /= 2) {
         double a = q->t[2 * k], b = q->t[2 * k + 1], least = a <= b ? a : b;
@@ -295,20 +302,47 @@ static void tree_set(ready_tree *q, int i, double t) {
     }
 }
 
+/* An empty tree of `size` leaves from entry 0. */
+static void tree_clear(ready_tree *q, int size) {
+    q->base = 0;
+    q->size = size;
+    for (int k = 0; k < 2 * size; k++) q->t[k] = INFINITY;
+}
+
+/* q over `size` leaves from entry `base` (every entry below both bases
+ * being taken, so +inf), its leaves moved through spare ([size]). */
+static void tree_move(ready_tree *q, int base, int size, double *spare) {
+    for (int j = 0; j < size; j++) {
+        int i = base + j;
+        spare[j] = i >= q->base && i < q->base + q->size ? q->t[q->size + i - q->base] : INFINITY;
+    }
+    q->base = base;
+    q->size = size;
+    memcpy(q->t + size, spare, (size_t)size * sizeof *spare);
+    for (int k = size - 1; k >= 1; k--) {
+        double a = q->t[2 * k], b = q->t[2 * k + 1];
+        q->t[k] = a <= b ? a : b;
+    }
+}
+
 /* The first entry in stream order whose input arrives by `at` (the
- * tree's least is known to be <= at). */
-static int tree_first_by(const ready_tree *q, double at) {
+ * tree's least is known to be <= at); `first` is the first untaken
+ * entry, most often the answer. */
+static int tree_first_by(const ready_tree *q, double at, int first) {
+    if (first < q->base + q->size && q->t[q->size + first - q->base] <= at) return first;
     int k = 1;
-    while (k < q->size) k = q->t[2 * k] <= at ? 2 * k : 2 * k + 1;
-    return k - q->size;
+    /* The branch taken is as good as random: computed, not predicted. */
+    while (k < q->size) k = 2 * k + !(q->t[2 * k] <= at);
+    return k - q->size + q->base;
 }
 
 /* The entry whose input arrives first, the first in stream order of
- * equals. */
-static int tree_first_least(const ready_tree *q) {
+ * equals (`first` as above). */
+static int tree_first_least(const ready_tree *q, int first) {
+    if (first < q->base + q->size && q->t[q->size + first - q->base] == q->t[1]) return first;
     int k = 1;
-    while (k < q->size) k = q->t[2 * k] <= q->t[2 * k + 1] ? 2 * k : 2 * k + 1;
-    return k - q->size;
+    while (k < q->size) k = 2 * k + !(q->t[2 * k] <= q->t[2 * k + 1]);
+    return k - q->size + q->base;
 }
 
 /* What a rank would run next, and from when: op < 0 if nothing can. */
@@ -320,14 +354,20 @@ typedef struct {
 typedef struct {
     const hy_schedule *sched;    /* the one being ordered: its shape and dependencies */
     int P, S, n;                 /* ranks, stages, items per stream */
+    int waves, micro_batches;    /* with P, the shape the streams are of */
     const int *placement;
     const hy_costs *c;           /* what the replay takes each action to cost */
+    double *cost;                /* [3 * S]: hy_action_cost of (op, stage) under c, op * S + stage */
     stream_item **fs, **bs;      /* [P][n] forward and backward streams */
     int *fpos;                   /* [M*S]: (m, s)'s index in its rank's forward stream */
     double *fend, *bend;         /* [M*S]: end time, or -1 while not run */
     int window;                  /* how many untaken stream entries a forward may overtake */
     ready_tree *ready;           /* [P]: the forwards within the window, their inputs' arrival */
     ready_tree *ready_tail;      /* [P], with split_w: the same for the last cap_tail stages */
+    int leaves;                  /* the most leaves a tree has: a power of two >= n */
+    double *spare;               /* [leaves]: where tree_move moves them through */
+    char **taken;                /* [P][n]: whether the rank has run that forward */
+    int *first;                  /* [P]: each rank's first untaken forward (n: none) */
     int *ftaken, *bhead, *live;  /* [P]: forwards taken, next backward, activations held */
     double *free_at;             /* [P] */
     const int *cap;              /* [P] or NULL */
@@ -350,7 +390,7 @@ static double arrival(const merge_state *g, double end, int from, int r) {
 /* When action a could start on rank r as far as its inputs go: the last
  * of their arrivals, by hy_action_inputs (the one statement of the
  * dependencies); -1 while one of them has not run. */
-static double inputs_ready(const merge_state *g, int op, int m, int rc, int r) {
+static inline double inputs_ready(const merge_state *g, int op, int m, int rc, int r) {
     hy_action a = { op, m, rc }, in[HY_MAX_INPUTS];
     int n = hy_action_inputs(g->sched, &a, in);
     double t = 0;
@@ -370,6 +410,17 @@ static void forward_in_window(merge_state *g, int r, int i) {
     const stream_item *f = &g->fs[r][i];
     double t = inputs_ready(g, HY_FWD, f->mb, f->stage, r);
     if (t < 0) return;
+    ready_tree *q = &g->ready[r];
+    if (i >= q->base + q->size) {
+        /* Past the trees' stretch: a new one from the first untaken
+         * entry, twice as long as what the window spans now (the whole
+         * stream once that is as long). */
+        int size = q->size;
+        while (size < 2 * (i + 1 - g->first[r]) && size < g->leaves) size *= 2;
+        int base = size == g->leaves ? 0 : g->first[r];
+        tree_move(q, base, size, g->spare);
+        if (g->split_w) tree_move(&g->ready_tail[r], base, size, g->spare);
+    }
     tree_set(&g->ready[r], i, t);
     if (g->split_w && f->stage >= g->S - g->cap_tail) tree_set(&g->ready_tail[r], i, t);
 }
@@ -379,6 +430,8 @@ static void forward_in_window(merge_state *g, int r, int i) {
 static void forward_taken(merge_state *g, int r, int i) {
     tree_set(&g->ready[r], i, INFINITY);
     if (g->split_w) tree_set(&g->ready_tail[r], i, INFINITY);
+    g->taken[r][i] = 1;
+    while (g->first[r] < g->n && g->taken[r][g->first[r]]) g->first[r]++;
     int edge = g->ftaken[r]++ + g->window;   /* every entry past the window is untaken */
     if (edge < g->n) forward_in_window(g, r, edge);
 }
@@ -390,10 +443,10 @@ static double next_forward(const merge_state *g, const ready_tree *q, int r, int
     double least = q->t[1], free_at = g->free_at[r];
     if (least == INFINITY) return -1;
     if (least <= free_at) {
-        *pick = tree_first_by(q, free_at);
+        *pick = tree_first_by(q, free_at, g->first[r]);
         return free_at;
     }
-    *pick = tree_first_least(q);
+    *pick = tree_first_least(q, g->first[r]);
     return least;
 }
 
@@ -423,12 +476,17 @@ static merge_choice choose(const merge_state *g, int r) {
     double gap = (g->split_w - 1) * 0.5;
     if (g->split_w && g->wtail[r] > g->whead[r] &&
         (ch.op < 0 ||
-         ch.t > g->free_at[r] + gap * hy_costs_wgrad(g->c, g->wq[r][g->whead[r]].stage))) {
+         ch.t > g->free_at[r] + gap * g->cost[HY_WGRAD * g->S + g->wq[r][g->whead[r]].stage])) {
         ch.op = HY_WGRAD;
         ch.t = g->free_at[r];
     }
     return ch;
 }
+
+/* Up to this many ranks the merge finds the rank whose choice starts
+ * first by reading every rank's (first_to_start): a few independent
+ * loads cost less than a tournament's chain of dependent ones. */
+#define MERGE_SCAN_RANKS 8
 
 /* Rank r's choice made again, after its state or its inputs changed,
  * and played up the tournament: a node holds the rank of its two
@@ -437,11 +495,27 @@ static merge_choice choose(const merge_state *g, int r) {
 static void rechoose(merge_state *g, int r) {
     g->choice[r] = choose(g, r);
     g->start[r] = g->choice[r].op < 0 ? INFINITY : g->choice[r].t;
+    if (g->P <= MERGE_SCAN_RANKS) return;   /* first_to_start scans them */
     for (int k = (g->P2 + r) / 2; k >= 1; k /= 2) {
         int a = g->best[2 * k], b = g->best[2 * k + 1], was = g->best[k];
         g->best[k] = g->start[b] < g->start[a] ? b : a;
         if (g->best[k] == was && was != r) break;   /* nothing above changes */
     }
+}
+
+/* The rank whose choice starts first, the lowest of equals: the
+ * tournament's winner, or up to MERGE_SCAN_RANKS the same read off. */
+static int first_to_start(const merge_state *g) {
+    if (g->P > MERGE_SCAN_RANKS) return g->best[1];
+    int best = 0;
+    double least = g->start[0];
+    for (int r = 1; r < g->P; r++) {
+        double t = g->start[r];
+        int earlier = t < least;
+        best = earlier ? r : best;
+        least = earlier ? t : least;
+    }
+    return best;
 }
 
 /* Replays the merge and writes the F and B order into s (and with
@@ -454,8 +528,9 @@ static void rechoose(merge_state *g, int r) {
  * only when it can change: after the rank runs an action, or when an
  * action it may run next gets an input. A rank's forwards within the
  * window are kept ordered by their inputs' arrival (ready_tree), and the
- * ranks' choices in a tournament, so a step costs a few logarithms
- * rather than a scan of every rank and of its whole window.
+ * ranks' choices in a tournament (read off directly up to
+ * MERGE_SCAN_RANKS ranks), so a step costs a few logarithms rather than
+ * a scan of every rank and of its whole window.
  *
  * Returns 0 if it ran to completion, -1 if a cap starved it. */
 static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window, int b_first) {
@@ -465,11 +540,15 @@ static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window,
     g->window = window;
     g->b_first = b_first;
     for (int i = 0; i < s->micro_batches * S; i++) g->fend[i] = g->bend[i] = -1;
+    /* Twice the window to start with: it moves by half a tree before
+     * the tree is placed again. */
+    int size = 1;
+    while (size < 2 * window && size < g->leaves) size *= 2;
     for (int r = 0; r < P; r++) {
-        ready_tree *q = &g->ready[r];
-        for (int k = 0; k < 2 * q->size; k++) q->t[k] = INFINITY;
-        if (g->split_w)
-            for (int k = 0; k < 2 * q->size; k++) g->ready_tail[r].t[k] = INFINITY;
+        tree_clear(&g->ready[r], size);
+        if (g->split_w) tree_clear(&g->ready_tail[r], size);
+        memset(g->taken[r], 0, (size_t)g->n);
+        g->first[r] = 0;
         g->ftaken[r] = g->bhead[r] = g->live[r] = 0;
         g->free_at[r] = 0;
         s->n_actions[r] = 0;
@@ -483,13 +562,13 @@ static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window,
     for (int k = g->P2 - 1; k >= 1; k--) g->best[k] = g->best[2 * k];
     for (int r = 0; r < P; r++) rechoose(g, r);
     for (int done = 0; done < total; done++) {
-        int r = g->best[1];
+        int r = first_to_start(g);
         if (g->start[r] == INFINITY) return -1;
         merge_choice ch = g->choice[r];
         int fed = -1;   /* another rank whose next action may have got its input */
         if (ch.op == HY_FWD) {
             const stream_item *f = &g->fs[r][ch.pick];
-            double end = ch.t + hy_costs_fwd(g->c, f->stage);
+            double end = ch.t + g->cost[HY_FWD * S + f->stage];
             g->fend[f->mb * S + f->stage] = end;
             g->free_at[r] = end;
             g->live[r]++;
@@ -502,7 +581,7 @@ static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window,
             }
         } else if (ch.op == HY_BWD) {
             const stream_item *b = &g->bs[r][g->bhead[r]++];
-            double end = ch.t + hy_costs_bwd(g->c, b->stage);
+            double end = ch.t + g->cost[HY_BWD * S + b->stage];
             g->bend[b->mb * S + b->stage] = end;
             g->free_at[r] = end;
             if (g->split_w) g->wq[r][g->wtail[r]++] = *b;
@@ -511,7 +590,7 @@ static int merge_run(merge_state *g, hy_schedule *s, const int *cap, int window,
             if (b->stage > 0) fed = g->placement[b->stage - 1];
         } else {
             const stream_item *w = &g->wq[r][g->whead[r]++];
-            g->free_at[r] = ch.t + hy_costs_wgrad(g->c, w->stage);
+            g->free_at[r] = ch.t + g->cost[HY_WGRAD * S + w->stage];
             g->live[r]--;
             push(s, r, HY_WGRAD, w->mb, w->stage);
         }
@@ -528,26 +607,28 @@ static void merge_free(merge_state *g) {
         if (g->ready) free(g->ready[r].t);
         if (g->ready_tail) free(g->ready_tail[r].t);
         if (g->wq) free(g->wq[r]);
+        if (g->taken) free(g->taken[r]);
     }
-    free(g->fs); free(g->bs); free(g->fpos);
+    free(g->taken); free(g->first); free(g->spare);
+    free(g->fs); free(g->bs); free(g->fpos); free(g->cost);
     free(g->fend); free(g->bend);
     free(g->ready); free(g->ready_tail);
     free(g->ftaken); free(g->bhead); free(g->live); free(g->free_at);
     free(g->choice); free(g->start); free(g->best);
     free(g->wq); free(g->whead); free(g->wtail);
+    memset(g, 0, sizeof *g);
 }
 
-static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, int split_w,
-                         int cap_tail) {
+/* The memory of a merge of s's shape and its streams, which depend on
+ * that shape alone (ranks, waves, micro-batches). -1 when out of memory
+ * (merge_free takes the part-built state). */
+static int merge_alloc(merge_state *g, const hy_schedule *s) {
     memset(g, 0, sizeof *g);
-    g->split_w = split_w;
-    g->cap_tail = cap_tail > 1 ? cap_tail : 1;
     g->P = s->ranks;
     g->S = s->stages;
     g->n = s->chunks * s->micro_batches;
-    g->sched = s;
-    g->placement = s->placement;
-    g->c = c;
+    g->waves = s->waves;
+    g->micro_batches = s->micro_batches;
     for (g->P2 = 1; g->P2 < g->P; g->P2 *= 2) {}
     int leaves = 1;
     while (leaves < g->n) leaves *= 2;
@@ -555,7 +636,14 @@ static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, i
     g->fs = calloc(P, sizeof *g->fs);
     g->bs = calloc(P, sizeof *g->bs);
     g->ready = calloc(P, sizeof *g->ready);
+    g->ready_tail = calloc(P, sizeof *g->ready_tail);
+    g->wq = calloc(P, sizeof *g->wq);
+    g->taken = calloc(P, sizeof *g->taken);
+    g->first = malloc(P * sizeof(int));
+    g->spare = malloc((size_t)leaves * sizeof(double));
+    g->leaves = leaves;
     g->fpos = malloc(MS * sizeof(int));
+    g->cost = malloc(3 * (size_t)g->S * sizeof(double));
     g->fend = malloc(MS * sizeof(double));
     g->bend = malloc(MS * sizeof(double));
     g->ftaken = malloc(P * sizeof(int));
@@ -565,42 +653,62 @@ static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, i
     g->choice = malloc(P * sizeof *g->choice);
     g->start = malloc((size_t)g->P2 * sizeof(double));
     g->best = malloc(2 * (size_t)g->P2 * sizeof(int));
-    if (!g->fs || !g->bs || !g->ready || !g->fpos || !g->fend || !g->bend || !g->ftaken ||
-        !g->bhead || !g->live || !g->free_at || !g->choice || !g->start || !g->best)
+    g->whead = malloc(P * sizeof(int));
+    g->wtail = malloc(P * sizeof(int));
+    if (!g->fs || !g->bs || !g->ready || !g->ready_tail || !g->wq || !g->taken || !g->first ||
+        !g->spare || !g->fpos || !g->cost ||
+        !g->fend || !g->bend || !g->ftaken || !g->bhead || !g->live || !g->free_at ||
+        !g->choice || !g->start || !g->best || !g->whead || !g->wtail)
         return -1;
-    if (g->split_w) {
-        g->ready_tail = calloc(P, sizeof *g->ready_tail);
-        g->wq = calloc(P, sizeof *g->wq);
-        g->whead = malloc(P * sizeof(int));
-        g->wtail = malloc(P * sizeof(int));
-        if (!g->ready_tail || !g->wq || !g->whead || !g->wtail) return -1;
-    }
     int *count = malloc((size_t)(stream_keys(s) + 1) * sizeof *count);
     if (!count) return -1;
     for (int r = 0; r < g->P; r++) {
         g->fs[r] = malloc(n * sizeof(stream_item));
         g->bs[r] = malloc(n * sizeof(stream_item));
-        g->ready[r].size = leaves;
+        g->wq[r] = malloc(n * sizeof(stream_item));
+        g->taken[r] = malloc(n);
         g->ready[r].t = malloc(2 * (size_t)leaves * sizeof(double));
-        if (!g->fs[r] || !g->bs[r] || !g->ready[r].t) {
+        g->ready_tail[r].t = malloc(2 * (size_t)leaves * sizeof(double));
+        if (!g->fs[r] || !g->bs[r] || !g->wq[r] || !g->taken[r] || !g->ready[r].t ||
+            !g->ready_tail[r].t) {
             free(count);
             return -1;
         }
         wave_stream(s, r, 0, count, g->fs[r]);
         wave_stream(s, r, 1, count, g->bs[r]);
         for (int i = 0; i < g->n; i++) g->fpos[g->fs[r][i].mb * g->S + g->fs[r][i].stage] = i;
-        if (g->split_w) {
-            g->ready_tail[r].size = leaves;
-            g->ready_tail[r].t = malloc(2 * (size_t)leaves * sizeof(double));
-            g->wq[r] = malloc(n * sizeof(stream_item));
-            if (!g->ready_tail[r].t || !g->wq[r]) {
-                free(count);
-                return -1;
-            }
-        }
     }
     free(count);
     return 0;
+}
+
+/* g ready to order s under costs c: its memory and streams kept from the
+ * last order if that was of the same shape, else made anew. */
+static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, int split_w,
+                      int cap_tail) {
+    if (!g->fs || g->P != s->ranks || g->waves != s->waves ||
+        g->micro_batches != s->micro_batches) {
+        merge_free(g);
+        if (merge_alloc(g, s) != 0) return -1;
+    }
+    g->split_w = split_w;
+    g->cap_tail = cap_tail > 1 ? cap_tail : 1;
+    g->sched = s;
+    g->placement = s->placement;
+    g->c = c;
+    for (int op = HY_FWD; op <= HY_WGRAD; op++)
+        for (int st = 0; st < g->S; st++) {
+            hy_action a = { op, 0, st };
+            g->cost[op * g->S + st] = hy_action_cost(c, &a);
+        }
+    return 0;
+}
+
+void hy_sched_scratch_free(hy_sched_scratch *w) {
+    if (!w) return;
+    if (w->merge) merge_free(w->merge);
+    free(w->merge);
+    w->merge = NULL;
 }
 
 /* The F and B order of the waves: the merge under costs c with rank r
@@ -611,18 +719,19 @@ static int merge_init(merge_state *g, const hy_schedule *s, const hy_costs *c, i
  * r backward hops later than rank 0's. Overtaking looks one group (2WP
  * stream entries) ahead by default. Too few micro-batches to fill the
  * pipeline starve a cap: then the merge runs uncapped. */
-static int build_hanayo(hy_schedule *s, const hy_costs *c, const hy_sched_order *o, hy_error *err) {
-    merge_state g;
+static int build_hanayo(hy_schedule *s, const hy_costs *c, const hy_sched_order *o,
+                        hy_sched_scratch *w, hy_error *err) {
+    if (!w->merge) w->merge = calloc(1, sizeof(merge_state));
+    merge_state *g = w->merge;
     int P = s->ranks, group = s->chunks * P, cap[HY_MAX_RANKS];
-    if (merge_init(&g, s, c, s->split ? o->w_in_merge : 0, o->cap_tail) != 0) {
-        merge_free(&g);
+    if (!g || merge_init(g, s, c, s->split ? o->w_in_merge : 0, o->cap_tail) != 0) {
+        hy_sched_scratch_free(w);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building the hanayo order");
     }
     for (int r = 0; r < P; r++) cap[r] = group + o->cap_extra + (o->cap_rises ? r : 0);
     int window = o->window > 0 ? o->window : group;
-    int rc = merge_run(&g, s, cap, window, o->backward_first);
-    if (rc != 0) rc = merge_run(&g, s, NULL, window, o->backward_first);
-    merge_free(&g);
+    int rc = merge_run(g, s, cap, window, o->backward_first);
+    if (rc != 0) rc = merge_run(g, s, NULL, window, o->backward_first);
     if (rc != 0)
         return hy_fail(err, HY_ERR_RUNTIME, "internal error: no hanayo order for P=%d W=%d M=%d",
                        P, s->waves, s->micro_batches);
@@ -891,6 +1000,14 @@ void hy_sched_order_default(const hy_sched_params *p, hy_sched_order *o) {
 
 int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                             const hy_sched_order *o, hy_error *err) {
+    hy_sched_scratch w = { NULL };
+    int rc = hy_schedule_build_scratch(s, p, c, o, &w, err);
+    hy_sched_scratch_free(&w);
+    return rc;
+}
+
+int hy_schedule_build_scratch(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
+                              const hy_sched_order *o, hy_sched_scratch *w, hy_error *err) {
     memset(s, 0, sizeof *s);
     int rc = check_params(p, err);
     if (rc) return rc;
@@ -908,7 +1025,7 @@ int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_c
         else if (s->split && o->v_order == HY_V_DUALPIPE) rc = build_dualpipev(s, err);
         else if (s->split && o->v_order) rc = build_vpattern(s, o->v_order, err);
         else if (s->split && o->zbv) build_zbv(s);
-        else rc = build_hanayo(s, c, o, err);
+        else rc = build_hanayo(s, c, o, w, err);
         break;
     default: break;
     }
@@ -939,30 +1056,10 @@ void hy_schedule_grads_done(const hy_schedule *s, int rank, int *last) {
         if (s->actions[rank][i].op == done) last[s->actions[rank][i].stage] = i;
 }
 
-int hy_action_inputs(const hy_schedule *s, const hy_action *a, hy_action in[HY_MAX_INPUTS]) {
-    int n = 0;
-    if (a->op == HY_FWD) {
-        if (a->stage > 0) in[n++] = (hy_action){ HY_FWD, a->mb, a->stage - 1 };
-        return n;
-    }
-    if (a->op == HY_WGRAD) {
-        in[n++] = (hy_action){ HY_BWD, a->mb, a->stage };
-        return n;
-    }
-    in[n++] = (hy_action){ HY_FWD, a->mb, a->stage };
-    if (a->stage + 1 < s->stages) in[n++] = (hy_action){ HY_BWD, a->mb, a->stage + 1 };
-    return n;
-}
-
 double hy_action_cost(const hy_costs *c, const hy_action *a) {
     return a->op == HY_FWD ? hy_costs_fwd(c, a->stage)
          : a->op == HY_BWD ? hy_costs_bwd(c, a->stage)
                            : hy_costs_wgrad(c, a->stage);
-}
-
-size_t hy_action_key(const hy_schedule *s, const hy_action *a) {
-    return ((size_t)a->op * (size_t)s->micro_batches + (size_t)a->mb) * (size_t)s->stages +
-           (size_t)a->stage;
 }
 
 size_t hy_action_keys(const hy_schedule *s) {

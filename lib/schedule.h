@@ -144,6 +144,20 @@ void hy_sched_order_default(const hy_sched_params *p, hy_sched_order *o);
  * As hy_schedule_build otherwise. */
 int hy_schedule_build_order(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                             const hy_sched_order *o, hy_error *err);
+
+/* What hanayo's merge derives from a schedule's shape alone (its streams)
+ * and the memory it replays in, kept from one build to the next: a search
+ * (order.h) builds hundreds of orders of one shape. Start it as
+ * { NULL }; it is remade when the shape changes; free it with
+ * hy_sched_scratch_free. */
+typedef struct {
+    void *merge;   /* schedule.c's merge state */
+} hy_sched_scratch;
+void hy_sched_scratch_free(hy_sched_scratch *w);
+
+/* hy_schedule_build_order keeping its scratch in w between calls. */
+int hy_schedule_build_scratch(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
+                              const hy_sched_order *o, hy_sched_scratch *w, hy_error *err);
 void hy_schedule_free(hy_schedule *s);
 /* A deep copy of src into dst, for a result that outlives the schedule it
  * describes (a profile). On failure dst is left empty. */
@@ -170,14 +184,33 @@ void hy_schedule_grads_done(const hy_schedule *s, int rank, int *last);
  * B(m, s+1); W(m, s) needs B(m, s). Writes the actions whose outputs a
  * takes to in and returns how many (0 for F(m, 0)). */
 #define HY_MAX_INPUTS 2
-int hy_action_inputs(const hy_schedule *s, const hy_action *a, hy_action in[HY_MAX_INPUTS]);
+/* Inline, as hy_action_key below: the merge, the simulator and the
+ * justification call them for every action of every candidate order. */
+static inline int hy_action_inputs(const hy_schedule *s, const hy_action *a,
+                                   hy_action in[HY_MAX_INPUTS]) {
+    int n = 0;
+    if (a->op == HY_FWD) {
+        if (a->stage > 0) in[n++] = (hy_action){ HY_FWD, a->mb, a->stage - 1 };
+        return n;
+    }
+    if (a->op == HY_WGRAD) {
+        in[n++] = (hy_action){ HY_BWD, a->mb, a->stage };
+        return n;
+    }
+    in[n++] = (hy_action){ HY_FWD, a->mb, a->stage };
+    if (a->stage + 1 < s->stages) in[n++] = (hy_action){ HY_BWD, a->mb, a->stage + 1 };
+    return n;
+}
 
 /* What action a costs under c: its stage's F, B or W. */
 double hy_action_cost(const hy_costs *c, const hy_action *a);
 
 /* A dense index of every (op, micro-batch, stage) of s, for tables with
  * one entry per action: 0 <= hy_action_key(s, a) < hy_action_keys(s). */
-size_t hy_action_key(const hy_schedule *s, const hy_action *a);
+static inline size_t hy_action_key(const hy_schedule *s, const hy_action *a) {
+    return ((size_t)a->op * (size_t)s->micro_batches + (size_t)a->mb) * (size_t)s->stages +
+           (size_t)a->stage;
+}
 size_t hy_action_keys(const hy_schedule *s);
 
 /* Checks that every F and B (and W, split) appears exactly once and that

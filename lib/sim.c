@@ -3,10 +3,13 @@
  *
  * Because each rank runs its list in order, every action's start time is
  * max(its rank's previous end, its inputs' arrival): a function of the
- * lists alone. The simulator sweeps the ranks, advancing each one as far
- * as its inputs (and, with limits, its output's slot) allow, until all
- * lists are done; a sweep that advances no rank means the lists deadlock
- * under blocking receives.
+ * lists alone. The simulator advances each rank as far as its inputs
+ * (and, with limits, its output's slot) allow; a rank that lacks an
+ * action's output waits on it and is advanced again once that action
+ * has run, so no rank is tried while nothing it needs has changed (the
+ * search of order.c simulates millions of actions). When no rank can
+ * advance and some list is not done, the lists deadlock under blocking
+ * receives.
  */
 #include "sim.h"
 
@@ -136,88 +139,123 @@ static int result_alloc(hy_sim_result *r, const hy_schedule *s) {
     return 0;
 }
 
-/* When action a's inputs are all on rank r (c->comm added to each made on
- * another rank), given the ends (hand-overs) so far by hy_action_key (-1:
- * not yet); -1 if one of them has not run yet. */
-static double inputs_ready(const hy_schedule *s, const hy_costs *c, const double *ends,
-                           const hy_action *a, int r) {
-    hy_action in[HY_MAX_INPUTS];
-    int n = hy_action_inputs(s, a, in);
-    double t = 0;
-    for (int i = 0; i < n; i++) {
-        double u = ends[hy_action_key(s, &in[i])];
-        if (u < 0) return -1;
-        if (s->placement[in[i].stage] != r) u += c->comm;
-        if (u > t) t = u;
-    }
-    return t;
-}
-
 /* A simulation under way. */
 typedef struct {
     const hy_schedule *s;
     const hy_costs *c;
     const hy_sim_limits *limits;   /* or NULL */
     double *ends;                  /* [hy_action_keys]: each action's hand-over, -1: not yet */
+    double *cost;                  /* [3 * stages]: hy_action_cost of (op, stage), by op * S + stage */
+    int *waiter;                   /* [hy_action_keys]: the first rank waiting for that action, -1 */
+    int *next_waiter;              /* [ranks]: the next rank waiting for the same action, -1 */
+    int *ready;                    /* [ranks]: a stack of the ranks that may advance */
+    int n_ready;
     int *next;                     /* [ranks]: the index of each rank's next action */
     int *live;                     /* [ranks]: activations held now */
     double *free_at;               /* [ranks]: when each rank is free again */
     hy_sim_result *r;
 } sim_state;
 
-/* Runs rank k's next action if its inputs are there and, with limits, its
- * output's slot will be freed: 1 if it ran, 0 if it must wait. */
-static int run_next(sim_state *g, int k) {
-    const hy_schedule *s = g->s;
-    int i = g->next[k];
-    const hy_action *a = &s->actions[k][i];
-    double t = inputs_ready(s, g->c, g->ends, a, k);
-    if (t < 0) return 0;
-    if (t < g->free_at[k]) t = g->free_at[k];
-    double d = hy_action_cost(g->c, a);
-    double done = t + d;
-    const hy_action *f = g->limits ? &g->limits->freed_by[k][i] : NULL;
-    if (f && f->op >= 0) {
-        double freed = g->ends[hy_action_key(s, f)];
-        if (freed < 0) return 0;   /* its output's slot is still taken */
-        if (freed > done) done = freed;
+/* When the action of key `key` has handed its output over; if it has not
+ * run yet, rank k waits for it (woken when it does) and -1. */
+static double end_or_wait(sim_state *g, size_t key, int k) {
+    double u = g->ends[key];
+    if (u < 0) {
+        g->next_waiter[k] = g->waiter[key];
+        g->waiter[key] = k;
     }
-    g->ends[hy_action_key(s, a)] = done;
-    g->r->start[k][i] = t;
-    g->r->end[k][i] = done;
-    g->r->busy[k] += d;   /* waiting for the slot is not work */
-    g->free_at[k] = done;
-    /* An activation is held from its forward until the last pass that
-     * reads it: B, or W when the backward is split. */
-    g->live[k] += a->op == HY_FWD ? 1 : a->op == (s->split ? HY_WGRAD : HY_BWD) ? -1 : 0;
-    if (g->live[k] > g->r->peak_activations[k]) g->r->peak_activations[k] = g->live[k];
-    g->next[k]++;
-    return 1;
+    return u;
+}
+
+/* Runs rank k's actions in list order while their inputs are there (c->comm
+ * added to each made on another rank) and, with limits, their outputs'
+ * slots will be freed; at one that must wait, the rank waits
+ * (end_or_wait) for what it lacks. The rank's state is kept in locals
+ * for the run: this loop is the simulator's time. */
+static void advance(sim_state *g, int k) {
+    const hy_schedule *s = g->s;
+    const hy_action *acts = s->actions[k];
+    const hy_action *freed_by = g->limits ? g->limits->freed_by[k] : NULL;
+    int i = g->next[k], n_acts = s->n_actions[k], S = s->stages;
+    int frees = s->split ? HY_WGRAD : HY_BWD;   /* the pass that releases an activation */
+    int live = g->live[k], peak = g->r->peak_activations[k];
+    double free_at = g->free_at[k], busy = g->r->busy[k], comm = g->c->comm;
+    double *start = g->r->start[k], *end = g->r->end[k];
+    for (; i < n_acts; i++) {
+        const hy_action *a = &acts[i];
+        hy_action in[HY_MAX_INPUTS];
+        int n = hy_action_inputs(s, a, in), missing = 0;
+        double t = free_at;
+        for (int j = 0; j < n && !missing; j++) {
+            double u = end_or_wait(g, hy_action_key(s, &in[j]), k);
+            if (u < 0) missing = 1;
+            if (s->placement[in[j].stage] != k) u += comm;
+            if (u > t) t = u;
+        }
+        if (missing) break;
+        double d = g->cost[a->op * S + a->stage];
+        double done = t + d;
+        if (freed_by && freed_by[i].op >= 0) {
+            double freed = end_or_wait(g, hy_action_key(s, &freed_by[i]), k);
+            if (freed < 0) break;   /* its output's slot is still taken */
+            if (freed > done) done = freed;
+        }
+        size_t key = hy_action_key(s, a);
+        g->ends[key] = done;
+        for (int w = g->waiter[key]; w >= 0; w = g->next_waiter[w]) g->ready[g->n_ready++] = w;
+        g->waiter[key] = -1;
+        start[i] = t;
+        end[i] = done;
+        busy += d;   /* waiting for the slot is not work */
+        free_at = done;
+        /* An activation is held from its forward until the last pass that
+         * reads it: B, or W when the backward is split. */
+        live += a->op == HY_FWD ? 1 : a->op == frees ? -1 : 0;
+        if (live > peak) peak = live;
+    }
+    g->next[k] = i;
+    g->live[k] = live;
+    g->r->peak_activations[k] = peak;
+    g->free_at[k] = free_at;
+    g->r->busy[k] = busy;
 }
 
 int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *limits,
                 hy_sim_result *r, hy_error *err) {
     int rc = hy_costs_check(c, s->stages, err);
     if (rc) { memset(r, 0, sizeof *r); return rc; }
-    size_t n_ends = hy_action_keys(s);
-    sim_state g = { s, c, limits, malloc(n_ends * sizeof(double)),
-                    calloc((size_t)s->ranks, sizeof(int)), calloc((size_t)s->ranks, sizeof(int)),
-                    calloc((size_t)s->ranks, sizeof(double)), r };
-    if (result_alloc(r, s) != 0 || !g.ends || !g.next || !g.live || !g.free_at) {
+    size_t n_ends = hy_action_keys(s), P = (size_t)s->ranks;
+    sim_state g = { .s = s, .c = c, .limits = limits, .r = r,
+                    .ends = malloc(n_ends * sizeof(double)),
+                    .cost = malloc(3 * (size_t)s->stages * sizeof(double)),
+                    .waiter = malloc(n_ends * sizeof(int)),
+                    .next_waiter = malloc(P * sizeof(int)), .ready = malloc(P * sizeof(int)),
+                    .next = calloc(P, sizeof(int)), .live = calloc(P, sizeof(int)),
+                    .free_at = calloc(P, sizeof(double)) };
+    if (result_alloc(r, s) != 0 || !g.ends || !g.cost || !g.waiter || !g.next_waiter ||
+        !g.ready || !g.next || !g.live || !g.free_at) {
         rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
         goto out;
     }
-    for (size_t i = 0; i < n_ends; i++) g.ends[i] = -1;
-    int remaining = 0;
-    for (int i = 0; i < s->ranks; i++) remaining += s->n_actions[i];
-    while (remaining > 0) {
-        int progressed = 0;
-        for (int k = 0; k < s->ranks; k++)
-            while (g.next[k] < s->n_actions[k] && run_next(&g, k)) {
-                remaining--;
-                progressed = 1;
-            }
-        if (!progressed) {
+    for (size_t i = 0; i < n_ends; i++) {
+        g.ends[i] = -1;
+        g.waiter[i] = -1;
+    }
+    for (int op = HY_FWD; op <= HY_WGRAD; op++)
+        for (int st = 0; st < s->stages; st++) {
+            hy_action a = { op, 0, st };
+            g.cost[op * s->stages + st] = hy_action_cost(c, &a);
+        }
+    /* Each rank advances as far as it can, then waits for the one action
+     * it lacks, and runs on when that action ends; the times are those of
+     * the lists alone, whatever order the ranks advance in. */
+    for (int k = s->ranks - 1; k >= 0; k--) g.ready[g.n_ready++] = k;
+    while (g.n_ready > 0) {
+        int k = g.ready[--g.n_ready];
+        advance(&g, k);
+    }
+    for (int k = 0; k < s->ranks; k++) {
+        if (g.next[k] < s->n_actions[k]) {
             const char *why = limits ? "under blocking receives and its slot limits"
                                      : "under blocking receives";
             rc = hy_schedule_deadlock(s, g.next, why, err);
@@ -238,7 +276,8 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *li
     r->bound_memory = hy_makespan_bound_memory(s, c, most);
 out:
     if (rc) hy_sim_result_free(r);
-    free(g.ends); free(g.next); free(g.live); free(g.free_at);
+    free(g.ends); free(g.cost); free(g.waiter); free(g.next_waiter); free(g.ready);
+    free(g.next); free(g.live); free(g.free_at);
     return rc;
 }
 

@@ -10,7 +10,8 @@
  * orders reach the split ideal with the memory the issue's goals name:
  * 1F1B as ZB-H1 at 1F1B's P, hanayo W = 1 as ZB-V at 2P, W >= 2 within
  * unsplit hanayo's 2WP + P - 1. The validator itself is shown to catch
- * broken lists, and the dependencies it replays are pinned.
+ * broken lists, and the dependencies it replays are pinned. A merge
+ * scratch kept across builds changes no list.
  */
 #include "schedule.h"
 #include "sim.h"
@@ -251,6 +252,43 @@ static void test_deterministic(void) {
     hy_schedule_free(&b);
 }
 
+/* A scratch kept across builds (what the order search does) gives the
+ * lists a build without one gives, whatever came before it: other shapes,
+ * the merge placing the W's or not, other costs and knobs. */
+static void test_scratch_reuse(void) {
+    static const struct { int P, W, M, split, w_in_merge, window, cap_extra; double comm; } seq[] = {
+        { 4, 2, 16, 1, 2, 0, 0, 0.2 },  { 4, 2, 16, 0, 0, 1, 1, 0.05 }, { 4, 2, 16, 1, 0, 0, 2, 0.5 },
+        { 8, 1, 64, 1, 3, 8, 0, 0.2 },  { 4, 2, 16, 1, 1, 4, 0, 0.2 },  { 2, 3, 7, 0, 0, 1, 0, 0.3 },
+        { 8, 2, 40, 1, 2, 1, 3, 0.05 }, { 8, 2, 40, 1, 0, 16, 0, 0.2 }, { 8, 2, 40, 1, 2, 0, 1, 0.5 },
+    };
+    hy_sched_scratch w = { NULL };
+    for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {
+        hy_sched_params p = { HY_SCHED_HANAYO, seq[i].P, seq[i].M, seq[i].W, 1, seq[i].split, 0 };
+        hy_costs c = hy_costs_uniform_for(seq[i].split, seq[i].comm);
+        hy_sched_order o;
+        hy_sched_order_default(&p, &o);
+        o.zbv = 0;
+        o.w_in_merge = seq[i].w_in_merge;
+        o.window = seq[i].window;
+        o.cap_extra = seq[i].cap_extra;
+        hy_schedule a, b;
+        hy_error err;
+        if (hy_schedule_build_scratch(&a, &p, &c, &o, &w, &err)) { CHECK(0); continue; }
+        if (hy_schedule_build_order(&b, &p, &c, &o, &err)) { CHECK(0); hy_schedule_free(&a); continue; }
+        int same = 1;
+        for (int r = 0; r < a.ranks; r++)
+            same &= a.n_actions[r] == b.n_actions[r] &&
+                    !memcmp(a.actions[r], b.actions[r], sizeof(hy_action) * (size_t)a.n_actions[r]);
+        CHECKF(same, "build %zu (P=%d W=%d M=%d) with the scratch differs", i, seq[i].P, seq[i].W,
+               seq[i].M);
+        CHECK(hy_schedule_validate(&a, &err) == HY_OK);
+        hy_schedule_free(&a);
+        hy_schedule_free(&b);
+    }
+    hy_sched_scratch_free(&w);
+    CHECK(w.merge == NULL);
+}
+
 /* The validator catches each kind of broken list. */
 static void test_validator_catches(void) {
     hy_schedule s;
@@ -334,6 +372,7 @@ int main(void) {
     test_hanayo_grid();
     test_hanayo_any_m();
     test_deterministic();
+    test_scratch_reuse();
     test_validator_catches();
     test_dependencies();
     test_bad_params();
