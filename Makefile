@@ -131,7 +131,7 @@ endif
 CUDA_GENCODE ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 CUDA_GENCODE_SM90A ?= -gencode arch=compute_90a,code=sm_90a
 HY_CUDA_LIBS = $(CUDA_LIBDIR)/libcudart_static.a -ldl -lrt -lpthread \
-    -L$(CUDA_LIBDIR) -lcublasLt -Wl,-rpath,$(CUDA_LIBDIR) -lstdc++
+    -Wl,-rpath,$(CUDA_LIBDIR) -lstdc++
 endif
 
 # ---------------------------------------------------------------------------
@@ -173,7 +173,8 @@ HY_CFLAGS = -std=c11 -Wall -Wextra -Werror $(CFLAGS) $(HY_SAN_FLAGS)
 HY_LDFLAGS = $(LDFLAGS) $(HY_SAN_FLAGS)
 HY_LDLIBS = $(JANSSON_LIB) $(BLAS_LIBS) $(HY_CUDA_LIBS) $(HY_MPI_LIBS) -lm -lpthread $(LDLIBS)
 HY_NVCCFLAGS = -std=c++17 $(CUDA_GENCODE) $(NVCCFLAGS) -Werror all-warnings \
-    -Xcompiler -Wall,-Wextra,-Werror -DHY_HAVE_CUDA=1 -Ilib -Ikernels/cuda -Igraphs $(CPPFLAGS)
+    -Xcompiler -Wall,-Wextra,-Werror -DHY_HAVE_CUDA=1 -DHY_CUDA_LIBDIR='"$(CUDA_LIBDIR)"' \
+    -Ilib -Ikernels/cuda -Igraphs $(CPPFLAGS)
 
 # ---------------------------------------------------------------------------
 # Sources, found by wildcard. kernels/cuda/*.cu and graphs/*.cu make the CUDA

@@ -528,6 +528,13 @@ int hy_backend_cuda_create(hy_backend **out, int ranks, const int *devices, int 
  * *sm90 = 0. */
 int hy_backend_cuda_attention(int *sm90, hy_error *err);
 
+/* Loads the library the CUDA backend opens at its first use rather than
+ * at the process's start (cuBLASLt: kernels/cuda/ltload.cuh) and writes
+ * the file it came from into where[n]; HY_ERR_RUNTIME naming what was
+ * tried when it cannot, or when the build has no CUDA backend. Needs no
+ * GPU: for diagnostics and tests. */
+int hy_backend_cuda_library(char *where, size_t n, hy_error *err);
+
 /* ---------------------------------------------------------------------- */
 /* Choosing and opening a backend (lib/backend.c)
  *

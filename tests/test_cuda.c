@@ -1753,6 +1753,28 @@ static void test_attention_choice(int gpus) {
     free(keep);
 }
 
+/* cuBLASLt is loaded at the backend's first use, not linked
+ * (kernels/cuda/ltload.cuh): the build's toolkit has it, so it loads here
+ * too, GPU or not, and from a file of its soname; without the CUDA
+ * backend the answer is an error that says so. */
+static void test_library(void) {
+    char where[4096];
+    hy_error err;
+    int rc = hy_backend_cuda_library(where, sizeof where, &err);
+    if (!strstr(hy_backends_compiled(), "cuda")) {
+        CHECKF(rc == HY_ERR_RUNTIME && strstr(err.msg, "no CUDA backend"), "%d: %s", rc,
+               rc ? err.msg : "");
+        return;
+    }
+    CHECKF(rc == HY_OK, "%s", err.msg);
+    if (rc) return;
+    CHECKF(strstr(where, "/libcublasLt.so") != NULL, "loaded from %s", where);
+    CHECK(access(where, R_OK) == 0);
+    char again[4096];
+    CHECK(hy_backend_cuda_library(again, sizeof again, &err) == HY_OK && !strcmp(again, where));
+    printf("cuBLASLt loaded from %s\n", where);
+}
+
 int main(int argc, char **argv) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);   /* as hanayo's main, before any CUDA call */
     int only_sm90 = argc > 1 && strcmp(argv[1], "sm90") == 0;
@@ -1761,6 +1783,7 @@ int main(int argc, char **argv) {
     hy_error err;
     if (hy_device_count(&gpus, &err) != HY_OK) gpus = 0;
     test_attention_choice(gpus);
+    test_library();
     if (gpus == 0 || !strstr(hy_backends_compiled(), "cuda")) {
         test_no_gpu();
         printf("cuda: no CUDA device (or no CUDA backend in this build): checked the refusals; "

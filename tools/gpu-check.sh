@@ -126,13 +126,14 @@ EOF
 export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=$work/bin
 
-# cuBLASLt is not carried (it is large): the binaries look for it where the
-# build machine had it (/usr/local/cuda/lib64, their rpath). Where it is
-# elsewhere here (another toolkit directory, the multiarch directory, the
-# nvidia-cublas wheel beside PyTorch), that directory joins the path.
-need=$(readelf -d "$bin/hanayo" 2>/dev/null | sed -n 's/.*NEEDED.*\[\(libcublasLt[^]]*\)\].*/\1/p')
-need=${need:-libcublasLt.so.13}
-if ldd "$bin/hanayo" 2>/dev/null | grep -q "$need => not found"; then
+# cuBLASLt is not carried (it is large): the binaries open it at their
+# first GEMM (kernels/cuda/ltload.cuh), through the loader's path and
+# where the build machine had it (/usr/local/cuda/lib64, their rpath).
+# Where it is elsewhere here (another toolkit directory, the multiarch
+# directory, the nvidia-cublas wheel beside PyTorch), that directory joins
+# the path.
+need=libcublasLt.so.13
+if [ ! -e "/usr/local/cuda/lib64/$need" ] && ! ldconfig -p 2>/dev/null | grep -q "$need"; then
     found=""
     for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
              /usr/local/cuda-*/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do

@@ -104,6 +104,7 @@
 #include "check.cuh"
 #include "kernels.cuh"
 #include "lt.cuh"
+#include "ltload.cuh"
 
 #define HY_LT_WORKSPACE (32u << 20)
 #define MM_CHUNK 64   /* rows per dbias partial */
@@ -467,6 +468,7 @@ void hy_lt_destroy(hy_lt *lt) {
 
 int hy_lt_create(hy_lt **out, int device, hy_error *err) {
     *out = NULL;
+    if (hy_k_lt_open(err)) return HY_ERR_RUNTIME;   /* loaded at the first backend (ltload.cuh) */
     hy_lt *lt = (hy_lt *)calloc(1, sizeof *lt);
     if (lt == NULL) return hy_fail(err, HY_ERR_RUNTIME, "out of memory creating a cuBLASLt context");
     lt->device = device;

@@ -9,8 +9,8 @@
  * handful of declarations we call are written out below. It is looked for
  * where users have it: $HY_NCCL_LIBRARY, then the loader's own search
  * (LD_LIBRARY_PATH, ldconfig: Debian's libnccl2), then beside the CUDA
- * toolkit's libraries (found from where cuBLASLt was loaded), then the
- * Python wheels' nvidia/nccl/lib (pip install nvidia-nccl-cu13).
+ * toolkit's libraries (found from where cuBLASLt was loaded: ltload.cuh),
+ * then the Python wheels' nvidia/nccl/lib (pip install nvidia-nccl-cu13).
  *
  * Per rank, one communicator over the replicas of that rank (its unique
  * id made by replica 0 and handed out over MPI: hy_reducer.broadcast), a
@@ -27,9 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cublasLt.h>
-
 #include "cuda_backend.cuh"
+#include "ltload.cuh"
 
 /* ---- The NCCL we call (nccl.h, 2.x) ---- */
 
@@ -67,23 +66,12 @@ static int nccl_try(nccl_api *a, const char *path) {
     return a->lib != NULL;
 }
 
-/* The directory of the cuBLASLt this process loaded: the toolkit's lib. */
-static int toolkit_dir(char *dir, size_t n) {
-    Dl_info info;
-    if (!dladdr((const void *)&cublasLtGetVersion, &info) || !info.dli_fname) return 0;
-    snprintf(dir, n, "%s", info.dli_fname);
-    char *slash = strrchr(dir, '/');
-    if (!slash) return 0;
-    *slash = '\0';
-    return 1;
-}
-
 static int nccl_find(nccl_api *a, char *tried, size_t tried_n) {
     const char *env = getenv("HY_NCCL_LIBRARY");
     if (env && *env && nccl_try(a, env)) return 1;
     if (nccl_try(a, "libnccl.so.2")) return 1;
     char dir[4096], path[4200];
-    if (toolkit_dir(dir, sizeof dir)) {
+    if (hy_k_lt_dir(dir, sizeof dir)) {
         snprintf(path, sizeof path, "%s/libnccl.so.2", dir);
         if (nccl_try(a, path)) return 1;
     }
@@ -110,7 +98,7 @@ static int nccl_find(nccl_api *a, char *tried, size_t tried_n) {
         if (found) return 1;
     }
     snprintf(tried, tried_n, "$HY_NCCL_LIBRARY, libnccl.so.2 on the loader's path, %s/, "
-             "python3*/*-packages/nvidia/nccl/lib/", toolkit_dir(dir, sizeof dir) ? dir : "?");
+             "python3*/*-packages/nvidia/nccl/lib/", hy_k_lt_dir(dir, sizeof dir) ? dir : "?");
     return 0;
 }
 

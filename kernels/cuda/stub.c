@@ -47,6 +47,11 @@ int hy_backend_cuda_attention(int *sm90, hy_error *err) {
     return HY_OK;
 }
 
+int hy_backend_cuda_library(char *where, size_t n, hy_error *err) {
+    if (n) where[0] = '\0';
+    return hy_no_cuda(err);
+}
+
 int hy_device_free(int index, size_t *free_bytes, hy_error *err) {
     (void)index;
     *free_bytes = 0;
