@@ -259,9 +259,20 @@ static void insert(timeline *t, int i, int id, double ts, double te, int held, i
 
 /* The first position of t at which an action of duration du starting no
  * earlier than est can go (every start before it is earlier than
- * est + du): starts are in time order, so a binary search. */
+ * est + du): starts are in time order, so a binary search, within steps
+ * doubling back from the end first: the early pass places each action
+ * near the end it builds, and a search across the whole timeline cost
+ * as much as the rest of the placing. */
 static int first_fit(const timeline *t, double est, double du, double eps) {
-    int lo = 0, hi = t->n;
+    int lo = 0, hi = t->n;   /* every start from hi on is late enough */
+    for (int step = 1; hi > 0; step *= 2) {
+        int m = hi - step > 0 ? hi - step : 0;
+        if (t->ts[m] < est + du - eps) {
+            lo = m + 1;
+            break;
+        }
+        hi = m;
+    }
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
         if (t->ts[mid] < est + du - eps) lo = mid + 1;
@@ -271,9 +282,18 @@ static int first_fit(const timeline *t, double est, double du, double eps) {
 }
 
 /* The last position of t at which an action of duration du ending no
- * later than lft can go (every end after it is later than lft - du). */
+ * later than lft can go (every end after it is later than lft - du): the
+ * same search from the front, where the late pass builds. */
 static int last_fit(const timeline *t, double lft, double du, double eps) {
     int lo = 0, hi = t->n;   /* the largest i with i == 0 or te[i - 1] <= lft - du + eps */
+    for (int step = 1; lo < hi; step *= 2) {
+        int m = lo + step < hi ? lo + step : hi;
+        if (t->te[m - 1] > lft - du + eps) {
+            hi = m - 1;
+            break;
+        }
+        lo = m;
+    }
     while (lo < hi) {
         int mid = lo + (hi - lo + 1) / 2;
         if (t->te[mid - 1] <= lft - du + eps) lo = mid;
