@@ -25,7 +25,7 @@ typedef struct {
     int n;
     int *id;            /* placed actions (keys), in time order */
     double *ts, *te;    /* their start and end */
-    int *live;          /* the activations held, as fits_memory says */
+    int *live;          /* the activations held, as memory_full says */
     /* The arrays above are views into buffers of 2 room + 1 entries, room
      * the rank's actions, starting at off: each insertion moves the
      * shorter side of the timeline, so there is room either way. */
@@ -54,7 +54,8 @@ typedef struct {
     const hy_schedule *s;
     const hy_costs *c;
     int N, limit;
-    int skip;           /* skip the stretches of a timeline with no gap that fits */
+    int skip;           /* skip the stretches of a timeline with no gap that fits,
+                         * or where the rank's memory is full */
     int frees;          /* the op that gives an activation back: B, split W */
     hy_action *act;     /* [N]: the action of each key */
     int (*out)[HY_MAX_INPUTS];   /* [N]: the keys that take each action's output, -1: none */
@@ -106,22 +107,27 @@ static int held(const justify *j, const hy_action *a) {
  * d is the action's held(). The counts it raises are those insert
  * changes, on the side each pass rarely reaches far into, so they are
  * looked through here rather than kept as a running largest, which every
- * insertion at the other side would have to bring up to date. */
-static int fits_memory(const justify *j, const timeline *t, int i, int d, int late) {
+ * insertion at the other side would have to bring up to date.
+ *
+ * Returns -1 if the action fits at i, else the count k that would go
+ * over the limit the farthest from i: going late an action at i' raises
+ * the counts up to i' (and is held by the one at i'), so every i' >= k
+ * fails as well; going early every i' <= k + 1. The search goes on from
+ * beyond k rather than test each of those positions (under a tight cap
+ * most of a timeline is at the limit), and finds the same one: the
+ * counts do not change while one action is placed. */
+static int memory_full(const justify *j, const timeline *t, int i, int d, int late) {
     if (late) {
-        if (d >= 0) return 1;
-        int after = i < t->n ? t->live[i] : 0;
-        if (after + 1 > j->limit) return 0;
-        for (int k = i - 1; k >= 0; k--)
-            if (t->live[k] + 1 > j->limit) return 0;
-        return 1;
+        if (d >= 0) return -1;
+        int last = i < t->n ? i : t->n - 1;
+        for (int k = 0; k <= last; k++)
+            if (t->live[k] + 1 > j->limit) return k;
+        return -1;
     }
-    if (d <= 0) return 1;
-    int before = i > 0 ? t->live[i - 1] : 0;
-    if (before + 1 > j->limit) return 0;
-    for (int k = i; k < t->n; k++)
-        if (t->live[k] + 1 > j->limit) return 0;
-    return 1;
+    if (d <= 0) return -1;
+    for (int k = t->n - 1; k >= i - 1 && k >= 0; k--)
+        if (t->live[k] + 1 > j->limit) return k;
+    return -1;
 }
 
 /* Points t's arrays at slot off of its buffers. */
@@ -253,9 +259,20 @@ static void insert(timeline *t, int i, int id, double ts, double te, int held, i
 
 /* The first position of t at which an action of duration du starting no
  * earlier than est can go (every start before it is earlier than
- * est + du): starts are in time order, so a binary search. */
+ * est + du): starts are in time order, so a binary search, within steps
+ * doubling back from the end first: the early pass places each action
+ * near the end it builds, and a search across the whole timeline cost
+ * as much as the rest of the placing. */
 static int first_fit(const timeline *t, double est, double du, double eps) {
-    int lo = 0, hi = t->n;
+    int lo = 0, hi = t->n;   /* every start from hi on is late enough */
+    for (int step = 1; hi > 0; step *= 2) {
+        int m = hi - step > 0 ? hi - step : 0;
+        if (t->ts[m] < est + du - eps) {
+            lo = m + 1;
+            break;
+        }
+        hi = m;
+    }
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
         if (t->ts[mid] < est + du - eps) lo = mid + 1;
@@ -265,9 +282,18 @@ static int first_fit(const timeline *t, double est, double du, double eps) {
 }
 
 /* The last position of t at which an action of duration du ending no
- * later than lft can go (every end after it is later than lft - du). */
+ * later than lft can go (every end after it is later than lft - du): the
+ * same search from the front, where the late pass builds. */
 static int last_fit(const timeline *t, double lft, double du, double eps) {
     int lo = 0, hi = t->n;   /* the largest i with i == 0 or te[i - 1] <= lft - du + eps */
+    for (int step = 1; lo < hi; step *= 2) {
+        int m = lo + step < hi ? lo + step : hi;
+        if (t->te[m - 1] > lft - du + eps) {
+            hi = m - 1;
+            break;
+        }
+        lo = m;
+    }
     while (lo < hi) {
         int mid = lo + (hi - lo + 1) / 2;
         if (t->te[mid - 1] <= lft - du + eps) lo = mid;
@@ -351,7 +377,11 @@ static int pass(justify *j, int late, double horizon) {
                 double next = i < t->n ? t->ts[i] : horizon;
                 double end = lft < next ? lft : next;
                 double prev = i > 0 ? t->te[i - 1] : -INFINITY;
-                if (end - du >= prev - eps && fits_memory(j, t, i, d, 1)) {
+                if (end - du < prev - eps) continue;
+                int full = memory_full(j, t, i, d, 1);
+                if (full >= 0) {   /* no position from `full` on fits: go on below it */
+                    if (j->skip) i = full;
+                } else {
                     insert(t, i, id, end - du, end, d, 1);
                     j->t0[id] = end - du;
                     j->t1[id] = end;
@@ -373,7 +403,11 @@ static int pass(justify *j, int late, double horizon) {
                 double prev = i > 0 ? t->te[i - 1] : 0;
                 double start = est > prev ? est : prev;
                 double next = i < t->n ? t->ts[i] : INFINITY;
-                if (start + du <= next + eps && fits_memory(j, t, i, d, 0)) {
+                if (start + du > next + eps) continue;
+                int full = memory_full(j, t, i, d, 0);
+                if (full >= 0) {   /* no position up to full + 1 fits: go on past it */
+                    if (j->skip) i = full + 1;
+                } else {
                     insert(t, i, id, start, start + du, d, 0);
                     j->t0[id] = start;
                     j->t1[id] = start + du;

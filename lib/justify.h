@@ -37,8 +37,9 @@ int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds
 
 /* The same justification with each pass trying every position of a
  * rank's timeline in turn, as it was first written, rather than skipping
- * the stretches where no gap fits the action: slower, and there for the
- * tests, which compare the two list for list. */
+ * the stretches where no gap fits the action or where the rank's memory
+ * is full: slower, and there for the tests, which compare the two list
+ * for list. */
 int hy_justify_schedule_plain(hy_schedule *s, const hy_costs *c, int limit, int rounds,
                               hy_error *err);
 

@@ -15,8 +15,9 @@
  *   - Uniform costs and free transfers: the canonical hanayo order is at
  *     its ideal already, and stays there.
  *   - rounds = 0 leaves the lists as they are, whole or split.
- *   - Skipping the stretches of a timeline with no gap that fits (what
- *     makes a pass fast) changes nothing: over random schedules, costs
+ *   - Skipping the stretches of a timeline with no gap that fits, and
+ *     those where the rank's memory is full (what makes a pass fast),
+ *     changes nothing: over random schedules, costs
  *     (zero costs, large times among them) and limits, the justified
  *     lists equal those of the plain pass that tries every position.
  */
