@@ -1413,7 +1413,7 @@ static int from_value(hy_config *c, const key_spec *k, double v, const char *pat
     if (rc) {
         char where[PATH_MAX + 128];
         snprintf(where, sizeof where, "model.from: %s: \"%s\" gives ", path, name);
-        hy_error_prefix(err, where);
+        hy_error_prefix(err, "%s", where);
     }
     return rc;
 }
