@@ -169,7 +169,7 @@ HY_JANSSON_CFLAGS := $(shell pkg-config --cflags jansson 2>/dev/null)
 
 HY_SAN_FLAGS := $(if $(strip $(SANITIZE)),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all)
 HY_CPPFLAGS = -D_GNU_SOURCE -Ilib -Itools $(HY_JANSSON_CFLAGS) $(if $(HY_CUDA),-DHY_HAVE_CUDA=1) $(CPPFLAGS)
-HY_CFLAGS = -std=c11 -Wall -Wextra -Werror $(CFLAGS) $(HY_SAN_FLAGS)
+HY_CFLAGS = -std=c11 -Wall -Wextra -Wformat=2 -Werror $(CFLAGS) $(HY_SAN_FLAGS)
 HY_LDFLAGS = $(LDFLAGS) $(HY_SAN_FLAGS)
 HY_LDLIBS = $(JANSSON_LIB) $(BLAS_LIBS) $(HY_CUDA_LIBS) $(HY_MPI_LIBS) -lm -lpthread $(LDLIBS)
 HY_NVCCFLAGS = -std=c++17 $(CUDA_GENCODE) $(NVCCFLAGS) -Werror all-warnings \
