@@ -556,23 +556,31 @@ static int mm_chunks(int N) { return (N + MM_CHUNK - 1) / MM_CHUNK; }
 // ----------------------------------------------------------------------------
 // Launchers
 
+/* Runs g, a product into out [N, OC] (row-major), adding bias [OC] (NULL:
+ * none) to every row: in the GEMM's epilogue, or, for a bias the epilogue
+ * cannot read (not 16-byte aligned), broadcast into out first and the
+ * product added onto it. */
+static int mm_run_biased(hy_lt *lt, cudaStream_t s, hy_lt_gemm *g, hy_bf16 *out,
+                         const hy_bf16 *bias, int N, int OC, hy_error *err) {
+    if (bias != NULL && ((uintptr_t)bias & 15) != 0) {
+        unsigned rows = (unsigned)(N < 65535 ? N : 65535);
+        dim3 grid((unsigned)((OC + 255) / 256), rows);
+        mm_bias_broadcast_kernel<<<grid, 256, 0, s>>>(out, bias, N, OC);
+        HY_CUDA_CHECK(cudaGetLastError(), err);
+        g->beta = 1.0f;
+    } else if (bias != NULL) {
+        g->epi = CUBLASLT_EPILOGUE_BIAS;
+        g->bias = bias;
+    }
+    return hy_lt_run(lt, s, g, err);
+}
+
 int hy_k_matmul_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *out, const hy_bf16 *inp,
                     const hy_bf16 *w, const hy_bf16 *bias, int N, int C, int OC, hy_error *err) {
     if (N <= 0 || OC <= 0 || C <= 0) return HY_OK;
     hy_lt_gemm g = hy_lt_single("matmul_fwd", CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C,
                                 w, OC, inp, C, out, CUDA_R_16BF, OC, 0.0f);
-    if (bias != NULL && ((uintptr_t)bias & 15) != 0) {
-        /* Unaligned bias: out = bias broadcast, then out += inp · W. */
-        unsigned rows = (unsigned)(N < 65535 ? N : 65535);
-        dim3 grid((unsigned)((OC + 255) / 256), rows);
-        mm_bias_broadcast_kernel<<<grid, 256, 0, s>>>(out, bias, N, OC);
-        HY_CUDA_CHECK(cudaGetLastError(), err);
-        g.beta = 1.0f;
-    } else if (bias != NULL) {
-        g.epi = CUBLASLT_EPILOGUE_BIAS;
-        g.bias = bias;
-    }
-    return hy_lt_run(lt, s, &g, err);
+    return mm_run_biased(lt, s, &g, out, bias, N, OC, err);
 }
 
 size_t hy_k_matmul_bwd_scratch(int N, int C, int OC) {
@@ -699,26 +707,13 @@ int hy_k_matmul_gelu_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dpre, float *dbias_
                            err);
 }
 
-/* logits[n, v] += bias[v], over N·V values, in fp32, rounded once. */
-static __global__ void mm_add_bias_kernel(hy_bf16 *logits, const hy_bf16 *bias, size_t n, int V) {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        logits[i] = __float2bfloat16(__bfloat162float(logits[i]) + __bfloat162float(bias[i % V]));
-}
-
 int hy_k_lm_head_fwd(hy_lt *lt, cudaStream_t s, hy_bf16 *logits, const hy_bf16 *inp,
                      const hy_bf16 *wte, const hy_bf16 *bias, int N, int C, int V,
                      hy_error *err) {
     if (N <= 0 || C <= 0 || V <= 0) return HY_OK;
     hy_lt_gemm g = hy_lt_single("lm_head_fwd", CUBLAS_OP_T, CUBLAS_OP_N, V, N, C,
                                 wte, C, inp, C, logits, CUDA_R_16BF, V, 0.0f);
-    int rc = hy_lt_run(lt, s, &g, err);
-    if (rc || bias == NULL) return rc;
-    size_t n = (size_t)N * (size_t)V, blocks = (n + 255) / 256;
-    mm_add_bias_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(logits, bias,
-                                                                                 n, V);
-    HY_CUDA_CHECK(cudaGetLastError(), err);
-    return HY_OK;
+    return mm_run_biased(lt, s, &g, logits, bias, N, V, err);   /* post-LN BERT's decoder bias */
 }
 
 int hy_k_lm_head_bwd(hy_lt *lt, cudaStream_t s, hy_bf16 *dinp, float *dwte, float *dbias,
@@ -752,6 +747,5 @@ int hy_k_matmul_preload(hy_error *err) {
     HY_CUDA_PRELOAD(mm_dbias_partial_kernel, err);
     HY_CUDA_PRELOAD(mm_dbias_finish_kernel, err);
     HY_CUDA_PRELOAD(mm_bgrad_add_kernel, err);
-    HY_CUDA_PRELOAD(mm_add_bias_kernel, err);
     return HY_OK;
 }
