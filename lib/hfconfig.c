@@ -79,6 +79,18 @@ static int hf_int(const char *path, const char *key, double v, int *out, hy_erro
     return HY_OK;
 }
 
+/* The counts every kind's config gives (read into v by field), named in
+ * `names` (FIELDS or BERT_FIELDS), into s. */
+static int hf_counts(const char *path, const char *const *names, const double *v,
+                     hy_model_shape *s, hy_error *err) {
+    int rc = hf_int(path, names[HY_HF_LAYERS], v[HY_HF_LAYERS], &s->layers, err);
+    if (!rc) rc = hf_int(path, names[HY_HF_D_MODEL], v[HY_HF_D_MODEL], &s->d_model, err);
+    if (!rc) rc = hf_int(path, names[HY_HF_HEADS], v[HY_HF_HEADS], &s->heads, err);
+    if (!rc) rc = hf_int(path, names[HY_HF_FFN_DIM], v[HY_HF_FFN_DIM], &s->ffn_dim, err);
+    if (!rc) rc = hf_int(path, names[HY_HF_VOCAB], v[HY_HF_VOCAB], &s->vocab, err);
+    return rc;
+}
+
 /* String field `key` of o must be `want` (absent: BertConfig's default,
  * which is want). */
 static int hf_string_is(const char *path, json_t *o, const char *key, const char *want,
@@ -114,11 +126,7 @@ static int hf_read_bert(const char *path, json_t *o, hy_model_shape *s, hy_error
     memset(s, 0, sizeof *s);
     s->kind = HY_MODEL_BERT;
     s->norm = HY_NORM_POST;
-    if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_LAYERS], v[HY_HF_LAYERS], &s->layers, err);
-    if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_D_MODEL], v[HY_HF_D_MODEL], &s->d_model, err);
-    if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_HEADS], v[HY_HF_HEADS], &s->heads, err);
-    if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_FFN_DIM], v[HY_HF_FFN_DIM], &s->ffn_dim, err);
-    if (!rc) rc = hf_int(path, BERT_FIELDS[HY_HF_VOCAB], v[HY_HF_VOCAB], &s->vocab, err);
+    if (!rc) rc = hf_counts(path, BERT_FIELDS, v, s, err);
     if (!rc) rc = hf_int(path, "max_position_embeddings", seq, &s->positions, err);
     if (rc) return rc;
     s->seq_len = s->positions;
@@ -167,12 +175,8 @@ static int hf_read(const char *path, json_t *o, hy_model_shape *s, hy_error *err
     }
     memset(s, 0, sizeof *s);
     s->kind = HY_MODEL_LLAMA;
-    if (!rc) rc = hf_int(path, FIELDS[HY_HF_LAYERS], v[HY_HF_LAYERS], &s->layers, err);
-    if (!rc) rc = hf_int(path, FIELDS[HY_HF_D_MODEL], v[HY_HF_D_MODEL], &s->d_model, err);
-    if (!rc) rc = hf_int(path, FIELDS[HY_HF_HEADS], v[HY_HF_HEADS], &s->heads, err);
+    if (!rc) rc = hf_counts(path, FIELDS, v, s, err);
     if (!rc) rc = hf_int(path, FIELDS[HY_HF_KV_HEADS], v[HY_HF_KV_HEADS], &s->kv_heads, err);
-    if (!rc) rc = hf_int(path, FIELDS[HY_HF_FFN_DIM], v[HY_HF_FFN_DIM], &s->ffn_dim, err);
-    if (!rc) rc = hf_int(path, FIELDS[HY_HF_VOCAB], v[HY_HF_VOCAB], &s->vocab, err);
     if (!rc && scaled)
         rc = hf_int(path, FIELDS[HY_HF_ROPE_ORIGINAL], v[HY_HF_ROPE_ORIGINAL],
                     &s->rope_scaling.original_max_position_embeddings, err);
