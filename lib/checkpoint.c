@@ -65,7 +65,7 @@ static size_t ck_total(const hy_model *m) {
  * its Hugging Face tensors (weights.h): a transposed parameter is turned
  * in place (through a copy), then its pieces are consecutive rows of it. */
 static int ck_add_hf(hy_safetensors_writer *w, const hy_model *m, const hy_param *p, float *v,
-                        hy_error *err) {
+                     hy_error *err) {
     hy_weights_piece pc[3];
     int n = hy_weights_hf_pieces(m, p, pc), rc = HY_OK;
     size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 0;

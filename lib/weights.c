@@ -328,6 +328,13 @@ static int wt_piece_is(const char *piece, const char *name) {
     return !strcmp(piece, name) || (!strncmp(piece, "bert.", 5) && !strcmp(piece + 5, name));
 }
 
+/* A tensor of w by name, with or without BertForMaskedLM's "bert." prefix. */
+static const hy_safetensors_tensor *wt_find_bert(const wt_files *w, const char *name,
+                                                 const hy_safetensors_file **in) {
+    const hy_safetensors_tensor *t = wt_find(w, name, in);
+    return t || strncmp(name, "bert.", 5) ? t : wt_find(w, name + 5, in);
+}
+
 /* Is name one of m's pieces? */
 static int wt_llama_known(const hy_model *m, const char *name) {
     for (int i = 0; i < m->n_params; i++) {
@@ -352,8 +359,7 @@ static int wt_load_llama_param(wt_sink put, void *ctx, const hy_model *m, const 
     memset(host, 0, p->numel * sizeof(float));
     for (int k = 0; k < n && !rc; k++) {
         const hy_safetensors_file *f = NULL;
-        const hy_safetensors_tensor *t = wt_find(w, pc[k].name, &f);
-        if (!t && !strncmp(pc[k].name, "bert.", 5)) t = wt_find(w, pc[k].name + 5, &f);
+        const hy_safetensors_tensor *t = wt_find_bert(w, pc[k].name, &f);
         char want[48], have[160];
         size_t shape[2] = { pc[k].rows, cols };
         wt_shape_text(want, sizeof want, p->ndim, shape);
@@ -375,13 +381,6 @@ static int wt_load_llama_param(wt_sink put, void *ctx, const hy_model *m, const 
     }
     if (!rc && transposed) hy_weights_transpose(host, tmp, (size_t)p->shape[1], cols);
     return rc ? rc : put(ctx, p, host, err);
-}
-
-/* A tensor of w by name, with or without BertForMaskedLM's "bert." prefix. */
-static const hy_safetensors_tensor *wt_find_bert(const wt_files *w, const char *name,
-                                                 const hy_safetensors_file **in) {
-    const hy_safetensors_tensor *t = wt_find(w, name, in);
-    return t || strncmp(name, "bert.", 5) ? t : wt_find(w, name + 5, in);
 }
 
 /* BertForMaskedLM's decoder, when a file holds it, must be what hanayo's
