@@ -297,6 +297,18 @@ def run_hanayo(args, timeout=60):
     return r.returncode, r.stdout + r.stderr
 
 
+def eval_line(out):
+    """The JSON line of `hanayo eval`'s output, or None."""
+    for s in reversed((out or "").strip().splitlines()):
+        try:
+            cand = json.loads(s)
+        except ValueError:
+            continue
+        if isinstance(cand, dict) and "loss" in cand:
+            return cand
+    return None
+
+
 def hanayo_path():
     h = os.environ.get("HANAYO")
     return h if h and os.access(h, os.X_OK) else None
@@ -600,15 +612,7 @@ def cross_check(t, tmp):
         want, nb, nt = ref.shard_loss(ref.read_safetensors(wp), toks, B, T, NH, NB)
         rc, out = run_hanayo(["eval", configs[i], "--init", wp, "--data", shard, "--batches", str(NB)],
                              timeout=120)
-        line = None
-        for s in reversed((out or "").strip().splitlines()):
-            try:
-                cand = json.loads(s)
-            except ValueError:
-                continue
-            if isinstance(cand, dict) and "loss" in cand:
-                line = cand
-                break
+        line = eval_line(out)
         ok = rc == 0 and line is not None and isinstance(line.get("loss"), (int, float))
         if ok:
             got[i] = float(line["loss"])
@@ -626,18 +630,6 @@ def cross_check(t, tmp):
                 "1 rank %.9g (rel %.2e > %g)" % (got[2], got[1], rel(got[2], got[1]), PIPE_TOL))
     else:
         t.check(False, "pipelined vs sequential: an eval above failed")
-
-
-def eval_line(out):
-    """The JSON line of `hanayo eval`'s output, or None."""
-    for s in reversed((out or "").strip().splitlines()):
-        try:
-            cand = json.loads(s)
-        except ValueError:
-            continue
-        if isinstance(cand, dict) and "loss" in cand:
-            return cand
-    return None
 
 
 def positions_check(t, tmp):
