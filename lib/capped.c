@@ -262,7 +262,7 @@ int hy_capped_build(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
         return hy_fail(err, HY_ERR_INPUT, "a cap of %d activations per rank is below the "
                        "smallest that runs, %d: one activation of each of the %d stages a "
                        "rank holds", o->cap, least, least);
-    int rc = hy_schedule_build(s, p, err);   /* the placement, and room for the lists */
+    int rc = hy_schedule_empty(s, p, err);   /* the placement, and room for the lists */
     if (rc) return rc;
     hy_costs uniform = hy_costs_uniform_for(p->split_backward, 0);
     capped_state g;
@@ -271,11 +271,7 @@ int hy_capped_build(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
         hy_schedule_free(s);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory building a capped order");
     }
-    long total = 0;
-    for (int r = 0; r < g.P; r++) {
-        total += s->n_actions[r];
-        s->n_actions[r] = 0;
-    }
+    long total = g.P * hy_sched_rank_actions(s->split, s->chunks, s->micro_batches);
     for (int r = 0; r < g.P; r++) g.choice[r] = choose(&g, r);
     for (long done = 0; done < total && rc == HY_OK; done++) {
         int r = 0;

@@ -1036,6 +1036,12 @@ int hy_schedule_build_scratch(hy_schedule *s, const hy_sched_params *p, const hy
     return rc;
 }
 
+int hy_schedule_empty(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
+    memset(s, 0, sizeof *s);
+    int rc = check_params(p, err);
+    return rc ? rc : schedule_alloc(s, p, err);
+}
+
 int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err) {
     hy_sched_order o;
     hy_sched_order_default(p, &o);

@@ -89,6 +89,12 @@ int hy_sched_parse(const char *name, hy_sched_kind *kind, hy_error *err);
  * the uniform costs call for. On failure *s is left empty (safe to free). */
 int hy_schedule_build(hy_schedule *s, const hy_sched_params *p, hy_error *err);
 
+/* p's schedule with its placement and room for each rank's actions, but
+ * none yet (n_actions all 0): what an order made elsewhere is written
+ * into (capped.h). The parameters checked as by hy_schedule_build; on
+ * failure *s is left empty. */
+int hy_schedule_empty(hy_schedule *s, const hy_sched_params *p, hy_error *err);
+
 /* Stages per rank p's kind uses (2W for hanayo, v for interleaved, else
  * 1), known before anything is built: hy_schedule.chunks. */
 int hy_sched_chunks(const hy_sched_params *p);
