@@ -58,11 +58,20 @@ typedef struct {
     long long actions;
     int stopped;        /* the bound stopped the search before its last candidate */
     int unjustified;    /* justification would have helped but was past its work limit */
+    int threads;        /* threads that built candidates, the caller's among them */
 } hy_order_work;
 
 /* hy_order_schedule, also saying in *work (when not NULL) what the
  * choice cost (all 0 when there was nothing to choose). */
 int hy_order_schedule_work(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
                            hy_order_work *work, hy_error *err);
+
+/* hy_order_schedule_work with the candidates built on up to `threads`
+ * threads, the caller's among them (0: as many as the process may run
+ * on, when the schedule is large enough to be worth one). The choice and
+ * the work counted are the same on any number: one thread decides on
+ * the candidates in their order, the others build ahead of it. */
+int hy_order_schedule_threads(hy_schedule *s, const hy_sched_params *p, const hy_costs *c,
+                              int threads, hy_order_work *work, hy_error *err);
 
 #endif

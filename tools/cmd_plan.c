@@ -509,11 +509,14 @@ static double seconds_on(clockid_t id) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* What making the plan took: its time, and what the order search did
+/* What making the plan took: its time (and the threads that built
+ * candidates, when more than one did), and what the order search did
  * (order.h), saying so when its bound stopped it before its last
  * candidate or the order was too large to justify. */
 static void write_planning(FILE *out, const hy_plan *pl, double wall, double cpu) {
-    fprintf(out, "%-18s%.2f s (%.2f s of CPU)", "planning", wall, cpu);
+    fprintf(out, "%-18s%.2f s (%.2f s of CPU", "planning", wall, cpu);
+    if (pl->work.threads > 1) fprintf(out, " on %d threads", pl->work.threads);
+    fputc(')', out);
     if (pl->work.orders == 0) fprintf(out, ": the order made for these costs, no search\n");
     else
         fprintf(out, ": %d orders built, %lld actions simulated%s%s\n", pl->work.orders,
