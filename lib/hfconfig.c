@@ -220,9 +220,12 @@ json_t *hy_hfconfig_json(const hy_model *m) {
                          "n_positions", m->positions, "n_ctx", m->positions, "vocab_size", m->vocab,
                          "layer_norm_epsilon", 1e-5, "activation_function", "gelu_new",
                          "tie_word_embeddings", 1);
+    /* pad_token_id null: BertConfig's default, 0, would make PyTorch
+     * freeze row 0 of the word embeddings (padding_idx), which hanayo
+     * trains like any other (its sequences are packed, never padded). */
     if (m->kind == HY_MODEL_BERT && m->norm == HY_NORM_POST)
         return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:i, s:s, s:b, "
-                         "s:s}",
+                         "s:s, s:n}",
                          "architectures", "BertForMaskedLM", "model_type", "bert",
                          "num_hidden_layers", m->layers, "hidden_size", m->d_model,
                          "num_attention_heads", m->heads, "intermediate_size", m->ffn_dim,
@@ -230,7 +233,7 @@ json_t *hy_hfconfig_json(const hy_model *m) {
                          "layer_norm_eps", m->norm_eps, "hidden_act", "gelu",
                          "type_vocab_size", HY_BERT_TYPE_VOCAB,
                          "position_embedding_type", "absolute", "tie_word_embeddings", 1,
-                         "torch_dtype", "float32");
+                         "torch_dtype", "float32", "pad_token_id");
     if (m->kind != HY_MODEL_LLAMA) return NULL;
     const hy_rope_scaling *rs = &m->rope_scaling;
     json_t *scaling = rs->factor == 0 ? json_null()

@@ -117,6 +117,10 @@ def main():
                   "layer_norm_eps", "tie_word_embeddings"):
             hf.check(cfg.get(k) == hf_cfg[k], "checkpoint config.json %s = %s, transformers' %s"
                      % (k, cfg.get(k), hf_cfg[k]))
+        # no padding row: BertConfig's default pad_token_id 0 would freeze
+        # row 0 of the word embeddings in PyTorch, which hanayo trains
+        hf.check("pad_token_id" in cfg and cfg["pad_token_id"] is None,
+                 "checkpoint config.json pad_token_id = %s, not null" % cfg.get("pad_token_id", "absent"))
         rc, out, err = hf.hanayo("train", CONFIG, "--resume", ck, "--steps", "4",
                                  "--set", "checkpoint.dir=" + ck)
         hf.check(rc == 0 and os.path.isdir(os.path.join(ck, "step_000004")),
