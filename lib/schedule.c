@@ -1162,20 +1162,22 @@ int hy_schedule_validate(const hy_schedule *s, hy_error *err) {
 }
 
 void hy_schedule_in_flight(const hy_schedule *s, int *peak) {
-    /* Each rank's list in order: a stage lives on one rank, so its count
-     * only ever changes along that rank's list. */
+    /* Each rank's list once: a stage lives on one rank, so its count only
+     * ever changes along that rank's list, where it is the rank's local
+     * chunk stage / P (hy_schedule_local_chunk). */
+    enum { MOST_CHUNKS = 64 };   /* check_params: 2W <= 32, v <= 64 */
+    int live[MOST_CHUNKS];
+    assert(s->chunks <= MOST_CHUNKS);
+    int frees = s->split ? HY_WGRAD : HY_BWD;
     for (int st = 0; st < s->stages; st++) peak[st] = 0;
     for (int r = 0; r < s->ranks; r++) {
-        for (int st = 0; st < s->stages; st++) {
-            if (s->placement[st] != r) continue;
-            int live = 0;
-            for (int i = 0; i < s->n_actions[r]; i++) {
-                const hy_action *a = &s->actions[r][i];
-                if (a->stage != st) continue;
-                live += a->op == HY_FWD ? 1 : a->op == (s->split ? HY_WGRAD : HY_BWD) ? -1 : 0;
-                assert(live >= 0);   /* a valid list reads a stage's input after its F */
-                if (live > peak[st]) peak[st] = live;
-            }
+        for (int k = 0; k < s->chunks; k++) live[k] = 0;
+        for (int i = 0; i < s->n_actions[r]; i++) {
+            const hy_action *a = &s->actions[r][i];
+            int *n = &live[hy_schedule_local_chunk(s, a->stage)];
+            *n += a->op == HY_FWD ? 1 : a->op == frees ? -1 : 0;
+            assert(*n >= 0);   /* a valid list reads a stage's input after its F */
+            if (*n > peak[a->stage]) peak[a->stage] = *n;
         }
     }
 }
