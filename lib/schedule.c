@@ -1161,6 +1161,15 @@ int hy_schedule_validate(const hy_schedule *s, hy_error *err) {
     return rc ? rc : check_runs(s, err);
 }
 
+int hy_schedule_equal(const hy_schedule *a, const hy_schedule *b) {
+    if (a->ranks != b->ranks) return 0;
+    for (int r = 0; r < a->ranks; r++)
+        if (a->n_actions[r] != b->n_actions[r] ||
+            memcmp(a->actions[r], b->actions[r], sizeof(hy_action) * (size_t)a->n_actions[r]))
+            return 0;
+    return 1;
+}
+
 void hy_schedule_in_flight(const hy_schedule *s, int *peak) {
     /* Each rank's list once: a stage lives on one rank, so its count only
      * ever changes along that rank's list, where it is the rank's local

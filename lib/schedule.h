@@ -231,6 +231,10 @@ int hy_schedule_validate(const hy_schedule *s, hy_error *err);
  * whose list is not done (next[r]: the index of its next action). */
 int hy_schedule_deadlock(const hy_schedule *s, const int *next, const char *why, hy_error *err);
 
+/* Whether a and b are the same lists, rank for rank and action for
+ * action. */
+int hy_schedule_equal(const hy_schedule *a, const hy_schedule *b);
+
 /* The most micro-batches each stage holds at once: whose F has run on
  * its rank and whose last reader (B, or W with a split backward) has not.
  * What the runtime gives each stage in stash slots and the memory plan

@@ -29,14 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int same_lists(const hy_schedule *a, const hy_schedule *b) {
-    for (int r = 0; r < a->ranks; r++)
-        if (a->n_actions[r] != b->n_actions[r] ||
-            memcmp(a->actions[r], b->actions[r], sizeof(hy_action) * (size_t)a->n_actions[r]))
-            return 0;
-    return 1;
-}
-
 static int peak_of(const hy_sim_result *r) {
     int most = 0;
     for (int k = 0; k < r->ranks; k++)
@@ -154,7 +146,7 @@ static void test_left_alone(void) {
             continue;
         }
         CHECK(hy_justify_schedule(&s, split ? &c : &u, 2 * 19, 0, &err) == HY_OK);
-        CHECK(same_lists(&s, &t));
+        CHECK(hy_schedule_equal(&s, &t));
         hy_schedule_free(&s);
         hy_schedule_free(&t);
     }
@@ -207,12 +199,12 @@ static void test_skip_changes_nothing(void) {
             if (limit < least) limit = least;
             int ra = hy_justify_schedule(&a, &c, limit, 4, &err);
             int rb = hy_justify_schedule_plain(&b, &c, limit, 4, &err);
-            CHECKF(ra == rb && same_lists(&a, &b), "%s P=%d W|v=%d M=%d split=%d c=%g limit %d: "
+            CHECKF(ra == rb && hy_schedule_equal(&a, &b), "%s P=%d W|v=%d M=%d split=%d c=%g limit %d: "
                    "the skipping pass differs from the plain one", hy_sched_name(p.kind), P, wv,
                    M, p.split_backward, c.comm, limit);
             hy_schedule u;
             if (hy_schedule_build(&u, &p, &err) == HY_OK) {
-                changed += !same_lists(&a, &u);
+                changed += !hy_schedule_equal(&a, &u);
                 hy_schedule_free(&u);
             }
             cases++;

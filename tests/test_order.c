@@ -156,19 +156,11 @@ static void test_canonical_and_deterministic(void) {
     CHECK(hy_schedule_build(&canon, &p, &err) == HY_OK);
     hy_costs u = hy_costs_uniform_for(p.split_backward, 0);
     CHECK(hy_order_schedule(&a, &p, &u, &err) == HY_OK);
-    int same = 1;
-    for (int r = 0; r < p.ranks; r++)
-        same &= a.n_actions[r] == canon.n_actions[r] &&
-                !memcmp(a.actions[r], canon.actions[r], sizeof(hy_action) * (size_t)a.n_actions[r]);
-    CHECK(same);
+    CHECK(hy_schedule_equal(&a, &canon));
     hy_schedule_free(&a);
     CHECK(choose(HY_SCHED_HANAYO, 4, 2, 16, 1, 0.2, &x, &a) == HY_OK);
     CHECK(choose(HY_SCHED_HANAYO, 4, 2, 16, 1, 0.2, &y, &b) == HY_OK);
-    same = x.makespan == y.makespan;
-    for (int r = 0; r < p.ranks; r++)
-        same &= a.n_actions[r] == b.n_actions[r] &&
-                !memcmp(a.actions[r], b.actions[r], sizeof(hy_action) * (size_t)a.n_actions[r]);
-    CHECK(same);
+    CHECK(x.makespan == y.makespan && hy_schedule_equal(&a, &b));
     hy_schedule_free(&a);
     hy_schedule_free(&b);
     hy_schedule_free(&canon);

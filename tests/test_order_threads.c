@@ -27,15 +27,6 @@ typedef struct {
     int cap;
 } order_case;
 
-static int same_lists(const hy_schedule *a, const hy_schedule *b) {
-    if (a->ranks != b->ranks) return 0;
-    for (int r = 0; r < a->ranks; r++)
-        if (a->n_actions[r] != b->n_actions[r] ||
-            memcmp(a->actions[r], b->actions[r], sizeof(hy_action) * (size_t)a->n_actions[r]))
-            return 0;
-    return 1;
-}
-
 /* The case chosen on one thread and on `threads`: the same order and the
  * same work, and the threads asked for used (starting them cannot fail
  * here). */
@@ -49,7 +40,7 @@ static void check_case(const order_case *k, int threads) {
     if (!rc) rc = hy_order_schedule_threads(&many, &p, &c, threads, &wn, &err);
     CHECKF(rc == HY_OK, "%s P=%d M=%d: %s", hy_sched_name(k->kind), k->P, k->M, err.msg);
     if (rc) return;
-    CHECKF(same_lists(&one, &many), "%s P=%d W|v=%d M=%d split=%d c=%g cap=%d: another order "
+    CHECKF(hy_schedule_equal(&one, &many), "%s P=%d W|v=%d M=%d split=%d c=%g cap=%d: another order "
            "on %d threads", hy_sched_name(k->kind), k->P, k->wv, k->M, k->split, k->comm, k->cap,
            threads);
     CHECKF(w1.orders == wn.orders && w1.actions == wn.actions && w1.stopped == wn.stopped &&

@@ -244,10 +244,7 @@ static void test_deterministic(void) {
         CHECK(0);
         return;
     }
-    for (int r = 0; r < 4; r++) {
-        CHECK(a.n_actions[r] == b.n_actions[r]);
-        CHECK(memcmp(a.actions[r], b.actions[r], sizeof(hy_action) * (size_t)a.n_actions[r]) == 0);
-    }
+    CHECK(hy_schedule_equal(&a, &b));
     hy_schedule_free(&a);
     hy_schedule_free(&b);
 }
@@ -275,11 +272,7 @@ static void test_scratch_reuse(void) {
         hy_error err;
         if (hy_schedule_build_scratch(&a, &p, &c, &o, &w, &err)) { CHECK(0); continue; }
         if (hy_schedule_build_order(&b, &p, &c, &o, &err)) { CHECK(0); hy_schedule_free(&a); continue; }
-        int same = 1;
-        for (int r = 0; r < a.ranks; r++)
-            same &= a.n_actions[r] == b.n_actions[r] &&
-                    !memcmp(a.actions[r], b.actions[r], sizeof(hy_action) * (size_t)a.n_actions[r]);
-        CHECKF(same, "build %zu (P=%d W=%d M=%d) with the scratch differs", i, seq[i].P, seq[i].W,
+        CHECKF(hy_schedule_equal(&a, &b), "build %zu (P=%d W=%d M=%d) with the scratch differs", i, seq[i].P, seq[i].W,
                seq[i].M);
         CHECK(hy_schedule_validate(&a, &err) == HY_OK);
         hy_schedule_free(&a);
