@@ -339,7 +339,7 @@ hy-run-unit: $(HY_UNIT_LOGS)
 
 # The test programs that start threads: make test runs them once more under
 # ThreadSanitizer.
-HY_THREADED_TESTS := test_mailbox test_runtime test_order_threads
+HY_THREADED_TESTS := test_mailbox test_runtime test_order_threads test_polish
 hy-run-threaded: $(HY_THREADED_TESTS:%=$(HY_RESULTS)/unit/%.log)
 
 # -j only when the caller gave none (a second -j would break the jobserver).

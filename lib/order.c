@@ -52,6 +52,7 @@
 
 #include "capped.h"
 #include "justify.h"
+#include "polish.h"
 #include "sim.h"
 
 /* Past this many actions over all ranks only a few candidates are tried
@@ -547,18 +548,23 @@ static void *helper_main(void *arg) {
     return NULL;
 }
 
-/* How many threads build candidates: `asked` (0: as many as this process
- * may run on, when the orders are large enough to be worth a thread),
- * at most ORDER_THREADS_MAX. */
-static int order_threads(const order_search *g, int asked) {
+/* The threads the process may run on, at most ORDER_THREADS_MAX, or
+ * `asked` when it is not 0. */
+static int cpu_threads(int asked) {
     int n = asked;
     if (n <= 0) {
-        if (g->actions < ORDER_THREAD_ACTIONS) return 1;
         cpu_set_t set;
         n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
                                                         : (int)sysconf(_SC_NPROCESSORS_ONLN);
     }
     return n < 1 ? 1 : n > ORDER_THREADS_MAX ? ORDER_THREADS_MAX : n;
+}
+
+/* How many threads build candidates: `asked` (0: as many as this process
+ * may run on, when the orders are large enough to be worth a thread),
+ * at most ORDER_THREADS_MAX. */
+static int order_threads(const order_search *g, int asked) {
+    return asked <= 0 && g->actions < ORDER_THREAD_ACTIONS ? 1 : cpu_threads(asked);
 }
 
 /* Decides on the candidates of list, with up to threads - 1 helpers
@@ -589,6 +595,20 @@ static int run_candidates(order_search *g, const cand_list *list, int threads, h
         if (pl.out[k].state == OUT_DONE && pl.out[k].rc == HY_OK) hy_schedule_free(&pl.out[k].s);
     pthread_cond_destroy(&pl.cv);
     pthread_mutex_destroy(&pl.lock);
+    return rc;
+}
+
+/* What the budget has left spent polishing the justified winner
+ * (polish.h) on every CPU: its steps are much more work than a small
+ * order's candidates. */
+static int polish(order_search *g, int threads, hy_error *err) {
+    if (g->work.actions >= g->budget) return HY_OK;
+    hy_polish_stats st;
+    int n = cpu_threads(threads);
+    int rc = hy_polish_schedule(&g->best, g->c, g->budget - g->work.actions, n, &st, err);
+    g->work.actions += st.actions;
+    g->work.polish_steps = st.steps;
+    if (st.steps > 0 && n > g->work.threads) g->work.threads = n;
     return rc;
 }
 
@@ -658,16 +678,13 @@ int hy_order_schedule_threads(hy_schedule *s, const hy_sched_params *p, const hy
     rc = search(&g, threads, err);
     hy_sched_scratch_free(&g.scratch);
     g.work.unjustified = wants && !g.justify;
-    if (work) *work = g.work;
-    if (rc) {
-        hy_schedule_free(&g.best);
-        memset(s, 0, sizeof *s);
-        return rc;
-    }
     /* Hanayo, and any schedule within a cap: the justification closes
-     * gaps the greedy replays left (justify.h), within the same memory. */
-    if (g.justify)
+     * gaps the greedy replays left (justify.h), within the same memory,
+     * and what the budget has left polishes the result (polish.h). */
+    if (!rc && g.justify)
         rc = hy_justify_schedule(&g.best, c, g.peak_limit, JUSTIFY_ROUNDS, err);
+    if (!rc && g.justify) rc = polish(&g, threads, err);
+    if (work) *work = g.work;
     if (rc) {
         hy_schedule_free(&g.best);
         memset(s, 0, sizeof *s);

@@ -281,7 +281,7 @@ if grep -q $'\x1b' "$tmp/out"; then bad "$last: colour into a file"; else ok; fi
 expect_out '^planning          [0-9.]* s ([0-9.]* s of CPU): the order made for these costs, no search$'
 run plan --schedule hanayo --ranks 4 --micro-batches 8 --comm-cost 0.2
 expect_rc 0
-expect_out '^planning          [0-9.]* s ([0-9.]* s of CPU\( on [2-9][0-9]* threads\)\?): [1-9][0-9]* orders built, [1-9][0-9]* actions simulated$'
+expect_out '^planning          [0-9.]* s ([0-9.]* s of CPU\( on [2-9][0-9]* threads\)\?): [1-9][0-9]* orders built, [1-9][0-9]* actions simulated\( ([1-9][0-9]* steps of a local search among them)\)\?$'
 
 # A cap on each rank's activations: the flag and the config key, the cap
 # and the peak printed, the peak within it; below the smallest, exit 2

@@ -511,20 +511,26 @@ static double seconds_on(clockid_t id) {
 
 /* What making the plan took: its time (and the threads that built
  * candidates, when more than one did), and what the order search did
- * (order.h), saying so when its bound stopped it before its last
- * candidate or the order was too large to justify. */
+ * (order.h), saying so when the local search after it (polish.h) took
+ * steps, when its bound stopped it before its last candidate, or when the
+ * order was too large to justify. */
 static void write_planning(FILE *out, const hy_plan *pl, double wall, double cpu) {
     fprintf(out, "%-18s%.2f s (%.2f s of CPU", "planning", wall, cpu);
     if (pl->work.threads > 1) fprintf(out, " on %d threads", pl->work.threads);
     fputc(')', out);
-    if (pl->work.orders == 0) fprintf(out, ": the order made for these costs, no search\n");
-    else
-        fprintf(out, ": %d orders built, %lld actions simulated%s%s\n", pl->work.orders,
-                pl->work.actions, pl->work.stopped
-                    ? "; the search stopped at its bound (HY_ORDER_WORK), the best so far kept"
-                    : "",
-                pl->work.unjustified ? "; too large to justify (order.c's JUSTIFY_WORK): the "
-                                       "order as merged, not tightened" : "");
+    if (pl->work.orders == 0) {
+        fprintf(out, ": the order made for these costs, no search\n");
+        return;
+    }
+    fprintf(out, ": %d orders built, %lld actions simulated", pl->work.orders, pl->work.actions);
+    if (pl->work.polish_steps)
+        fprintf(out, " (%lld steps of a local search among them)", pl->work.polish_steps);
+    if (pl->work.stopped)
+        fprintf(out, "; the search stopped at its bound (HY_ORDER_WORK), the best so far kept");
+    if (pl->work.unjustified)
+        fprintf(out, "; too large to justify (order.c's JUSTIFY_WORK): the order as merged, not "
+                     "tightened");
+    fputc('\n', out);
 }
 
 static int run_one(const cli_plan_request *rq, const hy_run *run, const hy_sched_params *p,
