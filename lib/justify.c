@@ -422,23 +422,29 @@ static int pass(justify *j, int late, double horizon) {
 
 /* s's simulated times into t0/t1, its lists into the timelines (the
  * order the first pass sorts from); its makespan and largest peak. */
-static int measure(justify *j, const hy_schedule *s, double *makespan, int *peak, hy_error *err) {
-    hy_sim_result r;
-    int rc = hy_simulate(s, j->c, NULL, &r, err);
-    if (rc) return rc;
-    *makespan = r.makespan;
-    *peak = 0;
+/* The times and order of simulation r of s taken as the passes' start,
+ * and its makespan and most activations on a rank. */
+static void load(justify *j, const hy_schedule *s, const hy_sim_result *r, double *makespan,
+                 int *peak) {
+    *makespan = r->makespan;
+    *peak = hy_sim_peak_max(r);
     for (int q = 0; q < s->ranks; q++) {
-        if (r.peak_activations[q] > *peak) *peak = r.peak_activations[q];
         timeline *t = &j->tl[q];   /* the rank's actions in the order they run */
         reset(t);
         for (int i = 0; i < s->n_actions[q]; i++) {
             int key = (int)hy_action_key(s, &s->actions[q][i]);
-            j->t0[key] = r.start[q][i];
-            j->t1[key] = r.end[q][i];
+            j->t0[key] = r->start[q][i];
+            j->t1[key] = r->end[q][i];
             t->id[t->n++] = key;
         }
     }
+}
+
+static int measure(justify *j, const hy_schedule *s, double *makespan, int *peak, hy_error *err) {
+    hy_sim_result r;
+    int rc = hy_simulate(s, j->c, NULL, &r, err);
+    if (rc) return rc;
+    load(j, s, &r, makespan, peak);
     hy_sim_result_free(&r);
     return HY_OK;
 }
@@ -459,7 +465,12 @@ static void justify_free(justify *j, hy_action **lists) {
     }
 }
 
+/* The justification (see justify.h) starting from simulation `given` of
+ * s when not NULL (else simulating s itself), saying in *made and
+ * *made_peak (when not NULL) the makespan and peak of the order it
+ * leaves. */
 static int justify_run(hy_schedule *s, const hy_costs *c, int limit, int rounds, int skip,
+                       const hy_sim_result *given, double *made, int *made_peak,
                        hy_error *err) {
     justify j;
     memset(&j, 0, sizeof j);
@@ -501,7 +512,10 @@ static int justify_run(hy_schedule *s, const hy_costs *c, int limit, int rounds,
     }
     index_actions(&j);
     double best;
-    int peak, rc = measure(&j, s, &best, &peak, err);
+    int peak, rc = HY_OK;
+    if (given) load(&j, s, given, &best, &peak);
+    else rc = measure(&j, s, &best, &peak, err);
+    int best_peak = peak;
     for (int round = 0; round < rounds && !rc; round++) {
         int p = pass(&j, 1, best);
         if (p == 0) p = pass(&j, 0, 0);
@@ -526,16 +540,24 @@ static int justify_run(hy_schedule *s, const hy_costs *c, int limit, int rounds,
             lists[r] = was;
         }
         best = makespan;   /* and t0/t1 hold its times: the next round starts there */
+        best_peak = peak;
     }
     justify_free(&j, lists);
+    if (!rc && made) *made = best;
+    if (!rc && made_peak) *made_peak = best_peak;
     return rc;
 }
 
 int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err) {
-    return justify_run(s, c, limit, rounds, 1, err);
+    return justify_run(s, c, limit, rounds, 1, NULL, NULL, NULL, err);
+}
+
+int hy_justify_simulated(hy_schedule *s, const hy_costs *c, int limit, int rounds,
+                         const hy_sim_result *r, double *makespan, int *peak, hy_error *err) {
+    return justify_run(s, c, limit, rounds, 1, r, makespan, peak, err);
 }
 
 int hy_justify_schedule_plain(hy_schedule *s, const hy_costs *c, int limit, int rounds,
                               hy_error *err) {
-    return justify_run(s, c, limit, rounds, 0, err);
+    return justify_run(s, c, limit, rounds, 0, NULL, NULL, NULL, err);
 }

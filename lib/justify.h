@@ -27,6 +27,7 @@
 #include "costs.h"
 #include "error.h"
 #include "schedule.h"
+#include "sim.h"
 
 /* Replaces s's lists with their double justification under c, repeated
  * while it shortens the makespan (at most `rounds` times), if that is
@@ -34,6 +35,14 @@
  * otherwise leaves s as it is. Fails only on running out of memory or a schedule the
  * simulator refuses. */
 int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err);
+
+/* hy_justify_schedule of s whose simulation under c the caller already
+ * has (r: sim.h), which it starts from instead of simulating s again;
+ * *makespan and *peak (the most activations on a rank) are those of the
+ * order it leaves in s. For a caller that simulates every order it
+ * justifies (polish.h). */
+int hy_justify_simulated(hy_schedule *s, const hy_costs *c, int limit, int rounds,
+                         const hy_sim_result *r, double *makespan, int *peak, hy_error *err);
 
 /* The same justification with each pass trying every position of a
  * rank's timeline in turn, as it was first written, rather than skipping

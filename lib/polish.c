@@ -42,8 +42,7 @@ typedef struct {
     int walk;
     hy_schedule best;     /* the shortest order met, if shorter than start (found) */
     int found;
-    double makespan;
-    int peak;
+    double makespan;      /* of best (of start while not found) */
     int rc;
     hy_error err;
 } walk_job;
@@ -96,10 +95,15 @@ static int step(walk_job *j, const hy_schedule *cur, double cur_makespan, hy_sch
     copy_lists(next, cur);
     perturb(next, g);
     hy_error why;
-    int rc = price(next, j->c, makespan, peak, &why);
-    if (rc == HY_ERR_INPUT || (!rc && *peak > j->limit)) return 0;   /* deadlocks, or too big */
-    if (!rc) rc = hy_justify_schedule(next, j->c, j->limit, 1, &why);
-    if (!rc) rc = price(next, j->c, makespan, peak, &why);
+    hy_sim_result r;
+    int rc = hy_simulate(next, j->c, NULL, &r, &why);
+    if (rc == HY_ERR_INPUT) return 0;   /* it deadlocks */
+    if (!rc) {
+        int too_big = hy_sim_peak_max(&r) > j->limit;
+        if (!too_big) rc = hy_justify_simulated(next, j->c, j->limit, 1, &r, makespan, peak, &why);
+        hy_sim_result_free(&r);
+        if (too_big) return 0;
+    }
     if (rc) {
         j->rc = rc;
         j->err = why;
@@ -142,7 +146,6 @@ static void walk(walk_job *j) {
             if (j->found) copy_lists(&j->best, &cur);
             j->found = 1;
             j->makespan = makespan;
-            j->peak = peak;
         }
     }
     hy_schedule_free(&cur);

@@ -26,8 +26,11 @@
  * their bytes at P = 4, M = 16 (docs/schedules.md).
  *
  * The work is counted as the search's is (order.h): a step counts
- * HY_POLISH_STEP_SIMS simulations of the order's actions, about what it
- * takes, and the walks share `work` evenly.
+ * HY_POLISH_STEP_SIMS simulations of the order's actions, and the walks
+ * share `work` evenly. A step takes about one and a half (a simulation,
+ * and the justification starting from it: justify.h,
+ * hy_justify_simulated); counting more keeps what the polish adds to a
+ * plan's time well under what the search's budget would.
  */
 #ifndef HY_POLISH_H
 #define HY_POLISH_H

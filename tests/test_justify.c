@@ -19,7 +19,9 @@
  *     those where the rank's memory is full (what makes a pass fast),
  *     changes nothing: over random schedules, costs
  *     (zero costs, large times among them) and limits, the justified
- *     lists equal those of the plain pass that tries every position.
+ *     lists equal those of the plain pass that tries every position;
+ *     and starting from the caller's simulation (hy_justify_simulated)
+ *     gives the same lists, with the makespan and peak of what it left.
  */
 #include "justify.h"
 #include "schedule.h"
@@ -197,11 +199,25 @@ static void test_skip_changes_nothing(void) {
             int least = hy_sched_min_activations(&p), peak = peak_of(&r);
             int limit = peak + (int)(next_rand(&seed) % 3) - 1;
             if (limit < least) limit = least;
+            hy_schedule d;
+            CHECK(hy_schedule_copy(&d, &a, &err) == HY_OK);
             int ra = hy_justify_schedule(&a, &c, limit, 4, &err);
             int rb = hy_justify_schedule_plain(&b, &c, limit, 4, &err);
             CHECKF(ra == rb && hy_schedule_equal(&a, &b), "%s P=%d W|v=%d M=%d split=%d c=%g limit %d: "
                    "the skipping pass differs from the plain one", hy_sched_name(p.kind), P, wv,
                    M, p.split_backward, c.comm, limit);
+            /* From the caller's simulation: the same lists, and the
+             * makespan and peak of what it left. */
+            double made;
+            int made_peak;
+            hy_sim_result rd;
+            int rd_ok = hy_justify_simulated(&d, &c, limit, 4, &r, &made, &made_peak, &err) == ra &&
+                        hy_simulate(&d, &c, NULL, &rd, &err) == HY_OK;
+            CHECKF(rd_ok && hy_schedule_equal(&a, &d) && made == rd.makespan &&
+                   made_peak == peak_of(&rd), "%s P=%d M=%d: justified from the caller's "
+                   "simulation differs", hy_sched_name(p.kind), P, M);
+            if (rd_ok) hy_sim_result_free(&rd);
+            hy_schedule_free(&d);
             hy_schedule u;
             if (hy_schedule_build(&u, &p, &err) == HY_OK) {
                 changed += !hy_schedule_equal(&a, &u);
