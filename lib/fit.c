@@ -144,7 +144,7 @@ typedef struct {
 
 static void consider(fit_search *g, const hy_fit_option *o) {
     if (o->mem_bytes < g->least.mem_bytes) g->least = *o;
-    double eps = 1e-9 * fmax(1, g->best.makespan);
+    double eps = hy_makespan_tolerance(g->best.makespan);
     if (o->fits && (!g->have_best || o->makespan < g->best.makespan - eps)) {
         g->best = *o;
         g->have_best = 1;
@@ -159,7 +159,7 @@ static int cannot_win(fit_search *g, const hy_schedule *s, hy_recompute r, int c
     if (outside) beat = g->in->beat;
     if (!isfinite(beat)) return 0;
     double bound = hy_makespan_bound_memory(s, g->in->costs[r], cap);
-    if (bound < beat - 1e-9 * fmax(1, beat)) return 0;
+    if (bound < beat - hy_makespan_tolerance(beat)) return 0;
     if (outside) g->outrun = 1;
     return 1;
 }

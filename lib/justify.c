@@ -532,7 +532,7 @@ static int justify_run(hy_schedule *s, const hy_costs *c, int limit, int rounds,
         double makespan;
         hy_error ignored;
         int better = measure(&j, &t, &makespan, &peak, &ignored) == HY_OK &&
-                     makespan < best - 1e-9 * (best > 1 ? best : 1) && peak <= limit;
+                     makespan < best - hy_makespan_tolerance(best) && peak <= limit;
         if (!better) break;
         for (int r = 0; r < s->ranks; r++) {
             hy_action *was = s->actions[r];

@@ -133,7 +133,7 @@ static int peak_of(const hy_sim_result *r, int *sum) {
 /* Whether an order of that makespan and peak beats the best so far:
  * shorter by more than rounding, else as short with less memory. */
 static int beats(const order_search *g, double makespan, int peak, int sum) {
-    double eps = 1e-9 * (g->makespan > 1 ? g->makespan : 1);
+    double eps = hy_makespan_tolerance(g->makespan);
     return peak <= g->peak_limit &&
            (g->makespan < 0 || makespan < g->makespan - eps ||
             (makespan <= g->makespan + eps &&
@@ -604,11 +604,11 @@ static int run_candidates(order_search *g, const cand_list *list, int threads, h
 static int polish(order_search *g, int threads, hy_error *err) {
     if (g->work.actions >= g->budget) return HY_OK;
     hy_polish_stats st;
-    int n = cpu_threads(threads);
-    int rc = hy_polish_schedule(&g->best, g->c, g->budget - g->work.actions, n, &st, err);
+    int rc = hy_polish_schedule(&g->best, g->c, g->budget - g->work.actions,
+                                cpu_threads(threads), &st, err);
     g->work.actions += st.actions;
     g->work.polish_steps = st.steps;
-    if (st.steps > 0 && n > g->work.threads) g->work.threads = n;
+    if (st.threads > g->work.threads) g->work.threads = st.threads;
     return rc;
 }
 

@@ -58,8 +58,9 @@ typedef struct {
     long long actions;
     int stopped;        /* the bound stopped the search before its last candidate */
     int unjustified;    /* justification would have helped but was past its work limit */
-    int threads;        /* threads that built candidates, the caller's among them */
-    long long polish_steps;   /* of the polish (polish.h), its work in actions */
+    int threads;        /* threads that built candidates or polished (the more of the two),
+                           the caller's among them */
+    long long polish_steps;   /* the polish's steps (polish.h), their work in actions */
 } hy_order_work;
 
 /* hy_order_schedule, also saying in *work (when not NULL) what the

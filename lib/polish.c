@@ -47,9 +47,6 @@ typedef struct {
     hy_error err;
 } walk_job;
 
-/* Makespans within this of each other are equal (as order.c's beats). */
-static double tolerance(double makespan) { return 1e-9 * (makespan > 1 ? makespan : 1); }
-
 /* s's makespan and most activations on a rank; HY_ERR_INPUT when it
  * deadlocks, HY_ERR_RUNTIME when memory runs out. */
 static int price(const hy_schedule *s, const hy_costs *c, double *makespan, int *peak,
@@ -109,7 +106,8 @@ static int step(walk_job *j, const hy_schedule *cur, double cur_makespan, hy_sch
         j->err = why;
         return -1;
     }
-    if (*peak > j->limit || *makespan > cur_makespan + tolerance(cur_makespan)) return 0;
+    if (*peak > j->limit || *makespan > cur_makespan + hy_makespan_tolerance(cur_makespan))
+        return 0;
     int held[POLISH_MAX_STAGES];
     hy_schedule_in_flight(next, held);
     for (int st = 0; st < next->stages; st++)
@@ -141,7 +139,7 @@ static void walk(walk_job *j) {
         cur = next;
         next = was;
         cur_makespan = makespan;
-        if (makespan < j->makespan - tolerance(j->makespan)) {
+        if (makespan < j->makespan - hy_makespan_tolerance(j->makespan)) {
             if (!j->found && (j->rc = hy_schedule_copy(&j->best, &cur, &j->err)) != HY_OK) break;
             if (j->found) copy_lists(&j->best, &cur);
             j->found = 1;
@@ -164,8 +162,9 @@ static void *walker_main(void *arg) {
 }
 
 /* Runs every walk on up to `threads` threads, the caller's among them
- * (fewer if one cannot be started: the caller runs the rest). */
-static void run_walks(walk_job *jobs, int threads) {
+ * (fewer if one cannot be started: the caller runs the rest); returns
+ * how many ran them. */
+static int run_walks(walk_job *jobs, int threads) {
     if (threads > POLISH_WALKS) threads = POLISH_WALKS;
     if (threads < 1) threads = 1;
     pthread_t th[POLISH_WALKS];
@@ -184,6 +183,7 @@ static void run_walks(walk_job *jobs, int threads) {
     w[0] = (walker){ jobs, 0, threads };
     walker_main(&w[0]);
     for (int t = 1; t <= started; t++) pthread_join(th[t], NULL);
+    return started + 1;
 }
 
 int hy_polish_schedule(hy_schedule *s, const hy_costs *c, long long work, int threads,
@@ -191,10 +191,10 @@ int hy_polish_schedule(hy_schedule *s, const hy_costs *c, long long work, int th
     double makespan = 0;
     int peak = 0;
     int rc = price(s, c, &makespan, &peak, err);
-    if (stats) *stats = (hy_polish_stats){ 0, 0, makespan, makespan };
+    if (stats) *stats = (hy_polish_stats){ .before = makespan, .after = makespan };
     if (rc) return rc;
     int limit = peak;   /* as much memory as the order holds, no more */
-    if (makespan <= hy_makespan_bound_memory(s, c, limit) + tolerance(makespan))
+    if (makespan <= hy_makespan_bound_memory(s, c, limit) + hy_makespan_tolerance(makespan))
         return HY_OK;   /* no order within it ends sooner */
     long long actions = (long long)hy_action_keys(s);
     long long steps = work / ((long long)POLISH_WALKS * HY_POLISH_STEP_SIMS * actions);
@@ -206,16 +206,15 @@ int hy_polish_schedule(hy_schedule *s, const hy_costs *c, long long work, int th
     for (int k = 0; k < POLISH_WALKS; k++)
         jobs[k] = (walk_job){ .start = s, .c = c, .limit = limit, .slots = slots,
                               .start_makespan = makespan, .steps = steps, .walk = k };
-    run_walks(jobs, threads);
+    int ran = run_walks(jobs, threads);
     int best = -1;
     for (int k = 0; k < POLISH_WALKS && !rc; k++) {
         if (jobs[k].rc) {
             rc = jobs[k].rc;
             if (err) *err = jobs[k].err;
-        } else if (jobs[k].found &&
-                   (best < 0 || jobs[k].makespan < jobs[best].makespan -
-                                                       tolerance(jobs[best].makespan))) {
-            best = k;
+        } else if (jobs[k].found) {
+            double m = best < 0 ? 0 : jobs[best].makespan;
+            if (best < 0 || jobs[k].makespan < m - hy_makespan_tolerance(m)) best = k;
         }
     }
     if (!rc && best >= 0) {
@@ -229,6 +228,7 @@ int hy_polish_schedule(hy_schedule *s, const hy_costs *c, long long work, int th
     if (stats) {
         stats->steps = steps * POLISH_WALKS;
         stats->actions = stats->steps * HY_POLISH_STEP_SIMS * actions;
+        stats->threads = ran;
     }
     return rc;
 }

@@ -45,6 +45,7 @@
 typedef struct {
     long long steps;      /* over all walks */
     long long actions;    /* the work counted: steps x HY_POLISH_STEP_SIMS x actions */
+    int threads;          /* that ran walks, the caller's among them (0: none ran) */
     double before, after; /* the order's makespan before and after */
 } hy_polish_stats;
 

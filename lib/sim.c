@@ -281,6 +281,10 @@ out:
     return rc;
 }
 
+double hy_makespan_tolerance(double makespan) {
+    return 1e-9 * (makespan > 1 ? makespan : 1);
+}
+
 int hy_sim_peak_max(const hy_sim_result *r) {
     int peak = 0;
     for (int k = 0; k < r->ranks; k++)

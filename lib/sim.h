@@ -93,6 +93,11 @@ double hy_makespan_bound(const hy_schedule *s, const hy_costs *c);
  * travelled the whole wave) from an order that could do better. */
 double hy_makespan_bound_memory(const hy_schedule *s, const hy_costs *c, int limit);
 
+/* How far apart two makespans near `makespan` may be and still be the
+ * same order's: the rounding of sums of costs, relative to the makespan
+ * (absolute below 1). What every comparison of orders' makespans allows. */
+double hy_makespan_tolerance(double makespan);
+
 /* The largest peak_activations over r's ranks: the memory the order
  * needs on its busiest rank, in stage activations. */
 int hy_sim_peak_max(const hy_sim_result *r);
