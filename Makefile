@@ -289,10 +289,12 @@ $(BUILD)/tests/%: $(HY_OBJ)/tests/%.o $(HY_CLI) $(HY_LIB)
 
 HY_SUMMARY_RE := ^[^ ]+: [0-9]+ passed, [0-9]+ failed$$
 HY_EXIT_MARK := hy-test-exit:
+HY_TIME_MARK := hy-test-ms:
 
 # awk over logs: sums the summary lines, adds the failures described above,
-# names every failing log, prints "tests: N passed, N failed" and exits 1 if
-# N failed > 0. With -v quiet=1 (one test's log) it prints only that log's
+# names every failing log, prints the five slowest programs (each log's
+# time mark: wall milliseconds, to see where the suite's time goes) and
+# "tests: N passed, N failed", and exits 1 if N failed > 0. With -v quiet=1 (one test's log) it prints only that log's
 # summary lines and, when something is counted beyond them, why.
 HY_TALLY := awk -v quiet=0 '\
     FNR == 1 { seen = 0; mine = 0 } \
@@ -305,7 +307,16 @@ HY_TALLY := awk -v quiet=0 '\
         if (note != "") { fail++; mine++; note = note " (counted as 1 failure)" } \
         if (quiet && note != "") print FILENAME ": " note; \
         if (!quiet && mine > 0) print "FAILED " FILENAME (note != "" ? ": " note : "") } \
-    END { if (!quiet) printf "tests: %d passed, %d failed\n", pass, fail; exit fail != 0 }'
+    /^$(HY_TIME_MARK) [0-9]+$$/ { ms[FILENAME] = $$2 } \
+    END { if (!quiet) { \
+            n = 0; for (f in ms) { n++; name[n] = f } \
+            for (i = 1; i <= n && i <= 5; i++) { \
+                k = i; for (j = i + 1; j <= n; j++) if (ms[name[j]] > ms[name[k]]) k = j; \
+                t = name[i]; name[i] = name[k]; name[k] = t; \
+                printf "%s %s %.0f s", (i == 1 ? "slowest:" : ","), name[i], ms[name[i]] / 1000 } \
+            if (n > 0) printf "\n"; \
+            printf "tests: %d passed, %d failed\n", pass, fail } \
+          exit fail != 0 }'
 
 # Sanitizer reports go to the log; UBSan with a stack, LSan on (ASan's default).
 export UBSAN_OPTIONS ?= print_stacktrace=1
@@ -316,7 +327,8 @@ export TSAN_OPTIONS ?= second_deadlock_stack=1
 # exit mark, show the summary lines, and the whole log when it failed.
 define hy_run_test
 @mkdir -p $(@D)
-@{ HANAYO=$(abspath $(HY_BIN)) HY_SANITIZE=$(SANITIZE) timeout $(TEST_TIMEOUT) $(1); echo "$(HY_EXIT_MARK) $$?"; } > $@ 2>&1 </dev/null; \
+@{ hy_t0=$$(date +%s%N); HANAYO=$(abspath $(HY_BIN)) HY_SANITIZE=$(SANITIZE) timeout $(TEST_TIMEOUT) $(1); \
+    hy_rc=$$?; echo "$(HY_TIME_MARK) $$(( ($$(date +%s%N) - hy_t0) / 1000000 ))"; echo "$(HY_EXIT_MARK) $$hy_rc"; } > $@ 2>&1 </dev/null; \
     $(subst quiet=0,quiet=1,$(HY_TALLY)) $@ || { echo "---- FAILED: $< (log $@) ----"; cat $@; echo "----"; }
 endef
 
