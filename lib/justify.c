@@ -63,6 +63,7 @@ typedef struct {
     int *order;         /* [N]: the keys in the order they are placed */
     keyed *ks, *ks_tmp; /* [N]: the keys being put in that order */
     timeline tl[HY_MAX_RANKS];
+    hy_sim_scratch *sim;  /* where the rounds' orders are simulated */
 } justify;
 
 /* The transfer time from action a's rank to action b's. */
@@ -441,15 +442,24 @@ static void load(justify *j, const hy_schedule *s, const hy_sim_result *r, doubl
 }
 
 static int measure(justify *j, const hy_schedule *s, double *makespan, int *peak, hy_error *err) {
-    hy_sim_result r;
-    int rc = hy_simulate(s, j->c, NULL, &r, err);
+    int rc = hy_simulate_reuse(s, j->c, NULL, j->sim, err);
     if (rc) return rc;
-    load(j, s, &r, makespan, peak);
-    hy_sim_result_free(&r);
+    load(j, s, &j->sim->result, makespan, peak);
     return HY_OK;
 }
 
-static void justify_free(justify *j, hy_action **lists) {
+/* A justification's buffers, sized for one shape of schedule: kept in a
+ * caller's scratch between calls (hy_justify_scratch), or for one call. */
+typedef struct {
+    justify j;
+    /* Each round's order is written here, and swapped with s's lists when
+     * it is taken. */
+    hy_action *lists[HY_MAX_RANKS];
+    int ranks, n_actions[HY_MAX_RANKS];
+} buffers;
+
+static void buffers_free(buffers *b) {
+    justify *j = &b->j;
     free(j->act);
     free(j->out);
     free(j->t0);
@@ -461,64 +471,81 @@ static void justify_free(justify *j, hy_action **lists) {
         timeline *t = &j->tl[r];
         free(t->id_buf); free(t->ts_buf); free(t->te_buf); free(t->live_buf);
         free(t->gap);
-        free(lists[r]);
+        free(b->lists[r]);
     }
+    memset(b, 0, sizeof *b);
 }
 
-/* The justification (see justify.h) starting from simulation `given` of
- * s when not NULL (else simulating s itself), saying in *made and
- * *made_peak (when not NULL) the makespan and peak of the order it
- * leaves. */
-static int justify_run(hy_schedule *s, const hy_costs *c, int limit, int rounds, int skip,
-                       const hy_sim_result *given, double *made, int *made_peak,
-                       hy_error *err) {
-    justify j;
-    memset(&j, 0, sizeof j);
-    j.skip = skip;
-    j.s = s;
-    j.frees = s->split ? HY_WGRAD : HY_BWD;
-    j.c = c;
-    j.N = (int)hy_action_keys(s);
-    j.limit = limit;
-    size_t N = (size_t)j.N;
-    j.act = malloc(N * sizeof *j.act);
-    j.out = malloc(N * sizeof *j.out);
-    j.t0 = malloc(N * sizeof *j.t0);
-    j.t1 = malloc(N * sizeof *j.t1);
-    j.order = malloc(N * sizeof *j.order);
-    j.ks = malloc(N * sizeof *j.ks);
-    j.ks_tmp = malloc(N * sizeof *j.ks_tmp);
-    /* Each round's order is written here, and swapped with s's lists when
-     * it is taken. */
-    hy_action *lists[HY_MAX_RANKS] = { 0 };
-    int ok = j.act && j.out && j.t0 && j.t1 && j.order && j.ks && j.ks_tmp;
+/* b sized for s (kept when it already is); -1 when out of memory (b is
+ * then left empty). */
+static int buffers_fit(buffers *b, const hy_schedule *s) {
+    int same = b->j.act && b->ranks == s->ranks && b->j.N == (int)hy_action_keys(s);
+    for (int r = 0; same && r < s->ranks; r++) same = b->n_actions[r] == s->n_actions[r];
+    if (same) return 0;
+    buffers_free(b);
+    justify *j = &b->j;
+    j->N = (int)hy_action_keys(s);
+    b->ranks = s->ranks;
+    size_t N = (size_t)j->N;
+    j->act = malloc(N * sizeof *j->act);
+    j->out = malloc(N * sizeof *j->out);
+    j->t0 = malloc(N * sizeof *j->t0);
+    j->t1 = malloc(N * sizeof *j->t1);
+    j->order = malloc(N * sizeof *j->order);
+    j->ks = malloc(N * sizeof *j->ks);
+    j->ks_tmp = malloc(N * sizeof *j->ks_tmp);
+    int ok = j->act && j->out && j->t0 && j->t1 && j->order && j->ks && j->ks_tmp;
     for (int r = 0; ok && r < s->ranks; r++) {
         size_t n = (size_t)s->n_actions[r], room = 2 * n + 1;
-        timeline *t = &j.tl[r];
+        timeline *t = &j->tl[r];
+        b->n_actions[r] = s->n_actions[r];
         t->room = s->n_actions[r];
         t->id_buf = malloc(room * sizeof *t->id_buf);
         t->ts_buf = malloc(room * sizeof *t->ts_buf);
         t->te_buf = malloc(room * sizeof *t->te_buf);
         t->live_buf = malloc(room * sizeof *t->live_buf);
-        lists[r] = malloc(n * sizeof *lists[r]);
+        b->lists[r] = malloc(n * sizeof *b->lists[r]);
         t->blocks = (int)(room / GAP_BLOCK) + 1;
         t->gap = malloc((size_t)t->blocks * sizeof *t->gap);
-        ok = t->id_buf && t->ts_buf && t->te_buf && t->live_buf && lists[r] &&
-             t->gap;
+        ok = t->id_buf && t->ts_buf && t->te_buf && t->live_buf && b->lists[r] && t->gap;
     }
-    if (!ok) {
-        justify_free(&j, lists);
+    if (!ok) buffers_free(b);
+    return ok ? 0 : -1;
+}
+
+/* The justification (see justify.h) in w's buffers when not NULL (whose
+ * simulation is s's when `given`: the start, instead of simulating s
+ * itself), else in its own, saying in *made and *made_peak (when not
+ * NULL) the makespan and peak of the order it leaves. */
+static int justify_run(hy_schedule *s, const hy_costs *c, int limit, int rounds, int skip,
+                       hy_justify_scratch *w, int given, double *made, int *made_peak,
+                       hy_error *err) {
+    hy_justify_scratch own = { 0 };
+    if (!w) w = &own;
+    if (!w->state && !(w->state = calloc(1, sizeof(buffers))))
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory justifying a schedule");
+    buffers *b = w->state;
+    if (buffers_fit(b, s) != 0) {
+        hy_justify_scratch_free(&own);
         return hy_fail(err, HY_ERR_RUNTIME, "out of memory justifying a schedule");
     }
-    index_actions(&j);
-    double best;
-    int peak, rc = HY_OK;
-    if (given) load(&j, s, given, &best, &peak);
-    else rc = measure(&j, s, &best, &peak, err);
+    justify *j = &b->j;
+    hy_action **lists = b->lists;
+    j->skip = skip;
+    j->s = s;
+    j->frees = s->split ? HY_WGRAD : HY_BWD;
+    j->c = c;
+    j->limit = limit;
+    j->sim = &w->sim;
+    index_actions(j);
+    double best = 0;
+    int peak = 0, rc = HY_OK;
+    if (given) load(j, s, &w->sim.result, &best, &peak);
+    else rc = measure(j, s, &best, &peak, err);
     int best_peak = peak;
     for (int round = 0; round < rounds && !rc; round++) {
-        int p = pass(&j, 1, best);
-        if (p == 0) p = pass(&j, 0, 0);
+        int p = pass(j, 1, best);
+        if (p == 0) p = pass(j, 0, 0);
         if (p) break;
         /* The early pass's timelines are the new order, priced by the
          * simulator, which starts each action as early as the order lets
@@ -526,12 +553,12 @@ static int justify_run(hy_schedule *s, const hy_costs *c, int limit, int rounds,
          * dependency in time, so the order runs; were it refused, it is
          * simply not taken. */
         for (int r = 0; r < s->ranks; r++)
-            for (int i = 0; i < s->n_actions[r]; i++) lists[r][i] = j.act[j.tl[r].id[i]];
+            for (int i = 0; i < s->n_actions[r]; i++) lists[r][i] = j->act[j->tl[r].id[i]];
         hy_schedule t = *s;
         t.actions = lists;
         double makespan;
         hy_error ignored;
-        int better = measure(&j, &t, &makespan, &peak, &ignored) == HY_OK &&
+        int better = measure(j, &t, &makespan, &peak, &ignored) == HY_OK &&
                      makespan < best - hy_makespan_tolerance(best) && peak <= limit;
         if (!better) break;
         for (int r = 0; r < s->ranks; r++) {
@@ -542,22 +569,30 @@ static int justify_run(hy_schedule *s, const hy_costs *c, int limit, int rounds,
         best = makespan;   /* and t0/t1 hold its times: the next round starts there */
         best_peak = peak;
     }
-    justify_free(&j, lists);
+    hy_justify_scratch_free(&own);
     if (!rc && made) *made = best;
     if (!rc && made_peak) *made_peak = best_peak;
     return rc;
 }
 
+void hy_justify_scratch_free(hy_justify_scratch *w) {
+    if (!w) return;
+    if (w->state) buffers_free(w->state);
+    free(w->state);
+    hy_sim_scratch_free(&w->sim);
+    memset(w, 0, sizeof *w);
+}
+
 int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err) {
-    return justify_run(s, c, limit, rounds, 1, NULL, NULL, NULL, err);
+    return justify_run(s, c, limit, rounds, 1, NULL, 0, NULL, NULL, err);
 }
 
 int hy_justify_simulated(hy_schedule *s, const hy_costs *c, int limit, int rounds,
-                         const hy_sim_result *r, double *makespan, int *peak, hy_error *err) {
-    return justify_run(s, c, limit, rounds, 1, r, makespan, peak, err);
+                         hy_justify_scratch *w, double *makespan, int *peak, hy_error *err) {
+    return justify_run(s, c, limit, rounds, 1, w, 1, makespan, peak, err);
 }
 
 int hy_justify_schedule_plain(hy_schedule *s, const hy_costs *c, int limit, int rounds,
                               hy_error *err) {
-    return justify_run(s, c, limit, rounds, 0, NULL, NULL, NULL, err);
+    return justify_run(s, c, limit, rounds, 0, NULL, 0, NULL, NULL, err);
 }

@@ -36,13 +36,24 @@
  * simulator refuses. */
 int hy_justify_schedule(hy_schedule *s, const hy_costs *c, int limit, int rounds, hy_error *err);
 
+/* What a justification allocates, kept by a caller that justifies many
+ * orders of one shape (polish.h) so that each runs without allocating:
+ * zero it before the first use, free it with hy_justify_scratch_free. */
+typedef struct {
+    hy_sim_scratch sim;   /* where the caller simulates the order to justify, and the
+                             justification its rounds */
+    void *state;          /* justify.c's buffers */
+} hy_justify_scratch;
+
 /* hy_justify_schedule of s whose simulation under c the caller already
- * has (r: sim.h), which it starts from instead of simulating s again;
- * *makespan and *peak (the most activations on a rank) are those of the
- * order it leaves in s. For a caller that simulates every order it
- * justifies (polish.h). */
+ * has in w->sim (hy_simulate_reuse: sim.h), which it starts from instead
+ * of simulating s again; its own simulations reuse w->sim, so its result
+ * is not s's afterwards. *makespan and *peak (the most activations on a
+ * rank) are those of the order it leaves in s. For a caller that
+ * simulates every order it justifies (polish.h). */
 int hy_justify_simulated(hy_schedule *s, const hy_costs *c, int limit, int rounds,
-                         const hy_sim_result *r, double *makespan, int *peak, hy_error *err);
+                         hy_justify_scratch *w, double *makespan, int *peak, hy_error *err);
+void hy_justify_scratch_free(hy_justify_scratch *w);
 
 /* The same justification with each pass trying every position of a
  * rank's timeline in turn, as it was first written, rather than skipping

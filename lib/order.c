@@ -107,6 +107,19 @@ typedef struct {
 /* Candidates tried for one cap_extra, at most (list_candidates' loops). */
 #define ORDER_PER_CAP 256
 
+/* What a thread keeps between the candidates it builds and prices: the
+ * merge's streams and memory, and the simulation's and justification's
+ * buffers, so that a candidate allocates only its own order. */
+typedef struct {
+    hy_sched_scratch merge;
+    hy_justify_scratch price;
+} scratch;
+
+static void scratch_free(scratch *w) {
+    hy_sched_scratch_free(&w->merge);
+    hy_justify_scratch_free(&w->price);
+}
+
 typedef struct {
     const hy_sched_params *p;
     const hy_costs *c;
@@ -121,7 +134,7 @@ typedef struct {
     int justify;            /* justify the winner (JUSTIFY_WORK) */
     int justify_each;       /* justify every candidate (JUSTIFY_EACH_WORK) */
     priced known[ORDER_PER_CAP];   /* by the candidate's place in one cap_extra's loops */
-    hy_sched_scratch scratch;      /* the merge's streams and memory, kept between candidates */
+    scratch scratch;        /* the caller's */
 } order_search;
 
 static int peak_of(const hy_sim_result *r, int *sum) {
@@ -210,9 +223,8 @@ enum { OUT_FREE, OUT_RUNNING, OUT_DONE, OUT_SKIPPED };
  * only what stays fixed while candidates are built (g's p, c,
  * peak_limit, justify_each), so threads may call it at once. */
 static int measure(const order_search *g, hy_schedule *s, const hy_sched_order *o,
-                   outcome *out) {
-    hy_sim_result r;
-    int rc = hy_simulate(s, g->c, NULL, &r, &out->err);
+                   outcome *out, hy_justify_scratch *w) {
+    int rc = hy_simulate_reuse(s, g->c, NULL, &w->sim, &out->err);
     if (rc) {
         hy_schedule_free(s);
         return rc;
@@ -223,18 +235,19 @@ static int measure(const order_search *g, hy_schedule *s, const hy_sched_order *
      * without one could hold any memory. The winner is justified again
      * at the end, within the limit, whichever it is. */
     if (g->justify_each && g->peak_limit != NO_PEAK_LIMIT) {
-        hy_sim_result_free(&r);
         out->actions += JUSTIFY_EACH_ACTIONS * (long long)hy_action_keys(s);
-        rc = hy_justify_schedule(s, g->c, g->peak_limit, JUSTIFY_ROUNDS, &out->err);
-        if (!rc) rc = hy_simulate(s, g->c, NULL, &r, &out->err);
+        double made;
+        int made_peak;
+        rc = hy_justify_simulated(s, g->c, g->peak_limit, JUSTIFY_ROUNDS, w, &made, &made_peak,
+                                  &out->err);
+        if (!rc) rc = hy_simulate_reuse(s, g->c, NULL, &w->sim, &out->err);
         if (rc) {
             hy_schedule_free(s);
             return rc;
         }
     }
-    out->peak = peak_of(&r, &out->peak_sum);
-    out->makespan = r.makespan;
-    hy_sim_result_free(&r);
+    out->peak = peak_of(&w->sim.result, &out->peak_sum);
+    out->makespan = w->sim.result.makespan;
     out->s = *s;
     return HY_OK;
 }
@@ -442,7 +455,7 @@ typedef struct {
 typedef struct {
     pool *pl;
     pthread_t thread;
-    hy_sched_scratch scratch;
+    scratch scratch;
 } helper;
 
 /* Whether candidate i's lists are those of its knobs at the last
@@ -460,7 +473,7 @@ static int skipped(const pool *pl, int i) {
 
 /* Builds and prices candidate i (taken, its outcome's job) with scratch
  * w, the lock let go meanwhile. Under pl->lock. */
-static void build(pool *pl, int i, hy_sched_scratch *w) {
+static void build(pool *pl, int i, scratch *w) {
     outcome *out = &pl->out[i % ORDER_AHEAD];
     assert(out->job == i);
     out->state = OUT_RUNNING;
@@ -469,8 +482,8 @@ static void build(pool *pl, int i, hy_sched_scratch *w) {
     const order_search *g = pl->g;
     hy_schedule s;
     int rc = k->capped ? hy_capped_build(&s, g->p, g->c, &k->co, &out->err)
-                       : hy_schedule_build_scratch(&s, g->p, g->c, &k->o, w, &out->err);
-    if (!rc) rc = measure(g, &s, k->capped ? NULL : &k->o, out);
+                       : hy_schedule_build_scratch(&s, g->p, g->c, &k->o, &w->merge, &out->err);
+    if (!rc) rc = measure(g, &s, k->capped ? NULL : &k->o, out, &w->price);
     pthread_mutex_lock(&pl->lock);
     out->rc = rc;
     out->state = OUT_DONE;
@@ -479,7 +492,7 @@ static void build(pool *pl, int i, hy_sched_scratch *w) {
 
 /* Takes the next candidate and builds it, unless it is to be skipped.
  * Under pl->lock. */
-static void take_next(pool *pl, hy_sched_scratch *w) {
+static void take_next(pool *pl, scratch *w) {
     int i = pl->next++;
     outcome *out = &pl->out[i % ORDER_AHEAD];
     assert(out->state == OUT_FREE);   /* its last candidate, i - ORDER_AHEAD or before, decided */
@@ -588,7 +601,7 @@ static int run_candidates(order_search *g, const cand_list *list, int threads, h
     pthread_mutex_unlock(&pl.lock);
     for (int t = 0; t < started; t++) {
         pthread_join(h[t].thread, NULL);
-        hy_sched_scratch_free(&h[t].scratch);
+        scratch_free(&h[t].scratch);
     }
     /* What was built past the last candidate decided. */
     for (int k = 0; k < ORDER_AHEAD; k++)
@@ -616,7 +629,7 @@ static int search(order_search *g, int threads, hy_error *err) {
     /* The canonical order first: always kept when there is no cap. */
     outcome first = { 0 };
     int rc = hy_schedule_build(&first.s, g->p, err);
-    if (!rc) rc = measure(g, &first.s, NULL, &first);
+    if (!rc) rc = measure(g, &first.s, NULL, &first, &g->scratch.price);
     if (rc) {
         if (err && first.err.status) *err = first.err;
         return rc;
@@ -676,7 +689,7 @@ int hy_order_schedule_threads(hy_schedule *s, const hy_sched_params *p, const hy
     g.justify = wants && steps <= JUSTIFY_WORK;
     g.justify_each = g.justify && steps <= JUSTIFY_EACH_WORK;
     rc = search(&g, threads, err);
-    hy_sched_scratch_free(&g.scratch);
+    scratch_free(&g.scratch);
     g.work.unjustified = wants && !g.justify;
     /* Hanayo, and any schedule within a cap: the justification closes
      * gaps the greedy replays left (justify.h), within the same memory,

@@ -88,22 +88,20 @@ static void perturb(hy_schedule *s, hy_rng *g) {
  * justified): 1 if next is to be taken, 0 if not, < 0 on an error
  * (j->rc says which). */
 static int step(walk_job *j, const hy_schedule *cur, double cur_makespan, hy_schedule *next,
-                hy_rng *g, double *makespan, int *peak) {
+                hy_rng *g, hy_justify_scratch *w, double *makespan, int *peak) {
     copy_lists(next, cur);
     perturb(next, g);
-    hy_error why;
-    hy_sim_result r;
-    int rc = hy_simulate(next, j->c, NULL, &r, &why);
-    if (rc == HY_ERR_INPUT) return 0;   /* it deadlocks */
-    if (!rc) {
-        int too_big = hy_sim_peak_max(&r) > j->limit;
-        if (!too_big) rc = hy_justify_simulated(next, j->c, j->limit, 1, &r, makespan, peak, &why);
-        hy_sim_result_free(&r);
-        if (too_big) return 0;
+    /* No message for a deadlock: half the steps make one, and drop it. */
+    int rc = hy_simulate_reuse(next, j->c, NULL, &w->sim, NULL);
+    if (rc == HY_ERR_INPUT) return 0;
+    if (!rc && hy_sim_peak_max(&w->sim.result) > j->limit) return 0;
+    if (rc) {
+        j->rc = hy_fail(&j->err, rc, "out of memory simulating the polish's orders");
+        return -1;
     }
+    rc = hy_justify_simulated(next, j->c, j->limit, 1, w, makespan, peak, &j->err);
     if (rc) {
         j->rc = rc;
-        j->err = why;
         return -1;
     }
     if (*peak > j->limit || *makespan > cur_makespan + hy_makespan_tolerance(cur_makespan))
@@ -126,13 +124,14 @@ static void walk(walk_job *j) {
         hy_schedule_free(&cur);
         return;
     }
+    hy_justify_scratch w = { 0 };
     hy_rng g = hy_rng_stream(POLISH_SEED, (uint64_t)j->walk);
     double cur_makespan = j->start_makespan;
     j->makespan = j->start_makespan;
     for (long long k = 0; k < j->steps; k++) {
         double makespan;
         int peak;
-        int take = step(j, &cur, cur_makespan, &next, &g, &makespan, &peak);
+        int take = step(j, &cur, cur_makespan, &next, &g, &w, &makespan, &peak);
         if (take < 0) break;
         if (!take) continue;
         hy_schedule was = cur;   /* the lists swap places: no copy */
@@ -146,6 +145,7 @@ static void walk(walk_job *j) {
             j->makespan = makespan;
         }
     }
+    hy_justify_scratch_free(&w);
     hy_schedule_free(&cur);
     hy_schedule_free(&next);
 }

@@ -1073,6 +1073,7 @@ size_t hy_action_keys(const hy_schedule *s) {
 }
 
 int hy_schedule_deadlock(const hy_schedule *s, const int *next, const char *why, hy_error *err) {
+    if (!err) return HY_ERR_INPUT;   /* nobody reads the message: leave it unwritten */
     char msg[768] = "", label[48];
     size_t used = 0;
     for (int r = 0; r < s->ranks && used + 64 < sizeof msg; r++) {

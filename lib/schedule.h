@@ -228,7 +228,8 @@ int hy_schedule_validate(const hy_schedule *s, hy_error *err);
 
 /* The error of lists that stop short: HY_ERR_INPUT, "the schedule
  * deadlocks <why>: rank r waits at <its next action>; ..." for every rank
- * whose list is not done (next[r]: the index of its next action). */
+ * whose list is not done (next[r]: the index of its next action); with
+ * err NULL, the status alone, the message never written. */
 int hy_schedule_deadlock(const hy_schedule *s, const int *next, const char *why, hy_error *err);
 
 /* Whether a and b are the same lists, rank for rank and action for

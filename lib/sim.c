@@ -121,22 +121,57 @@ void hy_sim_result_free(hy_sim_result *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* Every array allocated and zeroed; -1 when out of memory (then
- * hy_sim_result_free takes the part-built result). */
-static int result_alloc(hy_sim_result *r, const hy_schedule *s) {
-    memset(r, 0, sizeof *r);
+/* s's shape: what a scratch's buffers are sized for. */
+static int same_shape(const hy_sim_scratch *w, const hy_schedule *s) {
+    if (w->ranks != s->ranks || w->stages != s->stages || w->keys != hy_action_keys(s)) return 0;
+    for (int r = 0; r < s->ranks; r++)
+        if (w->n_actions[r] != s->n_actions[r]) return 0;
+    return 1;
+}
+
+/* w's buffers sized for s (kept when they already are); -1 when out of
+ * memory (w is then left empty). */
+static int scratch_fit(hy_sim_scratch *w, const hy_schedule *s) {
+    if (w->ends && same_shape(w, s)) return 0;
+    hy_sim_scratch_free(w);
+    size_t keys = hy_action_keys(s), P = (size_t)s->ranks;
+    hy_sim_result *r = &w->result;
+    w->ranks = s->ranks;
+    w->stages = s->stages;
+    w->keys = keys;
     r->ranks = s->ranks;
-    r->busy = calloc((size_t)s->ranks, sizeof(double));
-    r->peak_activations = calloc((size_t)s->ranks, sizeof(int));
-    r->start = calloc((size_t)s->ranks, sizeof(double *));
-    r->end = calloc((size_t)s->ranks, sizeof(double *));
-    if (!r->busy || !r->peak_activations || !r->start || !r->end) return -1;
-    for (int i = 0; i < s->ranks; i++) {
-        r->start[i] = calloc((size_t)s->n_actions[i] + 1, sizeof(double));
-        r->end[i] = calloc((size_t)s->n_actions[i] + 1, sizeof(double));
-        if (!r->start[i] || !r->end[i]) return -1;
+    w->ends = malloc(keys * sizeof(double));
+    w->waiter = malloc(keys * sizeof(int));
+    w->cost = malloc(3 * (size_t)s->stages * sizeof(double));
+    w->n_actions = malloc(P * sizeof(int));
+    w->next_waiter = malloc(P * sizeof(int));
+    w->ready = malloc(P * sizeof(int));
+    w->next = malloc(P * sizeof(int));
+    w->live = malloc(P * sizeof(int));
+    w->free_at = malloc(P * sizeof(double));
+    r->busy = malloc(P * sizeof(double));
+    r->peak_activations = malloc(P * sizeof(int));
+    r->start = calloc(P, sizeof(double *));
+    r->end = calloc(P, sizeof(double *));
+    int ok = w->ends && w->waiter && w->cost && w->n_actions && w->next_waiter && w->ready &&
+             w->next && w->live && w->free_at && r->busy && r->peak_activations && r->start &&
+             r->end;
+    for (size_t k = 0; ok && k < P; k++) {
+        w->n_actions[k] = s->n_actions[k];
+        r->start[k] = malloc(((size_t)s->n_actions[k] + 1) * sizeof(double));
+        r->end[k] = malloc(((size_t)s->n_actions[k] + 1) * sizeof(double));
+        ok = r->start[k] && r->end[k];
     }
-    return 0;
+    if (!ok) hy_sim_scratch_free(w);
+    return ok ? 0 : -1;
+}
+
+void hy_sim_scratch_free(hy_sim_scratch *w) {
+    if (!w) return;
+    hy_sim_result_free(&w->result);
+    free(w->ends); free(w->waiter); free(w->cost); free(w->n_actions); free(w->next_waiter);
+    free(w->ready); free(w->next); free(w->live); free(w->free_at);
+    memset(w, 0, sizeof *w);
 }
 
 /* A simulation under way. */
@@ -220,26 +255,27 @@ static void advance(sim_state *g, int k) {
     g->r->busy[k] = busy;
 }
 
-int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *limits,
-                hy_sim_result *r, hy_error *err) {
+int hy_simulate_reuse(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *limits,
+                      hy_sim_scratch *w, hy_error *err) {
     int rc = hy_costs_check(c, s->stages, err);
-    if (rc) { memset(r, 0, sizeof *r); return rc; }
-    size_t n_ends = hy_action_keys(s), P = (size_t)s->ranks;
-    sim_state g = { .s = s, .c = c, .limits = limits, .r = r,
-                    .ends = malloc(n_ends * sizeof(double)),
-                    .cost = malloc(3 * (size_t)s->stages * sizeof(double)),
-                    .waiter = malloc(n_ends * sizeof(int)),
-                    .next_waiter = malloc(P * sizeof(int)), .ready = malloc(P * sizeof(int)),
-                    .next = calloc(P, sizeof(int)), .live = calloc(P, sizeof(int)),
-                    .free_at = calloc(P, sizeof(double)) };
-    if (result_alloc(r, s) != 0 || !g.ends || !g.cost || !g.waiter || !g.next_waiter ||
-        !g.ready || !g.next || !g.live || !g.free_at) {
-        rc = hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
-        goto out;
-    }
+    if (rc) return rc;
+    if (scratch_fit(w, s) != 0)
+        return hy_fail(err, HY_ERR_RUNTIME, "out of memory simulating a schedule");
+    size_t n_ends = w->keys, P = (size_t)s->ranks;
+    hy_sim_result *r = &w->result;
+    sim_state g = { .s = s, .c = c, .limits = limits, .r = r, .ends = w->ends, .cost = w->cost,
+                    .waiter = w->waiter, .next_waiter = w->next_waiter, .ready = w->ready,
+                    .next = w->next, .live = w->live, .free_at = w->free_at };
+    r->makespan = r->bubble = r->bound = r->bound_memory = 0;
+    r->transfers = 0;
     for (size_t i = 0; i < n_ends; i++) {
         g.ends[i] = -1;
         g.waiter[i] = -1;
+    }
+    for (size_t k = 0; k < P; k++) {
+        g.next[k] = g.live[k] = r->peak_activations[k] = 0;
+        g.free_at[k] = r->busy[k] = 0;
+        r->start[k][s->n_actions[k]] = r->end[k][s->n_actions[k]] = 0;
     }
     for (int op = HY_FWD; op <= HY_WGRAD; op++)
         for (int st = 0; st < s->stages; st++) {
@@ -258,8 +294,7 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *li
         if (g.next[k] < s->n_actions[k]) {
             const char *why = limits ? "under blocking receives and its slot limits"
                                      : "under blocking receives";
-            rc = hy_schedule_deadlock(s, g.next, why, err);
-            goto out;
+            return hy_schedule_deadlock(s, g.next, why, err);
         }
     }
     double busy = 0;
@@ -270,14 +305,21 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *li
     r->bubble = r->makespan > 0 ? 1.0 - busy / (s->ranks * r->makespan) : 0.0;
     r->transfers = hy_schedule_transfers(s);
     r->bound = hy_makespan_bound(s, c);
-    int most = 0;
-    for (int k = 0; k < s->ranks; k++)
-        if (r->peak_activations[k] > most) most = r->peak_activations[k];
-    r->bound_memory = hy_makespan_bound_memory(s, c, most);
-out:
-    if (rc) hy_sim_result_free(r);
-    free(g.ends); free(g.cost); free(g.waiter); free(g.next_waiter); free(g.ready);
-    free(g.next); free(g.live); free(g.free_at);
+    r->bound_memory = hy_makespan_bound_memory(s, c, hy_sim_peak_max(r));
+    return HY_OK;
+}
+
+int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *limits,
+                hy_sim_result *r, hy_error *err) {
+    hy_sim_scratch w = { 0 };
+    int rc = hy_simulate_reuse(s, c, limits, &w, err);
+    if (rc == HY_OK) {
+        *r = w.result;   /* the result's arrays are the caller's now */
+        memset(&w.result, 0, sizeof w.result);
+    } else {
+        memset(r, 0, sizeof *r);
+    }
+    hy_sim_scratch_free(&w);
     return rc;
 }
 

@@ -66,6 +66,28 @@ int hy_simulate(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *li
                 hy_sim_result *r, hy_error *err);
 void hy_sim_result_free(hy_sim_result *r);
 
+/* What a simulation allocates, kept by a caller that simulates many
+ * orders of one shape (the polish's steps, the justification's rounds)
+ * so that each runs without allocating: zero it before the first use,
+ * free it with hy_sim_scratch_free. */
+typedef struct {
+    hy_sim_result result;   /* the last simulation's, when it succeeded; valid until the
+                               next call, and the scratch's (never freed on its own) */
+    int ranks, stages;      /* the shape the buffers below are sized for */
+    size_t keys;
+    int *n_actions;         /* [ranks] */
+    double *ends, *cost, *free_at;
+    int *waiter, *next_waiter, *ready, *next, *live;
+} hy_sim_scratch;
+
+/* hy_simulate into w->result, reusing w's buffers (sized again when s's
+ * shape is not theirs). With err NULL a deadlock is reported by its
+ * status alone, HY_ERR_INPUT, without naming the stuck actions: for a
+ * search that only drops such orders. */
+int hy_simulate_reuse(const hy_schedule *s, const hy_costs *c, const hy_sim_limits *limits,
+                      hy_sim_scratch *w, hy_error *err);
+void hy_sim_scratch_free(hy_sim_scratch *w);
+
 /* The uniform-cost ideal: (P-1) / (chunks*M + P-1), and with split
  * backward (f = B = W = 1) (P-1) / (3 chunks M + P-1). Exact for gpipe,
  * 1f1b and interleaved unsplit; the target for hanayo (chunks = 2W) and

@@ -20,8 +20,9 @@
  *     changes nothing: over random schedules, costs
  *     (zero costs, large times among them) and limits, the justified
  *     lists equal those of the plain pass that tries every position;
- *     and starting from the caller's simulation (hy_justify_simulated)
- *     gives the same lists, with the makespan and peak of what it left.
+ *     and starting from the caller's simulation (hy_justify_simulated),
+ *     in one scratch kept over schedules of every shape, gives the same
+ *     lists, with the makespan and peak of what it left.
  */
 #include "justify.h"
 #include "schedule.h"
@@ -166,6 +167,7 @@ static void test_skip_changes_nothing(void) {
     static const double comms[] = { 0, 0.05, 0.2, 0.5, 1.3 };
     unsigned seed = 12345;
     int cases = 0, changed = 0;
+    hy_justify_scratch scratch = { 0 };
     for (int round = 0; round < 400; round++) {
         int P = 2 + (int)(next_rand(&seed) % 7), wv = 1 + (int)(next_rand(&seed) % 3);
         int M = P * (1 + (int)(next_rand(&seed) % 4)) + (int)(next_rand(&seed) % 2);
@@ -206,12 +208,15 @@ static void test_skip_changes_nothing(void) {
             CHECKF(ra == rb && hy_schedule_equal(&a, &b), "%s P=%d W|v=%d M=%d split=%d c=%g limit %d: "
                    "the skipping pass differs from the plain one", hy_sched_name(p.kind), P, wv,
                    M, p.split_backward, c.comm, limit);
-            /* From the caller's simulation: the same lists, and the
-             * makespan and peak of what it left. */
+            /* From the caller's simulation, in a scratch kept from
+             * case to case (resized when the shape changes): the same
+             * lists, and the makespan and peak of what it left. */
             double made;
             int made_peak;
             hy_sim_result rd;
-            int rd_ok = hy_justify_simulated(&d, &c, limit, 4, &r, &made, &made_peak, &err) == ra &&
+            int rd_ok = hy_simulate_reuse(&d, &c, NULL, &scratch.sim, &err) == HY_OK &&
+                        hy_justify_simulated(&d, &c, limit, 4, &scratch, &made, &made_peak,
+                                             &err) == ra &&
                         hy_simulate(&d, &c, NULL, &rd, &err) == HY_OK;
             CHECKF(rd_ok && hy_schedule_equal(&a, &d) && made == rd.makespan &&
                    made_peak == peak_of(&rd), "%s P=%d M=%d: justified from the caller's "
@@ -232,6 +237,7 @@ static void test_skip_changes_nothing(void) {
         hy_schedule_free(&a);
         hy_schedule_free(&b);
     }
+    hy_justify_scratch_free(&scratch);
     /* Enough cases, and enough of them moved by the justification, for
      * the comparison to say something. */
     CHECKF(cases >= 300 && changed >= 50, "%d cases, %d changed", cases, changed);

@@ -206,6 +206,46 @@ static void test_memory_bound(void) {
     hy_schedule_free(&t);
 }
 
+/* One scratch over several schedules (hy_simulate_reuse): each result
+ * equals hy_simulate's to the last bit, a scratch sized for another shape
+ * is sized again, and a deadlock with no error to write is HY_ERR_INPUT
+ * all the same. */
+static void test_reuse(void) {
+    hy_sim_scratch w = { 0 };
+    hy_costs c = hy_costs_uniform();
+    c.comm = 0.25;
+    const int shapes[][2] = { { 2, 2 }, { 4, 8 }, { 4, 8 }, { 2, 2 }, { 3, 5 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        hy_schedule s = one_f_one_b(shapes[k][0], shapes[k][1]);
+        hy_sim_result r;
+        hy_error err;
+        CHECK(hy_simulate(&s, &c, NULL, &r, &err) == HY_OK);
+        CHECK(hy_simulate_reuse(&s, &c, NULL, &w, &err) == HY_OK);
+        const hy_sim_result *u = &w.result;
+        int same = u->ranks == r.ranks && u->makespan == r.makespan && u->bubble == r.bubble &&
+                   u->transfers == r.transfers && u->bound == r.bound &&
+                   u->bound_memory == r.bound_memory;
+        for (int q = 0; same && q < s.ranks; q++) {
+            same = u->busy[q] == r.busy[q] && u->peak_activations[q] == r.peak_activations[q];
+            for (int i = 0; same && i < s.n_actions[q]; i++)
+                same = u->start[q][i] == r.start[q][i] && u->end[q][i] == r.end[q][i];
+        }
+        CHECKF(same, "P=%d M=%d: the reused simulation differs", shapes[k][0], shapes[k][1]);
+        hy_sim_result_free(&r);
+        if (k == 1) {   /* a deadlock in between: rank 0 starts with a backward */
+            hy_action t = s.actions[0][0];
+            s.actions[0][0] = s.actions[0][s.n_actions[0] - 1];
+            s.actions[0][s.n_actions[0] - 1] = t;
+            CHECK(hy_simulate_reuse(&s, &c, NULL, &w, NULL) == HY_ERR_INPUT);
+            CHECK(hy_simulate_reuse(&s, &c, NULL, &w, &err) == HY_ERR_INPUT &&
+                  strstr(err.msg, "deadlocks") != NULL);
+        }
+        hy_schedule_free(&s);
+    }
+    hy_sim_scratch_free(&w);
+    hy_sim_scratch_free(&w);   /* freed twice: nothing left to free */
+}
+
 int main(void) {
     test_uniform();
     test_memory_bound();
@@ -214,5 +254,6 @@ int main(void) {
     test_gpipe_peak();
     test_deadlock_and_bad_costs();
     test_limits();
+    test_reuse();
     return TEST_END("sim");
 }
