@@ -236,9 +236,7 @@ static int measure(const order_search *g, hy_schedule *s, const hy_sched_order *
      * at the end, within the limit, whichever it is. */
     if (g->justify_each && g->peak_limit != NO_PEAK_LIMIT) {
         out->actions += JUSTIFY_EACH_ACTIONS * (long long)hy_action_keys(s);
-        double made;
-        int made_peak;
-        rc = hy_justify_simulated(s, g->c, g->peak_limit, JUSTIFY_ROUNDS, w, &made, &made_peak,
+        rc = hy_justify_simulated(s, g->c, g->peak_limit, JUSTIFY_ROUNDS, w, NULL, NULL,
                                   &out->err);
         if (!rc) rc = hy_simulate_reuse(s, g->c, NULL, &w->sim, &out->err);
         if (rc) {
