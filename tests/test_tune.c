@@ -41,6 +41,12 @@
  * every kind). */
 #define FAST_KINDS ((1u << HY_SCHED_GPIPE) | (1u << HY_SCHED_1F1B))
 
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#else
+#define UNDER_ASAN 0
+#endif
+
 static int load(hy_run *run, const char *config) {
     hy_error err;
     int rc = hy_test_run_load(run, config, NULL, 0, &err);
@@ -249,7 +255,9 @@ static void test_gpt_13b(void) {
     }
     /* Tighter: no candidate fits without recomputing, and the chosen one
      * does not without; the same search again gives the same answer, to
-     * the bit, caps and recompute included. */
+     * the bit, caps and recompute included (in the normal build: under
+     * AddressSanitizer, there for memory errors, the second search would
+     * only repeat the first's accesses, at a quarter of the speed). */
     budget = 48 * GIB;
     unsigned kinds = FAST_KINDS;
     if (search(&run, kinds, budget, &mem, &res) == HY_OK) {
@@ -257,7 +265,7 @@ static void test_gpt_13b(void) {
         CHECK(res.best[0].recompute != HY_RECOMPUTE_NONE);
         CHECK(memory_of(&run, &res.best[0], HY_RECOMPUTE_NONE, &mem) > budget);
         hy_tune_result again;
-        if (search(&run, kinds, budget, &mem, &again) == HY_OK) {
+        if (!UNDER_ASAN && search(&run, kinds, budget, &mem, &again) == HY_OK) {
             check_same(&res, &again);
             hy_tune_result_free(&again);
         }
