@@ -294,8 +294,9 @@ HY_TIME_MARK := hy-test-ms:
 # awk over logs: sums the summary lines, adds the failures described above,
 # names every failing log, prints the five slowest programs (each log's
 # time mark: wall milliseconds, to see where the suite's time goes) and
-# "tests: N passed, N failed", and exits 1 if N failed > 0. With -v quiet=1 (one test's log) it prints only that log's
-# summary lines and, when something is counted beyond them, why.
+# "tests: N passed, N failed", and exits 1 if N failed > 0. With -v
+# quiet=1 (one test's log) it prints only that log's summary lines and,
+# when something is counted beyond them, why.
 HY_TALLY := awk -v quiet=0 '\
     FNR == 1 { seen = 0; mine = 0 } \
     /$(HY_SUMMARY_RE)/ { pass += $$2; fail += $$4; mine += $$4; seen = 1; if (quiet) print } \

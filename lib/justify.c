@@ -421,10 +421,9 @@ static int pass(justify *j, int late, double horizon) {
     return 0;
 }
 
-/* s's simulated times into t0/t1, its lists into the timelines (the
- * order the first pass sorts from); its makespan and largest peak. */
-/* The times and order of simulation r of s taken as the passes' start,
- * and its makespan and most activations on a rank. */
+/* Simulation r of s taken as the passes' start: its times into t0/t1,
+ * its lists into the timelines (the order the first pass sorts from);
+ * its makespan and most activations on a rank. */
 static void load(justify *j, const hy_schedule *s, const hy_sim_result *r, double *makespan,
                  int *peak) {
     *makespan = r->makespan;
@@ -441,6 +440,7 @@ static void load(justify *j, const hy_schedule *s, const hy_sim_result *r, doubl
     }
 }
 
+/* load() of s simulated in j's scratch. */
 static int measure(justify *j, const hy_schedule *s, double *makespan, int *peak, hy_error *err) {
     int rc = hy_simulate_reuse(s, j->c, NULL, j->sim, err);
     if (rc) return rc;

@@ -49,8 +49,8 @@ typedef struct {
  * has in w->sim (hy_simulate_reuse: sim.h), which it starts from instead
  * of simulating s again; its own simulations reuse w->sim, so its result
  * is not s's afterwards. *makespan and *peak (the most activations on a
- * rank; either pointer may be NULL) are those of the order it leaves in s. For a caller that
- * simulates every order it justifies (polish.h). */
+ * rank; either pointer may be NULL) are those of the order it leaves in
+ * s. For a caller that simulates every order it justifies (polish.h). */
 int hy_justify_simulated(hy_schedule *s, const hy_costs *c, int limit, int rounds,
                          hy_justify_scratch *w, double *makespan, int *peak, hy_error *err);
 void hy_justify_scratch_free(hy_justify_scratch *w);

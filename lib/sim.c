@@ -123,7 +123,8 @@ void hy_sim_result_free(hy_sim_result *r) {
 
 /* s's shape: what a scratch's buffers are sized for. */
 static int same_shape(const hy_sim_scratch *w, const hy_schedule *s) {
-    if (w->ranks != s->ranks || w->stages != s->stages || w->keys != hy_action_keys(s)) return 0;
+    if (w->result.ranks != s->ranks || w->stages != s->stages || w->keys != hy_action_keys(s))
+        return 0;
     for (int r = 0; r < s->ranks; r++)
         if (w->n_actions[r] != s->n_actions[r]) return 0;
     return 1;
@@ -136,7 +137,6 @@ static int scratch_fit(hy_sim_scratch *w, const hy_schedule *s) {
     hy_sim_scratch_free(w);
     size_t keys = hy_action_keys(s), P = (size_t)s->ranks;
     hy_sim_result *r = &w->result;
-    w->ranks = s->ranks;
     w->stages = s->stages;
     w->keys = keys;
     r->ranks = s->ranks;

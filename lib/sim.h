@@ -73,9 +73,10 @@ void hy_sim_result_free(hy_sim_result *r);
 typedef struct {
     hy_sim_result result;   /* the last simulation's, when it succeeded; valid until the
                                next call, and the scratch's (never freed on its own) */
-    int ranks, stages;      /* the shape the buffers below are sized for */
+    int stages;             /* the shape the buffers below are sized for, with
+                               result.ranks */
     size_t keys;
-    int *n_actions;         /* [ranks] */
+    int *n_actions;         /* [result.ranks] */
     double *ends, *cost, *free_at;
     int *waiter, *next_waiter, *ready, *next, *live;
 } hy_sim_scratch;

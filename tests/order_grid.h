@@ -7,6 +7,7 @@
 #define HY_TEST_ORDER_GRID_H
 
 #include "costs.h"
+#include "test.h"
 
 typedef struct {
     double makespan;
@@ -24,20 +25,13 @@ static hy_costs share_costs(int v, int split, double comm) {
     return c;
 }
 
-/* Under AddressSanitizer, several times slower, the largest grids are
- * sampled, one point in three: the sanitizer is there for memory errors,
- * the normal build checks every point (and tests/resim.py re-checks the
- * transfer-time grid independently). */
-#if defined(__SANITIZE_ADDRESS__)
-#define GRID_STRIDE 3
-#else
-#define GRID_STRIDE 1
-#endif
-
-/* Whether the next point of a grid is checked (every GRID_STRIDE-th). */
+/* Whether the next point of a grid is checked: under AddressSanitizer,
+ * several times slower, the largest grids are sampled, one point in
+ * three (test.h, hy_test_under); the normal build checks every point (and
+ * tests/resim.py re-checks the transfer-time grid independently). */
 static int grid_point(void) {
     static int n;
-    return n++ % GRID_STRIDE == 0;
+    return n++ % (hy_test_under("address") ? 3 : 1) == 0;
 }
 
 #endif

@@ -511,21 +511,17 @@ static void capped_stashes(void) {
     }
 }
 
-/* Whether this is the ThreadSanitizer run (make test runs this program
- * once more there, for the ranks' threads). A model kind changes the
- * layers each rank computes, not how the ranks meet, so there the split
- * and recompute grids run for GPT alone, beside every kind's pipelined
- * grid; the normal and ASan builds run them for every kind. */
-static int under_tsan(void) {
-    const char *san = getenv("HY_SANITIZE");
-    return san && strstr(san, "thread") != NULL;
-}
-
 int main(void) {
     if (hy_test_shard_make(shard, sizeof shard, "rt", 64, 40000) != 0) { CHECK(0); return TEST_END("runtime"); }
+    /* Under ThreadSanitizer (make test runs this program once more there,
+     * for the ranks' threads) the split and recompute grids run for GPT
+     * alone, beside every kind's pipelined grid: a model kind changes the
+     * layers each rank computes, not how the ranks meet. The normal and
+     * ASan builds run every grid for every kind. */
     static const char *const kinds[] = { "gpt", "bert", "bert-pre", "llama" };
-    int n_kinds = under_tsan() ? 1 : 4;
-    for (int k = 0; k < 4; k++) pipelined_equals_sequential(kinds[k]);
+    const int all = (int)(sizeof kinds / sizeof kinds[0]);
+    int n_kinds = hy_test_under("thread") ? 1 : all;
+    for (int k = 0; k < all; k++) pipelined_equals_sequential(kinds[k]);
     for (int k = 0; k < n_kinds; k++) split_equals_sequential(kinds[k]);
     tied_llama_equals_sequential();
     for (int k = 0; k < n_kinds; k++) recompute_equals_none(kinds[k]);

@@ -41,12 +41,6 @@
  * every kind). */
 #define FAST_KINDS ((1u << HY_SCHED_GPIPE) | (1u << HY_SCHED_1F1B))
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#else
-#define UNDER_ASAN 0
-#endif
-
 static int load(hy_run *run, const char *config) {
     hy_error err;
     int rc = hy_test_run_load(run, config, NULL, 0, &err);
@@ -265,7 +259,7 @@ static void test_gpt_13b(void) {
         CHECK(res.best[0].recompute != HY_RECOMPUTE_NONE);
         CHECK(memory_of(&run, &res.best[0], HY_RECOMPUTE_NONE, &mem) > budget);
         hy_tune_result again;
-        if (!UNDER_ASAN && search(&run, kinds, budget, &mem, &again) == HY_OK) {
+        if (!hy_test_under("address") && search(&run, kinds, budget, &mem, &again) == HY_OK) {
             check_same(&res, &again);
             hy_tune_result_free(&again);
         }
